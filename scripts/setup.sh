@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install dswiz with DeepSpeed, torch (CPU wheel here) and the test tools,
+# pinned by constraints/test.txt. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.dswiz-installed
+want="$(cat pyproject.toml constraints/test.txt | cksum)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -c constraints/test.txt -e '.[deepspeed,test]'
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,122 @@
+"""``dswiz`` entry point.
+
+Bare ``dswiz`` opens the full-screen wizard; subcommands sit beside it. Each subcommand lives in its own module and
+is imported only when used (``--help`` stays fast and a laptop without torch never imports it). Every user-facing
+problem is a ``DswizError``: printed as "error: ... / fix: ...", exit code non-zero, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from wizard import __version__
+from wizard.errors import DswizError
+
+# name -> "module:attribute" of a click.Command; kept in the order `dswiz --help` lists them.
+COMMANDS: dict[str, str] = {
+    "detect": "wizard.commands.detect:detect",
+    "plan": "wizard.commands.plan:plan",
+    "config": "wizard.commands.config:config",
+    "check": "wizard.commands.check:check",
+    "launch": "runner.commands:launch",
+    "monitor": "runner.commands:monitor",
+    "demo": "wizard.commands.demo:demo",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self._lazy) + [c for c in sorted(self.commands) if c not in self._lazy]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._lazy:
+            module_name, attr = self._lazy[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            if not isinstance(command, click.Command):  # pragma: no cover - programming error
+                raise TypeError(f"{self._lazy[cmd_name]} is not a click command")
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help without importing every command module's heavy parts (modules import lazily inside).
+        super().format_commands(ctx, formatter)
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
+@click.version_option(__version__, "-V", "--version", prog_name="dswiz")
+@click.option(
+    "--plain", is_flag=True, help="Ask the wizard's questions as line prompts instead of full screen."
+)
+@click.option(
+    "--hardware",
+    metavar="SPEC|FILE",
+    help="Plan for described hardware instead of this machine: 8xA100-80GB, 2x8xH100, or a YAML profile.",
+)
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(dir_okay=False),
+    help="Start from an existing DeepSpeed JSON or accelerate YAML.",
+)
+@click.pass_context
+def cli(ctx: click.Context, plain: bool, hardware: str | None, from_file: str | None) -> None:
+    """dswiz: DeepSpeed ZeRO made easy to get right.
+
+    \b
+    Run without a command to open the full-screen wizard:
+      Hardware -> Model -> Strategy -> Precision & batch -> Multi-node -> Review & write.
+
+    \b
+    Typical session:
+      dswiz detect                          what this machine has
+      dswiz plan --model llama-7b           what fits and what is fastest, and why
+      dswiz config --yes --model llama-7b --out run1/
+      dswiz launch --config run1/ train.py  start it with a live dashboard
+      dswiz monitor                         attach to the latest run
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from wizard.commands.wizard import run_wizard
+
+    run_wizard(plain=plain, hardware=hardware, from_file=from_file)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: turns DswizError into a clear message and a non-zero exit."""
+    try:
+        rv = cli.main(args=argv, prog_name="dswiz", standalone_mode=False)
+    except DswizError as e:
+        click.echo(f"error: {e.problem}", err=True)
+        if e.fix:
+            click.echo(f"  fix: {e.fix}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    # Commands return their exit code (e.g. `dswiz check` returns 1 when it found an error).
+    sys.exit(rv if isinstance(rv, int) else 0)

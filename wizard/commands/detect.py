@@ -1,0 +1,13 @@
+"""`dswiz detect` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import click
+
+from wizard.errors import DswizError
+
+
+@click.command()
+def detect() -> None:
+    """Not available yet."""
+    raise DswizError("`dswiz detect` is not implemented yet", "see README.md for what works today")

@@ -1,0 +1,20 @@
+"""The one error type a user sees: what is wrong and how to fix it. The CLI prints it and exits non-zero."""
+
+from __future__ import annotations
+
+
+class DswizError(Exception):
+    """A problem the user can fix. ``problem`` names it, ``fix`` says exactly what to do.
+
+    Raised anywhere in dswiz for bad input (a file, a flag, a hostfile); the CLI turns it into a two-line
+    message and exit code ``exit_code`` -- never a traceback.
+    """
+
+    def __init__(self, problem: str, fix: str | None = None, *, exit_code: int = 2) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.problem if not self.fix else f"{self.problem}\n  fix: {self.fix}"

@@ -1,0 +1,137 @@
+"""What the machine is: a frozen ``HardwareReport``, detected (``wizard.hardware.detect``) or described
+(``wizard.hardware.described``). Unknown values are ``None``, never an exception."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from wizard.findings import Finding
+
+Source = Literal["detected", "described"]
+
+
+@dataclass(frozen=True)
+class GPUInfo:
+    index: int
+    name: str
+    uuid: str | None = None
+    memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    mig_mode: bool | None = None
+    pci_bus_id: str | None = None
+    nvlink_peers: tuple[str, ...] = ()  # PCI bus ids (or "gpu<N>") of active NVLink peers
+    nvlink_count: int | None = None  # active NVLink links, None when NVML does not say
+    peak_tflops_bf16: float | None = None  # dense, from the catalog
+    peak_tflops_fp16: float | None = None
+    peak_tflops_fp32: float | None = None
+
+    @property
+    def supports_bf16(self) -> bool | None:
+        """From the compute capability (>= 8.0), not from torch (FACTS §3 rule 6)."""
+        return None if self.compute_capability is None else self.compute_capability >= (8, 0)
+
+    @property
+    def supports_fp16(self) -> bool | None:
+        return None if self.compute_capability is None else self.compute_capability >= (7, 0)
+
+
+@dataclass(frozen=True)
+class DiskInfo:
+    mountpoint: str
+    device: str
+    fstype: str
+    total_bytes: int
+    free_bytes: int
+    nvme: bool
+    rotational: bool | None = None
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    hostname: str | None = None
+    cpu_model: str | None = None
+    physical_cores: int | None = None
+    logical_cores: int | None = None
+    ram_total_bytes: int | None = None
+    ram_available_bytes: int | None = None
+    shm_bytes: int | None = None  # /dev/shm size
+    memlock_limit_bytes: int | None = None  # RLIMIT_MEMLOCK soft limit; -1 means unlimited
+    disks: tuple[DiskInfo, ...] = ()
+    libaio: bool | None = None  # needed by DeepSpeed's async_io op (NVMe offload)
+
+
+@dataclass(frozen=True)
+class SoftwareInfo:
+    python: str | None = None
+    torch: str | None = None
+    torch_cuda: str | None = None  # CUDA version torch was built with, found without importing torch
+    deepspeed: str | None = None
+    accelerate: str | None = None
+    transformers: str | None = None
+    cuda_driver: str | None = None  # from NVML, e.g. "13.0"
+    nvidia_driver: str | None = None
+    nvcc: str | None = None
+
+
+@dataclass(frozen=True)
+class HardwareReport:
+    """GPUs of *one* node (all nodes are alike) plus the host; ``nodes`` > 1 for a described cluster."""
+
+    source: Source
+    gpus: tuple[GPUInfo, ...] = ()
+    host: HostInfo = field(default_factory=HostInfo)
+    software: SoftwareInfo = field(default_factory=SoftwareInfo)
+    nodes: int = 1
+    no_gpu_reason: str | None = None  # why no NVIDIA GPU is listed, in words
+    hazards: tuple[Finding, ...] = ()
+    description: str | None = None  # the profile text for a described report ("2x8xH100")
+    inter_node_gbps: float | None = None  # network bandwidth between nodes, Gbit/s, when known or described
+
+    @property
+    def gpus_per_node(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * len(self.gpus)
+
+    @property
+    def min_gpu_memory_bytes(self) -> int | None:
+        """The smallest card bounds what fits (ranks are symmetric)."""
+        totals = [g.memory_total_bytes for g in self.gpus if g.memory_total_bytes is not None]
+        return min(totals) if totals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (tuples become lists, findings dicts); ``from_dict`` reads it back."""
+        d = asdict(self)
+        d["hazards"] = [h.to_dict() for h in self.hazards]
+        for g, gd in zip(self.gpus, d["gpus"], strict=True):
+            gd["supports_bf16"] = g.supports_bf16
+            gd["supports_fp16"] = g.supports_fp16
+        d["gpus_per_node"] = self.gpus_per_node
+        d["total_gpus"] = self.total_gpus
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HardwareReport:
+        def pick(tp: type, data: dict[str, Any]) -> dict[str, Any]:
+            names = {f.name for f in fields(tp)}
+            return {k: v for k, v in data.items() if k in names}
+
+        gpus = []
+        for gd in d.get("gpus", []):
+            g = pick(GPUInfo, gd)
+            if g.get("compute_capability") is not None:
+                g["compute_capability"] = tuple(g["compute_capability"])
+            g["nvlink_peers"] = tuple(g.get("nvlink_peers") or ())
+            gpus.append(GPUInfo(**g))
+        hd = pick(HostInfo, d.get("host", {}))
+        hd["disks"] = tuple(DiskInfo(**pick(DiskInfo, x)) for x in hd.get("disks", ()))
+        top = pick(cls, d)
+        top["gpus"] = tuple(gpus)
+        top["host"] = HostInfo(**hd)
+        top["software"] = SoftwareInfo(**pick(SoftwareInfo, d.get("software", {})))
+        top["hazards"] = tuple(Finding.from_dict(h) for h in d.get("hazards", ()))
+        return cls(**top)

@@ -1,0 +1,86 @@
+"""The decision dswiz helps a user make: one DeepSpeed training (or inference) strategy.
+
+``Strategy`` is what the planner ranks, what the wizard edits, what the config writers render and what the launcher
+advises on. It holds choices only, no predictions (those live on ``wizard.planner.Candidate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+OffloadDevice = Literal["none", "cpu", "nvme"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Mode = Literal["train", "inference"]
+
+OFFLOAD_DEVICES: tuple[OffloadDevice, ...] = ("none", "cpu", "nvme")
+PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    zero_stage: int = 2
+    offload_optimizer: OffloadDevice = "none"
+    offload_param: OffloadDevice = "none"  # only meaningful at stage 3
+    precision: Precision = "bf16"
+    micro_batch_size: int = 1  # per GPU
+    gradient_accumulation_steps: int = 1
+    activation_checkpointing: bool = False
+    # ZeRO++ (stage 3 only): hpZ keeps a secondary 16-bit weight partition inside each node.
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+    zero_hpz_partition_size: int = 1
+    nodes: int = 1
+    gpus_per_node: int = 1
+    mode: Mode = "train"
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel world size (dswiz plans pure data parallelism)."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def global_batch_size(self) -> int:
+        """DeepSpeed's train_batch_size = micro x accumulation x world size (FACTS §3 rule 1)."""
+        return self.micro_batch_size * self.gradient_accumulation_steps * self.world_size
+
+    def with_(self, **changes: Any) -> Strategy:
+        return replace(self, **changes)
+
+    def problems(self) -> list[str]:
+        """Combinations DeepSpeed rejects or silently changes, in words (empty when valid).
+
+        The planner never proposes these, the wizard shows them disabled with the reason.
+        """
+        out: list[str] = []
+        if self.zero_stage not in (0, 1, 2, 3):
+            out.append(f"ZeRO stage must be 0, 1, 2 or 3, not {self.zero_stage}")
+        if self.offload_param != "none" and self.zero_stage != 3:
+            out.append("parameter offload only works at ZeRO stage 3 (below it DeepSpeed ignores it)")
+        if self.offload_optimizer != "none" and self.zero_stage == 0:
+            out.append("optimizer offload needs ZeRO stage 1, 2 or 3")
+        if self.offload_optimizer == "nvme" and self.zero_stage in (1, 2):
+            out.append(
+                "NVMe optimizer offload only works at stage 3 (at stage 1/2 DeepSpeed silently uses CPU)"
+            )
+        if self.offload_param == "nvme" and self.offload_optimizer == "none":
+            out.append("NVMe parameter offload needs the optimizer offloaded too (cpu or nvme)")
+        if (self.zero_quantized_weights or self.zero_hpz_partition_size > 1) and self.zero_stage != 3:
+            out.append("ZeRO++ (quantized weights, hpZ) only acts at stage 3")
+        if self.zero_hpz_partition_size > 1 and self.zero_hpz_partition_size != self.gpus_per_node:
+            out.append("hpZ partition size should equal the number of GPUs per node")
+        if self.micro_batch_size < 1 or self.gradient_accumulation_steps < 1:
+            out.append("micro-batch size and gradient accumulation steps must be at least 1")
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            out.append("nodes and GPUs per node must be at least 1")
+        if self.mode == "inference" and self.zero_stage != 3:
+            out.append("ZeRO inference only uses stage 3 (stages 0-2 shard nothing without an optimizer)")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Strategy:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
