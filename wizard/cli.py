@@ -22,8 +22,8 @@ COMMANDS: dict[str, str] = {
     "plan": "wizard.commands.plan:plan",
     "config": "wizard.commands.config:config",
     "check": "wizard.commands.check:check",
-    "launch": "runner.commands:launch",
-    "monitor": "runner.commands:monitor",
+    "launch": "runner.cli_launch:launch",
+    "monitor": "runner.cli_monitor:monitor",
     "demo": "wizard.commands.demo:demo",
 }
 

@@ -30,6 +30,7 @@ CORE_MODULES = (
     "wizard.throughput",
     "wizard.planner",
     "runner.launch",
+    "runner.rundir",
     "runner.metrics.parse",
 )
 

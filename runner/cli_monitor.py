@@ -1,16 +1,10 @@
-"""`dswiz launch` and `dswiz monitor` (placeholders until their issues land)."""
+"""`dswiz monitor` (placeholder until its issue lands)."""
 
 from __future__ import annotations
 
 import click
 
 from wizard.errors import DswizError
-
-
-@click.command()
-def launch() -> None:
-    """Not available yet."""
-    raise DswizError("`dswiz launch` is not implemented yet", "see README.md for what works today")
 
 
 @click.command()

@@ -1,0 +1,13 @@
+"""`dswiz launch` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import click
+
+from wizard.errors import DswizError
+
+
+@click.command()
+def launch() -> None:
+    """Not available yet."""
+    raise DswizError("`dswiz launch` is not implemented yet", "see README.md for what works today")
