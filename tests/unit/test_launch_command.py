@@ -193,7 +193,11 @@ def test_observable_copy_adds_what_the_monitor_needs_and_keeps_user_choices() ->
     assert out["zero_optimization"] == {"stage": 2}
     assert len(changes) == 3
 
-    mine = {"steps_per_print": 100, "log_level": "warning", "csv_monitor": {"enabled": False, "output_path": "x"}}
+    mine = {
+        "steps_per_print": 100,
+        "log_level": "warning",
+        "csv_monitor": {"enabled": False, "output_path": "x"},
+    }
     out, changes = launch.observable_ds_config(mine, csv_output_path="/r/csv")
     assert out["steps_per_print"] == 100 and out["log_level"] == "warning"
     assert out["csv_monitor"]["enabled"] is True and out["csv_monitor"]["output_path"] == "/r/csv"
@@ -228,7 +232,10 @@ def test_config_named_in_the_script_arguments_is_found() -> None:
         ("--steps", "3"),
     )
     assert launch.split_config_arg(("--deepspeed=ds.json",), "deepspeed") == ("ds.json", ())
-    assert launch.split_config_arg(("--deepspeed", "--fp16"), "deepspeed") == (None, ("--deepspeed", "--fp16"))
+    assert launch.split_config_arg(("--deepspeed", "--fp16"), "deepspeed") == (
+        None,
+        ("--deepspeed", "--fp16"),
+    )
     assert launch.split_config_arg(("--x", "1"), "") == (None, ("--x", "1"))
 
 
