@@ -193,7 +193,7 @@ def check_nossh_support(env: TrainingEnv | None) -> list[Finding]:
 
 
 def lint_config(
-    path: str, *, consumer: str, world_size: int | None, hardware: HardwareReport
+    path: str, *, consumer: str, world_size: int | None, hardware: HardwareReport | None
 ) -> list[Finding]:
     """`dswiz check` on the config: the one call site of the config linter."""
     try:
@@ -231,9 +231,19 @@ def visible_gpu_count(hardware: HardwareReport, visible_devices: str | None) -> 
 
 
 def check_gpu_count(
-    hardware: HardwareReport, *, requested: int | None, visible_devices: str | None = None
+    hardware: HardwareReport | None, *, requested: int | None, visible_devices: str | None = None
 ) -> list[Finding]:
     """``requested``: processes this node will start (None: one per visible GPU)."""
+    if hardware is None:
+        return [
+            _f(
+                Severity.INFO,
+                "gpu-count-unchecked",
+                "the GPU count was not checked",
+                "hardware detection is not part of this build of dswiz",
+                "update dswiz; `nvidia-smi -L` lists the GPUs meanwhile",
+            )
+        ]
     if not hardware.gpus:
         reason = f" ({hardware.no_gpu_reason})" if hardware.no_gpu_reason else ""
         return [
@@ -326,14 +336,14 @@ def _offload_sections(ds_config: Mapping[str, Any]) -> list[tuple[str, Mapping[s
     return out
 
 
-def libaio_present(hardware: HardwareReport) -> bool:
-    if hardware.host.libaio is not None:
+def libaio_present(hardware: HardwareReport | None) -> bool:
+    if hardware is not None and hardware.host.libaio is not None:
         return hardware.host.libaio
     return ctypes.util.find_library("aio") is not None
 
 
 def check_nvme(
-    ds_config: Mapping[str, Any], hardware: HardwareReport, *, need_bytes: int | None = None
+    ds_config: Mapping[str, Any], hardware: HardwareReport | None, *, need_bytes: int | None = None
 ) -> list[Finding]:
     """NVMe offload: the path exists, is writable, has room (``need_bytes`` when predicted), libaio is present."""
     findings: list[Finding] = []
@@ -412,12 +422,14 @@ def _writable(path: Path) -> bool:
 
 
 def check_host_ram(
-    ds_config: Mapping[str, Any], hardware: HardwareReport, *, need_bytes: int | None
+    ds_config: Mapping[str, Any], hardware: HardwareReport | None, *, need_bytes: int | None
 ) -> list[Finding]:
     """Host RAM against the predicted CPU-offload need (``need_bytes`` from the planner; None: not predicted)."""
     cpu = [
         loc for loc, s in _offload_sections(ds_config) if str(s.get("device", "")).lower() in ("cpu", "nvme")
     ]
+    if hardware is None:
+        return []
     available = hardware.host.ram_available_bytes or hardware.host.ram_total_bytes
     if not cpu or need_bytes is None or available is None:
         return []
@@ -624,7 +636,7 @@ def requested_procs_here(spec: LaunchSpec, hosts: Sequence[tuple[str, int]]) -> 
 def preflight(
     spec: LaunchSpec,
     *,
-    hardware: HardwareReport,
+    hardware: HardwareReport | None,
     ds_config: Mapping[str, Any] | None,
     environ: Mapping[str, str],
     config_path: str | None = None,
@@ -663,7 +675,7 @@ def preflight(
     if check_port_here and spec.master_port is not None:
         findings += check_port(spec.master_port)
     if config_path is not None:
-        procs = requested_procs_here(spec, hosts) or max(1, len(hardware.gpus))
+        procs = requested_procs_here(spec, hosts) or max(1, len(hardware.gpus) if hardware else 1)
         nodes = spec.num_nodes or (len(hosts) if hosts else 1)
         findings += lint_config(
             config_path,
