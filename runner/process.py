@@ -567,6 +567,7 @@ class Job:
             status=rundir.STATUS_INTERRUPTED if stop else rundir.STATUS_FINISHED,
             ended_at=time.time(),
             exit_code=code,
+            launcher_exit_codes=tuple(codes),
             interrupted_by=stop,
             verdict=verdict,
             world_size=self.observer.world_size or self._record.world_size,

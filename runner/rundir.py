@@ -133,6 +133,7 @@ class RunRecord:
     dswiz_version: str | None = None
     ended_at: float | None = None
     exit_code: int | None = None  # dswiz's exit code (the job's, or 128+signal when interrupted)
+    launcher_exit_codes: tuple[int | None, ...] = ()  # each launcher's own return code (negative: signal)
     interrupted_by: str | None = None  # "SIGINT", "SIGTERM", "SIGHUP"
     verdict: RunVerdict | None = None
     version: int = RUN_JSON_VERSION
@@ -142,6 +143,7 @@ class RunRecord:
         d["command"] = list(self.command)
         d["script_args"] = list(self.script_args)
         d["config_changes"] = list(self.config_changes)
+        d["launcher_exit_codes"] = list(self.launcher_exit_codes)
         d["launchers"] = [{**asdict(p), "argv": list(p.argv)} for p in self.launchers]
         d["rank_pids"] = {str(k): v for k, v in sorted(self.rank_pids.items())}
         d["verdict"] = self.verdict.to_dict() if self.verdict else None
@@ -154,6 +156,7 @@ class RunRecord:
         kw["command"] = tuple(d.get("command") or ())
         kw["script_args"] = tuple(d.get("script_args") or ())
         kw["config_changes"] = tuple(d.get("config_changes") or ())
+        kw["launcher_exit_codes"] = tuple(d.get("launcher_exit_codes") or ())
         kw["launchers"] = tuple(
             LauncherProcess(
                 argv=tuple(p.get("argv") or ()),
