@@ -237,6 +237,7 @@ def described_gpu(model: GPUModel, index: int, *, memory_bytes: int | None = Non
         memory_total_bytes=total,
         memory_free_bytes=total,
         compute_capability=model.compute_capability,
+        mig_mode=False,  # a described GPU is a whole GPU
         peak_tflops_bf16=model.tflops_bf16,
         peak_tflops_fp16=model.tflops_fp16,
         peak_tflops_fp32=model.tflops_fp32,

@@ -12,7 +12,7 @@ import platform
 import re
 import shutil
 from collections.abc import Mapping
-from importlib import metadata, util
+from importlib import machinery, metadata
 from pathlib import Path
 
 from wizard.hardware.report import SoftwareInfo
@@ -27,8 +27,8 @@ def package_version(name: str) -> str | None:
 
 def torch_cuda_version() -> str | None:
     """``torch.version.cuda`` without importing torch: the line ``cuda: Optional[str] = '12.8'``."""
-    try:
-        spec = util.find_spec("torch")
+    try:  # PathFinder looks on disk only (never at an already imported torch) and imports nothing
+        spec = machinery.PathFinder.find_spec("torch")
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
