@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,28 @@ def make_sys(tmp_path: Path) -> Path:
 )
 def test_classify_device(tmp_path: Path, device: str, expected) -> None:
     assert classify_device(device, make_sys(tmp_path)) == expected
+
+
+def test_without_psutil_proc_is_read_directly(monkeypatch) -> None:
+    import psutil
+
+    from wizard.hardware import host as host_module
+
+    expected_total = psutil.virtual_memory().total
+    expected_cores = psutil.cpu_count(logical=False)
+    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` now raises ImportError
+    total, available = host_module.memory()
+    assert total == expected_total and 0 < available <= total
+    assert host_module.physical_cores() == expected_cores
+
+
+def test_physical_cores_from_cpuinfo() -> None:
+    from wizard.hardware.host import _physical_cores_from_cpuinfo
+
+    # 2 sockets x 2 cores x 2 hyper-threads = 8 logical CPUs, 4 physical cores.
+    blocks = [
+        f"processor\t: {i}\nphysical id\t: {i // 4}\nsiblings\t: 4\ncore id\t\t: {(i // 2) % 2}\n"
+        for i in range(8)
+    ]
+    assert _physical_cores_from_cpuinfo("\n".join(blocks)) == 4
+    assert _physical_cores_from_cpuinfo("processor : 0\n") is None

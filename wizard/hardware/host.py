@@ -70,18 +70,29 @@ def cpu_model() -> str | None:
 
 
 def physical_cores() -> int | None:
-    import psutil
-
+    try:
+        import psutil
+    except ImportError:  # a dswiz dependency, but detection must not die without it: read /proc
+        return _physical_cores_from_cpuinfo(_read("/proc/cpuinfo") or "")
     try:
         return psutil.cpu_count(logical=False)
     except (OSError, RuntimeError):
         return None
 
 
+def _physical_cores_from_cpuinfo(text: str) -> int | None:
+    cores = set(re.findall(r"^physical id\s*:\s*(\d+)\s*$.*?^core id\s*:\s*(\d+)\s*$", text, re.M | re.S))
+    return len(cores) or None
+
+
 def memory() -> tuple[int | None, int | None]:
     """(total, available) bytes of RAM."""
-    import psutil
-
+    try:
+        import psutil
+    except ImportError:
+        info = dict(re.findall(r"^(\w+):\s+(\d+) kB$", _read("/proc/meminfo") or "", re.M))
+        total, available = info.get("MemTotal"), info.get("MemAvailable")
+        return (int(total) * 1024 if total else None), (int(available) * 1024 if available else None)
     try:
         vm = psutil.virtual_memory()
     except (OSError, RuntimeError):
@@ -173,7 +184,7 @@ def _unescape(field: str) -> str:
 
 def disks(mounts_text: str | None = None) -> tuple[DiskInfo, ...]:
     """Mounted real filesystems (directories only: containers bind-mount single files like /etc/hosts)."""
-    text = mounts_text if mounts_text is not None else (_read("/proc/mounts") or "")
+    text = mounts_text if mounts_text is not None else (_read("/proc/mounts") or _mounts_from_psutil())
     out = []
     for device, mountpoint, fstype in parse_mounts(text):
         if not os.path.isdir(mountpoint):
@@ -184,6 +195,19 @@ def disks(mounts_text: str | None = None) -> tuple[DiskInfo, ...]:
         nvme, rotational = classify_device(device)
         out.append(DiskInfo(mountpoint, device, fstype, size[0], size[1], nvme=nvme, rotational=rotational))
     return tuple(sorted(out, key=lambda d: d.mountpoint))
+
+
+def _mounts_from_psutil() -> str:
+    """/proc/mounts-like text where there is no /proc (macOS)."""
+    try:
+        import psutil
+
+        parts = psutil.disk_partitions(all=False)
+    except (ImportError, OSError, RuntimeError):
+        return ""
+    return "".join(
+        f"{p.device} {p.mountpoint.replace(' ', chr(92) + '040')} {p.fstype} rw 0 0\n" for p in parts
+    )
 
 
 def _flag_dirs(flags: str, prefix: str) -> list[str]:
