@@ -36,10 +36,19 @@ def main() -> int:
     p.add_argument("--gpus", type=int, default=2, help="ranks (GPUs, or CPU processes without a GPU)")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    p.add_argument("--sleep-per-step", type=float, default=0.2, help="slow a CPU run so it spans several samples")
+    p.add_argument(
+        "--sleep-per-step", type=float, default=0.2, help="slow a CPU run so it spans several samples"
+    )
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--master-port", type=int, default=29613)
     p.add_argument("--peak-tflops", type=float, default=None, help="per-GPU peak for MFU (H200 bf16: 989.4)")
+    p.add_argument(
+        "--simulate-gpus",
+        type=int,
+        default=0,
+        help="CPU only, for dashboard tests: N fake H200s (tests/fakes/fake_nvml.py) whose memory and utilisation "
+        "follow the ranks' real RSS and CPU; the recording's gpu names say 'simulated'",
+    )
     args = p.parse_args()
 
     from runner import rundir
@@ -60,7 +69,11 @@ def main() -> int:
         "wall_clock_breakdown": False,
         "zero_optimization": {"stage": 2},
         "bf16": {"enabled": gpu},
-        "csv_monitor": {"enabled": True, "output_path": str(run / rundir.CSV_DIR), "job_name": rundir.CSV_JOB_NAME},
+        "csv_monitor": {
+            "enabled": True,
+            "output_path": str(run / rundir.CSV_DIR),
+            "job_name": rundir.CSV_JOB_NAME,
+        },
     }
     config_path = run / rundir.CONFIG_DIR / "ds_config.json"
     config_path.write_text(json.dumps(config, indent=2) + "\n")
@@ -98,7 +111,10 @@ def main() -> int:
         "plan": plan,
     }
     (run / rundir.RUN_JSON).write_text(json.dumps(record, indent=2) + "\n")
-    collector = Collector(run, pids_provider=lambda: [job.pid], interval=args.interval).start()
+    sampler = SimulatedGpus(args.simulate_gpus, job.pid) if args.simulate_gpus else None
+    collector = Collector(
+        run, pids_provider=lambda: [job.pid], interval=args.interval, gpu_sampler=sampler
+    ).start()
     try:
         code = job.wait()
     except KeyboardInterrupt:
@@ -110,8 +126,51 @@ def main() -> int:
     last = collector.stop()
     log.close()
     print(f"run directory: {run}")
-    print(f"job exit code {code}; last snapshot: step {last.step if last else None}, state {last.job_state if last else None}")
+    print(
+        f"job exit code {code}; last snapshot: step {last.step if last else None}, state {last.job_state if last else None}"
+    )
     return code
+
+
+class SimulatedGpus:
+    """Fake NVML GPUs driven by the job's real processes: GPU i's memory = 40 x rank i's RSS (+ a 0.5 GiB context),
+    utilisation = rank i's CPU percent. Only for rendering the GPU panel from a CPU machine."""
+
+    def __init__(self, count: int, root_pid: int) -> None:
+        from tests.fakes.fake_nvml import FakeNvml, hgx_h200
+        from wizard.hardware.gpu_sampler import GpuSampler
+
+        self._gpus = hgx_h200(count)
+        for g in self._gpus:
+            g.name = "NVIDIA H200 (simulated)"
+        self._sampler = GpuSampler(FakeNvml(self._gpus))
+        self._root = root_pid
+        self._procs: dict[int, object] = {}
+
+    def sample(self) -> object:
+        import psutil
+
+        try:
+            tree = psutil.Process(self._root).children(recursive=True)
+        except psutil.Error:
+            tree = []
+        ranks = {}
+        for p in tree:
+            try:
+                lr = next((a.split("=", 1)[1] for a in p.cmdline() if a.startswith("--local_rank=")), None)
+                if lr is not None:
+                    proc = self._procs.setdefault(p.pid, p)
+                    ranks[int(lr)] = (p.pid, p.memory_info().rss, proc.cpu_percent(None))  # type: ignore[attr-defined]
+            except (psutil.Error, ValueError):
+                continue
+        for i, g in enumerate(self._gpus):
+            pid, rss, cpu = ranks.get(i, (0, 0, 0.0))
+            used = min(g.memory_total, 40 * rss + (512 * 1024**2 if rss else 0))
+            g.memory_used, g.utilization = used, int(min(100.0, cpu))
+            g.power_mw = 90_000 + int(6_000 * min(100.0, cpu))
+            g.temperature = 34 + int(min(100.0, cpu) // 4)
+            g.processes = [(pid, used - 512 * 1024**2)] if pid else []
+        return self._sampler.sample()
 
 
 def _has_gpu() -> bool:

@@ -197,8 +197,13 @@ def target_from_pid(pid: int) -> JobTarget:
             cwd = None
         config_path = _config_path(rank_cmd, cwd)
         script_args = rank_cmd
-    else:
-        config_path = _config_path(root_cmd, None)
+    else:  # ranks not spawned yet (or not a DeepSpeed launcher): the launcher's own argv carries the script's
+        try:
+            root_cwd: str | None = root.cwd()
+        except psutil.Error:
+            root_cwd = None
+        config_path = _config_path(root_cmd, root_cwd)
+        script_args = root_cmd
     csv_dir = nvme = None
     config = load_json_config(config_path) if config_path else None
     if config is not None and config_path is not None:

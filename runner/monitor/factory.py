@@ -37,6 +37,8 @@ def build_app_for_collector(
     return create_monitor_app(CollectorSource(collector), stop_job=stop_job)
 
 
-def build_replay_app(metrics_jsonl: Path, *, log_tail: Sequence[str] = ()) -> MonitorApp:
-    """A dashboard showing a recorded metrics.jsonl as it ended."""
-    return create_monitor_app(ReplaySource(metrics_jsonl, log_tail=log_tail))
+def build_replay_app(
+    metrics_jsonl: Path, *, log_tail: Sequence[str] = (), upto: int | None = None
+) -> MonitorApp:
+    """A dashboard showing a recorded metrics.jsonl as it ended (or after its first ``upto`` snapshots)."""
+    return create_monitor_app(ReplaySource(metrics_jsonl, log_tail=log_tail, upto=upto))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runner.metrics.collector import Collector
-from runner.metrics.history import DEFAULT_CAPACITY, Downsampler, load_history
+from runner.metrics.history import DEFAULT_CAPACITY, Downsampler, iter_metrics
 from runner.metrics.snapshot import Snapshot
 
 
@@ -44,10 +44,21 @@ class ReplaySource:
     """A recorded metrics.jsonl shown as it ended (tests, screenshots, and a finished run's last picture)."""
 
     def __init__(
-        self, metrics_jsonl: Path, *, log_tail: Sequence[str] = (), capacity: int = DEFAULT_CAPACITY
+        self,
+        metrics_jsonl: Path,
+        *,
+        log_tail: Sequence[str] = (),
+        upto: int | None = None,
+        capacity: int = DEFAULT_CAPACITY,
     ) -> None:
+        """``upto``: show the recording as it was after its first ``upto`` snapshots (mid-run), not at its end."""
         history = Downsampler(capacity)
-        last = load_history(metrics_jsonl, history)
+        last = None
+        for i, snap in enumerate(iter_metrics(metrics_jsonl)):
+            if upto is not None and i >= upto:
+                break
+            history.add(snap.history_point())
+            last = snap
         self._snapshot = replace(last, history=history.points(), log_tail=tuple(log_tail)) if last else None
         self.interval = 1.0
 
