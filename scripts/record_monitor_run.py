@@ -43,6 +43,15 @@ def main() -> int:
     p.add_argument("--master-port", type=int, default=29613)
     p.add_argument("--peak-tflops", type=float, default=None, help="per-GPU peak for MFU (H200 bf16: 989.4)")
     p.add_argument(
+        "--micro-batch", type=int, default=None, help="override the size's micro-batch (e.g. to OOM)"
+    )
+    p.add_argument(
+        "--predicted-peak-gib",
+        type=float,
+        default=None,
+        help="the plan's predicted peak GPU memory (marked on bars)",
+    )
+    p.add_argument(
         "--simulate-gpus",
         type=int,
         default=0,
@@ -60,6 +69,7 @@ def main() -> int:
     (run / rundir.LOGS_DIR).mkdir(parents=True)
     (run / rundir.CONFIG_DIR).mkdir()
     hidden, layers, heads, seq, micro, vocab = SIZES[args.size]
+    micro = args.micro_batch or micro
     gpu = _has_gpu()
     config = {
         "train_micro_batch_size_per_gpu": micro,
@@ -96,6 +106,8 @@ def main() -> int:
     }
     if args.peak_tflops:
         plan["peak_tflops_per_gpu"] = args.peak_tflops
+    if args.predicted_peak_gib:
+        plan["predicted_peak_gpu_bytes"] = int(args.predicted_peak_gib * 1024**3)
     log = open(run / rundir.COMBINED_LOG, "wb")  # noqa: SIM115 - the job's stdout for its whole life
     job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=run, start_new_session=True)
     record = {

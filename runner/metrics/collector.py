@@ -112,6 +112,10 @@ class Collector:
         return snap is not None and snap.job_state in TERMINAL_STATES
 
     @property
+    def log_bytes_read(self) -> int:
+        return self._logs.bytes_read
+
+    @property
     def persisting(self) -> bool:
         return self._metrics is not None
 
@@ -205,8 +209,7 @@ class Collector:
             )
             return []
         self._gpu_note = None
-        job_pids = {p.pid for p in host.processes}
-        return [_gpu_state(g, job_pids) for g in reading.gpus]
+        return gpu_states(reading.gpus, {p.pid for p in host.processes})
 
     def _open_metrics_log(self, run_dir: Path) -> MetricsLog | None:
         try:
@@ -238,23 +241,32 @@ class Collector:
                 closer()
 
 
-def _gpu_state(g: Any, job_pids: set[int]) -> GpuState:
-    job_mem = None
-    if job_pids:
-        mine = [p for p in g.processes if p.pid in job_pids]
-        known = [p.used_bytes for p in mine if p.used_bytes is not None]
-        job_mem = sum(known) if known else (0 if not mine else None)
-    return GpuState(
-        index=g.index,
-        name=g.name,
-        memory_used_bytes=g.memory_used_bytes,
-        memory_total_bytes=g.memory_total_bytes,
-        utilization=g.utilization,
-        power_watts=g.power_watts,
-        power_limit_watts=g.power_limit_watts,
-        temperature_c=g.temperature_c,
-        job_memory_bytes=job_mem,
-    )
+def gpu_states(gpus: Sequence[Any], job_pids: set[int]) -> list[GpuState]:
+    """GpuSamples -> GpuStates with the job's own memory per GPU. When the job's processes show on some GPUs
+    only, the others (another user's, or outside CUDA_VISIBLE_DEVICES) are left out. When they show on none
+    (a container: NVML reports host PIDs, FACTS §4), the job's share is unknown (None), not 0."""
+    on_gpu = {g.index for g in gpus for p in g.processes if p.pid in job_pids}
+    shown = [g for g in gpus if g.index in on_gpu] if on_gpu else list(gpus)
+    out = []
+    for g in shown:
+        job_mem = None
+        if on_gpu:
+            known = [p.used_bytes for p in g.processes if p.pid in job_pids and p.used_bytes is not None]
+            job_mem = sum(known) if known else None
+        out.append(
+            GpuState(
+                index=g.index,
+                name=g.name,
+                memory_used_bytes=g.memory_used_bytes,
+                memory_total_bytes=g.memory_total_bytes,
+                utilization=g.utilization,
+                power_watts=g.power_watts,
+                power_limit_watts=g.power_limit_watts,
+                temperature_c=g.temperature_c,
+                job_memory_bytes=job_mem,
+            )
+        )
+    return out
 
 
 def _with_history(snap: Snapshot, history: Sequence[HistoryPoint]) -> Snapshot:

@@ -74,6 +74,11 @@ class LogSource:
             self._add(f, rank)
 
     @property
+    def bytes_read(self) -> int:
+        """Log bytes read so far, all files (attaching to a 1 GB log reads the backfill, not the gigabyte)."""
+        return sum(tail.bytes_read for tail, _ in self._tails.values())
+
+    @property
     def paths(self) -> list[Path]:
         return sorted(self._tails)
 

@@ -33,12 +33,14 @@ def build_live_app(
 def build_app_for_collector(
     collector: Collector, *, stop_job: Callable[[], None] | None = None
 ) -> MonitorApp:
-    """For `dswiz launch`, which already runs a Collector for its job: the app shows it (and stops it on exit)."""
-    return create_monitor_app(CollectorSource(collector), stop_job=stop_job)
+    """For `dswiz launch`: show the Collector it already runs for its job. The launcher owns the collector (starts
+    it before and stops it after the dashboard); ``stop_job`` is called when the user chooses to stop the job."""
+    return create_monitor_app(CollectorSource(collector, owned=False), stop_job=stop_job)
 
 
 def build_replay_app(
-    metrics_jsonl: Path, *, log_tail: Sequence[str] = (), upto: int | None = None
+    metrics_jsonl: Path, *, log_lines: Sequence[str] = (), upto: int | None = None
 ) -> MonitorApp:
-    """A dashboard showing a recorded metrics.jsonl as it ended (or after its first ``upto`` snapshots)."""
-    return create_monitor_app(ReplaySource(metrics_jsonl, log_tail=log_tail, upto=upto))
+    """A dashboard showing a recorded metrics.jsonl as it ended (or after its first ``upto`` snapshots), with
+    ``log_lines`` (the job's log) cut to where the shown snapshot was."""
+    return create_monitor_app(ReplaySource(metrics_jsonl, log_lines=log_lines, upto=upto))

@@ -25,8 +25,8 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def replay(name: str, upto: int | None = None) -> ReplaySource:
     d = METRICS / name
-    lines = (d / "log_tail.txt").read_text(encoding="utf-8").splitlines()
-    return ReplaySource(d / "metrics.jsonl", log_tail=lines, upto=upto)
+    lines = (d / "combined.log").read_text(encoding="utf-8").splitlines()
+    return ReplaySource(d / "metrics.jsonl", log_lines=lines, upto=upto)
 
 
 def test_cpu_run_without_gpus(snap_compare) -> None:  # type: ignore[no-untyped-def]

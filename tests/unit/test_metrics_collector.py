@@ -189,3 +189,22 @@ def test_attach_by_pid_says_when_output_goes_to_a_pipe(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_gpu_states_keep_the_jobs_gpus_and_do_not_guess_in_containers() -> None:
+    from runner.metrics.collector import gpu_states
+    from wizard.hardware.gpu_sampler import GpuProcess, GpuSample
+
+    gpus = [
+        GpuSample(0, processes=(GpuProcess(10, 5 * GiB), GpuProcess(99, GiB))),
+        GpuSample(1, processes=(GpuProcess(99, GiB),)),  # someone else's job
+        GpuSample(2, processes=(GpuProcess(11, None),)),  # MIG: the job is here, its share unknown
+    ]
+    states = gpu_states(gpus, {10, 11})
+    assert [(g.index, g.job_memory_bytes) for g in states] == [(0, 5 * GiB), (2, None)]
+    # no job pid on any GPU (PID namespaces differ): all GPUs shown, job share unknown
+    assert [(g.index, g.job_memory_bytes) for g in gpu_states(gpus, {12345})] == [
+        (0, None),
+        (1, None),
+        (2, None),
+    ]

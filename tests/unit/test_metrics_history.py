@@ -98,3 +98,20 @@ def test_plan_from_run_json_and_script_args() -> None:
     assert plan.predicted_peak_gpu_bytes == 22_000_000_000 and isinstance(plan.predicted_peak_gpu_bytes, int)
     assert PlanInfo.from_run_json({"plan": "nonsense"}) == PlanInfo()
     assert PlanInfo().filled_from_args(["--steps", "20", "--steps", "30"]).total_steps == 30
+
+
+def test_a_huge_metrics_file_is_sampled_not_parsed_whole(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import runner.metrics.history as history
+
+    monkeypatch.setattr(history, "SAMPLE_ABOVE_BYTES", 10_000)
+    monkeypatch.setattr(history, "SAMPLED_LINES", 50)
+    path = tmp_path / "metrics.jsonl"
+    log = MetricsLog(path)
+    for i in range(2000):
+        log.append(Snapshot(time=float(i), step=i))
+    log.close()
+    ds = Downsampler(512)
+    last = load_history(path, ds)
+    assert last is not None and last.step == 1999
+    steps = [p.step for p in ds.points()]
+    assert len(steps) == 51 and steps == sorted(steps) and steps[0] == 0 and steps[-1] == 1999
