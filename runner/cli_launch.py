@@ -333,14 +333,11 @@ def default_python() -> str:
     return shutil.which("python3") or shutil.which("python") or sys.executable
 
 
-def detect_hardware() -> HardwareReport | None:
-    """The one call site of hardware detection (None when this build has none)."""
-    try:
-        from wizard.hardware import get_hardware  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    report: HardwareReport = get_hardware(None)
-    return report
+def detect_hardware() -> HardwareReport:
+    """The one call site of hardware detection (this machine; never raises for missing GPUs or drivers)."""
+    from wizard.hardware import get_hardware
+
+    return get_hardware(None)
 
 
 def predicted_cpu_offload_bytes(

@@ -25,6 +25,7 @@ from typing import Any
 from runner.launch import LaunchSpec, parse_hostfile
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
+from wizard.hardware.hazards import fixed_arch_list, unparsable_arch_entries
 from wizard.hardware.report import HardwareReport
 from wizard.units import fmt_bytes
 
@@ -461,51 +462,28 @@ def check_host_ram(
 # ------------------------------------------------------------------------------ TORCH_CUDA_ARCH_LIST
 
 
-_ARCH_OK = re.compile(r"^\d+\.\d+(\+PTX)?$")  # what DeepSpeed's int() parsing of each entry survives
-_ARCH_SUFFIXED = re.compile(r"^(\d+)\.(\d+)[A-Za-z]+(\+PTX)?$")  # 9.0a, 10.0f
-
-
-def _fallback_fixed_arch_list(value: str) -> str | None:
-    """Entries DeepSpeed can parse (``9.0a`` -> ``9.0``); unparseable names dropped; None when nothing is left."""
-    fixed: list[str] = []
-    for entry in re.split(r"[;\s]+", value.strip()):
-        if not entry:
-            continue
-        m = _ARCH_SUFFIXED.match(entry)
-        entry = f"{m.group(1)}.{m.group(2)}{m.group(3) or ''}" if m else entry
-        if _ARCH_OK.match(entry) and entry not in fixed:
-            fixed.append(entry)
-    return ";".join(fixed) or None
-
-
-def fixed_arch_list(value: str) -> str | None:
-    """The one call site for the arch-list fix (the hardware module's when present)."""
-    try:
-        from wizard.hardware.hazards import (  # type: ignore[import-not-found,unused-ignore]
-            fixed_arch_list as hw_fixed_arch_list,
-        )
-    except ImportError:
-        return _fallback_fixed_arch_list(value)
-    result: str | None = hw_fixed_arch_list(value)
-    return result
-
-
 def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str, str | None]]:
+    """TORCH_CUDA_ARCH_LIST entries DeepSpeed's op builder cannot parse ("9.0a") are fixed for the job (FACTS §6).
+
+    The repair is the hardware module's (``wizard.hardware.hazards.fixed_arch_list``); "" there means unset.
+    """
     value = environ.get("TORCH_CUDA_ARCH_LIST")
-    if value is None or all(_ARCH_OK.match(e) for e in re.split(r"[;\s]+", value.strip()) if e):
-        return [], {}
     fixed = fixed_arch_list(value)
-    shown = "unset" if fixed is None else repr(fixed)
+    if value is None or fixed is None:
+        return [], {}
+    bad = ", ".join(unparsable_arch_entries(value))
+    shown = repr(fixed) if fixed else "unset (DeepSpeed builds for the GPUs it sees)"
+    yours = f"export TORCH_CUDA_ARCH_LIST='{fixed}'" if fixed else "unset TORCH_CUDA_ARCH_LIST"
     return [
         _f(
             Severity.WARNING,
             "arch-list-unparsable",
-            f"TORCH_CUDA_ARCH_LIST={value!r} has entries DeepSpeed cannot parse; set to {shown} for this job",
+            f"TORCH_CUDA_ARCH_LIST={value!r} has entries DeepSpeed cannot parse ({bad}); {shown} for this job",
             "DeepSpeed's JIT op builder fails on them (ValueError: invalid literal for int())",
-            f"nothing to do: dswiz fixed it for the job; to fix your shell too: export TORCH_CUDA_ARCH_LIST={fixed or ''}",
+            f"nothing to do for this job: dswiz fixed it; to fix your shell too: {yours}",
             "TORCH_CUDA_ARCH_LIST",
         )
-    ], {"TORCH_CUDA_ARCH_LIST": fixed}
+    ], {"TORCH_CUDA_ARCH_LIST": fixed or None}
 
 
 # ---------------------------------------------------------------------------------------------- multi-node

@@ -40,6 +40,10 @@ CORE_MODULES = (
     "wizard.planner",
     "runner.launch",
     "runner.rundir",
+    "runner.configdir",
+    "runner.phases",
+    "runner.tracebacks",
+    "runner.verdict",
     "runner.metrics.parse",
 )
 

@@ -130,7 +130,13 @@ def test_host_ram_against_the_predicted_offload_need() -> None:
 
 @pytest.mark.parametrize(
     ("value", "fixed"),
-    [("9.0a", "9.0"), ("8.0;9.0a+PTX", "8.0;9.0+PTX"), ("8.0 9.0a 9.0", "8.0;9.0"), ("Hopper", None)],
+    [
+        ("9.0a", "9.0"),
+        ("8.0;9.0a+PTX", "8.0;9.0+PTX"),
+        ("8.0 9.0a 9.0", "8.0;9.0"),
+        ("Hopper", "9.0+PTX"),
+        ("native", None),  # nothing parseable left: unset, DeepSpeed builds for the GPUs it sees
+    ],
 )
 def test_unparsable_arch_list_is_fixed_for_the_job(value: str, fixed: str | None) -> None:
     findings, env = pf.check_arch_list({"TORCH_CUDA_ARCH_LIST": value})
