@@ -288,7 +288,7 @@ def _launch(
         merged = {**dict(spec.env), **dict(result.env_fixes)}
         specs = [dataclasses.replace(s, env=tuple(sorted(merged.items()))) for s in specs]
 
-    from runner import process
+    from runner import launch_ui, process
     from runner.phases import expected_optimizer_op
 
     yaml_text = Path(spec.accelerate_config).read_text(encoding="utf-8") if spec.accelerate_config else None
@@ -306,18 +306,26 @@ def _launch(
         sink.on_notice(f"command: {cmd.shell()}")
     for change in prepared.config_changes:
         sink.on_notice(f"launched config: {change}")
-    # With a TTY and without --no-tui the monitor's dashboard attaches here once it lands (runner/monitor/);
-    # until then both paths stream the log with a periodic status line.
-    _ = no_tui
-    outcome = process.run_job(
+    job = process.Job(
         prepared,
         sink,
         grace_s=grace,
         term_grace_s=grace,
         status_every_s=status_every,
-        optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(hardware and hardware.gpus)),
+        optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(hardware.gpus)),
         oom_advisor=oom_advisor(hardware),
     )
+    dashboard = not no_tui and sys.stdin.isatty() and sys.stdout.isatty()
+    with process.forwarded_signals(job):
+        job.start()
+        collector = launch_ui.start_collector(prepared.run_dir, sink)
+        try:
+            if dashboard and collector is not None:
+                outcome = launch_ui.run_with_dashboard(job, collector, sink)
+            else:
+                outcome = job.run()
+        finally:
+            launch_ui.stop_collector(collector)
     return outcome.exit_code
 
 

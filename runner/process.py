@@ -145,9 +145,22 @@ class TerminalSink:
         self._stream = stream if stream is not None else sys.stdout
         self._show_log = show_log
         self._dead = False
+        self._muted = False
+        self._held: RunOutcome | None = None
+
+    def mute(self) -> None:
+        """While a dashboard owns the terminal: print nothing (the run directory still gets everything)."""
+        self._muted = True
+
+    def unmute(self) -> None:
+        """Back to printing; a verdict that came while muted is printed now."""
+        self._muted = False
+        if self._held is not None:
+            held, self._held = self._held, None
+            self.on_end(held)
 
     def _write(self, text: str) -> None:
-        if self._dead:
+        if self._dead or self._muted:
             return
         try:
             self._stream.write(text + "\n")
@@ -169,6 +182,9 @@ class TerminalSink:
         self._write(f"[dswiz] {text}")
 
     def on_end(self, outcome: RunOutcome) -> None:
+        if self._muted:
+            self._held = outcome
+            return
         for line in format_verdict(outcome):
             self._write(f"[dswiz] {line}")
 
@@ -559,7 +575,7 @@ class Job:
             elapsed=now - self._t0,
             leftover_killed=self._leftover_killed,
         )
-        sig = _SIGNALS.get(stop) if stop else None
+        sig = _SIGNALS.get(stop, signal.SIGINT) if stop else None  # stopped from the dashboard: as Ctrl-C
         code = exit_code(verdict, codes, int(sig) if sig is not None else None)
         assert self._record is not None
         record = replace(

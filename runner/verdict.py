@@ -208,9 +208,10 @@ def decide(
     )
 
     if interrupted_by is not None:
+        how = "from the dashboard" if interrupted_by == "dashboard" else f"by {interrupted_by}"
         return RunVerdict(
             kind="interrupted",
-            summary=f"stopped by {interrupted_by}{at_step} after {_clock(elapsed)}; no process of the job is left",
+            summary=f"stopped {how}{at_step} after {_clock(elapsed)}; no process of the job is left",
             advice=tuple(leftover),
         )
 
