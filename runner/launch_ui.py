@@ -69,9 +69,9 @@ def run_with_dashboard(
                         pass
                 time.sleep(0.1)
 
+    sink.mute()  # before the job's lines start flowing: the dashboard owns the terminal
     thread = threading.Thread(target=supervise, name="dswiz-job", daemon=True)
     thread.start()
-    sink.mute()
     try:
         (run_app or (lambda a: a.run()))(app)
     finally:
