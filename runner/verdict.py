@@ -297,9 +297,9 @@ def decide(
         )
 
     if cause is not None and failed:
-        others = sorted(
-            {f"rank {e.rank}" if e.rank is not None else "the launcher" for e in exceptions if e is not cause}
-        )
+        others = [
+            f"rank {r}" for r in sorted({e.rank for e in exceptions if e is not cause and e.rank is not None})
+        ]
         evidence = cause.lines[-6:]
         advice = [f"where: {cause.location}"] if cause.location else []
         if cause.secondary:
@@ -308,7 +308,7 @@ def decide(
                 "been killed without a traceback; see logs/ranks/"
             )
         if others:
-            advice.append(f"then {', '.join(others)} stopped too (a consequence: their peer was gone)")
+            advice.append(f"then {', '.join(others)} stopped too (a consequence: a peer was gone)")
         if obs.loss_scale_floor:
             advice.append(
                 "fp16 loss scale hit its minimum: use bf16 where the GPU supports it, or lower the lr"
@@ -334,11 +334,11 @@ def decide(
                     *leftover,
                 ),
             )
-        steps = f"{obs.step} steps" if obs.step is not None else "the job"
         loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
+        done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
         return RunVerdict(
             kind="success",
-            summary=f"success: {steps} in {_clock(elapsed)}{loss}",
+            summary=f"success: {done} {_clock(elapsed)}{loss}",
             advice=tuple(leftover),
         )
 
