@@ -7,9 +7,10 @@ every process group of the job, SIGTERM after ``grace_s``, SIGKILL after ``term_
 by session id with psutil, not as children: the DeepSpeed runner's ranks belong to launch.py, and when the runner
 dies first they are re-parented to PID 1 (FACTS §4).
 
-Where the output goes: the launcher's stdout+stderr (a pipe, read by one thread per launcher) and the per-rank logs
-(``--enable_each_rank_log``, tailed) are appended verbatim to ``logs/combined.log`` and handed to a ``JobSink``
-(the terminal printer, or a dashboard), and parsed into a ``JobObserver`` for the live status and the verdict.
+Where the output goes: the launcher's stdout+stderr (a pipe, read by one thread per launcher) is appended verbatim
+to ``logs/combined.log``; the per-rank logs (``--enable_each_rank_log``) are tailed where DeepSpeed writes them.
+Both are handed to a ``JobSink`` (the terminal printer, or a dashboard) and parsed into a ``JobObserver`` for the
+live status and the verdict.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from wizard import __version__
 _RANK_FILE_RE = re.compile(r"_rank(?P<rank>\d+)\.log$")
 _TICK_S = 0.1
 _WATCH_EVERY_S = 0.25
+_RANK_RESOLVE_S = 5.0  # how long to retry reading a new rank's RANK variable before trusting its local rank
 _ORPHAN_GRACE_S = 3.0  # processes left after the launcher ended by itself: this long to exit, then SIGTERM
 _SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}
 
@@ -227,6 +229,23 @@ def _signal_job(sids: set[int], sig: int) -> None:
             pass
 
 
+def _rank_of_process(pid: int) -> int | None:
+    """The global rank of a rank process: the per-rank log its stdout is (``…_rank<N>.log``), else its RANK
+    variable. None when neither can be read (yet)."""
+    for fd in (1, 2):
+        try:
+            m = _RANK_FILE_RE.search(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            m = None
+        if m:
+            return int(m.group("rank"))
+    try:
+        env_rank = psutil.Process(pid).environ().get("RANK")
+        return int(env_rank) if env_rank is not None else None
+    except (psutil.Error, ValueError, OSError):
+        return None
+
+
 class _RankLogTailer:
     """Reads what DeepSpeed's --enable_each_rank_log files gained since the last poll, whole lines only."""
 
@@ -321,6 +340,9 @@ class Job:
         self._stop_at = 0.0
         self._escalate_now = False
         self._rank_of_pid: dict[int, int] = {}
+        self._pending: dict[
+            int, tuple[int | None, float]
+        ] = {}  # spawned pids whose global rank is not known yet
         self._deaths: dict[int, RankDeath] = {}
         self._mem: collections.deque[int] = collections.deque(maxlen=20)  # ~5 s of host available memory
         self._last_watch = 0.0
@@ -458,7 +480,7 @@ class Job:
             self._one_line(text, rank, f"rank{rank}", now)
 
     def _one_line(self, text: str, rank: int | None, stream: str, now: float) -> None:
-        if self._log is not None:
+        if self._log is not None and stream.startswith("launcher"):  # rank lines are in logs/ranks/ already
             self._log.write(text + "\n")
             self._log.flush()
         self.sink.on_line(text, rank)
@@ -470,19 +492,25 @@ class Job:
             self._register_rank(int(event.values["pid"]), event.values.get("local_rank"))
 
     def _register_rank(self, pid: int, local_rank: int | None) -> None:
-        rank = local_rank
-        try:
-            env_rank = psutil.Process(pid).environ().get("RANK")
-            rank = int(env_rank) if env_rank is not None else rank
-        except (psutil.Error, ValueError, OSError):
-            pass
-        if rank is None:
-            return
-        self._rank_of_pid[pid] = rank
-        if self._record is not None:
-            pids = {**self._record.rank_pids, rank: pid}
-            self._record = replace(self._record, rank_pids=pids, world_size=self.observer.world_size)
-            rundir.write_run_record(self.prepared.run_dir, self._record)
+        """A rank the launcher spawned (its line names the pid and the *local* rank). The global rank is read from
+        the process itself; right after the spawn that can fail, so it is retried on the next watches."""
+        self._pending[pid] = (local_rank, self._clock())
+        self._resolve_ranks()
+
+    def _resolve_ranks(self) -> None:
+        for pid, (local_rank, since) in list(self._pending.items()):
+            rank = _rank_of_process(pid)
+            taken = set(self._rank_of_pid.values())
+            if rank is None and self._clock() - since > _RANK_RESOLVE_S and local_rank not in taken:
+                rank = local_rank  # the best the launcher's line says (right on one node)
+            if rank is None:
+                continue
+            del self._pending[pid]
+            self._rank_of_pid[pid] = rank
+            if self._record is not None:
+                pids = {**self._record.rank_pids, rank: pid}
+                self._record = replace(self._record, rank_pids=pids, world_size=self.observer.world_size)
+                rundir.write_run_record(self.prepared.run_dir, self._record)
 
     def _watch_ranks(self, now: float) -> None:
         with suppress(OSError, psutil.Error):

@@ -6,8 +6,8 @@ when unset); ``--run-dir`` chooses another. Layout::
     <run>/run.json            what was run and how it ended (RunRecord, written atomically, updated at the end)
     <run>/config/             copies of the configs the job was launched with (ds_config.json, accelerate.yaml, ...;
                               deepspeed_env when fixes must reach other nodes through DS_ENV_FILE)
-    <run>/logs/combined.log   everything the launcher printed (stdout+stderr of the whole job), as it came, and the
-                              per-rank logs' lines as `dswiz launch` read them (verbatim, no prefix added)
+    <run>/logs/combined.log   everything the launcher printed (stdout+stderr of the whole job), as it came; with
+                              per-rank logs on, the ranks' own output is only in logs/ranks/ (read both)
     <run>/logs/ranks/         DeepSpeed --enable_each_rank_log output (<timestamp>_rank<N>.log)
     <run>/csv/                DeepSpeed csv monitor output (csv_monitor.output_path); job_name "dswiz"
     <run>/metrics.jsonl       one JSON snapshot per interval (the monitor's history; appended)

@@ -8,6 +8,7 @@ the verdict.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,10 @@ VERDICT_KINDS = (
 OVERFLOW_STORM_MIN = 5  # skipped steps, and
 OVERFLOW_STORM_FRACTION = 0.5  # at least this share of the steps run
 HOST_OOM_FREE_FRACTION = 0.05  # host memory this low just before a SIGKILL: the OOM killer
+# A process dying in native code: the C++ runtime's abort, CPython's fatal error (faulthandler prints segfaults so).
+_NATIVE_ABORT_RE = re.compile(
+    r"^(?:\[rank\d+\]:\s?)?(terminate called (?:without an active exception|after throwing)|Fatal Python error:)"
+)
 _SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
@@ -94,6 +99,8 @@ class JobObserver:
     spawned: list[LogEvent] = field(default_factory=list)
     world_size: int | None = None
     loss_scale_floor: bool = False  # DeepSpeed gave up: "Current loss scale already at minimum"
+    native_aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (rank, "terminate called …")
+    clean_exits: int = 0  # ranks the launcher saw exit with 0
 
     def __post_init__(self) -> None:
         self.phases = PhaseTracker(self.started, optimizer_op=self.optimizer_op)
@@ -107,6 +114,8 @@ class JobObserver:
         self.phases.feed(text, now, kind=event.kind if event else None)
         if "Current loss scale already at minimum" in text:
             self.loss_scale_floor = True
+        if _NATIVE_ABORT_RE.match(text):
+            self.native_aborts.append((rank, text.strip()))
         if event is None:
             return None
         v = event.values
@@ -131,6 +140,8 @@ class JobObserver:
             self.nccl_timeouts.append(event)
         elif event.kind == "exit" and v.get("return_code"):
             self.exit_codes.append(int(v["return_code"]))
+        elif event.kind == "exit" and v.get("return_code") == 0:
+            self.clean_exits += 1
         elif event.kind == "spawn":
             self.spawned.append(event)
         elif event.kind == "world" and v.get("world_size"):
@@ -343,6 +354,24 @@ def decide(
         )
 
     rc = next((rc for rc in [*obs.exit_codes, *launcher_returncodes] if rc not in (0, None)), None)
+    if obs.native_aborts:
+        rank, line = obs.native_aborts[0]
+        advice = [
+            f"the last lines before it are in {'logs/ranks/' if rank is not None else 'logs/combined.log'}"
+        ]
+        if obs.clean_exits:
+            advice.insert(
+                0,
+                "other ranks finished normally, so this was most likely at shutdown, after training: end the "
+                "script with deepspeed.comm.destroy_process_group() (or torch.distributed.destroy_process_group())",
+            )
+        return RunVerdict(
+            kind="failed",
+            summary=f"{_who(rank)} aborted in native code{at_step} (exit code {rc}{_signal_suffix(rc)}): {line}",
+            rank=rank,
+            advice=(*advice, *leftover),
+            evidence=tuple(text for _, text in obs.native_aborts[:3]),
+        )
     return RunVerdict(
         kind="failed",
         summary=f"the job failed{at_step} with exit code {rc}{_signal_suffix(rc)} and no traceback",

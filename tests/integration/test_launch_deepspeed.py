@@ -66,8 +66,8 @@ def wait_for_training(run_dir: Path, timeout: float = 180) -> rundir.RunRecord:
     """Until rank 0 has printed a loss and both rank pids are in run.json."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        log = run_dir / rundir.COMBINED_LOG
-        if log.exists() and "{'loss'" in log.read_text(errors="replace"):
+        logs = sorted((run_dir / rundir.RANK_LOGS_DIR).glob("*_rank0.log"))
+        if logs and "{'loss'" in logs[0].read_text(errors="replace"):
             record = rundir.read_run_record(run_dir)
             if len(record.rank_pids) == 2:
                 return record
@@ -113,9 +113,11 @@ def test_a_job_completes_and_its_run_directory_is_complete(workdir: Path) -> Non
     }
 
     combined = (run_dir / rundir.COMBINED_LOG).read_text()
-    assert "global_step=10" in combined and "RunningAvgSamplesPerSec" in combined  # info lines made visible
+    assert "spawned with command" in combined and "{'loss'" not in combined  # the launcher's lines only
     rank_logs = sorted((run_dir / rundir.RANK_LOGS_DIR).glob("*_rank*.log"))
     assert [p.name.rsplit("_", 1)[1] for p in rank_logs] == ["rank0.log", "rank1.log"]
+    rank0 = rank_logs[0].read_text()
+    assert "global_step=10" in rank0 and "RunningAvgSamplesPerSec" in rank0  # info lines made visible
     csv = run_dir / rundir.CSV_DIR / rundir.CSV_JOB_NAME / "Train_Samples_lr.csv"
     assert csv.read_text().splitlines()[0] == "step,lr"
 
@@ -184,22 +186,35 @@ def test_a_rank_killed_with_sigkill(workdir: Path) -> None:
 
 
 def test_two_nodes_over_loopback_with_one_launcher_per_node(workdir: Path) -> None:
-    """DeepSpeed's no-ssh mode: a hostfile of two names (they need not resolve), both node ranks on this machine."""
+    """DeepSpeed's no-ssh mode: a hostfile of two names (they need not resolve), both node ranks on this machine.
+
+    DeepSpeed 0.19.8 on CPU sometimes aborts one rank at interpreter exit, after training ("terminate called without
+    an active exception", exit -6; also with the plain launcher and --enable_each_rank_log, about 1 run in 6). That
+    is DeepSpeed's, and dswiz must name it: such a run is checked for that verdict and the launch is repeated.
+    """
     (workdir / "hostfile").write_text("nodeA slots=1\nnodeB slots=1\n")
-    run_dir = workdir / "run"
-    proc = run(
-        workdir, "--config", "ds_config.json", "--hostfile", "hostfile", "--launcher-mode", "nossh",
-        "--simulate-nodes", "--run-dir", str(run_dir), str(TRAIN), "--steps", "6",
-    )  # fmt: skip
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    record = rundir.read_run_record(run_dir)
-    assert [p.node_rank for p in record.launchers] == [0, 1]
-    for launcher in record.launchers:
-        assert "--no_ssh" in launcher.argv and "--master_addr" in launcher.argv
-    assert record.world_size == 2 and sorted(record.rank_pids) == [0, 1]
-    combined = (run_dir / rundir.COMBINED_LOG).read_text()
-    assert "nnodes=2, num_local_procs=1, node_rank=0" in combined
-    assert "nnodes=2, num_local_procs=1, node_rank=1" in combined
-    assert "world=2" in combined  # train_tiny's own report of the data-parallel size
-    assert record.verdict is not None and record.verdict.kind == "success"
+    for attempt in range(3):
+        run_dir = workdir / f"run{attempt}"
+        proc = run(
+            workdir, "--config", "ds_config.json", "--hostfile", "hostfile", "--launcher-mode", "nossh",
+            "--simulate-nodes", "--run-dir", str(run_dir), str(TRAIN), "--steps", "6",
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+        record = rundir.read_run_record(run_dir)
+        assert record.verdict is not None
+        # both nodes ran as one job, whatever happened at exit
+        assert "done: 6 steps" in out and "world=2" in out
+        assert [p.node_rank for p in record.launchers] == [0, 1]
+        for launcher in record.launchers:
+            assert "--no_ssh" in launcher.argv and "--master_addr" in launcher.argv
+        assert record.world_size == 2 and sorted(record.rank_pids) == [0, 1]
+        combined = (run_dir / rundir.COMBINED_LOG).read_text()
+        assert "nnodes=2, num_local_procs=1, node_rank=0" in combined
+        assert "nnodes=2, num_local_procs=1, node_rank=1" in combined
+        if proc.returncode == 0:
+            assert record.verdict.kind == "success"
+            return
+        assert record.verdict.kind == "failed", out[-3000:]
+        assert "aborted in native code" in record.verdict.summary
+        assert "terminate called without an active exception" in record.verdict.summary
+    raise AssertionError("three two-node runs in a row aborted at exit")

@@ -1,7 +1,8 @@
 """Verdicts from recorded job output.
 
-tests/fixtures/runs/* are real runs (`dswiz launch --nproc 2 train_tiny.py`, DeepSpeed 0.19.8 on CPU): the combined
-log and the per-rank logs as written, and the launcher's exit code. CUDA OOM, NCCL timeout and fp16 overflow cannot
+tests/fixtures/runs/* are real runs (`dswiz launch --nproc 2 train_tiny.py`, DeepSpeed 0.19.8 on CPU): stream.log is
+every line dswiz read (launcher and ranks) in arrival order, ranks/ the per-rank logs as DeepSpeed wrote them, and
+facts.json the launcher's exit code. CUDA OOM, NCCL timeout and fp16 overflow cannot
 happen on this machine: those logs are built from the formats in FACTS §4 and the PyTorch/DeepSpeed sources.
 Process facts the watcher would report (which rank vanished first, host memory then) are given as RankDeath.
 """
@@ -18,16 +19,24 @@ RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 GiB = 1024**3
 
 
-def replay_combined(name: str) -> tuple[JobObserver, list[int | None]]:
+def replay_stream(name: str) -> tuple[JobObserver, list[int | None]]:
     obs = JobObserver(started=0.0)
-    for i, line in enumerate((RUNS / name / "combined.log").read_text().splitlines()):
+    for i, line in enumerate((RUNS / name / "stream.log").read_text().splitlines()):
         obs.feed(line, float(i))
     return obs, json.loads((RUNS / name / "facts.json").read_text())["launcher_exit_codes"]
 
 
-def replay_rank_logs(name: str) -> JobObserver:
+def replay_rank_logs(name: str, *, with_launcher_lines: bool = False) -> JobObserver:
+    """Each rank's log with its rank (as dswiz reads them); optionally the launcher's lines too (the stream's
+    lines that are in no rank log)."""
     obs = JobObserver(started=0.0)
-    for path in sorted((RUNS / name / "ranks").glob("*.log")):
+    paths = sorted((RUNS / name / "ranks").glob("*.log"))
+    if with_launcher_lines:
+        rank_lines = {line for p in paths for line in p.read_text().splitlines()}
+        for i, line in enumerate((RUNS / name / "stream.log").read_text().splitlines()):
+            if line not in rank_lines:
+                obs.feed(line, float(i), stream="launcher")
+    for path in paths:
         rank = int(path.stem.rsplit("rank", 1)[1])
         for i, line in enumerate(path.read_text().splitlines()):
             obs.feed(line, float(i), rank=rank, stream=path.name)
@@ -35,7 +44,7 @@ def replay_rank_logs(name: str) -> JobObserver:
 
 
 def test_success() -> None:
-    obs, codes = replay_combined("success")
+    obs, codes = replay_stream("success")
     v = decide(obs, launcher_returncodes=codes, elapsed=17.2)
     assert v.kind == "success"
     assert v.summary == "success: 10 steps in 0:17, final loss 5.815"
@@ -45,7 +54,7 @@ def test_success() -> None:
 
 
 def test_a_rank_that_raises_is_named_with_its_exception() -> None:
-    obs, codes = replay_combined("rank_raises")
+    obs, codes = replay_stream("rank_raises")
     v = decide(obs, launcher_returncodes=codes)
     assert v.kind == "rank_failed" and v.rank == 1
     assert v.exception == "RuntimeError: injected failure at step 6 on rank 1 (--fail-at-step)"
@@ -65,7 +74,7 @@ def test_the_same_verdict_from_the_per_rank_logs() -> None:
 
 
 def test_sigkilled_rank_with_host_memory_left_is_not_blamed_on_the_oom_killer() -> None:
-    obs, codes = replay_combined("rank_sigkilled")
+    obs, codes = replay_stream("rank_sigkilled")
     assert -9 in obs.exit_codes  # launch.py: "... exits with return code = -9"
     deaths = [
         RankDeath(rank=1, pid=18091, at=9.1, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB),
@@ -79,7 +88,7 @@ def test_sigkilled_rank_with_host_memory_left_is_not_blamed_on_the_oom_killer() 
 
 
 def test_sigkill_with_host_memory_exhausted_is_the_oom_killer() -> None:
-    obs, codes = replay_combined("rank_sigkilled")
+    obs, codes = replay_stream("rank_sigkilled")
     starved = [
         RankDeath(rank=1, pid=18091, at=9.1, host_available_bytes=300 * 1024**2, host_total_bytes=23 * GiB)
     ]
@@ -92,7 +101,7 @@ def test_sigkill_with_host_memory_exhausted_is_the_oom_killer() -> None:
 
 
 def test_interrupted() -> None:
-    obs, codes = replay_combined("interrupted")
+    obs, codes = replay_stream("interrupted")
     v = decide(obs, launcher_returncodes=codes, interrupted_by="SIGINT", elapsed=9.4)
     assert v.kind == "interrupted"
     assert v.summary == "stopped by SIGINT at step 5 after 0:09; no process of the job is left"
@@ -246,3 +255,16 @@ def test_root_cause_prefers_the_first_primary_exception() -> None:
         tc.feed(line)
     cause = root_cause(tc.exceptions)
     assert cause is not None and (cause.rank, cause.type) == (3, "AssertionError")
+
+
+def test_a_native_abort_at_shutdown_is_named_with_the_likely_fix() -> None:
+    """Recorded: two simulated nodes; node B's rank finished training, then died in C++ at interpreter exit."""
+    obs = replay_rank_logs("native_abort_at_shutdown", with_launcher_lines=True)
+    codes = json.loads((RUNS / "native_abort_at_shutdown" / "facts.json").read_text())["launcher_exit_codes"]
+    v = decide(obs, launcher_returncodes=codes)
+    assert v.kind == "failed" and v.rank == 1
+    assert v.summary == (
+        "rank 1 aborted in native code at step 6 (exit code -6 (SIGABRT)): terminate called without an active exception"
+    )
+    assert "destroy_process_group()" in v.advice[0]
+    assert exit_code(v, codes, None) == 250
