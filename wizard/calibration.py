@@ -26,6 +26,9 @@ class ActivationRecipe:
     dropout_masks: int = 0  # masks of size h per layer (CUDA keeps them as bool)
     per_score: float = 0.0  # x heads x seq, where attention scores are materialised (eager-only models)
     per_rel_span: float = 0.0  # x heads x 2*span (DeBERTa's relative-position scores)
+    per_rel_table: float = (
+        0.0  # x span x hidden / seq (DeBERTa's projected position table, shared by the tokens)
+    )
     per_routed_hidden: float = 0.0  # MoE: tokens copied to and weighted back from each chosen expert
     per_expert: float = 0.0  # MoE: router logits/probabilities per expert
     source: str = ""
@@ -33,15 +36,29 @@ class ActivationRecipe:
 
 ACTIVATION_RECIPES: dict[str, ActivationRecipe] = {
     # GPT-2's gelu_new is written in Python: 5 ffn-sized tensors survive per layer (x, tanh, 1+tanh, 0.5x, out).
-    "gpt2": ActivationRecipe(20, 10, 0, dropout_masks=2, source="measured on CPU, transformers 5.24: 60.1*h at ffn=4h"),
-    "gpt2-fused-gelu": ActivationRecipe(20, 4, 0, dropout_masks=2, source="gpt2 recipe with a one-kernel GELU"),
+    "gpt2": ActivationRecipe(
+        20, 10, 0, dropout_masks=2, source="measured on CPU, transformers 5.24: 60.1*h at ffn=4h"
+    ),
+    "gpt2-fused-gelu": ActivationRecipe(
+        20, 4, 0, dropout_masks=2, source="gpt2 recipe with a one-kernel GELU"
+    ),
     # RMSNorm upcasts to fp32 (4h + 2h per norm), SwiGLU keeps gate, silu(gate), up and their product.
-    "llama": ActivationRecipe(20, 8, 4, source="measured on CPU, transformers 5.24: 45.6*h (MHA), 42.6*h (GQA 4:1)"),
+    "llama": ActivationRecipe(
+        20, 8, 4, source="measured on CPU, transformers 5.24: 45.6*h (MHA), 42.6*h (GQA 4:1)"
+    ),
     "neox": ActivationRecipe(16, 4, 0, source="measured on CPU, transformers 5.24: 32.1*h at ffn=4h"),
     "bert": ActivationRecipe(16, 4, 0, dropout_masks=2, source="measured on CPU, transformers 5.24: 32.1*h"),
     # DeBERTa has eager attention only: scores and its c2p/p2c relative-position terms are materialised.
     "deberta-v2": ActivationRecipe(
-        16, 4, 0, dropout_masks=2, per_score=3.125, per_rel_span=5.75, source="measured on CPU at seq 256 and 512"
+        23.0,
+        4,
+        0,
+        dropout_masks=2,
+        per_score=3.92,
+        per_rel_span=3.85,
+        per_rel_table=6.2,
+        source="least-squares fit to 27 CPU measurements (h 256/384, heads 4/8, seq 64-256, buckets 32-128): "
+        "median error 3 %, max 7 %",
     ),
     "moe": ActivationRecipe(
         20, 8, 4, per_routed_hidden=4, per_expert=34, source="measured on CPU (Mixtral): 72.3*h, top-2 of 4"
@@ -54,10 +71,13 @@ ACTIVATION_RECIPES: dict[str, ActivationRecipe] = {
 LOSS_HEAD_BYTES_PER_VOCAB = 12.0
 # Embedding output, final norm input/output and the head's input, per token (x hidden).
 HEAD_BYTES_PER_HIDDEN = 6.0
-# Activation checkpointing (HF gradient_checkpointing): each layer keeps its 16-bit input; during backward one layer is
-# recomputed (its saved tensors) and its gradients live beside them (FACTS §1: "+ one layer's full activations").
+# While a layer runs backward its gradients need about one layer's activations more (assumption; the loss head's
+# transient is larger for every model measured, so this rarely sets the peak).
+BACKWARD_TRANSIENT_LAYERS = 1.0
+# Activation checkpointing (HF gradient_checkpointing): each layer keeps its 16-bit input; in backward one layer at a
+# time is recomputed, its activations live again (FACTS §1: "+ one layer's full activations during recompute").
 CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER = 2.0
-CHECKPOINT_LIVE_LAYERS = 2.0
+CHECKPOINT_RECOMPUTE_LAYERS = 1.0
 # Inference: no saved tensors; about two layers' worth of transients plus the 16-bit logits.
 INFERENCE_LIVE_LAYERS = 2.0
 
@@ -105,7 +125,9 @@ FALLBACK_PEAK_TFLOPS: dict[tuple[int, int], float] = {
     (10, 0): 2250.0,  # B200
 }
 FALLBACK_PEAK_TFLOPS_UNKNOWN = 100.0
-FP32_SHARE_OF_PEAK = 0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
+FP32_SHARE_OF_PEAK = (
+    0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
+)
 
 # Matmul efficiency of an HF model's forward+backward: eff = MAX * h / (h + HALF_HIDDEN).
 # FACTS §2 (H200, GPT-2-medium h=1024, seq 1024): stage 2 mbs 8 = 61,858 tok/s and stage 1 mbs 16 = 77,982 tok/s give
@@ -123,16 +145,22 @@ OPTIMIZER_SECONDS_PER_PARAM = {0: 1.51e-10, 1: 1.057e-10, 2: 1.057e-10, 3: 1.057
 # Stage 3's parameter fetch/release hooks, per layer per micro-step. FACTS §2: stage 3 mbs 8 is 98.6 ms per step
 # slower than stage 2 mbs 8 on one H200 (24 layers).
 STAGE3_SECONDS_PER_LAYER = 4.1e-3
-# CPU offload: FACTS §2 (stage 2 + CPU optimizer, mbs 8: 25,775 tok/s on a 16-core host) leaves ~223 ms for the
-# PCIe copies and CPU Adam on 355M params; with 20 GB/s pinned copies that is 1.46e8 params/s per core.
-PCIE_BYTES_PER_SECOND = 20e9
-CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.46e8
+# CPU offload: FACTS §2 (stage 2 + CPU optimizer, mbs 8: 25,775 tok/s on a 16-core host with a PCIe 5 H200) leaves
+# ~223 ms per step for the PCIe copies (2 x 0.71 GB at 38 GB/s = 37 ms) and CPU Adam on 355M params: 1.19e8 params/s
+# per core.
+PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {3: 16e9, 4: 32e9, 5: 64e9, 6: 128e9}  # per direction, PCI-SIG
+PCIE_EFFICIENCY = 0.6  # DeepSpeed's pinned copies in practice (assumption)
+DEFAULT_PCIE_GEN = 4
+CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.19e8
 DEFAULT_HOST_CORES = 16
+# The optimizer step is memory-bound: its per-parameter time scales with HBM bandwidth, measured on an H200.
+CALIBRATION_MEMORY_GBS = 4800.0
 # NVMe through DeepSpeed's async_io, per node (assumption: a PCIe 4 NVMe drive sustains ~3 GB/s mixed read/write).
 NVME_BYTES_PER_SECOND = 3e9
-# Collective bus bandwidth (NCCL busbw). Assumptions until the 2-GPU bench: NVLink by generation, PCIe without it.
-NVLINK_BUS_BYTES_PER_SECOND: dict[int, float] = {7: 130e9, 8: 230e9, 9: 360e9, 10: 720e9}
-PCIE_P2P_BUS_BYTES_PER_SECOND = 15e9
+# Collective bus bandwidth (NCCL busbw) as a share of the GPU's quoted NVLink figure (bidirectional): A100 600 GB/s
+# -> ~240, H100 900 -> ~360 GB/s in nccl-tests all_reduce. Without NVLink, rings cross PCIe.
+NVLINK_BUSBW_SHARE = 0.4
+PCIE_BUSBW_SHARE = 0.4
 DEFAULT_INTER_NODE_GBPS = 100.0  # when a cluster is described without its network
 INTER_NODE_EFFICIENCY = 0.8
 # Share of gradient/parameter traffic hidden behind backward compute when overlap_comm is on (stage 3 default).

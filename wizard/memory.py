@@ -90,7 +90,9 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
     h = model.hidden
     if model.is_moe:
         dense_ffn = 8 * model.shared_expert_ffn_hidden if model.shared_expert_ffn_hidden else 0
-        ffn = model.experts_per_token * (r.per_ffn * model.moe_ffn_hidden + r.per_routed_hidden * h) + dense_ffn
+        ffn = (
+            model.experts_per_token * (r.per_ffn * model.moe_ffn_hidden + r.per_routed_hidden * h) + dense_ffn
+        )
         ffn += r.per_expert * model.num_experts
         if model.moe_layers < model.layers:  # dense layers between sparse ones
             dense = r.per_ffn * model.ffn_hidden
@@ -104,19 +106,24 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
         b += r.per_score * model.heads * seq_len
     if model.rel_pos_span:
         b += r.per_rel_span * model.heads * 2 * model.rel_pos_span
+        b += r.per_rel_table * model.rel_pos_span * h / max(1, seq_len)
     return b
 
 
-def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int]:
-    """(transformer layers, loss head) bytes per sample at the forward/loss peak, 16-bit training."""
+def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int, int]:
+    """Per sample, 16-bit training: (layers' saved tensors, loss head at its peak, one layer's backward transient).
+
+    The forward/loss peak holds the first two; while the layers run backward the head's tensors are gone and one
+    layer's transient (its gradients; with checkpointing also its recomputed activations) sits on top instead."""
     per_layer = layer_activation_bytes_per_token(model, seq_len)
     if checkpointing:
-        layers = model.layers * cal.CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER * model.hidden
-        layers += cal.CHECKPOINT_LIVE_LAYERS * per_layer
+        saved = model.layers * cal.CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER * model.hidden
+        transient = (cal.BACKWARD_TRANSIENT_LAYERS + cal.CHECKPOINT_RECOMPUTE_LAYERS) * per_layer
     else:
-        layers = model.layers * per_layer
+        saved = model.layers * per_layer
+        transient = cal.BACKWARD_TRANSIENT_LAYERS * per_layer
     head = cal.LOSS_HEAD_BYTES_PER_VOCAB * model.vocab + cal.HEAD_BYTES_PER_HIDDEN * model.hidden
-    return int(layers * seq_len), int(head * seq_len)
+    return int(saved * seq_len), int(head * seq_len), int(transient * seq_len)
 
 
 # --------------------------------------------------------------------------------------------- model states
@@ -151,11 +158,17 @@ def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
     """Gathered full parameters live during forward/backward: the module in use plus the prefetch bucket."""
     if s.world_size == 1 and s.offload_param == "none":
         return 0  # one rank: the partition is the whole parameter
-    live = min(buf.max_live_parameters, model.largest_layer_params + buf.prefetch_elements)
-    return weight_bytes(s) * live
+    # A module larger than max_live_parameters is still gathered whole; nothing beyond the model is ever live.
+    live = max(
+        model.largest_layer_params,
+        min(buf.max_live_parameters, model.largest_layer_params + buf.prefetch_elements),
+    )
+    return weight_bytes(s) * min(model.total_params, live)
 
 
-def training_phases(model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS) -> list[Phase]:
+def training_phases(
+    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> list[Phase]:
     """The three candidate peaks of a training step (allocator bytes, without fragmentation)."""
     w, P, N = weight_bytes(s), model.total_params, s.world_size
     stage = s.zero_stage
@@ -191,7 +204,7 @@ def training_phases(model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffer
     if accumulating and grads_full:
         persistent.append(("accumulated gradients", grads_full))
 
-    layers, head = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
+    layers, head, transient = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     fwd = Phase(
         "forward/loss",
         tuple(persistent),
@@ -202,7 +215,7 @@ def training_phases(model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffer
     bwd_start = Phase(
         "backward",
         (*persistent, ("gradient buckets", in_backward_buffers)),
-        (("activations", layers),),
+        (("activations", layers), ("backward transient (one layer)", transient)),
     )
     bwd_end = Phase(
         "backward",
@@ -213,7 +226,9 @@ def training_phases(model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffer
     return [fwd, bwd_start, bwd_end, step]
 
 
-def inference_phases(model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS) -> list[Phase]:
+def inference_phases(
+    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> list[Phase]:
     w = weight_bytes(s)
     fixed = [("parameters", _params_on_gpu(model, s))]
     working = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
@@ -225,10 +240,46 @@ def inference_phases(model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffe
     return [Phase("forward", tuple(fixed), (("activations", acts), ("logits", logits)))]
 
 
-def phases_for(model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS) -> list[Phase]:
+def phases_for(
+    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> list[Phase]:
     if s.mode == "inference":
         return inference_phases(model, s, seq_len, buf)
     return training_phases(model, s, seq_len, buf)
+
+
+@dataclass(frozen=True)
+class ModelStateBytes:
+    """Parameters, gradients and optimizer states only (what DeepSpeed's estimator counts), in bytes."""
+
+    gpu_params: int
+    gpu_gradients: int  # 16-bit gradient partition + the fp32 copy the update uses
+    gpu_optimizer: int
+    cpu_per_node: (
+        int  # offloaded fp32 master weights, Adam states, fp32 gradients (+ 16-bit params offloaded)
+    )
+
+    @property
+    def gpu(self) -> int:
+        return self.gpu_params + self.gpu_gradients + self.gpu_optimizer
+
+
+def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
+    """Per GPU (and per node on the host) at steady state, from the same parts the phases use."""
+    w, P, N, g = weight_bytes(s), model.total_params, s.world_size, s.gpus_per_node
+    offload_opt = s.offload_optimizer != "none"
+    if offload_opt or s.mode == "inference":
+        grads = 0
+    elif s.zero_stage == 1:  # 16-bit gradients stay whole, the fp32 copy is per partition
+        grads = w * P + 4 * P // N
+    else:
+        grads = (w + 4) * P // (N if s.zero_stage >= 2 else 1)
+    cpu = 0
+    if offload_opt and s.mode == "train":
+        cpu += g * (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // N
+    if s.offload_param != "none":
+        cpu += g * w * P // N
+    return ModelStateBytes(_params_on_gpu(model, s), grads, _optimizer_on_gpu(model, s), cpu)
 
 
 # --------------------------------------------------------------------------------------------- device level
@@ -262,21 +313,24 @@ def max_micro_batch_for_capacity(
 
     Closed form: every phase is linear in the micro-batch, so each gives its own bound.
     """
-    budget = capacity_bytes - device_overhead(s) - cal.RESERVED_FIXED_BYTES
-    if budget <= 0:
-        return 0
-    alloc_budget = budget / cal.RESERVED_PER_ALLOCATED
+    # +1: reserved_from_allocated floors, so the inverse may be up to a byte short.
+    alloc_budget = (
+        capacity_bytes - device_overhead(s) - cal.RESERVED_FIXED_BYTES + 1
+    ) / cal.RESERVED_PER_ALLOCATED
     best = limit
     for p in phases:
         fixed, slope = p.fixed_total(), p.per_sample_total()
         if fixed > alloc_budget:
-            return 0
-        if slope > 0:
+            best = 0
+        elif slope > 0:
             best = min(best, int((alloc_budget - fixed) // slope))
     best = max(best, 0)
-    # Guard the integer rounding of the closed form.
+    # Guard the integer rounding of the closed form (it is off by at most one or two either way).
     while best > 0 and device_bytes_at(phases, s, best) > capacity_bytes:
         best -= 1
+    for _ in range(4):
+        if best < limit and device_bytes_at(phases, s, best + 1) <= capacity_bytes:
+            best += 1
     return best
 
 

@@ -100,14 +100,16 @@ def load_model_spec(text: str) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():
-            raise DswizError(f"{raw} is a directory without a config.json", "point --model at the model's config.json")
+            raise DswizError(
+                f"{raw} is a directory without a config.json", "point --model at the model's config.json"
+            )
     if path.is_file():
         return _spec_from_file(path)
     if "/" in raw or raw.endswith(".json"):
-        hint = ""
-        if raw.count("/") == 1 and not raw.startswith((".", "/", "~")):
-            hint = " (dswiz never downloads: save the model's config.json locally and pass its path)"
-        raise DswizError(f"no such file: {raw}{hint}", _model_fix())
+        fix = _model_fix()
+        if raw.count("/") == 1 and not raw.startswith((".", "/", "~")):  # looks like a Hub id
+            fix = "dswiz never downloads: save the model's config.json locally and pass its path; or " + fix
+        raise DswizError(f"no such file: {raw}", fix)
     close = difflib.get_close_matches(key, [*PRESETS, *ALIASES], n=3, cutoff=0.6)
     did_you_mean = f"did you mean {' or '.join(close)}? " if close else ""
     raise DswizError(f"unknown model {raw!r}", did_you_mean + _model_fix())
@@ -173,11 +175,11 @@ def _parse_count(key: str, value: str) -> int:
     n = float(m.group(1)) * _SUFFIX[m.group(2)]
     if n < 1 or n > 1e15:
         raise DswizError(f"{key}={value} is out of range", f"give {key} as a positive count, e.g. {key}=4096")
-    return int(round(n))
+    return round(n)
 
 
 def spec_from_numbers(text: str) -> ModelSpec:
-    """"params=7e9" (shape guessed, LLaMA-like) or an explicit shape "layers=..,hidden=..,heads=..,vocab=.."."""
+    """ "params=7e9" (shape guessed, LLaMA-like) or an explicit shape "layers=..,hidden=..,heads=..,vocab=.."."""
     given: dict[str, str] = {}
     for part in re.split(r"[,\s]+", text.strip()):
         if not part:
@@ -191,7 +193,8 @@ def spec_from_numbers(text: str) -> ModelSpec:
             hint = f"did you mean {close[0]}? " if close else ""
             raise DswizError(
                 f"unknown key {k!r} in --model {text!r}",
-                hint + "known keys: params, layers, hidden, heads, kv_heads, ffn, vocab, seq, experts, top_k, type",
+                hint
+                + "known keys: params, layers, hidden, heads, kv_heads, ffn, vocab, seq, experts, top_k, type",
             )
         given[_NUMBER_KEYS[k]] = v.strip()
     mtype = given.pop("type", "llama").lower()
@@ -255,9 +258,7 @@ def spec_from_numbers(text: str) -> ModelSpec:
                 "(memory uses the given count)"
             )
         ratio = counts["params"] / spec.total_params
-        spec = replace(
-            spec, total_params=counts["params"], active_params=int(round(spec.active_params * ratio))
-        )
+        spec = replace(spec, total_params=counts["params"], active_params=round(spec.active_params * ratio))
     return replace(spec, exact=exact and spec.exact, notes=spec.notes + tuple(notes))
 
 
@@ -287,9 +288,9 @@ def _guess_shape(params: int, vocab: int) -> dict[str, int]:
             hi = h
         else:
             lo = h
-    hidden = max(128, int(round(lo / 128)) * 128)
+    hidden = max(128, round(lo / 128) * 128)
     layer_params = 12 * hidden**2
-    layers = max(1, int(round((params - 2 * vocab * hidden) / layer_params)))
+    layers = max(1, round((params - 2 * vocab * hidden) / layer_params))
     return {"hidden": hidden, "layers": layers, "heads": max(1, hidden // 128), "vocab": vocab}
 
 
@@ -311,7 +312,9 @@ def _need_int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | No
             "pass a complete HF config.json, or describe the model with numbers (layers=,hidden=,heads=,vocab=)",
         )
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or int(v) != v:
-        raise DswizError(f"{source}: {keys[0]}={v!r} is not a whole number", "fix the value in the config.json")
+        raise DswizError(
+            f"{source}: {keys[0]}={v!r} is not a whole number", "fix the value in the config.json"
+        )
     return int(v)
 
 
@@ -383,7 +386,9 @@ def _gpt2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     )
 
 
-def _attention_dims(cfg: Mapping[str, Any], where: str, default_kv: int | None = None) -> tuple[int, int, int, int]:
+def _attention_dims(
+    cfg: Mapping[str, Any], where: str, default_kv: int | None = None
+) -> tuple[int, int, int, int]:
     h = _need_int(cfg, where, "hidden_size")
     a = _need_int(cfg, where, "num_attention_heads")
     if a == 0 or (cfg.get("head_dim") is None and h % a):
@@ -401,11 +406,13 @@ def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: st
     f = _need_int(cfg, where, "intermediate_size", default=_llama_ffn(h))
     q, kvd = a * hd, kv * hd
     attn = h * q + 2 * h * kvd + q * h
+    q_bias = mtype == "qwen2" or (mtype == "llama" and bool(cfg.get("attention_bias")))
     if mtype == "qwen2":
         attn += q + 2 * kvd
-    elif mtype == "llama" and cfg.get("attention_bias"):
+    elif q_bias:
         attn += q + 2 * kvd + h
-    mlp = 3 * h * f + ((2 * f + h) if (mtype == "llama" and cfg.get("mlp_bias")) else 0)
+    mlp_bias = mtype == "llama" and bool(cfg.get("mlp_bias"))
+    mlp = 3 * h * f + ((2 * f + h) if mlp_bias else 0)
     tied = bool(cfg.get("tie_word_embeddings", False))
     total = V * h + L * (attn + mlp + 2 * h) + h + (0 if tied else V * h)
     return ModelSpec(
@@ -423,7 +430,7 @@ def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: st
         tied_embeddings=tied,
         total_params=total,
         active_params=total,
-        largest_layer_params=max(V * h, h * f + f, h * q + q),
+        largest_layer_params=max(V * h, h * f + (f if mlp_bias else 0), h * q + (q if q_bias else 0)),
         embedding_params=V * h * (1 if tied else 2),
         activation=str(cfg.get("hidden_act", "silu")),
         source=source,
@@ -522,7 +529,13 @@ def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     V = _need_int(cfg, where, "vocab_size")
     f = _need_int(cfg, where, "intermediate_size", default=4 * h)
     bias = bool(cfg.get("attention_bias", True))
-    layer = 4 * h + (3 * h * h + (3 * h if bias else 0)) + (h * h + (h if bias else 0)) + (h * f + f) + (f * h + h)
+    layer = (
+        4 * h
+        + (3 * h * h + (3 * h if bias else 0))
+        + (h * h + (h if bias else 0))
+        + (h * f + f)
+        + (f * h + h)
+    )
     tied = bool(cfg.get("tie_word_embeddings", False))
     total = V * h + L * layer + 2 * h + (0 if tied else V * h)
     return ModelSpec(
@@ -592,7 +605,9 @@ def _deberta_v2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> M
     npos = _need_int(cfg, where, "max_position_embeddings", default=512)
     E = int(cfg.get("embedding_size") or h)
     T = int(cfg.get("type_vocab_size", 0) or 0)
-    emb = V * E + (npos * E if cfg.get("position_biased_input", True) else 0) + T * E + (E * h if E != h else 0)
+    emb = (
+        V * E + (npos * E if cfg.get("position_biased_input", True) else 0) + T * E + (E * h if h != E else 0)
+    )
     emb += 2 * h
     rel = bool(cfg.get("relative_attention", False))
     pos_types = cfg.get("pos_att_type") or []

@@ -14,7 +14,14 @@ _LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings
 
 PRESETS: dict[str, dict[str, Any]] = {
     # ~1M parameters: small enough to train on 2 CPU ranks in the demo.
-    "tiny": {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 4096, "n_positions": 256},
+    "tiny": {
+        "model_type": "gpt2",
+        "n_layer": 2,
+        "n_embd": 128,
+        "n_head": 4,
+        "vocab_size": 4096,
+        "n_positions": 256,
+    },
     "gpt2": {**_GPT2, "n_layer": 12, "n_embd": 768, "n_head": 12},
     "gpt2-medium": {**_GPT2, "n_layer": 24, "n_embd": 1024, "n_head": 16},
     "gpt2-large": {**_GPT2, "n_layer": 36, "n_embd": 1280, "n_head": 20},

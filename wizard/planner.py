@@ -8,6 +8,7 @@ strategy with more headroom.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,7 +37,9 @@ class PlanRequest:
     """What the user wants planned. Every field has a sensible default."""
 
     seq_len: int | None = None  # None: the model's context, at most DEFAULT_SEQ_LEN
-    global_batch: int | None = None  # a target train_batch_size; None: the largest micro-batch, no accumulation
+    global_batch: int | None = (
+        None  # a target train_batch_size; None: the largest micro-batch, no accumulation
+    )
     mode: Mode = "train"
     precisions: tuple[Precision, ...] = ()  # empty: the best the GPUs support (bf16, else fp16, else fp32)
     stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -140,10 +143,14 @@ def _usable_precisions(hardware: HardwareReport, request: PlanRequest) -> tuple[
     ok: list[Precision] = []
     for p in wanted:
         if gpu is not None and p == "bf16" and gpu.supports_bf16 is False:
-            notes.append(f"bf16 not offered: {gpu.name} has compute capability {_cc(gpu.compute_capability)} (needs 8.0)")
+            notes.append(
+                f"bf16 not offered: {gpu.name} has compute capability {_cc(gpu.compute_capability)} (needs 8.0)"
+            )
             continue
         if gpu is not None and p == "fp16" and gpu.supports_fp16 is False:
-            notes.append(f"fp16 not offered: {gpu.name} has compute capability {_cc(gpu.compute_capability)} (needs 7.0)")
+            notes.append(
+                f"fp16 not offered: {gpu.name} has compute capability {_cc(gpu.compute_capability)} (needs 7.0)"
+            )
             continue
         ok.append(p)
     if not request.precisions and ok:
@@ -155,7 +162,9 @@ def _cc(cc: tuple[int, int] | None) -> str:
     return "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
 
 
-def _capacities(hardware: HardwareReport, request: PlanRequest) -> tuple[int | None, int | None, int | None, list[str]]:
+def _capacities(
+    hardware: HardwareReport, request: PlanRequest
+) -> tuple[int | None, int | None, int | None, list[str]]:
     notes: list[str] = []
     gpu_cap = request.gpu_memory_bytes or hardware.min_gpu_memory_bytes
     host = hardware.host
@@ -172,7 +181,9 @@ def _capacities(hardware: HardwareReport, request: PlanRequest) -> tuple[int | N
     return gpu_cap, cpu_cap, nvme_cap, notes
 
 
-def _nvme_usable(hardware: HardwareReport, request: PlanRequest, nvme_cap: int | None) -> tuple[bool, str | None]:
+def _nvme_usable(
+    hardware: HardwareReport, request: PlanRequest, nvme_cap: int | None
+) -> tuple[bool, str | None]:
     if not request.allow_nvme:
         return False, None
     if nvme_cap is None:
@@ -190,7 +201,9 @@ def _nvme_usable(hardware: HardwareReport, request: PlanRequest, nvme_cap: int |
 # ----------------------------------------------------------------------------------------------- candidates
 
 
-def _strategies(hardware: HardwareReport, request: PlanRequest, precisions: list[Precision], nvme_ok: bool) -> list[Strategy]:
+def _strategies(
+    hardware: HardwareReport, request: PlanRequest, precisions: list[Precision], nvme_ok: bool
+) -> list[Strategy]:
     nodes, gpn = hardware.nodes, hardware.gpus_per_node
     offloads: list[OffloadDevice] = [
         d for d in OFFLOAD_DEVICES if d == "none" or (request.allow_offload and (d == "cpu" or nvme_ok))
@@ -249,7 +262,9 @@ class _Ctx:
         return None if self.cpu_cap is None else int(self.cpu_cap * (1 - cal.HOST_SAFETY_MARGIN))
 
 
-def _evaluate(ctx: _Ctx, base: Strategy) -> tuple[Strategy, bool, int, tuple[str, ...], MemoryEstimate, ThroughputEstimate]:
+def _evaluate(
+    ctx: _Ctx, base: Strategy
+) -> tuple[Strategy, bool, int, tuple[str, ...], MemoryEstimate, ThroughputEstimate]:
     """Pick the micro-batch (and accumulation) for one strategy and predict it."""
     phases = phases_for(ctx.model, base, ctx.seq_len, ctx.request.buffers)
     # Accumulating gradients across micro-steps changes what stays resident: size for it when the batch needs it.
@@ -257,7 +272,9 @@ def _evaluate(ctx: _Ctx, base: Strategy) -> tuple[Strategy, bool, int, tuple[str
     if ctx.request.global_batch is not None:
         per_gpu = ctx.request.global_batch // base.world_size
     probe = base.with_(gradient_accumulation_steps=2) if per_gpu is not None and per_gpu > 1 else base
-    phases_acc = phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
+    phases_acc = (
+        phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
+    )
     limit = ctx.request.max_micro_batch
     max_b = max_micro_batch_for_capacity(phases, base, ctx.gpu_budget, limit=limit)
     if per_gpu is None:
@@ -310,7 +327,9 @@ def _rank_key(c: Candidate) -> tuple[Any, ...]:
         + (s.zero_quantized_weights)
     )
     if c.fits:
-        speed = float(f"{c.predicted.tokens_per_sec:.3g}")  # within 0.5 %: a tie
+        speed = math.floor(
+            math.log(max(c.predicted.tokens_per_sec, 1e-9)) / math.log(1.005)
+        )  # 0.5 % buckets: ties
         return (0, -speed, -c.headroom_bytes, simplicity)
     over = c.predicted.gpu_bytes / max(1, c.predicted.gpu_bytes + c.headroom_bytes)
     return (1, len(c.limits), round(over, 3), -c.predicted.tokens_per_sec, simplicity)
@@ -335,6 +354,10 @@ def _intrinsic_reasons(ctx: _Ctx, c: Candidate, mem: MemoryEstimate, tp: Through
             f"fits: {_gib(mem.device)} of {_gib(ctx.gpu_cap)} per GPU ({_gib(c.headroom_bytes)} spare, "
             f"{_pct(ctx.request.safety_margin)} margin kept)"
         )
+    if ctx.cpu_cap is None and (s.offload_optimizer != "none" or s.offload_param != "none"):
+        out.append(
+            f"needs {_gib(mem.cpu)} host RAM per node (not checked: RAM unknown; describe it, e.g. ram=1TiB)"
+        )
     if "cpu" in c.limits and ctx.cpu_cap is not None:
         out.append(f"host RAM short: needs {_gib(mem.cpu)} per node, {_gib(ctx.cpu_cap)} available")
     if "nvme" in c.limits:
@@ -354,24 +377,41 @@ def _intrinsic_reasons(ctx: _Ctx, c: Candidate, mem: MemoryEstimate, tp: Through
                 f"micro-batch {s.micro_batch_size} is the largest that fits "
                 f"({s.micro_batch_size + 1} would need {_gib(nxt)})"
             )
-    items = dict(mem.gpu_items)
-    states = items.get("parameters", 0) + items.get("optimizer states", 0)
-    acts = items.get("activations", 0) + items.get("loss head (logits, fp32 upcast)", 0)
-    out.append(
-        f"memory at the {mem.peak_phase} peak: model states {_gib(states)}"
-        + (f", activations {_gib(acts)} ({_gib(mem.per_sample_device)} per sample)" if acts else "")
-        + f", buffers and fragmentation {_gib(mem.device - states - acts)}"
-    )
+    out.append(_memory_reason(mem))
     out.append(_stage_reason(ctx, s, mem))
     if s.activation_checkpointing:
-        out.append("activation checkpointing: keeps one input per layer, recomputes the forward (~33 % more compute)")
+        out.append(
+            "activation checkpointing: keeps one input per layer, recomputes the forward (~33 % more compute)"
+        )
     top = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in tp.parts[:3])
     out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {_pct(tp.mfu)}; per step: {top}")
     if tp.peak_source != "catalog":
         out.append(f"GPU peak {tp.peak_flops_per_gpu / 1e12:.0f} TFLOP/s taken from the {tp.peak_source}")
     if m.is_moe and s.zero_stage == 3 and m.moe_layer_cls_name:
-        out.append(f"MoE at stage 3: make {m.moe_layer_cls_name} a ZeRO-3 leaf (deepspeed_moe_layer_cls_names)")
+        out.append(
+            f"MoE at stage 3: make {m.moe_layer_cls_name} a ZeRO-3 leaf (deepspeed_moe_layer_cls_names)"
+        )
     return out
+
+
+_STATE_ITEMS = ("parameters", "optimizer states", "accumulated gradients", "gradients for the update")
+_ACTIVATION_ITEMS = ("activations", "loss head (logits, fp32 upcast)", "logits")
+
+
+def _memory_reason(mem: MemoryEstimate) -> str:
+    items = dict(mem.gpu_items)
+    states = sum(items.get(k, 0) for k in _STATE_ITEMS)
+    acts = sum(items.get(k, 0) for k in _ACTIVATION_ITEMS)
+    buffers = mem.allocated - states - acts
+    outside = mem.device - mem.allocated
+    text = f"peak during {mem.peak_phase}: " + (
+        f"model states {_gib(states)}" if states else "model states off the GPU"
+    )
+    if acts:
+        text += f", activations {_gib(acts)} ({_gib(mem.per_sample_device)} per sample)"
+    if buffers:
+        text += f", DeepSpeed buffers {_gib(buffers)}"
+    return text + f", allocator cache + CUDA context + NCCL {_gib(outside)}"
 
 
 def _stage_reason(ctx: _Ctx, s: Strategy, mem: MemoryEstimate) -> str:
@@ -379,24 +419,34 @@ def _stage_reason(ctx: _Ctx, s: Strategy, mem: MemoryEstimate) -> str:
     items = dict(mem.gpu_items)
     opt = items.get("optimizer states", 0)
     if s.mode == "inference":
-        where = "on the CPU" if s.offload_param == "cpu" else ("on NVMe" if s.offload_param == "nvme" else f"sharded over {N} GPUs")
+        where = (
+            "on the CPU"
+            if s.offload_param == "cpu"
+            else ("on NVMe" if s.offload_param == "nvme" else f"sharded over {N} GPUs")
+        )
         return f"ZeRO-3 inference: 16-bit weights {where}, gathered layer by layer"
     if s.zero_stage == 0:
         return f"stage 0: every GPU keeps all model states (optimizer {_gib(opt)})"
-    text = {
-        1: f"stage 1: optimizer states sharded over {N} GPU{'s' if N > 1 else ''}",
-        2: f"stage 2: optimizer states and gradients sharded over {N} GPU{'s' if N > 1 else ''}",
-        3: f"stage 3: parameters, gradients and optimizer states sharded over {N} GPU{'s' if N > 1 else ''}, "
-        "weights gathered every micro-step",
-    }[s.zero_stage]
+    if N == 1:
+        text = f"stage {s.zero_stage} on one GPU shards nothing"
+        text += ": its fetch hooks still run every micro-step" if s.zero_stage == 3 else ""
+    else:
+        text = {
+            1: f"stage 1: optimizer states sharded over {N} GPUs",
+            2: f"stage 2: optimizer states and gradients sharded over {N} GPUs",
+            3: f"stage 3: parameters, gradients and optimizer states sharded over {N} GPUs, "
+            "weights gathered every micro-step",
+        }[s.zero_stage]
     if s.offload_optimizer == "cpu":
         text += f"; optimizer on the CPU ({_gib(mem.cpu)} host RAM per node, CPU Adam each step)"
     elif s.offload_optimizer == "nvme":
         text += f"; optimizer states on NVMe ({_gib(mem.nvme)} per node)"
     elif opt:
-        text += f" ({_gib(opt)} each)"
+        text += f" (optimizer states {_gib(opt)} per GPU)"
     if s.offload_param != "none":
-        text += f"; parameters on {'the CPU' if s.offload_param == 'cpu' else 'NVMe'}, fetched every micro-step"
+        text += (
+            f"; parameters on {'the CPU' if s.offload_param == 'cpu' else 'NVMe'}, fetched every micro-step"
+        )
     if s.zero_hpz_partition_size > 1:
         text += "; ZeRO++: a second weight copy inside each node, int8 weights and int4 gradients on the wire"
     return text
@@ -410,11 +460,10 @@ def _comparisons(best: Candidate, others: list[Candidate]) -> list[str]:
 
     def group(c: Candidate) -> str:
         t = c.strategy
-        if t.zero_stage != s.zero_stage and t.offload_optimizer == "none" and t.offload_param == "none":
-            return f"stage {t.zero_stage}"
-        if (t.offload_optimizer, t.offload_param) != (s.offload_optimizer, s.offload_param):
-            off = t.offload_optimizer if t.offload_param == "none" else f"{t.offload_optimizer}+params {t.offload_param}"
-            return f"stage {t.zero_stage} with {off} offload" if off != "none" else f"stage {t.zero_stage}"
+        if (t.offload_optimizer, t.offload_param) != (s.offload_optimizer, s.offload_param) or (
+            t.zero_stage != s.zero_stage
+        ):
+            return f"stage {t.zero_stage}{_offload_words(t)}"
         if t.activation_checkpointing != s.activation_checkpointing:
             return "activation checkpointing" if t.activation_checkpointing else "no activation checkpointing"
         return ""
@@ -442,6 +491,19 @@ def _comparisons(best: Candidate, others: list[Candidate]) -> list[str]:
     return out[:5]
 
 
+def _offload_words(t: Strategy) -> str:
+    where = {"cpu": "the CPU", "nvme": "NVMe"}
+    opt, par = t.offload_optimizer, t.offload_param
+    if opt != "none" and opt == par:
+        return f" with optimizer and parameters on {where[opt]}"
+    words = []
+    if opt != "none":
+        words.append(f"optimizer on {where[opt]}")
+    if par != "none":
+        words.append(f"parameters on {where[par]}")
+    return (" with " + " and ".join(words)) if words else ""
+
+
 def _ds_reason(c: Candidate) -> str | None:
     if c.deepspeed_estimate is None:
         return None
@@ -455,7 +517,9 @@ def _ds_reason(c: Candidate) -> str | None:
 # ----------------------------------------------------------------------------------------------- plan
 
 
-def _core(hardware: HardwareReport, model: ModelSpec, request: PlanRequest) -> tuple[_Ctx, list[Candidate], list[str]]:
+def _core(
+    hardware: HardwareReport, model: ModelSpec, request: PlanRequest
+) -> tuple[_Ctx, list[Candidate], list[str]]:
     seq_len = request.resolved_seq_len(model)
     gpu_cap, cpu_cap, nvme_cap, notes = _capacities(hardware, request)
     ctx = _Ctx(hardware, model, request, seq_len, gpu_cap, cpu_cap, nvme_cap)
@@ -583,7 +647,9 @@ def _advice(ctx: _Ctx, cands: list[Candidate]) -> list[str]:
     if cpu_short and ctx.cpu_cap is not None:
         c = min(cpu_short, key=lambda c: c.predicted.cpu_bytes)
         need = c.predicted.cpu_bytes / (1 - cal.HOST_SAFETY_MARGIN)
-        out.append(f"{_gib(need - ctx.cpu_cap)} more host RAM per node ({_gib(need)} in all) would fit {c.label}")
+        out.append(
+            f"{_gib(need - ctx.cpu_cap)} more host RAM per node ({_gib(need)} in all) would fit {c.label}"
+        )
     # NVMe offload.
     if req.allow_offload and req.mode == "train":
         nvme_try = replace(req, nvme_bytes=1 << 60, allow_nvme=True)
@@ -599,9 +665,15 @@ def _advice(ctx: _Ctx, cands: list[Candidate]) -> list[str]:
     while seq >= 128:
         _, shorter, _ = _core(hw, model, replace(req, seq_len=seq))
         if shorter and shorter[0].fits:
-            out.append(f"sequence length {seq} would fit: {shorter[0].label}, micro-batch {shorter[0].strategy.micro_batch_size}")
+            c = shorter[0]
+            out.append(
+                f"sequence length {seq} would fit: {c.label}, micro-batch {c.strategy.micro_batch_size}"
+            )
             break
         seq //= 2
+    else:
+        if ctx.seq_len > 128:
+            out.append("a shorter sequence alone would not help: the model states themselves do not fit")
     return out
 
 

@@ -69,15 +69,27 @@ def compute_efficiency(model: ModelSpec) -> float:
     return cal.COMPUTE_EFF_MAX * model.hidden / (model.hidden + cal.COMPUTE_EFF_HALF_HIDDEN)
 
 
-def _has_nvlink(gpu: GPUInfo | None) -> bool:
-    return gpu is not None and (bool(gpu.nvlink_peers) or bool(gpu.nvlink_count))
+def _has_nvlink(gpu: GPUInfo | None, hardware: HardwareReport) -> bool:
+    if gpu is None or hardware.gpus_per_node < 2:
+        return False
+    if hardware.source == "detected":
+        return bool(gpu.nvlink_peers) or bool(gpu.nvlink_count)
+    return bool(gpu.nvlink_gbs)
 
 
-def intra_node_bus_bytes_per_s(gpu: GPUInfo | None) -> float:
-    if _has_nvlink(gpu) and gpu is not None and gpu.compute_capability is not None:
-        major = gpu.compute_capability[0]
-        return cal.NVLINK_BUS_BYTES_PER_SECOND.get(major, min(cal.NVLINK_BUS_BYTES_PER_SECOND.values()))
-    return cal.PCIE_P2P_BUS_BYTES_PER_SECOND
+def pcie_bytes_per_s(gpu: GPUInfo | None) -> float:
+    gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
+    per_direction = cal.PCIE_X16_BYTES_PER_SECOND.get(
+        gen, cal.PCIE_X16_BYTES_PER_SECOND[cal.DEFAULT_PCIE_GEN]
+    )
+    return per_direction * cal.PCIE_EFFICIENCY
+
+
+def intra_node_bus_bytes_per_s(gpu: GPUInfo | None, hardware: HardwareReport) -> float:
+    if gpu is not None and _has_nvlink(gpu, hardware) and gpu.nvlink_gbs:
+        return gpu.nvlink_gbs * 1e9 * cal.NVLINK_BUSBW_SHARE
+    gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
+    return cal.PCIE_X16_BYTES_PER_SECOND.get(gen, 32e9) * cal.PCIE_BUSBW_SHARE
 
 
 def inter_node_bus_bytes_per_s(hardware: HardwareReport) -> float:
@@ -86,8 +98,13 @@ def inter_node_bus_bytes_per_s(hardware: HardwareReport) -> float:
 
 
 def _world_bus_bytes_per_s(hardware: HardwareReport, s: Strategy, gpu: GPUInfo | None) -> float:
-    intra = intra_node_bus_bytes_per_s(gpu)
+    intra = intra_node_bus_bytes_per_s(gpu, hardware)
     return min(intra, inter_node_bus_bytes_per_s(hardware)) if s.nodes > 1 else intra
+
+
+def host_cores(hardware: HardwareReport) -> int:
+    h = hardware.host
+    return h.physical_cores or h.logical_cores or cal.DEFAULT_HOST_CORES
 
 
 def estimate_throughput(
@@ -103,7 +120,8 @@ def estimate_throughput(
     w, P = weight_bytes(s), model.total_params
     ring = (N - 1) / N
     bus = _world_bus_bytes_per_s(hardware, s, gpu) if N > 1 else float("inf")
-    intra = intra_node_bus_bytes_per_s(gpu)
+    intra = intra_node_bus_bytes_per_s(gpu, hardware)
+    pcie = pcie_bytes_per_s(gpu)
 
     tokens_micro = b * seq_len
     compute = tokens_micro * f_exec / (peak * compute_efficiency(model))
@@ -142,20 +160,22 @@ def estimate_throughput(
         local = P / shards
         parts["optimizer step"] = cal.STEP_FIXED_SECONDS
         if s.offload_optimizer == "none":
-            parts["optimizer step"] += cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * local
+            hbm = (gpu.memory_bandwidth_gbs if gpu is not None else None) or cal.CALIBRATION_MEMORY_GBS
+            per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS / hbm
+            parts["optimizer step"] += per_param * local
         else:
-            cores = hardware.host.physical_cores or cal.DEFAULT_HOST_CORES
+            cores = host_cores(hardware)
             cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
             parts["CPU Adam"] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
             # Gradients to the host every micro-step, updated 16-bit weights back once per step.
-            parts["PCIe copies"] = (gas * w * local + w * local) / cal.PCIE_BYTES_PER_SECOND
+            parts["PCIe copies"] = (gas * w * local + w * local) / pcie
             if s.offload_optimizer == "nvme":
                 node_bytes = s.gpus_per_node * 2 * 16 * local  # read and write fp32 states, per node
                 parts["NVMe swaps"] = node_bytes / cal.NVME_BYTES_PER_SECOND
     if s.offload_param != "none":
         local_params = w * P / N
         passes = 2 if train else 1
-        parts["parameter fetch (PCIe)"] = gas * passes * local_params / cal.PCIE_BYTES_PER_SECOND
+        parts["parameter fetch (PCIe)"] = gas * passes * local_params / pcie
         if s.offload_param == "nvme":
             parts["parameter fetch (NVMe)"] = (
                 gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND

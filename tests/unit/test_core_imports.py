@@ -34,6 +34,8 @@ CORE_MODULES = (
     "wizard.hardware.visibility",
     "wizard.hardware.hazards",
     "wizard.model",
+    "wizard.model_presets",
+    "wizard.calibration",
     "wizard.memory",
     "wizard.throughput",
     "wizard.planner",
