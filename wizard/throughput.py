@@ -72,9 +72,9 @@ def compute_efficiency(model: ModelSpec) -> float:
 def _has_nvlink(gpu: GPUInfo | None, hardware: HardwareReport) -> bool:
     if gpu is None or hardware.gpus_per_node < 2:
         return False
-    if hardware.source == "detected":
+    if gpu.nvlink_peers or gpu.nvlink_count is not None:  # NVML saw the links (or their absence)
         return bool(gpu.nvlink_peers) or bool(gpu.nvlink_count)
-    return bool(gpu.nvlink_gbs)
+    return bool(gpu.nvlink_gbs)  # not seen: what the catalog says the board has
 
 
 def pcie_bytes_per_s(gpu: GPUInfo | None) -> float:
