@@ -231,12 +231,9 @@ def build_grid(hw: HardwareReport, world: int, smoke: bool) -> list[Config]:
     for tier in (0, 1, 2, 3):
         # Within a tier: offload rows last (they need the CPU Adam build), models in priority order.
         for c in sorted(tiers[tier], key=lambda c: (c.offload_optimizer != "none", MODELS.index(c.model))):
-            uncapped_twin = replace(c, cap_gib=None, tags=()).key()
-            if c.key() in index:
+            if c.key() in index:  # the same run serves several purposes: keep one, with all its tags
                 old = out[index[c.key()]]
                 out[index[c.key()]] = replace(old, tags=old.tags + c.tags)
-                continue
-            if c.cap_gib is None and uncapped_twin in index:
                 continue
             index[c.key()] = len(out)
             out.append(c)

@@ -467,7 +467,9 @@ def ds_estimate_zero3(
 def deepspeed_estimate(model: ModelSpec, s: Strategy) -> tuple[int, int] | None:
     """What DeepSpeed's estimator says for this strategy, (cpu, gpu) bytes; None where it has no formula (stage 0).
 
-    Stage 1 uses the ZeRO-2 formula (DeepSpeed has none of its own)."""
+    Stage 1 uses the ZeRO-2 formula (DeepSpeed has none of its own); inference has none either."""
+    if s.mode != "train":
+        return None
     if s.zero_stage in (1, 2):
         return ds_estimate_zero2(model.total_params, s.gpus_per_node, s.nodes, s.offload_optimizer != "none")
     if s.zero_stage == 3:

@@ -395,7 +395,7 @@ def _intrinsic_reasons(ctx: _Ctx, c: Candidate, mem: MemoryEstimate, tp: Through
 
 
 _STATE_ITEMS = ("parameters", "optimizer states", "accumulated gradients", "gradients for the update")
-_ACTIVATION_ITEMS = ("activations", "loss head (logits, fp32 upcast)", "logits")
+_ACTIVATION_ITEMS = ("activations", "loss head (logits, fp32 upcast)", "logits", "backward transient (one layer)")
 
 
 def _memory_reason(mem: MemoryEstimate) -> str:
