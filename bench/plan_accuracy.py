@@ -742,11 +742,63 @@ def _fit_suggestions(mem_rows: list[dict[str, Any]], ok: list[dict[str, Any]]) -
         )
     tps_ratio = [r["tokens_per_sec"] / r["now"]["tokens_per_sec"] for r in ok if r.get("tokens_per_sec")]
     return {
+        "compute": _fit_compute(ok),
         "groups": per_group,
         "activation_scale_no_ckpt": _pct([x for ck, x in slopes if not ck], 0.5),
         "activation_scale_ckpt": _pct([x for ck, x in slopes if ck], 0.5),
         "measured_over_predicted_tokens_per_sec_median": _pct(tps_ratio, 0.5),
     }
+
+
+def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """From stage 1/2 rows without offload or checkpointing on one GPU: seconds per extra sample (the matmul
+    efficiency) and seconds per step at zero samples (the fixed part), per model; then COMPUTE_EFF_MAX and
+    COMPUTE_EFF_HALF_HIDDEN by a straight-line fit of 1/eff against 1/hidden (eff = MAX * h / (h + HALF))."""
+    from wizard.throughput import flops_per_token, peak_flops
+
+    by_model: dict[str, list[tuple[int, float]]] = {}
+    for r in ok:
+        c = r["config"]
+        if (
+            r["world"] != 1
+            or c["zero_stage"] not in (1, 2)
+            or c["offload_optimizer"] != "none"
+            or c["checkpointing"]
+        ):
+            continue
+        by_model.setdefault(c["model"], []).append((c["micro_batch"], statistics.median(r["step_s"])))
+    points, out = [], {}
+    gpu = GPUInfo(index=0, name="H200", compute_capability=(9, 0), peak_tflops_bf16=989.4)
+    peak, _ = peak_flops(gpu, "bf16")
+    for name, xs in sorted(by_model.items()):
+        if len({b for b, _ in xs}) < 2:
+            continue
+        n = len(xs)
+        mb = sum(b for b, _ in xs) / n
+        mt = sum(t for _, t in xs) / n
+        slope = sum((b - mb) * (t - mt) for b, t in xs) / sum((b - mb) ** 2 for b, _ in xs)
+        fixed = mt - slope * mb
+        model = load_model_spec(name)
+        eff = SEQ * flops_per_token(model, SEQ) / (slope * peak) if slope > 0 else math.nan
+        out[name] = {
+            "seconds_per_sample": slope,
+            "fixed_seconds_per_step": fixed,
+            "efficiency": eff,
+            "hidden": model.hidden,
+            "params": model.total_params,
+        }
+        if eff == eff and eff > 0:
+            points.append((1 / model.hidden, 1 / eff))
+    fit: dict[str, Any] = {"per_model": out}
+    if len(points) >= 2:
+        mx = sum(x for x, _ in points) / len(points)
+        my = sum(y for _, y in points) / len(points)
+        b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+        a = my - b * mx
+        if a > 0:
+            fit["COMPUTE_EFF_MAX"] = 1 / a
+            fit["COMPUTE_EFF_HALF_HIDDEN"] = b / a
+    return fit
 
 
 def _describe(c: dict[str, Any]) -> str:
@@ -839,6 +891,21 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         "(edit wizard/calibration.py, then re-run --analyze).",
         "",
     ]
+    compute = fits["compute"]
+    if compute.get("per_model"):
+        md += ["| model | s per sample | fixed s per step | matmul efficiency |", "|---|---:|---:|---:|"]
+        for name, v in compute["per_model"].items():
+            md.append(
+                f"| {name} | {v['seconds_per_sample']:.4f} | {v['fixed_seconds_per_step']:.4f} | "
+                f"{_f(v['efficiency'], True)} |"
+            )
+        if "COMPUTE_EFF_MAX" in compute:
+            md += [
+                "",
+                f"Fitted COMPUTE_EFF_MAX = {compute['COMPUTE_EFF_MAX']:.3f}, "
+                f"COMPUTE_EFF_HALF_HIDDEN = {compute['COMPUTE_EFF_HALF_HIDDEN']:.0f}",
+            ]
+        md.append("")
     return md
 
 

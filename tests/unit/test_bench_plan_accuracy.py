@@ -50,7 +50,9 @@ def test_grid_is_prioritised_and_covers_the_issue(pa: ModuleType) -> None:
     assert two and all(pa.predict_fits(_h200(pa, 2), c, 2) for c in two)
 
 
-def _row(pa: ModuleType, hw, cfg, *, alloc_error: float, tps: float, status: str = "ok", reserved=None):  # type: ignore[no-untyped-def]
+def _row(
+    pa: ModuleType, hw, cfg, *, alloc_error: float, tps: float, status: str = "ok", reserved=None, step=1.0
+):  # type: ignore[no-untyped-def]
     card = pa.card_for_cap(hw.min_gpu_memory_bytes, cfg.cap_gib, 1)
     pred = pa.predict(hw, load_model_spec(cfg.model), cfg, 1, pa.SEQ, card)
     measured = int(pred["allocated"] / (1 + alloc_error))  # so that predicted / measured - 1 == alloc_error
@@ -65,6 +67,7 @@ def _row(pa: ModuleType, hw, cfg, *, alloc_error: float, tps: float, status: str
         else (int(measured * 1.05) if status == "ok" else None),
         "outside_allocator": 600 * 1024**2,
         "tokens_per_sec": tps if status == "ok" else None,
+        "step_s": [step],
         "predicted": pred,
     }
 
@@ -137,3 +140,21 @@ def test_analysis_of_a_raw_file(pa: ModuleType, tmp_path: Path) -> None:
     assert targets["memory error median <= 10 %"][1] is True
     assert (tmp_path / "plan_accuracy-2026-11-30-1gpu.md").read_text().count("| gpt2-medium |") >= 1
     assert json.loads((tmp_path / "plan_accuracy-2026-11-30-1gpu-summary.json").read_text())["targets"]
+
+
+def test_compute_fit_recovers_a_known_efficiency_curve(pa: ModuleType) -> None:
+    from wizard.throughput import flops_per_token
+
+    hw = _h200(pa, 1)
+    rows = []
+    for name in ("gpt2-medium", "gpt2-xl", "gpt2"):
+        m = load_model_spec(name)
+        eff = 0.5 * m.hidden / (m.hidden + 1000)
+        for mbs in (4, 8, 16):
+            step = 0.05 + mbs * pa.SEQ * flops_per_token(m, pa.SEQ) / (989.4e12 * eff)
+            cfg = pa.Config(name, 2, micro_batch=mbs)
+            rows.append(_row(pa, hw, cfg, alloc_error=0.0, tps=mbs * pa.SEQ / step, step=step))
+    fit = pa._fit_compute(rows)
+    assert fit["COMPUTE_EFF_MAX"] == pytest.approx(0.5, rel=1e-6)
+    assert fit["COMPUTE_EFF_HALF_HIDDEN"] == pytest.approx(1000, rel=1e-6)
+    assert fit["per_model"]["gpt2-xl"]["fixed_seconds_per_step"] == pytest.approx(0.05, rel=1e-6)
