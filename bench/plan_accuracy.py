@@ -413,12 +413,12 @@ def worker(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    deepspeed.init_distributed(timeout=timedelta(seconds=args.collective_timeout_s))
-    rank, world = dist.get_rank(), dist.get_world_size()
     smoke = args.smoke
     cuda = torch.cuda.is_available() and not smoke
-    if cuda:
+    if cuda:  # before the process group exists, so NCCL binds each rank to its own GPU
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    deepspeed.init_distributed(timeout=timedelta(seconds=args.collective_timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
     hw = smoke_hardware(world) if smoke else bench_hardware(world)
     seq = SMOKE_SEQ if smoke else SEQ
     grid = build_grid(hw, world, smoke)

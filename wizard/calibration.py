@@ -103,6 +103,9 @@ RESERVED_FIXED_BYTES = int(1.0 * GiB)
 # Outside the allocator (FACTS §1): the CUDA context ~0.3-0.5 GB, NCCL ~0.5 GB per communicator.
 CUDA_CONTEXT_BYTES = int(0.5 * GiB)
 NCCL_BYTES_PER_COMMUNICATOR = int(0.5 * GiB)
+# Ranking policy: a strategy that needs offload, checkpointing or ZeRO++ is recommended over a simpler one only when it
+# is predicted faster by more than this (the throughput model's typical error; revisit after the GPU bench).
+RECOMMEND_SIMPLER_WITHIN = 0.03
 # Plan with this share of each card left free unless the request says otherwise.
 DEFAULT_SAFETY_MARGIN = 0.05
 # Host RAM: a CUDA PyTorch + DeepSpeed rank's own resident memory (assumption; typical RSS 2-4 GiB).

@@ -317,15 +317,19 @@ def _prediction(mem: MemoryEstimate, tp: ThroughputEstimate) -> Prediction:
     )
 
 
+def _complexity(s: Strategy) -> int:
+    """What a strategy asks of the user beyond picking a stage: host RAM or disks, a code change, ZeRO++."""
+    return (
+        2 * (s.offload_optimizer != "none")
+        + 2 * (s.offload_param != "none")
+        + s.activation_checkpointing
+        + s.zero_quantized_weights
+    )
+
+
 def _rank_key(c: Candidate) -> tuple[Any, ...]:
     s = c.strategy
-    simplicity = (
-        s.zero_stage
-        + 2 * (s.offload_optimizer != "none")
-        + 2 * (s.offload_param != "none")
-        + (s.activation_checkpointing)
-        + (s.zero_quantized_weights)
-    )
+    simplicity = (_complexity(s), s.zero_stage)
     if c.fits:
         speed = math.floor(
             math.log(max(c.predicted.tokens_per_sec, 1e-9)) / math.log(1.005)
@@ -333,6 +337,17 @@ def _rank_key(c: Candidate) -> tuple[Any, ...]:
         return (0, -speed, -c.headroom_bytes, simplicity)
     over = c.predicted.gpu_bytes / max(1, c.predicted.gpu_bytes + c.headroom_bytes)
     return (1, len(c.limits), round(over, 3), -c.predicted.tokens_per_sec, simplicity)
+
+
+def _prefer_simpler(cands: list[Candidate]) -> list[Candidate]:
+    """Within the model's accuracy (RECOMMEND_SIMPLER_WITHIN) of the fastest, recommend the simplest strategy:
+    a 1 % predicted gain does not justify offloading or a code change."""
+    if not cands or not cands[0].fits:
+        return cands
+    floor = cands[0].predicted.tokens_per_sec * (1 - cal.RECOMMEND_SIMPLER_WITHIN)
+    pool = [i for i, c in enumerate(cands) if c.fits and c.predicted.tokens_per_sec >= floor]
+    pick = min(pool, key=lambda i: (_complexity(cands[i].strategy), i))
+    return [cands[pick], *cands[:pick], *cands[pick + 1 :]]
 
 
 # ----------------------------------------------------------------------------------------------- reasons
@@ -395,7 +410,12 @@ def _intrinsic_reasons(ctx: _Ctx, c: Candidate, mem: MemoryEstimate, tp: Through
 
 
 _STATE_ITEMS = ("parameters", "optimizer states", "accumulated gradients", "gradients for the update")
-_ACTIVATION_ITEMS = ("activations", "loss head (logits, fp32 upcast)", "logits", "backward transient (one layer)")
+_ACTIVATION_ITEMS = (
+    "activations",
+    "loss head (logits, fp32 upcast)",
+    "logits",
+    "backward transient (one layer)",
+)
 
 
 def _memory_reason(mem: MemoryEstimate) -> str:
@@ -481,7 +501,12 @@ def _comparisons(best: Candidate, others: list[Candidate]) -> list[str]:
                 out.append(f"{g} does not fit ({', '.join(c.limits)} short)")
             continue
         loss = 1 - c.predicted.tokens_per_sec / best.predicted.tokens_per_sec
-        if loss > 0.005:
+        if loss < -0.005:
+            out.append(
+                f"{g} is predicted ~{_pct(-loss)} faster (micro-batch {c.strategy.micro_batch_size}): within the "
+                "model's accuracy, so the simpler strategy is recommended"
+            )
+        elif loss > 0.005:
             why = ""
             if g == "activation checkpointing" and c.strategy.micro_batch_size > s.micro_batch_size:
                 why = f", even at micro-batch {c.strategy.micro_batch_size}"
@@ -554,7 +579,7 @@ def _core(
         )
         out.append(replace(c, reasons=tuple(_intrinsic_reasons(ctx, c, mem, tp))))
     out.sort(key=_rank_key)
-    return ctx, out, notes
+    return ctx, _prefer_simpler(out), notes
 
 
 def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None = None) -> Plan:
