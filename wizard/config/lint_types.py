@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from wizard.config import ds_keys
 from wizard.config.lint_base import ERROR, LintContext, finding, is_auto, section
-from wizard.config.load import _is_type_tag, _split
+from wizard.config.load import is_union_tag, split_managed
 from wizard.config.schema import DeepSpeedSettings
 from wizard.findings import Finding
 
@@ -22,11 +22,11 @@ _BOOL = ("true", "false", "True", "False", "yes", "no")
 def check_types(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     out: list[Finding] = []
     try:
-        DeepSpeedSettings.model_validate(_split(DeepSpeedSettings, cfg))
+        DeepSpeedSettings.model_validate(split_managed(DeepSpeedSettings, cfg))
     except ValidationError as e:
         seen: set[str] = set()
         for item in e.errors():
-            parts = [str(p) for p in item["loc"] if p != "unmanaged" and not _is_type_tag(p)]
+            parts = [str(p) for p in item["loc"] if p != "unmanaged" and not is_union_tag(p)]
             path = ".".join(parts)
             if path in seen:
                 continue

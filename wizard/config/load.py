@@ -220,7 +220,7 @@ def _section_class(annotation: Any) -> type[_Section] | None:
     return None
 
 
-def _split(model: type[_Section], raw: dict[str, Any]) -> dict[str, Any]:
+def split_managed(model: type[_Section], raw: dict[str, Any]) -> dict[str, Any]:
     """Managed keys as fields (nested sections split too), the rest in ``unmanaged``, in the file's order.
     An explicit null stays verbatim: DeepSpeed treats it like the default, and writing it back keeps the file."""
     fields = {n: f for n, f in model.model_fields.items() if n != "unmanaged"}
@@ -229,7 +229,9 @@ def _split(model: type[_Section], raw: dict[str, Any]) -> dict[str, Any]:
     for key, value in raw.items():
         if key in fields and value is not None:
             section = _section_class(fields[key].annotation)
-            values[key] = _split(section, value) if section is not None and isinstance(value, dict) else value
+            values[key] = (
+                split_managed(section, value) if section is not None and isinstance(value, dict) else value
+            )
         else:
             unmanaged[key] = value
     values["unmanaged"] = unmanaged
@@ -238,7 +240,7 @@ def _split(model: type[_Section], raw: dict[str, Any]) -> dict[str, Any]:
 
 def _validate(model: type[_M], raw: dict[str, Any], *, source: str, prefix: str) -> _M:
     try:
-        return model.model_validate(_split(model, raw))
+        return model.model_validate(split_managed(model, raw))
     except ValidationError as e:
         raise DswizError(f"{source}: " + _describe(e, prefix), _fix_for(e, source)) from None
 
@@ -246,7 +248,7 @@ def _validate(model: type[_M], raw: dict[str, Any], *, source: str, prefix: str)
 def _describe(error: ValidationError, prefix: str) -> str:
     by_path: dict[str, list[dict[str, Any]]] = {}
     for item in error.errors():
-        path = ".".join(str(p) for p in item["loc"] if p != "unmanaged" and not _is_type_tag(p))
+        path = ".".join(str(p) for p in item["loc"] if p != "unmanaged" and not is_union_tag(p))
         by_path.setdefault(path, []).append(dict(item))
     parts = []
     for path, items in list(by_path.items())[:5]:
@@ -261,7 +263,7 @@ def _describe(error: ValidationError, prefix: str) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
-def _is_type_tag(part: Any) -> bool:
+def is_union_tag(part: Any) -> bool:
     # pydantic puts the union member tried into the location (e.g. "function-after[...]", "literal['auto']").
     return isinstance(part, str) and ("[" in part or part in ("int", "float", "bool", "str"))
 

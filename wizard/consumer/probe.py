@@ -62,13 +62,15 @@ def _world_size(cfg: dict[str, Any], given: int | None) -> int:
         return given
     train, micro = cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu")
     gas = cfg.get("gradient_accumulation_steps", 1)
-    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (train, micro, gas)):
-        if train % (micro * gas) == 0:
-            return train // (micro * gas)  # the world size the config was written for
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (train, micro, gas))
+    if numbers and train % (micro * gas) == 0:
+        return train // (micro * gas)  # the world size the config was written for
     return 1
 
 
-def check_deepspeed(cfg: dict[str, Any], world_size: int | None, consumer: str | None, out: dict[str, Any]) -> None:
+def check_deepspeed(
+    cfg: dict[str, Any], world_size: int | None, consumer: str | None, out: dict[str, Any]
+) -> None:
     try:
         import deepspeed
         import deepspeed.comm as dist
@@ -88,7 +90,7 @@ def check_deepspeed(cfg: dict[str, Any], world_size: int | None, consumer: str |
     ds_logger.addHandler(handler)
     try:
         ds_config.DeepSpeedConfig(cfg)
-    except Exception as e:  # noqa: BLE001 - any failure of theirs is the finding
+    except Exception as e:  # any failure of theirs is the finding
         out["errors"].append({"source": "deepspeed", "message": f"{type(e).__name__}: {e}"})
     finally:
         ds_logger.removeHandler(handler)
@@ -111,7 +113,10 @@ def check_accelerate(path: str, world_size: int | None, consumer: str | None, ou
             args, defaults, mp_from_config = _validate_launch_command(args)
             if not args.use_deepspeed:
                 out["errors"].append(
-                    {"source": "accelerate", "message": "accelerate launch would not use DeepSpeed with this config"}
+                    {
+                        "source": "accelerate",
+                        "message": "accelerate launch would not use DeepSpeed with this config",
+                    }
                 )
                 return
             # What launch_command does before the DeepSpeed launcher (commands/launch.py).
@@ -130,7 +135,7 @@ def check_accelerate(path: str, world_size: int | None, consumer: str | None, ou
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
-        except (Exception, SystemExit) as e:  # noqa: BLE001
+        except (Exception, SystemExit) as e:  # accelerate exits on some bad configs
             out["errors"].append({"source": "accelerate", "message": f"{type(e).__name__}: {e}"})
             return
         finally:
