@@ -177,7 +177,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         accelerate_fields=accelerate_fields_for(topology),
         accelerate_ds_fields=accelerate_ds_fields_for(topology, options),
         node_env=node_env,
-        script_notes=_script_notes(strategy, settings, options.consumer),
+        script_notes=_script_notes(strategy, settings, options),
     )
 
 
@@ -300,7 +300,8 @@ def _scheduler(options: WriteOptions) -> Scheduler:
     return Scheduler(type="WarmupLR", params=params)
 
 
-def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, consumer: Consumer) -> tuple[str, ...]:
+def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: WriteOptions) -> tuple[str, ...]:
+    consumer = options.consumer
     notes: list[str] = []
     micro, gas = strategy.micro_batch_size, strategy.gradient_accumulation_steps
     if consumer == "trainer":
@@ -310,12 +311,17 @@ def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, consumer: Con
         notes.append(
             f"pass {flags} to your Trainer script: the config holds these numbers and the Trainer checks them"
         )
-    if settings.optimizer is not None:
+    plugin = consumer == "accelerate" and options.accelerate_mode == "plugin"
+    if plugin:
+        notes.append(
+            f"accelerate plugin mode takes the micro-batch from the DataLoader: use batch_size={micro} per process"
+        )
+    if settings.optimizer is not None and not plugin:
         if consumer == "accelerate":
             notes.append("the optimizer is DeepSpeed's: create accelerate.utils.DummyOptim in the script")
         elif consumer == "deepspeed":
             notes.append("the optimizer is DeepSpeed's: pass no optimizer to deepspeed.initialize")
-    if settings.scheduler is not None and consumer == "accelerate":
+    if settings.scheduler is not None and consumer == "accelerate" and not plugin:
         notes.append("the scheduler is DeepSpeed's: create accelerate.utils.DummyScheduler in the script")
     if strategy.activation_checkpointing:
         notes.append(

@@ -182,7 +182,7 @@ def _lint_json(
     found = lint_config(cfg, consumer=consumer, world_size=world_size, hardware=hardware)
     if prefix:
         found = [replace(f, location=f"{prefix}: {f.location}" if f.location else prefix) for f in found]
-    return found
+    return [f if f.location else replace(f, location=path.name) for f in found]
 
 
 def _lint_yaml(

@@ -29,7 +29,7 @@ class LintContext:
     @property
     def effective_world_size(self) -> int | None:
         if self.world_size is not None:
-            return self.world_size
+            return self.world_size if self.world_size >= 1 else None
         if self.hardware is not None and self.hardware.total_gpus > 0:
             return self.hardware.total_gpus
         return None

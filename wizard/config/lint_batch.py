@@ -16,6 +16,9 @@ def complete_batch(
     train: int | None, micro: int | None, gas: int | None, world: int
 ) -> tuple[int, int, int] | str:
     """DeepSpeed's completion of a partial batch specification, or its error message."""
+    for name, given in ((TRAIN, train), (MICRO, micro), (GAS, gas)):
+        if given is not None and given <= 0:
+            return f"{name} is {given}; it has to be greater than 0"
     if train is not None and micro is not None and gas is not None:
         pass
     elif train is not None and micro is not None:
@@ -62,6 +65,18 @@ def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                 MICRO,
             )
         ]
+    for name, value in ((TRAIN, train), (MICRO, micro), (GAS, gas)):
+        if value is not None and value <= 0:
+            return [
+                finding(
+                    ERROR,
+                    "batch-arithmetic",
+                    f"{name} is {value}",
+                    "DeepSpeed asserts it has to be greater than 0",
+                    f"set {name} to a positive number (or remove it and let DeepSpeed derive it)",
+                    name,
+                )
+            ]
     world = ctx.effective_world_size
     if world is None:
         return _check_without_world_size(train, micro, gas)
@@ -95,8 +110,8 @@ def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
 
 
 def _check_without_world_size(train: int | None, micro: int | None, gas: int | None) -> list[Finding]:
-    if train is None or micro is None:
-        return []
+    if train is None or micro is None or min(train, micro, gas or 1) <= 0:
+        return []  # zero or negative sizes: reported once the world size is known, and by DeepSpeed itself
     per_world = micro * (gas if gas is not None else 1)
     if gas is not None and (per_world <= 0 or train % per_world != 0):
         return [
@@ -125,6 +140,9 @@ def _check_without_world_size(train: int | None, micro: int | None, gas: int | N
 
 
 def _batch_fix(train: int | None, micro: int | None, gas: int | None, world: int) -> str:
+    for name, value in ((TRAIN, train), (MICRO, micro), (GAS, gas)):
+        if value is not None and value <= 0:
+            return f"set {name} to a positive number (or remove it and let DeepSpeed derive it)"
     if micro is not None and gas is not None:
         return f"set train_batch_size to {micro * gas * world} ({micro} x {gas} x {world}) or remove it"
     if micro is not None and train is not None:

@@ -35,6 +35,10 @@ def _line_of_second(text: str, key: str) -> int | None:
     return None
 
 
+def _at(line: int | None) -> str:
+    return f" on line {line}" if line else ""
+
+
 def parse_json(text: str) -> tuple[Any, ParseProblem | None]:
     """(value, None) or (None, problem). Duplicate keys are a problem, as DeepSpeed refuses them too."""
 
@@ -50,7 +54,7 @@ def parse_json(text: str) -> tuple[Any, ParseProblem | None]:
         return json.loads(text, object_pairs_hook=pairs_hook), None
     except DuplicateKey as e:
         return None, ParseProblem(
-            f'duplicate key "{e.key}" (DeepSpeed refuses: "Duplicate keys in DeepSpeed config")',
+            f'duplicate key "{e.key}"{_at(e.line)} (DeepSpeed refuses: "Duplicate keys in DeepSpeed config")',
             f'keep one "{e.key}" entry in that object and delete the other',
             e.line,
         )
@@ -93,7 +97,7 @@ def parse_yaml(text: str) -> tuple[Any, ParseProblem | None]:
         return yaml.load(text, Loader=_StrictLoader), None
     except DuplicateKey as e:
         return None, ParseProblem(
-            f'duplicate key "{e.key}" (YAML keeps only the last one, silently)',
+            f'duplicate key "{e.key}"{_at(e.line)} (YAML keeps only the last one, silently)',
             f'keep one "{e.key}" entry and delete the other',
             e.line,
         )

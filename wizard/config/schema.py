@@ -65,7 +65,8 @@ def _non_negative(value: float) -> float:
 
 Count = Annotated[int, BeforeValidator(_whole), AfterValidator(_non_negative)]
 PositiveInt = Annotated[int, BeforeValidator(_whole), AfterValidator(_positive)]
-NonNegFloat = Annotated[float, BeforeValidator(_number), AfterValidator(_non_negative)]
+# int | float keeps what was written (0 stays 0, 1.0 stays 1.0): a round trip changes no text.
+NonNegNumber = Annotated[int | float, BeforeValidator(_number), AfterValidator(_non_negative)]
 Stage = Annotated[Literal[0, 1, 2, 3], BeforeValidator(_whole)]
 
 
@@ -119,7 +120,7 @@ class FP16(_Section):
     """fp16 mixed precision with loss scaling; loss_scale 0 means dynamic scaling starting at 2**initial_scale_power."""
 
     enabled: StrictBool | Auto | None = None  # DeepSpeed's default is off
-    loss_scale: NonNegFloat | None = None
+    loss_scale: NonNegNumber | None = None
     initial_scale_power: Count | None = None
     loss_scale_window: PositiveInt | None = None
     hysteresis: PositiveInt | None = None
@@ -166,7 +167,7 @@ class DeepSpeedSettings(_Section):
     train_batch_size: PositiveInt | Auto | None = None
     train_micro_batch_size_per_gpu: PositiveInt | Auto | None = None
     gradient_accumulation_steps: PositiveInt | Auto | None = None
-    gradient_clipping: NonNegFloat | Auto | None = None
+    gradient_clipping: NonNegNumber | Auto | None = None
     bf16: BF16 | None = None
     fp16: FP16 | None = None
     zero_optimization: ZeroOptimization | None = None

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +36,44 @@ def consumer_findings(
     """Findings from DeepSpeed's (``kind="deepspeed"``, a JSON) or accelerate's (``kind="accelerate"``, a YAML
     and its JSON) own checks, run by ``python`` (default: this interpreter). ``cwd`` is where the job would be
     launched from (accelerate resolves relative paths there)."""
+    target = ProbeTarget(Path(path), kind, consumer, world_size)
+    return consumer_findings_many([target], python=python, timeout_s=timeout_s, cwd=cwd)[0]
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    path: Path
+    kind: str  # "deepspeed" (a JSON) or "accelerate" (a YAML)
+    consumer: Consumer | None = None
+    world_size: int | None = None
+
+
+def consumer_findings_many(
+    targets: list[ProbeTarget],
+    *,
+    python: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    cwd: Path | str | None = None,
+) -> list[list[Finding]]:
+    """``consumer_findings`` for several files in one subprocess (importing torch is the slow part)."""
+    if not targets:
+        return []
     python = python or sys.executable
-    location = str(path)
-    request = {
-        "kind": kind,
-        "path": os.path.abspath(path),
-        "world_size": world_size,
-        "consumer": consumer,
-    }
+    requests = [
+        {"kind": t.kind, "path": os.path.abspath(t.path), "world_size": t.world_size, "consumer": t.consumer}
+        for t in targets
+    ]
+    name = " and ".join(sorted({_NAMES.get(t.kind, t.kind) for t in targets}))
+    # PYTHONPATH cleared: the probe is standalone and must see the training environment, not dswiz's checkout.
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ""}
+
+    def failed(finding: Finding) -> list[list[Finding]]:
+        return [[replace(finding, location=str(t.path))] for t in targets]
+
     try:
         proc = subprocess.run(
             [python, str(PROBE)],
-            input=json.dumps(request),
+            input=json.dumps({"requests": requests}),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -55,42 +81,46 @@ def consumer_findings(
             env=env,
             check=False,
         )
-    except FileNotFoundError:
-        return [
+    except (FileNotFoundError, PermissionError):
+        return failed(
             _finding(
                 Severity.WARNING,
                 "consumer-check-failed",
-                f"cannot run {python} to check the config with {_NAMES.get(kind, kind)}",
+                f"cannot run {python} to check the config with {name}",
                 "the consumers' own validation did not run",
                 "pass --python with the training environment's interpreter, or --no-consumer-check",
-                location,
+                "",
             )
-        ]
+        )
     except subprocess.TimeoutExpired:
-        return [
+        return failed(
             _finding(
                 Severity.WARNING,
                 "consumer-check-timeout",
-                f"{_NAMES.get(kind, kind)}'s own check did not finish in {timeout_s:.0f} s",
+                f"{name}'s own check did not finish in {timeout_s:.0f} s",
                 "importing torch and DeepSpeed can be slow on a cold or busy machine; nothing was checked",
                 "run again, or pass --no-consumer-check",
-                location,
+                "",
             )
-        ]
+        )
     result = _result(proc.stdout)
-    if result is None:
+    results = result.get("results") if result is not None else None
+    if not isinstance(results, list) or len(results) != len(targets):
         tail = " / ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        return [
+        return failed(
             _finding(
                 Severity.WARNING,
                 "consumer-check-failed",
-                f"the {_NAMES.get(kind, kind)} check crashed in {python} (exit {proc.returncode})",
+                f"the {name} check crashed in {python} (exit {proc.returncode})",
                 f"the consumers' own validation did not run: {tail[:300]}",
                 "check that this Python has torch and DeepSpeed installed (`python -c 'import deepspeed'`)",
-                location,
+                "",
             )
-        ]
-    return findings_from_result(result, kind=kind, python=python, location=location)
+        )
+    return [
+        findings_from_result(r, kind=t.kind, python=python, location=str(t.path))
+        for t, r in zip(targets, results, strict=True)
+    ]
 
 
 def _result(stdout: str) -> dict[str, Any] | None:

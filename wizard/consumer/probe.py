@@ -5,6 +5,7 @@ A standalone script (it imports nothing from dswiz): ``wizard.consumer.check`` r
 (DeepSpeed prints its own logs on stdout too). Request::
 
     {"kind": "deepspeed" | "accelerate", "path": FILE, "world_size": N | null, "consumer": ... | null}
+    or {"requests": [request, ...]} (then the result line holds {"results": [result, ...]})
 
 Result: {"versions": {...}, "missing": [module, ...], "errors": [{"source", "message"}], "warnings": [...]}.
 DeepSpeed's checks: DeepSpeedConfig (its pydantic ZeRO/offload/precision/monitor models, batch completion and
@@ -146,27 +147,36 @@ def check_accelerate(path: str, world_size: int | None, consumer: str | None, ou
     check_deepspeed(dict(cfg), ws, consumer or "accelerate", out)
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.read())
+def run_request(request: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "versions": {"python": sys.version.split()[0]},
         "missing": [],
         "errors": [],
         "warnings": [],
     }
+    if request["kind"] == "accelerate":
+        check_accelerate(request["path"], request.get("world_size"), request.get("consumer"), out)
+    else:
+        with open(request["path"], encoding="utf-8") as fh:
+            cfg = json.load(fh)
+        check_deepspeed(cfg, request.get("world_size"), request.get("consumer"), out)
+    return out
+
+
+def main() -> None:
+    """One request, or {"requests": [...]} for several in one process (imports are the slow part)."""
+    request = json.loads(sys.stdin.read())
     noise = io.StringIO()
+    results: list[dict[str, Any]] = []
     try:
         # Their import-time chatter goes to our stderr, never into the result line.
         with contextlib.redirect_stdout(noise):
-            if request["kind"] == "accelerate":
-                check_accelerate(request["path"], request.get("world_size"), request.get("consumer"), out)
-            else:
-                with open(request["path"], encoding="utf-8") as fh:
-                    cfg = json.load(fh)
-                check_deepspeed(cfg, request.get("world_size"), request.get("consumer"), out)
+            for one in request.get("requests", [request]):
+                results.append(run_request(one))
     finally:
         sys.stderr.write(noise.getvalue())
-        print(MARKER + json.dumps(out), flush=True)
+        payload = {"results": results} if "requests" in request else (results[0] if results else {})
+        print(MARKER + json.dumps(payload), flush=True)
 
 
 if __name__ == "__main__":
