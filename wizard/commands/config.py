@@ -232,10 +232,23 @@ def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport
         lr=flags["lr"],
         torch_adam=flags["torch_adam"],
         steps_per_print=flags["steps_per_print"],
-        deepspeed_version=hardware.software.deepspeed if hardware is not None else None,
+        deepspeed_version=_target_deepspeed_version(hardware),
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         config_dir=str(out_dir.resolve()),
     )
+
+
+def _target_deepspeed_version(hardware: HardwareReport | None) -> str | None:
+    """The DeepSpeed that will read the config (decides whether log_level is written): the hardware report's,
+    else the one installed next to dswiz (from package metadata, without importing it), else unknown."""
+    if hardware is not None and hardware.software.deepspeed:
+        return hardware.software.deepspeed
+    from importlib import metadata
+
+    try:
+        return metadata.version("deepspeed")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def write_config_set(config_set: ConfigSet, out_dir: Path, *, force: bool) -> list[tuple[Path, Path | None]]:
