@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from wizard.config.schema import Consumer
     from wizard.findings import Finding
 
 CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
@@ -46,7 +47,7 @@ LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
 def check(
     ctx: click.Context,
     file: Path,
-    consumer: str | None,
+    consumer: Consumer | None,
     world_size: int | None,
     hardware: str | None,
     launcher: str | None,
@@ -68,7 +69,7 @@ def check(
         from wizard.hardware import get_hardware
 
         report = get_hardware(hardware)
-    findings = lint_path(file, consumer=consumer, world_size=world_size, hardware=report, launcher=launcher)  # type: ignore[arg-type]
+    findings = lint_path(file, consumer=consumer, world_size=world_size, hardware=report, launcher=launcher)
     if not no_consumer_check:
         findings += _consumer_findings(file, consumer=consumer, world_size=world_size, python=python)
     findings = sort_findings(findings)
@@ -89,7 +90,7 @@ def check(
 
 
 def _consumer_findings(
-    file: Path, *, consumer: str | None, world_size: int | None, python: str | None
+    file: Path, *, consumer: Consumer | None, world_size: int | None, python: str | None
 ) -> list[Finding]:
     from dataclasses import replace
 
@@ -112,7 +113,7 @@ def _consumer_findings(
             targets.append((file, kind))
     out: list[Finding] = []
     for path, kind in targets:
-        found = consumer_findings(path, kind=kind, python=python, consumer=consumer, world_size=world_size)  # type: ignore[arg-type]
+        found = consumer_findings(path, kind=kind, python=python, consumer=consumer, world_size=world_size)
         if python is None:
             # Not installed next to dswiz is normal (a laptop, a login node): say so quietly.
             from wizard.findings import Severity

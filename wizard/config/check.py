@@ -99,7 +99,6 @@ def lint_path(
     if problem is not None:
         return [problem]
     kind = detect_kind(path, text)
-    ctx = dict(consumer=consumer, world_size=world_size, hardware=hardware)
     if kind == "hostfile":
         return sort_findings(
             lint_hostfile_text(text, name=path.name, world_size=world_size, launcher=launcher)
@@ -107,8 +106,8 @@ def lint_path(
     if kind == "deepspeed_env":
         return sort_findings(lint_deepspeed_env_text(text, name=path.name))
     if kind == "accelerate":
-        return _lint_yaml(path, text, **ctx)  # type: ignore[arg-type]
-    return _lint_json(path, text, prefix="", **ctx)  # type: ignore[arg-type]
+        return _lint_yaml(path, text, consumer=consumer, world_size=world_size, hardware=hardware)
+    return _lint_json(path, text, prefix="", consumer=consumer, world_size=world_size, hardware=hardware)
 
 
 def detect_kind(path: Path, text: str) -> FileKind:

@@ -199,9 +199,10 @@ class DeepSpeedSettings(_Section):
 
     @property
     def precision(self) -> Literal["bf16", "fp16", "fp32", "auto"]:
-        for name, section in (("bf16", self.bf16), ("fp16", self.fp16)):
-            if section is not None and section.enabled is True:
-                return name  # type: ignore[return-value]
+        if self.bf16 is not None and self.bf16.enabled is True:
+            return "bf16"
+        if self.fp16 is not None and self.fp16.enabled is True:
+            return "fp16"
         if any(s is not None and s.enabled == AUTO for s in (self.bf16, self.fp16)):
             return "auto"
         return "fp32"
