@@ -1,0 +1,267 @@
+"""Every call the wizard makes into the dswiz core, in one place.
+
+The wizard (full screen and line prompts) decides nothing itself: hardware comes from ``wizard.hardware``, model
+specs from ``wizard.model``, candidates and predictions from ``wizard.planner``, files and findings from
+``wizard.config``. This module converts their results into the small views the screens show, so a change in a core
+signature is fixed here and nowhere else. It imports no terminal library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wizard.errors import DswizError
+from wizard.findings import Finding
+from wizard.hardware.report import HardwareReport
+from wizard.strategy import Strategy
+from wizard.tui.choices import Choices
+
+
+class CoreUnavailable(DswizError):
+    """A part of the core this wizard needs is not installed on this branch yet."""
+
+
+def _core(module: str, attr: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise CoreUnavailable(
+            f"{module}.{attr} is not available in this dswiz build",
+            "update dswiz; meanwhile `dswiz config --yes` or `dswiz plan` may work",
+        ) from e
+
+
+@dataclass(frozen=True)
+class CandidateView:
+    """One row of the strategy table: a strategy and what the planner predicts for it."""
+
+    strategy: Strategy
+    fits: bool
+    gpu_bytes: int | None
+    cpu_bytes: int | None
+    nvme_bytes: int | None
+    tokens_per_sec: float | None
+    mfu: float | None
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanView:
+    candidates: tuple[CandidateView, ...]
+    advice: tuple[str, ...] = ()
+    raw: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def best(self) -> CandidateView | None:
+        return next((c for c in self.candidates if c.fits), None)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What each memory tier holds per GPU rank's node, for the bars (None: unknown)."""
+
+    gpu: int | None
+    cpu: int | None
+    nvme: int | None
+
+
+def capacity(hw: HardwareReport | None) -> Capacity:
+    if hw is None:
+        return Capacity(None, None, None)
+    nvme = [d.free_bytes for d in hw.host.disks if d.nvme]
+    return Capacity(hw.min_gpu_memory_bytes, hw.host.ram_total_bytes, max(nvme) if nvme else None)
+
+
+def precisions_supported(hw: HardwareReport | None) -> dict[str, str | None]:
+    """precision -> None when the GPUs support it, else the reason (FACTS §3 rule 6: from compute capability)."""
+    out: dict[str, str | None] = {"bf16": None, "fp16": None, "fp32": None}
+    gpus = hw.gpus if hw else ()
+    if any(g.supports_bf16 is False for g in gpus):
+        out["bf16"] = "bf16 needs compute capability 8.0 or newer (Ampere, Hopper)"
+    if any(g.supports_fp16 is False for g in gpus):
+        out["fp16"] = "fp16 needs compute capability 7.0 or newer"
+    return out
+
+
+# ---------------------------------------------------------------- hardware and model
+
+
+def get_hardware(spec: str | None) -> HardwareReport:
+    """Detect this machine (``None``) or describe one ("8xA100-80GB", "2x8xH100", a YAML profile)."""
+    return _core("wizard.hardware", "get_hardware")(spec)  # type: ignore[no-any-return]
+
+
+def model_presets() -> list[str]:
+    mod = importlib.import_module("wizard.model") if _has("wizard.model") else None
+    for name in ("preset_names", "PRESETS"):
+        value = getattr(mod, name, None)
+        if callable(value):
+            return sorted(value())
+        if value is not None:
+            return sorted(value)
+    return []
+
+
+def load_model(text: str) -> Any:
+    if not text.strip():
+        raise DswizError("no model given", "type a preset name, a path to a config.json, or numbers")
+    return _core("wizard.model", "load_model_spec")(text.strip())
+
+
+def describe_model(model: Any) -> str:
+    for attr in ("describe", "summary"):
+        fn = getattr(model, attr, None)
+        if callable(fn):
+            return str(fn())
+    return str(getattr(model, "name", model))
+
+
+# ---------------------------------------------------------------- planning
+
+
+def _request(choices: Choices) -> Any:
+    request_cls = _core("wizard.planner", "PlanRequest")
+    kwargs: dict[str, Any] = {"seq_len": choices.seq_len, "global_batch": choices.global_batch}
+    fields = getattr(request_cls, "__dataclass_fields__", {}) or getattr(request_cls, "model_fields", {})
+    if "mode" in fields:
+        kwargs["mode"] = choices.mode
+    return request_cls(**{k: v for k, v in kwargs.items() if not fields or k in fields})
+
+
+def _view(candidate: Any) -> CandidateView:
+    p = candidate.predicted
+    return CandidateView(
+        strategy=candidate.strategy,
+        fits=bool(candidate.fits),
+        gpu_bytes=getattr(p, "gpu_bytes", None),
+        cpu_bytes=getattr(p, "cpu_bytes", None),
+        nvme_bytes=getattr(p, "nvme_bytes", None),
+        tokens_per_sec=getattr(p, "tokens_per_sec", None),
+        mfu=getattr(p, "mfu", None),
+        reasons=tuple(str(r) for r in (candidate.reasons or ())),
+    )
+
+
+def plan(choices: Choices, model: Any) -> PlanView:
+    if choices.hardware is None:
+        raise DswizError("no hardware yet", "go back to the Hardware step")
+    result = _core("wizard.planner", "plan")(choices.hardware, model, _request(choices))
+    advice = tuple(str(a) for a in (getattr(result, "advice", ()) or ()))
+    return PlanView(tuple(_view(c) for c in result.candidates), advice, raw=result)
+
+
+def evaluate(choices: Choices, model: Any, strategy: Strategy) -> CandidateView:
+    """The planner's prediction for a strategy the user edited by hand."""
+    fn = _core("wizard.planner", "evaluate")
+    return _view(fn(choices.hardware, model, strategy, _request(choices)))
+
+
+def option_problems(strategy: Strategy, hw: HardwareReport | None) -> list[str]:
+    """Why ``strategy`` cannot be offered: the combination rules (``Strategy.problems``) plus the machine's
+    (``wizard.planner.hardware_problems`` when the planner provides it, e.g. NVMe offload without libaio)."""
+    out = list(strategy.problems())
+    if hw is not None and _has("wizard.planner"):
+        fn = getattr(importlib.import_module("wizard.planner"), "hardware_problems", None)
+        if callable(fn):
+            out.extend(str(p) for p in fn(hw, strategy))
+    return out
+
+
+# ---------------------------------------------------------------- files
+
+
+def render_files(choices: Choices) -> dict[str, str]:
+    """file name -> content, in the order the review screen shows them."""
+    fn = _core("wizard.config", "render_all")
+    files: dict[str, str] = fn(choices)
+    return files
+
+
+def lint_files(files: dict[str, str], world_size: int) -> list[Finding]:
+    fn = _core("wizard.config", "lint_config")
+    out: list[Finding] = []
+    for name, text in files.items():
+        out.extend(fn(name, text, world_size=world_size))
+    return out
+
+
+def import_config(path: Path) -> Any:
+    """Read an existing DeepSpeed JSON / accelerate YAML (``dswiz --from FILE``)."""
+    if not path.is_file():
+        raise DswizError(f"{path} does not exist", "give the path of a DeepSpeed JSON or accelerate YAML file")
+    return _core("wizard.config", "load")(path)
+
+
+def write_files(out_dir: Path, files: dict[str, str], *, force: bool) -> list[Any]:
+    from wizard.fsio import atomic_write_text
+
+    results = []
+    for name, text in files.items():
+        mode = 0o755 if name.endswith(".sh") else None
+        results.append(atomic_write_text(out_dir / name, text, force=force, mode=mode))
+    return results
+
+
+def existing_files(out_dir: Path, names: Iterable[str]) -> dict[str, str]:
+    """What is already on disk under those names, for the diff (unreadable files count as absent)."""
+    out = {}
+    for name in names:
+        p = out_dir / name
+        try:
+            out[name] = p.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def launch_command(out_dir: Path, script: str = "train.py") -> str:
+    return f"dswiz launch --config {out_dir} {script}"
+
+
+def _has(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- multi-node
+
+# What each DeepSpeed launcher needs (FACTS §3 rules 8-9, deepspeed/launcher/runner.py + multinode_runner.py).
+LAUNCHER_NOTES: dict[str, str] = {
+    "pdsh": "default; passwordless ssh from this node to every host; runs `cd $PWD` and the same python there",
+    "openmpi": "mpirun from Open MPI; no --include/--exclude, no per-node GPU limits",
+    "mvapich": "MVAPICH2 mpirun; same GPU count on every node; no --include/--exclude",
+    "mpich": "MPICH mpirun; same GPU count on every node; no --include/--exclude",
+    "slurm": "srun inside a Slurm allocation (salloc/sbatch); the hostfile comes from Slurm",
+    "nossh": "start the same command on every node yourself (--node_rank); needs DeepSpeed ≥ 0.14.5",
+    "standard": "single node only: torch-style local launch, no hostfile",
+}
+
+
+def check_hostfile(text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
+    """Findings for a hostfile being edited (the config linter's hostfile rules)."""
+    fn = _core("wizard.config", "lint_hostfile")
+    return list(fn(text, nodes=nodes, gpus_per_node=gpus_per_node, launcher=launcher))
+
+
+def default_hostfile(nodes: int, gpus_per_node: int) -> str:
+    """A starting point the user edits: placeholder host names, one line per node."""
+    return "".join(f"node{i + 1} slots={gpus_per_node}\n" for i in range(nodes))
+
+
+def apply_import(choices: Choices, imported: Any) -> None:
+    """Put an imported config's decisions into the choices (``dswiz --from FILE``)."""
+    strategy = imported if isinstance(imported, Strategy) else getattr(imported, "strategy", None)
+    if strategy is None:
+        raise DswizError("the file holds no DeepSpeed strategy dswiz can read", "check it with `dswiz check FILE`")
+    choices.strategy = strategy
+    choices.global_batch = strategy.global_batch_size
+    clipping = getattr(imported, "gradient_clipping", None)
+    if isinstance(clipping, (int, float)):
+        choices.gradient_clipping = float(clipping)
