@@ -22,14 +22,29 @@ from wizard.tui.core_bridge import CandidateView, PlanView
 from wizard.units import GiB
 
 
-def described(n_gpus: int, nodes: int = 1, mem_gib: int = 80, name: str = "NVIDIA A100-SXM4-80GB") -> HardwareReport:
+def described(
+    n_gpus: int, nodes: int = 1, mem_gib: int = 80, name: str = "NVIDIA A100-SXM4-80GB"
+) -> HardwareReport:
     gpus = tuple(
-        GPUInfo(index=i, name=name, memory_total_bytes=mem_gib * GiB, compute_capability=(8, 0)) for i in range(n_gpus)
+        GPUInfo(index=i, name=name, memory_total_bytes=mem_gib * GiB, compute_capability=(8, 0))
+        for i in range(n_gpus)
     )
-    host = HostInfo(hostname="node1", cpu_model="AMD EPYC 7763", physical_cores=64, ram_total_bytes=1024 * GiB,
-                    ram_available_bytes=1000 * GiB, shm_bytes=512 * GiB, libaio=False)
-    return HardwareReport(source="described", gpus=gpus, host=host, nodes=nodes,
-                          description=f"{nodes}x{n_gpus}x{name}" if nodes > 1 else f"{n_gpus}x{name}")
+    host = HostInfo(
+        hostname="node1",
+        cpu_model="AMD EPYC 7763",
+        physical_cores=64,
+        ram_total_bytes=1024 * GiB,
+        ram_available_bytes=1000 * GiB,
+        shm_bytes=512 * GiB,
+        libaio=False,
+    )
+    return HardwareReport(
+        source="described",
+        gpus=gpus,
+        host=host,
+        nodes=nodes,
+        description=f"{nodes}x{n_gpus}x{name}" if nodes > 1 else f"{n_gpus}x{name}",
+    )
 
 
 class FakeCore:
@@ -61,7 +76,9 @@ class FakeCore:
     def _cand(self, choices: Choices, s: Strategy) -> CandidateView:
         hw = choices.hardware
         assert hw is not None
-        gpu = (40 - 8 * s.zero_stage - (10 if s.offload_optimizer != "none" else 0)) * GiB + s.micro_batch_size * GiB
+        gpu = (
+            40 - 8 * s.zero_stage - (10 if s.offload_optimizer != "none" else 0)
+        ) * GiB + s.micro_batch_size * GiB
         cpu = (100 * GiB) if s.offload_optimizer == "cpu" else 20 * GiB
         tps = 50000.0 / (1 + s.zero_stage) / (3 if s.offload_optimizer != "none" else 1)
         fits = gpu <= (hw.min_gpu_memory_bytes or 0)
@@ -70,8 +87,9 @@ class FakeCore:
     def plan(self, choices: Choices, model: Any) -> PlanView:
         hw = choices.hardware
         assert hw is not None
-        base = Strategy(nodes=hw.nodes, gpus_per_node=hw.gpus_per_node, micro_batch_size=4,
-                        gradient_accumulation_steps=2)
+        base = Strategy(
+            nodes=hw.nodes, gpus_per_node=hw.gpus_per_node, micro_batch_size=4, gradient_accumulation_steps=2
+        )
         cands = [self._cand(choices, base.with_(zero_stage=st)) for st in (1, 2, 3)]
         cands.append(self._cand(choices, base.with_(zero_stage=2, offload_optimizer="cpu")))
         return PlanView(tuple(cands), ("fake advice.",))
@@ -82,9 +100,13 @@ class FakeCore:
     def render_files(self, choices: Choices) -> dict[str, str]:
         s = choices.strategy
         assert s is not None
-        ds = {"train_batch_size": s.global_batch_size, "train_micro_batch_size_per_gpu": s.micro_batch_size,
-              "gradient_accumulation_steps": s.gradient_accumulation_steps,
-              "zero_optimization": {"stage": s.zero_stage}, "gradient_clipping": choices.gradient_clipping}
+        ds = {
+            "train_batch_size": s.global_batch_size,
+            "train_micro_batch_size_per_gpu": s.micro_batch_size,
+            "gradient_accumulation_steps": s.gradient_accumulation_steps,
+            "zero_optimization": {"stage": s.zero_stage},
+            "gradient_clipping": choices.gradient_clipping,
+        }
         files = {"ds_config.json": json.dumps(ds, indent=2, sort_keys=True) + "\n"}
         if s.nodes > 1:
             files["hostfile"] = choices.hostfile_text
@@ -96,12 +118,16 @@ class FakeCore:
     def check_hostfile(self, text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if len(lines) != nodes:
-            return [Finding(Severity.ERROR, "hostfile-count", f"{len(lines)} hosts for {nodes} nodes", "w", "f")]
+            return [
+                Finding(Severity.ERROR, "hostfile-count", f"{len(lines)} hosts for {nodes} nodes", "w", "f")
+            ]
         return []
 
     def import_config(self, path: Path) -> Any:
         d = json.loads(path.read_text())
-        return Strategy(zero_stage=d["zero_optimization"]["stage"], micro_batch_size=d["train_micro_batch_size_per_gpu"])
+        return Strategy(
+            zero_stage=d["zero_optimization"]["stage"], micro_batch_size=d["train_micro_batch_size_per_gpu"]
+        )
 
 
 @dataclass

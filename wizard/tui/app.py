@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import App
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
@@ -42,7 +42,7 @@ class WizardApp(App[list[Path]]):
     CSS_PATH = "app.tcss"
     TITLE = "dswiz"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n,ctrl+n", "move(1)", "Next"),
         Binding("b,ctrl+p", "move(-1)", "Back"),
         Binding("question_mark,f1", "help", "Help", key_display="?"),

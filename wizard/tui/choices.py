@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.strategy import Mode, Strategy
 
@@ -56,3 +57,18 @@ class Choices:
             return
         self.strategy = self.strategy.with_(nodes=max(1, nodes), gpus_per_node=max(1, gpus_per_node))
         self.global_batch = self.strategy.global_batch_size
+
+
+def parse_positive(text: str, what: str, *, allow_empty: bool = False) -> int | None:
+    text = text.strip().replace("_", "").replace(",", "")
+    if not text and allow_empty:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise DswizError(
+            f"{what} must be a whole number, not {text!r}", f"type a {what} such as 2048"
+        ) from None
+    if value < 1:
+        raise DswizError(f"{what} must be at least 1", f"type a positive {what}")
+    return value

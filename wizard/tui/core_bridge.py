@@ -192,7 +192,9 @@ def lint_files(files: dict[str, str], world_size: int) -> list[Finding]:
 def import_config(path: Path) -> Any:
     """Read an existing DeepSpeed JSON / accelerate YAML (``dswiz --from FILE``)."""
     if not path.is_file():
-        raise DswizError(f"{path} does not exist", "give the path of a DeepSpeed JSON or accelerate YAML file")
+        raise DswizError(
+            f"{path} does not exist", "give the path of a DeepSpeed JSON or accelerate YAML file"
+        )
     return _core("wizard.config", "load")(path)
 
 
@@ -259,7 +261,9 @@ def apply_import(choices: Choices, imported: Any) -> None:
     """Put an imported config's decisions into the choices (``dswiz --from FILE``)."""
     strategy = imported if isinstance(imported, Strategy) else getattr(imported, "strategy", None)
     if strategy is None:
-        raise DswizError("the file holds no DeepSpeed strategy dswiz can read", "check it with `dswiz check FILE`")
+        raise DswizError(
+            "the file holds no DeepSpeed strategy dswiz can read", "check it with `dswiz check FILE`"
+        )
     choices.strategy = strategy
     choices.global_batch = strategy.global_batch_size
     clipping = getattr(imported, "gradient_clipping", None)

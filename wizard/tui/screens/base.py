@@ -45,7 +45,7 @@ class StepScreen(Screen[None]):
         with Horizontal(id="nav"):
             yield Button("← Back", id="back", disabled=self.STEP == 0)
             yield Static("", id="status")
-            last = self.STEP == len(STEP_TITLES) - 1
+            last = len(STEP_TITLES) - 1 == self.STEP
             yield Button("Done" if last else "Next →", id="next", variant="primary")
         yield Footer()
 

@@ -28,7 +28,12 @@ def gpu_table(hw: HardwareReport) -> Table:
         cc = "?" if g.compute_capability is None else f"{g.compute_capability[0]}.{g.compute_capability[1]}"
         yes = {True: "yes", False: "no", None: "?"}
         table.add_row(
-            str(g.index), g.name, fmt_bytes(g.memory_total_bytes), cc, yes[g.supports_bf16], yes[g.supports_fp16]
+            str(g.index),
+            g.name,
+            fmt_bytes(g.memory_total_bytes),
+            cc,
+            yes[g.supports_bf16],
+            yes[g.supports_fp16],
         )
     return table
 
@@ -63,7 +68,9 @@ class HardwareStep(StepScreen):
     def body(self) -> ComposeResult:
         yield Label("Plan for", classes="field-label")
         with Horizontal(classes="row"):
-            yield Input(placeholder="empty = this machine; or 8xA100-80GB, 2x8xH100, profile.yaml", id="hw-spec")
+            yield Input(
+                placeholder="empty = this machine; or 8xA100-80GB, 2x8xH100, profile.yaml", id="hw-spec"
+            )
             yield Button("Use", id="hw-use")
         yield Static("", id="hw-source", classes="section-title")
         yield Static("", id="hw-nogpu", classes="banner")
@@ -116,7 +123,9 @@ class HardwareStep(StepScreen):
     @on(Input.Submitted, "#hw-spec")
     def _use_spec(self) -> None:
         spec = self.query_one("#hw-spec", Input).value.strip() or None
-        self.query_one("#hw-source", Static).update("Detecting this machine…" if spec is None else f"Reading {spec}…")
+        self.query_one("#hw-source", Static).update(
+            "Detecting this machine…" if spec is None else f"Reading {spec}…"
+        )
         self.wizard.detecting = True
         self.wizard.detect_hardware(spec)
 
@@ -126,8 +135,12 @@ class HardwareStep(StepScreen):
         if self.wizard.detecting:
             raise DswizError("still reading the hardware", "wait a moment, then press Next again")
         if hw is None:
-            raise DswizError("no hardware yet", "leave the field empty for this machine or describe one, then Use")
+            raise DswizError(
+                "no hardware yet", "leave the field empty for this machine or describe one, then Use"
+            )
         if spec != self.wizard.choices.hardware_spec:
             raise DswizError("the hardware field changed", "press Use (or Enter) to read it first")
         if not hw.gpus:
-            raise DswizError("there is no GPU to plan for", "describe the GPUs you will train on, e.g. 8xA100-80GB")
+            raise DswizError(
+                "there is no GPU to plan for", "describe the GPUs you will train on, e.g. 8xA100-80GB"
+            )

@@ -10,20 +10,8 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
 
 from wizard.errors import DswizError
+from wizard.tui.choices import parse_positive
 from wizard.tui.screens.base import StepScreen
-
-
-def parse_positive(text: str, what: str, *, allow_empty: bool = False) -> int | None:
-    text = text.strip().replace("_", "").replace(",", "")
-    if not text and allow_empty:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise DswizError(f"{what} must be a whole number, not {text!r}", f"type a {what} such as 2048") from None
-    if value < 1:
-        raise DswizError(f"{what} must be at least 1", f"type a positive {what}")
-    return value
 
 
 class ModelStep(StepScreen):
@@ -40,7 +28,9 @@ class ModelStep(StepScreen):
         yield Label("Model: preset, path to config.json, or numbers", classes="field-label")
         with Horizontal(classes="row"):
             yield Select([(p, p) for p in presets], prompt="preset…", id="model-preset", disabled=not presets)
-            yield Input(placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model")
+            yield Input(
+                placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model"
+            )
         with Horizontal(classes="row"):
             with Vertical(classes="field"):
                 yield Label("Sequence length (tokens)", classes="field-label")

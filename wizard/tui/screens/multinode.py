@@ -11,9 +11,8 @@ from textual.widgets import Input, Label, RadioButton, RadioSet, Static, TextAre
 
 from wizard.errors import DswizError
 from wizard.findings import has_errors
-from wizard.tui.choices import LAUNCHERS
+from wizard.tui.choices import LAUNCHERS, parse_positive
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.screens.model import parse_positive
 from wizard.tui.widgets.findings_view import findings_text
 
 
@@ -109,7 +108,9 @@ class MultiNodeStep(StepScreen):
             return []
         text = self.query_one("#hostfile", TextArea).text
         try:
-            findings = self.wizard.core.check_hostfile(text, nodes=nodes, gpus_per_node=gpus, launcher=launcher)
+            findings = self.wizard.core.check_hostfile(
+                text, nodes=nodes, gpus_per_node=gpus, launcher=launcher
+            )
         except DswizError as e:
             out.update(Text(e.problem, style="dim"))
             return []
@@ -130,7 +131,9 @@ class MultiNodeStep(StepScreen):
         if port > 65535:
             raise DswizError(f"port {port} is out of range", "choose a port between 1024 and 65535")
         if nodes > 1 and launcher == "standard":
-            raise DswizError("the standard launcher runs one node only", "choose pdsh, an MPI launcher or slurm")
+            raise DswizError(
+                "the standard launcher runs one node only", "choose pdsh, an MPI launcher or slurm"
+            )
         findings = self._check()
         if has_errors(findings):
             raise DswizError("the hostfile has errors", "fix the lines listed under Hostfile check")

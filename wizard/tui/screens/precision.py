@@ -12,8 +12,8 @@ from textual.widgets import Input, Label, RadioButton, RadioSet, Static, Switch
 
 from wizard.errors import DswizError
 from wizard.strategy import PRECISIONS, Strategy
+from wizard.tui.choices import parse_positive
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.screens.model import parse_positive
 from wizard.tui.widgets.memory_bar import MemoryBar
 
 SWITCHES = (
@@ -50,7 +50,11 @@ class PrecisionStep(StepScreen):
                 yield RadioButton(p, id=f"prec-{p}")
         yield Static("", id="prec-why")
         with Horizontal(classes="row"):
-            for key, label in (("micro", "Micro-batch per GPU"), ("gas", "Accumulation steps"), ("clip", "Clipping")):
+            for key, label in (
+                ("micro", "Micro-batch per GPU"),
+                ("gas", "Accumulation steps"),
+                ("clip", "Clipping"),
+            ):
                 with Vertical(classes="field"):
                     yield Label(label, classes="field-label")
                     yield Input(id=key, type="number" if key == "clip" else "integer")
@@ -145,7 +149,9 @@ class PrecisionStep(StepScreen):
         try:
             clip = float(clip_text)
         except ValueError:
-            raise DswizError(f"clipping must be a number, not {clip_text!r}", "type e.g. 1.0, or 0 for none") from None
+            raise DswizError(
+                f"clipping must be a number, not {clip_text!r}", "type e.g. 1.0, or 0 for none"
+            ) from None
         if clip < 0:
             raise DswizError("clipping cannot be negative", "type e.g. 1.0, or 0 for none")
         problems = self.wizard.core.option_problems(s, self.wizard.choices.hardware)

@@ -80,9 +80,13 @@ class ReviewStep(StepScreen):
         widgets = []
         for name, text in self.files.items():
             old = self.on_disk.get(name)
-            state = "new file" if old is None else ("unchanged" if old == text else "changes the file on disk")
+            state = (
+                "new file" if old is None else ("unchanged" if old == text else "changes the file on disk")
+            )
             widgets.append(Label(Text.assemble((name, "bold"), (f"  {state}", "dim")), classes="file-title"))
-            widgets.append(Static(Syntax(text, lexer_for(name), theme=THEME, line_numbers=True), classes="file"))
+            widgets.append(
+                Static(Syntax(text, lexer_for(name), theme=THEME, line_numbers=True), classes="file")
+            )
             if old is not None and old != text:
                 diff = unified_diff(name, old, text)
                 widgets.append(Static(Syntax(diff, "diff", theme=THEME), classes="file diff"))
@@ -131,7 +135,9 @@ class ReviewStep(StepScreen):
         c.written = [r.path for r in results]
         lines = Text("Wrote\n", style="bold green")
         for r in results:
-            note = " (unchanged)" if r.unchanged else (f" (old one kept as {r.backup.name})" if r.backup else "")
+            note = (
+                " (unchanged)" if r.unchanged else (f" (old one kept as {r.backup.name})" if r.backup else "")
+            )
             lines.append(f"  {r.path}{note}\n")
         lines.append("Next, start training with a live dashboard:\n", style="bold")
         lines.append(f"  {self.wizard.core.launch_command(c.out_dir)}", style="bold cyan")

@@ -93,7 +93,19 @@ class StrategyStep(StepScreen):
 
     def on_mount(self) -> None:
         table = self.query_one("#candidates", DataTable)
-        for col in ("", "stage", "optimizer", "params", "prec", "micro×GAS", "GPU", "CPU", "NVMe", "tokens/s", "fits"):
+        for col in (
+            "",
+            "stage",
+            "optimizer",
+            "params",
+            "prec",
+            "micro×GAS",
+            "GPU",
+            "CPU",
+            "NVMe",
+            "tokens/s",
+            "fits",
+        ):
             table.add_column(col, key=col or "mark")
         super().on_mount()
 
