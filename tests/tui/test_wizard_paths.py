@@ -12,11 +12,11 @@ from helpers import next_step, settle, status, type_into
 from textual.widgets import DataTable, RadioButton
 
 from wizard.tui.factory import build_app
-
-pytestmark = pytest.mark.anyio
 from wizard.tui.screens.dialogs import ConfirmScreen
 from wizard.tui.screens.hardware import HardwareStep
 from wizard.tui.screens.review import ReviewStep
+
+pytestmark = pytest.mark.anyio
 
 
 async def walk_to_review(pilot: Any, model: str = "gpt2-medium") -> None:
