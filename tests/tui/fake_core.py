@@ -124,6 +124,8 @@ class FakeCore:
         return []
 
     def import_config(self, path: Path) -> Any:
+        if not path.is_file():
+            return core_bridge.import_config(path)  # the real "does not exist" error
         d = json.loads(path.read_text())
         return Strategy(
             zero_stage=d["zero_optimization"]["stage"], micro_batch_size=d["train_micro_batch_size_per_gpu"]

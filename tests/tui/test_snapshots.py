@@ -29,7 +29,9 @@ def goto(step: int, spec: str = "8xA100-80GB", model: str = "llama-7b") -> Any:
 
 
 def test_hardware_described(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(0))
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(0)
+    )
 
 
 def test_hardware_no_gpu(snap_compare: Any, core: Any) -> None:
@@ -37,15 +39,21 @@ def test_hardware_no_gpu(snap_compare: Any, core: Any) -> None:
 
 
 def test_model(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(1))
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(1)
+    )
 
 
 def test_strategy(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(2))
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(2)
+    )
 
 
 def test_precision_and_batch(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(3))
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(3)
+    )
 
 
 def test_multi_node(snap_compare: Any, core: Any) -> None:
@@ -54,7 +62,9 @@ def test_multi_node(snap_compare: Any, core: Any) -> None:
 
 
 def test_review(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(5))
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(5)
+    )
 
 
 def test_help_dialog(snap_compare: Any, core: Any) -> None:
@@ -63,7 +73,9 @@ def test_help_dialog(snap_compare: Any, core: Any) -> None:
         await pilot.press("question_mark")
         await pilot.pause()
 
-    assert snap_compare(build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=run_before
+    )
 
 
 def test_quit_confirmation(snap_compare: Any, core: Any) -> None:
@@ -72,4 +84,6 @@ def test_quit_confirmation(snap_compare: Any, core: Any) -> None:
         await pilot.press("q")
         await pilot.pause()
 
-    assert snap_compare(build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=run_before
+    )
