@@ -43,11 +43,15 @@ class WizardApp(App[list[Path]]):
     TITLE = "dswiz"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n,ctrl+n", "move(1)", "Next"),
-        Binding("b,ctrl+p", "move(-1)", "Back"),
-        Binding("question_mark,f1", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        # ctrl+ keys work from inside a text field too; the plain letters only where no field has focus.
+        Binding("ctrl+n", "move(1)", "Next", key_display="^n"),
+        Binding("ctrl+p", "move(-1)", "Back", key_display="^p"),
+        Binding("f1", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit", key_display="^q", priority=True),
+        Binding("n", "move(1)", "Next", show=False),
+        Binding("b", "move(-1)", "Back", show=False),
+        Binding("question_mark", "help", "Help", show=False),
+        Binding("q", "quit", "Quit", show=False),
     ]
 
     def __init__(

@@ -14,12 +14,12 @@ from textual.widgets import Button, Markdown, Static
 KEYS_HELP = """\
 | key | does |
 |---|---|
-| `n` / `ctrl+n` | next step (saves this one) |
-| `b` / `ctrl+p` | previous step |
+| `ctrl+n` (or `n` outside a text field) | next step (saves this one) |
+| `ctrl+p` (or `b`) | previous step |
 | `tab` / `shift+tab` | move between fields |
 | `enter` / `space` | press a button, pick a radio option |
-| `?` / `f1` | this help |
-| `q` / `ctrl+q` | quit (asks first when choices are not written yet) |
+| `f1` (or `?`) | this help |
+| `ctrl+q` (or `q`) | quit (asks first when choices are not written yet) |
 """
 
 

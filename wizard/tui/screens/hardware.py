@@ -59,6 +59,7 @@ def host_text(hw: HardwareReport) -> Text:
 
 class HardwareStep(StepScreen):
     STEP = 0
+    AUTO_FOCUS = "#hw-spec"
     HELP = (
         "What dswiz plans for. Empty: **this machine**, as detected (NVML, /proc, disks, libaio). "
         "Or describe the machine you will train on: `8xA100-80GB`, `2x8xH100` (2 nodes of 8), or the path of a "

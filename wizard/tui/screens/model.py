@@ -16,6 +16,7 @@ from wizard.tui.screens.base import StepScreen
 
 class ModelStep(StepScreen):
     STEP = 1
+    AUTO_FOCUS = "#model"
     HELP = (
         "Which model to plan for. A **preset** name (e.g. `llama-7b`), the path of a local Hugging Face "
         "`config.json` (nothing is downloaded), or numbers (`params=7e9 layers=32 hidden=4096 ...`). "

@@ -18,6 +18,7 @@ from wizard.tui.widgets.findings_view import findings_text
 
 class MultiNodeStep(StepScreen):
     STEP = 4
+    AUTO_FOCUS = "#nodes"
     HELP = (
         "How many machines and how the job reaches them. The **hostfile** has one line per node: "
         "`hostname slots=N` (N = GPUs on that node), no duplicates. The **launcher** starts the processes: "

@@ -36,6 +36,7 @@ def batch_text(s: Strategy) -> Text:
 
 class PrecisionStep(StepScreen):
     STEP = 3
+    AUTO_FOCUS = "#micro"
     HELP = (
         "**bf16** needs an Ampere or newer GPU (compute capability 8.0); **fp16** needs 7.0 and uses loss "
         "scaling; **fp32** is slow. DeepSpeed requires train_batch_size = micro-batch × accumulation × world "

@@ -36,6 +36,7 @@ def unified_diff(name: str, old: str, new: str) -> str:
 
 class ReviewStep(StepScreen):
     STEP = 5
+    AUTO_FOCUS = "#write"
     HELP = (
         "The files dswiz will write, exactly. Where a file already exists, the diff shows what changes; writing "
         "over it asks first and keeps the old one as `NAME.bak-<time>`. Findings come from the same linter as "

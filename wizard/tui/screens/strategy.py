@@ -53,6 +53,7 @@ def with_stage(s: Strategy, stage: int) -> Strategy:
 
 class StrategyStep(StepScreen):
     STEP = 2
+    AUTO_FOCUS = "#candidates"
     HELP = (
         "The planner's candidates, best first: predicted peak memory per GPU, host RAM and NVMe against what "
         "the machine has, and predicted tokens/s. Press **Enter** on a row to choose it. Or pick the ZeRO stage "
