@@ -1,13 +1,242 @@
-"""`dswiz detect` (placeholder until its issue lands)."""
+"""`dswiz detect`: what hardware dswiz sees (or what a described profile amounts to), as a table or JSON.
+
+``--json`` stays fast: it imports neither rich nor the catalog of other commands, only the hardware core.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from wizard.errors import DswizError
+if TYPE_CHECKING:
+    from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport
 
 
 @click.command()
-def detect() -> None:
-    """Not available yet."""
-    raise DswizError("`dswiz detect` is not implemented yet", "see README.md for what works today")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the report as JSON (stable keys) instead of a table."
+)
+@click.option(
+    "--hardware",
+    metavar="SPEC|FILE",
+    help="Show described hardware instead: 8xA100-80GB, 2x8xH100, a YAML profile or a saved --json report.",
+)
+@click.pass_context
+def detect(ctx: click.Context, as_json: bool, hardware: str | None) -> int:
+    """Show the GPUs, CPU, memory, disks, software and hazards (with fixes) of this machine."""
+    from wizard.hardware import get_hardware
+
+    if hardware is None and ctx.parent is not None:
+        hardware = ctx.parent.params.get("hardware")  # `dswiz --hardware 8xH100 detect` means the same
+    report = get_hardware(hardware)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print_report(report)
+    return 0
+
+
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def _or_unknown(value: Any) -> str:
+    return "unknown" if value is None else str(value)
+
+
+def _short_name(name: str) -> str:
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def _nvlink(g: GPUInfo) -> str:
+    if g.nvlink_count == 0 or (g.nvlink_count is None and g.nvlink_gbs == 0):
+        return "none"
+    if g.nvlink_gbs:
+        return f"{g.nvlink_gbs:g} GB/s"
+    return f"{g.nvlink_count} links" if g.nvlink_count else "?"
+
+
+def _peak(g: GPUInfo) -> str:
+    if g.peak_tflops_bf16 is not None:
+        return f"{g.peak_tflops_bf16:g}"
+    if g.peak_tflops_fp16 is not None:
+        return f"{g.peak_tflops_fp16:g} fp16"
+    return "?"
+
+
+def _gpu_table(report: HardwareReport) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    from wizard.units import fmt_bytes
+
+    gpus = report.gpus
+    columns: list[tuple[str, Any]] = [
+        ("#", lambda g: str(g.index)),
+        ("GPU", lambda g: _short_name(g.name)),
+        ("memory", lambda g: fmt_bytes(g.memory_total_bytes)),
+    ]
+    if report.source == "detected":
+        columns.append(("free", lambda g: fmt_bytes(g.memory_free_bytes)))
+    columns += [
+        ("CC", lambda g: ".".join(map(str, g.compute_capability)) if g.compute_capability else "?"),
+        ("bf16", lambda g: _yes_no(g.supports_bf16)),
+    ]
+    if any(g.supports_fp16 is not True for g in gpus):
+        columns.append(("fp16", lambda g: _yes_no(g.supports_fp16)))
+    if any(g.mig_mode for g in gpus):
+        columns.append(("MIG", lambda g: {None: "?", True: "on", False: "off"}[g.mig_mode]))
+    columns += [("NVLink", _nvlink), ("PCIe", lambda g: _or_unknown(g.pcie_gen)), ("peak", _peak)]
+    table = Table(
+        title="GPUs (peak: dense bf16 TFLOP/s)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for name, _ in columns:
+        table.add_column(
+            name, no_wrap=True, justify="right" if name in ("memory", "free", "peak") else "left"
+        )
+    rows = gpus[:1] if report.source == "described" else gpus  # described GPUs are identical: one row
+    for g in rows:
+        cells = [fn(g) for _, fn in columns]
+        if report.source == "described" and len(gpus) > 1:
+            cells[0] = f"0-{len(gpus) - 1}"
+        table.add_row(*cells)
+    return table
+
+
+def _disk_kind(d: DiskInfo) -> str:
+    if d.nvme:
+        return "NVMe"
+    if d.rotational is True:
+        return "rotational"
+    if d.rotational is False:
+        return "SSD"
+    return "-"
+
+
+def print_report(report: HardwareReport) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from wizard.units import fmt_bytes
+
+    console = Console(highlight=False)
+    host, sw = report.host, report.software
+    if report.source == "described":
+        title = f"Described hardware: {report.description}"
+        shape = f"{report.nodes} node(s) x {report.gpus_per_node} GPU(s) = {report.total_gpus} GPU(s)"
+        if report.inter_node_gbps:
+            shape += f", {report.inter_node_gbps:g} Gbit/s between nodes"
+        console.print(Text(title, style="bold"))
+        console.print(shape)
+    else:
+        console.print(Text(f"Hardware detected on {host.hostname or 'this machine'}", style="bold"))
+
+    if report.gpus:
+        console.print(_gpu_table(report))
+        if report.physical_gpu_count and report.physical_gpu_count > len(report.gpus):
+            console.print(
+                f"{len(report.gpus)} of {report.physical_gpu_count} GPUs visible "
+                f"(CUDA_VISIBLE_DEVICES={report.visible_devices!r})"
+            )
+        if report.source == "detected" and len(report.gpus) > 1:  # FACTS §4
+            console.print(
+                Text(
+                    "GPU numbers are NVML's (PCI bus order); CUDA uses the same only with "
+                    "CUDA_DEVICE_ORDER=PCI_BUS_ID.",
+                    style="dim",
+                )
+            )
+    else:
+        console.print(
+            Text(f"no NVIDIA GPU found: {report.no_gpu_reason or 'none listed'}", style="bold yellow")
+        )
+
+    facts = Table(title="Host", title_justify="left", show_header=False, box=None, pad_edge=False)
+    facts.add_column("what", style="bold")
+    facts.add_column("value")
+    if host.physical_cores is None:
+        cores = _or_unknown(host.logical_cores) + (" logical" if host.logical_cores else "")
+    else:
+        cores = f"{host.physical_cores} physical / {_or_unknown(host.logical_cores)} logical"
+    ram = f"{fmt_bytes(host.ram_total_bytes)} ({fmt_bytes(host.ram_available_bytes)} available)"
+    memlock = "unlimited" if host.memlock_limit_bytes == -1 else fmt_bytes(host.memlock_limit_bytes)
+    libaio = _yes_no(host.libaio) + (f" ({host.libaio_detail})" if host.libaio_detail else "")
+    rows = [
+        ("CPU", _or_unknown(host.cpu_model)),
+        ("cores", cores),
+        ("RAM", ram),
+        ("/dev/shm", fmt_bytes(host.shm_bytes)),
+        ("locked memory", memlock),
+        ("libaio", libaio),
+    ]
+    for what, value in rows:
+        if report.source == "described" and value.startswith("unknown"):
+            continue  # a profile says only what it says
+        facts.add_row(what, value)
+    console.print(facts)
+
+    if host.disks:
+        disks = Table(
+            title="Disks", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
+        )
+        for col in ("mount", "device", "fs", "kind", "free", "total"):
+            disks.add_column(col, overflow="fold")
+        for d in host.disks:
+            disks.add_row(
+                d.mountpoint,
+                d.device,
+                d.fstype,
+                _disk_kind(d),
+                fmt_bytes(d.free_bytes),
+                fmt_bytes(d.total_bytes),
+            )
+        console.print(disks)
+
+    if report.source == "detected":
+        soft = Table(title="Software", title_justify="left", show_header=False, box=None, pad_edge=False)
+        soft.add_column("what", style="bold")
+        soft.add_column("version")
+        torch = _or_unknown(sw.torch) if sw.torch else "not installed"
+        if sw.torch:
+            torch += f" (CUDA {sw.torch_cuda})" if sw.torch_cuda else " (no CUDA)"
+        for what, value in (
+            ("python", _or_unknown(sw.python)),
+            ("torch", torch),
+            ("deepspeed", sw.deepspeed or "not installed"),
+            ("accelerate", sw.accelerate or "not installed"),
+            ("transformers", sw.transformers or "not installed"),
+            ("NVIDIA driver", sw.nvidia_driver or "none"),
+            ("CUDA (driver)", sw.cuda_driver or "none"),
+            ("nvcc", sw.nvcc or "not found"),
+        ):
+            soft.add_row(what, value)
+        console.print(soft)
+
+    if report.hazards:
+        from wizard.findings import sort_findings
+
+        hazards = Table(title="Hazards", title_justify="left", show_header=False, box=None, pad_edge=False)
+        hazards.add_column("severity", no_wrap=True)
+        hazards.add_column("finding")
+        colour = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
+        for h in sort_findings(report.hazards):
+            hazards.add_row(
+                Text(h.severity.value, style=colour[h.severity.value]),
+                Text.assemble(h.what, ("\nwhy: ", "dim"), h.why, ("\nfix: ", "bold"), h.fix),
+            )
+        console.print(hazards)
+    else:
+        console.print(Text("No hazards found.", style="green"))

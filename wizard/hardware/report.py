@@ -26,6 +26,10 @@ class GPUInfo:
     peak_tflops_bf16: float | None = None  # dense, from the catalog
     peak_tflops_fp16: float | None = None
     peak_tflops_fp32: float | None = None
+    memory_bandwidth_gbs: float | None = None  # GB/s, from the catalog
+    nvlink_gbs: float | None = None  # NVLink GB/s per GPU; 0.0 when the GPU has no active NVLink
+    pcie_gen: int | None = None  # PCIe generation of the link (NVML), else the catalog's
+    catalog_key: str | None = None  # the catalog entry this GPU matched ("A100-80GB"), None if unknown
 
     @property
     def supports_bf16(self) -> bool | None:
@@ -60,6 +64,7 @@ class HostInfo:
     memlock_limit_bytes: int | None = None  # RLIMIT_MEMLOCK soft limit; -1 means unlimited
     disks: tuple[DiskInfo, ...] = ()
     libaio: bool | None = None  # needed by DeepSpeed's async_io op (NVMe offload)
+    libaio_detail: str | None = None  # what was found or missing, in words
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ class HardwareReport:
     hazards: tuple[Finding, ...] = ()
     description: str | None = None  # the profile text for a described report ("2x8xH100")
     inter_node_gbps: float | None = None  # network bandwidth between nodes, Gbit/s, when known or described
+    physical_gpu_count: int | None = None  # GPUs NVML sees before CUDA_VISIBLE_DEVICES narrows them
+    visible_devices: str | None = None  # the CUDA_VISIBLE_DEVICES value that applied, if set
 
     @property
     def gpus_per_node(self) -> int:
