@@ -159,7 +159,7 @@ def run_prompts(
     for reason in chosen.reasons:
         say(f"  • {reason}")
     if p.confirm("by-hand", "Change ZeRO stage / offload by hand?", default=False):
-        s = _strategy_by_hand(p, core, c, model, s, say)
+        s = _strategy_by_hand(p, core, c, model, s, say, plan)
 
     # 4. Precision & batch
     supported = core.precisions_supported(c.hardware)
@@ -243,7 +243,7 @@ def run_prompts(
 
 
 def _strategy_by_hand(
-    p: Prompter, core: Any, c: Choices, model: Any, s: Strategy, say: Callable[[str], None]
+    p: Prompter, core: Any, c: Choices, model: Any, s: Strategy, say: Callable[[str], None], plan_view: Any
 ) -> Strategy:
     hw = c.hardware
     stage = p.select(
@@ -278,7 +278,10 @@ def _strategy_by_hand(
         default="none",
     )
     s = s.with_(offload_param=par)
-    say("  " + _candidate_line(core.evaluate(c, model, s)))
+    try:
+        say("  " + _candidate_line(core.evaluate(c, model, s, plan_view)))
+    except DswizError as e:
+        say(f"  {e.problem}")
     return s
 
 

@@ -94,7 +94,7 @@ class FakeCore:
         cands.append(self._cand(choices, base.with_(zero_stage=2, offload_optimizer="cpu")))
         return PlanView(tuple(cands), ("fake advice.",))
 
-    def evaluate(self, choices: Choices, model: Any, strategy: Strategy) -> CandidateView:
+    def evaluate(self, choices: Choices, model: Any, strategy: Strategy, plan: Any = None) -> CandidateView:
         return self._cand(choices, strategy)
 
     def render_files(self, choices: Choices) -> dict[str, str]:

@@ -50,9 +50,20 @@ class CandidateView:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """What each memory tier holds, as the planner judged "fits" against it (None: unknown)."""
+
+    gpu: int | None  # per GPU
+    cpu: int | None  # host RAM per node
+    nvme: int | None  # usable NVMe per node
+
+
+@dataclass(frozen=True)
 class PlanView:
     candidates: tuple[CandidateView, ...]
     advice: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what the planner did not offer, and why
+    capacity: Capacity | None = None
     raw: Any = field(default=None, compare=False, repr=False)
 
     @property
@@ -60,16 +71,10 @@ class PlanView:
         return next((c for c in self.candidates if c.fits), None)
 
 
-@dataclass(frozen=True)
-class Capacity:
-    """What each memory tier holds per GPU rank's node, for the bars (None: unknown)."""
-
-    gpu: int | None
-    cpu: int | None
-    nvme: int | None
-
-
-def capacity(hw: HardwareReport | None) -> Capacity:
+def capacity(hw: HardwareReport | None, plan: PlanView | None = None) -> Capacity:
+    """The planner's capacities when there is a plan; before that, the report's raw figures."""
+    if plan is not None and plan.capacity is not None:
+        return plan.capacity
     if hw is None:
         return Capacity(None, None, None)
     nvme = [d.free_bytes for d in hw.host.disks if d.nvme]
@@ -113,11 +118,23 @@ def load_model(text: str) -> Any:
 
 
 def describe_model(model: Any) -> str:
-    for attr in ("describe", "summary"):
-        fn = getattr(model, attr, None)
-        if callable(fn):
-            return str(fn())
-    return str(getattr(model, "name", model))
+    """One line about the ModelSpec the planner will use (its own words, where it has any)."""
+    total = getattr(model, "total_params", None)
+    if total is None:
+        return str(getattr(model, "name", model))
+    parts = [
+        f"{model.name}: {total / 1e9:.2f} B parameters"
+        if total >= 1e8
+        else f"{model.name}: {total / 1e6:.1f} M parameters"
+    ]
+    parts.append(f"{model.layers} layers, hidden {model.hidden}, {model.heads} heads, vocab {model.vocab}")
+    if getattr(model, "num_experts", 0):
+        parts.append(f"{model.num_experts} experts ({model.experts_per_token} per token)")
+    if not getattr(model, "exact", True):
+        parts.append("shape guessed from the parameter count")
+    text = "; ".join(parts)
+    notes = tuple(getattr(model, "notes", ()) or ())
+    return text + "".join(f"\n  {n}" for n in notes)
 
 
 # ---------------------------------------------------------------- planning
@@ -150,14 +167,39 @@ def plan(choices: Choices, model: Any) -> PlanView:
     if choices.hardware is None:
         raise DswizError("no hardware yet", "go back to the Hardware step")
     result = _core("wizard.planner", "plan")(choices.hardware, model, _request(choices))
-    advice = tuple(str(a) for a in (getattr(result, "advice", ()) or ()))
-    return PlanView(tuple(_view(c) for c in result.candidates), advice, raw=result)
+    cap = Capacity(
+        getattr(result, "gpu_capacity_bytes", None),
+        getattr(result, "cpu_capacity_bytes", None),
+        getattr(result, "nvme_capacity_bytes", None),
+    )
+    return PlanView(
+        tuple(_view(c) for c in result.candidates),
+        advice=tuple(str(a) for a in (getattr(result, "advice", ()) or ())),
+        notes=tuple(str(n) for n in (getattr(result, "notes", ()) or ())),
+        capacity=cap,
+        raw=result,
+    )
 
 
-def evaluate(choices: Choices, model: Any, strategy: Strategy) -> CandidateView:
-    """The planner's prediction for a strategy the user edited by hand."""
-    fn = _core("wizard.planner", "evaluate")
-    return _view(fn(choices.hardware, model, strategy, _request(choices)))
+def evaluate(
+    choices: Choices, model: Any, strategy: Strategy, plan_view: PlanView | None = None
+) -> CandidateView:
+    """The planner's prediction for a strategy the user edited by hand: ``wizard.planner.evaluate`` when the
+    planner has it, else the identical candidate of the current plan."""
+    fn = (
+        getattr(importlib.import_module("wizard.planner"), "evaluate", None)
+        if _has("wizard.planner")
+        else None
+    )
+    if callable(fn):
+        return _view(fn(choices.hardware, model, strategy, _request(choices)))
+    for cand in plan_view.candidates if plan_view else ():
+        if cand.strategy == strategy:
+            return cand
+    raise CoreUnavailable(
+        "the planner has no prediction for this exact combination",
+        "choose a row of the table, or keep this choice without a prediction",
+    )
 
 
 def option_problems(strategy: Strategy, hw: HardwareReport | None) -> list[str]:

@@ -124,10 +124,10 @@ class PrecisionStep(StepScreen):
         cand = None
         if self.wizard.model is not None:
             try:
-                cand = self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, s)
+                cand = self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, s, self.wizard.plan)
             except DswizError as e:
                 self.set_status(e.problem, error=True)
-        cap = self.wizard.core.capacity(hw)
+        cap = self.wizard.core.capacity(hw, self.wizard.plan)
         gpu, cpu = self.query_one("#bar-gpu", MemoryBar), self.query_one("#bar-cpu", MemoryBar)
         gpu.used, gpu.capacity = (cand.gpu_bytes if cand else None), cap.gpu
         cpu.used, cpu.capacity = (cand.cpu_bytes if cand else None), cap.cpu

@@ -149,7 +149,9 @@ class StrategyStep(StepScreen):
         if strategy is None or self.wizard.model is None:
             return None
         try:
-            return self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, strategy)
+            return self.wizard.core.evaluate(
+                self.wizard.choices, self.wizard.model, strategy, self.wizard.plan
+            )
         except DswizError as e:
             self.set_status(e.problem, error=True)
             return None
@@ -161,7 +163,7 @@ class StrategyStep(StepScreen):
         if strategy is None:
             return
         self.wizard.choices.strategy = strategy
-        cap = self.wizard.core.capacity(self.wizard.choices.hardware)
+        cap = self.wizard.core.capacity(self.wizard.choices.hardware, self.wizard.plan)
         summary = Text(describe(strategy), style="bold")
         if cand is not None:
             summary.append(f"   {fmt_rate(cand.tokens_per_sec)} tokens/s")
