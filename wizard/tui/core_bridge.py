@@ -216,18 +216,42 @@ def option_problems(strategy: Strategy, hw: HardwareReport | None) -> list[str]:
 # ---------------------------------------------------------------- files
 
 
+def _write_options(choices: Choices) -> Any:
+    options_cls = _core("wizard.config.build", "WriteOptions")
+    s = choices.strategy
+    assert s is not None
+    hosts: tuple[str, ...] = ()
+    if s.nodes > 1 and choices.hostfile_text.strip():
+        hosts = tuple(_core("wizard.config.lint_hostfile", "parse_hostfile")(choices.hostfile_text))
+    wanted: dict[str, Any] = {
+        "hosts": hosts,
+        "master_addr": choices.master_addr or None,
+        "master_port": choices.master_port,
+        "gradient_clipping": choices.gradient_clipping,
+        "launcher": choices.launcher,
+        # accelerate opens the JSON and hostfile by this path, relative to where it is launched: make it absolute
+        "config_dir": str(choices.out_dir.resolve()),
+    }
+    known = getattr(options_cls, "__dataclass_fields__", {})
+    return options_cls(**{k: v for k, v in wanted.items() if k in known})
+
+
 def render_files(choices: Choices) -> dict[str, str]:
-    """file name -> content, in the order the review screen shows them."""
-    fn = _core("wizard.config", "render_all")
-    files: dict[str, str] = fn(choices)
+    """file name -> content, in the order the review screen shows them (the config writers' order)."""
+    if choices.strategy is None:
+        raise DswizError("no strategy chosen yet", "go back to the Strategy step")
+    build = _core("wizard.config.build", "config_set_from_strategy")
+    render_all = _core("wizard.config.render", "render_all")
+    files: dict[str, str] = render_all(build(choices.strategy, _write_options(choices)))
     return files
 
 
 def lint_files(files: dict[str, str], world_size: int) -> list[Finding]:
-    fn = _core("wizard.config", "lint_config")
+    """The linter's findings for the files about to be written (the same checks as ``dswiz check``)."""
+    fn = _core("wizard.config", "lint_text")
     out: list[Finding] = []
     for name, text in files.items():
-        out.extend(fn(name, text, world_size=world_size))
+        out.extend(fn(text, name=name, world_size=world_size))
     return out
 
 
@@ -237,7 +261,7 @@ def import_config(path: Path) -> Any:
         raise DswizError(
             f"{path} does not exist", "give the path of a DeepSpeed JSON or accelerate YAML file"
         )
-    return _core("wizard.config", "load")(path)
+    return _core("wizard.config.load", "load_path")(path)
 
 
 def write_files(out_dir: Path, files: dict[str, str], *, force: bool) -> list[Any]:
@@ -289,9 +313,9 @@ LAUNCHER_NOTES: dict[str, str] = {
 
 
 def check_hostfile(text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
-    """Findings for a hostfile being edited (the config linter's hostfile rules)."""
-    fn = _core("wizard.config", "lint_hostfile")
-    return list(fn(text, nodes=nodes, gpus_per_node=gpus_per_node, launcher=launcher))
+    """Findings for a hostfile being edited (the config linter's hostfile rules, FACTS §3 rules 8-9)."""
+    fn = _core("wizard.config.lint_hostfile", "lint_hostfile_text")
+    return list(fn(text, world_size=nodes * gpus_per_node, launcher=launcher))
 
 
 def default_hostfile(nodes: int, gpus_per_node: int) -> str:

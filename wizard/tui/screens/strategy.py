@@ -101,6 +101,7 @@ class StrategyStep(StepScreen):
             "params",
             "prec",
             "micro×GAS",
+            "ckpt",
             "GPU",
             "CPU",
             "NVMe",
@@ -128,6 +129,7 @@ class StrategyStep(StepScreen):
                 s.offload_param,
                 s.precision,
                 f"{s.micro_batch_size}×{s.gradient_accumulation_steps}",
+                "yes" if s.activation_checkpointing else "",
                 fmt_bytes(c.gpu_bytes),
                 fmt_bytes(c.cpu_bytes),
                 fmt_bytes(c.nvme_bytes) if c.nvme_bytes else "-",
@@ -139,6 +141,8 @@ class StrategyStep(StepScreen):
         if plan.best is None:
             advice.append("Nothing fits as asked. ", style="bold red")
         advice.append(" ".join(plan.advice))
+        for note in plan.notes:
+            advice.append(f"\n{note}", style="dim")
         self.query_one("#advice", Static).update(advice)
         match = next((c for c in plan.candidates if c.strategy == chosen), None)
         if match is not None:
