@@ -20,6 +20,10 @@ def bar_text(label: str, used: int | None, capacity: int | None, cells: int = BA
         text.append("·" * cells, style="dim")
         text.append("  not predicted", style="dim")
         return text
+    if used == 0:
+        text.append("·" * cells, style="dim")
+        text.append("  none", style="dim")
+        return text
     if not capacity:
         text.append("?" * cells, style="dim")
         text.append(f"  {fmt_bytes(used)} / capacity unknown", style="dim")
