@@ -1,20 +1,22 @@
-"""A stand-in for the parts of the core not merged yet (planner, model, config renderers).
+"""The core the wizard's tests drive: the real ``wizard.tui.core_bridge``, with stand-ins only for what cannot
+exist here or is not merged on this branch yet.
 
-Only the missing calls are replaced; everything the core already provides (Strategy.problems, capacity, writing
-with fsio) is the real thing. Fixed numbers, so screens can be walked and snapshotted deterministically.
+- "This machine" is a fixed report without a GPU (NVML cannot be made to exist here, and a test must not depend
+  on the machine that runs it). Described hardware is the real ``wizard.hardware``.
+- The planner and the config writers are the real ones as soon as they are importable; until they land, fixed
+  stand-ins with the same shapes let the screens be walked (each stand-in class is dropped automatically then).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
-from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
+from wizard.hardware.report import HardwareReport
 from wizard.strategy import Strategy
 from wizard.tui import core_bridge
 from wizard.tui.choices import Choices
@@ -22,52 +24,35 @@ from wizard.tui.core_bridge import CandidateView, PlanView
 from wizard.units import GiB
 
 
-def described(
-    n_gpus: int, nodes: int = 1, mem_gib: int = 80, name: str = "NVIDIA A100-SXM4-80GB"
-) -> HardwareReport:
-    gpus = tuple(
-        GPUInfo(index=i, name=name, memory_total_bytes=mem_gib * GiB, compute_capability=(8, 0))
-        for i in range(n_gpus)
-    )
-    host = HostInfo(
-        hostname="node1",
-        cpu_model="AMD EPYC 7763",
-        physical_cores=64,
-        ram_total_bytes=1024 * GiB,
-        ram_available_bytes=1000 * GiB,
-        shm_bytes=512 * GiB,
-        libaio=False,
-    )
-    return HardwareReport(
-        source="described",
-        gpus=gpus,
-        host=host,
-        nodes=nodes,
-        description=f"{nodes}x{n_gpus}x{name}" if nodes > 1 else f"{n_gpus}x{name}",
-    )
+def _available(module: str, attr: str) -> bool:
+    try:
+        return hasattr(importlib.import_module(module), attr)
+    except ImportError:
+        return False
 
 
-class FakeCore:
-    def __getattr__(self, name: str) -> Any:
-        return getattr(core_bridge, name)
+HAVE_PLANNER = _available("wizard.planner", "plan") and _available("wizard.model", "load_model_spec")
+HAVE_CONFIG = _available("wizard.config.render", "render_all") and _available("wizard.config", "lint_text")
 
+
+class _Machine:
     def get_hardware(self, spec: str | None) -> HardwareReport:
-        # Described hardware is the real thing; "this machine" is a fixed machine without a GPU (NVML cannot be
-        # made to exist here, and the tests must not depend on the machine that runs them).
         if spec is None:
             return HardwareReport(source="detected", no_gpu_reason="NVML: driver library not found")
         return core_bridge.get_hardware(spec)
 
+
+class _PlannerStandIn:
     def model_presets(self) -> list[str]:
         return ["gpt2-medium", "llama-7b"]
 
     def load_model(self, text: str) -> Any:
         if text not in ("gpt2-medium", "llama-7b"):
-            raise DswizError(f"unknown model {text!r}", "use a preset")
+            raise core_bridge.DswizError(f"unknown model {text!r}", "use a preset")
         return SimpleNamespace(name=text)
 
     def describe_model(self, model: Any) -> str:
-        return f"{model.name}: fake spec"
+        return f"{model.name}: stand-in spec"
 
     def _cand(self, choices: Choices, s: Strategy) -> CandidateView:
         hw = choices.hardware
@@ -78,7 +63,7 @@ class FakeCore:
         cpu = (100 * GiB) if s.offload_optimizer == "cpu" else 20 * GiB
         tps = 50000.0 / (1 + s.zero_stage) / (3 if s.offload_optimizer != "none" else 1)
         fits = gpu <= (hw.min_gpu_memory_bytes or 0)
-        return CandidateView(s, fits, gpu, cpu, None, tps, 0.4, (f"fake reason for stage {s.zero_stage}",))
+        return CandidateView(s, fits, gpu, cpu, 0, tps, 0.4, (f"stand-in reason for stage {s.zero_stage}",))
 
     def plan(self, choices: Choices, model: Any) -> PlanView:
         hw = choices.hardware
@@ -88,11 +73,13 @@ class FakeCore:
         )
         cands = [self._cand(choices, base.with_(zero_stage=st)) for st in (1, 2, 3)]
         cands.append(self._cand(choices, base.with_(zero_stage=2, offload_optimizer="cpu")))
-        return PlanView(tuple(cands), ("fake advice.",))
+        return PlanView(tuple(cands), ("stand-in advice.",))
 
     def evaluate(self, choices: Choices, model: Any, strategy: Strategy, plan: Any = None) -> CandidateView:
         return self._cand(choices, strategy)
 
+
+class _ConfigStandIn:
     def render_files(self, choices: Choices) -> dict[str, str]:
         s = choices.strategy
         assert s is not None
@@ -109,7 +96,7 @@ class FakeCore:
         return files
 
     def lint_files(self, files: dict[str, str], world_size: int) -> list[Finding]:
-        return [Finding(Severity.INFO, "fake", "fake finding", "because", "nothing to do")]
+        return [Finding(Severity.INFO, "stand-in", "stand-in finding", "because", "nothing to do")]
 
     def check_hostfile(self, text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
         lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -128,6 +115,13 @@ class FakeCore:
         )
 
 
-@dataclass
-class _Unused:
-    pass
+_BASES: tuple[type, ...] = (_Machine,)
+if not HAVE_PLANNER:
+    _BASES += (_PlannerStandIn,)
+if not HAVE_CONFIG:
+    _BASES += (_ConfigStandIn,)
+
+
+class FakeCore(*_BASES):  # type: ignore[misc]
+    def __getattr__(self, name: str) -> Any:
+        return getattr(core_bridge, name)

@@ -46,7 +46,7 @@ async def test_single_node_path_writes_a_consistent_config(
         assert written["train_batch_size"] == s.micro_batch_size * s.gradient_accumulation_steps * world
         assert "dswiz launch --config dswiz-config train.py" in str(app.screen.query_one("#written").render())
         await pilot.click("#next")  # Done
-    assert app.return_value == [Path("dswiz-config/ds_config.json")]
+    assert Path("dswiz-config/ds_config.json") in app.return_value
 
 
 async def test_choosing_a_row_and_editing_batch_reach_the_file(core: Any, tmp_path: Path) -> None:
@@ -56,11 +56,12 @@ async def test_choosing_a_row_and_editing_batch_reach_the_file(core: Any, tmp_pa
         await next_step(pilot)
         await type_into(pilot, "#model", "llama-7b")
         await next_step(pilot)
+        target = app.plan.candidates[2].strategy
         table = app.screen.query_one("#candidates", DataTable)
         table.focus()
-        await pilot.press("down", "down", "enter")  # third candidate: stage 3
+        await pilot.press("down", "down", "enter")  # choose the third candidate
         await pilot.pause()
-        assert app.choices.strategy.zero_stage == 3
+        assert app.choices.strategy == target
         await next_step(pilot)
         await type_into(pilot, "#micro", "3")
         await type_into(pilot, "#gas", "5")
@@ -71,7 +72,7 @@ async def test_choosing_a_row_and_editing_batch_reach_the_file(core: Any, tmp_pa
         await next_step(pilot)
         await write(pilot)
     written = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
-    assert written["zero_optimization"]["stage"] == 3
+    assert written["zero_optimization"]["stage"] == target.zero_stage
     assert (written["train_micro_batch_size_per_gpu"], written["gradient_accumulation_steps"]) == (3, 5)
     assert written["train_batch_size"] == 120
 
@@ -121,7 +122,8 @@ async def test_multi_node_path_writes_the_hostfile(core: Any, tmp_path: Path) ->
         await next_step(pilot)
         assert app.step == 5, status(pilot)
         await write(pilot)
-    assert (tmp_path / "dswiz-config" / "hostfile").read_text() == "gpu-a slots=8\ngpu-b slots=8\n"
+    hostfile_lines = (tmp_path / "dswiz-config" / "hostfile").read_text().splitlines()
+    assert [ln for ln in hostfile_lines if ln and not ln.startswith("#")] == ["gpu-a slots=8", "gpu-b slots=8"]
     assert (
         json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["train_batch_size"] % 16 == 0
     )

@@ -73,7 +73,6 @@ class StrategyStep(StepScreen):
         yield MemoryBar("GPU", id="bar-gpu")
         yield MemoryBar("CPU", id="bar-cpu")
         yield MemoryBar("NVMe", id="bar-nvme")
-        yield Static("", id="reasons")
         with Horizontal(classes="row", id="manual"):
             with Vertical(classes="field"):
                 yield Label("ZeRO stage", classes="field-label")
@@ -91,6 +90,8 @@ class StrategyStep(StepScreen):
                     for dev in OFFLOAD_DEVICES:
                         yield RadioButton(dev, id=f"param-{dev}")
         yield Static("", id="not-offered")
+        yield Label("Why", classes="section-title")
+        yield Static("", id="reasons")
 
     def on_mount(self) -> None:
         table = self.query_one("#candidates", DataTable)
