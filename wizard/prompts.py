@@ -154,10 +154,19 @@ def run_prompts(
         raise DswizError(
             "nothing fits on this hardware", "lower the sequence length or batch, or plan for more GPUs"
         )
-    chosen = plan.candidates[p.select("candidate", "Strategy (best first)", options, default=0)]
-    s = chosen.strategy
-    for reason in chosen.reasons:
-        say(f"  • {reason}")
+    planned = (plan.best or plan.candidates[0]).strategy
+    imported = c.strategy
+    if imported is not None and p.confirm(
+        "keep-imported",
+        f"Keep the imported strategy (ZeRO-{imported.zero_stage}, {imported.precision})?",
+        default=True,
+    ):
+        s = imported.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
+    else:
+        chosen = plan.candidates[p.select("candidate", "Strategy (best first)", options, default=0)]
+        s = chosen.strategy
+        for reason in chosen.reasons:
+            say(f"  • {reason}")
     if p.confirm("by-hand", "Change ZeRO stage / offload by hand?", default=False):
         s = _strategy_by_hand(p, core, c, model, s, say, plan)
 

@@ -120,3 +120,21 @@ def test_plain_bad_number_is_asked_again(core: Any, tmp_path: Path) -> None:
 def test_plain_from_missing_file_is_a_clear_error(core: Any, tmp_path: Path) -> None:
     with pytest.raises(DswizError, match="does not exist"):
         run_prompts(prompter=ScriptedPrompter({}), from_file=tmp_path / "nope.json", core=core)
+
+
+def test_plain_from_file_keeps_the_imported_strategy(core: Any, tmp_path: Path) -> None:
+    existing = tmp_path / "old.json"
+    existing.write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 3, "zero_optimization": {"stage": 3}}) + "\n"
+    )
+    p = ScriptedPrompter({"model-preset": "llama-7b"})
+    assert (
+        run_prompts(
+            prompter=p, hardware_spec="8xA100-80GB", from_file=existing, core=core, say=lambda s: None
+        )
+        == 0
+    )
+    assert "keep-imported" in p.asked and "candidate" not in p.asked
+    ds = json.loads((tmp_path / "ds_config.json").read_text())  # next to the imported file by default
+    assert ds["zero_optimization"]["stage"] == 3 and ds["train_micro_batch_size_per_gpu"] == 3
+    assert ds["train_batch_size"] == 3 * ds["gradient_accumulation_steps"] * 8

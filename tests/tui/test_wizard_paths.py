@@ -85,15 +85,20 @@ async def test_manual_stage_updates_bars_and_disables_invalid_offload(core: Any)
         await type_into(pilot, "#model", "llama-7b")
         await next_step(pilot)
         screen = app.screen
-        before = screen.query_one("#bar-gpu").used
-        assert screen.query_one("#param-cpu", RadioButton).disabled  # stage 1: no parameter offload
-        assert "parameter offload only works at ZeRO stage 3" in str(
-            screen.query_one("#not-offered").render()
-        )
+
+        def bars_show_current() -> bool:
+            current = screen.current
+            return screen.query_one("#bar-gpu").used == (current.gpu_bytes if current else None)
+
+        await pilot.click("#stage-2")
+        await pilot.pause()
+        assert app.choices.strategy.zero_stage == 2 and bars_show_current()
+        assert screen.query_one("#param-cpu", RadioButton).disabled  # below stage 3: no parameter offload
+        not_offered = str(screen.query_one("#not-offered").render())
+        assert "parameter offload only works at ZeRO stage 3" in not_offered
         await pilot.click("#stage-3")
         await pilot.pause()
-        assert app.choices.strategy.zero_stage == 3
-        assert screen.query_one("#bar-gpu").used != before
+        assert app.choices.strategy.zero_stage == 3 and bars_show_current()
         assert not screen.query_one("#param-cpu", RadioButton).disabled
         await pilot.click("#param-cpu")
         await pilot.pause()
@@ -123,7 +128,10 @@ async def test_multi_node_path_writes_the_hostfile(core: Any, tmp_path: Path) ->
         assert app.step == 5, status(pilot)
         await write(pilot)
     hostfile_lines = (tmp_path / "dswiz-config" / "hostfile").read_text().splitlines()
-    assert [ln for ln in hostfile_lines if ln and not ln.startswith("#")] == ["gpu-a slots=8", "gpu-b slots=8"]
+    assert [ln for ln in hostfile_lines if ln and not ln.startswith("#")] == [
+        "gpu-a slots=8",
+        "gpu-b slots=8",
+    ]
     assert (
         json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["train_batch_size"] % 16 == 0
     )
@@ -149,7 +157,12 @@ async def test_no_gpu_says_so_and_plans_for_described_hardware(core: Any) -> Non
 async def test_import_existing_file_shows_diff_and_keeps_backup(core: Any, tmp_path: Path) -> None:
     existing = tmp_path / "run1" / "ds_config.json"
     existing.parent.mkdir()
-    original = json.dumps({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 2}) + "\n"
+    original = (
+        json.dumps(
+            {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}}
+        )
+        + "\n"
+    )
     existing.write_text(original)
     app = build_app(hardware_spec="8xA100-80GB", from_file=existing, core=core)
     assert app.choices.strategy.zero_stage == 3  # imported before the first frame

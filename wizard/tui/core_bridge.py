@@ -330,8 +330,9 @@ def apply_import(choices: Choices, imported: Any) -> None:
         raise DswizError(
             "the file holds no DeepSpeed strategy dswiz can read", "check it with `dswiz check FILE`"
         )
+    # The file's stage, offloads, precision, micro-batch and accumulation are kept; its world size may be another
+    # machine's, so the target global batch is left to the planner and the topology to the hardware step.
     choices.strategy = strategy
-    choices.global_batch = strategy.global_batch_size
     clipping = getattr(imported, "gradient_clipping", None)
     if isinstance(clipping, (int, float)):
         choices.gradient_clipping = float(clipping)

@@ -81,8 +81,11 @@ class ModelStep(StepScreen):
             plan = self.wizard.plan
             if not plan.candidates:
                 raise DswizError("the planner found no candidate", "check the model numbers and the hardware")
-            # An imported config keeps its own strategy; otherwise start from the recommendation (or, when
-            # nothing fits, from the closest candidate so the Strategy step can show why).
+            # An imported config keeps its own choices, on this hardware's topology; otherwise start from the
+            # recommendation (or, when nothing fits, from the closest candidate so the Strategy step shows why).
+            planned = (plan.best or plan.candidates[0]).strategy
             if c.strategy is None or c.imported_from is None:
-                c.strategy = (plan.best or plan.candidates[0]).strategy
+                c.strategy = planned
+            else:
+                c.strategy = c.strategy.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
             c.global_batch = c.strategy.global_batch_size
