@@ -38,3 +38,11 @@ async def next_step(pilot: Pilot[Any]) -> None:
 
 def status(pilot: Pilot[Any]) -> str:
     return str(pilot.app.screen.query_one("#status").render())
+
+
+async def click_visible(pilot: Pilot[Any], selector: str) -> None:
+    """Scroll the widget into view first, as a user would, then click it."""
+    pilot.app.screen.query_one(selector).scroll_visible(animate=False)
+    await pilot.pause()
+    await pilot.click(selector)
+    await pilot.pause()

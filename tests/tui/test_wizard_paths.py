@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import SIZE
-from helpers import next_step, settle, status, type_into
+from helpers import click_visible, next_step, settle, status, type_into
 from textual.widgets import DataTable, RadioButton
 
 from wizard.tui.factory import build_app
@@ -90,21 +90,17 @@ async def test_manual_stage_updates_bars_and_disables_invalid_offload(core: Any)
             current = screen.current
             return screen.query_one("#bar-gpu").used == (current.gpu_bytes if current else None)
 
-        await pilot.click("#stage-2")
-        await pilot.pause()
+        await click_visible(pilot, "#stage-2")
         assert app.choices.strategy.zero_stage == 2 and bars_show_current()
         assert screen.query_one("#param-cpu", RadioButton).disabled  # below stage 3: no parameter offload
         not_offered = str(screen.query_one("#not-offered").render())
         assert "parameter offload only works at ZeRO stage 3" in not_offered
-        await pilot.click("#stage-3")
-        await pilot.pause()
+        await click_visible(pilot, "#stage-3")
         assert app.choices.strategy.zero_stage == 3 and bars_show_current()
         assert not screen.query_one("#param-cpu", RadioButton).disabled
-        await pilot.click("#param-cpu")
-        await pilot.pause()
+        await click_visible(pilot, "#param-cpu")
         assert app.choices.strategy.offload_param == "cpu"
-        await pilot.click("#stage-2")  # parameter offload cannot stay below stage 3: it is dropped
-        await pilot.pause()
+        await click_visible(pilot, "#stage-2")  # parameter offload cannot stay below stage 3: it is dropped
         assert (app.choices.strategy.zero_stage, app.choices.strategy.offload_param) == (2, "none")
 
 
