@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
 from wizard.strategy import OFFLOAD_DEVICES, Strategy
-from wizard.tui.core_bridge import CandidateView
+from wizard.tui.core_bridge import CandidateView, CoreUnavailable
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.units import fmt_bytes
@@ -148,7 +148,7 @@ class StrategyStep(StepScreen):
         match = next((c for c in plan.candidates if c.strategy == chosen), None)
         if match is not None:
             table.move_cursor(row=plan.candidates.index(match))
-        self.show(match or self._evaluate(chosen))
+        self.show(match or self._evaluate(chosen), strategy=chosen)
 
     def _evaluate(self, strategy: Strategy | None) -> CandidateView | None:
         if strategy is None or self.wizard.model is None:
@@ -157,14 +157,17 @@ class StrategyStep(StepScreen):
             return self.wizard.core.evaluate(
                 self.wizard.choices, self.wizard.model, strategy, self.wizard.plan
             )
+        except CoreUnavailable as e:  # no prediction for this exact combination: say so, not an error
+            self.set_status(e.problem)
         except DswizError as e:
             self.set_status(e.problem, error=True)
             return None
 
-    def show(self, cand: CandidateView | None) -> None:
-        """Display ``cand`` as the chosen strategy: summary, bars, reasons, and the manual controls."""
+    def show(self, cand: CandidateView | None, strategy: Strategy | None = None) -> None:
+        """Display ``strategy`` (default: the candidate's) as the chosen one, with the planner's prediction
+        ``cand`` when it has one: summary, bars, reasons, and the manual controls."""
         self.current = cand
-        strategy = cand.strategy if cand else self.wizard.choices.strategy
+        strategy = strategy or (cand.strategy if cand else self.wizard.choices.strategy)
         if strategy is None:
             return
         self.wizard.choices.strategy = strategy
@@ -230,10 +233,8 @@ class StrategyStep(StepScreen):
             new = s.with_(offload_param=value)
         if new == s:
             return
-        self.show(self._evaluate(new) or None)
-        if self.current is None:  # the planner could not evaluate: still record the hand-made choice
-            self.wizard.choices.strategy = new
-            self._sync_controls(new)
+        self.set_status("")
+        self.show(self._evaluate(new), strategy=new)  # without a prediction the hand-made choice still counts
 
     def save(self) -> None:
         s = self.wizard.choices.strategy
