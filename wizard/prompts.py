@@ -229,7 +229,7 @@ def run_prompts(
 
     # 6. Review & write
     files = core.render_files(c)
-    for f in core.lint_files(files, c.world_size):
+    for f in core.lint_files(files, c.world_size, hardware=c.hardware, launcher=c.launcher):
         say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
     c.out_dir = Path(p.text("out-dir", "Write to directory", str(c.out_dir)).strip() or str(c.out_dir))
     on_disk = core.existing_files(c.out_dir, files)

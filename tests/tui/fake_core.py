@@ -32,7 +32,9 @@ def _available(module: str, attr: str) -> bool:
 
 
 HAVE_PLANNER = _available("wizard.planner", "plan") and _available("wizard.model", "load_model_spec")
-HAVE_CONFIG = _available("wizard.config.render", "render_all") and _available("wizard.config", "lint_text")
+HAVE_CONFIG = _available("wizard.config.render", "render_all") and _available(
+    "wizard.config.check", "lint_path"
+)
 
 
 class _Machine:
@@ -95,7 +97,7 @@ class _ConfigStandIn:
             files["hostfile"] = choices.hostfile_text
         return files
 
-    def lint_files(self, files: dict[str, str], world_size: int) -> list[Finding]:
+    def lint_files(self, files: dict[str, str], world_size: int, **context: Any) -> list[Finding]:
         return [Finding(Severity.INFO, "stand-in", "stand-in finding", "because", "nothing to do")]
 
     def check_hostfile(self, text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:

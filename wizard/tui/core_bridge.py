@@ -246,13 +246,22 @@ def render_files(choices: Choices) -> dict[str, str]:
     return files
 
 
-def lint_files(files: dict[str, str], world_size: int) -> list[Finding]:
-    """The linter's findings for the files about to be written (the same checks as ``dswiz check``)."""
-    fn = _core("wizard.config", "lint_text")
-    out: list[Finding] = []
-    for name, text in files.items():
-        out.extend(fn(text, name=name, world_size=world_size))
-    return out
+def lint_files(
+    files: dict[str, str],
+    world_size: int,
+    *,
+    hardware: HardwareReport | None = None,
+    launcher: str | None = None,
+) -> list[Finding]:
+    """The linter's findings for the files about to be written: exactly what ``dswiz check DIR`` would say once
+    they are written (the same ``wizard.config.check.lint_path``, run on a scratch copy)."""
+    import tempfile
+
+    lint_path = _core("wizard.config.check", "lint_path")
+    with tempfile.TemporaryDirectory(prefix="dswiz-review-") as scratch:
+        for name, text in files.items():
+            (Path(scratch) / name).write_text(text, encoding="utf-8")
+        return list(lint_path(Path(scratch), world_size=world_size, hardware=hardware, launcher=launcher))
 
 
 def import_config(path: Path) -> Any:
@@ -325,14 +334,50 @@ def default_hostfile(nodes: int, gpus_per_node: int) -> str:
 
 def apply_import(choices: Choices, imported: Any) -> None:
     """Put an imported config's decisions into the choices (``dswiz --from FILE``)."""
-    strategy = imported if isinstance(imported, Strategy) else getattr(imported, "strategy", None)
-    if strategy is None:
-        raise DswizError(
-            "the file holds no DeepSpeed strategy dswiz can read", "check it with `dswiz check FILE`"
-        )
+    if isinstance(imported, Strategy):
+        strategy = imported
+    else:
+        config = getattr(imported, "config", imported)
+        reader = getattr(importlib.import_module("wizard.config"), "strategy_from_config", None)
+        strategy = reader(config) if callable(reader) else _strategy_from_config_set(config)
+        clipping = getattr(config.deepspeed, "gradient_clipping", None)
+        if isinstance(clipping, (int, float)):
+            choices.gradient_clipping = float(clipping)
+        topo = config.topology
+        if topo.nodes > 1:
+            choices.hostfile_text = "".join(f"{h} slots={topo.gpus_per_node}\n" for h in topo.hosts)
+            choices.master_addr = topo.master_addr or ""
+            choices.master_port = topo.master_port
+            choices.launcher = topo.launcher
     # The file's stage, offloads, precision, micro-batch and accumulation are kept; its world size may be another
     # machine's, so the target global batch is left to the planner and the topology to the hardware step.
     choices.strategy = strategy
-    clipping = getattr(imported, "gradient_clipping", None)
-    if isinstance(clipping, (int, float)):
-        choices.gradient_clipping = float(clipping)
+
+
+def _strategy_from_config_set(config: Any) -> Strategy:
+    """Read a loaded ConfigSet's decisions back as a Strategy (field by field; "auto" and absent keys take
+    DeepSpeed's defaults). Belongs in wizard.config; used until it provides ``strategy_from_config``."""
+    ds = config.deepspeed
+    zero = ds.zero_optimization
+
+    def device(section: Any) -> str:
+        return (section.device or "none") if section is not None else "none"
+
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and value > 0 else 1
+
+    precision = ds.precision if ds.precision in ("bf16", "fp16", "fp32") else "bf16"
+    return Strategy(
+        zero_stage=ds.stage,
+        offload_optimizer=device(zero.offload_optimizer if zero else None),  # type: ignore[arg-type]
+        offload_param=device(zero.offload_param if zero else None),  # type: ignore[arg-type]
+        precision=precision,  # type: ignore[arg-type]
+        micro_batch_size=count(ds.train_micro_batch_size_per_gpu),
+        gradient_accumulation_steps=count(ds.gradient_accumulation_steps),
+        activation_checkpointing=ds.activation_checkpointing is not None,
+        zero_quantized_weights=bool(zero and zero.zero_quantized_weights),
+        zero_quantized_gradients=bool(zero and zero.zero_quantized_gradients),
+        zero_hpz_partition_size=(zero.zero_hpz_partition_size or 1) if zero else 1,
+        nodes=config.topology.nodes,
+        gpus_per_node=config.topology.gpus_per_node,
+    )

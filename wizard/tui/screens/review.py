@@ -71,7 +71,9 @@ class ReviewStep(StepScreen):
         box.remove_children()
         try:
             self.files = self.wizard.core.render_files(c)
-            findings = self.wizard.core.lint_files(self.files, c.world_size)
+            findings = self.wizard.core.lint_files(
+                self.files, c.world_size, hardware=c.hardware, launcher=c.launcher
+            )
         except DswizError as e:
             self.files = {}
             self.set_status(e.problem, error=True)
