@@ -216,8 +216,15 @@ def run_prompts(
             )
             for f in findings:
                 say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
-            if not has_errors(findings):
-                break
+            if has_errors(findings):
+                continue
+            c.strategy = s
+            try:
+                core.render_files(c)  # the config writers' own checks (one host per node, no duplicates)
+            except DswizError as e:
+                say(f"  {e.problem}")
+                continue
+            break
         c.master_addr = p.text("master-addr", "Master address (empty: first host)", c.master_addr).strip()
         c.master_port = _ask_int(p, "master-port", "Master port", c.master_port, say) or c.master_port
     c.strategy = s

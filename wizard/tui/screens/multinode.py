@@ -138,8 +138,14 @@ class MultiNodeStep(StepScreen):
         findings = self._check()
         if has_errors(findings):
             raise DswizError("the hostfile has errors", "fix the lines listed under Hostfile check")
+        before = (c.strategy, c.global_batch, c.launcher, c.master_addr, c.master_port, c.hostfile_text)
         c.set_topology(nodes=nodes, gpus_per_node=gpus)
         c.launcher = launcher
         c.master_addr = self.query_one("#master-addr", Input).value.strip()
         c.master_port = port
         c.hostfile_text = self.query_one("#hostfile", TextArea).text if nodes > 1 else ""
+        try:
+            self.wizard.core.render_files(c)  # the config writers' own checks (hosts vs nodes, duplicates)
+        except DswizError:
+            c.strategy, c.global_batch, c.launcher, c.master_addr, c.master_port, c.hostfile_text = before
+            raise
