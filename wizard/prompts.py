@@ -294,6 +294,10 @@ def _strategy_by_hand(
         default="none",
     )
     s = s.with_(offload_param=par)
+    like = core.best_candidate_like(plan_view, s)
+    if like is not None:  # the planner's micro-batch / accumulation for this combination
+        say("  " + _candidate_line(like))
+        return like.strategy  # type: ignore[no-any-return]
     try:
         say("  " + _candidate_line(core.evaluate(c, model, s, plan_view)))
     except DswizError as e:

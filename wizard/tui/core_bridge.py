@@ -202,6 +202,18 @@ def evaluate(
     )
 
 
+def best_candidate_like(plan_view: PlanView | None, strategy: Strategy) -> CandidateView | None:
+    """The planner's highest-ranked candidate with the same stage, offloads and precision as ``strategy`` (its
+    micro-batch and accumulation are the planner's for that combination); None when the plan has none."""
+
+    def key(s: Strategy) -> tuple[object, ...]:
+        return (s.zero_stage, s.offload_optimizer, s.offload_param, s.precision)
+
+    return next(
+        (c for c in (plan_view.candidates if plan_view else ()) if key(c.strategy) == key(strategy)), None
+    )
+
+
 def option_problems(strategy: Strategy, hw: HardwareReport | None) -> list[str]:
     """Why ``strategy`` cannot be offered: the combination rules (``Strategy.problems``) plus the machine's
     (``wizard.planner.hardware_problems`` when the planner provides it, e.g. NVMe offload without libaio)."""

@@ -234,7 +234,13 @@ class StrategyStep(StepScreen):
         if new == s:
             return
         self.set_status("")
-        self.show(self._evaluate(new), strategy=new)  # without a prediction the hand-made choice still counts
+        # The planner's best candidate for this stage/offload combination, when it ranked one; else its
+        # prediction for exactly this strategy. Without either the hand-made choice still counts.
+        like = self.wizard.core.best_candidate_like(self.wizard.plan, new)
+        if like is not None:
+            self.show(like)
+        else:
+            self.show(self._evaluate(new), strategy=new)
 
     def save(self) -> None:
         s = self.wizard.choices.strategy
