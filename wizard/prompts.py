@@ -75,7 +75,8 @@ def _candidate_line(c: core_bridge.CandidateView) -> str:
     )
     tps = "?" if c.tokens_per_sec is None else f"{c.tokens_per_sec:,.0f}"
     return (
-        f"ZeRO-{s.zero_stage}{off}, {s.precision}, micro {s.micro_batch_size}×{s.gradient_accumulation_steps}: "
+        f"ZeRO-{s.zero_stage}{off}, {s.precision}, micro {s.micro_batch_size}×{s.gradient_accumulation_steps}"
+        f"{', checkpointing' if s.activation_checkpointing else ''}: "
         f"GPU {fmt_bytes(c.gpu_bytes)}, CPU {fmt_bytes(c.cpu_bytes)}, {tps} tokens/s"
     )
 
