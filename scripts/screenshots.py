@@ -42,10 +42,10 @@ def load_hardware(fixture: str | None, spec: str) -> HardwareReport:
     return core_bridge.get_hardware(spec)
 
 
-async def shoot(name: str, hw: HardwareReport, model: str, out: Path, work: Path) -> list[Path]:
+async def shoot(name: str, hw: HardwareReport, model: str, out: Path) -> list[Path]:
     from textual.widgets import Input, TextArea
 
-    app = build_app(hardware=hw, out_dir=work / "run1")
+    app = build_app(hardware=hw, out_dir=Path("run1"))  # relative: the screens show what a user would see
     saved: list[Path] = []
     async with app.run_test(size=SIZE) as pilot:
 
@@ -56,7 +56,7 @@ async def shoot(name: str, hw: HardwareReport, model: str, out: Path, work: Path
                 t.cursor_blink = False
             app.screen.query_one("#next").focus()
             await pilot.pause()
-            target = out / f"{name}-{step}.svg"
+            target = out / f"wizard-{name}-{step}.svg"
             app.save_screenshot(target.name, str(out))
             saved.append(target)
 
@@ -99,11 +99,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     all_svgs: list[Path] = []
     with tempfile.TemporaryDirectory() as work:
-        os.chdir(work)  # the review step diffs against files in the output dir: start from an empty one
         for name, fixture, spec, model in MACHINES:
             hw = load_hardware(fixture, spec)
             print(f"{name}: {hw.description or 'detected report'} -> {model}")
-            all_svgs += asyncio.run(shoot(name, hw, model, args.out, Path(work)))
+            here = Path(work) / name
+            here.mkdir()
+            os.chdir(here)  # the review step diffs against files in the output dir: start from an empty one
+            all_svgs += asyncio.run(shoot(name, hw, model, args.out.resolve()))
+            os.chdir(ROOT)
     png = to_png(all_svgs)
     print(
         f"wrote {len(all_svgs)} SVG{' and PNG' if png else ' (no PNG: cairosvg is not installed)'} to {args.out}"
