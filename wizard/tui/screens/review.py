@@ -136,7 +136,8 @@ class ReviewStep(StepScreen):
             self.set_status(f"{e.problem} — {e.fix}" if e.fix else e.problem, error=True)
             return
         c.written = [r.path for r in results]
-        lines = Text("Wrote\n", style="bold green")
+        lines = Text()
+        lines.append("Wrote\n", style="bold green")
         for r in results:
             note = (
                 " (unchanged)" if r.unchanged else (f" (old one kept as {r.backup.name})" if r.backup else "")
