@@ -298,7 +298,8 @@ def _strategy_by_hand(
     like = core.best_candidate_like(plan_view, s)
     if like is not None:  # the planner's micro-batch / accumulation for this combination
         say("  " + _candidate_line(like))
-        return like.strategy  # type: ignore[no-any-return]
+        chosen: Strategy = like.strategy
+        return chosen
     try:
         say("  " + _candidate_line(core.evaluate(c, model, s, plan_view)))
     except DswizError as e:

@@ -97,7 +97,8 @@ def precisions_supported(hw: HardwareReport | None) -> dict[str, str | None]:
 
 def get_hardware(spec: str | None) -> HardwareReport:
     """Detect this machine (``None``) or describe one ("8xA100-80GB", "2x8xH100", a YAML profile)."""
-    return _core("wizard.hardware", "get_hardware")(spec)  # type: ignore[no-any-return]
+    report: HardwareReport = _core("wizard.hardware", "get_hardware")(spec)
+    return report
 
 
 def model_presets() -> list[str]:

@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
 
 from wizard.errors import DswizError
+from wizard.strategy import Mode
 from wizard.tui.choices import parse_positive
 from wizard.tui.screens.base import StepScreen
 
@@ -69,7 +70,7 @@ class ModelStep(StepScreen):
         text = self.query_one("#model", Input).value.strip()
         seq_len = parse_positive(self.query_one("#seq-len", Input).value, "sequence length")
         batch = parse_positive(self.query_one("#global-batch", Input).value, "global batch", allow_empty=True)
-        mode = "inference" if self.query_one("#mode-inference", RadioButton).value else "train"
+        mode: Mode = "inference" if self.query_one("#mode-inference", RadioButton).value else "train"
         model = self.wizard.core.load_model(text)
         changed = (text, seq_len, batch, mode) != (c.model_text, c.seq_len, c.global_batch, c.mode)
         c.model_text, c.mode, c.global_batch = text, mode, batch

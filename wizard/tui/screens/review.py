@@ -80,7 +80,7 @@ class ReviewStep(StepScreen):
             return
         self.query_one("#findings", Static).update(findings_text(findings))
         self.on_disk = self.wizard.core.existing_files(self._out_dir(), self.files)
-        widgets = []
+        widgets: list[Static] = []
         for name, text in self.files.items():
             old = self.on_disk.get(name)
             state = (

@@ -161,7 +161,7 @@ class StrategyStep(StepScreen):
             self.set_status(e.problem)
         except DswizError as e:
             self.set_status(e.problem, error=True)
-            return None
+        return None
 
     def show(self, cand: CandidateView | None, strategy: Strategy | None = None) -> None:
         """Display ``strategy`` (default: the candidate's) as the chosen one, with the planner's prediction
