@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import SIZE
+from fake_core import StandInCore
 from helpers import next_step, no_blink, settle, type_into
 from textual.pilot import Pilot
 
 from wizard.tui.factory import build_app
+
+
+@pytest.fixture
+def core() -> Any:
+    return StandInCore()
 
 
 def goto(step: int, spec: str = "8xA100-80GB", model: str = "llama-7b") -> Any:
