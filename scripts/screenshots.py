@@ -36,9 +36,12 @@ STEPS = ("1-hardware", "2-model", "3-strategy", "4-precision", "5-multinode", "6
 
 
 def load_hardware(fixture: str | None, spec: str) -> HardwareReport:
-    path = FIXTURES / fixture if fixture else None
-    if path is not None and path.is_file():
-        return core_bridge.get_hardware(str(path))
+    """The fixture file (any name containing it, e.g. h200.json, detect-h200.json), else the described spec."""
+    if fixture:
+        stem = Path(fixture).stem.lower()
+        found = sorted(p for p in FIXTURES.glob("*.json") if stem in p.name.lower())
+        if found:
+            return core_bridge.get_hardware(str(found[0]))
     return core_bridge.get_hardware(spec)
 
 
