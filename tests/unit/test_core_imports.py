@@ -35,6 +35,8 @@ CORE_MODULES = (
     "wizard.hardware.hazards",
     "wizard.hardware.gpu_sampler",
     "wizard.model",
+    "wizard.model_presets",
+    "wizard.calibration",
     "wizard.memory",
     "wizard.throughput",
     "wizard.planner",
