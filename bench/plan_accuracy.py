@@ -526,8 +526,7 @@ def launch(args: argparse.Namespace) -> int:
         sys.executable,
         "-m",
         "deepspeed.launcher.runner",
-        "--num_gpus",
-        str(gpus),
+        *(["--include", f"localhost:{args.include}"] if args.include else ["--num_gpus", str(gpus)]),
         "--master_port",
         str(args.master_port),
         "--no_local_rank",
@@ -952,6 +951,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--analyze", nargs="+", type=Path, metavar="RAW_JSON", help="summarise raw results and stop"
+    )
+    ap.add_argument(
+        "--include",
+        default=None,
+        metavar="IDS",
+        help="GPU ids to use instead of the first --gpus (e.g. 1), so other work can share the machine",
     )
     ap.add_argument("--master-port", type=int, default=29533)
     ap.add_argument("--collective-timeout-s", type=float, default=120.0)
