@@ -37,7 +37,7 @@ _PYTHON_FIX = "pass --python /path/to/your/training-env/bin/python (the python t
 @dataclass(frozen=True)
 class ConsolidateOptions:
     safe_serialization: bool = False
-    max_shard_size: str = "5GB"
+    max_shard_size: int = 5 * 10**9  # bytes per output file (DeepSpeed's default, "5GB")
     exclude_frozen_parameters: bool = False
 
 
@@ -80,7 +80,7 @@ def find_training_python(explicit: str | None = None) -> str:
 
 def worker_argv(python: str, ckpt: ZeroCheckpoint, out_dir: Path, options: ConsolidateOptions) -> list[str]:
     argv = [python, "-u", "-c", _BOOTSTRAP, str(WORKER), str(ckpt.root.resolve()), str(out_dir.resolve())]
-    argv += ["--tag", ckpt.tag, "--max-shard-size", options.max_shard_size]
+    argv += ["--tag", ckpt.tag, "--max-shard-size", str(options.max_shard_size)]
     if options.safe_serialization:
         argv.append("--safe-serialization")
     if options.exclude_frozen_parameters:
@@ -171,6 +171,11 @@ def error_for(result: WorkerResult, python: str, ckpt: ZeroCheckpoint) -> DswizE
         return DswizError(
             f"the conversion of {ckpt.tag_dir} ran out of memory (the process was killed)",
             "free memory (stop other jobs) or run it on a machine with more RAM",
+        )
+    if "No space left on device" in message:
+        return DswizError(
+            f"the disk holding the output ran full while writing the weights of {ckpt.tag_dir}",
+            "free space there, or choose an OUT on a disk with more room (nothing was written to OUT)",
         )
     if "optim_states.pt" in message and "Expected" in message:
         return DswizError(

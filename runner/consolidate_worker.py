@@ -13,7 +13,7 @@ messages, torch warnings) is moved to stderr first, so the event stream stays cl
     {"event": "error", "kind": "ImportError", "message": "..."}          (then exit code 1)
 
 Usage: python consolidate_worker.py CHECKPOINT_DIR OUTPUT_DIR --tag TAG [--safe-serialization]
-       [--max-shard-size 5GB] [--exclude-frozen-parameters]
+       [--max-shard-size BYTES] [--exclude-frozen-parameters]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("output_dir")
     p.add_argument("--tag", required=True)
     p.add_argument("--safe-serialization", action="store_true")
-    p.add_argument("--max-shard-size", default="5GB")
+    p.add_argument("--max-shard-size", type=int, default=5 * 10**9, help="bytes per output file")
     p.add_argument("--exclude-frozen-parameters", action="store_true")
     return p.parse_args(argv)
 

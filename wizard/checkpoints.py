@@ -55,6 +55,7 @@ class ZeroCheckpoint:
     world_size: int  # data-parallel ranks that saved an optimizer shard
     files: tuple[Path, ...]  # the shard files zero_to_fp32 reads, sorted
     size_bytes: int  # their total size
+    optimizer_bytes: int = 0  # the optimizer shards' part of it
 
     @property
     def tag_dir(self) -> Path:
@@ -67,6 +68,11 @@ class ZeroCheckpoint:
     @property
     def memory_needed_bytes(self) -> int:
         return int(self.size_bytes * MEMORY_FACTOR)
+
+    @property
+    def weights_estimate_bytes(self) -> int:
+        """Size of the fp32 weights: the optimizer shards hold them plus, with Adam, two states of the same size."""
+        return self.optimizer_bytes // 3
 
 
 def natural_key(text: str) -> list[int | str]:
@@ -286,10 +292,10 @@ def inspect_checkpoint(path: str | Path, tag: str | None = None) -> ZeroCheckpoi
         )
     used += [n for ns in optim.values() for n in ns]
     files = tuple(sorted((tag_dir / n for n in used), key=lambda p: natural_key(p.name)))
-    size = 0
+    sizes: dict[Path, int] = {}
     for f in files:
         try:
-            size += f.stat().st_size
+            sizes[f] = f.stat().st_size
         except OSError as e:
             raise DswizError(f"cannot read {f}: {e.strerror}", "check the file's permissions") from e
     return ZeroCheckpoint(
@@ -298,7 +304,8 @@ def inspect_checkpoint(path: str | Path, tag: str | None = None) -> ZeroCheckpoi
         zero_stage=3 if zero3_models else None,
         world_size=len(optim),
         files=files,
-        size_bytes=size,
+        size_bytes=sum(sizes.values()),
+        optimizer_bytes=sum(n for f, n in sizes.items() if f.name.endswith("_optim_states.pt")),
     )
 
 
@@ -372,6 +379,8 @@ def checkpoint_hint(
             ckpt = inspect_checkpoint(root, tag)
         except DswizError as e:
             lines.append(f"checkpoint {root / tag}: {e.problem}")
+            if e.fix:
+                lines.append(f"  {e.fix}")
             continue
         others = f"; also {', '.join(t for t in tags if t != tag)}" if len(tags) > 1 else ""
         lines.append(

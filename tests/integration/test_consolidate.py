@@ -134,6 +134,21 @@ def test_safetensors_replaces_an_existing_out_only_with_force(trained: dict, tmp
     assert_equal_to_trained(load_file(out / "model.safetensors"), trained["weights"])  # type: ignore[arg-type]
 
 
+def test_sharded_output_loads_with_the_printed_loader(trained: dict, tmp_path: Path) -> None:
+    from accelerate.utils import load_checkpoint_in_model
+
+    job: Path = trained["dir"]  # type: ignore[assignment]
+    out = tmp_path / "sharded"
+    proc = dswiz("consolidate", str(job / "ckpt"), str(out), "--max-shard-size", "20KB", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert "pytorch_model.bin.index.json" in names and len(names) > 2
+    assert f"load: accelerate.utils.load_checkpoint_in_model(model, {str(out)!r}, strict=True)" in proc.stdout
+    model = train_tiny_module().TinyCausalLM(**MODEL_ARGS)
+    load_checkpoint_in_model(model, str(out), strict=True)
+    assert_equal_to_trained(model.state_dict(), trained["weights"])  # type: ignore[arg-type]
+
+
 def test_a_corrupt_shard_fails_cleanly(trained: dict, tmp_path: Path) -> None:
     job: Path = trained["dir"]  # type: ignore[assignment]
     broken = tmp_path / "ckpt"

@@ -64,7 +64,8 @@ def test_zero3_checkpoint_from_latest(tmp_path: Path) -> None:
         "zero_pp_rank_1_mp_rank_00_model_states.pt",
         "zero_pp_rank_1_mp_rank_00_optim_states.pt",
     ]
-    assert ckpt.size_bytes == 4000
+    assert ckpt.size_bytes == 4000 and ckpt.optimizer_bytes == 2000
+    assert ckpt.weights_estimate_bytes == 2000 // 3  # Adam: fp32 weights + two states of the same size
     assert ckpt.memory_needed_bytes == int(4000 * MEMORY_FACTOR)
 
 

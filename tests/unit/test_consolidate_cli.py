@@ -78,8 +78,9 @@ def test_refuses_when_free_ram_is_below_twice_the_checkpoint(tmp_path: Path) -> 
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temp folder left behind
 
 
-def test_python_option_errors(tmp_path: Path) -> None:
+def test_option_errors(tmp_path: Path) -> None:
     root = make_checkpoint(tmp_path / "ckpt")
+    assert_refused(dswiz(root, tmp_path / "out", "--max-shard-size", "huge"), "--max-shard-size", "5GB")
     assert_refused(dswiz(root, tmp_path / "out", "--python", tmp_path / "no-python"), "no such executable")
 
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     "--max-shard-size",
     default="5GB",
     show_default=True,
-    help="Split the output into files of at most this size (needs huggingface_hub).",
+    help="Split the output into files of at most this size, e.g. 5GB or 2GiB (needs huggingface_hub).",
 )
 @click.option(
     "--exclude-frozen-parameters", is_flag=True, help="Leave frozen (requires_grad=False) weights out."
@@ -77,8 +77,14 @@ def consolidate(
         run_worker,
     )
     from wizard.checkpoints import check_memory, inspect_checkpoint
-    from wizard.hardware.host import memory
-    from wizard.units import fmt_bytes
+    from wizard.errors import DswizError
+    from wizard.hardware.host import filesystem_size, memory
+    from wizard.units import fmt_bytes, parse_size
+
+    try:
+        shard_bytes = parse_size(max_shard_size)
+    except ValueError as e:
+        raise DswizError(f"--max-shard-size: {e}", "write it like 5GB, 2GiB or 500MB") from e
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     ckpt = inspect_checkpoint(checkpoint_dir, tag)
@@ -94,10 +100,16 @@ def consolidate(
     training_python = find_training_python(python)
     options = ConsolidateOptions(
         safe_serialization=safe_serialization,
-        max_shard_size=max_shard_size,
+        max_shard_size=shard_bytes,
         exclude_frozen_parameters=exclude_frozen_parameters,
     )
     tmp = make_temp_output(out)
+    disk = filesystem_size(str(tmp))
+    if disk is not None and disk[1] < ckpt.weights_estimate_bytes:
+        console.print(
+            f"[yellow]warning:[/] {fmt_bytes(disk[1])} free next to {out}; the weights need about "
+            f"{fmt_bytes(ckpt.weights_estimate_bytes)} (fp32, if the optimizer was Adam)"
+        )
     try:
         display = ProgressDisplay(console)
         with display:
@@ -105,7 +117,12 @@ def consolidate(
         if result.returncode != 0 or result.done is None:
             _print_tail(console, result)
             raise error_for(result, training_python, ckpt)
-        backup = commit_output(tmp, out)
+        try:
+            backup = commit_output(tmp, out)
+        except OSError as e:
+            raise DswizError(
+                f"cannot move the result into {out}: {e.strerror}", "check the permissions of its folder"
+            ) from e
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
