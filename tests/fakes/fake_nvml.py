@@ -70,6 +70,12 @@ class FakeGPU:
     nvlinks: list[str] | None = None  # remote PCI bus id per active link; None: GPU has no NVLink
     pcie_gen: int = 5
     fail: dict[str, type[NVMLError]] = field(default_factory=dict)  # function name -> error it raises
+    # Live numbers (the monitor's sampler): percent, milliwatts, degrees C, (pid, used bytes or None) per process.
+    utilization: int = 0
+    power_mw: int = 75_000
+    power_limit_mw: int = 700_000
+    temperature: int = 35
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
 
 
 class FakeNvml:
@@ -187,6 +193,28 @@ class FakeNvml:
         if g.nvlinks is None or link >= len(g.nvlinks):
             raise NVMLError_InvalidArgument()
         return SimpleNamespace(busId=self._text(g.nvlinks[link]))
+
+    # -- live numbers (wizard/hardware/gpu_sampler.py) -------------------------------------------------------
+    NVML_TEMPERATURE_GPU = 0
+
+    def nvmlDeviceGetUtilizationRates(self, h: FakeGPU) -> SimpleNamespace:
+        g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
+        return SimpleNamespace(gpu=g.utilization, memory=0)
+
+    def nvmlDeviceGetPowerUsage(self, h: FakeGPU) -> int:
+        return self._gpu(h, "nvmlDeviceGetPowerUsage").power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeGPU) -> int:
+        return self._gpu(h, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw
+
+    def nvmlDeviceGetTemperature(self, h: FakeGPU, sensor: int) -> int:
+        if sensor != self.NVML_TEMPERATURE_GPU:
+            raise NVMLError_InvalidArgument()
+        return self._gpu(h, "nvmlDeviceGetTemperature").temperature
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGPU) -> list[SimpleNamespace]:
+        g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in g.processes]
 
 
 # -- ready-made machines ------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ CORE_MODULES = (
     "wizard.hardware.software",
     "wizard.hardware.visibility",
     "wizard.hardware.hazards",
+    "wizard.hardware.gpu_sampler",
     "wizard.model",
     "wizard.memory",
     "wizard.throughput",

@@ -1,0 +1,235 @@
+"""Find what to watch from what the user typed: a run directory, a run id, a PID, or nothing (the latest run).
+
+By PID the job need not have been started by dswiz: the process tree comes from psutil, the logs from where the
+launcher's and ranks' stdout/stderr point (/proc/PID/fd/1 and 2: a file, not a terminal or a pipe), the DeepSpeed
+config from the ranks' ``--deepspeed_config`` argument, the csv monitor directory and NVMe path from that config,
+and total steps / sequence length from the script's arguments. What cannot be seen is said in ``notes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+from runner import rundir
+from runner.metrics.plan import PlanInfo
+from runner.metrics.target import JobTarget, ds_config_facts, load_json_config, target_from_run_dir
+from wizard.errors import DswizError
+
+_LAUNCHER_MARKERS = (
+    "deepspeed.launcher.launch",
+    "deepspeed.launcher.runner",
+    "bin/deepspeed",
+    "torch.distributed.run",
+    "torchrun",
+    "accelerate.commands.launch",
+    "bin/accelerate",
+)
+_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
+_RANK_FILE_RE = re.compile(r"_rank(\d+)\.log$")
+
+
+def resolve_target(arg: str | None, runs_root: Path | None = None) -> JobTarget:
+    """RUN_DIR | RUN_ID | PID | None (the latest run) -> JobTarget; a bad argument is a DswizError."""
+    root = runs_root or rundir.runs_root()
+    if arg is None:
+        return target_from_run_dir(latest_run_dir(root))
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        if not _looks_like_run_dir(path):
+            raise DswizError(
+                f"{arg} is not a dswiz run directory (no run.json, logs/ or metrics.jsonl in it)",
+                "pass the directory `dswiz launch` printed, a run id from `ls "
+                + str(root)
+                + "`, or a job's PID",
+            )
+        return target_from_run_dir(path)
+    if rundir.is_run_id(arg):
+        candidate = root / arg
+        if not candidate.is_dir():
+            raise DswizError(f"no run {arg} under {root}", f"list the runs with `ls {root}`")
+        return target_from_run_dir(candidate)
+    if arg.isdigit():
+        return target_from_pid(int(arg))
+    raise DswizError(
+        f"{arg!r} is neither a run directory, a run id (like 20261130-014135) nor a PID",
+        "run `dswiz monitor` for the latest run, or pass a run directory, a run id or the job's PID",
+    )
+
+
+def _looks_like_run_dir(path: Path) -> bool:
+    return any((path / name).exists() for name in (rundir.RUN_JSON, rundir.LOGS_DIR, rundir.METRICS_JSONL))
+
+
+def latest_run_dir(root: Path) -> Path:
+    try:
+        runs = sorted(p for p in root.iterdir() if p.is_dir() and _looks_like_run_dir(p))
+    except OSError:
+        runs = []
+    if not runs:
+        raise DswizError(
+            f"no runs under {root} to monitor",
+            "start one with `dswiz launch …`, or pass a run directory or the PID of a running job",
+        )
+    return runs[-1]
+
+
+def is_launcher(cmdline: Sequence[str]) -> bool:
+    text = " ".join(cmdline)
+    return any(marker in text for marker in _LAUNCHER_MARKERS)
+
+
+def _local_rank(cmdline: Sequence[str]) -> int | None:
+    for i, arg in enumerate(cmdline):
+        for flag in ("--local_rank", "--local-rank"):
+            if arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+            elif arg == flag and i + 1 < len(cmdline):
+                value = cmdline[i + 1]
+            else:
+                continue
+            if value.isdigit():
+                return int(value)
+    return None
+
+
+def _stdout_files(proc: psutil.Process) -> list[Path]:
+    """The regular files this process writes its stdout/stderr to (none for a terminal, pipe or socket)."""
+    out = []
+    for fd in (1, 2):
+        try:
+            target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+        except OSError:
+            continue
+        path = Path(target)
+        if target.startswith("/") and not target.startswith("/dev/") and path.is_file():
+            out.append(path)
+    return sorted(set(out))
+
+
+def _config_path(cmdline: Sequence[str], cwd: str | None) -> Path | None:
+    for i, arg in enumerate(cmdline):
+        for flag in _CONFIG_FLAGS:
+            value = None
+            if arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+            elif arg == flag and i + 1 < len(cmdline) and not cmdline[i + 1].startswith("-"):
+                value = cmdline[i + 1]
+            if value and value.endswith(".json"):
+                path = Path(value)
+                return path if path.is_absolute() or cwd is None else Path(cwd) / path
+    return None
+
+
+def target_from_pid(pid: int) -> JobTarget:
+    try:
+        proc = psutil.Process(pid)
+        cmd = proc.cmdline()
+    except psutil.NoSuchProcess:
+        raise DswizError(
+            f"no process with PID {pid}",
+            "find the job with `pgrep -af deepspeed` and pass the launcher's or a rank's PID",
+        ) from None
+    except psutil.AccessDenied:
+        raise DswizError(
+            f"not allowed to read process {pid} (another user's process?)",
+            "run `dswiz monitor` as the user who started the job",
+        ) from None
+    root = proc
+    try:
+        for ancestor in proc.parents():
+            if is_launcher(ancestor.cmdline()):
+                root = ancestor  # keep climbing: the outermost launcher owns the whole job
+    except psutil.Error:
+        pass
+    notes: list[str] = []
+    try:
+        tree = [root, *root.children(recursive=True)]
+        root_cmd = root.cmdline()
+    except psutil.Error:
+        tree, root_cmd = [root], cmd
+    if not is_launcher(root_cmd) and _local_rank(root_cmd) is None:
+        notes.append(
+            f"PID {root.pid} does not look like a DeepSpeed/torchrun/accelerate job; watching its processes"
+        )
+    ranks: list[tuple[int, psutil.Process, list[str]]] = []
+    for p in tree:
+        try:
+            pc = p.cmdline()
+        except psutil.Error:
+            continue
+        lr = _local_rank(pc)
+        if lr is not None:
+            ranks.append((lr, p, pc))
+    ranks.sort(key=lambda r: r[0])
+
+    logs: list[Path] = []
+    with contextlib.suppress(psutil.Error):
+        logs = _stdout_files(root)
+    rank_logs: list[tuple[Path, int]] = []
+    for lr, p, _ in ranks:
+        for f in _stdout_files(p):
+            if f in logs:
+                continue
+            m = _RANK_FILE_RE.search(f.name)
+            rank_logs.append((f, int(m.group(1)) if m else lr))
+    if logs or rank_logs:
+        notes.append("logs: " + ", ".join(str(f) for f in [*logs, *(f for f, _ in rank_logs)]))
+    else:
+        notes.append(
+            "the job writes its output to a terminal or a pipe, not a file: no step, loss or throughput; "
+            "only processes, host and GPUs are visible (redirect its output to a file, or start it with dswiz launch)"
+        )
+
+    config_path = None
+    script_args: list[str] = []
+    if ranks:
+        _, rank_proc, rank_cmd = ranks[0]
+        try:
+            cwd: str | None = rank_proc.cwd()
+        except psutil.Error:
+            cwd = None
+        config_path = _config_path(rank_cmd, cwd)
+        script_args = rank_cmd
+    else:  # ranks not spawned yet (or not a DeepSpeed launcher): the launcher's own argv carries the script's
+        try:
+            root_cwd: str | None = root.cwd()
+        except psutil.Error:
+            root_cwd = None
+        config_path = _config_path(root_cmd, root_cwd)
+        script_args = root_cmd
+    csv_dir = nvme = None
+    config = load_json_config(config_path) if config_path else None
+    if config is not None and config_path is not None:
+        csv_dir, nvme, cfg_notes = ds_config_facts(config)
+        notes.append(f"DeepSpeed config: {config_path}")
+        notes += cfg_notes
+        if csv_dir is not None and not csv_dir.is_absolute() and ranks:
+            with contextlib.suppress(psutil.Error):
+                csv_dir = Path(ranks[0][1].cwd()) / csv_dir
+    else:
+        notes.append("no readable DeepSpeed config on the command line (--deepspeed_config FILE)")
+    notes.append("history is not kept for a job dswiz did not start (no run directory)")
+    plan = PlanInfo(num_gpus=len(ranks) or None).filled_from_args(script_args)
+    return JobTarget(
+        source=f"pid {root.pid} ({_short(root_cmd)})",
+        logs=tuple(logs),
+        rank_logs=tuple(rank_logs),
+        csv_dir=csv_dir,
+        nvme_path=nvme,
+        run_dir=None,
+        plan=plan,
+        pids=(root.pid,),
+        notes=tuple(notes),
+    )
+
+
+def _short(cmdline: Sequence[str], limit: int = 60) -> str:
+    text = shlex.join(cmdline) if cmdline else "?"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,156 @@
+"""Host-side samples through psutil: RAM and swap, the job's process tree (RSS, CPU), and the disk I/O of the
+device that holds an NVMe offload path. Never raises: a vanished process or an unreadable counter is None."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+PidsProvider = Callable[[], Iterable[int]]
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    pid: int
+    rss_bytes: int
+    cpu_percent: float  # of one core (can exceed 100 with several threads)
+    local_rank: int | None = None  # from the LOCAL_RANK in its cmdline/env when readable
+
+
+@dataclass(frozen=True)
+class HostSample:
+    time: float
+    ram_total_bytes: int
+    ram_used_bytes: int  # total - available: what the kernel could not hand out now
+    swap_total_bytes: int
+    swap_used_bytes: int
+    job_alive: bool  # any of the job's processes still exists
+    job_rss_bytes: int | None = None
+    job_cpu_percent: float | None = None
+    processes: tuple[ProcessSample, ...] = ()  # the tree's members, pid order
+    disk_device: str | None = None
+    disk_read_bytes_per_sec: float | None = None
+    disk_write_bytes_per_sec: float | None = None
+
+
+def process_tree(roots: Iterable[int]) -> list[psutil.Process]:
+    """The roots and all their descendants that still exist, each once, pid order."""
+    seen: dict[int, psutil.Process] = {}
+    for pid in roots:
+        try:
+            proc = psutil.Process(pid)
+            seen.setdefault(proc.pid, proc)
+            for child in proc.children(recursive=True):
+                seen.setdefault(child.pid, child)
+        except (psutil.Error, ValueError):
+            continue
+    return [seen[p] for p in sorted(seen)]
+
+
+def device_of_path(path: Path) -> str | None:
+    """The block device name (``nvme0n1p1``) of the mount holding ``path``, as psutil's disk counters name it."""
+    try:
+        target = os.path.realpath(path)
+        best = None
+        for part in psutil.disk_partitions(all=False):
+            mount = part.mountpoint
+            if (target == mount or target.startswith(mount.rstrip("/") + "/")) and (
+                best is None or len(mount) > len(best.mountpoint)
+            ):
+                best = part
+        if best is None or not best.device.startswith("/dev/"):
+            return None
+        return os.path.basename(os.path.realpath(best.device))
+    except (OSError, psutil.Error):
+        return None
+
+
+class HostSampler:
+    """Keeps psutil Process objects between samples (CPU percent needs two readings) and the disk counters."""
+
+    def __init__(self, pids_provider: PidsProvider | None = None, nvme_path: Path | None = None) -> None:
+        self._pids_provider = pids_provider
+        self._procs: dict[int, psutil.Process] = {}
+        self._disk = device_of_path(nvme_path) if nvme_path is not None else None
+        self._last_disk: tuple[float, int, int] | None = None
+
+    def sample(self, now: float | None = None) -> HostSample:
+        now = time.time() if now is None else now
+        vm = psutil.virtual_memory()
+        try:
+            sw = psutil.swap_memory()
+            swap_total, swap_used = int(sw.total), int(sw.used)
+        except (OSError, RuntimeError):
+            swap_total, swap_used = 0, 0
+        procs, alive = self._sample_processes()
+        read_rate, write_rate = self._disk_rates(now)
+        return HostSample(
+            time=now,
+            ram_total_bytes=int(vm.total),
+            ram_used_bytes=int(vm.total - vm.available),
+            swap_total_bytes=swap_total,
+            swap_used_bytes=swap_used,
+            job_alive=alive,
+            job_rss_bytes=sum(p.rss_bytes for p in procs) if procs else None,
+            job_cpu_percent=round(sum(p.cpu_percent for p in procs), 1) if procs else None,
+            processes=tuple(procs),
+            disk_device=self._disk,
+            disk_read_bytes_per_sec=read_rate,
+            disk_write_bytes_per_sec=write_rate,
+        )
+
+    def _sample_processes(self) -> tuple[list[ProcessSample], bool]:
+        if self._pids_provider is None:
+            return [], False
+        try:
+            roots = list(self._pids_provider())
+        except Exception:  # a provider reading a file being rewritten must not take the monitor down
+            roots = []
+        tree = process_tree(roots)
+        live = {p.pid for p in tree}
+        for pid in list(self._procs):
+            if pid not in live:
+                del self._procs[pid]
+        out: list[ProcessSample] = []
+        for proc in tree:
+            cached = self._procs.setdefault(proc.pid, proc)
+            try:
+                with cached.oneshot():
+                    rss = int(cached.memory_info().rss)
+                    cpu = float(cached.cpu_percent(interval=None))  # 0.0 on the first call, then since last
+                    local_rank = _local_rank(cached)
+            except psutil.Error:
+                continue
+            out.append(ProcessSample(proc.pid, rss, cpu, local_rank))
+        return out, bool(out)
+
+    def _disk_rates(self, now: float) -> tuple[float | None, float | None]:
+        if self._disk is None:
+            return None, None
+        try:
+            counters = psutil.disk_io_counters(perdisk=True) or {}
+        except (OSError, RuntimeError):
+            return None, None
+        c = counters.get(self._disk)
+        if c is None:
+            return None, None
+        previous, self._last_disk = self._last_disk, (now, int(c.read_bytes), int(c.write_bytes))
+        if previous is None or now <= previous[0]:
+            return None, None
+        dt = now - previous[0]
+        return (c.read_bytes - previous[1]) / dt, (c.write_bytes - previous[2]) / dt
+
+
+def _local_rank(proc: psutil.Process) -> int | None:
+    try:
+        for arg in proc.cmdline():
+            if arg.startswith(("--local_rank=", "--local-rank=")):
+                return int(arg.split("=", 1)[1])
+    except (psutil.Error, ValueError):
+        return None
+    return None

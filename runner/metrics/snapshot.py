@@ -1,0 +1,181 @@
+"""What the monitor knows at one instant: a frozen ``Snapshot``. The dashboard renders it, ``--json`` prints it,
+metrics.jsonl stores one per interval. ``to_json`` is the documented stream format (null where unknown)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SEVERITIES = ("info", "warning", "error")
+JOB_STATES = ("starting", "running", "finished", "failed", "unknown")
+
+
+@dataclass(frozen=True)
+class Alert:
+    code: str  # oom_risk, above_prediction, oom, stall, hang, host_oom_kill, host_ram, overflow_storm, …
+    severity: str  # SEVERITIES
+    message: str  # one sentence: what is happening and what to do
+    rank: int | None = None
+    gpu: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "rank": self.rank,
+            "gpu": self.gpu,
+        }
+
+
+@dataclass(frozen=True)
+class GpuState:
+    index: int
+    name: str | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization: float | None = None  # percent, 0-100
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    temperature_c: float | None = None
+    job_memory_bytes: int | None = None  # the job's processes on this GPU (None: NVML cannot say, e.g. MIG)
+    predicted_peak_bytes: int | None = None
+
+    @property
+    def memory_fraction(self) -> float | None:
+        if self.memory_used_bytes is None or not self.memory_total_bytes:
+            return None
+        return self.memory_used_bytes / self.memory_total_bytes
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One point of the charts' history (averaged when downsampled; time and step are the bucket's last)."""
+
+    time: float
+    step: int | None = None
+    samples_per_sec: float | None = None
+    tokens_per_sec: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+    step_time_s: float | None = None
+    gpu_util: float | None = None  # mean over GPUs
+    gpu_mem_fraction: float | None = None  # max over GPUs
+    host_ram_fraction: float | None = None
+    gpu_utils: tuple[float | None, ...] = ()  # per GPU, index order (the dashboard's per-GPU sparklines)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float
+    step: int | None = None
+    total_steps: int | None = None
+    samples_per_sec: float | None = None
+    tokens_per_sec: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+    step_time_s: float | None = None
+    eta_s: float | None = None
+    world_size: int | None = None
+    gpus: tuple[GpuState, ...] = ()
+    gpu_note: str | None = None  # why there are no GPU numbers ("no NVIDIA GPU on this machine: …")
+    host_ram_used_bytes: int | None = None
+    host_ram_total_bytes: int | None = None
+    host_swap_used_bytes: int | None = None
+    pinned_estimate_bytes: int | None = None
+    job_rss_bytes: int | None = None
+    job_cpu_percent: float | None = None
+    disk_device: str | None = None
+    disk_read_bytes_per_sec: float | None = None
+    disk_write_bytes_per_sec: float | None = None
+    predicted_tokens_per_sec: float | None = None
+    job_state: str = "unknown"  # JOB_STATES
+    exit_code: int | None = None
+    alerts: tuple[Alert, ...] = ()
+    source: str = ""  # what is watched, in words ("run 20261130-014135", "pid 4242")
+    notes: tuple[str, ...] = ()  # what the monitor can and cannot see
+    # In memory only (not in --json / metrics.jsonl): the UI's log panel and charts.
+    log_tail: tuple[str, ...] = field(default=(), compare=False)
+    history: tuple[HistoryPoint, ...] = field(default=(), compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` / metrics.jsonl object: every field, null where unknown, alerts as objects."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in ("log_tail", "history"):
+                continue
+            value = getattr(self, f.name)
+            if f.name == "gpus":
+                value = [
+                    {g.name: _clean(getattr(gpu, g.name)) for g in fields(GpuState)} for gpu in self.gpus
+                ]
+            elif f.name == "alerts":
+                value = [a.to_json() for a in self.alerts]
+            elif f.name == "notes":
+                value = list(self.notes)
+            out[f.name] = _clean(value)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Snapshot:
+        """Inverse of ``to_json``; tolerant: unknown keys are ignored, wrong types become None."""
+        names = {f.name for f in fields(cls)} - {"log_tail", "history", "gpus", "alerts", "notes"}
+        kw: dict[str, Any] = {k: data[k] for k in names if k in data}
+        if not isinstance(kw.get("time"), (int, float)):
+            kw["time"] = 0.0
+        gpu_names = {f.name for f in fields(GpuState)}
+        gpus = []
+        for g in data.get("gpus") or []:
+            if isinstance(g, Mapping) and isinstance(g.get("index"), int):
+                gpus.append(GpuState(**{k: v for k, v in g.items() if k in gpu_names}))
+        alerts = []
+        for a in data.get("alerts") or []:
+            if isinstance(a, Mapping) and isinstance(a.get("code"), str):
+                alerts.append(
+                    Alert(
+                        code=a["code"],
+                        severity=str(a.get("severity", "warning")),
+                        message=str(a.get("message", "")),
+                        rank=a.get("rank"),
+                        gpu=a.get("gpu"),
+                    )
+                )
+        notes = tuple(str(n) for n in data.get("notes") or [] if isinstance(n, str))
+        return cls(**kw, gpus=tuple(gpus), alerts=tuple(alerts), notes=notes)
+
+    def history_point(self) -> HistoryPoint:
+        utils = [g.utilization for g in self.gpus if g.utilization is not None]
+        fracs = [f for f in (g.memory_fraction for g in self.gpus) if f is not None]
+        ram = (
+            self.host_ram_used_bytes / self.host_ram_total_bytes
+            if self.host_ram_used_bytes is not None and self.host_ram_total_bytes
+            else None
+        )
+        return HistoryPoint(
+            time=self.time,
+            step=self.step,
+            samples_per_sec=self.samples_per_sec,
+            tokens_per_sec=self.tokens_per_sec,
+            tflops_per_gpu=self.tflops_per_gpu,
+            mfu=self.mfu,
+            loss=self.loss,
+            lr=self.lr,
+            step_time_s=self.step_time_s,
+            gpu_util=sum(utils) / len(utils) if utils else None,
+            gpu_mem_fraction=max(fracs) if fracs else None,
+            host_ram_fraction=ram,
+            gpu_utils=tuple(g.utilization for g in self.gpus),
+        )
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: they become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

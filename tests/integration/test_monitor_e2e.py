@@ -1,0 +1,89 @@
+"""End to end: a real 2-rank DeepSpeed CPU job (plain `deepspeed` launcher, output to a file) while
+`dswiz monitor PID --json` is attached to it: steps increase, a throughput appears, and the stream ends with the
+summary when the job ends (exit 0: a finished job is not an error of the monitor)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEEPSPEED = Path(sys.executable).parent / "deepspeed"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_monitor_json_attached_to_a_plain_deepspeed_job(tmp_path: Path) -> None:
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "steps_per_print": 5,
+        "log_level": "info",
+        "zero_optimization": {"stage": 2},
+        "csv_monitor": {"enabled": True, "output_path": "csv", "job_name": "e2e"},
+    }
+    (tmp_path / "ds.json").write_text(json.dumps(config))
+    argv = [
+        str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()),
+        str(ROOT / "runner/examples/train_tiny.py"), "--deepspeed_config", "ds.json",
+        "--steps", "40", "--sleep-per-step", "0.25",
+    ]  # fmt: skip
+    log = tmp_path / "train.log"
+    with log.open("w") as out:
+        job = subprocess.Popen(
+            argv, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        monitor = subprocess.run(
+            [sys.executable, "-m", "wizard", "monitor", str(job.pid), "--json", "--interval", "0.5"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=360,
+            check=False,
+        )
+        assert job.wait(timeout=60) == 0, log.read_text()[-3000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+            job.wait(timeout=60)
+    assert monitor.returncode == 0, monitor.stderr
+    objects = [json.loads(line) for line in monitor.stdout.splitlines() if line.strip()]
+    snapshots, summary = objects[:-1], objects[-1]
+    assert all(o["event"] == "snapshot" for o in snapshots) and summary["event"] == "summary"
+    for o in snapshots:  # the documented keys, null where unknown
+        assert {
+            "time",
+            "step",
+            "samples_per_sec",
+            "tokens_per_sec",
+            "loss",
+            "lr",
+            "gpus",
+            "host_ram_used_bytes",
+            "alerts",
+        } <= set(o)
+    steps = [o["step"] for o in snapshots if o["step"] is not None]
+    assert len(set(steps)) >= 3 and steps == sorted(steps) and steps[-1] == 40
+    assert any(o["samples_per_sec"] and o["samples_per_sec"] > 0 for o in snapshots)
+    assert any(o["loss"] is not None for o in snapshots) and snapshots[-1]["lr"] == 0.001
+    assert snapshots[-1]["gpus"] == [] and "no NVIDIA GPU" in snapshots[-1]["gpu_note"]
+    assert snapshots[-1]["total_steps"] == 40  # from the script's --steps
+    assert summary["job_state"] == "finished" and summary["exit_code"] == 0 and summary["last_step"] == 40
+    assert summary["mean_samples_per_sec"] > 0 and summary["alerts"] == []
+    assert any(n.startswith("logs: ") and str(log) in n for n in snapshots[0]["notes"])

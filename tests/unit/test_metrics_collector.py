@@ -1,0 +1,210 @@
+"""The Collector over a run directory (recorded logs and csv), the fake NVML, and this test's own process as the
+job; and attaching by PID to a process dswiz did not start."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import rundir
+from runner.metrics.attach import resolve_target, target_from_pid
+from runner.metrics.collector import Collector
+from runner.metrics.history import iter_metrics
+from tests.fakes.fake_nvml import FakeNvml, hgx_h200
+from wizard.errors import DswizError
+from wizard.hardware.gpu_sampler import GpuSampler
+from wizard.units import GiB
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "cpu_zero2_ok"
+
+
+def make_run(tmp_path: Path, plan: dict[str, object] | None = None) -> Path:
+    run = tmp_path / "20261130-014135"
+    (run / "logs").mkdir(parents=True)
+    shutil.copy(FIXTURE / "combined.log", run / rundir.COMBINED_LOG)
+    shutil.copytree(FIXTURE / "csv", run / rundir.CSV_DIR)
+    record = {"run_id": run.name, "status": "running", "script_args": ["--steps", "40"], "plan": plan or {}}
+    (run / rundir.RUN_JSON).write_text(json.dumps(record))
+    return run
+
+
+def fake_gpus(used_gib: float) -> FakeNvml:
+    gpus = hgx_h200(2)
+    for g in gpus:
+        g.memory_used = int(used_gib * GiB)
+        g.utilization = 90
+        g.processes = [(os.getpid(), int((used_gib - 1) * GiB)), (1, GiB)]  # pid 1 is not the job's
+    return FakeNvml(gpus)
+
+
+def test_collector_snapshot_from_a_run_dir(tmp_path: Path) -> None:
+    run = make_run(tmp_path, {"predicted_peak_gpu_bytes": 100 * GiB})
+    c = Collector(run, pids_provider=lambda: [os.getpid()], gpu_sampler=GpuSampler(fake_gpus(120)))
+    snap = c.poll_once()
+    assert snap.source == "run 20261130-014135" and snap.step == 20 and snap.total_steps == 40
+    assert snap.job_state == "finished"  # the recorded log ends with both ranks exiting successfully
+    assert [g.job_memory_bytes for g in snap.gpus] == [119 * GiB, 119 * GiB]  # only the job's pid counted
+    assert [g.predicted_peak_bytes for g in snap.gpus] == [100 * GiB] * 2
+    assert {a.code for a in snap.alerts} == {"above_prediction"}
+    assert snap.job_rss_bytes and snap.job_rss_bytes > 0 and snap.host_ram_total_bytes
+    assert snap.log_tail[-1].endswith("Process 6011 exits successfully.")
+    assert len(snap.history) == 1 and snap.history[0].gpu_utils == (90, 90)
+    c.stop()
+    assert [s.step for s in iter_metrics(run / rundir.METRICS_JSONL)] == [20]  # the end is recorded once
+
+
+def test_one_writer_per_run_and_history_survives_reattach(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    (run / rundir.COMBINED_LOG).write_text("")  # a job that has not printed yet: state "starting"
+    first = Collector(run, gpu_sampler=GpuSampler(FakeNvml([])))
+    second = Collector(run, gpu_sampler=GpuSampler(FakeNvml([])))
+    assert first.persisting and not second.persisting
+    for _ in range(3):
+        first.poll_once()
+        second.poll_once()
+    first.stop()
+    second.stop()
+    assert len(list(iter_metrics(run / rundir.METRICS_JSONL))) == 4  # 3 polls + the writer's last at stop()
+    third = Collector(run, gpu_sampler=GpuSampler(FakeNvml([])))
+    assert third.previous() is not None and third.history.count == 4
+    snap = third.poll_once()
+    assert (
+        len(snap.history) == 5
+        and snap.gpu_note == "no NVIDIA GPU visible: the NVIDIA driver is loaded but reports no GPUs"
+    )
+    third.stop()
+
+
+def test_collector_thread_start_latest_stop(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    c = Collector(run, interval=0.05, gpu_sampler=GpuSampler(FakeNvml([]))).start()
+    deadline = time.monotonic() + 10
+    while c.latest() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    latest = c.latest()
+    assert latest is not None and latest.step == 20
+    assert c.stop() is not None and c.errors == 0
+
+
+def test_job_end_seen_from_run_json(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    (run / rundir.COMBINED_LOG).write_text("")
+    clock = [1000.0]
+    c = Collector(run, gpu_sampler=GpuSampler(FakeNvml([])), clock=lambda: clock[0])
+    assert c.poll_once().job_state == "starting"
+    record = json.loads((run / rundir.RUN_JSON).read_text())
+    record.update(status="finished", exit_code=3)
+    (run / rundir.RUN_JSON).write_text(json.dumps(record))
+    clock[0] += 5
+    snap = c.poll_once()
+    assert snap.job_state == "failed" and snap.exit_code == 3 and [a.code for a in snap.alerts] == ["exit"]
+    c.stop()
+
+
+def test_resolve_target_errors_and_latest(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    with pytest.raises(DswizError, match="no runs under"):
+        resolve_target(None, root)
+    root.mkdir()
+    for name in ("20261130-010000", "20261130-020000"):
+        (root / name).mkdir()
+        (root / name / rundir.RUN_JSON).write_text("{}")
+    assert resolve_target(None, root).run_dir == root / "20261130-020000"
+    assert resolve_target("20261130-010000", root).run_dir == root / "20261130-010000"
+    with pytest.raises(DswizError, match="no run 20261130-030000"):
+        resolve_target("20261130-030000", root)
+    with pytest.raises(DswizError, match="not a dswiz run directory"):
+        resolve_target(str(tmp_path), root)
+    with pytest.raises(DswizError, match="neither a run directory"):
+        resolve_target("latest-please", root)
+    with pytest.raises(DswizError, match="no process with PID"):
+        resolve_target("999999999", root)
+
+
+RANK_SCRIPT = (
+    "import sys, time\nprint('[Rank 0] step=5, skipped=0, lr=[0.01], mom=[]', flush=True)\ntime.sleep(60)\n"
+)
+
+
+def test_attach_by_pid_to_a_job_dswiz_did_not_start(tmp_path: Path) -> None:
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "steps_per_print": 5,
+                "log_level": "info",
+                "csv_monitor": {"enabled": True, "output_path": "csvout", "job_name": "j"},
+            }
+        )
+    )
+    log = tmp_path / "out.log"
+    argv = [
+        sys.executable,
+        "-c",
+        RANK_SCRIPT,
+        "--local_rank=0",
+        "--deepspeed_config",
+        "ds.json",
+        "--max_steps",
+        "70",
+    ]
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        target = target_from_pid(proc.pid)
+        assert target.logs == (log,) and target.run_dir is None
+        assert target.csv_dir == tmp_path / "csvout" / "j"  # relative to the rank's working directory
+        assert target.plan.total_steps == 70 and target.plan.num_gpus == 1
+        assert any(n.startswith("DeepSpeed config: ") for n in target.notes)
+        assert any("history is not kept" in n for n in target.notes)
+        deadline = time.monotonic() + 10
+        while "step=5" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        c = Collector(target=target, gpu_sampler=GpuSampler(FakeNvml([])))
+        snap = c.poll_once()
+        assert snap.step == 5 and snap.job_state == "running" and snap.job_rss_bytes
+        proc.kill()
+        proc.wait()
+        assert c.poll_once().job_state == "finished"  # processes gone, no error seen
+        c.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_attach_by_pid_says_when_output_goes_to_a_pipe(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        target = target_from_pid(proc.pid)
+        assert target.logs == ()
+        assert any("terminal or a pipe" in n for n in target.notes)
+        assert any("does not look like a DeepSpeed" in n for n in target.notes)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_gpu_states_keep_the_jobs_gpus_and_do_not_guess_in_containers() -> None:
+    from runner.metrics.collector import gpu_states
+    from wizard.hardware.gpu_sampler import GpuProcess, GpuSample
+
+    gpus = [
+        GpuSample(0, processes=(GpuProcess(10, 5 * GiB), GpuProcess(99, GiB))),
+        GpuSample(1, processes=(GpuProcess(99, GiB),)),  # someone else's job
+        GpuSample(2, processes=(GpuProcess(11, None),)),  # MIG: the job is here, its share unknown
+    ]
+    states = gpu_states(gpus, {10, 11})
+    assert [(g.index, g.job_memory_bytes) for g in states] == [(0, 5 * GiB), (2, None)]
+    # no job pid on any GPU (PID namespaces differ): all GPUs shown, job share unknown
+    assert [(g.index, g.job_memory_bytes) for g in gpu_states(gpus, {12345})] == [
+        (0, None),
+        (1, None),
+        (2, None),
+    ]

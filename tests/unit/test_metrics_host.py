@@ -1,0 +1,48 @@
+"""psutil sampling of this machine and of a real process tree (this test's children)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from runner.metrics.host import HostSampler, device_of_path, process_tree
+
+SPIN = "import subprocess, sys, time\nc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\nt = time.time()\nwhile time.time() - t < 60: pass\n"
+
+
+def test_tree_rss_cpu_and_local_rank() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", SPIN, "--local_rank=3"])
+    try:
+        sampler = HostSampler(lambda: [proc.pid])
+        import time
+
+        deadline = time.monotonic() + 10
+        while len(process_tree([proc.pid])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first = sampler.sample()
+        time.sleep(0.5)
+        second = sampler.sample()
+        assert first.job_alive and len(second.processes) == 2  # the spinner and its sleeping child
+        spinner = next(p for p in second.processes if p.pid == proc.pid)
+        assert spinner.local_rank == 3 and spinner.cpu_percent > 20  # it spins; CPU % needs two readings
+        assert second.job_rss_bytes == sum(p.rss_bytes for p in second.processes) > 0
+        assert 0 < second.ram_used_bytes < second.ram_total_bytes
+    finally:
+        for p in process_tree([proc.pid]):
+            p.kill()
+        proc.wait()
+    assert not HostSampler(lambda: [proc.pid]).sample().job_alive
+
+
+def test_disk_of_a_path(tmp_path: Path) -> None:
+    device = device_of_path(tmp_path)
+    sampler = HostSampler(None, nvme_path=tmp_path)
+    sampler.sample(now=1.0)
+    (tmp_path / "f").write_bytes(os.urandom(1 << 20))
+    second = sampler.sample(now=2.0)
+    assert second.disk_device == device
+    if device is not None:  # a block device psutil counts: rates after two samples
+        assert second.disk_write_bytes_per_sec is not None and second.disk_write_bytes_per_sec >= 0
+    assert not second.job_alive and second.job_rss_bytes is None

@@ -1,0 +1,74 @@
+"""FileTail: follows a growing file; truncation, rotation, torn and overlong lines; attach reads only the end."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runner.metrics.tail import FileTail
+
+
+def append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def test_missing_then_growing_file_and_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    tail = FileTail(path)
+    assert tail.poll() == []
+    append(path, "one\ntw")
+    assert tail.poll() == ["one"]
+    append(path, "o\nthree\n")
+    assert tail.poll() == ["two", "three"]
+    assert tail.poll() == []
+    assert tail.bytes_read == len("one\ntwo\nthree\n")
+
+
+def test_truncation_starts_over(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    append(path, "a long first line\nsecond\n")
+    tail = FileTail(path)
+    assert tail.poll() == ["a long first line", "second"]
+    path.write_text("new\n")  # truncated in place and rewritten shorter
+    assert tail.poll() == ["new"] and tail.truncations == 1
+
+
+def test_rotation_finishes_the_old_file_then_reads_the_new(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    append(path, "old 1\n")
+    tail = FileTail(path)
+    assert tail.poll() == ["old 1"]
+    append(path, "old 2\n")
+    os.rename(path, tmp_path / "log.1")
+    append(path, "new 1\n")
+    assert tail.poll() == ["old 2", "new 1"] and tail.rotations == 1
+
+
+def test_overlong_line_is_cut_and_memory_stays_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    append(path, "x" * 10_000 + "\nshort\n")
+    tail = FileTail(path, max_line_bytes=100, max_read_bytes=1000)
+    lines: list[str] = []
+    for _ in range(20):
+        lines += tail.poll()
+    assert lines == ["x" * 100, "short"]
+
+
+def test_attach_reads_only_the_backfill_from_a_line_boundary(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    append(path, "".join(f"line {i:05d}\n" for i in range(10_000)))  # 11 bytes per line
+    tail = FileTail(path, start_at_end=True, backfill_bytes=50)
+    got = tail.poll()
+    assert got == [f"line {i:05d}" for i in range(9996, 10_000)]  # the torn first line is dropped
+    assert tail.bytes_read == 50
+    append(path, "line 10000\n")
+    assert tail.poll() == ["line 10000"]
+
+
+def test_reads_are_capped_per_poll(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    append(path, "abcdefghi\n" * 100)
+    tail = FileTail(path, max_read_bytes=100)
+    assert len(tail.poll()) == 10
+    assert len(tail.poll()) == 10
