@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,11 +96,13 @@ def run_worker(
     options: ConsolidateOptions,
     on_event: Callable[[dict[str, Any]], None],
 ) -> WorkerResult:
-    """Run the worker to completion, calling ``on_event`` for each event it reports. Ctrl-C stops it."""
+    """Run the worker to completion, calling ``on_event`` for each event it reports. Ctrl-C stops it, then
+    raises KeyboardInterrupt."""
     argv = worker_argv(python, ckpt, out_dir, options)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONUNBUFFERED"] = "1"
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as err:
+    guard = _CtrlC()
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as err, guard:
         try:
             proc = subprocess.Popen(
                 argv,
@@ -109,12 +112,13 @@ def run_worker(
                 text=True,
                 cwd=out_dir,  # an empty folder: nothing in the user's cwd can shadow a module
                 env=env,
-                start_new_session=True,  # our Ctrl-C handling stops it, not the terminal's signal
+                start_new_session=True,  # the terminal's Ctrl-C reaches dswiz only; dswiz stops the worker
             )
         except OSError as e:
             raise DswizError(f"cannot run {python}: {e.strerror}", _PYTHON_FIX) from e
         result = WorkerResult(returncode=0)
         try:
+            guard.attach(proc)
             assert proc.stdout is not None
             for line in proc.stdout:
                 try:
@@ -129,12 +133,46 @@ def run_worker(
                     result.error = event
                 on_event(event)
             result.returncode = proc.wait()
-        except BaseException:
+        finally:
             _stop(proc)
-            raise
         err.seek(0)
         result.stderr_tail = list(deque(err.read().splitlines(), maxlen=20))
+    if guard.interrupted:
+        raise KeyboardInterrupt
     return result
+
+
+class _CtrlC:
+    """While the worker runs, Ctrl-C (SIGINT) stops the worker instead of raising at a random point: a
+    KeyboardInterrupt inside subprocess.Popen, after the fork, would orphan the child."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._proc: subprocess.Popen[str] | None = None
+        self._previous: Any = None
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def attach(self, proc: subprocess.Popen[str]) -> None:
+        self._proc = proc
+        if self.interrupted:  # Ctrl-C came while it was starting
+            self._terminate()
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self.interrupted = True
+        self._terminate()
+
+    def _terminate(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._proc.pid, signal.SIGTERM)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

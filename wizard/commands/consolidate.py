@@ -169,7 +169,9 @@ class ProgressDisplay:
         self._phase("starting python (importing torch and DeepSpeed)", total=None)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:  # interrupted or failed: the phase did not finish
+            self._failed = True
         self._finish_current()
         if self._progress is not None:
             self._progress.stop()
