@@ -40,6 +40,8 @@ CORE_MODULES = (
     "wizard.memory",
     "wizard.throughput",
     "wizard.planner",
+    "wizard.checkpoints",
+    "wizard.hints",
     "runner.launch",
     "runner.rundir",
     "runner.metrics.parse",
