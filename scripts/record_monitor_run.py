@@ -40,6 +40,9 @@ def main() -> int:
         "--sleep-per-step", type=float, default=0.2, help="slow a CPU run so it spans several samples"
     )
     p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument(
+        "--include", default=None, metavar="IDS", help="GPU ids to use instead of the first --gpus"
+    )
     p.add_argument("--master-port", type=int, default=29613)
     p.add_argument("--peak-tflops", type=float, default=None, help="per-GPU peak for MFU (H200 bf16: 989.4)")
     p.add_argument(
@@ -94,7 +97,8 @@ def main() -> int:
         "--sleep-per-step", str(args.sleep_per_step), "--log-every", "5",
     ]  # fmt: skip
     argv = [
-        sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(args.gpus),
+        sys.executable, "-m", "deepspeed.launcher.runner",
+        *(["--include", f"localhost:{args.include}"] if args.include else ["--num_gpus", str(args.gpus)]),
         "--master_port", str(args.master_port), str(ROOT / "runner/examples/train_tiny.py"), *script_args,
     ]  # fmt: skip
     plan = {

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "check": "wizard.commands.check:check",
     "launch": "runner.cli_launch:launch",
     "monitor": "runner.cli_monitor:monitor",
+    "consolidate": "wizard.commands.consolidate:consolidate",
     "demo": "wizard.commands.demo:demo",
 }
 

@@ -11,8 +11,9 @@ Rank 0 prints one dict per logged step, the way the HF Trainer does, so monitors
     {'loss': 3.21, 'learning_rate': 0.001, 'epoch': 0.1, 'step': 10}
 
 Options for testing failure handling: --fail-at-step N [--fail-rank R] raises on that rank, --sleep-per-step S slows
-steps down, --save-dir DIR saves a DeepSpeed checkpoint at the end, --eval-only runs forward passes only (ZeRO
-inference).
+steps down, --save-dir DIR saves a DeepSpeed checkpoint at the end, --dump-weights FILE makes rank 0 save the full
+trained weights (gathered from the ZeRO-3 shards) with torch.save, to compare with `dswiz consolidate`, --eval-only
+runs forward passes only (ZeRO inference).
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fail-rank", type=int, default=None, help="only this rank fails (default: all)")
     p.add_argument("--sleep-per-step", type=float, default=0.0, help="seconds to sleep each step (testing)")
     p.add_argument("--save-dir", default=None, help="save a DeepSpeed checkpoint here at the end")
+    p.add_argument(
+        "--dump-weights", default=None, help="rank 0 saves the full trained state dict here (torch.save)"
+    )
     p.add_argument("--eval-only", action="store_true", help="forward passes only (ZeRO-3 inference)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=int(os.environ.get("LOCAL_RANK", -1)))
     # What DeepSpeed's add_config_arguments adds, plus the HF-style spelling: --deepspeed FILE.
@@ -111,6 +115,18 @@ def maybe_fail(args: argparse.Namespace, step: int) -> None:
 def log_step(step: int, loss: float, lr: float, total: int) -> None:
     entry = {"loss": round(loss, 4), "learning_rate": lr, "epoch": round(step / total, 4), "step": step}
     rank0_print(entry)
+
+
+def dump_full_weights(engine, path: str) -> None:
+    """Rank 0 saves the full weights. Under ZeRO-3 each rank holds a slice of every parameter:
+    GatheredParameters assembles them on all ranks for the duration of the block (all ranks must enter it)."""
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), modifier_rank=None):
+        if engine.global_rank == 0:
+            state = {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()}
+            torch.save(state, path)
+            print(f"full weights saved to {path}", flush=True)
 
 
 def train_with_deepspeed(args: argparse.Namespace) -> None:
@@ -160,6 +176,8 @@ def train_with_deepspeed(args: argparse.Namespace) -> None:
     if args.save_dir:
         engine.save_checkpoint(args.save_dir, tag="final")
         rank0_print(f"checkpoint saved to {os.path.join(args.save_dir, 'final')}")
+    if args.dump_weights:
+        dump_full_weights(engine, args.dump_weights)
     final = loss.item()
     rank0_print(
         f"done: {args.steps} steps, final loss {final:.4f}" + (" (nan!)" if math.isnan(final) else "")

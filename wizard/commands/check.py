@@ -1,13 +1,150 @@
-"""`dswiz check` (placeholder until its issue lands)."""
+"""`dswiz check FILE`: lint a DeepSpeed JSON, an accelerate YAML, a hostfile, a .deepspeed_env or a config
+directory; every problem with why it matters and the exact fix. Exit 1 when there is an error.
+
+dswiz's own rules run first (pure, no torch); then, unless --no-consumer-check, DeepSpeed's and accelerate's own
+validation in a subprocess of --python (default: this interpreter), reported as findings too.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 
-from wizard.errors import DswizError
+if TYPE_CHECKING:
+    from wizard.config.schema import Consumer
+    from wizard.findings import Finding
+
+CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
+LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
 
 
 @click.command()
-def check() -> None:
-    """Not available yet."""
-    raise DswizError("`dswiz check` is not implemented yet", "see README.md for what works today")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--for",
+    "consumer",
+    type=click.Choice(CONSUMER_CHOICES),
+    help='Who reads the config: "auto" values and some rules depend on it.',
+)
+@click.option(
+    "--world-size", type=click.IntRange(min=1), help="Data-parallel ranks (total GPUs) to check against."
+)
+@click.option(
+    "--hardware", metavar="SPEC|FILE", help="Check against described hardware (8xA100-80GB, a profile)."
+)
+@click.option("--launcher", type=click.Choice(LAUNCHERS), help="Multi-node launcher (hostfile limits).")
+@click.option(
+    "--python",
+    "python",
+    metavar="PY",
+    help="Interpreter of the training environment for the consumers' own checks (default: this one).",
+)
+@click.option("--no-consumer-check", is_flag=True, help="Skip DeepSpeed's/accelerate's own validation.")
+@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@click.pass_context
+def check(
+    ctx: click.Context,
+    file: Path,
+    consumer: Consumer | None,
+    world_size: int | None,
+    hardware: str | None,
+    launcher: str | None,
+    python: str | None,
+    no_consumer_check: bool,
+    as_json: bool,
+) -> int:
+    """Lint FILE (DeepSpeed JSON, accelerate YAML, hostfile, .deepspeed_env, or a config directory)."""
+    from wizard.config.check import lint_path
+    from wizard.errors import DswizError
+    from wizard.findings import has_errors, sort_findings
+
+    if not file.exists():
+        raise DswizError(f"{file} does not exist", "check the path (dswiz check ds_config.json)")
+    if hardware is None and ctx.parent is not None:
+        hardware = ctx.parent.params.get("hardware")
+    report = None
+    if hardware is not None:
+        from wizard.hardware import get_hardware
+
+        report = get_hardware(hardware)
+    findings = lint_path(file, consumer=consumer, world_size=world_size, hardware=report, launcher=launcher)
+    if not no_consumer_check:
+        findings += _consumer_findings(file, consumer=consumer, world_size=world_size, python=python)
+    findings = sort_findings(findings)
+    if as_json:
+        import json
+
+        counts = {s: sum(1 for f in findings if f.severity.value == s) for s in ("error", "warning", "info")}
+        payload = {
+            "file": str(file),
+            "ok": not has_errors(findings),
+            "counts": counts,
+            "findings": [f.to_dict() for f in findings],
+        }
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        print_findings(findings, str(file))
+    return 1 if has_errors(findings) else 0
+
+
+def _consumer_findings(
+    file: Path, *, consumer: Consumer | None, world_size: int | None, python: str | None
+) -> list[Finding]:
+    from dataclasses import replace
+
+    from wizard.config.check import detect_kind
+    from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
+    from wizard.consumer.check import consumer_findings
+
+    targets: list[tuple[Path, str]] = []
+    if file.is_dir():
+        if (file / ACCELERATE_YAML_NAME).is_file() and consumer == "accelerate":
+            targets.append((file / ACCELERATE_YAML_NAME, "accelerate"))
+        elif (file / DS_CONFIG_NAME).is_file():
+            targets.append((file / DS_CONFIG_NAME, "deepspeed"))
+    else:
+        try:
+            kind = detect_kind(file, file.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return []
+        if kind in ("deepspeed", "accelerate"):
+            targets.append((file, kind))
+    out: list[Finding] = []
+    for path, kind in targets:
+        found = consumer_findings(path, kind=kind, python=python, consumer=consumer, world_size=world_size)
+        if python is None:
+            # Not installed next to dswiz is normal (a laptop, a login node): say so quietly.
+            from wizard.findings import Severity
+
+            found = [
+                replace(f, severity=Severity.INFO) if f.code == "consumer-not-installed" else f for f in found
+            ]
+        out += found
+    return out
+
+
+_TITLES = {"error": "errors", "warning": "warnings", "info": "notes"}
+_COLORS = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def print_findings(findings: list[Finding], name: str) -> None:
+    counts = {s: sum(1 for f in findings if f.severity.value == s) for s in _TITLES}
+    if not findings:
+        click.echo(f"{name}: no problems found")
+        return
+    summary = ", ".join(f"{n} {_TITLES[s] if n != 1 else _TITLES[s][:-1]}" for s, n in counts.items() if n)
+    click.echo(f"{name}: {summary}")
+    for severity, title in _TITLES.items():
+        group = [f for f in findings if f.severity.value == severity]
+        if not group:
+            continue
+        click.echo("")
+        click.secho(f"{title.upper()}", fg=_COLORS[severity], bold=True)
+        for f in group:
+            where = f" ({f.location})" if f.location else ""
+            click.secho(f"  [{f.code}]{where}", fg=_COLORS[severity])
+            click.echo(f"    {f.what}")
+            click.echo(f"    why: {f.why}")
+            click.echo(f"    fix: {f.fix}")

@@ -1,13 +1,328 @@
-"""`dswiz config` (placeholder until its issue lands)."""
+"""`dswiz config --yes`: write a complete config set (ds_config.json, accelerate.yaml, hostfile + .deepspeed_env for
+several nodes, launch.sh) without a prompt, lint it, and say what to run next.
+
+Defaults come from the planner's top recommendation when --model is given (``recommended_strategy``, the one
+seam to the planner); every explicit flag overrides it. Without --model the flags alone describe the strategy.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from wizard.errors import DswizError
+if TYPE_CHECKING:
+    from wizard.config.build import WriteOptions
+    from wizard.config.schema import ConfigSet
+    from wizard.hardware.report import HardwareReport
+    from wizard.strategy import Precision, Strategy
+
+DEVICES = ("none", "cpu", "nvme")
 
 
 @click.command()
-def config() -> None:
-    """Not available yet."""
-    raise DswizError("`dswiz config` is not implemented yet", "see README.md for what works today")
+@click.option("--yes", "-y", is_flag=True, help="Write without asking (the flags and the plan decide).")
+@click.option(
+    "--model", metavar="NAME|PATH|NUMBERS", help="Plan for this model (preset, config.json, params=7e9)."
+)
+@click.option(
+    "--hardware", metavar="SPEC|FILE", help="Plan for described hardware (8xA100-80GB, 2x8xH100, profile)."
+)
+@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length the planner assumes.")
+@click.option("--stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3.")
+@click.option(
+    "--offload-optimizer", type=click.Choice(DEVICES), help="Offload optimizer state: none, cpu, nvme."
+)
+@click.option(
+    "--offload-param", type=click.Choice(DEVICES), help="Offload parameters (stage 3): none, cpu, nvme."
+)
+@click.option("--precision", type=click.Choice(("bf16", "fp16", "fp32")), help="Training precision.")
+@click.option("--micro-batch", type=click.IntRange(min=1), help="Micro-batch per GPU.")
+@click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps.")
+@click.option("--global-batch", type=click.IntRange(min=1), help="train_batch_size; sets accumulation.")
+@click.option("--activation-checkpointing/--no-activation-checkpointing", default=None)
+@click.option(
+    "--for",
+    "consumer",
+    type=click.Choice(("deepspeed", "accelerate", "trainer")),
+    default="deepspeed",
+    show_default=True,
+    help="Who reads the config: plain DeepSpeed, accelerate launch, or the HF Trainer.",
+)
+@click.option(
+    "--accelerate-mode",
+    type=click.Choice(("config-file", "plugin")),
+    default="config-file",
+    show_default=True,
+    help="accelerate YAML pointing at ds_config.json, or carrying the settings itself.",
+)
+@click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node.")
+@click.option("--hostfile-hosts", metavar="H1,H2,...", help="Host names of the nodes, node 0 first.")
+@click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
+@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True)
+@click.option("--nvme-path", metavar="DIR", help="Directory on a local NVMe drive for NVMe offload.")
+@click.option(
+    "--optimizer",
+    type=click.Choice(("auto", "deepspeed", "script")),
+    default="auto",
+    show_default=True,
+    help="Who builds the optimizer: DeepSpeed (config) or the script; auto = DeepSpeed's when offloading.",
+)
+@click.option(
+    "--lr", type=float, default=1e-4, show_default=True, help="Learning rate of DeepSpeed's optimizer."
+)
+@click.option("--torch-adam", is_flag=True, help="DeepSpeed's optimizer as torch AdamW (no JIT build).")
+@click.option("--steps-per-print", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Directory to write the files to.")
+@click.option("--force", is_flag=True, help="Replace files that exist (each old one kept as a .bak-<time>).")
+@click.pass_context
+def config(ctx: click.Context, yes: bool, out_dir: Path | None, force: bool, **flags: Any) -> int:
+    """Write DeepSpeed JSON, accelerate YAML, hostfile and launch.sh for a strategy (with --yes, no questions)."""
+    from wizard.errors import DswizError
+
+    if not yes:
+        raise DswizError(
+            "`dswiz config` without --yes will ask the wizard's questions as line prompts; that is not built yet",
+            "pass --yes with your choices as flags (dswiz config --help), or run `dswiz` for the full-screen wizard",
+        )
+    if out_dir is None:
+        raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
+    if flags["hardware"] is None and ctx.parent is not None:
+        flags["hardware"] = ctx.parent.params.get("hardware")
+    hardware = _hardware(flags)
+    strategy = resolve_strategy(flags, hardware)
+    options = write_options(flags, out_dir, hardware)
+    from wizard.config.build import config_set_from_strategy
+
+    config_set = config_set_from_strategy(strategy, options)
+    written = write_config_set(config_set, out_dir, force=force)
+    _report(config_set, strategy, written, out_dir, hardware)
+    return 0
+
+
+def _hardware(flags: dict[str, Any]) -> HardwareReport | None:
+    """Described hardware when asked; this machine only when the planner needs one (--model)."""
+    if flags["hardware"] is None and flags["model"] is None:
+        return None
+    from wizard.hardware import get_hardware
+
+    return get_hardware(flags["hardware"])
+
+
+def recommended_strategy(
+    hardware: HardwareReport, model: str, *, seq_len: int | None, global_batch: int | None
+) -> Strategy:
+    """The planner's top recommendation: the one place `dswiz config` talks to the planner."""
+    import importlib
+
+    from wizard.errors import DswizError
+
+    try:
+        # Imported by name: the planner lands on main separately (issue 3); this is its only caller here.
+        model_module = importlib.import_module("wizard.model")
+        planner = importlib.import_module("wizard.planner")
+    except ImportError:
+        raise DswizError(
+            "--model needs the planner, which is not part of this build yet",
+            "leave out --model and give the strategy as flags (--stage, --micro-batch, --precision, ...)",
+        ) from None
+    spec = model_module.load_model_spec(model)
+    result = planner.plan(hardware, spec, planner.PlanRequest(seq_len=seq_len, global_batch=global_batch))
+    best = result.best
+    if best is None:
+        raise DswizError(
+            f"no strategy fits {model} on this hardware",
+            "see `dswiz plan --model ...` for what is short, then choose more GPUs or a smaller model",
+        )
+    strategy: Strategy = best.strategy
+    return strategy
+
+
+def resolve_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> Strategy:
+    """The plan's strategy (or the defaults), with every explicit flag applied; refused when invalid."""
+    from wizard.errors import DswizError
+    from wizard.strategy import Strategy
+
+    if flags["model"] is not None:
+        assert hardware is not None
+        base = recommended_strategy(
+            hardware, flags["model"], seq_len=flags["seq_len"], global_batch=flags["global_batch"]
+        )
+    else:
+        base = Strategy(
+            zero_stage=2,
+            precision=_default_precision(hardware),
+            nodes=hardware.nodes if hardware is not None else 1,
+            gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
+        )
+    changes: dict[str, Any] = {}
+    for flag, field in (
+        ("stage", "zero_stage"),
+        ("offload_optimizer", "offload_optimizer"),
+        ("offload_param", "offload_param"),
+        ("precision", "precision"),
+        ("micro_batch", "micro_batch_size"),
+        ("grad_accum", "gradient_accumulation_steps"),
+        ("activation_checkpointing", "activation_checkpointing"),
+        ("nodes", "nodes"),
+        ("gpus_per_node", "gpus_per_node"),
+    ):
+        if flags[flag] is not None:
+            changes[field] = flags[flag]
+    hosts = _hosts(flags)
+    if hosts and flags["nodes"] is None:
+        changes["nodes"] = len(hosts)
+    strategy = base.with_(**changes)
+    if flags["global_batch"] is not None:
+        per_step = strategy.micro_batch_size * strategy.world_size
+        if flags["global_batch"] % per_step:
+            raise DswizError(
+                f"--global-batch {flags['global_batch']} is not a multiple of micro-batch x GPUs "
+                f"= {strategy.micro_batch_size} x {strategy.world_size}",
+                f"use a multiple of {per_step}, or change --micro-batch",
+            )
+        accumulation = flags["global_batch"] // per_step
+        if flags["grad_accum"] is not None and flags["grad_accum"] != accumulation:
+            raise DswizError(
+                f"--global-batch {flags['global_batch']} needs {accumulation} accumulation steps, "
+                f"but --grad-accum says {flags['grad_accum']}",
+                "give --global-batch or --grad-accum, not both",
+            )
+        strategy = strategy.with_(gradient_accumulation_steps=accumulation)
+    problems = strategy.problems()
+    if problems:
+        raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    return strategy
+
+
+def _default_precision(hardware: HardwareReport | None) -> Precision:
+    if hardware is None or not hardware.gpus:
+        return "bf16"  # DeepSpeed's CPU accelerator runs bf16; GPUs are judged by their capability below
+    if all(g.supports_bf16 for g in hardware.gpus):
+        return "bf16"
+    return "fp16" if all(g.supports_fp16 for g in hardware.gpus) else "fp32"
+
+
+def _fix_for(problems: list[str]) -> str:
+    text = " ".join(problems)
+    if "stage 3" in text or "only works at" in text:
+        return "use --stage 3 for parameter offload, NVMe offload and ZeRO++ (or drop those flags)"
+    return "change the flags named above (dswiz config --help lists them)"
+
+
+def _hosts(flags: dict[str, Any]) -> tuple[str, ...]:
+    text = flags["hostfile_hosts"]
+    if not text:
+        return ()
+    return tuple(h.strip() for h in text.split(",") if h.strip())
+
+
+def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport | None) -> WriteOptions:
+    from wizard.config.build import WriteOptions
+
+    return WriteOptions(
+        consumer=flags["consumer"],
+        nvme_path=flags["nvme_path"],
+        hosts=_hosts(flags),
+        master_addr=flags["master_addr"],
+        master_port=flags["master_port"],
+        optimizer=flags["optimizer"],
+        lr=flags["lr"],
+        torch_adam=flags["torch_adam"],
+        steps_per_print=flags["steps_per_print"],
+        deepspeed_version=_target_deepspeed_version(hardware),
+        accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
+        config_dir=str(out_dir.resolve()),
+    )
+
+
+def _target_deepspeed_version(hardware: HardwareReport | None) -> str | None:
+    """The DeepSpeed that will read the config (decides whether log_level is written): the hardware report's,
+    else the one installed next to dswiz (from package metadata, without importing it), else unknown."""
+    if hardware is not None and hardware.software.deepspeed:
+        return hardware.software.deepspeed
+    from importlib import metadata
+
+    try:
+        return metadata.version("deepspeed")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_config_set(config_set: ConfigSet, out_dir: Path, *, force: bool) -> list[tuple[Path, Path | None]]:
+    """Write every file atomically. Existing different files are refused up front (nothing is written) unless
+    ``force``, which keeps a backup of each."""
+    from wizard.config.render import render_all
+    from wizard.config.schema import LAUNCH_SH_NAME
+    from wizard.errors import DswizError
+    from wizard.fsio import atomic_write_text
+
+    files = render_all(config_set)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DswizError(f"{out_dir} is a file, not a directory", "choose another --out")
+    clashes = [name for name, text in files.items() if _differs(out_dir / name, text)]
+    if clashes and not force:
+        raise DswizError(
+            f"{out_dir} already has {', '.join(clashes)} with other content",
+            "pass --force to replace them (each old file is kept as a .bak-<time> backup), or choose another --out",
+        )
+    written = []
+    for name, text in files.items():
+        mode = 0o755 if name == LAUNCH_SH_NAME else None
+        result = atomic_write_text(out_dir / name, text, force=force, mode=mode)
+        written.append((result.path, result.backup))
+    return written
+
+
+def _differs(path: Path, text: str) -> bool:
+    if not path.exists():
+        return False
+    try:
+        return path.read_text(encoding="utf-8") != text
+    except (OSError, UnicodeDecodeError):
+        return True
+
+
+def _report(
+    config_set: ConfigSet,
+    strategy: Strategy,
+    written: list[tuple[Path, Path | None]],
+    out_dir: Path,
+    hardware: HardwareReport | None,
+) -> None:
+    from wizard.commands.check import print_findings
+    from wizard.config.check import lint_path
+    from wizard.findings import Severity
+
+    s = strategy
+    offload = []
+    if s.offload_optimizer != "none":
+        offload.append(f"optimizer->{s.offload_optimizer}")
+    if s.offload_param != "none":
+        offload.append(f"params->{s.offload_param}")
+    click.echo(
+        f"strategy: ZeRO-{s.zero_stage}{' + offload ' + ', '.join(offload) if offload else ''}, {s.precision}, "
+        f"micro-batch {s.micro_batch_size} x accumulation {s.gradient_accumulation_steps} x {s.world_size} GPU(s) "
+        f"= global batch {s.global_batch_size}; for {config_set.consumer}"
+    )
+    for path, backup in written:
+        click.echo(f"  wrote {path}" + (f" (previous kept as {backup.name})" if backup else ""))
+    findings = lint_path(
+        out_dir, consumer=config_set.consumer, world_size=s.world_size, hardware=hardware, launcher=None
+    )
+    serious = [f for f in findings if f.severity is not Severity.INFO]
+    if serious:
+        click.echo("")
+        print_findings(serious, f"check of {out_dir}")
+    for note in config_set.script_notes:
+        click.echo(f"note: {note}")
+    if config_set.topology.multi_node and any(h.startswith("worker-") for h in config_set.topology.hosts):
+        click.echo(
+            f"note: replace the placeholder host names in {out_dir / 'hostfile'} (or pass --hostfile-hosts)"
+        )
+    click.echo("")
+    click.echo("next:")
+    click.echo(f"  dswiz launch --config {out_dir} train.py      (preflight, live dashboard, clean stop)")
+    click.echo(f"  bash {out_dir / 'launch.sh'} train.py         (the same launch, by hand)")

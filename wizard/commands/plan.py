@@ -1,13 +1,324 @@
-"""`dswiz plan` (placeholder until its issue lands)."""
+"""`dswiz plan`: which ZeRO stage / offload / precision / micro-batch fits and is fastest, and why.
+
+The arithmetic lives in the pure core (wizard.planner); this module parses flags, loads the model and the hardware,
+and prints a rich table (or the stable JSON document).
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from wizard.errors import DswizError
 
+if TYPE_CHECKING:
+    from wizard.hardware.report import HardwareReport
+    from wizard.model import ModelSpec
+    from wizard.planner import Candidate, Plan
+
+DEFAULT_TOP = 8
+# Families whose positions are learned embeddings: a longer sequence has no position to look up.
+_LEARNED_POSITIONS = ("gpt2", "bert")
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    from wizard.units import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
 
 @click.command()
-def plan() -> None:
-    """Not available yet."""
-    raise DswizError("`dswiz plan` is not implemented yet", "see README.md for what works today")
+@click.option(
+    "--model",
+    "-m",
+    "model_text",
+    required=True,
+    metavar="NAME|CONFIG|NUMBERS",
+    help="A preset (llama-7b, gpt2-xl, mixtral-8x7b, ...), a local config.json, or numbers like "
+    "params=7e9 or layers=32,hidden=4096,heads=32,vocab=32000.",
+)
+@click.option(
+    "--hardware",
+    metavar="SPEC|FILE",
+    help="Plan for described hardware: 8xA100-80GB, 2x8xH100,ram=1TiB,nvme=3.5TB, a YAML profile or a "
+    "saved `dswiz detect --json`. Default: this machine.",
+)
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1, 10_000_000),
+    help="Tokens per sample (default: the model's context, at most 2048).",
+)
+@click.option(
+    "--global-batch",
+    type=click.IntRange(1, 100_000_000),
+    help="Target global batch (samples per optimizer step); micro-batch x accumulation x GPUs matches it.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["auto", "bf16", "fp16", "fp32"]),
+    default="auto",
+    show_default=True,
+    help="auto: bf16 where the GPUs support it, else fp16, else fp32.",
+)
+@click.option("--mode", type=click.Choice(["train", "inference"]), default="train", show_default=True)
+@click.option(
+    "--stage",
+    "stages",
+    type=click.IntRange(0, 3),
+    multiple=True,
+    help="Only these ZeRO stages (repeat the flag); default all.",
+)
+@click.option("--no-offload", is_flag=True, help="Never offload to CPU or NVMe.")
+@click.option("--no-checkpointing", is_flag=True, help="Never use activation checkpointing.")
+@click.option(
+    "--margin",
+    type=click.FloatRange(0, 50),
+    default=5.0,
+    show_default=True,
+    help="Percent of each GPU's memory to keep free.",
+)
+@click.option(
+    "--gpu-memory",
+    callback=_size,
+    metavar="SIZE",
+    help="Plan for this much memory per GPU (e.g. 24GiB) instead of the card's total.",
+)
+@click.option("--nvme", callback=_size, metavar="SIZE", help="Assume an NVMe drive of this size for offload.")
+@click.option(
+    "--top", type=click.IntRange(1, 1000), default=None, help=f"Rows to show (default {DEFAULT_TOP})."
+)
+@click.option("--all", "show_all", is_flag=True, help="Show every candidate, also those that do not fit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (the stable contract).")
+@click.pass_context
+def plan(
+    ctx: click.Context,
+    model_text: str,
+    hardware: str | None,
+    seq_len: int | None,
+    global_batch: int | None,
+    precision: str,
+    mode: str,
+    stages: tuple[int, ...],
+    no_offload: bool,
+    no_checkpointing: bool,
+    margin: float,
+    gpu_memory: int | None,
+    nvme: int | None,
+    top: int | None,
+    show_all: bool,
+    as_json: bool,
+) -> int:
+    """Rank the ZeRO strategies that fit, with predicted GPU/CPU memory, tokens/s and the reasons.
+
+    \b
+    Examples:
+      dswiz plan --model llama-7b --hardware 8xA100-80GB
+      dswiz plan --model ./my-model/config.json --seq-len 4096 --global-batch 512
+      dswiz plan --model params=13e9 --hardware 2x8xH100,net=400 --json
+    Exit code 0 when something fits, 1 when nothing does (the advice says what would).
+    """
+    from wizard.hardware import get_hardware
+    from wizard.model import load_model_spec
+    from wizard.planner import PlanRequest
+    from wizard.planner import plan as make_plan
+
+    if hardware is None and ctx.parent is not None:
+        hardware = ctx.parent.params.get("hardware")  # `dswiz --hardware 8xH100 plan ...` means the same
+    model = load_model_spec(model_text)
+    report = get_hardware(hardware)
+    if not report.gpus:
+        reason = f" ({report.no_gpu_reason})" if report.no_gpu_reason else ""
+        raise DswizError(
+            f"no NVIDIA GPU on this machine{reason}, so there is nothing to fit on",
+            f"plan for the machine you will train on: dswiz plan --model {model_text} --hardware 8xA100-80GB "
+            "(or 2x8xH100, a YAML profile, or a `dswiz detect --json` saved there)",
+        )
+    request = PlanRequest(
+        seq_len=seq_len,
+        global_batch=global_batch,
+        mode=mode,  # type: ignore[arg-type]
+        precisions=() if precision == "auto" else (precision,),  # type: ignore[arg-type]
+        stages=tuple(sorted(set(stages))) or (0, 1, 2, 3),
+        allow_offload=not no_offload,
+        allow_nvme=not no_offload,
+        allow_activation_checkpointing=not no_checkpointing,
+        safety_margin=margin / 100,
+        gpu_memory_bytes=gpu_memory,
+        nvme_bytes=nvme,
+    )
+    _check_request(report, model, request)
+    result = make_plan(report, model, request)
+    shown = _select(result, top, show_all, as_json)
+    if as_json:
+        import json
+
+        from wizard.planner import plan_to_json
+
+        click.echo(json.dumps(plan_to_json(result, shown), indent=2, sort_keys=True))
+    else:
+        _print_plan(result, shown, hidden=len(result.candidates) - len(shown))
+    return 0 if result.best is not None else 1
+
+
+def _check_request(report: HardwareReport, model: ModelSpec, request: Any) -> None:
+    seq = request.resolved_seq_len(model)
+    if model.max_positions and seq > model.max_positions and model.family.startswith(_LEARNED_POSITIONS):
+        raise DswizError(
+            f"--seq-len {seq} is longer than {model.name}'s {model.max_positions} learned positions",
+            f"use --seq-len {model.max_positions} or less",
+        )
+    gpu = report.gpus[0]
+    for p in request.precisions:
+        supported = gpu.supports_bf16 if p == "bf16" else gpu.supports_fp16 if p == "fp16" else True
+        if supported is False:
+            cc = ".".join(map(str, gpu.compute_capability or ()))
+            need = "8.0" if p == "bf16" else "7.0"
+            alt = "fp16" if p == "bf16" and gpu.supports_fp16 else "fp32"
+            raise DswizError(
+                f"{gpu.name} (compute capability {cc}) cannot run {p}: it needs {need} or newer",
+                f"use --precision {alt} (or auto)",
+            )
+    if request.mode == "inference" and 3 not in request.stages:
+        raise DswizError("ZeRO inference only uses stage 3", "drop --stage, or pass --stage 3")
+
+
+def _select(result: Plan, top: int | None, show_all: bool, as_json: bool) -> tuple[Candidate, ...]:
+    cands = result.candidates
+    if show_all or (as_json and top is None):
+        return cands
+    n = top or DEFAULT_TOP
+    fitting = tuple(c for c in cands if c.fits)
+    return (fitting or cands)[:n]
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+
+
+def _hardware_line(report: HardwareReport) -> str:
+    from wizard.units import fmt_bytes
+
+    gpu = report.gpus[0]
+    name = gpu.name.removeprefix("NVIDIA ")
+    where = (
+        f"{report.nodes} nodes x {report.gpus_per_node}" if report.nodes > 1 else f"{report.gpus_per_node}"
+    )
+    label = report.description or ("this machine" if report.source == "detected" else "described")
+    return f"{where} x {name} ({fmt_bytes(gpu.memory_total_bytes)}) [{label}]"
+
+
+def _model_line(model: ModelSpec) -> str:
+    from wizard.model import _short_count
+
+    parts = [f"{_short_count(model.total_params)} params"]
+    if model.is_moe:
+        parts.append(
+            f"{_short_count(model.active_params)} active ({model.experts_per_token} of {model.num_experts} experts)"
+        )
+    parts.append(f"{model.layers} layers, hidden {model.hidden}")
+    return f"{model.name} ({', '.join(parts)})"
+
+
+def _g(n: int | None) -> str:
+    if n is None:
+        return "?"
+    v = n / 2**30
+    return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def _offload_cell(s: Any) -> str:
+    opt, par = s.offload_optimizer, s.offload_param
+    if opt == "none" and par == "none":
+        return "-"
+    if opt == par:
+        return f"opt+param {opt}"
+    parts = [f"opt {opt}"] if opt != "none" else []
+    if par != "none":
+        parts.append(f"param {par}")
+    return ", ".join(parts)
+
+
+def _mark(text: str, bad: bool) -> str:
+    return f"[red]{text}[/]" if bad else text
+
+
+def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    req = result.request
+    batch = f", global batch {req.global_batch}" if req.global_batch else ""
+    console.print(f"[bold]{_model_line(result.model)}[/] on {_hardware_line(result.hardware)}")
+    precs = sorted({c.strategy.precision for c in shown})
+    console.print(
+        f"{req.mode}, {'/'.join(precs)}, sequence length {result.seq_len}{batch}; per GPU "
+        f"{_g(result.gpu_capacity_bytes)} GiB, {req.safety_margin * 100:g} % kept free"
+    )
+    for note in result.model.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+    table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False, collapse_padding=True)
+    precisions = {c.strategy.precision for c in shown}
+    any_nvme = any(c.predicted.nvme_bytes for c in shown)
+    table.add_column("#", justify="right")
+    table.add_column("ZeRO", justify="right")
+    table.add_column("offload", no_wrap=True)
+    table.add_column("ckpt")
+    if len(precisions) > 1:
+        table.add_column("prec")
+    table.add_column("batch", justify="right")
+    table.add_column("GPU GiB", justify="right")
+    table.add_column("host GiB", justify="right")
+    if any_nvme:
+        table.add_column("NVMe GiB", justify="right")
+    table.add_column("tok/s", justify="right")
+    table.add_column("MFU", justify="right")
+    table.add_column("fits", justify="center")
+    for i, c in enumerate(shown, 1):
+        s, p = c.strategy, c.predicted
+        row = [
+            str(i),
+            f"{s.zero_stage}{'++' if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights else ''}",
+            _offload_cell(s),
+            "yes" if s.activation_checkpointing else "-",
+        ]
+        if len(precisions) > 1:
+            row.append(s.precision)
+        row += [
+            f"{s.micro_batch_size}x{s.gradient_accumulation_steps}",
+            _mark(_g(p.gpu_bytes), "gpu" in c.limits),
+            _mark(_g(p.cpu_bytes), "cpu" in c.limits),
+        ]
+        if any_nvme:
+            row.append(_mark(_g(p.nvme_bytes), "nvme" in c.limits) if p.nvme_bytes else "-")
+        row += [
+            f"{p.tokens_per_sec:,.0f}",
+            f"{p.mfu * 100:.0f}%",
+            "[green]yes[/]" if c.fits else "[red]no[/]",
+        ]
+        table.add_row(*row)
+    console.print(table)
+    if hidden:
+        console.print(f"[dim]{hidden} more candidate(s): --all shows them, --json lists them[/]")
+    best = result.best
+    if best is not None:
+        s = best.strategy
+        console.print(
+            f"[bold green]Recommended:[/] {best.label}, {s.precision}, micro-batch {s.micro_batch_size}, "
+            f"gradient accumulation {s.gradient_accumulation_steps}"
+        )
+        for r in best.reasons:
+            console.print(f"  - {r}")
+    else:
+        console.print("[bold red]Nothing fits.[/] What would:")
+        for a in result.advice:
+            console.print(f"  - {a}")
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/]")

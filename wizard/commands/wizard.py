@@ -1,12 +1,32 @@
-"""Bare `dswiz`: the full-screen wizard, or line prompts with --plain (placeholder until the TUI issue lands)."""
+"""Bare ``dswiz``: the full-screen wizard, or the same questions as line prompts with ``--plain``."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 from wizard.errors import DswizError
 
 
-def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> None:
-    raise DswizError(
-        "the full-screen wizard is not built yet",
-        "use `dswiz detect` for now; `dswiz --help` lists the commands",
-    )
+def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> int:
+    from_path = Path(from_file) if from_file else None
+    if plain:
+        from wizard.prompts import run_prompts
+
+        return run_prompts(hardware_spec=hardware, from_file=from_path)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise DswizError(
+            "the full-screen wizard needs an interactive terminal",
+            "run `dswiz --plain` for line prompts, or `dswiz config --yes …` for no questions at all",
+        )
+    from wizard.tui import core_bridge
+    from wizard.tui.factory import build_app
+
+    app = build_app(hardware_spec=hardware, from_file=from_path)
+    written = app.run()
+    if written:
+        print("Wrote:")
+        for path in written:
+            print(f"  {path}")
+        print(f"Next: {core_bridge.launch_command(app.choices.out_dir)}")
+    return 0

@@ -1,0 +1,979 @@
+"""How right is `dswiz plan`? Real DeepSpeed training steps of GPT-2-family models vs the planner's predictions (and
+vs DeepSpeed's own estimator), on the GPUs of this machine.
+
+    # On the GPU machine (one launcher start; one process per GPU loops over the configs in-process):
+    python3 bench/plan_accuracy.py --gpus 1 --budget-s 400 --out $OUT
+    python3 bench/plan_accuracy.py --gpus 2 --budget-s 400 --out $OUT
+    # Anywhere, from the raw JSON (redo the analysis after a recalibration, no GPU needed):
+    python3 bench/plan_accuracy.py --analyze bench/results/plan_accuracy-*-1gpu.json bench/results/plan_accuracy-*-2gpu.json
+    # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
+    python3 bench/plan_accuracy.py --smoke --out /tmp/pa
+
+The grid comes from the planner itself, in priority order, and stops starting configs once --budget-s (counted
+from the launch) is spent; every finished config is appended to the raw JSON at once, so a cut-off run keeps its
+rows:
+  T0  the recommendation for each model (124M-1.5B) on the whole card and on smaller cards (24/40/80 GiB, emulated
+      with torch.cuda.set_per_process_memory_fraction; the planner plans for cap + CUDA context, which lives
+      outside the cap) -- run under that cap: does it OOM, how fast is it;
+  T1  the recommended strategy at the powers of two around its predicted largest micro-batch (uncapped): the one
+      below must fit the cap, the one above must not (measured reserved memory vs the cap);
+  T2  the two best other strategies (another stage / checkpointing) at their largest power-of-two micro-batch;
+  T3  a FACTS §1-style sweep: stages 0-3, CPU offload, checkpointing, micro-batch 8.
+Each config: a fresh engine (bf16, seq 1024, random init built on the GPU), 2 warm-up steps, then the median of 4
+timed steps; torch.cuda.max_memory_allocated/reserved after reset_peak_memory_stats, and the device-level usage
+(cudaMemGetInfo) minus reserved = CUDA context + NCCL. Between configs: engine.destroy(), gc, empty_cache.
+
+Optimizer: rows without offload use torch's fused AdamW through DeepSpeed ("torch_adam": true, "fused": true):
+one multi-tensor CUDA kernel with the same fp32 states as DeepSpeed's FusedAdam and no temporaries, without the
+~35 s fused_adam JIT build per call (--ds-fused-adam measures DeepSpeed's own instead). CPU offload rows need
+DeepSpeedCPUAdam (its ~40 s JIT build happens at the first such row, late in the grid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from wizard import calibration as cal  # noqa: E402
+from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
+from wizard.memory import deepspeed_estimate, estimate_memory  # noqa: E402
+from wizard.model import ModelSpec, load_model_spec  # noqa: E402
+from wizard.planner import PlanRequest, plan  # noqa: E402
+from wizard.strategy import Strategy  # noqa: E402
+from wizard.throughput import estimate_throughput  # noqa: E402
+
+GiB = 1024**3
+SEQ = 1024
+MODELS = (
+    "gpt2-medium",
+    "gpt2-xl",
+    "gpt2-large",
+    "gpt2",
+)  # priority order: FACTS' model first, then the largest
+CAPS_GIB = (None, 24, 40, 80)  # None: the whole card
+WARMUP_STEPS, TIMED_STEPS = 2, 4
+MAX_MICRO_BATCH = 256  # keeps a step of the smallest model under ~2 s
+SMOKE_MODEL = "tiny"
+SMOKE_SEQ = 64
+
+
+# ----------------------------------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class Config:
+    """One training configuration to run."""
+
+    model: str
+    zero_stage: int
+    offload_optimizer: str = "none"
+    offload_param: str = "none"
+    checkpointing: bool = False
+    micro_batch: int = 1
+    cap_gib: int | None = None  # run under this allocator cap
+    tier: int = 0
+    tags: tuple[str, ...] = ()
+
+    def key(self) -> tuple[Any, ...]:
+        return (
+            self.model,
+            self.zero_stage,
+            self.offload_optimizer,
+            self.offload_param,
+            self.checkpointing,
+            self.micro_batch,
+            self.cap_gib,
+        )
+
+    def strategy(self, world: int) -> Strategy:
+        return Strategy(
+            zero_stage=self.zero_stage,
+            offload_optimizer=self.offload_optimizer,  # type: ignore[arg-type]
+            offload_param=self.offload_param,  # type: ignore[arg-type]
+            precision="bf16",
+            micro_batch_size=self.micro_batch,
+            activation_checkpointing=self.checkpointing,
+            gpus_per_node=world,
+        )
+
+
+@dataclass
+class Row:
+    config: dict[str, Any]
+    world: int
+    seq_len: int
+    status: str = "pending"  # ok, oom, error, skipped
+    error: str | None = None
+    init_s: float | None = None
+    step_s: list[float] = field(default_factory=list)
+    tokens_per_sec: float | None = None
+    max_allocated: int | None = None  # minus what was allocated before the config started (a leak, if any)
+    max_reserved: int | None = None
+    baseline_allocated: int | None = None
+    outside_allocator: int | None = (
+        None  # cudaMemGetInfo used - reserved, at the end: CUDA context + NCCL + ...
+    )
+    predicted: dict[str, Any] = field(default_factory=dict)
+
+
+def card_for_cap(total: int, cap_gib: int | None, world: int) -> int:
+    """The card a capped H200 stands for: the cap is the allocator's, the context and NCCL sit outside it."""
+    if cap_gib is None:
+        return total
+    outside = cal.CUDA_CONTEXT_BYTES + (cal.NCCL_BYTES_PER_COMMUNICATOR if world > 1 else 0)
+    return cap_gib * GiB + outside
+
+
+def predict(
+    hw: HardwareReport, model: ModelSpec, c: Config, world: int, seq: int, card: int
+) -> dict[str, Any]:
+    s = c.strategy(world)
+    mem = estimate_memory(model, s, seq)
+    tp = estimate_throughput(hw, model, s, seq)
+    ds = deepspeed_estimate(model, s)
+    budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
+    return {
+        "allocated": mem.allocated,
+        "reserved": mem.reserved,
+        "device": mem.device,
+        "peak_phase": mem.peak_phase,
+        "tokens_per_sec": tp.tokens_per_sec,
+        "ds_estimate_gpu": None if ds is None else ds[1],
+        "card_bytes": card,
+        "fits_with_margin": mem.device <= budget,
+        "fits_without_margin": mem.device <= card,
+    }
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def build_grid(hw: HardwareReport, world: int, smoke: bool) -> list[Config]:
+    """The configs in priority order (see the module docstring), without duplicates."""
+    if smoke:
+        # Tagged like the real grid so the smoke run also exercises every part of the analysis.
+        return [
+            Config(SMOKE_MODEL, 0, micro_batch=2, tags=("rec:full",)),
+            Config(SMOKE_MODEL, 2, micro_batch=2, checkpointing=True, tier=1, tags=("below:full", "sweep")),
+        ]
+    total = hw.min_gpu_memory_bytes or 0
+    tiers: dict[int, list[Config]] = {0: [], 1: [], 2: [], 3: []}
+    models = MODELS if world == 1 else MODELS[:3]
+    caps = CAPS_GIB if world == 1 else (None, 24, 40)
+    for name in models:
+        model = load_model_spec(name)
+        for cap in caps:
+            card = card_for_cap(total, cap, world)
+            if cap is not None and cap * GiB >= total:
+                continue
+            req = PlanRequest(
+                seq_len=SEQ,
+                precisions=("bf16",),
+                allow_nvme=False,
+                gpu_memory_bytes=card,
+                max_micro_batch=MAX_MICRO_BATCH,
+            )
+            p = plan(hw, model, req)
+            best = p.best
+            if best is None:
+                continue
+            label = f"{cap}GiB" if cap else "full"
+            s = best.strategy
+            base = Config(
+                name, s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing
+            )
+            tiers[0].append(
+                replace(base, micro_batch=s.micro_batch_size, cap_gib=cap, tier=0, tags=(f"rec:{label}",))
+            )
+            top = best.max_micro_batch
+            below = _pow2_floor(min(top, MAX_MICRO_BATCH))
+            if below != s.micro_batch_size:
+                tiers[1].append(replace(base, micro_batch=below, tier=1, tags=(f"below:{label}",)))
+            if (
+                world == 1 and 2 * below <= 4 * MAX_MICRO_BATCH
+            ):  # over the predicted edge: must not fit the cap
+                tiers[1].append(replace(base, micro_batch=2 * below, tier=1, tags=(f"above:{label}",)))
+            seen = {(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)}
+            for c in p.candidates[1:]:
+                t = c.strategy
+                k = (t.zero_stage, t.offload_optimizer, t.offload_param, t.activation_checkpointing)
+                if not c.fits or k in seen or (t.offload_optimizer != "none" and world > 1):
+                    continue
+                seen.add(k)
+                mb = _pow2_floor(min(c.max_micro_batch, MAX_MICRO_BATCH))
+                tiers[2].append(Config(name, *k, micro_batch=mb, tier=2, tags=(f"alt:{label}",)))
+                if len(seen) >= 3:
+                    break
+        sweep = [(st, "none", "none", False) for st in (0, 1, 2, 3)] + [(2, "none", "none", True)]
+        if world == 1:
+            sweep += [(2, "cpu", "none", False), (3, "cpu", "none", False)]
+        for k in sweep:
+            tiers[3].append(Config(name, *k, micro_batch=8, tier=3, tags=("sweep",)))  # type: ignore[arg-type]
+    out: list[Config] = []
+    index: dict[tuple[Any, ...], int] = {}
+    for tier in (0, 1, 2, 3):
+        # Within a tier: offload rows last (they need the CPU Adam build), models in priority order.
+        for c in sorted(tiers[tier], key=lambda c: (c.offload_optimizer != "none", MODELS.index(c.model))):
+            if c.key() in index:  # the same run serves several purposes: keep one, with all its tags
+                old = out[index[c.key()]]
+                out[index[c.key()]] = replace(old, tags=old.tags + c.tags)
+                continue
+            index[c.key()] = len(out)
+            out.append(c)
+    if world > 1:  # no deliberate OOMs with several ranks: a one-sided OOM would hang the others in NCCL
+        out = [c for c in out if predict_fits(hw, c, world)]
+    return out
+
+
+def predict_fits(hw: HardwareReport, c: Config, world: int) -> bool:
+    total = hw.min_gpu_memory_bytes or 0
+    mem = estimate_memory(load_model_spec(c.model), c.strategy(world), SEQ)
+    return mem.device <= 0.95 * card_for_cap(total, c.cap_gib, world)
+
+
+# ----------------------------------------------------------------------------------------------------- worker
+
+
+def bench_hardware(world: int) -> HardwareReport:
+    """This machine as the planner sees it (NVML when it is there, else torch + the catalog)."""
+    import torch
+
+    from wizard.hardware.catalog import with_catalog_figures
+    from wizard.hardware.detect import detect
+    from wizard.hardware.host import read_host
+
+    report = detect()
+    if report.gpus:
+        gpus = report.gpus[:world]
+        return replace(report, gpus=gpus)
+    props = torch.cuda.get_device_properties(0)
+    gpu = with_catalog_figures(
+        GPUInfo(
+            index=0,
+            name=props.name,
+            memory_total_bytes=props.total_memory,
+            compute_capability=(props.major, props.minor),
+        )
+    )
+    return HardwareReport(
+        source="detected", gpus=tuple(replace(gpu, index=i) for i in range(world)), host=read_host()
+    )
+
+
+def smoke_hardware(world: int) -> HardwareReport:
+    gpu = GPUInfo(
+        index=0,
+        name="NVIDIA H200",
+        memory_total_bytes=143771 * 1024**2,
+        compute_capability=(9, 0),
+        peak_tflops_bf16=989.4,
+        memory_bandwidth_gbs=4800.0,
+        nvlink_gbs=900.0,
+        pcie_gen=5,
+    )
+    return HardwareReport(
+        source="described",
+        gpus=tuple(replace(gpu, index=i) for i in range(world)),
+        host=HostInfo(logical_cores=os.cpu_count()),
+    )
+
+
+def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": c.zero_stage}
+    if c.zero_stage >= 1:  # what dswiz writes (wizard/config/build.py): DeepSpeed's bucket defaults
+        zero.update(contiguous_gradients=True, overlap_comm=c.zero_stage == 3)
+    if c.offload_optimizer != "none":
+        zero["offload_optimizer"] = {"device": c.offload_optimizer, "pin_memory": True}
+    if c.offload_param != "none":
+        zero["offload_param"] = {"device": c.offload_param, "pin_memory": True}
+    params: dict[str, Any] = {"lr": 1e-5, "weight_decay": 0.0}
+    if c.offload_optimizer == "none" and not ds_fused_adam:
+        params.update(torch_adam=True, fused=not smoke)
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": c.micro_batch,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 1.0,
+        "zero_optimization": zero,
+        "optimizer": {"type": "AdamW", "params": params},
+        "steps_per_print": 1_000_000,
+        "wall_clock_breakdown": False,
+    }
+    if not smoke:
+        cfg["bf16"] = {"enabled": True}
+    if c.offload_optimizer != "none" and smoke:
+        cfg["zero_force_ds_cpu_optimizer"] = False
+    return cfg
+
+
+def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
+    import deepspeed
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cuda = torch.cuda.is_available() and not smoke
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    spec = load_model_spec(c.model)
+    if cuda:
+        total = torch.cuda.get_device_properties(device).total_memory
+        fraction = 1.0 if c.cap_gib is None else min(1.0, c.cap_gib * GiB / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        row.baseline_allocated = torch.cuda.memory_allocated(device)
+    engine = model = None
+    start = time.perf_counter()
+    try:
+        config = GPT2Config(
+            n_layer=spec.layers,
+            n_embd=spec.hidden,
+            n_head=spec.heads,
+            vocab_size=spec.vocab,
+            n_positions=max(seq, spec.max_positions or seq),
+            use_cache=False,
+        )
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = GPT2LMHeadModel(config)
+        if not smoke:
+            model = model.to(torch.bfloat16)
+        if c.checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        engine, _, _, _ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), config=ds_config(c, smoke, ds_fused_adam)
+        )
+        row.init_s = round(time.perf_counter() - start, 3)
+        gen = torch.Generator(device="cpu").manual_seed(1)
+        ids = torch.randint(0, spec.vocab, (c.micro_batch, seq), generator=gen).to(engine.device)
+        timed = TIMED_STEPS if not smoke else 2
+        warmup = WARMUP_STEPS if not smoke else 1
+        for i in range(warmup + timed):
+            if cuda:
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+            if cuda:
+                torch.cuda.synchronize(device)
+            dt_s = time.perf_counter() - t0
+            if i >= warmup:
+                row.step_s.append(round(dt_s, 5))
+            if i == warmup and dt_s > 3.0 and timed > 2:  # a slow config: two timed steps are enough
+                timed = 2
+                if len(row.step_s) >= 2:
+                    break
+        row.tokens_per_sec = round(c.micro_batch * seq * world / statistics.median(row.step_s), 1)
+        row.status = "ok"
+    except torch.OutOfMemoryError as e:
+        row.status, row.error = "oom", str(e).splitlines()[0][:300]
+    except Exception as e:  # a config that DeepSpeed rejects must not end the run
+        row.status, row.error = (
+            "error",
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
+        )
+    finally:
+        if cuda:
+            row.max_allocated = torch.cuda.max_memory_allocated(device) - (row.baseline_allocated or 0)
+            row.max_reserved = torch.cuda.max_memory_reserved(device)
+            free, total_now = torch.cuda.mem_get_info(device)
+            row.outside_allocator = (total_now - free) - torch.cuda.memory_reserved(device)
+        if engine is not None and hasattr(engine, "destroy"):
+            with contextlib.suppress(Exception):  # teardown must not end the run
+                engine.destroy()
+        del engine, model
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+
+
+def worker(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+
+    smoke = args.smoke
+    cuda = torch.cuda.is_available() and not smoke
+    if cuda:  # before the process group exists, so NCCL binds each rank to its own GPU
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    deepspeed.init_distributed(timeout=timedelta(seconds=args.collective_timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    hw = smoke_hardware(world) if smoke else bench_hardware(world)
+    seq = SMOKE_SEQ if smoke else SEQ
+    grid = build_grid(hw, world, smoke)
+    total = hw.min_gpu_memory_bytes or 0
+    out_path = Path(args.out) / args.name
+    doc: dict[str, Any] = {
+        "bench": "bench/plan_accuracy.py",
+        "argv": sys.argv[1:],
+        "date": dt.date.today().isoformat(),
+        "host": platform.node(),
+        "world": world,
+        "seq_len": seq,
+        "smoke": smoke,
+        "optimizer": "DeepSpeed FusedAdam"
+        if args.ds_fused_adam
+        else "torch fused AdamW (DeepSpeed torch_adam)",
+        "hardware": hw.to_dict(),
+        "versions": _versions(),
+        "calibration": _calibration_snapshot(),
+        "grid_size": len(grid),
+        "rows": [],
+    }
+    if rank == 0:
+        print(
+            f"plan_accuracy: {world} rank(s), {len(grid)} configs in the grid, budget {args.budget_s:.0f} s",
+            flush=True,
+        )
+        _save(out_path, doc)
+    for i, c in enumerate(grid):
+        elapsed = time.time() - args.t0
+        go = torch.tensor([1 if elapsed < args.budget_s else 0], device="cuda" if cuda else "cpu")
+        dist.broadcast(go, 0)  # rank 0 decides, so every rank stops at the same config
+        if not int(go.item()):
+            if rank == 0:
+                doc["stopped_at"] = {"index": i, "elapsed_s": round(elapsed, 1), "left": len(grid) - i}
+                _save(out_path, doc)
+                print(f"budget spent after {i} of {len(grid)} configs ({elapsed:.0f} s)", flush=True)
+            break
+        model = load_model_spec(c.model)
+        card = card_for_cap(total, c.cap_gib, world)
+        row = Row(
+            config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
+        )
+        run_config(c, world, seq, smoke, args.ds_fused_adam, row)
+        dist.barrier()
+        if rank == 0:
+            doc["rows"].append(asdict(row))
+            doc["elapsed_s"] = round(time.time() - args.t0, 1)
+            _save(out_path, doc)
+            print(_row_line(i, len(grid), row), flush=True)
+    if rank == 0:
+        print(f"wrote {out_path}", flush=True)
+    dist.barrier()
+    return 0
+
+
+def _row_line(i: int, n: int, row: Row) -> str:
+    c = row.config
+    what = (
+        f"{c['model']} z{c['zero_stage']}{'+' + c['offload_optimizer'] if c['offload_optimizer'] != 'none' else ''}"
+        f"{' ckpt' if c['checkpointing'] else ''} mbs {c['micro_batch']}"
+        f"{' cap ' + str(c['cap_gib']) + 'GiB' if c['cap_gib'] else ''}"
+    )
+    got = f"{row.status}"
+    if row.max_allocated is not None:
+        got += f" alloc {row.max_allocated / GiB:.2f} (pred {row.predicted['allocated'] / GiB:.2f})"
+    if row.tokens_per_sec:
+        got += f" tok/s {row.tokens_per_sec:,.0f} (pred {row.predicted['tokens_per_sec']:,.0f})"
+    return f"[{i + 1}/{n}] {what}: {got}"
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for mod in ("torch", "deepspeed", "transformers"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:
+            out[mod] = None
+    return out
+
+
+def _calibration_snapshot() -> dict[str, Any]:
+    return {k: v for k, v in vars(cal).items() if k.isupper() and isinstance(v, (int, float))}
+
+
+def _save(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)  # atomic: a cut-off run leaves the previous complete file
+
+
+# ----------------------------------------------------------------------------------------------------- launcher
+
+
+def launch(args: argparse.Namespace) -> int:
+    """One DeepSpeed launcher start for all configs: the same script as a worker on every rank."""
+    gpus = 2 if args.smoke else args.gpus
+    stamp = dt.date.today().isoformat()
+    name = f"plan_accuracy-{stamp}-{'smoke' if args.smoke else f'{gpus}gpu'}.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if args.smoke:
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    cmd = [
+        sys.executable,
+        "-m",
+        "deepspeed.launcher.runner",
+        *(["--include", f"localhost:{args.include}"] if args.include else ["--num_gpus", str(gpus)]),
+        "--master_port",
+        str(args.master_port),
+        "--no_local_rank",
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--out",
+        str(args.out),
+        "--name",
+        name,
+        "--budget-s",
+        str(args.budget_s),
+        "--t0",
+        str(args.t0),
+        "--collective-timeout-s",
+        str(args.collective_timeout_s),
+    ]
+    if args.smoke:
+        cmd.append("--smoke")
+    if args.ds_fused_adam:
+        cmd.append("--ds-fused-adam")
+    print(" ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
+    path = Path(args.out) / name
+    if path.exists():
+        analyze([path], Path(args.out))
+    return proc.returncode
+
+
+# ----------------------------------------------------------------------------------------------------- analysis
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return math.nan
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _repredict(row: dict[str, Any], hw: HardwareReport) -> dict[str, Any]:
+    """Predictions for a recorded row with the calibration as it is now (recalibrate, then re-analyze)."""
+    c = row["config"]
+    cfg = Config(**{**c, "tags": tuple(c.get("tags", ()))})
+    card = row["predicted"].get("card_bytes") or (hw.min_gpu_memory_bytes or 0)
+    return predict(hw, load_model_spec(cfg.model), cfg, row["world"], row["seq_len"], card)
+
+
+def analyze(paths: list[Path], out_dir: Path | None = None) -> dict[str, Any]:
+    docs = [json.loads(p.read_text()) for p in paths]
+    summary: dict[str, Any] = {"inputs": [str(p) for p in paths], "per_run": []}
+    md = ["# Planner accuracy on real DeepSpeed steps", ""]
+    for doc in docs:
+        hw = HardwareReport.from_dict(doc["hardware"])
+        rows = doc["rows"]
+        for r in rows:
+            r["now"] = _repredict(r, hw)
+        ok = [r for r in rows if r["status"] == "ok"]
+        mem_rows = [r for r in ok if r.get("max_allocated") is not None]
+        err_alloc = [r["now"]["allocated"] / r["max_allocated"] - 1 for r in mem_rows]
+        err_res = [r["now"]["reserved"] / r["max_reserved"] - 1 for r in mem_rows if r.get("max_reserved")]
+        ds_rows = [r for r in mem_rows if r["now"]["ds_estimate_gpu"] is not None]
+        err_ds = [r["now"]["ds_estimate_gpu"] / r["max_allocated"] - 1 for r in ds_rows]
+        err_tps = [
+            r["now"]["tokens_per_sec"] / r["tokens_per_sec"] - 1 for r in ok if r.get("tokens_per_sec")
+        ]
+        outside = [r["outside_allocator"] for r in mem_rows if r.get("outside_allocator") is not None]
+        run: dict[str, Any] = {
+            "world": doc["world"],
+            "rows": len(rows),
+            "ok": len(ok),
+            "oom": sum(r["status"] == "oom" for r in rows),
+            "error": sum(r["status"] == "error" for r in rows),
+            "stopped_at": doc.get("stopped_at"),
+            "memory_allocated_abs_error_median": _pct([abs(e) for e in err_alloc], 0.5),
+            "memory_allocated_abs_error_p95": _pct([abs(e) for e in err_alloc], 0.95),
+            "memory_allocated_signed_error_median": _pct(err_alloc, 0.5),
+            "memory_reserved_abs_error_median": _pct([abs(e) for e in err_res], 0.5),
+            "memory_reserved_abs_error_p95": _pct([abs(e) for e in err_res], 0.95),
+            "deepspeed_estimator_abs_error_median": _pct([abs(e) for e in err_ds], 0.5),
+            "deepspeed_estimator_abs_error_p95": _pct([abs(e) for e in err_ds], 0.95),
+            "deepspeed_estimator_rows": len(err_ds),
+            "tokens_per_sec_abs_error_median": _pct([abs(e) for e in err_tps], 0.5),
+            "tokens_per_sec_abs_error_p95": _pct([abs(e) for e in err_tps], 0.95),
+            "outside_allocator_median_bytes": _pct([float(x) for x in outside], 0.5) if outside else None,
+        }
+        run["recommendations"] = _recommendations(rows)
+        run["boundaries"] = _boundaries(rows)
+        run["fits"] = _fit_suggestions(mem_rows, ok)
+        summary["per_run"].append(run)
+        md += _markdown_run(doc, run, rows)
+    targets = _targets(summary["per_run"])
+    summary["targets"] = targets
+    md += ["## Targets (issue 3)", "", "| target | value | met |", "|---|---|---|"]
+    for name, (value, met) in targets.items():
+        md.append(f"| {name} | {value} | {'yes' if met else 'NO'} |")
+    md.append("")
+    text = "\n".join(md)
+    print(text)
+    if out_dir is not None:
+        stem = paths[0].name.split("-smoke")[0].rsplit("-", 1)[0] if len(paths) > 1 else paths[0].stem
+        (out_dir / f"{stem}.md").write_text(text)
+        (out_dir / f"{stem}-summary.json").write_text(
+            json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n"
+        )
+    return summary
+
+
+def _recommendations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, card): the recommended row vs the best row of the grid that fits that card."""
+    out = []
+    recs = [r for r in rows if any(t.startswith("rec:") for t in r["config"]["tags"])]
+    for rec in recs:
+        for tag in (t for t in rec["config"]["tags"] if t.startswith("rec:")):
+            label = tag.split(":", 1)[1]
+            cap = None if label == "full" else int(label.removesuffix("GiB")) * GiB
+            model = rec["config"]["model"]
+            fitting = [
+                r
+                for r in rows
+                if r["config"]["model"] == model
+                and r["status"] == "ok"
+                and r.get("tokens_per_sec")
+                and (
+                    (r["config"]["cap_gib"] is not None and r["config"]["cap_gib"] * GiB == cap)
+                    or (
+                        r["config"]["cap_gib"] is None
+                        and (cap is None or (r.get("max_reserved") or 0) <= cap)
+                    )
+                )
+            ]
+            best = max(fitting, key=lambda r: r["tokens_per_sec"], default=None)
+            rec_tps = rec.get("tokens_per_sec") if rec["status"] == "ok" else None
+            out.append(
+                {
+                    "model": model,
+                    "card": label,
+                    "recommended": _describe(rec["config"]),
+                    "status": rec["status"],
+                    "recommended_tokens_per_sec": rec_tps,
+                    "best_in_grid": None if best is None else _describe(best["config"]),
+                    "best_tokens_per_sec": None if best is None else best["tokens_per_sec"],
+                    "ratio": None
+                    if (rec_tps is None or best is None)
+                    else round(rec_tps / best["tokens_per_sec"], 3),
+                    "grid_rows_fitting": len(fitting),
+                }
+            )
+    return out
+
+
+def _boundaries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """T1 rows: the power of two below the predicted largest micro-batch must fit, the one above must not."""
+    out = []
+    for r in rows:
+        for tag in r["config"]["tags"]:
+            if not tag.startswith(("below:", "above:")):
+                continue
+            side, label = tag.split(":", 1)
+            cap = None if label == "full" else int(label.removesuffix("GiB")) * GiB
+            if r["status"] == "oom":
+                fitted = False
+            elif r["status"] == "ok":
+                fitted = cap is None or (r.get("max_reserved") or 0) <= cap
+            else:
+                continue
+            out.append(
+                {
+                    "model": r["config"]["model"],
+                    "card": label,
+                    "side": side,
+                    "config": _describe(r["config"]),
+                    "fitted": fitted,
+                    "as_predicted": fitted == (side == "below"),
+                }
+            )
+    return out
+
+
+def _fit_suggestions(mem_rows: list[dict[str, Any]], ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measured vs predicted bytes per extra sample and fixed bytes, per (model, strategy); the median ratios are
+    what to multiply the activation constants (LOSS_HEAD_BYTES_PER_VOCAB, the recipes) by."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in mem_rows:
+        c = r["config"]
+        groups.setdefault(
+            (c["model"], c["zero_stage"], c["offload_optimizer"], c["checkpointing"]), []
+        ).append(r)
+    slopes, per_group = [], []
+    for key, rs in sorted(groups.items(), key=str):
+        xs = sorted({r["config"]["micro_batch"] for r in rs})
+        if len(xs) < 2:
+            continue
+        lo = min(rs, key=lambda r: r["config"]["micro_batch"])
+        hi = max(rs, key=lambda r: r["config"]["micro_batch"])
+        db = hi["config"]["micro_batch"] - lo["config"]["micro_batch"]
+        meas_slope = (hi["max_allocated"] - lo["max_allocated"]) / db
+        pred_slope = (hi["now"]["allocated"] - lo["now"]["allocated"]) / db
+        meas_fixed = lo["max_allocated"] - meas_slope * lo["config"]["micro_batch"]
+        pred_fixed = lo["now"]["allocated"] - pred_slope * lo["config"]["micro_batch"]
+        ratio = meas_slope / pred_slope if pred_slope else math.nan
+        slopes.append((key[3], ratio))
+        per_group.append(
+            {
+                "group": list(key),
+                "measured_per_sample": meas_slope,
+                "predicted_per_sample": pred_slope,
+                "measured_fixed": meas_fixed,
+                "predicted_fixed": pred_fixed,
+                "slope_ratio": ratio,
+            }
+        )
+    tps_ratio = [r["tokens_per_sec"] / r["now"]["tokens_per_sec"] for r in ok if r.get("tokens_per_sec")]
+    return {
+        "compute": _fit_compute(ok),
+        "groups": per_group,
+        "activation_scale_no_ckpt": _pct([x for ck, x in slopes if not ck], 0.5),
+        "activation_scale_ckpt": _pct([x for ck, x in slopes if ck], 0.5),
+        "measured_over_predicted_tokens_per_sec_median": _pct(tps_ratio, 0.5),
+    }
+
+
+def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """From stage 1/2 rows without offload or checkpointing on one GPU: seconds per extra sample (the matmul
+    efficiency) and seconds per step at zero samples (the fixed part), per model; then COMPUTE_EFF_MAX and
+    COMPUTE_EFF_HALF_HIDDEN by a straight-line fit of 1/eff against 1/hidden (eff = MAX * h / (h + HALF))."""
+    from wizard.throughput import flops_per_token, peak_flops
+
+    by_model: dict[str, list[tuple[int, float]]] = {}
+    for r in ok:
+        c = r["config"]
+        if (
+            r["world"] != 1
+            or c["zero_stage"] not in (1, 2)
+            or c["offload_optimizer"] != "none"
+            or c["checkpointing"]
+        ):
+            continue
+        by_model.setdefault(c["model"], []).append((c["micro_batch"], statistics.median(r["step_s"])))
+    points, out = [], {}
+    gpu = GPUInfo(index=0, name="H200", compute_capability=(9, 0), peak_tflops_bf16=989.4)
+    peak, _ = peak_flops(gpu, "bf16")
+    for name, xs in sorted(by_model.items()):
+        if len({b for b, _ in xs}) < 2:
+            continue
+        n = len(xs)
+        mb = sum(b for b, _ in xs) / n
+        mt = sum(t for _, t in xs) / n
+        slope = sum((b - mb) * (t - mt) for b, t in xs) / sum((b - mb) ** 2 for b, _ in xs)
+        fixed = mt - slope * mb
+        model = load_model_spec(name)
+        eff = SEQ * flops_per_token(model, SEQ) / (slope * peak) if slope > 0 else math.nan
+        out[name] = {
+            "seconds_per_sample": slope,
+            "fixed_seconds_per_step": fixed,
+            "efficiency": eff,
+            "hidden": model.hidden,
+            "params": model.total_params,
+        }
+        if eff == eff and eff > 0:
+            points.append((1 / model.hidden, 1 / eff))
+    fit: dict[str, Any] = {"per_model": out}
+    if len(points) >= 2:
+        mx = sum(x for x, _ in points) / len(points)
+        my = sum(y for _, y in points) / len(points)
+        b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+        a = my - b * mx
+        if a > 0:
+            fit["COMPUTE_EFF_MAX"] = 1 / a
+            fit["COMPUTE_EFF_HALF_HIDDEN"] = b / a
+    return fit
+
+
+def _describe(c: dict[str, Any]) -> str:
+    s = f"z{c['zero_stage']}"
+    if c["offload_optimizer"] != "none":
+        s += f"+opt:{c['offload_optimizer']}"
+    if c["offload_param"] != "none":
+        s += f"+param:{c['offload_param']}"
+    if c["checkpointing"]:
+        s += "+ckpt"
+    s += f" mbs{c['micro_batch']}"
+    if c["cap_gib"]:
+        s += f" @{c['cap_gib']}GiB"
+    return s
+
+
+def _f(x: Any, pct: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if pct:
+        return f"{x * 100:.1f} %"
+    if isinstance(x, (int, float)):
+        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+    return str(x)
+
+
+def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    hw = doc["hardware"]
+    gpu = hw["gpus"][0]["name"] if hw.get("gpus") else "?"
+    md = [
+        f"## {doc['world']} x {gpu} ({doc['date']}, {doc['host']}; {doc['optimizer']}; "
+        f"torch {doc['versions'].get('torch')}, deepspeed {doc['versions'].get('deepspeed')}, "
+        f"transformers {doc['versions'].get('transformers')})",
+        "",
+        f"{run['rows']} configs run ({run['ok']} ok, {run['oom']} OOM, {run['error']} errors) of {doc['grid_size']}"
+        + (f"; budget stopped at {run['stopped_at']}" if run.get("stopped_at") else ""),
+        "",
+        "| metric | median | p95 |",
+        "|---|---:|---:|",
+        f"| planner: max_memory_allocated error | {_f(run['memory_allocated_abs_error_median'], True)} | "
+        f"{_f(run['memory_allocated_abs_error_p95'], True)} |",
+        f"| planner: max_memory_reserved error | {_f(run['memory_reserved_abs_error_median'], True)} | "
+        f"{_f(run['memory_reserved_abs_error_p95'], True)} |",
+        f"| DeepSpeed estimator vs allocated ({run['deepspeed_estimator_rows']} rows) | "
+        f"{_f(run['deepspeed_estimator_abs_error_median'], True)} | {_f(run['deepspeed_estimator_abs_error_p95'], True)} |",
+        f"| planner: tokens/s error | {_f(run['tokens_per_sec_abs_error_median'], True)} | "
+        f"{_f(run['tokens_per_sec_abs_error_p95'], True)} |",
+        "",
+        f"Signed median memory error {_f(run['memory_allocated_signed_error_median'], True)} (positive: "
+        f"over-predicts). Outside the allocator (context + NCCL), median: "
+        f"{_f((run['outside_allocator_median_bytes'] or 0) / GiB if run['outside_allocator_median_bytes'] else None)} GiB.",
+        "",
+        "| model | card | recommended | status | tok/s | best in grid | tok/s | ratio |",
+        "|---|---|---|---|---:|---|---:|---:|",
+    ]
+    for r in run["recommendations"]:
+        md.append(
+            f"| {r['model']} | {r['card']} | {r['recommended']} | {r['status']} | "
+            f"{_f(r['recommended_tokens_per_sec'])} | {r['best_in_grid'] or '-'} | "
+            f"{_f(r['best_tokens_per_sec'])} | {_f(r['ratio'])} |"
+        )
+    if run["boundaries"]:
+        md += ["", "| boundary | card | config | fitted | as predicted |", "|---|---|---|---|---|"]
+        for b in run["boundaries"]:
+            md.append(
+                f"| {b['model']} {b['side']} | {b['card']} | {b['config']} | {b['fitted']} | "
+                f"{'yes' if b['as_predicted'] else 'NO'} |"
+            )
+    md += [
+        "",
+        "<details><summary>every row</summary>",
+        "",
+        "| config | status | alloc GiB | pred | reserved GiB | pred | DS est | tok/s | pred |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        n = r["now"]
+        g = lambda x: "-" if x is None else f"{x / GiB:.2f}"  # noqa: E731
+        md.append(
+            f"| {r['config']['model']} {_describe(r['config'])} | {r['status']} | {g(r.get('max_allocated'))} | "
+            f"{g(n['allocated'])} | {g(r.get('max_reserved'))} | {g(n['reserved'])} | "
+            f"{g(n['ds_estimate_gpu'])} | {_f(r.get('tokens_per_sec'))} | {_f(n['tokens_per_sec'])} |"
+        )
+    md += ["", "</details>", ""]
+    fits = run["fits"]
+    md += [
+        f"Calibration hints: measured/predicted bytes per sample, median: no checkpointing "
+        f"{_f(fits['activation_scale_no_ckpt'])}, checkpointing {_f(fits['activation_scale_ckpt'])}; "
+        f"measured/predicted tokens/s median {_f(fits['measured_over_predicted_tokens_per_sec_median'])} "
+        "(edit wizard/calibration.py, then re-run --analyze).",
+        "",
+    ]
+    compute = fits["compute"]
+    if compute.get("per_model"):
+        md += ["| model | s per sample | fixed s per step | matmul efficiency |", "|---|---:|---:|---:|"]
+        for name, v in compute["per_model"].items():
+            md.append(
+                f"| {name} | {v['seconds_per_sample']:.4f} | {v['fixed_seconds_per_step']:.4f} | "
+                f"{_f(v['efficiency'], True)} |"
+            )
+        if "COMPUTE_EFF_MAX" in compute:
+            md += [
+                "",
+                f"Fitted COMPUTE_EFF_MAX = {compute['COMPUTE_EFF_MAX']:.3f}, "
+                f"COMPUTE_EFF_HALF_HIDDEN = {compute['COMPUTE_EFF_HALF_HIDDEN']:.0f}",
+            ]
+        md.append("")
+    return md
+
+
+def _targets(runs: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:
+    med = [
+        r["memory_allocated_abs_error_median"]
+        for r in runs
+        if not math.isnan(r["memory_allocated_abs_error_median"])
+    ]
+    p95 = [
+        r["memory_allocated_abs_error_p95"]
+        for r in runs
+        if not math.isnan(r["memory_allocated_abs_error_p95"])
+    ]
+    ratios = [x["ratio"] for r in runs for x in r["recommendations"] if x["ratio"] is not None]
+    ooms = sum(x["status"] == "oom" for r in runs for x in r["recommendations"])
+    return {
+        "memory error median <= 10 %": (_f(max(med, default=math.nan), True), bool(med) and max(med) <= 0.10),
+        "memory error p95 <= 20 %": (_f(max(p95, default=math.nan), True), bool(p95) and max(p95) <= 0.20),
+        "recommended / best-in-grid tokens/s >= 0.95 (worst case)": (
+            _f(min(ratios, default=math.nan)),
+            bool(ratios) and min(ratios) >= 0.95,
+        ),
+        "OOMs among recommended configs == 0": (str(ooms), ooms == 0),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, default=1, help="GPUs (ranks) on this machine to use")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=400.0,
+        help="stop starting configs after this many seconds from the launch (default 400)",
+    )
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--smoke", action="store_true", help="CPU, 2 gloo ranks, tiny GPT-2, 2 configs")
+    ap.add_argument(
+        "--ds-fused-adam", action="store_true", help="DeepSpeed's FusedAdam (JIT build) for non-offload rows"
+    )
+    ap.add_argument(
+        "--analyze", nargs="+", type=Path, metavar="RAW_JSON", help="summarise raw results and stop"
+    )
+    ap.add_argument(
+        "--include",
+        default=None,
+        metavar="IDS",
+        help="GPU ids to use instead of the first --gpus (e.g. 1), so other work can share the machine",
+    )
+    ap.add_argument("--master-port", type=int, default=29533)
+    ap.add_argument("--collective-timeout-s", type=float, default=120.0)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--name", default="plan_accuracy.json", help=argparse.SUPPRESS)
+    ap.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.t0 is None:
+        args.t0 = time.time()
+    if args.analyze:
+        analyze(args.analyze, args.analyze[0].parent)
+        return 0
+    if args.worker:
+        return worker(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    return launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""`dswiz` itself: without a terminal the full-screen wizard says what to do instead of crashing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bare_dswiz_without_a_terminal_explains_the_alternatives() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "error: the full-screen wizard needs an interactive terminal" in proc.stderr
+    assert "dswiz --plain" in proc.stderr
+    assert "Traceback" not in proc.stderr

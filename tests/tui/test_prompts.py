@@ -1,0 +1,140 @@
+"""``dswiz --plain``: the same decisions as line prompts, answered by a script (questionary is not under test)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wizard.errors import DswizError
+from wizard.prompts import Option, run_prompts
+
+
+class ScriptedPrompter:
+    """Answers each question by its key; a list answers the same question several times, in order.
+    Records what was asked (and which options were disabled, with the reason) for the assertions."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = {k: list(v) if isinstance(v, list) else [v] for k, v in answers.items()}
+        self.asked: list[str] = []
+        self.disabled: dict[str, dict[Any, str]] = {}
+        self.titles: dict[str, dict[Any, str]] = {}
+
+    def _answer(self, key: str, default: Any) -> Any:
+        self.asked.append(key)
+        queue = self.answers.get(key)
+        if not queue:
+            return default
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def text(self, key: str, message: str, default: str = "") -> str:
+        return str(self._answer(key, default))
+
+    def select(self, key: str, message: str, options: Sequence[Option], default: Any = None) -> Any:
+        self.disabled[key] = {value: why for _, value, why in options if why}
+        self.titles[key] = {value: title for title, value, _ in options}
+        answer = self._answer(key, default if default is not None else options[0][1])
+        assert answer not in self.disabled[key], f"{key}: picked a disabled option {answer!r}"
+        return answer
+
+    def confirm(self, key: str, message: str, default: bool = True) -> bool:
+        return bool(self._answer(key, default))
+
+
+def test_plain_single_node_writes_config(core: Any, tmp_path: Path) -> None:
+    said: list[str] = []
+    p = ScriptedPrompter({"model-preset": "llama-7b", "candidate": 1, "micro": "2", "gas": "3"})
+    rc = run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=said.append)
+    assert rc == 0
+    ds = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
+    assert f"ZeRO-{ds['zero_optimization']['stage']}," in p.titles["candidate"][1]  # the second candidate
+    assert ds["train_batch_size"] == 2 * 3 * 8
+    assert "Next: dswiz launch --config dswiz-config train.py" in said
+    assert "multi-node" in p.asked and "hostfile" not in p.asked
+
+
+def test_plain_no_gpu_asks_for_described_hardware(core: Any, tmp_path: Path) -> None:
+    said: list[str] = []
+    p = ScriptedPrompter({"hardware": ["nonsense", "1xA100-80GB"], "model-preset": "gpt2-medium"})
+    assert run_prompts(prompter=p, core=core, say=said.append) == 0
+    assert any("No GPU here" in s for s in said)
+    assert any("unknown GPU model 'nonsense'" in s for s in said)  # the hardware module's own message
+    assert p.asked.count("hardware") == 2
+
+
+def test_plain_by_hand_offers_only_valid_offloads(core: Any, tmp_path: Path) -> None:
+    p = ScriptedPrompter(
+        {
+            "model-preset": "llama-7b",
+            "by-hand": True,
+            "stage": 2,
+            "offload-optimizer": "cpu",
+            "offload-param": "none",
+        }
+    )
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=lambda s: None) == 0
+    assert "parameter offload only works at ZeRO stage 3" in p.disabled["offload-param"]["cpu"]
+    assert "NVMe optimizer offload only works at stage 3" in p.disabled["offload-optimizer"]["nvme"]
+    ds = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
+    assert ds["zero_optimization"]["stage"] == 2
+
+
+def test_plain_multi_node_validates_the_hostfile(core: Any, tmp_path: Path) -> None:
+    said: list[str] = []
+    p = ScriptedPrompter(
+        {
+            "model-preset": "llama-7b",
+            "hostfile": ["gpu-a slots=8", "gpu-a slots=8; gpu-b slots=8"],
+            "launcher": "openmpi",
+        }
+    )
+    assert run_prompts(prompter=p, hardware_spec="2x8xA100-80GB", core=core, say=said.append) == 0
+    assert p.asked.count("hostfile") == 2  # the first answer had one host for two nodes
+    lines = (tmp_path / "dswiz-config" / "hostfile").read_text().splitlines()
+    assert [ln for ln in lines if ln and not ln.startswith("#")] == ["gpu-a slots=8", "gpu-b slots=8"]
+
+
+def test_plain_refuses_to_overwrite_without_consent(core: Any, tmp_path: Path) -> None:
+    out = tmp_path / "dswiz-config"
+    out.mkdir()
+    (out / "ds_config.json").write_text("{}\n")
+    p = ScriptedPrompter({"model-preset": "llama-7b", "overwrite": False})
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=lambda s: None) == 1
+    assert (out / "ds_config.json").read_text() == "{}\n"
+    p = ScriptedPrompter({"model-preset": "llama-7b", "overwrite": True})
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=lambda s: None) == 0
+    assert [b.read_text() for b in out.glob("ds_config.json.bak-*")] == ["{}\n"]
+
+
+def test_plain_bad_number_is_asked_again(core: Any, tmp_path: Path) -> None:
+    said: list[str] = []
+    p = ScriptedPrompter({"model-preset": "llama-7b", "seq-len": ["long", "0", "4096"]})
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=said.append) == 0
+    assert p.asked.count("seq-len") == 3
+    assert any("must be a whole number" in s for s in said) and any("at least 1" in s for s in said)
+
+
+def test_plain_from_missing_file_is_a_clear_error(core: Any, tmp_path: Path) -> None:
+    with pytest.raises(DswizError, match="does not exist"):
+        run_prompts(prompter=ScriptedPrompter({}), from_file=tmp_path / "nope.json", core=core)
+
+
+def test_plain_from_file_keeps_the_imported_strategy(core: Any, tmp_path: Path) -> None:
+    existing = tmp_path / "old.json"
+    existing.write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 3, "zero_optimization": {"stage": 3}}) + "\n"
+    )
+    p = ScriptedPrompter({"model-preset": "llama-7b"})
+    assert (
+        run_prompts(
+            prompter=p, hardware_spec="8xA100-80GB", from_file=existing, core=core, say=lambda s: None
+        )
+        == 0
+    )
+    assert "keep-imported" in p.asked and "candidate" not in p.asked
+    ds = json.loads((tmp_path / "ds_config.json").read_text())  # next to the imported file by default
+    assert ds["zero_optimization"]["stage"] == 3 and ds["train_micro_batch_size_per_gpu"] == 3
+    assert ds["train_batch_size"] == 3 * ds["gradient_accumulation_steps"] * 8

@@ -1,0 +1,215 @@
+"""Walk the wizard end to end like a user (Pilot: keys and clicks) and check the files it writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SIZE
+from helpers import click_visible, next_step, settle, status, type_into
+from textual.widgets import DataTable, RadioButton
+
+from wizard.tui.factory import build_app
+from wizard.tui.screens.dialogs import ConfirmScreen
+from wizard.tui.screens.hardware import HardwareStep
+from wizard.tui.screens.review import ReviewStep
+
+pytestmark = pytest.mark.anyio
+
+
+async def walk_to_review(pilot: Any, model: str = "gpt2-medium") -> None:
+    await settle(pilot)
+    await next_step(pilot)  # hardware -> model
+    await type_into(pilot, "#model", model)
+    for _ in range(4):  # model -> strategy -> precision -> multi-node -> review
+        await next_step(pilot)
+    assert isinstance(pilot.app.screen, ReviewStep), status(pilot)
+
+
+async def write(pilot: Any) -> None:
+    await pilot.click("#write")
+    await settle(pilot)
+
+
+@pytest.mark.parametrize(("spec", "world"), [("1xA100-80GB", 1), ("8xA100-80GB", 8)])
+async def test_single_node_path_writes_a_consistent_config(
+    core: Any, tmp_path: Path, spec: str, world: int
+) -> None:
+    app = build_app(hardware_spec=spec, core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await walk_to_review(pilot)
+        await write(pilot)
+        written = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
+        s = app.choices.strategy
+        assert written["train_batch_size"] == s.micro_batch_size * s.gradient_accumulation_steps * world
+        assert "dswiz launch --config dswiz-config train.py" in str(app.screen.query_one("#written").render())
+        await pilot.click("#next")  # Done
+    assert Path("dswiz-config/ds_config.json") in app.return_value
+
+
+async def test_choosing_a_row_and_editing_batch_reach_the_file(core: Any, tmp_path: Path) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        await next_step(pilot)
+        target = app.plan.candidates[2].strategy
+        table = app.screen.query_one("#candidates", DataTable)
+        table.focus()
+        await pilot.press("down", "down", "enter")  # choose the third candidate
+        await pilot.pause()
+        assert app.choices.strategy == target
+        await next_step(pilot)
+        await type_into(pilot, "#micro", "3")
+        await type_into(pilot, "#gas", "5")
+        assert "global batch 120 = micro-batch 3 × accumulation 5 × world 8" in str(
+            app.screen.query_one("#batch").render()
+        )
+        await next_step(pilot)
+        await next_step(pilot)
+        await write(pilot)
+    written = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
+    assert written["zero_optimization"]["stage"] == target.zero_stage
+    assert (written["train_micro_batch_size_per_gpu"], written["gradient_accumulation_steps"]) == (3, 5)
+    assert written["train_batch_size"] == 120
+
+
+async def test_manual_stage_updates_bars_and_disables_invalid_offload(core: Any) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        await next_step(pilot)
+        screen = app.screen
+
+        def bars_show_current() -> bool:
+            current = screen.current
+            return screen.query_one("#bar-gpu").used == (current.gpu_bytes if current else None)
+
+        await click_visible(pilot, "#stage-2")
+        assert app.choices.strategy.zero_stage == 2 and bars_show_current()
+        assert screen.query_one("#param-cpu", RadioButton).disabled  # below stage 3: no parameter offload
+        not_offered = str(screen.query_one("#not-offered").render())
+        assert "parameter offload only works at ZeRO stage 3" in not_offered
+        await click_visible(pilot, "#stage-3")
+        assert app.choices.strategy.zero_stage == 3 and bars_show_current()
+        assert not screen.query_one("#param-cpu", RadioButton).disabled
+        await click_visible(pilot, "#param-cpu")
+        assert app.choices.strategy.offload_param == "cpu"
+        await click_visible(pilot, "#stage-2")  # parameter offload cannot stay below stage 3: it is dropped
+        assert (app.choices.strategy.zero_stage, app.choices.strategy.offload_param) == (2, "none")
+
+
+async def test_multi_node_path_writes_the_hostfile(core: Any, tmp_path: Path) -> None:
+    app = build_app(hardware_spec="2x8xA100-80GB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        for _ in range(3):
+            await next_step(pilot)
+        hostfile = app.screen.query_one("#hostfile")
+        hostfile.text = "gpu-a slots=8\n"  # one host for two nodes: refused
+        await pilot.pause()
+        await next_step(pilot)
+        assert app.step == 4
+        assert status(pilot)  # why it stays: the linter's or the config writers' words
+        hostfile.text = "gpu-a slots=8\ngpu-b slots=8\n"
+        await pilot.pause()
+        await next_step(pilot)
+        assert app.step == 5, status(pilot)
+        await write(pilot)
+    hostfile_lines = (tmp_path / "dswiz-config" / "hostfile").read_text().splitlines()
+    assert [ln for ln in hostfile_lines if ln and not ln.startswith("#")] == [
+        "gpu-a slots=8",
+        "gpu-b slots=8",
+    ]
+    assert (
+        json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["train_batch_size"] % 16 == 0
+    )
+
+
+async def test_no_gpu_says_so_and_plans_for_described_hardware(core: Any) -> None:
+    app = build_app(core=core)  # this machine: the fake detection finds no GPU
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        banner = str(app.screen.query_one("#hw-nogpu").render())
+        assert "No GPU on this machine (NVML: driver library not found)" in banner
+        await next_step(pilot)
+        assert isinstance(app.screen, HardwareStep)
+        assert "no GPU to plan for" in status(pilot)
+        await type_into(pilot, "#hw-spec", "8xA100-80GB")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.choices.hardware.gpus_per_node == 8
+        await next_step(pilot)
+        assert app.step == 1
+
+
+async def test_import_existing_file_shows_diff_and_keeps_backup(core: Any, tmp_path: Path) -> None:
+    existing = tmp_path / "run1" / "ds_config.json"
+    existing.parent.mkdir()
+    original = (
+        json.dumps(
+            {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}}
+        )
+        + "\n"
+    )
+    existing.write_text(original)
+    app = build_app(hardware_spec="8xA100-80GB", from_file=existing, core=core)
+    assert app.choices.strategy.zero_stage == 3  # imported before the first frame
+    async with app.run_test(size=SIZE) as pilot:
+        await walk_to_review(pilot)
+        assert app.choices.strategy.zero_stage == 3  # the planner did not override the imported choice
+        assert "changes the file on disk" in str(app.screen.query_one(".file-title").render())
+        assert app.screen.query(".diff")
+        await write(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.click("#yes")
+        await settle(pilot)
+    backups = list(existing.parent.glob("ds_config.json.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text() == original
+    assert json.loads(existing.read_text())["zero_optimization"]["stage"] == 3
+
+
+async def test_quit_asks_before_discarding_choices(core: Any) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        app.screen.query_one("#next").focus()
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")  # stay
+        await pilot.pause()
+        assert app.step == 1 and app.is_running
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+    assert app.return_value == []
+
+
+async def test_back_keeps_answers_and_help_opens(core: Any) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        await next_step(pilot)
+        await pilot.click("#back")
+        await pilot.pause()
+        assert app.step == 1
+        assert app.screen.query_one("#model").value == "llama-7b"
+        app.screen.query_one("#next").focus()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.step == 1

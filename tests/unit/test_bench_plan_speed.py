@@ -1,0 +1,30 @@
+"""The plan-speed benchmark runs in smoke mode and writes its results (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_writes_results(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "bench/plan_speed.py", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (result_file,) = tmp_path.glob("plan_speed-*-smoke.json")
+    result = json.loads(result_file.read_text())
+    target = result["cases"]["target"]
+    assert target["gpus"] == 1024 and target["params"] > 1e12 and target["runs"] == 3
+    assert target["candidates"] >= 30  # every stage, offload, checkpointing and ZeRO++ variant
+    assert result["cases"]["no-fit"]["best"] is None and result["cases"]["no-fit"]["advice"]
+    assert (tmp_path / result_file.name.replace(".json", ".md")).exists()
+    assert "median" in proc.stdout

@@ -1,0 +1,163 @@
+"""`dswiz config --yes` and `dswiz check` as a user runs them (subprocess, no consumer check: that needs
+DeepSpeed and is covered by the integration tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wizard.config.load import load_path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "fixtures" / "configs"
+
+
+def dswiz(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "wizard", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_config_yes_writes_a_complete_lint_clean_set(tmp_path: Path) -> None:
+    out = tmp_path / "run1"
+    proc = dswiz(
+        "config",
+        "--yes",
+        "--stage",
+        "3",
+        "--offload-optimizer",
+        "cpu",
+        "--gpus-per-node",
+        "2",
+        "--micro-batch",
+        "4",
+        "--global-batch",
+        "16",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate.yaml", "ds_config.json", "launch.sh"]
+    assert "dswiz launch --config" in proc.stdout and "ZeRO-3" in proc.stdout
+    cfg = json.loads((out / "ds_config.json").read_text())
+    assert (
+        cfg["train_micro_batch_size_per_gpu"],
+        cfg["gradient_accumulation_steps"],
+        cfg["train_batch_size"],
+    ) == (4, 2, 16)
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert cfg["optimizer"]["type"] == "AdamW"  # offload: DeepSpeed's optimizer, so DeepSpeedCPUAdam is used
+    assert os.stat(out / "launch.sh").st_mode & stat.S_IXUSR
+    check = dswiz("check", str(out), "--for", "deepspeed", "--no-consumer-check")
+    assert check.returncode == 0, check.stdout
+
+
+def test_config_yes_multi_node_writes_hostfile_and_node_env(tmp_path: Path) -> None:
+    out = tmp_path / "cluster"
+    proc = dswiz(
+        "config",
+        "--yes",
+        "--hardware",
+        "2x8xH100",
+        "--hostfile-hosts",
+        "n1,n2",
+        "--for",
+        "accelerate",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "hostfile").read_text().splitlines()[-2:] == ["n1 slots=8", "n2 slots=8"]
+    assert (out / ".deepspeed_env").read_text() == "CUDA_DEVICE_ORDER=PCI_BUS_ID\n"
+    loaded = load_path(out / "accelerate.yaml").config
+    assert loaded.topology.world_size == 16 and loaded.accelerate_mode == "config_file"
+    assert loaded.accelerate_ds_fields["deepspeed_config_file"] == str((out / "ds_config.json").resolve())
+
+
+def test_existing_files_are_refused_without_force_and_backed_up_with_it(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    assert dswiz("config", "--yes", "--out", str(out)).returncode == 0
+    before = (out / "ds_config.json").read_text()
+    again = dswiz("config", "--yes", "--out", str(out))  # same content: nothing to refuse
+    assert again.returncode == 0
+    refused = dswiz("config", "--yes", "--micro-batch", "8", "--out", str(out))
+    assert refused.returncode == 2
+    assert "already has ds_config.json" in refused.stderr and "--force" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert (out / "ds_config.json").read_text() == before  # nothing half-written
+    forced = dswiz("config", "--yes", "--micro-batch", "8", "--out", str(out), "--force")
+    assert forced.returncode == 0
+    backups = list(out.glob("ds_config.json.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text() == before
+    assert json.loads((out / "ds_config.json").read_text())["train_micro_batch_size_per_gpu"] == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "without --yes"),
+        (("--yes",), "no output directory"),
+        (
+            ("--yes", "--stage", "2", "--offload-param", "cpu", "--out", "x"),
+            "parameter offload only works at ZeRO stage 3",
+        ),
+        (("--yes", "--stage", "3", "--offload-optimizer", "nvme", "--out", "x"), "--nvme-path"),
+        (
+            ("--yes", "--gpus-per-node", "2", "--micro-batch", "4", "--global-batch", "12", "--out", "x"),
+            "not a multiple",
+        ),
+        (("--yes", "--nodes", "2", "--hostfile-hosts", "a,b,c", "--out", "x"), "3 host names"),
+        (("--yes", "--hardware", "8xP100", "--out", "x"), "unknown GPU model"),
+    ],
+)
+def test_config_bad_choices_are_clear_errors(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    proc = dswiz("config", *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "fix:" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_config_with_model_uses_the_planner_or_says_it_is_missing(tmp_path: Path) -> None:
+    proc = dswiz(
+        "config", "--yes", "--model", "gpt2", "--hardware", "8xA100-80GB", "--out", str(tmp_path / "m")
+    )
+    if (ROOT / "wizard" / "planner.py").exists():
+        assert proc.returncode == 0, proc.stderr
+        assert "strategy: ZeRO-" in proc.stdout
+    else:
+        assert proc.returncode == 2 and "needs the planner" in proc.stderr
+
+
+def test_check_exit_codes_and_grouping() -> None:
+    bad = dswiz(
+        "check", str(CORPUS / "broken" / "batch_arithmetic.json"), "--world-size", "4", "--no-consumer-check"
+    )
+    assert bad.returncode == 1
+    assert "ERRORS" in bad.stdout and "[batch-arithmetic]" in bad.stdout and "fix:" in bad.stdout
+    warn = dswiz("check", str(CORPUS / "broken" / "offload_param_stage2.json"), "--no-consumer-check")
+    assert warn.returncode == 0 and "WARNINGS" in warn.stdout
+    ok = dswiz(
+        "check", str(CORPUS / "valid" / "plain_stage1.json"), "--world-size", "8", "--no-consumer-check"
+    )
+    assert ok.returncode == 0 and "no problems found" in ok.stdout
+
+
+def test_check_json_output() -> None:
+    proc = dswiz("check", str(CORPUS / "broken" / "fp16_and_bf16.json"), "--json", "--no-consumer-check")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is False and doc["counts"]["error"] >= 1
+    assert {"severity", "code", "what", "why", "fix", "location"} <= set(doc["findings"][0])
+    assert doc["findings"][0]["code"] == "fp16-and-bf16"
+
+
+def test_check_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    proc = dswiz("check", str(tmp_path / "nope.json"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,160 @@
+"""Code-change hints, checked against the installed libraries: every snippet compiles, every call it makes to
+accelerate / DeepSpeed / transformers names parameters those functions really have (inspect.signature; a name
+swallowed by **kwargs does not count), and the error the finding quotes is the one accelerate raises.
+tests/integration/test_hints_run.py runs the snippets for real."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from wizard.errors import DswizError
+from wizard.findings import Severity
+from wizard.hints import CONSUMERS, OPTIMIZER_SOURCES, SCHEDULER_SOURCES, code_hints
+
+ALL = list(itertools.product(CONSUMERS, OPTIMIZER_SOURCES, SCHEDULER_SOURCES))
+
+
+def calls(source: str, name: str) -> list[ast.Call]:
+    """Calls to ``name`` or ``x.name`` in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (isinstance(f, ast.Name) and f.id == name) or (
+                isinstance(f, ast.Attribute) and f.attr == name
+            ):
+                found.append(node)
+    return found
+
+
+def assert_binds(call: ast.Call, target: Callable[..., Any]) -> None:
+    """The call's positional and keyword arguments bind to ``target``'s real, named parameters."""
+    sig = inspect.signature(target)
+    named = {n for n, p in sig.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    keywords = [k.arg for k in call.keywords]
+    assert None not in keywords, "no **kwargs in snippets"
+    assert set(keywords) <= named, f"{ast.unparse(call)}: {set(keywords) - named} not parameters of {target}"
+    sig.bind(*range(len(call.args)), **dict.fromkeys(keywords))
+
+
+@pytest.mark.parametrize(("consumer", "opt", "sched"), ALL)
+def test_snippets_compile(consumer: str, opt: str, sched: str) -> None:
+    hints = code_hints(consumer, opt, sched)
+    compile(hints.before, "before.py", "exec")
+    compile(hints.after, "after.py", "exec")
+    assert hints.explanation and "\n" not in hints.explanation
+    assert hints.launch.split()[0] in ("deepspeed", "accelerate")
+
+
+def test_the_diff_is_the_change() -> None:
+    for consumer, opt, sched in ALL:
+        hints = code_hints(consumer, opt, sched)
+        assert bool(hints.diff) == hints.changed
+        if hints.changed:
+            added = [
+                ln[1:] for ln in hints.diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")
+            ]
+            removed = [
+                ln[1:] for ln in hints.diff.splitlines() if ln.startswith("-") and not ln.startswith("---")
+            ]
+            assert added and all(ln in hints.after.splitlines() for ln in added)
+            assert all(ln in hints.before.splitlines() for ln in removed)
+    # accelerate passes a script's own optimizer and scheduler through untouched.
+    assert not code_hints("accelerate", "script", "script").changed
+    assert not code_hints("accelerate", "script", "none").changed
+
+
+def test_accelerate_placeholders_exist_with_these_signatures() -> None:
+    from accelerate import Accelerator
+    from accelerate.utils import DummyOptim, DummyScheduler
+
+    seen = set()
+    for opt, sched in itertools.product(OPTIMIZER_SOURCES, SCHEDULER_SOURCES):
+        after = code_hints("accelerate", opt, sched).after
+        for call in calls(after, "DummyOptim"):
+            assert_binds(call, DummyOptim)
+            seen.add("DummyOptim")
+        for call in calls(after, "DummyScheduler"):
+            assert_binds(call, DummyScheduler)
+            seen.add("DummyScheduler")
+        for call in calls(after, "prepare"):
+            assert_binds(call, Accelerator.prepare)
+        # What the hint promises: a placeholder exactly where the config owns the object.
+        assert bool(calls(after, "DummyOptim")) == (opt == "config")
+        assert bool(calls(after, "DummyScheduler")) == (
+            sched == "config" or (opt == "config" and sched == "script")
+        )
+    assert seen == {"DummyOptim", "DummyScheduler"}
+    callable_kw = [
+        k.arg
+        for c in calls(code_hints("accelerate", "config", "script").after, "DummyScheduler")
+        for k in c.keywords
+    ]
+    assert "lr_scheduler_callable" in callable_kw
+
+
+def test_deepspeed_initialize_calls_match_the_installed_signature() -> None:
+    import deepspeed
+
+    for opt, sched in itertools.product(OPTIMIZER_SOURCES, SCHEDULER_SOURCES):
+        after = code_hints("deepspeed", opt, sched).after
+        (call,) = calls(after, "initialize")
+        assert_binds(call, deepspeed.initialize)
+        keywords = {k.arg for k in call.keywords}
+        assert ("optimizer" in keywords) == (opt == "script")
+        assert ("model_parameters" in keywords) == (opt == "config")
+        assert ("lr_scheduler" in keywords) == (sched == "script")
+        (add_args,) = calls(after, "add_config_arguments")
+        assert_binds(add_args, deepspeed.add_config_arguments)
+
+
+def test_trainer_argument_exists() -> None:
+    from transformers import TrainingArguments
+
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    for opt, sched in itertools.product(OPTIMIZER_SOURCES, SCHEDULER_SOURCES):
+        hints = code_hints("trainer", opt, sched, config_file="run1/ds_config.json")
+        (call,) = calls(hints.after, "TrainingArguments")
+        assert {k.arg for k in call.keywords} <= fields
+        deepspeed_kw = next(k for k in call.keywords if k.arg == "deepspeed")
+        assert ast.literal_eval(deepspeed_kw.value) == "run1/ds_config.json"
+        assert hints.launch == "deepspeed train.py --deepspeed run1/ds_config.json"
+
+
+def test_finding_only_for_a_ds_optimizer_with_a_script_scheduler() -> None:
+    from accelerate import Accelerator
+
+    for consumer, opt, sched in ALL:
+        findings = code_hints(consumer, opt, sched).findings
+        expected = consumer != "trainer" and opt == "config" and sched == "script"
+        assert bool(findings) == expected, (consumer, opt, sched)
+    (finding,) = code_hints("accelerate", "config", "script").findings
+    assert finding.severity is Severity.WARNING and finding.code == "ds-optimizer-script-scheduler"
+    assert "lr_scheduler_callable" in finding.fix
+    # The message the finding quotes is accelerate's own.
+    quoted = finding.why.split('ValueError("', 1)[1].split(" ...", 1)[0]
+    assert quoted in inspect.getsource(Accelerator._prepare_deepspeed)
+    (ds_finding,) = code_hints("deepspeed", "config", "script").findings
+    assert "lr_scheduler=lambda opt" in ds_finding.fix
+
+
+def test_unknown_choices_are_refused() -> None:
+    with pytest.raises(DswizError, match="unknown consumer 'torchrun'"):
+        code_hints("torchrun", "config", "config")
+    with pytest.raises(DswizError, match="unknown scheduler source"):
+        code_hints("accelerate", "config", "json")
+
+
+def test_to_dict_is_json_ready() -> None:
+    import json
+
+    d = code_hints("accelerate", "config", "script").to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["findings"][0]["severity"] == "warning"

@@ -1,0 +1,259 @@
+"""The memory model: DeepSpeed's own estimator, the FACTS §1 measurements on an H200, and properties."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wizard import calibration as cal
+from wizard.memory import (
+    activation_bytes_per_sample,
+    deepspeed_estimate,
+    ds_estimate_zero2,
+    ds_estimate_zero3,
+    estimate_memory,
+    max_micro_batch_for_capacity,
+    model_state_bytes,
+    phases_for,
+)
+from wizard.model import ModelSpec, load_model_spec, spec_from_config
+from wizard.strategy import Strategy
+
+GiB = 1024**3
+GPT2_MEDIUM = load_model_spec("gpt2-medium")
+
+# ------------------------------------------------------------------------------------ DeepSpeed's estimator
+
+ds_stage12 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
+ds_stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+
+SIZES = [(354_823_168, 51_463_168), (6_738_415_616, 131_072_000), (46_702_792_704, 1_409_286_144)]
+LAYOUTS = [(1, 1), (8, 1), (8, 4), (4, 16)]
+
+
+@pytest.mark.parametrize(("params", "largest"), SIZES)
+@pytest.mark.parametrize(("gpn", "nodes"), LAYOUTS)
+def test_replicas_equal_deepspeeds_functions(params: int, largest: int, gpn: int, nodes: int) -> None:
+    for offload in (True, False):
+        assert ds_estimate_zero2(
+            params, gpn, nodes, offload
+        ) == ds_stage12.estimate_zero2_model_states_mem_needs(params, gpn, nodes, offload)
+        for offload_params in (True, False):
+            for zero_init in (True, False):
+                ours = ds_estimate_zero3(params, largest, gpn, nodes, offload, offload_params, zero_init)
+                theirs = ds_stage3.estimate_zero3_model_states_mem_needs(
+                    params, largest, gpn, nodes, offload, offload_params, zero_init
+                )
+                assert ours == theirs[:2]
+
+
+def _printed_rows(text: str) -> list[tuple[float, float, str]]:
+    rows = re.findall(r"^\s*([\d.]+)GB \|\s*([\d.]+)GB \| (.*)$", text, flags=re.M)
+    return [(float(c), float(g), opts) for c, g, opts in rows]
+
+
+@pytest.mark.parametrize(("gpn", "nodes"), LAYOUTS)
+def test_model_states_agree_with_deepspeeds_all_cold_estimates(
+    gpn: int, nodes: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Our per-GPU model states (parameters + gradients + optimizer, the part DeepSpeed estimates) against the tables
+    DeepSpeed prints, for GPT-2-medium-sized inputs. Where DeepSpeed counts differently the test names the term."""
+    m = GPT2_MEDIUM
+    P, L, N = m.total_params, m.largest_layer_params, gpn * nodes
+
+    def ours(**kw: object) -> tuple[int, int]:
+        s = Strategy(gpus_per_node=gpn, nodes=nodes, **kw)  # type: ignore[arg-type]
+        states = model_state_bytes(m, s)
+        return states.gpu, states.cpu_per_node
+
+    ds_stage12.estimate_zero2_model_states_mem_needs_all_cold(P, gpn, nodes)
+    z2 = _printed_rows(capsys.readouterr().out)
+    assert len(z2) == 2
+    # ZeRO-2, optimizer offloaded: 16-bit weights only on the GPU.
+    assert ours(zero_stage=2, offload_optimizer="cpu")[0] / GiB == pytest.approx(z2[0][1], abs=0.005)
+    # ZeRO-2: 2P + 18P/N (16-bit weights + 16-bit and fp32 gradients, fp32 master, Adam moments).
+    assert ours(zero_stage=2)[0] / GiB == pytest.approx(z2[1][1], abs=0.005)
+    if N == 1:  # DeepSpeed's CPU figure is max(4N, 16) P x 1.5: at one GPU our offloaded 16P x its 1.5 factor
+        cpu = ours(zero_stage=2, offload_optimizer="cpu")[1] * cal.DS_ESTIMATOR_BUFFER_FACTOR
+        assert cpu / GiB == pytest.approx(z2[0][0], abs=0.005)
+
+    ds_stage3.estimate_zero3_model_states_mem_needs_all_cold(P, L, gpn, nodes)
+    z3 = {opts: (c, g) for c, g, opts in _printed_rows(capsys.readouterr().out)}
+    cpu_opts = "offload_param=OffloadDeviceEnum.cpu, offload_optimizer=OffloadDeviceEnum.cpu, zero_init=1"
+    opt_only = "offload_param=none, offload_optimizer=OffloadDeviceEnum.cpu, zero_init=1"
+    none = "offload_param=none, offload_optimizer=none, zero_init=1"
+    working_set = 4 * L  # DeepSpeed's allowance for the gathered largest layer (16-bit weights + gradients)
+    g, c = ours(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    assert (g + working_set) / GiB == pytest.approx(z3[cpu_opts][1], abs=0.005)
+    assert c * cal.DS_ESTIMATOR_BUFFER_FACTOR / GiB == pytest.approx(z3[cpu_opts][0], abs=0.005)
+    g, c = ours(zero_stage=3, offload_optimizer="cpu")
+    assert (g + working_set) / GiB == pytest.approx(z3[opt_only][1], abs=0.005)
+    assert c * cal.DS_ESTIMATOR_BUFFER_FACTOR / GiB == pytest.approx(z3[opt_only][0], abs=0.005)
+    # Without offload DeepSpeed's 18P/N leaves out the 16-bit weight partition (2P/N) that it counts with offload.
+    g, _ = ours(zero_stage=3)
+    assert (g + working_set - 2 * P // N) / GiB == pytest.approx(z3[none][1], abs=0.005)
+
+
+def test_deepspeed_estimate_picks_the_formula_of_the_stage() -> None:
+    m = GPT2_MEDIUM
+    assert deepspeed_estimate(m, Strategy(zero_stage=0)) is None
+    assert deepspeed_estimate(m, Strategy(zero_stage=2)) == ds_estimate_zero2(m.total_params, 1, 1, False)
+    s3 = deepspeed_estimate(m, Strategy(zero_stage=3, offload_optimizer="cpu", gpus_per_node=8))
+    assert s3 == ds_estimate_zero3(m.total_params, m.largest_layer_params, 8, 1, True, False)
+
+
+# ------------------------------------------------------------------------------------ FACTS §1 (one H200)
+
+# (stage, optimizer offload, micro-batch, max_memory_allocated GiB, max_memory_reserved GiB or None)
+FACTS_MEMORY = [
+    (2, "none", 4, 12.83, 14.25),
+    (2, "none", 8, 20.97, 22.38),
+    (2, "none", 16, 37.25, 39.39),
+    (2, "cpu", 8, 17.10, None),
+    (3, "none", 8, 22.56, None),
+    (1, "none", 16, 37.25, None),
+]
+
+
+@pytest.mark.parametrize(("stage", "offload", "mbs", "allocated", "reserved"), FACTS_MEMORY)
+def test_reproduces_the_h200_measurements(
+    stage: int, offload: str, mbs: int, allocated: float, reserved: float | None
+) -> None:
+    """GPT-2-medium, seq 1024, bf16 (FACTS §1). The issue's target is 10 % median error; these rows are also the
+    calibration, so they must be much closer."""
+    s = Strategy(zero_stage=stage, offload_optimizer=offload, micro_batch_size=mbs)  # type: ignore[arg-type]
+    e = estimate_memory(GPT2_MEDIUM, s, 1024)
+    assert e.allocated / GiB == pytest.approx(allocated, rel=0.03)
+    if reserved is not None:
+        assert e.reserved / GiB == pytest.approx(reserved, rel=0.03)
+    ds = deepspeed_estimate(GPT2_MEDIUM, s)
+    assert ds is not None and ds[1] < 0.6 * allocated * GiB  # FACTS §1: DeepSpeed misses 68-96 % of the peak
+
+
+def test_about_two_gib_of_activations_per_sample() -> None:
+    layers, head, _ = activation_bytes_per_sample(GPT2_MEDIUM, 1024, checkpointing=False)
+    assert (layers + head) / GiB == pytest.approx(2.035, rel=0.02)  # FACTS §1: "~2.0 GiB per sample"
+
+
+@pytest.mark.parametrize(("cap_gib", "fits", "does_not"), [(24, 8, 16), (40, 16, 32)])
+def test_fit_boundary_of_capped_cards(cap_gib: int, fits: int, does_not: int) -> None:
+    """set_per_process_memory_fraction caps the allocator (reserved); the CUDA context lives outside the cap, so a
+    capped H200 is a card of cap + context. FACTS §1: 24 GiB fits mbs 8 not 16, 40 GiB fits 16."""
+    s = Strategy(zero_stage=2)
+    phases = phases_for(GPT2_MEDIUM, s, 1024)
+    card = cap_gib * GiB + cal.CUDA_CONTEXT_BYTES
+    best = max_micro_batch_for_capacity(phases, s, card)
+    assert fits <= best < does_not
+
+
+# ------------------------------------------------------------------------------------ properties
+
+
+@st.composite
+def models(draw: st.DrawFn) -> ModelSpec:
+    heads = draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
+    hidden = heads * draw(st.sampled_from([16, 32, 64, 128]))
+    cfg = {
+        "model_type": draw(st.sampled_from(["llama", "gpt2", "mixtral", "gpt_neox", "bert"])),
+        "num_hidden_layers": draw(st.integers(1, 96)),
+        "n_layer": 0,
+        "hidden_size": hidden,
+        "n_embd": hidden,
+        "num_attention_heads": heads,
+        "n_head": heads,
+        "num_key_value_heads": heads // draw(st.sampled_from([1, heads])),
+        "intermediate_size": draw(st.integers(1, 8)) * hidden,
+        "vocab_size": draw(st.integers(2, 200_000)),
+        "num_local_experts": draw(st.integers(1, 16)),
+        "num_experts_per_tok": 1,
+        "n_positions": 1 << 20,
+        "max_position_embeddings": 1 << 20,
+    }
+    cfg["n_layer"] = cfg["num_hidden_layers"]
+    return spec_from_config(cfg, name="h", source="hypothesis")
+
+
+@st.composite
+def strategies(draw: st.DrawFn, stage_min: int = 0) -> Strategy:
+    stage = draw(st.integers(stage_min, 3))
+    opt = draw(
+        st.sampled_from(["none", "cpu", "nvme"] if stage == 3 else ["none", "cpu"] if stage else ["none"])
+    )
+    par = (
+        draw(st.sampled_from(["none", "cpu"] + (["nvme"] if opt != "none" else []))) if stage == 3 else "none"
+    )
+    s = Strategy(
+        zero_stage=stage,
+        offload_optimizer=opt,
+        offload_param=par,
+        precision=draw(st.sampled_from(["bf16", "fp16", "fp32"])),
+        micro_batch_size=draw(st.integers(1, 64)),
+        gradient_accumulation_steps=draw(st.integers(1, 8)),
+        activation_checkpointing=draw(st.booleans()),
+        nodes=draw(st.integers(1, 64)),
+        gpus_per_node=draw(st.integers(1, 16)),
+    )
+    assert not s.problems(), s.problems()
+    return s
+
+
+@settings(max_examples=300, deadline=None)
+@given(models(), strategies(stage_min=1), st.integers(2, 8))
+def test_more_gpus_never_raise_per_gpu_model_states(model: ModelSpec, s: Strategy, factor: int) -> None:
+    more_nodes = s.with_(nodes=s.nodes * factor)
+    more_per_node = s.with_(gpus_per_node=s.gpus_per_node * factor)
+    base = model_state_bytes(model, s).gpu
+    assert model_state_bytes(model, more_nodes).gpu <= base
+    assert model_state_bytes(model, more_per_node).gpu <= base
+
+
+@settings(max_examples=300, deadline=None)
+@given(models(), strategies(stage_min=1), st.integers(1, 8192))
+def test_offload_never_raises_gpu_bytes(model: ModelSpec, s: Strategy, seq: int) -> None:
+    """Offloading the optimizer (or parameters) never needs more GPU memory -- except by DeepSpeed's own staging
+    buffer at stages 1/2 (temp_grad_buffer_for_gpu_offload: one 16-bit largest parameter), which only outweighs the
+    optimizer shard it replaces on very wide data parallelism; that term is the allowed excess."""
+    plain = s.with_(offload_optimizer="none", offload_param="none")
+    w = 4 if s.precision == "fp32" else 2
+    staging = (
+        int(cal.RESERVED_PER_ALLOCATED * w * model.largest_layer_params) + 1 if s.zero_stage in (1, 2) else 0
+    )
+    for off in (
+        plain.with_(offload_optimizer="cpu"),
+        plain.with_(offload_optimizer="cpu", offload_param="cpu") if s.zero_stage == 3 else plain,
+        plain.with_(offload_param="cpu") if s.zero_stage == 3 else plain,
+    ):
+        assert estimate_memory(model, off, seq).device <= estimate_memory(model, plain, seq).device + staging
+
+
+@settings(max_examples=300, deadline=None)
+@given(models(), st.integers(1, 8192))
+def test_checkpointing_never_raises_activations(model: ModelSpec, seq: int) -> None:
+    """Checkpointing keeps 2 bytes x hidden per layer and recomputes one layer at a time: never more activation
+    memory than keeping everything, for any model with 2 or more layers (with one layer there is nothing to save)."""
+    if model.layers < 2:
+        return
+    saved_on, head_on, transient_on = activation_bytes_per_sample(model, seq, checkpointing=True)
+    saved_off, head_off, transient_off = activation_bytes_per_sample(model, seq, checkpointing=False)
+    assert head_on == head_off
+    assert saved_on <= saved_off
+    assert saved_on + transient_on <= saved_off + transient_off
+
+
+@settings(max_examples=300, deadline=None)
+@given(models(), strategies(), st.integers(1, 8192))
+def test_memory_grows_with_the_micro_batch_and_the_closed_form_is_tight(
+    model: ModelSpec, s: Strategy, seq: int
+) -> None:
+    e1 = estimate_memory(model, s, seq)
+    e2 = estimate_memory(model, s.with_(micro_batch_size=s.micro_batch_size + 1), seq)
+    assert e2.device >= e1.device
+    phases = phases_for(model, s, seq)
+    best = max_micro_batch_for_capacity(phases, s, e1.device)
+    assert best >= s.micro_batch_size  # the capacity that exactly holds this micro-batch admits it
+    assert (
+        estimate_memory(model, s.with_(micro_batch_size=best + 1), seq).device > e1.device or best >= 1 << 20
+    )

@@ -1,0 +1,133 @@
+"""The throughput model: FLOPs per token (FACTS §2), the H200 measurements it is calibrated on, and properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
+from wizard.model import load_model_spec
+from wizard.strategy import Strategy
+from wizard.throughput import estimate_throughput, flop_params, flops_per_token, peak_flops
+
+H200 = GPUInfo(
+    index=0,
+    name="NVIDIA H200",
+    memory_total_bytes=143771 * 1024**2,
+    compute_capability=(9, 0),
+    peak_tflops_bf16=989.4,
+    memory_bandwidth_gbs=4800.0,
+    nvlink_gbs=900.0,
+    pcie_gen=5,
+)
+ONE_H200 = HardwareReport(source="described", gpus=(H200,), host=HostInfo(logical_cores=16))
+GPT2_MEDIUM = load_model_spec("gpt2-medium")
+
+# FACTS §2: one H200, GPT-2-medium, seq 1024, bf16: (stage, optimizer offload, micro-batch, tokens/s)
+FACTS_THROUGHPUT = [
+    (0, "none", 8, 55_130),
+    (1, "none", 16, 77_982),
+    (2, "none", 8, 61_858),
+    (2, "cpu", 8, 25_775),
+    (3, "none", 8, 35_468),
+]
+
+
+@pytest.mark.parametrize(("stage", "offload", "mbs", "measured"), FACTS_THROUGHPUT)
+def test_reproduces_the_h200_tokens_per_second(stage: int, offload: str, mbs: int, measured: float) -> None:
+    s = Strategy(zero_stage=stage, offload_optimizer=offload, micro_batch_size=mbs)  # type: ignore[arg-type]
+    t = estimate_throughput(ONE_H200, GPT2_MEDIUM, s, 1024)
+    assert t.tokens_per_sec == pytest.approx(measured, rel=0.05)
+
+
+def test_the_ranking_of_the_measurements_is_kept() -> None:
+    # FACTS §2: "lowest stage and largest micro-batch that fits wins; offload and stage 3 cost 2-3x".
+    speed = {
+        (stage, off, mbs): estimate_throughput(
+            ONE_H200,
+            GPT2_MEDIUM,
+            Strategy(zero_stage=stage, offload_optimizer=off, micro_batch_size=mbs),
+            1024,  # type: ignore[arg-type]
+        ).tokens_per_sec
+        for stage, off, mbs, _ in FACTS_THROUGHPUT
+    }
+    measured = {(stage, off, mbs): m for stage, off, mbs, m in FACTS_THROUGHPUT}
+    assert sorted(speed, key=speed.__getitem__) == sorted(measured, key=measured.__getitem__)
+
+
+def test_flops_per_token_follow_palm() -> None:
+    m = GPT2_MEDIUM
+    n = m.total_params - 1024 * m.hidden  # position embeddings are a lookup, the tied head is a matmul
+    assert flop_params(m) == n
+    attn = m.layers * m.hidden * 1024
+    assert flops_per_token(m, 1024) == 6 * n + 12 * attn
+    assert flops_per_token(m, 1024, recompute=True) == 8 * n + 16 * attn
+    assert flops_per_token(m, 1024, mode="inference") == 2 * n + 4 * attn
+    moe = load_model_spec("mixtral-8x7b")
+    assert flops_per_token(moe, 1) < 6 * moe.total_params / 3  # active, not total, parameters
+
+
+def test_mfu_is_tokens_times_flops_over_peak() -> None:
+    s = Strategy(zero_stage=2, micro_batch_size=8)
+    t = estimate_throughput(ONE_H200, GPT2_MEDIUM, s, 1024)
+    assert t.mfu == pytest.approx(t.tokens_per_sec * flops_per_token(GPT2_MEDIUM, 1024) / 989.4e12)
+    assert t.peak_source == "catalog"
+
+
+def test_peak_falls_back_to_compute_capability_then_to_an_assumption() -> None:
+    gpu = GPUInfo(index=0, name="x", compute_capability=(8, 0))
+    assert peak_flops(gpu, "bf16") == (312e12, "compute capability")
+    assert peak_flops(GPUInfo(index=0, name="y"), "bf16")[1] == "assumed"
+
+
+def _cluster(nodes: int, gbps: float | None) -> HardwareReport:
+    return HardwareReport(source="described", gpus=(H200,) * 8, nodes=nodes, inter_node_gbps=gbps)
+
+
+def test_a_slower_network_costs_throughput_and_zeropp_wins_some_back() -> None:
+    m = load_model_spec("llama-13b")
+    s = Strategy(zero_stage=3, micro_batch_size=2, nodes=4, gpus_per_node=8)
+    fast = estimate_throughput(_cluster(4, 400), m, s, 2048).tokens_per_sec
+    slow = estimate_throughput(_cluster(4, 25), m, s, 2048).tokens_per_sec
+    zpp = s.with_(zero_quantized_weights=True, zero_quantized_gradients=True, zero_hpz_partition_size=8)
+    slow_zpp = estimate_throughput(_cluster(4, 25), m, zpp, 2048).tokens_per_sec
+    assert slow < fast
+    assert slow < slow_zpp <= fast * 1.001
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["gpt2", "gpt2-xl", "llama-7b", "mixtral-8x7b"]),
+    st.integers(0, 3),
+    st.integers(1, 64),
+    st.integers(1, 4),
+    st.sampled_from([1, 2, 8]),
+    st.integers(1, 4),
+)
+def test_properties(name: str, stage: int, mbs: int, gas: int, gpn: int, nodes: int) -> None:
+    m = load_model_spec(name)
+    hw = HardwareReport(source="described", gpus=(H200,) * gpn, nodes=nodes, host=HostInfo(logical_cores=64))
+    s = Strategy(
+        zero_stage=stage,
+        micro_batch_size=mbs,
+        gradient_accumulation_steps=gas,
+        gpus_per_node=gpn,
+        nodes=nodes,
+    )
+    t = estimate_throughput(hw, m, s, 1024)
+    assert t.tokens_per_sec > 0 and 0 < t.mfu < 1
+    assert t.step_seconds == pytest.approx(sum(v for _, v in t.parts))
+    # A bigger micro-batch amortises the fixed costs: never slower.
+    assert (
+        estimate_throughput(hw, m, s.with_(micro_batch_size=mbs + 1), 1024).tokens_per_sec >= t.tokens_per_sec
+    )
+    if stage >= 1:
+        # Offloading the optimizer to the CPU never makes a step faster.
+        off = estimate_throughput(hw, m, s.with_(offload_optimizer="cpu"), 1024)
+        assert off.tokens_per_sec <= t.tokens_per_sec
+    # Recomputing activations never makes a step faster.
+    assert (
+        estimate_throughput(hw, m, s.with_(activation_checkpointing=True), 1024).tokens_per_sec
+        <= t.tokens_per_sec
+    )

@@ -1,0 +1,170 @@
+"""Every constant the memory and throughput models rest on, each with where it comes from.
+
+Recalibrating after a new measurement (e.g. ``bench/plan_accuracy.py --analyze`` prints fitted values) means editing
+this module only. "FACTS" is shared/design/FACTS.md; "measured on CPU" means the saved-tensor count that
+tests/unit/test_activation_recipes.py repeats against the installed transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GiB = 1024**3
+
+# ------------------------------------------------------------------------------------------------ activations
+
+
+@dataclass(frozen=True)
+class ActivationRecipe:
+    """Bytes kept for backward per token per transformer layer in 16-bit training (SDPA attention):
+    ``per_hidden*h + per_ffn*ffn + per_kv*kv_dim`` plus, for MoE layers, ``experts_per_token*(per_ffn*ffn_e +
+    per_routed_hidden*h) + per_expert*num_experts``; 1 byte per element for each dropout mask when dropout > 0."""
+
+    per_hidden: float
+    per_ffn: float
+    per_kv: float = 0.0
+    dropout_masks: int = 0  # masks of size h per layer (CUDA keeps them as bool)
+    per_score: float = 0.0  # x heads x seq, where attention scores are materialised (eager-only models)
+    per_rel_span: float = 0.0  # x heads x 2*span (DeBERTa's relative-position scores)
+    per_rel_table: float = (
+        0.0  # x span x hidden / seq (DeBERTa's projected position table, shared by the tokens)
+    )
+    per_routed_hidden: float = 0.0  # MoE: tokens copied to and weighted back from each chosen expert
+    per_expert: float = 0.0  # MoE: router logits/probabilities per expert
+    source: str = ""
+
+
+ACTIVATION_RECIPES: dict[str, ActivationRecipe] = {
+    # GPT-2's gelu_new is written in Python: 5 ffn-sized tensors survive per layer (x, tanh, 1+tanh, 0.5x, out).
+    "gpt2": ActivationRecipe(
+        20, 10, 0, dropout_masks=2, source="measured on CPU, transformers 5.24: 60.1*h at ffn=4h"
+    ),
+    "gpt2-fused-gelu": ActivationRecipe(
+        20, 4, 0, dropout_masks=2, source="gpt2 recipe with a one-kernel GELU"
+    ),
+    # RMSNorm upcasts to fp32 (4h + 2h per norm), SwiGLU keeps gate, silu(gate), up and their product.
+    "llama": ActivationRecipe(
+        20, 8, 4, source="measured on CPU, transformers 5.24: 45.6*h (MHA), 42.6*h (GQA 4:1)"
+    ),
+    "neox": ActivationRecipe(16, 4, 0, source="measured on CPU, transformers 5.24: 32.1*h at ffn=4h"),
+    "bert": ActivationRecipe(16, 4, 0, dropout_masks=2, source="measured on CPU, transformers 5.24: 32.1*h"),
+    # DeBERTa has eager attention only: scores and its c2p/p2c relative-position terms are materialised.
+    "deberta-v2": ActivationRecipe(
+        23.0,
+        4,
+        0,
+        dropout_masks=2,
+        per_score=3.92,
+        per_rel_span=3.85,
+        per_rel_table=6.2,
+        source="least-squares fit to 27 CPU measurements (h 256/384, heads 4/8, seq 64-256, buckets 32-128): "
+        "median error 3 %, max 7 %",
+    ),
+    "moe": ActivationRecipe(
+        20, 8, 4, per_routed_hidden=4, per_expert=34, source="measured on CPU (Mixtral): 72.3*h, top-2 of 4"
+    ),
+}
+
+# Loss head: bf16 logits + their fp32 upcast + log-softmax, and the fp32 gradients in backward (FACTS §1:
+# b*s*V*(2+4+4) in forward, up to 14 in backward). 12.0 fits FACTS §1's 2.0 GiB/sample for GPT-2-medium at seq 1024
+# once the layers take their measured 62*h.
+LOSS_HEAD_BYTES_PER_VOCAB = 12.0
+# Embedding output, final norm input/output and the head's input, per token (x hidden).
+HEAD_BYTES_PER_HIDDEN = 6.0
+# While a layer runs backward its gradients need about one layer's activations more (assumption; the loss head's
+# transient is larger for every model measured, so this rarely sets the peak).
+BACKWARD_TRANSIENT_LAYERS = 1.0
+# Activation checkpointing (HF gradient_checkpointing): each layer keeps its 16-bit input; in backward one layer at a
+# time is recomputed, its activations live again (FACTS §1: "+ one layer's full activations during recompute").
+CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER = 2.0
+CHECKPOINT_RECOMPUTE_LAYERS = 1.0
+# Inference: no saved tensors; about two layers' worth of transients plus the 16-bit logits.
+INFERENCE_LIVE_LAYERS = 2.0
+
+# ------------------------------------------------------------------------------------------------ DeepSpeed state
+
+# DeepSpeed 0.19.8 defaults (deepspeed/runtime/zero/config.py), which dswiz's config writer keeps.
+REDUCE_BUCKET_ELEMENTS = 500_000_000
+ALLGATHER_BUCKET_ELEMENTS = 500_000_000
+STAGE3_PREFETCH_ELEMENTS = 50_000_000
+STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
+# Mixed-precision Adam (ZeRO paper, FACTS §1): fp32 master weights 4 + momentum 4 + variance 4 bytes per parameter.
+MASTER_BYTES = 4
+ADAM_STATE_BYTES = 8
+# DeepSpeed's estimator (FACTS §1) assumes the same; its "additional_buffer_factor" is 1.5.
+DS_ESTIMATOR_BUFFER_FACTOR = 1.5
+
+# ------------------------------------------------------------------------------------------------ device level
+
+# torch.cuda.max_memory_reserved vs max_memory_allocated, FACTS §1 (H200, GPT-2-medium, stage 2):
+# (12.83, 14.25), (20.97, 22.38), (37.25, 39.39) GiB -> reserved ~= 1.03 * allocated + 1.0 GiB (max error 0.22 GiB).
+RESERVED_PER_ALLOCATED = 1.03
+RESERVED_FIXED_BYTES = int(1.0 * GiB)
+# Outside the allocator (FACTS §1): the CUDA context ~0.3-0.5 GB, NCCL ~0.5 GB per communicator.
+CUDA_CONTEXT_BYTES = int(0.5 * GiB)
+NCCL_BYTES_PER_COMMUNICATOR = int(0.5 * GiB)
+# Ranking policy: a strategy that needs offload, checkpointing or ZeRO++ is recommended over a simpler one only when it
+# is predicted faster by more than this (the throughput model's typical error; revisit after the GPU bench).
+RECOMMEND_SIMPLER_WITHIN = 0.03
+# Plan with this share of each card left free unless the request says otherwise.
+DEFAULT_SAFETY_MARGIN = 0.05
+# Host RAM: a CUDA PyTorch + DeepSpeed rank's own resident memory (assumption; typical RSS 2-4 GiB).
+HOST_BYTES_PER_RANK = int(3 * GiB)
+HOST_SAFETY_MARGIN = 0.10
+# NVMe offload staging buffers in pinned host memory (DeepSpeed defaults: optimizer 4 x 1e8 fp32, params 5 x 1e8).
+NVME_OPTIMIZER_PINNED_BYTES = 4 * 100_000_000 * 4
+NVME_PARAM_PINNED_BYTES = 5 * 100_000_000 * 2
+
+# ------------------------------------------------------------------------------------------------ throughput
+
+# Peak dense TFLOP/s when the GPU catalog has no figure, by compute capability (vendor datasheets, bf16/fp16 tensor).
+FALLBACK_PEAK_TFLOPS: dict[tuple[int, int], float] = {
+    (7, 0): 125.0,  # V100
+    (7, 5): 65.0,  # T4
+    (8, 0): 312.0,  # A100
+    (8, 6): 71.0,  # RTX 3090 / A40-class
+    (8, 9): 181.0,  # L40 / RTX 4090-class
+    (9, 0): 989.0,  # H100 / H200 SXM
+    (10, 0): 2250.0,  # B200
+}
+FALLBACK_PEAK_TFLOPS_UNKNOWN = 100.0
+FP32_SHARE_OF_PEAK = (
+    0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
+)
+
+# Matmul efficiency of an HF model's forward+backward: eff = MAX * h / (h + HALF_HIDDEN).
+# FACTS §2 (H200, GPT-2-medium h=1024, seq 1024): stage 2 mbs 8 = 61,858 tok/s and stage 1 mbs 16 = 77,982 tok/s give
+# 9.71 ms per extra sample = 26 % of 989 TFLOP/s. The shape of the curve (higher for wider models) is an assumption
+# until bench/plan_accuracy.py covers 124M-1.5B.
+COMPUTE_EFF_MAX = 0.55
+COMPUTE_EFF_HALF_HIDDEN = 1150.0
+# Launch-bound time per layer per micro-step (Python + kernel launches that the GPU cannot hide). Assumption.
+MICRO_STEP_SECONDS_PER_LAYER = 0.3e-3
+# Per optimizer step: DeepSpeed's fixed Python work, then time per parameter in the local optimizer partition
+# (flatten, unscale/clip, Adam, copy back). FACTS §2: the two stage 1/2 rows leave 54.7 ms per step at 355M params;
+# stage 0 (DeepSpeed's bf16 wrapper) is 16 ms slower at the same micro-batch.
+STEP_FIXED_SECONDS = 0.010
+OPTIMIZER_SECONDS_PER_PARAM = {0: 1.51e-10, 1: 1.057e-10, 2: 1.057e-10, 3: 1.057e-10}
+# Stage 3's parameter fetch/release hooks, per layer per micro-step. FACTS §2: stage 3 mbs 8 is 98.6 ms per step
+# slower than stage 2 mbs 8 on one H200 (24 layers).
+STAGE3_SECONDS_PER_LAYER = 4.1e-3
+# CPU offload: FACTS §2 (stage 2 + CPU optimizer, mbs 8: 25,775 tok/s on a 16-core host with a PCIe 5 H200) leaves
+# ~223 ms per step for the PCIe copies (2 x 0.71 GB at 38 GB/s = 37 ms) and CPU Adam on 355M params: 1.19e8 params/s
+# per core.
+PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {3: 16e9, 4: 32e9, 5: 64e9, 6: 128e9}  # per direction, PCI-SIG
+PCIE_EFFICIENCY = 0.6  # DeepSpeed's pinned copies in practice (assumption)
+DEFAULT_PCIE_GEN = 4
+CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.19e8
+DEFAULT_HOST_CORES = 16
+# The optimizer step is memory-bound: its per-parameter time scales with HBM bandwidth, measured on an H200.
+CALIBRATION_MEMORY_GBS = 4800.0
+# NVMe through DeepSpeed's async_io, per node (assumption: a PCIe 4 NVMe drive sustains ~3 GB/s mixed read/write).
+NVME_BYTES_PER_SECOND = 3e9
+# Collective bus bandwidth (NCCL busbw) as a share of the GPU's quoted NVLink figure (bidirectional): A100 600 GB/s
+# -> ~240, H100 900 -> ~360 GB/s in nccl-tests all_reduce. Without NVLink, rings cross PCIe.
+NVLINK_BUSBW_SHARE = 0.4
+PCIE_BUSBW_SHARE = 0.4
+DEFAULT_INTER_NODE_GBPS = 100.0  # when a cluster is described without its network
+INTER_NODE_EFFICIENCY = 0.8
+# Share of gradient/parameter traffic hidden behind backward compute when overlap_comm is on (stage 3 default).
+COMM_OVERLAP = 0.5

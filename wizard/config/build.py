@@ -1,0 +1,336 @@
+"""From a decision (``wizard.strategy.Strategy``) to the settings dswiz writes, for one consumer.
+
+What the plan decides (stage, offloads, precision, micro-batch, accumulation, ZeRO++) is written as numbers for
+every consumer, so a Trainer or accelerate run that disagrees fails loudly ("mismatch") instead of silently
+training with another batch. What the consumer owns (the Trainer's learning rate, accelerate's DummyOptim
+values) is "auto" exactly where that consumer fills it (FACTS §3 rule 11); plain DeepSpeed fills nothing, so it
+gets numbers everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from wizard.config.schema import (
+    AUTO,
+    BF16,
+    DS_CONFIG_NAME,
+    FP16,
+    HOSTFILE_NAME,
+    AccelerateMode,
+    ActivationCheckpointing,
+    ConfigSet,
+    Consumer,
+    CsvMonitor,
+    DeepSpeedSettings,
+    LogLevel,
+    OffloadOptimizer,
+    OffloadParam,
+    Optimizer,
+    Scheduler,
+    Topology,
+    ZeroOptimization,
+)
+from wizard.errors import DswizError
+from wizard.strategy import Strategy
+
+# DeepSpeed reads "log_level" from the config since 0.19.3 (FACTS §4); older versions ignore the key.
+LOG_LEVEL_MIN_DEEPSPEED = (0, 19, 3)
+# runner/rundir.py: the csv monitor's job name the monitor looks for.
+CSV_JOB_NAME = "dswiz"
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Choices beyond the strategy. Defaults are what ``dswiz config --yes`` writes."""
+
+    consumer: Consumer = "deepspeed"
+    nvme_path: str | None = None  # required when anything is offloaded to NVMe
+    hosts: tuple[str, ...] = ()  # multi-node: one host per node (placeholders worker-0.. when empty)
+    master_addr: str | None = None
+    master_port: int = 29500
+    # "deepspeed": DeepSpeed builds the optimizer (needed for fast CPU offload: DeepSpeedCPUAdam); "script": the
+    # training script brings its own; "auto": DeepSpeed's when the optimizer is offloaded, else the script's.
+    optimizer: Literal["auto", "deepspeed", "script"] = "auto"
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    torch_adam: bool = False  # torch's AdamW instead of DeepSpeed's fused/CPU Adam (no JIT build)
+    scheduler: Literal["none", "deepspeed"] = "none"  # "deepspeed": WarmupLR
+    warmup_steps: int = 100
+    gradient_clipping: float = 1.0
+    steps_per_print: int = 10
+    log_level: LogLevel = "info"
+    deepspeed_version: str | None = None  # the target's DeepSpeed; None: assume current (>= 0.19.3)
+    wall_clock_breakdown: bool = False
+    csv_monitor: bool = True
+    csv_output_path: str = "csv"
+    pin_memory: bool = True
+    save_16bit_model: bool = True  # stage 3: gather the weights on save_16bit_model()
+    zero3_init: bool | None = None  # None: at stage 3 for accelerate (the Trainer does it by itself)
+    accelerate_mode: AccelerateMode = "config_file"
+    # Where the files will live: the accelerate YAML names the JSON and the hostfile by this path, because
+    # accelerate opens them relative to where it is launched (`dswiz config` passes the absolute --out).
+    config_dir: str = "."
+    node_env: dict[str, str] = field(default_factory=dict)
+
+
+def supports_log_level(deepspeed_version: str | None) -> bool:
+    if deepspeed_version is None:
+        return True
+    parts: list[int] = []
+    for piece in deepspeed_version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts) >= LOG_LEVEL_MIN_DEEPSPEED
+
+
+def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = None) -> DeepSpeedSettings:
+    """The DeepSpeed JSON for ``strategy``, shaped for ``options.consumer``."""
+    options = options or WriteOptions()
+    problems = strategy.problems()
+    if problems:
+        raise DswizError(
+            "this strategy is not valid: " + "; ".join(problems),
+            "change the stage / offload / batch choices (dswiz plan lists valid ones)",
+        )
+    if "nvme" in (strategy.offload_optimizer, strategy.offload_param) and not options.nvme_path:
+        raise DswizError(
+            "NVMe offload needs a directory on a local NVMe drive (DeepSpeed: nvme_path cannot be None)",
+            "pass --nvme-path /local_nvme/dswiz (a writable directory on a local NVMe filesystem)",
+        )
+    consumer = options.consumer
+    training = strategy.mode == "train"
+    optimizer_by_deepspeed = training and (
+        options.optimizer == "deepspeed"
+        or (options.optimizer == "auto" and strategy.offload_optimizer != "none")
+    )
+    clipping: float | Literal["auto"] = AUTO if consumer == "trainer" else options.gradient_clipping
+    return DeepSpeedSettings(
+        # accelerate computes train_batch_size with its own process count, which is wrong on CPU (FACTS §5):
+        # leave it out there and DeepSpeed derives it from micro x accumulation x its world size.
+        train_batch_size=strategy.global_batch_size if consumer != "accelerate" else None,
+        train_micro_batch_size_per_gpu=strategy.micro_batch_size,
+        gradient_accumulation_steps=strategy.gradient_accumulation_steps,
+        gradient_clipping=clipping if training else None,
+        bf16=BF16(enabled=True) if strategy.precision == "bf16" else None,
+        fp16=_fp16() if strategy.precision == "fp16" else None,
+        zero_optimization=_zero(strategy, options),
+        activation_checkpointing=_activation_checkpointing() if strategy.activation_checkpointing else None,
+        optimizer=_optimizer(options) if optimizer_by_deepspeed else None,
+        scheduler=_scheduler(options) if training and options.scheduler == "deepspeed" else None,
+        steps_per_print=options.steps_per_print,
+        log_level=options.log_level if supports_log_level(options.deepspeed_version) else None,
+        wall_clock_breakdown=options.wall_clock_breakdown,
+        csv_monitor=(
+            CsvMonitor(enabled=True, output_path=options.csv_output_path, job_name=CSV_JOB_NAME)
+            if options.csv_monitor
+            else None
+        ),
+    )
+
+
+def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = None) -> ConfigSet:
+    """Everything ``dswiz config`` writes for ``strategy``: settings, topology, consumer-side choices."""
+    options = options or WriteOptions()
+    settings = settings_from_strategy(strategy, options)
+    hosts = options.hosts
+    if strategy.nodes > 1:
+        if hosts and len(hosts) != strategy.nodes:
+            raise DswizError(
+                f"{strategy.nodes} nodes planned but {len(hosts)} host names given",
+                f"pass exactly {strategy.nodes} names to --hostfile-hosts (comma-separated, node 0 first)",
+            )
+        if len(set(hosts)) != len(hosts):
+            raise DswizError(
+                "the same host is named twice in --hostfile-hosts",
+                "name each node once (DeepSpeed refuses duplicate hostfile entries)",
+            )
+        hosts = hosts or tuple(f"worker-{i}" for i in range(strategy.nodes))
+    elif hosts and len(hosts) > 1:
+        raise DswizError(
+            f"{len(hosts)} hosts given for a one-node plan",
+            f"pass --nodes {len(hosts)} (and --gpus-per-node) or give one host",
+        )
+    stage3 = strategy.zero_stage == 3
+    zero3_init = (
+        options.zero3_init if options.zero3_init is not None else stage3 and options.consumer == "accelerate"
+    )
+    node_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **options.node_env} if strategy.nodes > 1 else {}
+    topology = Topology(
+        nodes=strategy.nodes,
+        gpus_per_node=strategy.gpus_per_node,
+        hosts=hosts if strategy.nodes > 1 else (),
+        master_addr=options.master_addr or (hosts[0] if strategy.nodes > 1 else None),
+        master_port=options.master_port,
+    )
+    return ConfigSet(
+        deepspeed=settings,
+        consumer=options.consumer,
+        topology=topology,
+        zero3_init=zero3_init and stage3,
+        accelerate_mode=options.accelerate_mode,
+        accelerate_fields=accelerate_fields_for(topology),
+        accelerate_ds_fields=accelerate_ds_fields_for(topology, options),
+        node_env=node_env,
+        script_notes=_script_notes(strategy, settings, options),
+    )
+
+
+def accelerate_fields_for(topology: Topology) -> dict[str, Any]:
+    """accelerate's top-level YAML fields for a DeepSpeed job on ``topology`` (what `accelerate config` asks)."""
+    fields: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "distributed_type": "DEEPSPEED",
+        "downcast_bf16": "no",
+        "enable_cpu_affinity": False,
+        "machine_rank": 0,
+        "main_process_port": topology.master_port,
+        "main_training_function": "main",
+        "num_machines": topology.nodes,
+        "num_processes": topology.world_size,  # all processes of all machines
+        "rdzv_backend": "static",
+        "same_network": True,
+        "use_cpu": False,
+    }
+    if topology.multi_node and topology.master_addr:
+        fields["main_process_ip"] = topology.master_addr
+    return dict(sorted(fields.items()))
+
+
+def accelerate_ds_fields_for(topology: Topology, options: WriteOptions) -> dict[str, Any]:
+    """deepspeed_config fields beyond the DeepSpeed settings: where the JSON and the hostfile are."""
+    fields: dict[str, Any] = {}
+    if options.accelerate_mode == "config_file":
+        fields["deepspeed_config_file"] = f"{options.config_dir}/{DS_CONFIG_NAME}"
+    if topology.multi_node:
+        fields["deepspeed_hostfile"] = f"{options.config_dir}/{HOSTFILE_NAME}"
+        # accelerate's "standard" multinode launcher is torchrun on each node; pdsh/nossh go through DeepSpeed's.
+        launcher = topology.launcher if topology.launcher in ("pdsh", "nossh") else "standard"
+        fields["deepspeed_multinode_launcher"] = launcher
+    return fields
+
+
+def _fp16() -> FP16:
+    # Dynamic loss scaling with DeepSpeed's defaults, written out so they can be tuned (FACTS §4: OVERFLOW lines).
+    return FP16(
+        enabled=True,
+        loss_scale=0,
+        initial_scale_power=16,
+        loss_scale_window=1000,
+        hysteresis=2,
+        min_loss_scale=1,
+    )
+
+
+def _zero(strategy: Strategy, options: WriteOptions) -> ZeroOptimization:
+    stage = strategy.zero_stage
+    values: dict[str, Any] = {"stage": stage}
+    if stage >= 1:
+        values["contiguous_gradients"] = True
+        values["overlap_comm"] = stage == 3  # DeepSpeed's default; at 1/2 it costs 4.5x bucket memory
+    if strategy.offload_optimizer != "none":
+        nvme = strategy.offload_optimizer == "nvme"
+        values["offload_optimizer"] = OffloadOptimizer(
+            device=strategy.offload_optimizer,
+            nvme_path=options.nvme_path if nvme else None,
+            pin_memory=options.pin_memory,
+            buffer_count=4 if nvme else None,
+        )
+    if strategy.offload_param != "none":
+        nvme = strategy.offload_param == "nvme"
+        values["offload_param"] = OffloadParam(
+            device=strategy.offload_param,
+            nvme_path=options.nvme_path if nvme else None,
+            pin_memory=options.pin_memory,
+            buffer_count=5 if nvme else None,
+            buffer_size=100_000_000 if nvme else None,
+            max_in_cpu=1_000_000_000 if nvme else None,
+        )
+    if stage == 3:
+        values["stage3_gather_16bit_weights_on_model_save"] = options.save_16bit_model
+        if strategy.zero_quantized_weights:
+            values["zero_quantized_weights"] = True
+        if strategy.zero_quantized_gradients:
+            values["zero_quantized_gradients"] = True
+        if strategy.zero_hpz_partition_size > 1:
+            values["zero_hpz_partition_size"] = strategy.zero_hpz_partition_size
+    return ZeroOptimization(**values)
+
+
+def _activation_checkpointing() -> ActivationCheckpointing:
+    return ActivationCheckpointing(
+        partition_activations=False,
+        cpu_checkpointing=False,
+        contiguous_memory_optimization=False,
+        synchronize_checkpoint_boundary=False,
+        profile=False,
+    )
+
+
+def _optimizer(options: WriteOptions) -> Optimizer:
+    consumer = options.consumer
+    params: dict[str, Any] = {
+        # The Trainer fills lr/betas/eps/weight_decay from TrainingArguments; accelerate's DummyOptim fills lr and
+        # weight_decay only (FACTS §3 rule 11).
+        "lr": AUTO if consumer in ("trainer", "accelerate") else options.lr,
+        "betas": AUTO if consumer == "trainer" else list(options.betas),
+        "eps": AUTO if consumer == "trainer" else options.eps,
+        "weight_decay": AUTO if consumer in ("trainer", "accelerate") else options.weight_decay,
+    }
+    if options.torch_adam:
+        params["torch_adam"] = True
+    return Optimizer(type="AdamW", params=params)
+
+
+def _scheduler(options: WriteOptions) -> Scheduler:
+    if options.consumer in ("trainer", "accelerate"):
+        params: dict[str, Any] = {"warmup_min_lr": AUTO, "warmup_max_lr": AUTO, "warmup_num_steps": AUTO}
+    else:
+        params = {
+            "warmup_min_lr": 0,
+            "warmup_max_lr": options.lr,
+            "warmup_num_steps": max(1, options.warmup_steps),
+        }
+    return Scheduler(type="WarmupLR", params=params)
+
+
+def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: WriteOptions) -> tuple[str, ...]:
+    consumer = options.consumer
+    notes: list[str] = []
+    micro, gas = strategy.micro_batch_size, strategy.gradient_accumulation_steps
+    if consumer == "trainer":
+        flags = f"--per_device_train_batch_size {micro} --gradient_accumulation_steps {gas}"
+        if strategy.precision != "fp32":
+            flags += f" --{strategy.precision}"
+        notes.append(
+            f"pass {flags} to your Trainer script: the config holds these numbers and the Trainer checks them"
+        )
+    plugin = consumer == "accelerate" and options.accelerate_mode == "plugin"
+    if plugin:
+        notes.append(
+            f"accelerate plugin mode takes the micro-batch from the DataLoader: use batch_size={micro} per process"
+        )
+    if settings.optimizer is not None and not plugin:
+        if consumer == "accelerate":
+            notes.append("the optimizer is DeepSpeed's: create accelerate.utils.DummyOptim in the script")
+        elif consumer == "deepspeed":
+            notes.append("the optimizer is DeepSpeed's: pass no optimizer to deepspeed.initialize")
+    if settings.scheduler is not None and consumer == "accelerate" and not plugin:
+        notes.append("the scheduler is DeepSpeed's: create accelerate.utils.DummyScheduler in the script")
+    if strategy.activation_checkpointing:
+        notes.append(
+            "activation checkpointing must be switched on in the model (HF: model.gradient_checkpointing_enable()"
+            " or --gradient_checkpointing); the config section only tunes deepspeed.checkpointing"
+        )
+    if strategy.zero_stage == 3 and consumer == "deepspeed":
+        notes.append(
+            "build a large model inside `with deepspeed.zero.Init(config_dict_or_path=...)` so it is partitioned"
+            " as it is created (accelerate and the HF Trainer do this for you)"
+        )
+    return tuple(notes)

@@ -1,0 +1,295 @@
+"""The config linter: every rule of FACTS §3 over a DeepSpeed JSON, an accelerate YAML (and the JSON it points
+at), a hostfile, a ``.deepspeed_env`` or a whole config directory. Pure: it reads files, never runs DeepSpeed
+(``wizard.consumer`` runs the consumers' own validation in a subprocess).
+
+Each finding has a stable code. Rule families, one module each:
+  parsing        not-json, not-yaml, duplicate-key, not-an-object, unreadable
+  lint_keys      unknown-key, unknown-key-typo, removed-key, unknown-section-key, deprecated-key,
+                 section-not-object, shadowed-key
+  lint_types     string-number, string-bool, wrong-type
+  lint_batch     batch-missing, batch-arithmetic, batch-completed, batch-world-size
+  lint_precision fp16-and-bf16, master-weights-stage, fp16-loss-scale, precision-unsupported,
+                 precision-fp16-on-bf16-gpu
+  lint_zero      offload-param-ignored, nvme-becomes-cpu, offload-stage0, zeropp-ignored, hpz-size,
+                 nvme-path-missing, nvme-path-not-writable, nvme-not-on-nvme, no-libaio, libaio-unknown,
+                 offload-client-optimizer, offload-optimizer-replaced
+  lint_auto      auto-unfilled, auto-default, auto-hidden-size, auto-dummy, auto-needs-consumer
+  lint_runtime   max-grad-norm-in-optimizer, accelerate-dummy-objects, activation-checkpointing-section,
+                 accelerate-steps-per-print, no-steps-per-print, no-log-level
+  lint_accelerate accelerate-not-deepspeed, accelerate-unknown-key, accelerate-unknown-ds-key,
+                 accelerate-num-processes, accelerate-config-file-conflict, accelerate-config-file-missing,
+                 accelerate-config-file-relative, accelerate-default-stage, accelerate-zero3-init,
+                 accelerate-plugin-on-cpu (+ offload/nvme/precision codes above for plugin fields)
+  lint_hostfile  hostfile-syntax, hostfile-trailing-text, hostfile-duplicate, hostfile-zero-slots,
+                 hostfile-empty, hostfile-world-size, hostfile-unequal-slots, env-syntax
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from wizard.config.lint_accelerate import lint_accelerate_dict
+from wizard.config.lint_auto import check_auto
+from wizard.config.lint_base import ERROR, LintContext, finding
+from wizard.config.lint_batch import check_batch
+from wizard.config.lint_hostfile import lint_deepspeed_env_text, lint_hostfile_text
+from wizard.config.lint_keys import check_keys
+from wizard.config.lint_precision import check_precision
+from wizard.config.lint_runtime import check_runtime
+from wizard.config.lint_types import check_types
+from wizard.config.lint_zero import check_zero
+from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
+from wizard.config.schema import (
+    ACCELERATE_YAML_NAME,
+    DEEPSPEED_ENV_NAME,
+    DS_CONFIG_NAME,
+    HOSTFILE_NAME,
+    Consumer,
+)
+from wizard.findings import Finding, sort_findings
+from wizard.hardware.report import HardwareReport
+
+RULES = (check_keys, check_types, check_batch, check_precision, check_zero, check_auto, check_runtime)
+FileKind = str  # "deepspeed" | "accelerate" | "hostfile" | "deepspeed_env"
+
+
+def lint_config(
+    cfg: Any,
+    *,
+    consumer: Consumer | None = None,
+    world_size: int | None = None,
+    hardware: HardwareReport | None = None,
+    gpus_per_node: int | None = None,
+    check_local_paths: bool | None = None,
+) -> list[Finding]:
+    """Lint a DeepSpeed config dict. Locations are key paths."""
+    if not isinstance(cfg, dict):
+        return [
+            finding(
+                ERROR,
+                "not-an-object",
+                f"a DeepSpeed config is a JSON object, not {type(cfg).__name__}",
+                "DeepSpeed reads its settings as key/value pairs",
+                'write it as { "train_micro_batch_size_per_gpu": 1, ... }',
+            )
+        ]
+    ctx = _context(consumer, world_size, hardware, gpus_per_node, check_local_paths)
+    out: list[Finding] = []
+    for rule in RULES:
+        out += rule(cfg, ctx)
+    return sort_findings(_unique(out))
+
+
+def lint_path(
+    path: Path | str,
+    *,
+    consumer: Consumer | None = None,
+    world_size: int | None = None,
+    hardware: HardwareReport | None = None,
+    launcher: str | None = None,
+) -> list[Finding]:
+    """Lint a DeepSpeed JSON, an accelerate YAML (+ its JSON), a hostfile, a .deepspeed_env, or a directory
+    holding them (what `dswiz config` writes). Never raises for a bad file: that is a finding."""
+    path = Path(path)
+    if path.is_dir():
+        return _lint_dir(path, consumer=consumer, world_size=world_size, hardware=hardware, launcher=launcher)
+    text, problem = _read(path)
+    if problem is not None:
+        return [problem]
+    kind = detect_kind(path, text)
+    if kind == "hostfile":
+        return sort_findings(
+            lint_hostfile_text(text, name=path.name, world_size=world_size, launcher=launcher)
+        )
+    if kind == "deepspeed_env":
+        return sort_findings(lint_deepspeed_env_text(text, name=path.name))
+    if kind == "accelerate":
+        return _lint_yaml(path, text, consumer=consumer, world_size=world_size, hardware=hardware)
+    return _lint_json(path, text, prefix="", consumer=consumer, world_size=world_size, hardware=hardware)
+
+
+def detect_kind(path: Path, text: str) -> FileKind:
+    name = path.name.lower()
+    if name.endswith(".json"):
+        return "deepspeed"
+    if name.endswith((".yaml", ".yml")):
+        return "accelerate"
+    if name == DEEPSPEED_ENV_NAME or name.endswith(".env"):
+        return "deepspeed_env"
+    if name.startswith("hostfile") or "slots=" in text:
+        return "hostfile"
+    return "deepspeed" if text.lstrip().startswith("{") else "accelerate"
+
+
+def _context(
+    consumer: Consumer | None,
+    world_size: int | None,
+    hardware: HardwareReport | None,
+    gpus_per_node: int | None,
+    check_local_paths: bool | None,
+) -> LintContext:
+    if check_local_paths is None:
+        # A config planned for described hardware is for another machine: its paths mean nothing here.
+        check_local_paths = hardware is None or hardware.source == "detected"
+    return LintContext(
+        consumer=consumer,
+        world_size=world_size,
+        hardware=hardware,
+        gpus_per_node=gpus_per_node,
+        check_local_paths=check_local_paths,
+    )
+
+
+def _read(path: Path) -> tuple[str, Finding | None]:
+    try:
+        return path.read_text(encoding="utf-8"), None
+    except FileNotFoundError:
+        what, fix = f"{path} does not exist", "check the path"
+    except UnicodeDecodeError:
+        what, fix = f"{path} is not a UTF-8 text file", "pass a DeepSpeed JSON, accelerate YAML or hostfile"
+    except OSError as e:
+        what, fix = f"cannot read {path}: {e.strerror}", "check the file's permissions"
+    return "", finding(ERROR, "unreadable", what, "there is nothing to check", fix, str(path))
+
+
+def _parse_finding(problem: ParseProblem, name: str, code_default: str) -> Finding:
+    code = "duplicate-key" if problem.what.startswith("duplicate key") else code_default
+    return finding(
+        ERROR,
+        code,
+        problem.what,
+        "the consumer refuses to read the file",
+        problem.fix,
+        f"{name}:{problem.line}" if problem.line else name,
+    )
+
+
+def _lint_json(
+    path: Path,
+    text: str,
+    *,
+    prefix: str,
+    consumer: Consumer | None,
+    world_size: int | None,
+    hardware: HardwareReport | None,
+) -> list[Finding]:
+    cfg, problem = parse_json(text)
+    if problem is not None:
+        return [_parse_finding(problem, path.name, "not-json")]
+    found = lint_config(cfg, consumer=consumer, world_size=world_size, hardware=hardware)
+    if prefix:
+        found = [replace(f, location=f"{prefix}: {f.location}" if f.location else prefix) for f in found]
+    return [f if f.location else replace(f, location=path.name) for f in found]
+
+
+def _lint_yaml(
+    path: Path,
+    text: str,
+    *,
+    consumer: Consumer | None,
+    world_size: int | None,
+    hardware: HardwareReport | None,
+    already_linted: Path | None = None,
+) -> list[Finding]:
+    raw, problem = parse_yaml(text)
+    if problem is not None:
+        return [_parse_finding(problem, path.name, "not-yaml")]
+    ctx = _context(consumer or "accelerate", world_size, hardware, None, None)
+    result = lint_accelerate_dict(
+        raw, name=path.name, lines=yaml_key_lines(text), base_dir=path.parent, ctx=ctx
+    )
+    out = list(result.findings)
+    same = (
+        already_linted is not None
+        and result.ds_config_file is not None
+        and _same_file(result.ds_config_file, already_linted)
+    )
+    if result.ds_config_file is not None and not same:
+        json_text, unreadable = _read(result.ds_config_file)
+        if unreadable is not None:
+            out.append(unreadable)
+        else:
+            out += _lint_json(
+                result.ds_config_file,
+                json_text,
+                prefix=result.ds_config_file.name,
+                consumer=consumer or "accelerate",
+                world_size=world_size if world_size is not None else result.world_size,
+                hardware=hardware,
+            )
+    return sort_findings(_unique(out))
+
+
+def _lint_dir(
+    directory: Path,
+    *,
+    consumer: Consumer | None,
+    world_size: int | None,
+    hardware: HardwareReport | None,
+    launcher: str | None,
+) -> list[Finding]:
+    files = {
+        n: directory / n for n in (DS_CONFIG_NAME, ACCELERATE_YAML_NAME, HOSTFILE_NAME, DEEPSPEED_ENV_NAME)
+    }
+    present = {n: p for n, p in files.items() if p.is_file()}
+    if not present:
+        return [
+            finding(
+                ERROR,
+                "unreadable",
+                f"{directory} holds no config files ({', '.join(files)})",
+                "there is nothing to check",
+                "pass the directory `dswiz config --out` wrote, or a config file",
+                str(directory),
+            )
+        ]
+    out: list[Finding] = []
+    if HOSTFILE_NAME in present and world_size is None:
+        from wizard.config.lint_hostfile import parse_hostfile
+
+        slots = sum(
+            parse_hostfile(present[HOSTFILE_NAME].read_text(encoding="utf-8", errors="replace")).values()
+        )
+        world_size = slots or None
+    for name, path in present.items():
+        text, unreadable = _read(path)
+        if unreadable is not None:
+            out.append(unreadable)
+        elif name == DS_CONFIG_NAME:
+            out += _lint_json(
+                path, text, prefix=name, consumer=consumer, world_size=world_size, hardware=hardware
+            )
+        elif name == ACCELERATE_YAML_NAME:
+            out += _lint_yaml(
+                path,
+                text,
+                consumer=consumer,
+                world_size=world_size,
+                hardware=hardware,
+                already_linted=present.get(DS_CONFIG_NAME),  # its JSON is usually the one beside it
+            )
+        elif name == HOSTFILE_NAME:
+            out += lint_hostfile_text(text, name=name, world_size=world_size, launcher=launcher)
+        else:
+            out += lint_deepspeed_env_text(text, name=name)
+    return sort_findings(_unique(out))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[str, str | None, str]] = set()
+    out = []
+    for f in findings:
+        key = (f.code, f.location, f.what)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out

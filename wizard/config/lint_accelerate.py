@@ -1,0 +1,312 @@
+"""accelerate's YAML (FACTS §3 rule 10, §5): keys accelerate refuses or ignores, the deepspeed_config_file mode's
+conflicts ("the following accelerate config variables will be ignored"), and plugin-mode settings that do not
+do what they say."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from wizard.config import accelerate_keys
+from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, as_int, did_you_mean, finding
+from wizard.config.lint_precision import precision_vs_hardware
+from wizard.findings import Finding
+
+# accelerate refuses these in the YAML when deepspeed_config_file is set (utils/dataclasses.py
+# _deepspeed_config_checks): "the following accelerate config variables will be ignored". So does any top-level
+# mixed_precision (commands/launch.py appends it when the YAML has one).
+ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE = (
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "zero_stage",
+    "offload_optimizer_device",
+    "offload_param_device",
+    "offload_param_nvme_path",
+    "offload_optimizer_nvme_path",
+    "zero3_save_16bit_model",
+)
+
+
+@dataclass(frozen=True)
+class AccelerateLint:
+    findings: list[Finding]
+    ds_config_file: Path | None  # the JSON to lint next (config-file mode, when found)
+    world_size: int | None  # num_processes, when it is a number
+
+
+def lint_accelerate_dict(
+    raw: Any, *, name: str, lines: dict[str, int], base_dir: Path, ctx: LintContext
+) -> AccelerateLint:
+    def at(path: str) -> str:
+        line = lines.get(path)
+        return f"{name}:{line}" if line else f"{name}: {path}"
+
+    if not isinstance(raw, dict):
+        return AccelerateLint(
+            [
+                finding(
+                    ERROR,
+                    "not-an-object",
+                    f"{name} is not a YAML mapping",
+                    "accelerate reads its config as key: value pairs",
+                    "start from the file `dswiz config` or `accelerate config` writes",
+                    f"{name}:1",
+                )
+            ],
+            None,
+            None,
+        )
+    out: list[Finding] = []
+    if raw.get("distributed_type") != "DEEPSPEED":
+        out.append(
+            finding(
+                ERROR,
+                "accelerate-not-deepspeed",
+                f"distributed_type is {raw.get('distributed_type')!r}, not DEEPSPEED",
+                "accelerate launch will not use DeepSpeed with this config",
+                "set distributed_type: DEEPSPEED",
+                at("distributed_type"),
+            )
+        )
+    for key in raw:
+        if key not in accelerate_keys.TOP_LEVEL_KEYS:
+            guess = did_you_mean(str(key), accelerate_keys.TOP_LEVEL_KEYS)
+            out.append(
+                finding(
+                    ERROR,
+                    "accelerate-unknown-key",
+                    f"unknown accelerate config key {key!r}"
+                    + (f': did you mean "{guess}"?' if guess else ""),
+                    'accelerate launch stops: "The config file ... had unknown keys"',
+                    f"rename it to {guess}" if guess else f"delete {key}",
+                    at(str(key)),
+                )
+            )
+    ds = raw.get("deepspeed_config")
+    if ds is None:
+        ds = {}
+    if not isinstance(ds, dict):
+        out.append(
+            finding(
+                ERROR,
+                "section-not-object",
+                "deepspeed_config is not a mapping",
+                "accelerate reads DeepSpeed's settings from the keys under it",
+                "indent its keys under deepspeed_config:",
+                at("deepspeed_config"),
+            )
+        )
+        return AccelerateLint(out, None, None)
+    for key in ds:
+        if key not in accelerate_keys.DEEPSPEED_CONFIG_KEYS:
+            guess = did_you_mean(str(key), accelerate_keys.DEEPSPEED_CONFIG_KEYS)
+            out.append(
+                finding(
+                    ERROR if guess else WARNING,
+                    "accelerate-unknown-ds-key",
+                    f"unknown key {key!r} in deepspeed_config"
+                    + (f': did you mean "{guess}"?' if guess else ""),
+                    "accelerate silently ignores it, so the setting has no effect",
+                    f"rename it to {guess}" if guess else f"delete {key}",
+                    at(f"deepspeed_config.{key}"),
+                )
+            )
+    machines = as_int(raw.get("num_machines", 1))
+    processes = as_int(raw.get("num_processes"))
+    if "num_processes" not in raw:
+        out.append(
+            finding(
+                WARNING,
+                "accelerate-num-processes",
+                "num_processes is not set",
+                'accelerate launch stops: "You need to manually pass in `--num_processes` using this config yaml"',
+                "set num_processes to the total number of GPUs (all machines)",
+                at("distributed_type"),
+            )
+        )
+    elif processes is not None and machines and processes % machines:
+        out.append(
+            finding(
+                WARNING,
+                "accelerate-num-processes",
+                f"num_processes {processes} is not a multiple of num_machines {machines}",
+                "accelerate starts num_processes / num_machines processes on each machine",
+                "num_processes is the total over all machines: machines x GPUs per machine",
+                at("num_processes"),
+            )
+        )
+    if "deepspeed_config_file" in ds:
+        out += _config_file_mode(raw, ds, at)
+        json_path, more = _resolve(ds.get("deepspeed_config_file"), base_dir, at)
+        out += more
+    else:
+        out += _plugin_mode(raw, ds, at, ctx)
+        json_path = None
+    return AccelerateLint(out, json_path, processes)
+
+
+def _config_file_mode(raw: dict[str, Any], ds: dict[str, Any], at: Any) -> list[Finding]:
+    out = []
+    refused = [k for k in ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE if k in ds]
+    why = (
+        'accelerate stops: "When using `deepspeed_config_file`, the following accelerate config variables will '
+        'be ignored"'
+    )
+    for key in refused:
+        out.append(
+            finding(
+                ERROR,
+                "accelerate-config-file-conflict",
+                f"deepspeed_config.{key} is set next to deepspeed_config_file",
+                why,
+                f"delete {key} here and set it in the DeepSpeed JSON instead",
+                at(f"deepspeed_config.{key}"),
+            )
+        )
+    if "mixed_precision" in raw:
+        out.append(
+            finding(
+                ERROR,
+                "accelerate-config-file-conflict",
+                f"mixed_precision ({raw['mixed_precision']!r}) is set next to deepspeed_config_file",
+                why + " -- any mixed_precision, even 'no'",
+                'delete mixed_precision and set "bf16"/"fp16" in the DeepSpeed JSON',
+                at("mixed_precision"),
+            )
+        )
+    return out
+
+
+def _resolve(value: Any, base_dir: Path, at: Any) -> tuple[Path | None, list[Finding]]:
+    where = at("deepspeed_config.deepspeed_config_file")
+    if not isinstance(value, str) or not value.strip():
+        return None, [
+            finding(
+                ERROR,
+                "accelerate-config-file-missing",
+                f"deepspeed_config_file is {value!r}, not a path",
+                "accelerate cannot read the DeepSpeed settings",
+                "write the path of the DeepSpeed JSON",
+                where,
+            )
+        ]
+    path = Path(os.path.expanduser(value))
+    if path.is_absolute() or path.exists():
+        if path.exists():
+            return path, []
+        return None, [
+            finding(
+                ERROR,
+                "accelerate-config-file-missing",
+                f"deepspeed_config_file {value} does not exist",
+                "accelerate fails to open it at launch",
+                "fix the path (an absolute path is safest)",
+                where,
+            )
+        ]
+    beside = base_dir / path
+    if beside.exists():
+        return beside, [
+            finding(
+                WARNING,
+                "accelerate-config-file-relative",
+                f"deepspeed_config_file {value} is relative: found next to the YAML, not in the current directory",
+                "accelerate opens it relative to the directory `accelerate launch` runs in, not the YAML's",
+                f"write the absolute path: {beside.resolve()}",
+                where,
+            )
+        ]
+    return None, [
+        finding(
+            ERROR,
+            "accelerate-config-file-missing",
+            f"deepspeed_config_file {value} not found (neither here nor next to the YAML)",
+            "accelerate fails to open it at launch",
+            "fix the path (an absolute path is safest)",
+            where,
+        )
+    ]
+
+
+def _plugin_mode(raw: dict[str, Any], ds: dict[str, Any], at: Any, ctx: LintContext) -> list[Finding]:
+    out = []
+    stage = as_int(ds.get("zero_stage"))
+    if "zero_stage" not in ds:
+        out.append(
+            finding(
+                INFO,
+                "accelerate-default-stage",
+                "zero_stage is not set: accelerate uses ZeRO stage 2",
+                "its default comes from ACCELERATE_DEEPSPEED_ZERO_STAGE, else 2",
+                "write zero_stage: 0, 1, 2 or 3",
+                at("deepspeed_config"),
+            )
+        )
+        stage = 2
+    param = ds.get("offload_param_device")
+    opt = ds.get("offload_optimizer_device")
+    if param in ("cpu", "nvme") and stage != 3:
+        out.append(
+            finding(
+                WARNING,
+                "offload-param-ignored",
+                f"offload_param_device {param} at ZeRO stage {stage} does nothing",
+                "only stage 3 offloads parameters (`accelerate config` offers it at stage 2 anyway)",
+                "set zero_stage: 3 or offload_param_device: none",
+                at("deepspeed_config.offload_param_device"),
+            )
+        )
+    if opt == "nvme" and stage in (1, 2):
+        out.append(
+            finding(
+                WARNING,
+                "nvme-becomes-cpu",
+                f"offload_optimizer_device nvme at ZeRO stage {stage} offloads to CPU memory instead",
+                "stages 1 and 2 only know CPU offload",
+                "use zero_stage: 3 for NVMe, or write offload_optimizer_device: cpu",
+                at("deepspeed_config.offload_optimizer_device"),
+            )
+        )
+    for name, device in (("offload_optimizer", opt), ("offload_param", param)):
+        path = ds.get(f"{name}_nvme_path")
+        if device == "nvme" and stage == 3 and (not isinstance(path, str) or path in ("", "none")):
+            out.append(
+                finding(
+                    ERROR,
+                    "nvme-path-missing",
+                    f"{name}_device nvme without {name}_nvme_path",
+                    "DeepSpeed stops: nvme_path cannot be None if remote device is nvme",
+                    f"set {name}_nvme_path to a directory on a local NVMe drive",
+                    at(f"deepspeed_config.{name}_device"),
+                )
+            )
+    if ds.get("zero3_init_flag") is True and stage != 3:
+        out.append(
+            finding(
+                INFO,
+                "accelerate-zero3-init",
+                f"zero3_init_flag at ZeRO stage {stage} is switched off by accelerate",
+                "deepspeed.zero.Init only applies to stage 3 (`accelerate config` asks it at every stage)",
+                "set zero3_init_flag: false",
+                at("deepspeed_config.zero3_init_flag"),
+            )
+        )
+    mixed = raw.get("mixed_precision")
+    for f in precision_vs_hardware(ctx, fp16=mixed == "fp16", bf16=mixed == "bf16"):
+        out.append(replace(f, location=at("mixed_precision")))
+    hw = ctx.hardware
+    if hw is not None and not hw.gpus:
+        out.append(
+            finding(
+                WARNING,
+                "accelerate-plugin-on-cpu",
+                "plugin mode on a machine without GPUs",
+                "on CPU accelerate counts one process per rank and DeepSpeed's batch assertion fails; "
+                "config-file mode (deepspeed_config_file) with train_micro_batch_size_per_gpu runs",
+                "use deepspeed_config_file mode (`dswiz config --for accelerate` writes it)",
+                at("deepspeed_config"),
+            )
+        )
+    return out

@@ -1,0 +1,157 @@
+"""Batch arithmetic (FACTS §3 rule 1), done the way DeepSpeedConfig does it (runtime/config.py
+_set_batch_related_parameters + _batch_assertion): missing values are completed by floor division, then
+train_batch_size must equal micro x accumulation x world size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wizard.config.lint_base import ERROR, INFO, LintContext, as_int, finding, is_auto
+from wizard.findings import Finding
+
+TRAIN, MICRO, GAS = "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"
+
+
+def complete_batch(
+    train: int | None, micro: int | None, gas: int | None, world: int
+) -> tuple[int, int, int] | str:
+    """DeepSpeed's completion of a partial batch specification, or its error message."""
+    for name, given in ((TRAIN, train), (MICRO, micro), (GAS, gas)):
+        if given is not None and given <= 0:
+            return f"{name} is {given}; it has to be greater than 0"
+    if train is not None and micro is not None and gas is not None:
+        pass
+    elif train is not None and micro is not None:
+        gas = train // micro // world
+    elif train is not None and gas is not None:
+        micro = train // world // gas
+    elif micro is not None and gas is not None:
+        train = micro * gas * world
+    elif train is not None:
+        gas, micro = 1, train // world
+    elif micro is not None:
+        train, gas = micro * world, 1
+    else:
+        return "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"
+    assert train is not None and micro is not None and gas is not None
+    for name, value in ((TRAIN, train), (MICRO, micro), (GAS, gas)):
+        if value <= 0:
+            return f"{name} works out to {value}; it has to be greater than 0"
+    if train != micro * gas * world:
+        return (
+            "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size "
+            f"{train} != {micro} * {gas} * {world}"
+        )
+    return train, micro, gas
+
+
+def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
+    raw = {k: cfg.get(k) for k in (TRAIN, MICRO, GAS)}
+    if any(is_auto(v) for v in raw.values()):
+        # The consumer fills them (or cannot: the "auto" rules say which); nothing to compute here.
+        return []
+    values = {k: as_int(v) for k, v in raw.items()}
+    if any(raw[k] is not None and values[k] is None for k in raw):
+        return []  # not numbers: the type rules report them
+    train, micro, gas = values[TRAIN], values[MICRO], values[GAS]
+    if train is None and micro is None:
+        return [
+            finding(
+                ERROR,
+                "batch-missing",
+                "neither train_batch_size nor train_micro_batch_size_per_gpu is set",
+                'DeepSpeed stops: "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"',
+                "set train_micro_batch_size_per_gpu (the per-GPU batch) and gradient_accumulation_steps",
+                MICRO,
+            )
+        ]
+    for name, value in ((TRAIN, train), (MICRO, micro), (GAS, gas)):
+        if value is not None and value <= 0:
+            return [
+                finding(
+                    ERROR,
+                    "batch-arithmetic",
+                    f"{name} is {value}",
+                    "DeepSpeed asserts it has to be greater than 0",
+                    f"set {name} to a positive number (or remove it and let DeepSpeed derive it)",
+                    name,
+                )
+            ]
+    world = ctx.effective_world_size
+    if world is None:
+        return _check_without_world_size(train, micro, gas)
+    result = complete_batch(train, micro, gas, world)
+    if isinstance(result, str):
+        return [
+            finding(
+                ERROR,
+                "batch-arithmetic",
+                f"batch sizes do not add up for {world} GPU(s): {result}",
+                "DeepSpeed asserts train_batch_size == micro x accumulation x world size; missing values are "
+                "completed by floor division first, which can round to a size that breaks it",
+                _batch_fix(train, micro, gas, world),
+                TRAIN if train is not None else MICRO,
+            )
+        ]
+    filled = [name for name, value in ((TRAIN, train), (MICRO, micro), (GAS, gas)) if value is None]
+    if filled:
+        t, m, g = result
+        return [
+            finding(
+                INFO,
+                "batch-completed",
+                f"DeepSpeed will set {', '.join(filled)} itself: {t} = {m} x {g} x {world} GPU(s)",
+                "values left out are derived from the others and the world size",
+                "nothing to do, unless you meant other numbers",
+                filled[0],
+            )
+        ]
+    return []
+
+
+def _check_without_world_size(train: int | None, micro: int | None, gas: int | None) -> list[Finding]:
+    if train is None or micro is None or min(train, micro, gas or 1) <= 0:
+        return []  # zero or negative sizes: reported once the world size is known, and by DeepSpeed itself
+    per_world = micro * (gas if gas is not None else 1)
+    if gas is not None and (per_world <= 0 or train % per_world != 0):
+        return [
+            finding(
+                ERROR,
+                "batch-arithmetic",
+                f"train_batch_size {train} is not a multiple of micro x accumulation = {micro} x {gas}",
+                "no number of GPUs satisfies train_batch_size == micro x accumulation x world size",
+                f"remove train_batch_size (DeepSpeed derives it), or make it {per_world} x (number of GPUs)",
+                TRAIN,
+            )
+        ]
+    if gas is not None:
+        ranks = train // per_world
+        return [
+            finding(
+                INFO,
+                "batch-world-size",
+                f"these batch sizes only fit {ranks} GPU(s) ({train} = {micro} x {gas} x {ranks})",
+                "train_batch_size pins the world size; DeepSpeed asserts on any other number of ranks",
+                "remove train_batch_size to let it follow the GPU count, or pass --world-size to check yours",
+                TRAIN,
+            )
+        ]
+    return []
+
+
+def _batch_fix(train: int | None, micro: int | None, gas: int | None, world: int) -> str:
+    for name, value in ((TRAIN, train), (MICRO, micro), (GAS, gas)):
+        if value is not None and value <= 0:
+            return f"set {name} to a positive number (or remove it and let DeepSpeed derive it)"
+    if micro is not None and gas is not None:
+        return f"set train_batch_size to {micro * gas * world} ({micro} x {gas} x {world}) or remove it"
+    if micro is not None and train is not None:
+        if train % (micro * world) == 0:
+            return f"set gradient_accumulation_steps to {train // (micro * world)}"
+        return (
+            f"make train_batch_size a multiple of {micro * world} (micro {micro} x {world} GPUs), "
+            "or set gradient_accumulation_steps and remove train_batch_size"
+        )
+    if gas is not None and train is not None:
+        return f"make train_batch_size a multiple of {gas * world} ({gas} steps x {world} GPUs)"
+    return f"make train_batch_size a multiple of the GPU count ({world}), or set the micro-batch instead"

@@ -1,0 +1,159 @@
+"""The launcher's files (FACTS §3 rules 8-9): the hostfile (deepspeed/launcher/runner.py _parse_hostfile) and
+``.deepspeed_env`` (runner.py main: every line is split on '=')."""
+
+from __future__ import annotations
+
+import re
+
+from wizard.config.lint_base import ERROR, INFO, WARNING, finding
+from wizard.findings import Finding
+
+# DeepSpeed's own pattern, applied with re.search to the stripped line: nothing is required after the digits.
+HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
+# mpirun-style launchers need the same number of processes on every node (multinode_runner.py).
+EQUAL_SLOTS_LAUNCHERS = ("mpich", "impi", "mvapich", "slurm")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_hostfile(text: str) -> dict[str, int]:
+    """host -> slots for the lines DeepSpeed accepts (comments and blank lines skipped)."""
+    hosts: dict[str, int] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = HOSTFILE_LINE.search(line)
+        if line and not line.startswith("#") and m and m.group(1) not in hosts:
+            hosts[m.group(1)] = int(m.group(2))
+    return hosts
+
+
+def lint_hostfile_text(
+    text: str, *, name: str = "hostfile", world_size: int | None = None, launcher: str | None = None
+) -> list[Finding]:
+    out: list[Finding] = []
+    hosts: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        where = f"{name}:{number}"
+        if not line or line.startswith("#"):
+            continue
+        m = HOSTFILE_LINE.search(line)
+        if not m:
+            out.append(
+                finding(
+                    ERROR,
+                    "hostfile-syntax",
+                    f"hostfile line {number} is not 'HOST slots=N': {line!r}",
+                    'DeepSpeed stops: "Hostfile contains a bad entry"',
+                    "write one node per line as `hostname slots=8` (slots = GPUs on that node)",
+                    where,
+                )
+            )
+            continue
+        host, slots = m.group(1), int(m.group(2))
+        if line[m.end() :].strip() and not line[m.end() :].strip().startswith("#"):
+            out.append(
+                finding(
+                    WARNING,
+                    "hostfile-trailing-text",
+                    f"hostfile line {number} has text after slots=: {line[m.end() :].strip()!r}",
+                    "DeepSpeed ignores it; other tools reading the hostfile (mpirun, pdsh) may not",
+                    f"keep only `{host} slots={slots}` on that line",
+                    where,
+                )
+            )
+        if host in hosts:
+            out.append(
+                finding(
+                    ERROR,
+                    "hostfile-duplicate",
+                    f"host {host} appears twice in the hostfile",
+                    f'DeepSpeed stops: "Hostfile contains multiple entries for {host}"',
+                    f"keep one line for {host} with the total slots of that node",
+                    where,
+                )
+            )
+            continue
+        if slots == 0:
+            out.append(
+                finding(
+                    WARNING,
+                    "hostfile-zero-slots",
+                    f"host {host} has slots=0",
+                    "no process runs there: the node is listed but unused",
+                    f"set slots to the number of GPUs on {host}, or delete the line",
+                    where,
+                )
+            )
+        hosts[host] = slots
+    if not hosts and not out:
+        out.append(
+            finding(
+                ERROR,
+                "hostfile-empty",
+                "the hostfile lists no hosts",
+                'DeepSpeed stops: "Hostfile is empty or not formatted correctly"',
+                "add one `hostname slots=N` line per node, or drop --hostfile for a single node",
+                f"{name}:1",
+            )
+        )
+    if not hosts:
+        return out
+    total = sum(hosts.values())
+    if world_size is not None and total != world_size:
+        out.append(
+            finding(
+                WARNING,
+                "hostfile-world-size",
+                f"the hostfile has {total} slots but the world size is {world_size}",
+                "the launcher starts one rank per slot, so the batch arithmetic sees another world size",
+                f"make the slots add up to {world_size}, or check the batch sizes for {total} ranks",
+                f"{name}:1",
+            )
+        )
+    counts = sorted(set(hosts.values()))
+    if len(counts) > 1:
+        strict = launcher in EQUAL_SLOTS_LAUNCHERS
+        out.append(
+            finding(
+                ERROR if strict else INFO,
+                "hostfile-unequal-slots",
+                f"nodes have different slot counts ({', '.join(f'{h}={s}' for h, s in hosts.items())})",
+                "the mpich, impi, mvapich and slurm launchers need the same number of GPUs on every node"
+                + (f"; {launcher} refuses this hostfile" if strict else ""),
+                "give every node the same slots (or use the pdsh / openmpi launcher)",
+                f"{name}:1",
+            )
+        )
+    return out
+
+
+def lint_deepspeed_env_text(text: str, *, name: str = ".deepspeed_env") -> list[Finding]:
+    out: list[Finding] = []
+    for number, raw in enumerate(text.splitlines(keepends=True), start=1):
+        line = raw.rstrip("\n")
+        where = f"{name}:{number}"
+        if "=" not in line:
+            out.append(
+                finding(
+                    ERROR,
+                    "env-syntax",
+                    f"line {number} of .deepspeed_env has no '=': {line!r}",
+                    "DeepSpeed splits every line on '=' and crashes on this one (a blank line too)",
+                    "keep only KEY=VALUE lines: no blank lines, no comments",
+                    where,
+                )
+            )
+            continue
+        key = line.split("=", 1)[0].strip()
+        if not _ENV_NAME.match(key):
+            out.append(
+                finding(
+                    ERROR,
+                    "env-syntax",
+                    f"line {number} of .deepspeed_env exports {key!r}, which is not a variable name",
+                    "DeepSpeed exports whatever is left of '=' (a '#' comment becomes a broken export)",
+                    "keep only KEY=VALUE lines with plain variable names",
+                    where,
+                )
+            )
+    return out

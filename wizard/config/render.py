@@ -1,0 +1,246 @@
+"""Writers: the text of every file ``dswiz config`` produces. Pure and deterministic (stable key order, no
+timestamps, no absolute paths unless passed in), so each one is golden-tested.
+
+- ``render_ds_json``: the DeepSpeed JSON (managed keys in the schema's order, then kept unknown keys).
+- ``render_accelerate_yaml``: accelerate's config, either pointing at the JSON (``deepspeed_config_file``, never
+  with the keys accelerate then refuses, FACTS §3 rule 10) or carrying the plugin settings itself.
+- ``render_hostfile`` / ``render_deepspeed_env``: the launcher's hostfile and the variables other nodes need.
+- ``render_launch_sh``: the exact command, as a script.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import yaml
+
+from wizard.config.schema import (
+    ACCELERATE_YAML_NAME,
+    DEEPSPEED_ENV_NAME,
+    DS_CONFIG_NAME,
+    HOSTFILE_NAME,
+    LAUNCH_SH_NAME,
+    ConfigSet,
+    DeepSpeedSettings,
+    _Section,
+)
+
+
+def section_to_dict(section: _Section) -> dict[str, Any]:
+    """A section as a plain dict: managed keys in field order (unset ones left out), then the kept keys."""
+    out: dict[str, Any] = {}
+    for name in type(section).model_fields:
+        if name == "unmanaged":
+            continue
+        value = getattr(section, name)
+        if value is None:
+            continue
+        out[name] = section_to_dict(value) if isinstance(value, _Section) else _plain(value)
+    for key, value in section.unmanaged.items():
+        out[key] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def ds_config_dict(settings: DeepSpeedSettings) -> dict[str, Any]:
+    return section_to_dict(settings)
+
+
+def render_ds_json(settings: DeepSpeedSettings) -> str:
+    return json.dumps(ds_config_dict(settings), indent=2, ensure_ascii=False) + "\n"
+
+
+def accelerate_yaml_dict(config: ConfigSet) -> dict[str, Any]:
+    """accelerate's ClusterConfig fields for a DeepSpeed job (``accelerate launch --config_file``): the kept
+    fields, plus what ``config.deepspeed`` decides in plugin mode, plus zero3_init_flag."""
+    ds: dict[str, Any] = dict(config.accelerate_ds_fields)
+    if config.accelerate_mode == "config_file":
+        ds.setdefault("deepspeed_config_file", DS_CONFIG_NAME)
+    else:
+        ds.update(plugin_fields(config.deepspeed))
+    if config.zero3_init is not None:
+        ds["zero3_init_flag"] = config.zero3_init
+    out: dict[str, Any] = dict(config.accelerate_fields)
+    out["deepspeed_config"] = dict(sorted(ds.items()))
+    if config.accelerate_mode == "plugin":
+        # Refused in config-file mode (even "no", FACTS §3 rule 10); in plugin mode it sets DeepSpeed's precision.
+        precision = config.deepspeed.precision
+        if precision in ("bf16", "fp16"):
+            out["mixed_precision"] = precision
+    return dict(sorted(out.items()))
+
+
+def plugin_fields(settings: DeepSpeedSettings) -> dict[str, Any]:
+    """The accelerate plugin-mode fields that say what ``settings`` says (only those ``settings`` sets)."""
+    zero = settings.zero_optimization
+    ds: dict[str, Any] = {}
+    if settings.gradient_accumulation_steps is not None:
+        ds["gradient_accumulation_steps"] = settings.gradient_accumulation_steps
+    if settings.gradient_clipping is not None:
+        ds["gradient_clipping"] = settings.gradient_clipping
+    if zero is not None:
+        if zero.stage is not None:
+            ds["zero_stage"] = zero.stage
+        for name in ("offload_optimizer", "offload_param"):
+            offload = getattr(zero, name)
+            if offload is not None:
+                ds[f"{name}_device"] = offload.device
+                if offload.nvme_path is not None:
+                    ds[f"{name}_nvme_path"] = offload.nvme_path
+        if zero.stage3_gather_16bit_weights_on_model_save is not None:
+            ds["zero3_save_16bit_model"] = zero.stage3_gather_16bit_weights_on_model_save
+    return ds
+
+
+def plugin_mode_drops(settings: DeepSpeedSettings) -> list[str]:
+    """What the accelerate plugin mode cannot carry from ``settings`` (it builds its own DeepSpeed dict)."""
+    full = ds_config_dict(settings)
+    carried = {"gradient_accumulation_steps", "gradient_clipping", "bf16", "fp16"}
+    dropped = [k for k in full if k not in carried and k != "zero_optimization"]
+    zero = full.get("zero_optimization", {})
+    carried_zero = {
+        "stage",
+        "offload_optimizer",
+        "offload_param",
+        "stage3_gather_16bit_weights_on_model_save",
+    }
+    dropped += [f"zero_optimization.{k}" for k in zero if k not in carried_zero]
+    if "fp16" in full and set(full["fp16"]) - {"enabled"}:
+        dropped.append("fp16 loss-scaling settings")
+    return dropped
+
+
+def render_accelerate_yaml(config: ConfigSet) -> str:
+    """accelerate's YAML. Paths in it are written as built: accelerate opens them relative to the directory
+    ``accelerate launch`` runs in, so ``dswiz config`` builds them absolute (WriteOptions.config_dir)."""
+    header = ["# accelerate config written by dswiz: accelerate launch --config_file THIS_FILE script.py"]
+    if config.accelerate_mode == "config_file":
+        header.append("# DeepSpeed settings live in deepspeed_config_file; accelerate refuses them here too.")
+    else:
+        header.append(
+            "# plugin mode: accelerate builds the DeepSpeed config from these fields; it cannot carry:"
+        )
+        drops = plugin_mode_drops(config.deepspeed)
+        header.append("#   " + (", ".join(drops) if drops else "(nothing dswiz set is lost)"))
+    body = yaml.safe_dump(accelerate_yaml_dict(config), sort_keys=False)
+    return "\n".join(header) + "\n" + body
+
+
+def render_hostfile(config: ConfigSet) -> str:
+    """``host slots=N`` per node (DeepSpeed's launcher/runner.py format); '#' lines are comments to it."""
+    topo = config.topology
+    lines = [f"# DeepSpeed hostfile written by dswiz: {topo.nodes} nodes x {topo.gpus_per_node} GPUs"]
+    if any(h.startswith("worker-") for h in topo.hosts):
+        lines.append("# worker-N are placeholders: replace them with your nodes' ssh host names")
+    lines += [f"{host} slots={topo.gpus_per_node}" for host in topo.hosts]
+    return "\n".join(lines) + "\n"
+
+
+def render_deepspeed_env(config: ConfigSet) -> str:
+    """``KEY=VALUE`` lines, nothing else: DeepSpeed splits every line on '=' and would crash on a blank line or
+    export a comment as a variable (launcher/runner.py)."""
+    return "".join(f"{key}={value}\n" for key, value in sorted(config.node_env.items()))
+
+
+def launch_argv(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$SCRIPT") -> list[str]:
+    """The command ``launch.sh`` runs (shell words; ``$DIR``/``$SCRIPT`` stay variables in the script)."""
+    topo = config.topology
+    ds_json = f"{config_dir}/{DS_CONFIG_NAME}"
+    if config.consumer == "accelerate":
+        argv = ["accelerate", "launch", "--config_file", f"{config_dir}/{ACCELERATE_YAML_NAME}"]
+        if runs_on_every_node(config):
+            argv += ["--machine_rank", "$NODE_RANK"]
+        return [*argv, script]
+    argv = ["deepspeed"]
+    if topo.multi_node:
+        argv += ["--hostfile", f"{config_dir}/{HOSTFILE_NAME}", "--master_port", str(topo.master_port)]
+        if topo.master_addr:
+            argv += ["--master_addr", topo.master_addr]
+        if topo.launcher != "pdsh":
+            argv += (
+                ["--no_ssh", "--node_rank", "$NODE_RANK"]
+                if topo.launcher == "nossh"
+                else ["--launcher", topo.launcher]
+            )
+    else:
+        argv += ["--num_gpus", str(topo.gpus_per_node), "--master_port", str(topo.master_port)]
+    # DeepSpeed's own scripts take --deepspeed_config FILE; the HF Trainer takes --deepspeed FILE.
+    config_flag = "--deepspeed" if config.consumer == "trainer" else "--deepspeed_config"
+    return [*argv, script, config_flag, ds_json]
+
+
+def runs_on_every_node(config: ConfigSet) -> bool:
+    """Multi-node jobs without an ssh-driven launcher are started once per node, each with its rank."""
+    topo = config.topology
+    if not topo.multi_node:
+        return False
+    if config.consumer == "accelerate":
+        return topo.launcher != "pdsh"  # accelerate's "standard" multinode launcher is torchrun on each node
+    return topo.launcher == "nossh"
+
+
+def _shell_word(word: str) -> str:
+    if word.startswith("$"):
+        return f'"{word}"'
+    if "$DIR" in word:
+        return '"' + word.replace('"', '\\"') + '"'
+    return shlex.quote(word)
+
+
+def render_launch_sh(config: ConfigSet) -> str:
+    topo = config.topology
+    argv = launch_argv(config)
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Written by dswiz: the exact launch command for the configs in this directory.",
+        "# Run it from your project directory: bash THIS_DIR/launch.sh train.py [script args...]",
+    ]
+    for note in config.script_notes:
+        lines.append(f"# note: {note}")
+    every_node = runs_on_every_node(config)
+    if topo.multi_node:
+        if every_node:
+            lines.append("# multi-node: run this on every node with NODE_RANK=0..N-1 set (node 0 first)")
+        else:
+            lines.append(
+                f"# multi-node: run this on the first host; the {topo.launcher} launcher starts the others"
+            )
+    lines += [
+        "set -euo pipefail",
+        'DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'if [ "$#" -lt 1 ]; then echo "usage: bash $0 train.py [script args...]" >&2; exit 2; fi',
+        'SCRIPT="$1"; shift',
+    ]
+    if every_node:
+        lines.append(': "${NODE_RANK:?set NODE_RANK to this node\'s rank (0 on the first host)}"')
+    if config.node_env and config.consumer == "accelerate":
+        # accelerate copies its own environment into .deepspeed_env for the other nodes.
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(config.node_env.items())]
+    elif config.node_env:
+        # DeepSpeed reads .deepspeed_env from ~ or the working directory; DS_ENV_FILE (absolute) points it here.
+        lines.append(f'export DS_ENV_FILE="$DIR/{DEEPSPEED_ENV_NAME}"')
+    lines.append("exec " + " ".join(_shell_word(w) for w in argv) + ' "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def render_all(config: ConfigSet) -> dict[str, str]:
+    """File name -> text for the whole set (hostfile and .deepspeed_env only for a multi-node job)."""
+    files = {
+        DS_CONFIG_NAME: render_ds_json(config.deepspeed),
+        ACCELERATE_YAML_NAME: render_accelerate_yaml(config),
+    }
+    if config.topology.multi_node:
+        files[HOSTFILE_NAME] = render_hostfile(config)
+        if config.node_env:
+            files[DEEPSPEED_ENV_NAME] = render_deepspeed_env(config)
+    files[LAUNCH_SH_NAME] = render_launch_sh(config)
+    return files

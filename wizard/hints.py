@@ -1,0 +1,315 @@
+"""What the user's training script must change for the chosen consumer and config: a short before/after (shown
+as a unified diff), one line saying why, the launch command, and a finding where a combination has a trap.
+
+Checked against the installed libraries (tests/unit/test_hints.py, tests/integration/test_hints_run.py):
+- accelerate 1.15 ``Accelerator._prepare_deepspeed``: an optimizer in the DeepSpeed config needs
+  ``accelerate.utils.DummyOptim`` in the script ("You cannot specify an optimizer in the config file and in the code
+  at the same time"), a scheduler in the config needs ``DummyScheduler`` ("You cannot specify a scheduler in the
+  config file and in the code at the same time"); with ``DummyOptim`` only ``DummyScheduler`` is accepted ("You can
+  only specify `accelerate.utils.DummyScheduler` in the code when using `accelerate.utils.DummyOptim`."), so a
+  scheduler of the script's own goes in through ``DummyScheduler(optimizer, lr_scheduler_callable=...)``.
+- DeepSpeed ``initialize(optimizer=..., lr_scheduler=...)``: a client scheduler may be a callable taking the
+  optimizer DeepSpeed built (engine._configure_lr_scheduler).
+- transformers ``deepspeed_optim_sched``: the Trainer handles every optimizer/scheduler mix itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+from wizard.errors import DswizError
+from wizard.findings import Finding, Severity
+
+Consumer = Literal["deepspeed", "accelerate", "trainer"]
+OptimizerSource = Literal["config", "script"]
+SchedulerSource = Literal["config", "script", "none"]
+
+CONSUMERS: tuple[str, ...] = ("deepspeed", "accelerate", "trainer")
+OPTIMIZER_SOURCES: tuple[str, ...] = ("config", "script")
+SCHEDULER_SOURCES: tuple[str, ...] = ("config", "script", "none")
+
+
+@dataclass(frozen=True)
+class CodeHints:
+    """The code change for one (consumer, optimizer source, scheduler source)."""
+
+    consumer: str
+    optimizer_source: str
+    scheduler_source: str
+    explanation: str  # one line: what changes and why
+    before: (
+        str  # typical code today (Python, runnable with model / train_loader / num_training_steps defined)
+    )
+    after: str  # the same code, changed
+    launch: str  # how to start it
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    @property
+    def diff(self) -> str:
+        """``before`` -> ``after`` as a unified diff (empty when nothing changes)."""
+        lines = difflib.unified_diff(
+            self.before.splitlines(keepends=True),
+            self.after.splitlines(keepends=True),
+            fromfile="train.py (before)",
+            tofile="train.py (after)",
+            n=1,
+        )
+        return "".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "consumer": self.consumer,
+            "optimizer_source": self.optimizer_source,
+            "scheduler_source": self.scheduler_source,
+            "explanation": self.explanation,
+            "diff": self.diff,
+            "after": self.after,
+            "launch": self.launch,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+# -- the pieces -----------------------------------------------------------------------------------------------
+# The scheduler a script typically has: linear decay. Any torch scheduler works the same way.
+_SCRIPT_SCHEDULER = "torch.optim.lr_scheduler.LambdaLR({opt}, lambda step: 1 - step / num_training_steps)"
+_TORCH_OPTIMIZER = "torch.optim.AdamW(model.parameters(), lr=1e-4)"
+
+_ACCELERATE_BEFORE_OPT = f"optimizer = {_TORCH_OPTIMIZER}\n"
+_ACCELERATE_BEFORE_SCHED = f"scheduler = {_SCRIPT_SCHEDULER.format(opt='optimizer')}\n"
+_ACCELERATE_HEAD = "accelerator = Accelerator()\n"
+
+
+def _accelerate(opt: str, sched: str) -> tuple[str, str, str]:
+    """(before, after, explanation) for accelerate."""
+    with_sched = sched != "none"
+    prepared = "model, optimizer, train_loader" + (", scheduler" if with_sched else "")
+    prepare = f"{prepared} = accelerator.prepare({prepared})\n"
+    before = (
+        "import torch\nfrom accelerate import Accelerator\n\n"
+        + _ACCELERATE_HEAD
+        + _ACCELERATE_BEFORE_OPT
+        + (_ACCELERATE_BEFORE_SCHED if with_sched else "")
+        + prepare
+    )
+    dummies = [
+        n for n, used in (("DummyOptim", opt == "config"), ("DummyScheduler", sched != "none")) if used
+    ]
+    if opt == "script" and sched != "config":
+        return (
+            before,
+            before,
+            "no change: accelerator.prepare() hands your optimizer and scheduler to DeepSpeed",
+        )
+    if opt == "config" and sched == "script":
+        dummies = ["DummyOptim", "DummyScheduler"]
+    after = (
+        "import torch\nfrom accelerate import Accelerator\n"
+        + f"from accelerate.utils import {', '.join(dummies)}\n\n"
+    )
+    after += _ACCELERATE_HEAD
+    if opt == "config":
+        after += (
+            "optimizer = DummyOptim(model.parameters(), lr=1e-4)  # DeepSpeed builds it from the config\n"
+        )
+    else:
+        after += _ACCELERATE_BEFORE_OPT
+    if sched == "config":
+        after += "scheduler = DummyScheduler(optimizer, total_num_steps=num_training_steps, warmup_num_steps=100)\n"
+    elif sched == "script":
+        after += (
+            "# DeepSpeed builds the optimizer, so pass a function that builds your scheduler on it:\n"
+            "scheduler = DummyScheduler(\n"
+            "    optimizer,\n"
+            f"    lr_scheduler_callable=lambda opt: {_SCRIPT_SCHEDULER.format(opt='opt')},\n"
+            ")\n"
+        )
+    after += prepare
+    what = {
+        ("config", "config"): "optimizer and scheduler come from the DeepSpeed config: the script passes "
+        'DummyOptim / DummyScheduler placeholders (accelerate fills the config\'s "auto" values from them)',
+        ("config", "none"): "the optimizer comes from the DeepSpeed config: the script passes a DummyOptim "
+        'placeholder (accelerate fills lr / weight_decay "auto" from it)',
+        (
+            "script",
+            "config",
+        ): "the scheduler comes from the DeepSpeed config: the script passes a DummyScheduler "
+        "placeholder next to its own optimizer",
+        (
+            "config",
+            "script",
+        ): "the optimizer comes from the DeepSpeed config, so the script's scheduler must be "
+        "built on it later: DummyOptim, and DummyScheduler(lr_scheduler_callable=...)",
+    }[(opt, sched)]
+    return before, after, what
+
+
+_DS_LOOP_BEFORE = (
+    "for batch in train_loader:\n"
+    "    loss = model(batch)\n"
+    "    loss.backward()\n"
+    "    optimizer.step()\n"
+    "{sched_step}"
+    "    optimizer.zero_grad()\n"
+)
+_DS_LOOP_AFTER = (
+    "for batch in train_loader:\n"
+    "    loss = engine(batch)\n"
+    "    engine.backward(loss)\n"
+    "    engine.step()  # optimizer step, scheduler step, zero_grad (and gradient accumulation)\n"
+)
+_DS_ARGS = (
+    "parser = argparse.ArgumentParser()  # or your own parser\n"
+    'parser.add_argument("--local_rank", type=int, default=-1)  # the deepspeed launcher passes it\n'
+    "args = deepspeed.add_config_arguments(parser).parse_args()  # adds --deepspeed_config FILE\n"
+)
+
+
+def _deepspeed(opt: str, sched: str) -> tuple[str, str, str]:
+    with_sched = sched != "none"
+    before = (
+        "import torch\n\n"
+        f"optimizer = {_TORCH_OPTIMIZER}\n"
+        + (_ACCELERATE_BEFORE_SCHED if with_sched else "")
+        + _DS_LOOP_BEFORE.format(sched_step="    scheduler.step()\n" if with_sched else "")
+    )
+    after = "import argparse\n\nimport deepspeed\nimport torch\n\n" + _DS_ARGS
+    kwargs = ["args=args", "model=model"]
+    if opt == "config":
+        kwargs.append("model_parameters=model.parameters()")
+    else:
+        after += f"optimizer = {_TORCH_OPTIMIZER}\n"
+        kwargs.append("optimizer=optimizer")
+    if sched == "script":
+        if opt == "config":
+            after += (
+                "# DeepSpeed builds the optimizer, so pass a function that builds your scheduler on it:\n"
+                f"make_scheduler = lambda opt: {_SCRIPT_SCHEDULER.format(opt='opt')}  # noqa: E731\n"
+            )
+            kwargs.append("lr_scheduler=make_scheduler")
+        else:
+            after += _ACCELERATE_BEFORE_SCHED
+            kwargs.append("lr_scheduler=scheduler")
+    after += f"engine, optimizer, _, scheduler = deepspeed.initialize({', '.join(kwargs)})\n" + _DS_LOOP_AFTER
+    parts = {
+        "config": "the optimizer from the config",
+        "script": "your optimizer",
+    }
+    sched_part = {
+        "config": ", the scheduler from the config",
+        "script": ", your scheduler"
+        + (" (built by a function, on DeepSpeed's optimizer)" if opt == "config" else ""),
+        "none": "",
+    }
+    what = (
+        "deepspeed.initialize() wraps the model in an engine that owns backward/step, with "
+        f"{parts[opt]}{sched_part[sched]}; the config arrives as --deepspeed_config"
+    )
+    return before, after, what
+
+
+_TRAINER_BEFORE = (
+    "from transformers import Trainer, TrainingArguments\n\n"
+    'args = TrainingArguments(output_dir="out", per_device_train_batch_size=8)\n'
+    "trainer = Trainer(model=model, args=args, train_dataset=train_dataset)\n"
+    "trainer.train()\n"
+)
+
+
+def _trainer(opt: str, sched: str, config_file: str) -> tuple[str, str, str]:
+    after = _TRAINER_BEFORE.replace(
+        "per_device_train_batch_size=8)",
+        f"per_device_train_batch_size=8, deepspeed={json.dumps(config_file)})",
+    )
+    source = {
+        ("config", "config"): "optimizer and scheduler from the config",
+        ("config", "script"): "the config's optimizer with the Trainer's scheduler (--lr_scheduler_type)",
+        ("config", "none"): "the config's optimizer",
+        ("script", "config"): "the Trainer's optimizer (--optim) with the config's scheduler",
+        ("script", "script"): "the Trainer's own optimizer and scheduler",
+        ("script", "none"): "the Trainer's own optimizer",
+    }[(opt, sched)]
+    what = (
+        f"the Trainer takes the DeepSpeed config as TrainingArguments(deepspeed=FILE) or --deepspeed FILE and "
+        f'builds {source} itself; numbers set to "auto" come from TrainingArguments'
+    )
+    return _TRAINER_BEFORE, after, what
+
+
+def _script_scheduler_on_ds_optimizer(consumer: str) -> Finding:
+    if consumer == "accelerate":
+        why = (
+            "the script's usual code fails: with its own torch optimizer accelerate raises ValueError(\"You cannot "
+            'specify an optimizer in the config file and in the code at the same time. ..."); a torch scheduler '
+            "cannot be built on DummyOptim (it has no param_groups); and next to DummyOptim "
+            "accelerate accepts only a DummyScheduler"
+        )
+        fix = (
+            "build it inside DummyScheduler(optimizer, lr_scheduler_callable=lambda opt: YourScheduler(opt, ...)), "
+            "or move the scheduler into the DeepSpeed config"
+        )
+    else:
+        why = (
+            "the optimizer only exists once deepspeed.initialize() has built it, so a scheduler object cannot be "
+            "created on it beforehand"
+        )
+        fix = (
+            "pass deepspeed.initialize(..., lr_scheduler=lambda opt: YourScheduler(opt, ...)), or move the "
+            "scheduler into the DeepSpeed config"
+        )
+    return Finding(
+        severity=Severity.WARNING,
+        code="ds-optimizer-script-scheduler",
+        what="the optimizer comes from the DeepSpeed config but the LR scheduler from the script",
+        why=why,
+        fix=fix,
+        location="scheduler",
+    )
+
+
+def code_hints(
+    consumer: str,
+    optimizer_source: str,
+    scheduler_source: str,
+    *,
+    config_file: str = "ds_config.json",
+    accelerate_config: str = "accelerate.yaml",
+    script: str = "train.py",
+) -> CodeHints:
+    """The script change for ``consumer`` (deepspeed | accelerate | trainer) when the optimizer comes from the
+    DeepSpeed ``config`` or the ``script``, and the scheduler from the ``config``, the ``script`` or ``none``."""
+    for value, allowed, flag in (
+        (consumer, CONSUMERS, "consumer"),
+        (optimizer_source, OPTIMIZER_SOURCES, "optimizer source"),
+        (scheduler_source, SCHEDULER_SOURCES, "scheduler source"),
+    ):
+        if value not in allowed:
+            raise DswizError(f"unknown {flag} {value!r}", f"use one of: {', '.join(allowed)}")
+    findings: tuple[Finding, ...] = ()
+    if consumer == "accelerate":
+        before, after, what = _accelerate(optimizer_source, scheduler_source)
+        launch = f"accelerate launch --config_file {accelerate_config} {script}"
+    elif consumer == "deepspeed":
+        before, after, what = _deepspeed(optimizer_source, scheduler_source)
+        launch = f"deepspeed {script} --deepspeed_config {config_file}"
+    else:
+        before, after, what = _trainer(optimizer_source, scheduler_source, config_file)
+        launch = f"deepspeed {script} --deepspeed {config_file}"
+    if consumer != "trainer" and optimizer_source == "config" and scheduler_source == "script":
+        findings = (_script_scheduler_on_ds_optimizer(consumer),)
+    return CodeHints(
+        consumer=consumer,
+        optimizer_source=optimizer_source,
+        scheduler_source=scheduler_source,
+        explanation=what,
+        before=before,
+        after=after,
+        launch=launch,
+        findings=findings,
+    )

@@ -1,0 +1,484 @@
+"""The memory model (pure arithmetic): what one training (or inference) step of a strategy needs on each GPU, in host
+RAM and on NVMe.
+
+A step has three moments that can be the peak, each linear in the micro-batch:
+  forward/loss  all saved activations + the loss head's fp32 logits, on top of the persistent model states;
+  backward      gradient buffers fill while activations drain (the larger end of that trade);
+  optimizer     gradients converted to fp32 for the update.
+The allocator keeps more than it hands out (reserved), and the device also holds the CUDA context and NCCL buffers:
+"fits" is judged on that device total (FACTS §1). Constants live in ``wizard.calibration`` with their sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wizard import calibration as cal
+from wizard.model import ModelSpec
+from wizard.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class ZeroBuffers:
+    """DeepSpeed's buffer settings (its defaults unless a config says otherwise)."""
+
+    reduce_bucket_elements: int = cal.REDUCE_BUCKET_ELEMENTS
+    allgather_bucket_elements: int = cal.ALLGATHER_BUCKET_ELEMENTS
+    prefetch_elements: int = cal.STAGE3_PREFETCH_ELEMENTS
+    max_live_parameters: int = cal.STAGE3_MAX_LIVE_PARAMETERS
+    overlap_comm: bool | None = None  # None: DeepSpeed's default (on at stage 3 only)
+
+
+DEFAULT_BUFFERS = ZeroBuffers()
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One candidate peak moment: named byte amounts, each ``fixed + per_sample * micro_batch``."""
+
+    name: str
+    fixed: tuple[tuple[str, int], ...]
+    per_sample: tuple[tuple[str, int], ...]
+
+    def fixed_total(self) -> int:
+        return sum(v for _, v in self.fixed)
+
+    def per_sample_total(self) -> int:
+        return sum(v for _, v in self.per_sample)
+
+    def at(self, micro_batch: int) -> int:
+        return self.fixed_total() + micro_batch * self.per_sample_total()
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Predicted bytes per GPU (and per node for host RAM and NVMe) for one strategy at one micro-batch."""
+
+    allocated: int  # torch.cuda.max_memory_allocated
+    reserved: int  # torch.cuda.max_memory_reserved
+    cuda_context: int
+    nccl: int
+    device: int  # reserved + context + NCCL: what has to fit in the card
+    peak_phase: str
+    gpu_items: tuple[tuple[str, int], ...]  # the peak phase's parts (sum == allocated)
+    per_sample_device: int  # device bytes one more sample in the micro-batch adds
+    cpu: int  # host RAM per node
+    cpu_items: tuple[tuple[str, int], ...]
+    nvme: int  # NVMe bytes per node
+    phases: tuple[tuple[str, int], ...] = field(default=())  # allocated bytes at each moment
+
+    def breakdown(self) -> dict[str, int]:
+        d = dict(self.gpu_items)
+        d.update(
+            fragmentation=self.reserved - self.allocated,
+            cuda_context=self.cuda_context,
+            nccl=self.nccl,
+        )
+        return d
+
+
+# --------------------------------------------------------------------------------------------- activations
+
+
+def weight_bytes(strategy: Strategy) -> int:
+    return 4 if strategy.precision == "fp32" else 2
+
+
+def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Saved-for-backward bytes per token of one transformer layer in 16-bit (ACTIVATION_RECIPES)."""
+    r = cal.ACTIVATION_RECIPES.get(model.family, cal.ACTIVATION_RECIPES["llama"])
+    h = model.hidden
+    if model.is_moe:
+        dense_ffn = 8 * model.shared_expert_ffn_hidden if model.shared_expert_ffn_hidden else 0
+        ffn = (
+            model.experts_per_token * (r.per_ffn * model.moe_ffn_hidden + r.per_routed_hidden * h) + dense_ffn
+        )
+        ffn += r.per_expert * model.num_experts
+        if model.moe_layers < model.layers:  # dense layers between sparse ones
+            dense = r.per_ffn * model.ffn_hidden
+            ffn = (ffn * model.moe_layers + dense * (model.layers - model.moe_layers)) / model.layers
+    else:
+        ffn = r.per_ffn * model.ffn_hidden
+    b = r.per_hidden * h + ffn + r.per_kv * model.kv_dim
+    if model.dropout > 0:
+        b += r.dropout_masks * h
+    if model.attention == "eager":
+        b += r.per_score * model.heads * seq_len
+    if model.rel_pos_span:
+        b += r.per_rel_span * model.heads * 2 * model.rel_pos_span
+        b += r.per_rel_table * model.rel_pos_span * h / max(1, seq_len)
+    return b
+
+
+def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int, int]:
+    """Per sample, 16-bit training: (layers' saved tensors, loss head at its peak, one layer's backward transient).
+
+    The forward/loss peak holds the first two; while the layers run backward the head's tensors are gone and one
+    layer's transient (its gradients; with checkpointing also its recomputed activations) sits on top instead."""
+    per_layer = layer_activation_bytes_per_token(model, seq_len)
+    if checkpointing:
+        saved = model.layers * cal.CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER * model.hidden
+        transient = (cal.BACKWARD_TRANSIENT_LAYERS + cal.CHECKPOINT_RECOMPUTE_LAYERS) * per_layer
+    else:
+        saved = model.layers * per_layer
+        transient = cal.BACKWARD_TRANSIENT_LAYERS * per_layer
+    head = cal.LOSS_HEAD_BYTES_PER_VOCAB * model.vocab + cal.HEAD_BYTES_PER_HIDDEN * model.hidden
+    return int(saved * seq_len), int(head * seq_len), int(transient * seq_len)
+
+
+# --------------------------------------------------------------------------------------------- model states
+
+
+def _params_on_gpu(model: ModelSpec, s: Strategy) -> int:
+    w, P, N = weight_bytes(s), model.total_params, s.world_size
+    if s.zero_stage < 3:
+        return w * P
+    if s.offload_param != "none":
+        return 0
+    out = w * P // N
+    if s.zero_hpz_partition_size > 1:  # ZeRO++ hpZ: a secondary 16-bit partition inside the node
+        out += w * P // s.zero_hpz_partition_size
+    return out
+
+
+def _optimizer_bytes_per_param(s: Strategy) -> int:
+    # DeepSpeed keeps a separate fp32 master copy at every ZeRO stage; stage 0 in fp32 steps the weights directly.
+    master = cal.MASTER_BYTES if (s.precision != "fp32" or s.zero_stage >= 1) else 0
+    return master + cal.ADAM_STATE_BYTES
+
+
+def _optimizer_on_gpu(model: ModelSpec, s: Strategy) -> int:
+    if s.mode == "inference" or s.offload_optimizer != "none":
+        return 0
+    shards = s.world_size if s.zero_stage >= 1 else 1
+    return _optimizer_bytes_per_param(s) * model.total_params // shards
+
+
+def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
+    """Gathered full parameters live during forward/backward: the module in use plus the prefetch bucket."""
+    if s.world_size == 1 and s.offload_param == "none":
+        return 0  # one rank: the partition is the whole parameter
+    # A module larger than max_live_parameters is still gathered whole; nothing beyond the model is ever live.
+    live = max(
+        model.largest_layer_params,
+        min(buf.max_live_parameters, model.largest_layer_params + buf.prefetch_elements),
+    )
+    return weight_bytes(s) * min(model.total_params, live)
+
+
+def training_phases(
+    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> list[Phase]:
+    """The three candidate peaks of a training step (allocator bytes, without fragmentation)."""
+    w, P, N = weight_bytes(s), model.total_params, s.world_size
+    stage = s.zero_stage
+    offload_opt = s.offload_optimizer != "none"
+    accumulating = s.gradient_accumulation_steps > 1
+    bucket = w * buf.reduce_bucket_elements
+    if (buf.overlap_comm if buf.overlap_comm is not None else stage == 3) and stage in (1, 2):
+        bucket *= 2  # double-buffered when overlapping communication
+
+    persistent: list[tuple[str, int]] = [
+        ("parameters", _params_on_gpu(model, s)),
+        ("optimizer states", _optimizer_on_gpu(model, s)),
+    ]
+    grads_full = 0  # gradient storage at the end of backward
+    in_backward_buffers = 0  # buffers that exist only from the first gradient on
+    if stage == 3:
+        buffers = bucket + (0 if offload_opt else w * P // N)  # ipg bucket + gradient partition, from init
+        persistent.append(("ZeRO-3 gradient partition + reduce bucket", buffers))
+        working = _stage3_working_set(model, s, buf)
+        if working:
+            persistent.append(("gathered parameters", working))
+        step_extra = 0 if offload_opt else 4 * P // N
+    elif stage in (1, 2):
+        if offload_opt:
+            persistent.append(("offload gradient staging", w * model.largest_layer_params))
+        grads_full = w * P // N if stage == 2 else w * P
+        in_backward_buffers = bucket
+        step_extra = 0 if offload_opt else (2 * w + 4) * P // N
+    else:  # stage 0: DeepSpeed's 16-bit optimizer wrapper over plain data parallelism
+        grads_full = w * P
+        in_backward_buffers = w * min(buf.allgather_bucket_elements, P) if N > 1 else 0
+        step_extra = (2 * w + 4) * P if w == 2 else w * P  # gradients, their flat copy, fp32 for the update
+    if accumulating and grads_full:
+        persistent.append(("accumulated gradients", grads_full))
+
+    layers, head, transient = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
+    fwd = Phase(
+        "forward/loss",
+        tuple(persistent),
+        (("activations", layers), ("loss head (logits, fp32 upcast)", head)),
+    )
+    grads_now = 0 if accumulating else grads_full
+    # Backward: activations drain while gradients fill, so the peak is at one end of that trade.
+    bwd_start = Phase(
+        "backward",
+        (*persistent, ("gradient buckets", in_backward_buffers)),
+        (("activations", layers), ("backward transient (one layer)", transient)),
+    )
+    bwd_end = Phase(
+        "backward",
+        (*persistent, ("gradient buckets", in_backward_buffers), ("gradients", grads_now)),
+        (),
+    )
+    step = Phase("optimizer step", (*persistent, ("gradients for the update", step_extra)), ())
+    return [fwd, bwd_start, bwd_end, step]
+
+
+def inference_phases(
+    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> list[Phase]:
+    w = weight_bytes(s)
+    fixed = [("parameters", _params_on_gpu(model, s))]
+    working = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
+    if working:
+        fixed.append(("gathered parameters", working))
+    per_layer = layer_activation_bytes_per_token(model, seq_len)
+    acts = int(cal.INFERENCE_LIVE_LAYERS * per_layer * seq_len)
+    logits = int(w * model.vocab * seq_len)
+    return [Phase("forward", tuple(fixed), (("activations", acts), ("logits", logits)))]
+
+
+def phases_for(
+    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> list[Phase]:
+    if s.mode == "inference":
+        return inference_phases(model, s, seq_len, buf)
+    return training_phases(model, s, seq_len, buf)
+
+
+@dataclass(frozen=True)
+class ModelStateBytes:
+    """Parameters, gradients and optimizer states only (what DeepSpeed's estimator counts), in bytes."""
+
+    gpu_params: int
+    gpu_gradients: int  # 16-bit gradient partition + the fp32 copy the update uses
+    gpu_optimizer: int
+    cpu_per_node: (
+        int  # offloaded fp32 master weights, Adam states, fp32 gradients (+ 16-bit params offloaded)
+    )
+
+    @property
+    def gpu(self) -> int:
+        return self.gpu_params + self.gpu_gradients + self.gpu_optimizer
+
+
+def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
+    """Per GPU (and per node on the host) at steady state, from the same parts the phases use."""
+    w, P, N, g = weight_bytes(s), model.total_params, s.world_size, s.gpus_per_node
+    offload_opt = s.offload_optimizer != "none"
+    if offload_opt or s.mode == "inference":
+        grads = 0
+    elif s.zero_stage == 1:  # 16-bit gradients stay whole, the fp32 copy is per partition
+        grads = w * P + 4 * P // N
+    else:
+        grads = (w + 4) * P // (N if s.zero_stage >= 2 else 1)
+    cpu = 0
+    if offload_opt and s.mode == "train":
+        cpu += g * (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // N
+    if s.offload_param != "none":
+        cpu += g * w * P // N
+    return ModelStateBytes(_params_on_gpu(model, s), grads, _optimizer_on_gpu(model, s), cpu)
+
+
+# --------------------------------------------------------------------------------------------- device level
+
+
+def nccl_bytes(s: Strategy) -> int:
+    if s.world_size == 1:
+        return 0
+    communicators = 1 + (1 if s.zero_hpz_partition_size > 1 else 0)
+    return communicators * cal.NCCL_BYTES_PER_COMMUNICATOR
+
+
+def reserved_from_allocated(allocated: int) -> int:
+    return int(cal.RESERVED_PER_ALLOCATED * allocated) + cal.RESERVED_FIXED_BYTES
+
+
+def device_overhead(s: Strategy) -> int:
+    """Bytes on the device outside PyTorch's allocator."""
+    return cal.CUDA_CONTEXT_BYTES + nccl_bytes(s)
+
+
+def device_bytes_at(phases: list[Phase], s: Strategy, micro_batch: int) -> int:
+    allocated = max(p.at(micro_batch) for p in phases)
+    return reserved_from_allocated(allocated) + device_overhead(s)
+
+
+def max_micro_batch_for_capacity(
+    phases: list[Phase], s: Strategy, capacity_bytes: int, limit: int = 1 << 20
+) -> int:
+    """The largest micro-batch whose device bytes stay within ``capacity_bytes`` (0 if not even 1 fits).
+
+    Closed form: every phase is linear in the micro-batch, so each gives its own bound.
+    """
+    # +1: reserved_from_allocated floors, so the inverse may be up to a byte short.
+    alloc_budget = (
+        capacity_bytes - device_overhead(s) - cal.RESERVED_FIXED_BYTES + 1
+    ) / cal.RESERVED_PER_ALLOCATED
+    best = limit
+    for p in phases:
+        fixed, slope = p.fixed_total(), p.per_sample_total()
+        if fixed > alloc_budget:
+            best = 0
+        elif slope > 0:
+            best = min(best, int((alloc_budget - fixed) // slope))
+    best = max(best, 0)
+    # Guard the integer rounding of the closed form (it is off by at most one or two either way).
+    while best > 0 and device_bytes_at(phases, s, best) > capacity_bytes:
+        best -= 1
+    for _ in range(4):
+        if best < limit and device_bytes_at(phases, s, best + 1) <= capacity_bytes:
+            best += 1
+    return best
+
+
+# --------------------------------------------------------------------------------------------- host and NVMe
+
+
+def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Host RAM per node: each rank's process, the model while it loads, and whatever is offloaded."""
+    w, P, N, ranks = weight_bytes(s), model.total_params, s.world_size, s.gpus_per_node
+    items: list[tuple[str, int]] = [("processes", ranks * cal.HOST_BYTES_PER_RANK)]
+    # Every rank materialises the 16-bit model before DeepSpeed moves it (stage 3 with zero.Init: a partition).
+    load = w * P if s.zero_stage < 3 else w * P // N
+    steady = 0
+    if s.mode == "train":
+        shards = N if s.zero_stage >= 1 else 1
+        if s.offload_optimizer == "cpu":
+            # fp32 master + Adam states + fp32 gradients, pinned; stage 1/2 also stage a 16-bit copy.
+            steady += (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // shards
+            if s.zero_stage in (1, 2):
+                steady += w * P // shards
+        elif s.offload_optimizer == "nvme":
+            steady += cal.NVME_OPTIMIZER_PINNED_BYTES + 4 * P // shards
+    if s.offload_param == "cpu":
+        steady += w * P // N
+    elif s.offload_param == "nvme":
+        steady += cal.NVME_PARAM_PINNED_BYTES
+    if steady:
+        items.append(("offloaded states and pinned buffers", ranks * steady))
+    extra = max(0, load - steady)
+    if extra:
+        items.append(("model copy while loading", ranks * extra))
+    return sum(v for _, v in items), tuple(items)
+
+
+def nvme_bytes(model: ModelSpec, s: Strategy) -> int:
+    """NVMe bytes per node (one swap folder shared by the node's ranks)."""
+    w, P, N, ranks = weight_bytes(s), model.total_params, s.world_size, s.gpus_per_node
+    out = 0
+    if s.offload_optimizer == "nvme" and s.mode == "train":
+        out += ranks * (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // N
+    if s.offload_param == "nvme":
+        out += ranks * w * P // N
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the estimate
+
+
+def estimate_memory(
+    model: ModelSpec, strategy: Strategy, seq_len: int, buffers: ZeroBuffers = DEFAULT_BUFFERS
+) -> MemoryEstimate:
+    phases = phases_for(model, strategy, seq_len, buffers)
+    b = strategy.micro_batch_size
+    at = [(p, p.at(b)) for p in phases]
+    peak, allocated = max(at, key=lambda x: x[1])
+    reserved = reserved_from_allocated(allocated)
+    items = tuple((k, v) for k, v in peak.fixed if v) + tuple((k, v * b) for k, v in peak.per_sample if v)
+    cpu, cpu_items = host_bytes(model, strategy)
+    per_sample = int(cal.RESERVED_PER_ALLOCATED * peak.per_sample_total())
+    context, nccl = cal.CUDA_CONTEXT_BYTES, nccl_bytes(strategy)
+    return MemoryEstimate(
+        allocated=allocated,
+        reserved=reserved,
+        cuda_context=context,
+        nccl=nccl,
+        device=reserved + context + nccl,
+        peak_phase=peak.name,
+        gpu_items=items,
+        per_sample_device=per_sample,
+        cpu=cpu,
+        cpu_items=cpu_items,
+        nvme=nvme_bytes(model, strategy),
+        phases=tuple((p.name, v) for p, v in at),
+    )
+
+
+# --------------------------------------------------------------------------------------------- DeepSpeed's own
+
+
+def ds_estimate_zero2(
+    total_params: int,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    additional_buffer_factor: float = cal.DS_ESTIMATOR_BUFFER_FACTOR,
+) -> tuple[int, int]:
+    """(cpu, gpu) bytes exactly as ``estimate_zero2_model_states_mem_needs`` (DeepSpeed 0.19.8, FACTS §1)."""
+    total_gpus = num_nodes * num_gpus_per_node
+    if cpu_offload:
+        gpu = 2 * total_params
+        cpu = total_params * max(4 * total_gpus, 16) * additional_buffer_factor
+    else:
+        gpu = 2 * total_params + int(18 * total_params / total_gpus)
+        cpu = total_params * 4 * num_gpus_per_node * additional_buffer_factor
+    return int(cpu), int(gpu)
+
+
+def ds_estimate_zero3(
+    total_params: int,
+    largest_layer_params: int,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    cpu_offload_params: bool = True,
+    zero_init: bool = True,
+    additional_buffer_factor: float = cal.DS_ESTIMATOR_BUFFER_FACTOR,
+) -> tuple[int, int]:
+    """(cpu, gpu) bytes exactly as ``estimate_zero3_model_states_mem_needs`` (DeepSpeed 0.19.8, FACTS §1)."""
+    total_gpus = num_nodes * num_gpus_per_node
+    gpus_factor = 1 / num_nodes
+    largest_layer_memory = 4 * largest_layer_params
+    if cpu_offload:
+        if cpu_offload_params:
+            gpu = largest_layer_memory
+            if zero_init:
+                cpu = total_params * 18 * gpus_factor * additional_buffer_factor
+            else:
+                cpu = total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * additional_buffer_factor
+        else:
+            gpu = largest_layer_memory + int(2 * total_params / total_gpus)
+            if zero_init:
+                cpu = total_params * 16 * gpus_factor * additional_buffer_factor
+            else:
+                cpu = total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * additional_buffer_factor
+    else:
+        gpu = largest_layer_memory + int(18 * total_params / total_gpus)
+        if zero_init:
+            cpu = largest_layer_params * 4 * num_gpus_per_node * additional_buffer_factor
+        else:
+            cpu = total_params * 4 * num_gpus_per_node * additional_buffer_factor
+    return int(cpu), int(gpu)
+
+
+def deepspeed_estimate(model: ModelSpec, s: Strategy) -> tuple[int, int] | None:
+    """What DeepSpeed's estimator says for this strategy, (cpu, gpu) bytes; None where it has no formula (stage 0).
+
+    Stage 1 uses the ZeRO-2 formula (DeepSpeed has none of its own); inference has none either."""
+    if s.mode != "train":
+        return None
+    if s.zero_stage in (1, 2):
+        return ds_estimate_zero2(model.total_params, s.gpus_per_node, s.nodes, s.offload_optimizer != "none")
+    if s.zero_stage == 3:
+        return ds_estimate_zero3(
+            model.total_params,
+            model.largest_layer_params,
+            s.gpus_per_node,
+            s.nodes,
+            cpu_offload=s.offload_optimizer != "none",
+            cpu_offload_params=s.offload_param != "none",
+        )
+    return None

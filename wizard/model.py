@@ -1,0 +1,662 @@
+"""What model is being trained: a frozen ``ModelSpec`` from a preset name, a local HF config.json, or numbers.
+
+Parameter counts are computed from the architecture the way transformers builds it (tests build the real models
+from config on CPU and compare ``num_parameters()``). Nothing here touches the network or imports torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from wizard.errors import DswizError
+from wizard.model_presets import ALIASES, PRESETS
+
+# model_type -> the MoE block ZeRO-3 must treat as a leaf (accelerate's deepspeed_moe_layer_cls_names).
+MOE_LAYER_CLASSES = {"mixtral": "MixtralSparseMoeBlock", "qwen2_moe": "Qwen2MoeSparseMoeBlock"}
+
+_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The numbers the planner needs about one model. Counts are parameters (elements), not bytes."""
+
+    name: str
+    model_type: str  # HF model_type ("gpt2", "llama", "mixtral", ...) or "custom"
+    family: str  # activation recipe (wizard.calibration.ACTIVATION_RECIPES): gpt2, llama, neox, bert, ...
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    max_positions: int | None
+    tied_embeddings: bool
+    total_params: int
+    active_params: int  # parameters one token passes through (== total for dense models)
+    largest_layer_params: int  # DeepSpeed's notion: the most parameters owned directly by one module
+    embedding_params: int = 0  # input embeddings (+ an untied output head)
+    head_dim: int = 0
+    num_experts: int = 0  # 0 for dense models
+    experts_per_token: int = 0
+    moe_ffn_hidden: int = 0  # per-expert FFN width
+    shared_expert_ffn_hidden: int = 0
+    moe_layers: int = 0  # layers with experts
+    moe_layer_cls_name: str | None = None
+    activation: str = "silu"
+    dropout: float = 0.0  # hidden/residual dropout in training mode (its masks cost activation memory)
+    attention: str = "sdpa"  # "eager" where transformers only materialises attention scores (DeBERTa)
+    rel_pos_span: int = 0  # DeBERTa relative-position buckets (its c2p/p2c scores scale with it)
+    encoder: bool = False  # masked-LM encoder (BERT-like) rather than a causal LM
+    source: str = "preset"  # "preset", the config.json path, or "numbers"
+    exact: bool = True  # False when the shape was guessed from a parameter count
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0 and self.heads:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+
+# --------------------------------------------------------------------------------------------------- parsing
+
+
+def preset_names() -> list[str]:
+    return sorted(PRESETS)
+
+
+def load_model_spec(text: str) -> ModelSpec:
+    """A preset name, a path to a config.json (or its directory), or numbers ("params=7e9",
+    "layers=32,hidden=4096,heads=32,vocab=32000"). Raises DswizError with the fix for anything else."""
+    raw = text.strip()
+    if not raw:
+        raise DswizError("no model given", _model_fix())
+    key = raw.lower()
+    if key in PRESETS or key in ALIASES:
+        name = ALIASES.get(key, key)
+        return spec_from_config(PRESETS[name], name=name, source="preset")
+    if "=" in raw:
+        return spec_from_numbers(raw)
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise DswizError(
+                f"{raw} is a directory without a config.json", "point --model at the model's config.json"
+            )
+    if path.is_file():
+        return _spec_from_file(path)
+    if "/" in raw or raw.endswith(".json"):
+        fix = _model_fix()
+        if raw.count("/") == 1 and not raw.startswith((".", "/", "~")):  # looks like a Hub id
+            fix = "dswiz never downloads: save the model's config.json locally and pass its path; or " + fix
+        raise DswizError(f"no such file: {raw}", fix)
+    close = difflib.get_close_matches(key, [*PRESETS, *ALIASES], n=3, cutoff=0.6)
+    did_you_mean = f"did you mean {' or '.join(close)}? " if close else ""
+    raise DswizError(f"unknown model {raw!r}", did_you_mean + _model_fix())
+
+
+def _model_fix() -> str:
+    return (
+        f"use a preset ({', '.join(preset_names())}), a local config.json path, "
+        "or numbers like params=7e9 or layers=32,hidden=4096,heads=32,vocab=32000"
+    )
+
+
+def _spec_from_file(path: Path) -> ModelSpec:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise DswizError(f"cannot read {path}: {e}", "check the path and its permissions") from e
+    except json.JSONDecodeError as e:
+        raise DswizError(
+            f"{path} is not valid JSON (line {e.lineno}: {e.msg})", "pass the model's HF config.json"
+        ) from e
+    if not isinstance(data, dict):
+        raise DswizError(f"{path} does not hold a JSON object", "pass the model's HF config.json")
+    if "text_config" in data and isinstance(data["text_config"], dict) and "hidden_size" not in data:
+        data = {**data["text_config"], "_name_or_path": data.get("_name_or_path")}
+    name = str(data.get("_name_or_path") or path.parent.name or path.stem)
+    return spec_from_config(data, name=name, source=str(path))
+
+
+_NUMBER_KEYS = {
+    "params": "params",
+    "parameters": "params",
+    "layers": "layers",
+    "num_layers": "layers",
+    "hidden": "hidden",
+    "hidden_size": "hidden",
+    "heads": "heads",
+    "kv_heads": "kv_heads",
+    "ffn": "ffn",
+    "ffn_hidden": "ffn",
+    "intermediate": "ffn",
+    "intermediate_size": "ffn",
+    "vocab": "vocab",
+    "vocab_size": "vocab",
+    "seq": "max_positions",
+    "max_positions": "max_positions",
+    "experts": "experts",
+    "num_experts": "experts",
+    "top_k": "top_k",
+    "experts_per_token": "top_k",
+    "type": "type",
+    "model_type": "type",
+    "tied": "tied",
+    "name": "name",
+}
+_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def _parse_count(key: str, value: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmbgt]?)\s*", value.lower())
+    if not m:
+        raise DswizError(f"{key}={value!r} is not a number", f"write e.g. {key}=7e9 or {key}=7B")
+    n = float(m.group(1)) * _SUFFIX[m.group(2)]
+    if n < 1 or n > 1e15:
+        raise DswizError(f"{key}={value} is out of range", f"give {key} as a positive count, e.g. {key}=4096")
+    return round(n)
+
+
+def spec_from_numbers(text: str) -> ModelSpec:
+    """ "params=7e9" (shape guessed, LLaMA-like) or an explicit shape "layers=..,hidden=..,heads=..,vocab=.."."""
+    given: dict[str, str] = {}
+    for part in re.split(r"[,\s]+", text.strip()):
+        if not part:
+            continue
+        if "=" not in part:
+            raise DswizError(f"{part!r} in --model {text!r} is not key=value", _model_fix())
+        k, v = part.split("=", 1)
+        k = k.strip().lower()
+        if k not in _NUMBER_KEYS:
+            close = difflib.get_close_matches(k, list(_NUMBER_KEYS), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise DswizError(
+                f"unknown key {k!r} in --model {text!r}",
+                hint
+                + "known keys: params, layers, hidden, heads, kv_heads, ffn, vocab, seq, experts, top_k, type",
+            )
+        given[_NUMBER_KEYS[k]] = v.strip()
+    mtype = given.pop("type", "llama").lower()
+    name = given.pop("name", "")
+    tied = given.pop("tied", "").lower() in ("1", "true", "yes")
+    counts = {k: _parse_count(k, v) for k, v in given.items()}
+    shape = {"layers", "hidden", "heads", "vocab"}
+    notes: list[str] = []
+    exact = True
+    if not shape <= counts.keys():
+        if "params" not in counts:
+            raise DswizError(
+                f"--model {text!r} gives neither params= nor a full shape",
+                "give params=7e9, or layers=, hidden=, heads= and vocab= (optionally kv_heads=, ffn=)",
+            )
+        guessed = _guess_shape(counts["params"], counts.get("vocab", 32000))
+        for k, v in guessed.items():
+            counts.setdefault(k, v)
+        exact = False
+        notes.append(
+            f"shape guessed from the parameter count (LLaMA-like: {counts['layers']} layers, hidden "
+            f"{counts['hidden']}); give layers=, hidden=, heads=, vocab= for accurate activation memory"
+        )
+    h, heads = counts["hidden"], counts["heads"]
+    if h % heads:
+        raise DswizError(f"hidden={h} is not divisible by heads={heads}", "pick heads that divide hidden")
+    experts = counts.get("experts", 0)
+    if mtype == "gpt2":
+        cfg: dict[str, Any] = {
+            "model_type": "gpt2",
+            "n_layer": counts["layers"],
+            "n_embd": h,
+            "n_head": heads,
+            "vocab_size": counts["vocab"],
+            "n_positions": counts.get("max_positions", 1024),
+            "n_inner": counts.get("ffn"),
+        }
+    else:
+        if mtype not in (*_LLAMA_LIKE, "mixtral"):
+            notes.append(f"type={mtype} is not modelled on its own: counted as a LLaMA-style decoder")
+        ffn = counts.get("ffn") or _llama_ffn(h)
+        cfg = {
+            "model_type": "mixtral" if experts else "llama",
+            "num_hidden_layers": counts["layers"],
+            "hidden_size": h,
+            "num_attention_heads": heads,
+            "num_key_value_heads": counts.get("kv_heads", heads),
+            "intermediate_size": ffn,
+            "vocab_size": counts["vocab"],
+            "max_position_embeddings": counts.get("max_positions", 4096),
+            "tie_word_embeddings": tied,
+        }
+        if experts:
+            cfg["num_local_experts"] = experts
+            cfg["num_experts_per_tok"] = counts.get("top_k", 2)
+    spec = spec_from_config(cfg, name=name or _numbers_name(counts), source="numbers")
+    if "params" in counts and counts["params"] != spec.total_params:
+        if exact:
+            notes.append(
+                f"params={counts['params']:,} given; the shape alone gives {spec.total_params:,} "
+                "(memory uses the given count)"
+            )
+        ratio = counts["params"] / spec.total_params
+        spec = replace(spec, total_params=counts["params"], active_params=round(spec.active_params * ratio))
+    return replace(spec, exact=exact and spec.exact, notes=spec.notes + tuple(notes))
+
+
+def _numbers_name(counts: Mapping[str, int]) -> str:
+    p = counts.get("params")
+    return f"custom-{_short_count(p)}" if p else f"custom-{counts['layers']}x{counts['hidden']}"
+
+
+def _short_count(n: int) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def _llama_ffn(h: int) -> int:
+    """LLaMA's default: 2/3 of 4h rounded up to a multiple of 256 (4096 -> 11008)."""
+    return int(math.ceil(8 * h / 3 / 256) * 256)
+
+
+def _guess_shape(params: int, vocab: int) -> dict[str, int]:
+    """A LLaMA-like shape for a bare parameter count: layers ~ hidden/128, 12h^2 per layer."""
+    lo, hi = 64.0, 65536.0
+    for _ in range(60):
+        h = (lo + hi) / 2
+        if 12 * h**2 * (h / 128) + 2 * vocab * h > params:
+            hi = h
+        else:
+            lo = h
+    hidden = max(128, round(lo / 128) * 128)
+    layer_params = 12 * hidden**2
+    layers = max(1, round((params - 2 * vocab * hidden) / layer_params))
+    return {"hidden": hidden, "layers": layers, "heads": max(1, hidden // 128), "vocab": vocab}
+
+
+# ------------------------------------------------------------------------------------------- from a config
+
+
+def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _need_int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | None = None) -> int:
+    v = _get(cfg, *keys, default=default)
+    if v is None:
+        raise DswizError(
+            f"{source}: the config has no {keys[0]}",
+            "pass a complete HF config.json, or describe the model with numbers (layers=,hidden=,heads=,vocab=)",
+        )
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or int(v) != v:
+        raise DswizError(
+            f"{source}: {keys[0]}={v!r} is not a whole number", "fix the value in the config.json"
+        )
+    return int(v)
+
+
+def spec_from_config(cfg: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:
+    """A ModelSpec from an HF config dict (transformers' class defaults fill missing keys, as from_config does)."""
+    mtype = str(cfg.get("model_type") or "").lower().replace("_", "-")
+    where = source if source != "preset" else f"preset {name}"
+    if mtype == "gpt2":
+        return _gpt2(cfg, name, source, where)
+    if mtype == "gpt-neox":
+        return _neox(cfg, name, source, where)
+    if mtype == "bert":
+        return _bert(cfg, name, source, where)
+    if mtype == "deberta-v2":
+        return _deberta_v2(cfg, name, source, where)
+    if mtype == "mixtral":
+        return _mixtral(cfg, name, source, where)
+    if mtype == "qwen2-moe":
+        return _qwen2_moe(cfg, name, source, where)
+    if mtype in _LLAMA_LIKE:
+        return _llama(cfg, name, source, where, mtype)
+    if "hidden_size" in cfg and "num_hidden_layers" in cfg:
+        spec = _llama(cfg, name, source, where, "llama")
+        label = mtype or "missing"
+        return replace(
+            spec,
+            model_type=mtype or "custom",
+            exact=False,
+            notes=(f"model_type {label!r} is not modelled on its own: counted as a LLaMA-style decoder",),
+        )
+    raise DswizError(
+        f"{where}: unsupported model_type {cfg.get('model_type')!r}",
+        "supported: gpt2, llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, bert, deberta-v2; "
+        "or describe the model with numbers (layers=,hidden=,heads=,vocab=)",
+    )
+
+
+def _gpt2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
+    L = _need_int(cfg, where, "n_layer", "num_hidden_layers")
+    h = _need_int(cfg, where, "n_embd", "hidden_size")
+    a = _need_int(cfg, where, "n_head", "num_attention_heads")
+    V = _need_int(cfg, where, "vocab_size")
+    npos = _need_int(cfg, where, "n_positions", "max_position_embeddings", default=1024)
+    f = _get(cfg, "n_inner", default=None) or 4 * h
+    tied = bool(cfg.get("tie_word_embeddings", True))
+    layer = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * f + f) + (f * h + h)
+    emb = V * h + npos * h
+    total = emb + L * layer + 2 * h + (0 if tied else V * h)
+    act = str(cfg.get("activation_function", "gelu_new"))
+    return ModelSpec(
+        name=name,
+        model_type="gpt2",
+        family="gpt2" if act == "gelu_new" else "gpt2-fused-gelu",
+        layers=L,
+        hidden=h,
+        heads=a,
+        kv_heads=a,
+        ffn_hidden=f,
+        vocab=V,
+        max_positions=npos,
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=total,
+        largest_layer_params=max(V * h, h * f + f, 3 * h * h + 3 * h),
+        embedding_params=emb + (0 if tied else V * h),
+        activation=act,
+        dropout=float(cfg.get("resid_pdrop", 0.1)),
+        source=source,
+    )
+
+
+def _attention_dims(
+    cfg: Mapping[str, Any], where: str, default_kv: int | None = None
+) -> tuple[int, int, int, int]:
+    h = _need_int(cfg, where, "hidden_size")
+    a = _need_int(cfg, where, "num_attention_heads")
+    if a == 0 or (cfg.get("head_dim") is None and h % a):
+        raise DswizError(f"{where}: hidden_size {h} is not divisible by {a} heads", "fix the config.json")
+    kv = _need_int(cfg, where, "num_key_value_heads", default=a if default_kv is None else default_kv)
+    hd = int(cfg.get("head_dim") or h // a)
+    return h, a, kv, hd
+
+
+def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: str) -> ModelSpec:
+    L = _need_int(cfg, where, "num_hidden_layers")
+    defaults_kv = {"mistral": 8, "qwen2": 32}.get(mtype)
+    h, a, kv, hd = _attention_dims(cfg, where, defaults_kv)
+    V = _need_int(cfg, where, "vocab_size")
+    f = _need_int(cfg, where, "intermediate_size", default=_llama_ffn(h))
+    q, kvd = a * hd, kv * hd
+    attn = h * q + 2 * h * kvd + q * h
+    q_bias = mtype == "qwen2" or (mtype == "llama" and bool(cfg.get("attention_bias")))
+    if mtype == "qwen2":
+        attn += q + 2 * kvd
+    elif q_bias:
+        attn += q + 2 * kvd + h
+    mlp_bias = mtype == "llama" and bool(cfg.get("mlp_bias"))
+    mlp = 3 * h * f + ((2 * f + h) if mlp_bias else 0)
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    total = V * h + L * (attn + mlp + 2 * h) + h + (0 if tied else V * h)
+    return ModelSpec(
+        name=name,
+        model_type=mtype,
+        family="llama",
+        layers=L,
+        hidden=h,
+        heads=a,
+        kv_heads=kv,
+        head_dim=hd,
+        ffn_hidden=f,
+        vocab=V,
+        max_positions=_get(cfg, "max_position_embeddings"),
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=total,
+        largest_layer_params=max(V * h, h * f + (f if mlp_bias else 0), h * q + (q if q_bias else 0)),
+        embedding_params=V * h * (1 if tied else 2),
+        activation=str(cfg.get("hidden_act", "silu")),
+        source=source,
+    )
+
+
+def _mixtral(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
+    L = _need_int(cfg, where, "num_hidden_layers")
+    h, a, kv, hd = _attention_dims(cfg, where, 8)
+    V = _need_int(cfg, where, "vocab_size")
+    f = _need_int(cfg, where, "intermediate_size", default=14336)
+    E = _need_int(cfg, where, "num_local_experts", default=8)
+    k = _need_int(cfg, where, "num_experts_per_tok", default=2)
+    q, kvd = a * hd, kv * hd
+    attn = h * q + 2 * h * kvd + q * h
+    experts = E * 3 * h * f
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    total = V * h + L * (attn + E * h + experts + 2 * h) + h + (0 if tied else V * h)
+    active = total - L * (E - min(k, E)) * 3 * h * f
+    return ModelSpec(
+        name=name,
+        model_type="mixtral",
+        family="moe",
+        layers=L,
+        hidden=h,
+        heads=a,
+        kv_heads=kv,
+        head_dim=hd,
+        ffn_hidden=f,
+        vocab=V,
+        max_positions=_get(cfg, "max_position_embeddings"),
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=active,
+        largest_layer_params=max(V * h, experts),  # the fused experts module owns all expert weights
+        embedding_params=V * h * (1 if tied else 2),
+        num_experts=E,
+        experts_per_token=k,
+        moe_ffn_hidden=f,
+        moe_layers=L,
+        moe_layer_cls_name=MOE_LAYER_CLASSES["mixtral"],
+        source=source,
+    )
+
+
+def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
+    L = _need_int(cfg, where, "num_hidden_layers")
+    h, a, kv, hd = _attention_dims(cfg, where, 16)
+    V = _need_int(cfg, where, "vocab_size")
+    f = _need_int(cfg, where, "intermediate_size", default=5632)
+    fm = _need_int(cfg, where, "moe_intermediate_size", default=1408)
+    fs = _need_int(cfg, where, "shared_expert_intermediate_size", default=5632)
+    E = _need_int(cfg, where, "num_experts", default=60)
+    k = _need_int(cfg, where, "num_experts_per_tok", default=4)
+    step = max(1, _need_int(cfg, where, "decoder_sparse_step", default=1))
+    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    q, kvd = a * hd, kv * hd
+    attn = h * q + 2 * h * kvd + q * h + ((q + 2 * kvd) if cfg.get("qkv_bias", True) else 0)
+    sparse_layers = sum(1 for i in range(L) if i not in mlp_only and E > 0 and (i + 1) % step == 0)
+    sparse = E * h + E * 3 * h * fm + 3 * h * fs + h
+    dense = 3 * h * f
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    body = L * (attn + 2 * h) + sparse_layers * sparse + (L - sparse_layers) * dense
+    total = V * h + body + h + (0 if tied else V * h)
+    active = total - sparse_layers * (E - min(k, E)) * 3 * h * fm
+    return ModelSpec(
+        name=name,
+        model_type="qwen2_moe",
+        family="moe",
+        layers=L,
+        hidden=h,
+        heads=a,
+        kv_heads=kv,
+        head_dim=hd,
+        ffn_hidden=fs,
+        vocab=V,
+        max_positions=_get(cfg, "max_position_embeddings"),
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=active,
+        largest_layer_params=max(V * h, E * 3 * h * fm, dense),
+        embedding_params=V * h * (1 if tied else 2),
+        num_experts=E,
+        experts_per_token=k,
+        moe_ffn_hidden=fm,
+        shared_expert_ffn_hidden=fs,
+        moe_layers=sparse_layers,
+        moe_layer_cls_name=MOE_LAYER_CLASSES["qwen2_moe"],
+        source=source,
+    )
+
+
+def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
+    L = _need_int(cfg, where, "num_hidden_layers")
+    h, a, _, _ = _attention_dims(cfg, where)
+    V = _need_int(cfg, where, "vocab_size")
+    f = _need_int(cfg, where, "intermediate_size", default=4 * h)
+    bias = bool(cfg.get("attention_bias", True))
+    layer = (
+        4 * h
+        + (3 * h * h + (3 * h if bias else 0))
+        + (h * h + (h if bias else 0))
+        + (h * f + f)
+        + (f * h + h)
+    )
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    total = V * h + L * layer + 2 * h + (0 if tied else V * h)
+    return ModelSpec(
+        name=name,
+        model_type="gpt_neox",
+        family="neox",
+        layers=L,
+        hidden=h,
+        heads=a,
+        kv_heads=a,
+        ffn_hidden=f,
+        vocab=V,
+        max_positions=_get(cfg, "max_position_embeddings"),
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=total,
+        largest_layer_params=max(V * h, h * f + f, 3 * h * h + 3 * h),
+        embedding_params=V * h * (1 if tied else 2),
+        activation=str(cfg.get("hidden_act", "gelu")),
+        dropout=float(cfg.get("hidden_dropout", 0.0)),
+        source=source,
+    )
+
+
+def _bert(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
+    """BertForMaskedLM: encoder + MLM head (decoder tied to the word embeddings)."""
+    L = _need_int(cfg, where, "num_hidden_layers")
+    h, a, _, _ = _attention_dims(cfg, where)
+    V = _need_int(cfg, where, "vocab_size")
+    f = _need_int(cfg, where, "intermediate_size", default=4 * h)
+    npos = _need_int(cfg, where, "max_position_embeddings", default=512)
+    T = _need_int(cfg, where, "type_vocab_size", default=2)
+    tied = bool(cfg.get("tie_word_embeddings", True))
+    emb = V * h + npos * h + T * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h
+    head = h * h + h + 2 * h + V + (0 if tied else V * h)
+    total = emb + L * layer + head
+    return ModelSpec(
+        name=name,
+        model_type="bert",
+        family="bert",
+        layers=L,
+        hidden=h,
+        heads=a,
+        kv_heads=a,
+        ffn_hidden=f,
+        vocab=V,
+        max_positions=npos,
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=total,
+        largest_layer_params=max(V * h, h * f + f),
+        embedding_params=emb,
+        activation=str(cfg.get("hidden_act", "gelu")),
+        dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
+        encoder=True,
+        source=source,
+    )
+
+
+def _deberta_v2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
+    """DebertaV2ForMaskedLM (legacy head by default, as transformers builds it)."""
+    L = _need_int(cfg, where, "num_hidden_layers")
+    h, a, _, _ = _attention_dims(cfg, where)
+    V = _need_int(cfg, where, "vocab_size")
+    f = _need_int(cfg, where, "intermediate_size", default=4 * h)
+    npos = _need_int(cfg, where, "max_position_embeddings", default=512)
+    E = int(cfg.get("embedding_size") or h)
+    T = int(cfg.get("type_vocab_size", 0) or 0)
+    emb = (
+        V * E + (npos * E if cfg.get("position_biased_input", True) else 0) + T * E + (E * h if h != E else 0)
+    )
+    emb += 2 * h
+    rel = bool(cfg.get("relative_attention", False))
+    pos_types = cfg.get("pos_att_type") or []
+    if isinstance(pos_types, str):
+        pos_types = [x.strip() for x in pos_types.lower().split("|")]
+    attn = 3 * (h * h + h) + (h * h + h) + 2 * h
+    if rel and not cfg.get("share_att_key", False):
+        attn += (h * h + h) * (("c2p" in pos_types) + ("p2c" in pos_types))
+    layer = attn + (h * f + f) + (f * h + h) + 2 * h
+    enc = 0
+    span = 0
+    if rel:
+        max_rel = int(cfg.get("max_relative_positions", -1))
+        max_rel = npos if max_rel < 1 else max_rel
+        buckets = int(cfg.get("position_buckets", -1))
+        span = buckets if buckets > 0 else max_rel
+        enc += 2 * span * h
+    if "layer_norm" in str(cfg.get("norm_rel_ebd", "none")).lower():
+        enc += 2 * h
+    k = int(cfg.get("conv_kernel_size", 0) or 0)
+    if k > 0:
+        groups = int(cfg.get("conv_groups", 1) or 1)
+        enc += h * (h // groups) * k + h + 2 * h
+    tied = bool(cfg.get("tie_word_embeddings", True))
+    if cfg.get("legacy", True):
+        head = h * E + E + 2 * E + V + (0 if tied else V * E)
+    else:
+        head = h * h + h + 2 * h + V
+    total = emb + L * layer + enc + head
+    return ModelSpec(
+        name=name,
+        model_type="deberta-v2",
+        family="deberta-v2",
+        layers=L,
+        hidden=h,
+        heads=a,
+        kv_heads=a,
+        ffn_hidden=f,
+        vocab=V,
+        max_positions=npos,
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=total,
+        largest_layer_params=max(V * E, h * f + f),
+        embedding_params=emb,
+        activation=str(cfg.get("hidden_act", "gelu")),
+        dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
+        attention="eager",
+        rel_pos_span=span,
+        encoder=True,
+        source=source,
+    )

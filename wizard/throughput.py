@@ -1,0 +1,199 @@
+"""The throughput model (pure arithmetic): seconds per optimizer step, tokens/s and MFU for one strategy.
+
+A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead,
+stage 3's fetch hooks, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
+offloaded, or behind NVMe). FLOPs per token follow FACTS §2 (PaLM appendix B). Constants: ``wizard.calibration``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wizard import calibration as cal
+from wizard.hardware.report import GPUInfo, HardwareReport
+from wizard.memory import weight_bytes
+from wizard.model import ModelSpec
+from wizard.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class ThroughputEstimate:
+    tokens_per_sec: float  # whole job
+    samples_per_sec: float
+    mfu: float  # model FLOPs (no recomputation) / peak of all GPUs
+    step_seconds: float
+    flops_per_token: float  # model FLOPs, forward + backward
+    peak_flops_per_gpu: float
+    peak_source: str  # "catalog", "compute capability", "assumed"
+    parts: tuple[tuple[str, float], ...]  # seconds per optimizer step, by cause
+    bottleneck: str  # the largest part
+
+
+def flop_params(model: ModelSpec) -> int:
+    """Parameters a token multiplies through: active parameters minus pure lookups (input/position embeddings)."""
+    lookups = max(0, model.embedding_params - model.vocab * model.hidden)
+    return max(1, model.active_params - lookups)
+
+
+def flops_per_token(model: ModelSpec, seq_len: int, *, recompute: bool = False, mode: str = "train") -> float:
+    """Training ~ 6N + 12*L*h*s; with full recomputation 8N + 16*L*h*s; inference 2N + 4*L*h*s (FACTS §2)."""
+    n = flop_params(model)
+    attn = model.layers * model.heads * model.head_dim * seq_len
+    if mode == "inference":
+        return 2.0 * n + 4.0 * attn
+    if recompute:
+        return 8.0 * n + 16.0 * attn
+    return 6.0 * n + 12.0 * attn
+
+
+def peak_flops(gpu: GPUInfo | None, precision: str) -> tuple[float, str]:
+    """Dense peak FLOP/s of one GPU: the catalog's figure, else by compute capability, else an assumption."""
+    if gpu is not None:
+        catalog = {
+            "bf16": gpu.peak_tflops_bf16,
+            "fp16": gpu.peak_tflops_fp16 or gpu.peak_tflops_bf16,
+            "fp32": gpu.peak_tflops_fp32,
+        }[precision]
+        if catalog:
+            return catalog * 1e12, "catalog"
+        if gpu.compute_capability in cal.FALLBACK_PEAK_TFLOPS:
+            tf = cal.FALLBACK_PEAK_TFLOPS[gpu.compute_capability]
+            if precision == "fp32":
+                tf *= cal.FP32_SHARE_OF_PEAK
+            return tf * 1e12, "compute capability"
+    tf = cal.FALLBACK_PEAK_TFLOPS_UNKNOWN * (cal.FP32_SHARE_OF_PEAK if precision == "fp32" else 1.0)
+    return tf * 1e12, "assumed"
+
+
+def compute_efficiency(model: ModelSpec) -> float:
+    return cal.COMPUTE_EFF_MAX * model.hidden / (model.hidden + cal.COMPUTE_EFF_HALF_HIDDEN)
+
+
+def _has_nvlink(gpu: GPUInfo | None, hardware: HardwareReport) -> bool:
+    if gpu is None or hardware.gpus_per_node < 2:
+        return False
+    if gpu.nvlink_peers or gpu.nvlink_count is not None:  # NVML saw the links (or their absence)
+        return bool(gpu.nvlink_peers) or bool(gpu.nvlink_count)
+    return bool(gpu.nvlink_gbs)  # not seen: what the catalog says the board has
+
+
+def pcie_bytes_per_s(gpu: GPUInfo | None) -> float:
+    gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
+    per_direction = cal.PCIE_X16_BYTES_PER_SECOND.get(
+        gen, cal.PCIE_X16_BYTES_PER_SECOND[cal.DEFAULT_PCIE_GEN]
+    )
+    return per_direction * cal.PCIE_EFFICIENCY
+
+
+def intra_node_bus_bytes_per_s(gpu: GPUInfo | None, hardware: HardwareReport) -> float:
+    if gpu is not None and _has_nvlink(gpu, hardware) and gpu.nvlink_gbs:
+        return gpu.nvlink_gbs * 1e9 * cal.NVLINK_BUSBW_SHARE
+    gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
+    return cal.PCIE_X16_BYTES_PER_SECOND.get(gen, 32e9) * cal.PCIE_BUSBW_SHARE
+
+
+def inter_node_bus_bytes_per_s(hardware: HardwareReport) -> float:
+    gbps = hardware.inter_node_gbps or cal.DEFAULT_INTER_NODE_GBPS
+    return gbps * 1e9 / 8 * cal.INTER_NODE_EFFICIENCY
+
+
+def _world_bus_bytes_per_s(hardware: HardwareReport, s: Strategy, gpu: GPUInfo | None) -> float:
+    intra = intra_node_bus_bytes_per_s(gpu, hardware)
+    return min(intra, inter_node_bus_bytes_per_s(hardware)) if s.nodes > 1 else intra
+
+
+def host_cores(hardware: HardwareReport) -> int:
+    h = hardware.host
+    return h.physical_cores or h.logical_cores or cal.DEFAULT_HOST_CORES
+
+
+def estimate_throughput(
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, seq_len: int
+) -> ThroughputEstimate:
+    gpu = hardware.gpus[0] if hardware.gpus else None
+    peak, peak_source = peak_flops(gpu, s.precision)
+    train = s.mode == "train"
+    recompute = s.activation_checkpointing and train
+    f_exec = flops_per_token(model, seq_len, recompute=recompute, mode=s.mode)
+    f_model = flops_per_token(model, seq_len, recompute=False, mode=s.mode)
+    b, gas, N = s.micro_batch_size, s.gradient_accumulation_steps, s.world_size
+    w, P = weight_bytes(s), model.total_params
+    ring = (N - 1) / N
+    bus = _world_bus_bytes_per_s(hardware, s, gpu) if N > 1 else float("inf")
+    intra = intra_node_bus_bytes_per_s(gpu, hardware)
+    pcie = pcie_bytes_per_s(gpu)
+
+    tokens_micro = b * seq_len
+    compute = tokens_micro * f_exec / (peak * compute_efficiency(model))
+    launch = cal.MICRO_STEP_SECONDS_PER_LAYER * model.layers
+    parts: dict[str, float] = {}
+    parts["compute"] = gas * compute
+    parts["launch overhead"] = gas * launch
+
+    # Communication per GPU: ring collectives move (N-1)/N of the buffer per pass.
+    comm_step = 0.0
+    comm_micro = 0.0
+    if N > 1:
+        if s.zero_stage == 3:
+            gather_w = 1.0 if s.zero_quantized_weights else w
+            fwd = ring * gather_w * P / bus
+            bwd_bus = intra if (s.zero_hpz_partition_size > 1 and s.nodes > 1) else bus
+            bwd = ring * gather_w * P / bwd_bus
+            grads = ring * w * P / bus * (0.25 if s.zero_quantized_gradients else 1.0)
+            comm_micro = fwd + bwd + grads if train else fwd
+        elif train:
+            if s.zero_stage == 2:
+                comm_micro = ring * w * P / bus  # gradients reduced in every micro-step's backward
+                comm_step = ring * w * P / bus  # updated 16-bit weights gathered after the step
+            else:
+                comm_step = 2 * ring * w * P / bus  # one all-reduce (stage 0) or reduce + gather (stage 1)
+    overlap = cal.COMM_OVERLAP if s.zero_stage == 3 else 0.0
+    exposed_micro = max(0.0, comm_micro - overlap * compute)
+    if comm_micro or comm_step:
+        parts["communication"] = gas * exposed_micro + comm_step
+
+    if s.zero_stage == 3:
+        parts["ZeRO-3 fetch hooks"] = gas * cal.STAGE3_SECONDS_PER_LAYER * model.layers
+
+    if train:
+        shards = N if s.zero_stage >= 1 else 1
+        local = P / shards
+        parts["optimizer step"] = cal.STEP_FIXED_SECONDS
+        if s.offload_optimizer == "none":
+            hbm = (gpu.memory_bandwidth_gbs if gpu is not None else None) or cal.CALIBRATION_MEMORY_GBS
+            per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS / hbm
+            parts["optimizer step"] += per_param * local
+        else:
+            cores = host_cores(hardware)
+            cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
+            parts["CPU Adam"] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
+            # Gradients to the host every micro-step, updated 16-bit weights back once per step.
+            parts["PCIe copies"] = (gas * w * local + w * local) / pcie
+            if s.offload_optimizer == "nvme":
+                node_bytes = s.gpus_per_node * 2 * 16 * local  # read and write fp32 states, per node
+                parts["NVMe swaps"] = node_bytes / cal.NVME_BYTES_PER_SECOND
+    if s.offload_param != "none":
+        local_params = w * P / N
+        passes = 2 if train else 1
+        parts["parameter fetch (PCIe)"] = gas * passes * local_params / pcie
+        if s.offload_param == "nvme":
+            parts["parameter fetch (NVMe)"] = (
+                gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND
+            )
+
+    step = sum(parts.values())
+    samples = gas * b * N / step
+    tokens = samples * seq_len
+    mfu = tokens * f_model / (N * peak)
+    ordered = tuple(sorted(parts.items(), key=lambda kv: -kv[1]))
+    return ThroughputEstimate(
+        tokens_per_sec=tokens,
+        samples_per_sec=samples,
+        mfu=mfu,
+        step_seconds=step,
+        flops_per_token=f_model,
+        peak_flops_per_gpu=peak,
+        peak_source=peak_source,
+        parts=ordered,
+        bottleneck=ordered[0][0],
+    )

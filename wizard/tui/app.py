@@ -1,0 +1,147 @@
+"""``dswiz``: the full-screen wizard. Thin: it holds the choices, moves between the six steps, asks before
+quitting with unsaved choices, and detects the hardware in a worker so the first frame is not kept waiting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from wizard.errors import DswizError
+from wizard.hardware.report import HardwareReport
+from wizard.tui import core_bridge
+from wizard.tui.choices import Choices
+from wizard.tui.core_bridge import PlanView
+from wizard.tui.screens.base import StepScreen
+from wizard.tui.screens.dialogs import ConfirmScreen, HelpScreen
+from wizard.tui.screens.hardware import HardwareStep
+from wizard.tui.screens.model import ModelStep
+from wizard.tui.screens.multinode import MultiNodeStep
+from wizard.tui.screens.precision import PrecisionStep
+from wizard.tui.screens.review import ReviewStep
+from wizard.tui.screens.strategy import StrategyStep
+from wizard.tui.widgets.step_bar import STEP_TITLES
+
+STEPS: tuple[type[StepScreen], ...] = (
+    HardwareStep,
+    ModelStep,
+    StrategyStep,
+    PrecisionStep,
+    MultiNodeStep,
+    ReviewStep,
+)
+
+
+class WizardApp(App[list[Path]]):
+    """Returns the paths written (empty when the user quit without writing)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "dswiz"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # ctrl+ keys work from inside a text field too; the plain letters only where no field has focus.
+        Binding("ctrl+n", "move(1)", "Next", key_display="^n"),
+        Binding("ctrl+p", "move(-1)", "Back", key_display="^p"),
+        Binding("f1", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit", key_display="^q", priority=True),
+        Binding("n", "move(1)", "Next", show=False),
+        Binding("b", "move(-1)", "Back", show=False),
+        Binding("question_mark", "help", "Help", show=False),
+        Binding("q", "quit", "Quit", show=False),
+    ]
+
+    def __init__(
+        self,
+        *,
+        choices: Choices,
+        core: ModuleType | Any = core_bridge,
+        detect: bool = True,
+        model: Any = None,
+    ) -> None:
+        super().__init__()
+        self.choices = choices
+        self.core = core
+        self.detect = detect and choices.hardware is None
+        self.model: Any = model  # the planner's ModelSpec, once the Model step loaded it
+        self.plan: PlanView | None = None
+        self.detecting = False
+        self.step = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def on_mount(self) -> None:
+        for step in STEPS:
+            self.install_screen(step(), name=step.__name__)
+        self.push_screen(STEPS[0].__name__)
+        if self.detect:
+            self.detecting = True
+            self.detect_hardware(self.choices.hardware_spec)
+
+    @work(thread=True, exclusive=True, group="hardware")
+    def detect_hardware(self, spec: str | None) -> None:
+        try:
+            report: HardwareReport | DswizError = self.core.get_hardware(spec)
+        except DswizError as e:
+            report = e
+        self.call_from_thread(self._hardware_ready, spec, report)
+
+    def _hardware_ready(self, spec: str | None, report: HardwareReport | DswizError) -> None:
+        self.detecting = False
+        step = self.get_screen(HardwareStep.__name__)
+        assert isinstance(step, HardwareStep)
+        step.show_hardware(spec, report)
+
+    # ------------------------------------------------------------------ navigation
+
+    @property
+    def dirty(self) -> bool:
+        """Choices were made (or imported) that are not written to disk yet."""
+        return self.step > 0 and not self.choices.written
+
+    def on_step_screen_move(self, message: StepScreen.Move) -> None:
+        self.action_move(message.delta)
+
+    def action_move(self, delta: int) -> None:
+        screen = self.screen
+        if not isinstance(screen, StepScreen):
+            return
+        if delta > 0 and not screen.try_save():
+            return
+        target = self.step + delta
+        if target >= len(STEPS):
+            self.exit(list(self.choices.written))
+            return
+        if target < 0:
+            return
+        self.goto(target)
+
+    def goto(self, step: int) -> None:
+        self.step = step
+        self.switch_screen(STEPS[step].__name__)
+
+    def action_help(self) -> None:
+        screen = self.screen
+        if isinstance(screen, StepScreen):
+            self.push_screen(HelpScreen(STEP_TITLES[screen.STEP], screen.HELP))
+
+    async def action_quit(self) -> None:
+        if not self.dirty:
+            self.exit(list(self.choices.written))
+            return
+
+        def answered(discard: bool | None) -> None:
+            if discard:
+                self.exit([])
+
+        self.push_screen(
+            ConfirmScreen(
+                "Quit without writing? The choices you made are not saved anywhere yet.",
+                yes="Quit, discard",
+                no="Stay",
+            ),
+            answered,
+        )

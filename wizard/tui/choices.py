@@ -1,0 +1,74 @@
+"""What the user has chosen so far, shared by the full-screen wizard and the line prompts.
+
+Plain data: no decisions are made here (those come from the planner through ``core_bridge``), only the answers
+and the one invariant the wizard promises to keep -- the batch arithmetic (global = micro x accumulation x world).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wizard.errors import DswizError
+from wizard.hardware.report import HardwareReport
+from wizard.strategy import Mode, Strategy
+
+LAUNCHERS: tuple[str, ...] = ("pdsh", "openmpi", "mvapich", "mpich", "slurm", "nossh", "standard")
+DEFAULT_OUT_DIR = Path("dswiz-config")
+
+
+@dataclass
+class Choices:
+    hardware_spec: str | None = None  # None: this machine, as detected
+    hardware: HardwareReport | None = None
+    model_text: str = ""
+    seq_len: int = 2048
+    global_batch: int | None = None  # None: let the planner pick
+    mode: Mode = "train"
+    strategy: Strategy | None = None
+    gradient_clipping: float = 1.0
+    launcher: str = "pdsh"
+    hostfile_text: str = ""
+    master_addr: str = ""
+    master_port: int = 29500
+    out_dir: Path = DEFAULT_OUT_DIR
+    imported_from: Path | None = None
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.strategy.world_size if self.strategy else 1
+
+    def set_batch(self, *, micro: int | None = None, accumulation: int | None = None) -> None:
+        """Change micro-batch or accumulation; the global batch follows (never the other way round silently)."""
+        if self.strategy is None:
+            return
+        changes: dict[str, int] = {}
+        if micro is not None:
+            changes["micro_batch_size"] = max(1, micro)
+        if accumulation is not None:
+            changes["gradient_accumulation_steps"] = max(1, accumulation)
+        self.strategy = self.strategy.with_(**changes)
+        self.global_batch = self.strategy.global_batch_size
+
+    def set_topology(self, *, nodes: int, gpus_per_node: int) -> None:
+        """Nodes or GPUs per node changed: keep micro-batch and accumulation, the global batch follows."""
+        if self.strategy is None:
+            return
+        self.strategy = self.strategy.with_(nodes=max(1, nodes), gpus_per_node=max(1, gpus_per_node))
+        self.global_batch = self.strategy.global_batch_size
+
+
+def parse_positive(text: str, what: str, *, allow_empty: bool = False) -> int | None:
+    text = text.strip().replace("_", "").replace(",", "")
+    if not text and allow_empty:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise DswizError(
+            f"{what} must be a whole number, not {text!r}", f"type a {what} such as 2048"
+        ) from None
+    if value < 1:
+        raise DswizError(f"{what} must be at least 1", f"type a positive {what}")
+    return value

@@ -1,0 +1,396 @@
+"""Every call the wizard makes into the dswiz core, in one place.
+
+The wizard (full screen and line prompts) decides nothing itself: hardware comes from ``wizard.hardware``, model
+specs from ``wizard.model``, candidates and predictions from ``wizard.planner``, files and findings from
+``wizard.config``. This module converts their results into the small views the screens show, so a change in a core
+signature is fixed here and nowhere else. It imports no terminal library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wizard.errors import DswizError
+from wizard.findings import Finding
+from wizard.hardware.report import HardwareReport
+from wizard.strategy import Strategy
+from wizard.tui.choices import Choices
+
+
+class CoreUnavailable(DswizError):
+    """A part of the core this wizard needs is not installed on this branch yet."""
+
+
+def _core(module: str, attr: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise CoreUnavailable(
+            f"{module}.{attr} is not available in this dswiz build",
+            "update dswiz; meanwhile `dswiz config --yes` or `dswiz plan` may work",
+        ) from e
+
+
+@dataclass(frozen=True)
+class CandidateView:
+    """One row of the strategy table: a strategy and what the planner predicts for it."""
+
+    strategy: Strategy
+    fits: bool
+    gpu_bytes: int | None
+    cpu_bytes: int | None
+    nvme_bytes: int | None
+    tokens_per_sec: float | None
+    mfu: float | None
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What each memory tier holds, as the planner judged "fits" against it (None: unknown)."""
+
+    gpu: int | None  # per GPU
+    cpu: int | None  # host RAM per node
+    nvme: int | None  # usable NVMe per node
+
+
+@dataclass(frozen=True)
+class PlanView:
+    candidates: tuple[CandidateView, ...]
+    advice: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what the planner did not offer, and why
+    capacity: Capacity | None = None
+    raw: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def best(self) -> CandidateView | None:
+        return next((c for c in self.candidates if c.fits), None)
+
+
+def capacity(hw: HardwareReport | None, plan: PlanView | None = None) -> Capacity:
+    """The planner's capacities when there is a plan; before that, the report's raw figures."""
+    if plan is not None and plan.capacity is not None:
+        return plan.capacity
+    if hw is None:
+        return Capacity(None, None, None)
+    nvme = [d.free_bytes for d in hw.host.disks if d.nvme]
+    return Capacity(hw.min_gpu_memory_bytes, hw.host.ram_total_bytes, max(nvme) if nvme else None)
+
+
+def precisions_supported(hw: HardwareReport | None) -> dict[str, str | None]:
+    """precision -> None when the GPUs support it, else the reason (FACTS §3 rule 6: from compute capability)."""
+    out: dict[str, str | None] = {"bf16": None, "fp16": None, "fp32": None}
+    gpus = hw.gpus if hw else ()
+    if any(g.supports_bf16 is False for g in gpus):
+        out["bf16"] = "bf16 needs compute capability 8.0 or newer (Ampere, Hopper)"
+    if any(g.supports_fp16 is False for g in gpus):
+        out["fp16"] = "fp16 needs compute capability 7.0 or newer"
+    return out
+
+
+# ---------------------------------------------------------------- hardware and model
+
+
+def get_hardware(spec: str | None) -> HardwareReport:
+    """Detect this machine (``None``) or describe one ("8xA100-80GB", "2x8xH100", a YAML profile)."""
+    report: HardwareReport = _core("wizard.hardware", "get_hardware")(spec)
+    return report
+
+
+def model_presets() -> list[str]:
+    mod = importlib.import_module("wizard.model") if _has("wizard.model") else None
+    for name in ("preset_names", "PRESETS"):
+        value = getattr(mod, name, None)
+        if callable(value):
+            return sorted(value())
+        if value is not None:
+            return sorted(value)
+    return []
+
+
+def load_model(text: str) -> Any:
+    if not text.strip():
+        raise DswizError("no model given", "type a preset name, a path to a config.json, or numbers")
+    return _core("wizard.model", "load_model_spec")(text.strip())
+
+
+def describe_model(model: Any) -> str:
+    """One line about the ModelSpec the planner will use (its own words, where it has any)."""
+    total = getattr(model, "total_params", None)
+    if total is None:
+        return str(getattr(model, "name", model))
+    parts = [
+        f"{model.name}: {total / 1e9:.2f} B parameters"
+        if total >= 1e8
+        else f"{model.name}: {total / 1e6:.1f} M parameters"
+    ]
+    parts.append(f"{model.layers} layers, hidden {model.hidden}, {model.heads} heads, vocab {model.vocab}")
+    if getattr(model, "num_experts", 0):
+        parts.append(f"{model.num_experts} experts ({model.experts_per_token} per token)")
+    if not getattr(model, "exact", True):
+        parts.append("shape guessed from the parameter count")
+    text = "; ".join(parts)
+    notes = tuple(getattr(model, "notes", ()) or ())
+    return text + "".join(f"\n  {n}" for n in notes)
+
+
+# ---------------------------------------------------------------- planning
+
+
+def _request(choices: Choices) -> Any:
+    request_cls = _core("wizard.planner", "PlanRequest")
+    kwargs: dict[str, Any] = {"seq_len": choices.seq_len, "global_batch": choices.global_batch}
+    fields = getattr(request_cls, "__dataclass_fields__", {}) or getattr(request_cls, "model_fields", {})
+    if "mode" in fields:
+        kwargs["mode"] = choices.mode
+    return request_cls(**{k: v for k, v in kwargs.items() if not fields or k in fields})
+
+
+def _view(candidate: Any) -> CandidateView:
+    p = candidate.predicted
+    return CandidateView(
+        strategy=candidate.strategy,
+        fits=bool(candidate.fits),
+        gpu_bytes=getattr(p, "gpu_bytes", None),
+        cpu_bytes=getattr(p, "cpu_bytes", None),
+        nvme_bytes=getattr(p, "nvme_bytes", None),
+        tokens_per_sec=getattr(p, "tokens_per_sec", None),
+        mfu=getattr(p, "mfu", None),
+        reasons=tuple(str(r) for r in (candidate.reasons or ())),
+    )
+
+
+def plan(choices: Choices, model: Any) -> PlanView:
+    if choices.hardware is None:
+        raise DswizError("no hardware yet", "go back to the Hardware step")
+    result = _core("wizard.planner", "plan")(choices.hardware, model, _request(choices))
+    cap = Capacity(
+        getattr(result, "gpu_capacity_bytes", None),
+        getattr(result, "cpu_capacity_bytes", None),
+        getattr(result, "nvme_capacity_bytes", None),
+    )
+    return PlanView(
+        tuple(_view(c) for c in result.candidates),
+        advice=tuple(str(a) for a in (getattr(result, "advice", ()) or ())),
+        notes=tuple(str(n) for n in (getattr(result, "notes", ()) or ())),
+        capacity=cap,
+        raw=result,
+    )
+
+
+def evaluate(
+    choices: Choices, model: Any, strategy: Strategy, plan_view: PlanView | None = None
+) -> CandidateView:
+    """The planner's prediction for a strategy the user edited by hand: ``wizard.planner.evaluate`` when the
+    planner has it, else the identical candidate of the current plan."""
+    fn = (
+        getattr(importlib.import_module("wizard.planner"), "evaluate", None)
+        if _has("wizard.planner")
+        else None
+    )
+    if callable(fn):
+        return _view(fn(choices.hardware, model, strategy, _request(choices)))
+    for cand in plan_view.candidates if plan_view else ():
+        if cand.strategy == strategy:
+            return cand
+    raise CoreUnavailable(
+        "the planner has no prediction for this exact combination",
+        "choose a row of the table, or keep this choice without a prediction",
+    )
+
+
+def best_candidate_like(plan_view: PlanView | None, strategy: Strategy) -> CandidateView | None:
+    """The planner's highest-ranked candidate with the same stage, offloads and precision as ``strategy`` (its
+    micro-batch and accumulation are the planner's for that combination); None when the plan has none."""
+
+    def key(s: Strategy) -> tuple[object, ...]:
+        return (s.zero_stage, s.offload_optimizer, s.offload_param, s.precision)
+
+    return next(
+        (c for c in (plan_view.candidates if plan_view else ()) if key(c.strategy) == key(strategy)), None
+    )
+
+
+def option_problems(strategy: Strategy, hw: HardwareReport | None) -> list[str]:
+    """Why ``strategy`` cannot be offered: the combination rules (``Strategy.problems``) plus the machine's
+    (``wizard.planner.hardware_problems`` when the planner provides it, e.g. NVMe offload without libaio)."""
+    out = list(strategy.problems())
+    if hw is not None and _has("wizard.planner"):
+        fn = getattr(importlib.import_module("wizard.planner"), "hardware_problems", None)
+        if callable(fn):
+            out.extend(str(p) for p in fn(hw, strategy))
+    return out
+
+
+# ---------------------------------------------------------------- files
+
+
+def _write_options(choices: Choices) -> Any:
+    options_cls = _core("wizard.config.build", "WriteOptions")
+    s = choices.strategy
+    assert s is not None
+    hosts: tuple[str, ...] = ()
+    if s.nodes > 1 and choices.hostfile_text.strip():
+        hosts = tuple(_core("wizard.config.lint_hostfile", "parse_hostfile")(choices.hostfile_text))
+    wanted: dict[str, Any] = {
+        "hosts": hosts,
+        "master_addr": choices.master_addr or None,
+        "master_port": choices.master_port,
+        "gradient_clipping": choices.gradient_clipping,
+        "launcher": choices.launcher,
+        # accelerate opens the JSON and hostfile by this path, relative to where it is launched: make it absolute
+        "config_dir": str(choices.out_dir.resolve()),
+    }
+    known = getattr(options_cls, "__dataclass_fields__", {})
+    return options_cls(**{k: v for k, v in wanted.items() if k in known})
+
+
+def render_files(choices: Choices) -> dict[str, str]:
+    """file name -> content, in the order the review screen shows them (the config writers' order)."""
+    if choices.strategy is None:
+        raise DswizError("no strategy chosen yet", "go back to the Strategy step")
+    build = _core("wizard.config.build", "config_set_from_strategy")
+    render_all = _core("wizard.config.render", "render_all")
+    files: dict[str, str] = render_all(build(choices.strategy, _write_options(choices)))
+    return files
+
+
+def lint_files(
+    files: dict[str, str],
+    world_size: int,
+    *,
+    hardware: HardwareReport | None = None,
+    launcher: str | None = None,
+) -> list[Finding]:
+    """The linter's findings for the files about to be written: exactly what ``dswiz check DIR`` would say once
+    they are written (the same ``wizard.config.check.lint_path``, run on a scratch copy)."""
+    import tempfile
+
+    lint_path = _core("wizard.config.check", "lint_path")
+    with tempfile.TemporaryDirectory(prefix="dswiz-review-") as scratch:
+        for name, text in files.items():
+            (Path(scratch) / name).write_text(text, encoding="utf-8")
+        return list(lint_path(Path(scratch), world_size=world_size, hardware=hardware, launcher=launcher))
+
+
+def import_config(path: Path) -> Any:
+    """Read an existing DeepSpeed JSON / accelerate YAML (``dswiz --from FILE``)."""
+    if not path.is_file():
+        raise DswizError(
+            f"{path} does not exist", "give the path of a DeepSpeed JSON or accelerate YAML file"
+        )
+    return _core("wizard.config.load", "load_path")(path)
+
+
+def write_files(out_dir: Path, files: dict[str, str], *, force: bool) -> list[Any]:
+    from wizard.fsio import atomic_write_text
+
+    results = []
+    for name, text in files.items():
+        mode = 0o755 if name.endswith(".sh") else None
+        results.append(atomic_write_text(out_dir / name, text, force=force, mode=mode))
+    return results
+
+
+def existing_files(out_dir: Path, names: Iterable[str]) -> dict[str, str]:
+    """What is already on disk under those names, for the diff (unreadable files count as absent)."""
+    out = {}
+    for name in names:
+        p = out_dir / name
+        try:
+            out[name] = p.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def launch_command(out_dir: Path, script: str = "train.py") -> str:
+    return f"dswiz launch --config {out_dir} {script}"
+
+
+def _has(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- multi-node
+
+# What each DeepSpeed launcher needs (FACTS §3 rules 8-9, deepspeed/launcher/runner.py + multinode_runner.py).
+LAUNCHER_NOTES: dict[str, str] = {
+    "pdsh": "default; passwordless ssh from this node to every host; runs `cd $PWD` and the same python there",
+    "openmpi": "mpirun from Open MPI; no --include/--exclude, no per-node GPU limits",
+    "mvapich": "MVAPICH2 mpirun; same GPU count on every node; no --include/--exclude",
+    "mpich": "MPICH mpirun; same GPU count on every node; no --include/--exclude",
+    "slurm": "srun inside a Slurm allocation (salloc/sbatch); the hostfile comes from Slurm",
+    "nossh": "start the same command on every node yourself (--node_rank); needs DeepSpeed ≥ 0.14.5",
+    "standard": "single node only: torch-style local launch, no hostfile",
+}
+
+
+def check_hostfile(text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
+    """Findings for a hostfile being edited (the config linter's hostfile rules, FACTS §3 rules 8-9)."""
+    fn = _core("wizard.config.lint_hostfile", "lint_hostfile_text")
+    return list(fn(text, world_size=nodes * gpus_per_node, launcher=launcher))
+
+
+def default_hostfile(nodes: int, gpus_per_node: int) -> str:
+    """A starting point the user edits: placeholder host names, one line per node."""
+    return "".join(f"node{i + 1} slots={gpus_per_node}\n" for i in range(nodes))
+
+
+def apply_import(choices: Choices, imported: Any) -> None:
+    """Put an imported config's decisions into the choices (``dswiz --from FILE``)."""
+    if isinstance(imported, Strategy):
+        strategy = imported
+    else:
+        config = getattr(imported, "config", imported)
+        reader = getattr(importlib.import_module("wizard.config"), "strategy_from_config", None)
+        strategy = reader(config) if callable(reader) else _strategy_from_config_set(config)
+        clipping = getattr(config.deepspeed, "gradient_clipping", None)
+        if isinstance(clipping, (int, float)):
+            choices.gradient_clipping = float(clipping)
+        topo = config.topology
+        if topo.nodes > 1:
+            choices.hostfile_text = "".join(f"{h} slots={topo.gpus_per_node}\n" for h in topo.hosts)
+            choices.master_addr = topo.master_addr or ""
+            choices.master_port = topo.master_port
+            choices.launcher = topo.launcher
+    # The file's stage, offloads, precision, micro-batch and accumulation are kept; its world size may be another
+    # machine's, so the target global batch is left to the planner and the topology to the hardware step.
+    choices.strategy = strategy
+
+
+def _strategy_from_config_set(config: Any) -> Strategy:
+    """Read a loaded ConfigSet's decisions back as a Strategy (field by field; "auto" and absent keys take
+    DeepSpeed's defaults). Belongs in wizard.config; used until it provides ``strategy_from_config``."""
+    ds = config.deepspeed
+    zero = ds.zero_optimization
+
+    def device(section: Any) -> str:
+        return (section.device or "none") if section is not None else "none"
+
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and value > 0 else 1
+
+    precision = ds.precision if ds.precision in ("bf16", "fp16", "fp32") else "bf16"
+    return Strategy(
+        zero_stage=ds.stage,
+        offload_optimizer=device(zero.offload_optimizer if zero else None),  # type: ignore[arg-type]
+        offload_param=device(zero.offload_param if zero else None),  # type: ignore[arg-type]
+        precision=precision,  # type: ignore[arg-type]
+        micro_batch_size=count(ds.train_micro_batch_size_per_gpu),
+        gradient_accumulation_steps=count(ds.gradient_accumulation_steps),
+        activation_checkpointing=ds.activation_checkpointing is not None,
+        zero_quantized_weights=bool(zero and zero.zero_quantized_weights),
+        zero_quantized_gradients=bool(zero and zero.zero_quantized_gradients),
+        zero_hpz_partition_size=(zero.zero_hpz_partition_size or 1) if zero else 1,
+        nodes=config.topology.nodes,
+        gpus_per_node=config.topology.gpus_per_node,
+    )

@@ -1,0 +1,1 @@
+"""One module per wizard step, plus the modal dialogs (help, confirm)."""

@@ -1,0 +1,84 @@
+"""What every step shares: the breadcrumb, a scrollable body, Back / Next, the footer.
+
+A step reads the App's ``choices`` when it is shown (``refresh_from_state``) and saves into them when the user
+moves on (``save``); it posts ``StepScreen.Move`` and the App decides where to go ("attributes down, messages up").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Static
+
+from wizard.errors import DswizError
+from wizard.tui.widgets.step_bar import STEP_TITLES, StepBar
+
+if TYPE_CHECKING:
+    from wizard.tui.app import WizardApp
+
+
+class StepScreen(Screen[None]):
+    STEP: ClassVar[int] = 0
+    HELP: ClassVar[str] = ""
+
+    @dataclass
+    class Move(Message):
+        """The user asked to go ``delta`` steps (after this step saved its choices, when moving forward)."""
+
+        delta: int
+
+    @property
+    def wizard(self) -> WizardApp:
+        return cast("WizardApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield StepBar(self.STEP)
+        with VerticalScroll(id="body"):
+            yield from self.body()
+        with Horizontal(id="nav"):
+            yield Button("← Back", id="back", disabled=self.STEP == 0)
+            yield Static("", id="status")
+            last = len(STEP_TITLES) - 1 == self.STEP
+            yield Button("Done" if last else "Next →", id="next", variant="primary")
+        yield Footer()
+
+    def body(self) -> ComposeResult:  # pragma: no cover - every step overrides it
+        yield from ()
+
+    def on_mount(self) -> None:
+        self.refresh_from_state()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_from_state()
+
+    def refresh_from_state(self) -> None:
+        """Show the current choices (called each time the step is shown)."""
+
+    def save(self) -> None:
+        """Store what is on screen into the choices; raise DswizError to stay on this step."""
+
+    def set_status(self, message: str, *, error: bool = False) -> None:
+        self.query_one("#status", Static).update(Text(message, style="bold red" if error else "dim"))
+
+    def try_save(self) -> bool:
+        try:
+            self.save()
+        except DswizError as e:
+            self.set_status(f"{e.problem}" + (f" — {e.fix}" if e.fix else ""), error=True)
+            return False
+        return True
+
+    @on(Button.Pressed, "#next")
+    def _next(self) -> None:
+        self.post_message(self.Move(+1))
+
+    @on(Button.Pressed, "#back")
+    def _back(self) -> None:
+        self.post_message(self.Move(-1))

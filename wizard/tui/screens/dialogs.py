@@ -1,0 +1,74 @@
+"""Modal dialogs: help, and yes/no confirmations (quit with unsaved choices, overwrite files)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Markdown, Static
+
+KEYS_HELP = """\
+| key | does |
+|---|---|
+| `ctrl+n` (or `n` outside a text field) | next step (saves this one) |
+| `ctrl+p` (or `b`) | previous step |
+| `tab` / `shift+tab` | move between fields |
+| `enter` / `space` | press a button, pick a radio option |
+| `f1` (or `?`) | this help |
+| `ctrl+q` (or `q`) | quit (asks first when choices are not written yet) |
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark,f1", "dismiss", "Close")]
+
+    def __init__(self, step_title: str, step_help: str) -> None:
+        super().__init__()
+        self.step_title = step_title
+        self.step_help = step_help
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="help"):
+            yield Markdown(f"## {self.step_title}\n\n{self.step_help}\n\n## Keys\n\n{KEYS_HELP}")
+            yield Button("Close", id="close", variant="primary")
+
+    @on(Button.Pressed, "#close")
+    def _close(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A question with two answers; dismisses with True for the first (the action), False to cancel."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,n", "answer(False)", "No"),
+        Binding("y", "answer(True)", "Yes"),
+    ]
+
+    def __init__(self, question: str, yes: str, no: str = "Cancel") -> None:
+        super().__init__()
+        self.question = question
+        self.yes_label = yes
+        self.no_label = no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(self.question, id="question")
+            with Horizontal(id="answers"):
+                yield Button(self.yes_label, id="yes", variant="error")
+                yield Button(self.no_label, id="no", variant="primary")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+    @on(Button.Pressed, "#yes")
+    def _yes(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#no")
+    def _no(self) -> None:
+        self.dismiss(False)

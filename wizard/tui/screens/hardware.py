@@ -1,0 +1,147 @@
+"""Step 1 — Hardware: what was detected (or the described profile), its hazards with their fixes.
+
+The spec input is editable: type "8xA100-80GB", "2x8xH100" or a YAML profile path to plan for other hardware,
+or leave it empty to use this machine.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Button, Input, Label, Static
+
+from wizard.errors import DswizError
+from wizard.hardware.report import HardwareReport
+from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.findings_view import findings_text
+from wizard.units import fmt_bytes
+
+
+def gpu_table(hw: HardwareReport) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for col in ("#", "GPU", "memory", "compute", "bf16", "fp16"):
+        table.add_column(col)
+    for g in hw.gpus:
+        cc = "?" if g.compute_capability is None else f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+        yes = {True: "yes", False: "no", None: "?"}
+        table.add_row(
+            str(g.index),
+            g.name,
+            fmt_bytes(g.memory_total_bytes),
+            cc,
+            yes[g.supports_bf16],
+            yes[g.supports_fp16],
+        )
+    return table
+
+
+def host_text(hw: HardwareReport) -> Text:
+    h = hw.host
+    lines = [
+        ("nodes", f"{hw.nodes} × {hw.gpus_per_node} GPU{'s' if hw.gpus_per_node != 1 else ''}"),
+        ("CPU", f"{h.cpu_model or '?'} ({h.physical_cores or '?'} cores)"),
+        ("RAM", f"{fmt_bytes(h.ram_total_bytes)} total, {fmt_bytes(h.ram_available_bytes)} available"),
+        ("/dev/shm", fmt_bytes(h.shm_bytes)),
+        ("libaio", {True: "present", False: "missing (no NVMe offload)", None: "unknown"}[h.libaio]),
+    ]
+    for d in h.disks:
+        kind = "NVMe" if d.nvme else "disk"
+        lines.append((kind, f"{d.mountpoint} {fmt_bytes(d.free_bytes)} free of {fmt_bytes(d.total_bytes)}"))
+    text = Text()
+    for n, (k, v) in enumerate(lines):
+        text.append(("\n" if n else "") + f"{k:<9}", style="bold")
+        text.append(v)
+    return text
+
+
+class HardwareStep(StepScreen):
+    STEP = 0
+    AUTO_FOCUS = "#hw-spec"
+    HELP = (
+        "What dswiz plans for. Empty: **this machine**, as detected (NVML, /proc, disks, libaio). "
+        "Or describe the machine you will train on: `8xA100-80GB`, `2x8xH100` (2 nodes of 8), or the path of a "
+        "YAML profile. Hazards are problems found on the machine, each with its fix."
+    )
+
+    def body(self) -> ComposeResult:
+        yield Label("Plan for", classes="field-label")
+        with Horizontal(classes="row"):
+            yield Input(
+                placeholder="empty = this machine; or 8xA100-80GB, 2x8xH100, profile.yaml", id="hw-spec"
+            )
+            yield Button("Use", id="hw-use")
+        yield Static("", id="hw-source", classes="section-title")
+        yield Static("", id="hw-nogpu", classes="banner")
+        yield Static("", id="hw-gpus")
+        yield Static("", id="hw-host")
+        yield Label("Hazards", classes="section-title")
+        yield Static("", id="hw-hazards")
+
+    def refresh_from_state(self) -> None:
+        spec_input = self.query_one("#hw-spec", Input)
+        spec_input.value = self.wizard.choices.hardware_spec or ""
+        hw = self.wizard.choices.hardware
+        if hw is not None:
+            self._show(hw)
+        elif self.wizard.detecting:
+            self.query_one("#hw-source", Static).update("Detecting this machine…")
+
+    def show_hardware(self, spec: str | None, report: HardwareReport | DswizError) -> None:
+        if isinstance(report, DswizError):
+            self.set_status(f"{report.problem}" + (f" — {report.fix}" if report.fix else ""), error=True)
+            return
+        self.wizard.choices.hardware_spec = spec
+        self.wizard.choices.hardware = report
+        self.wizard.plan = None
+        self.set_status("")
+        self._show(report)
+
+    def _show(self, hw: HardwareReport) -> None:
+        source = "Described" if hw.source == "described" else "Detected"
+        what = f": {hw.description}" if hw.description else ""
+        self.query_one("#hw-source", Static).update(Text(f"{source}{what}", style="bold"))
+        banner = self.query_one("#hw-nogpu", Static)
+        if not hw.gpus:
+            reason = hw.no_gpu_reason or "no NVIDIA GPU was found"
+            banner.update(
+                Text(
+                    f"No GPU on this machine ({reason}).\nType the hardware you will train on above "
+                    "(e.g. 8xA100-80GB) and press Use to plan for it.",
+                    style="bold yellow",
+                )
+            )
+            banner.display = True
+        else:
+            banner.display = False
+        self.query_one("#hw-gpus", Static).update(gpu_table(hw) if hw.gpus else "")
+        self.query_one("#hw-host", Static).update(host_text(hw))
+        self.query_one("#hw-hazards", Static).update(findings_text(hw.hazards, empty="None found."))
+
+    @on(Button.Pressed, "#hw-use")
+    @on(Input.Submitted, "#hw-spec")
+    def _use_spec(self) -> None:
+        spec = self.query_one("#hw-spec", Input).value.strip() or None
+        self.query_one("#hw-source", Static).update(
+            "Detecting this machine…" if spec is None else f"Reading {spec}…"
+        )
+        self.wizard.detecting = True
+        self.wizard.detect_hardware(spec)
+
+    def save(self) -> None:
+        spec = self.query_one("#hw-spec", Input).value.strip() or None
+        hw = self.wizard.choices.hardware
+        if self.wizard.detecting:
+            raise DswizError("still reading the hardware", "wait a moment, then press Next again")
+        if hw is None:
+            raise DswizError(
+                "no hardware yet", "leave the field empty for this machine or describe one, then Use"
+            )
+        if spec != self.wizard.choices.hardware_spec:
+            raise DswizError("the hardware field changed", "press Use (or Enter) to read it first")
+        if not hw.gpus:
+            raise DswizError(
+                "there is no GPU to plan for", "describe the GPUs you will train on, e.g. 8xA100-80GB"
+            )

@@ -1,0 +1,92 @@
+"""Step 2 — Model: a preset, a local config.json or numbers; sequence length; target global batch; training or
+inference. Next loads the model spec and asks the planner for candidates."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
+
+from wizard.errors import DswizError
+from wizard.strategy import Mode
+from wizard.tui.choices import parse_positive
+from wizard.tui.screens.base import StepScreen
+
+
+class ModelStep(StepScreen):
+    STEP = 1
+    AUTO_FOCUS = "#model"
+    HELP = (
+        "Which model to plan for. A **preset** name (e.g. `llama-7b`), the path of a local Hugging Face "
+        "`config.json` (nothing is downloaded), or numbers (`params=7e9 layers=32 hidden=4096 ...`). "
+        "**Sequence length** and **global batch** (samples per optimizer step; empty lets the planner choose) "
+        "drive activation memory and throughput."
+    )
+
+    def body(self) -> ComposeResult:
+        presets = self.wizard.core.model_presets()
+        yield Label("Model: preset, path to config.json, or numbers", classes="field-label")
+        with Horizontal(classes="row"):
+            yield Select([(p, p) for p in presets], prompt="preset…", id="model-preset", disabled=not presets)
+            yield Input(
+                placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model"
+            )
+        with Horizontal(classes="row"):
+            with Vertical(classes="field"):
+                yield Label("Sequence length (tokens)", classes="field-label")
+                yield Input(id="seq-len", type="integer")
+            with Vertical(classes="field"):
+                yield Label("Target global batch (samples/step; empty: planner picks)", classes="field-label")
+                yield Input(id="global-batch", type="integer")
+        yield Label("Planning for", classes="field-label")
+        with RadioSet(id="mode"):
+            yield RadioButton("Training", id="mode-train", value=True)
+            yield RadioButton("Inference (ZeRO-Inference, stage 3)", id="mode-inference")
+        yield Static("", id="model-summary")
+
+    def refresh_from_state(self) -> None:
+        c = self.wizard.choices
+        self.query_one("#model", Input).value = c.model_text
+        self.query_one("#seq-len", Input).value = str(c.seq_len)
+        self.query_one("#global-batch", Input).value = "" if c.global_batch is None else str(c.global_batch)
+        self.query_one("#mode-inference", RadioButton).value = c.mode == "inference"
+        self.query_one("#mode-train", RadioButton).value = c.mode == "train"
+        if self.wizard.model is not None:
+            self._show_model()
+
+    @on(Select.Changed, "#model-preset")
+    def _preset(self, event: Select.Changed) -> None:
+        if isinstance(event.value, str):
+            self.query_one("#model", Input).value = event.value
+
+    def _show_model(self) -> None:
+        desc = self.wizard.core.describe_model(self.wizard.model)
+        self.query_one("#model-summary", Static).update(Text(desc, style="green"))
+
+    def save(self) -> None:
+        c = self.wizard.choices
+        text = self.query_one("#model", Input).value.strip()
+        seq_len = parse_positive(self.query_one("#seq-len", Input).value, "sequence length")
+        batch = parse_positive(self.query_one("#global-batch", Input).value, "global batch", allow_empty=True)
+        mode: Mode = "inference" if self.query_one("#mode-inference", RadioButton).value else "train"
+        model = self.wizard.core.load_model(text)
+        changed = (text, seq_len, batch, mode) != (c.model_text, c.seq_len, c.global_batch, c.mode)
+        c.model_text, c.mode, c.global_batch = text, mode, batch
+        c.seq_len = seq_len if seq_len is not None else c.seq_len
+        self.wizard.model = model
+        self._show_model()
+        if changed or self.wizard.plan is None:
+            self.wizard.plan = self.wizard.core.plan(c, model)
+            plan = self.wizard.plan
+            if not plan.candidates:
+                raise DswizError("the planner found no candidate", "check the model numbers and the hardware")
+            # An imported config keeps its own choices, on this hardware's topology; otherwise start from the
+            # recommendation (or, when nothing fits, from the closest candidate so the Strategy step shows why).
+            planned = (plan.best or plan.candidates[0]).strategy
+            if c.strategy is None or c.imported_from is None:
+                c.strategy = planned
+            else:
+                c.strategy = c.strategy.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
+            c.global_batch = c.strategy.global_batch_size

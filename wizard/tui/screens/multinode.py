@@ -1,0 +1,151 @@
+"""Step 5 — Multi-node: nodes, GPUs per node, the hostfile (edited and validated as you type), the launcher
+with what each one requires, and the master address / port."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, RadioButton, RadioSet, Static, TextArea
+
+from wizard.errors import DswizError
+from wizard.findings import has_errors
+from wizard.tui.choices import LAUNCHERS, parse_positive
+from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.findings_view import findings_text
+
+
+class MultiNodeStep(StepScreen):
+    STEP = 4
+    AUTO_FOCUS = "#nodes"
+    HELP = (
+        "How many machines and how the job reaches them. The **hostfile** has one line per node: "
+        "`hostname slots=N` (N = GPUs on that node), no duplicates. The **launcher** starts the processes: "
+        "pdsh (ssh, the default), the MPI flavours, Slurm, nossh (you start each node yourself) or standard "
+        "(one node). The **master** is the address every rank connects to (node 1 by default)."
+    )
+
+    def body(self) -> ComposeResult:
+        with Horizontal(classes="row"):
+            with Vertical(classes="field"):
+                yield Label("Nodes", classes="field-label")
+                yield Input(id="nodes", type="integer")
+            with Vertical(classes="field"):
+                yield Label("GPUs per node", classes="field-label")
+                yield Input(id="gpus", type="integer")
+            with Vertical(classes="field"):
+                yield Label("Master address (empty: first host)", classes="field-label")
+                yield Input(id="master-addr")
+            with Vertical(classes="field"):
+                yield Label("Master port", classes="field-label")
+                yield Input(id="master-port", type="integer")
+        yield Static("", id="world")
+        with Horizontal(classes="row", id="multi"):
+            with Vertical(classes="field"):
+                yield Label("Hostfile", classes="field-label")
+                yield TextArea("", id="hostfile")
+            with Vertical(classes="field"):
+                yield Label("Launcher", classes="field-label")
+                with RadioSet(id="launcher"):
+                    for name in LAUNCHERS:
+                        yield RadioButton(name, id=f"launcher-{name}")
+                yield Static("", id="launcher-note")
+        yield Label("Hostfile check", classes="section-title")
+        yield Static("", id="hostfile-findings")
+
+    def refresh_from_state(self) -> None:
+        c = self.wizard.choices
+        s = c.strategy
+        if s is None:
+            return
+        with self.prevent(Input.Changed, TextArea.Changed):
+            self.query_one("#nodes", Input).value = str(s.nodes)
+            self.query_one("#gpus", Input).value = str(s.gpus_per_node)
+            self.query_one("#master-addr", Input).value = c.master_addr
+            self.query_one("#master-port", Input).value = str(c.master_port)
+            if not c.hostfile_text and s.nodes > 1:
+                c.hostfile_text = self.wizard.core.default_hostfile(s.nodes, s.gpus_per_node)
+            self.query_one("#hostfile", TextArea).text = c.hostfile_text
+        self.query_one(f"#launcher-{c.launcher}", RadioButton).value = True
+        self._check()
+
+    def _launcher(self) -> str:
+        for name in LAUNCHERS:
+            if self.query_one(f"#launcher-{name}", RadioButton).value:
+                return name
+        return self.wizard.choices.launcher
+
+    def _topology(self) -> tuple[int, int]:
+        nodes = parse_positive(self.query_one("#nodes", Input).value, "number of nodes") or 1
+        gpus = parse_positive(self.query_one("#gpus", Input).value, "GPUs per node") or 1
+        return nodes, gpus
+
+    def _check(self) -> list:
+        launcher = self._launcher()
+        self.query_one("#launcher-note", Static).update(
+            Text(self.wizard.core.LAUNCHER_NOTES.get(launcher, ""), style="dim")
+        )
+        try:
+            nodes, gpus = self._topology()
+        except DswizError as e:
+            self.set_status(e.problem, error=True)
+            return []
+        self.set_status("")
+        s = self.wizard.choices.strategy
+        if s is not None:
+            world = nodes * gpus
+            self.query_one("#world", Static).update(
+                Text(
+                    f"world size {world}: global batch {s.micro_batch_size * s.gradient_accumulation_steps * world}"
+                    f" = micro {s.micro_batch_size} × accumulation {s.gradient_accumulation_steps} × {world}"
+                )
+            )
+        out = self.query_one("#hostfile-findings", Static)
+        multi = nodes > 1
+        self.query_one("#hostfile", TextArea).disabled = not multi
+        if not multi:
+            out.update(Text("Single node: no hostfile is written or needed.", style="dim"))
+            return []
+        text = self.query_one("#hostfile", TextArea).text
+        try:
+            findings = self.wizard.core.check_hostfile(
+                text, nodes=nodes, gpus_per_node=gpus, launcher=launcher
+            )
+        except DswizError as e:
+            out.update(Text(e.problem, style="dim"))
+            return []
+        out.update(findings_text(findings, empty="Hostfile is valid."))
+        return findings
+
+    @on(Input.Changed)
+    @on(TextArea.Changed)
+    @on(RadioSet.Changed)
+    def _changed(self) -> None:
+        self._check()
+
+    def save(self) -> None:
+        c = self.wizard.choices
+        nodes, gpus = self._topology()
+        launcher = self._launcher()
+        port = parse_positive(self.query_one("#master-port", Input).value, "master port") or 29500
+        if port > 65535:
+            raise DswizError(f"port {port} is out of range", "choose a port between 1024 and 65535")
+        if nodes > 1 and launcher == "standard":
+            raise DswizError(
+                "the standard launcher runs one node only", "choose pdsh, an MPI launcher or slurm"
+            )
+        findings = self._check()
+        if has_errors(findings):
+            raise DswizError("the hostfile has errors", "fix the lines listed under Hostfile check")
+        before = (c.strategy, c.global_batch, c.launcher, c.master_addr, c.master_port, c.hostfile_text)
+        c.set_topology(nodes=nodes, gpus_per_node=gpus)
+        c.launcher = launcher
+        c.master_addr = self.query_one("#master-addr", Input).value.strip()
+        c.master_port = port
+        c.hostfile_text = self.query_one("#hostfile", TextArea).text if nodes > 1 else ""
+        try:
+            self.wizard.core.render_files(c)  # the config writers' own checks (hosts vs nodes, duplicates)
+        except DswizError:
+            c.strategy, c.global_batch, c.launcher, c.master_addr, c.master_port, c.hostfile_text = before
+            raise

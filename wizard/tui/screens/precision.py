@@ -1,0 +1,163 @@
+"""Step 4 — Precision & batch: bf16/fp16/fp32 as the GPUs support them; micro-batch, accumulation, clipping,
+activation checkpointing and ZeRO++. The batch arithmetic (global = micro × accumulation × world) is shown and
+kept consistent as you type, and the planner's memory prediction follows."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, RadioButton, RadioSet, Static, Switch
+
+from wizard.errors import DswizError
+from wizard.strategy import PRECISIONS, Strategy
+from wizard.tui.choices import parse_positive
+from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.memory_bar import MemoryBar
+
+SWITCHES = (
+    ("ckpt", "Activation checkpointing (recompute activations: less memory, ~33% more compute)"),
+    ("qwz", "ZeRO++ quantized weights (qwZ, stage 3)"),
+    ("qgz", "ZeRO++ quantized gradients (qgZ, stage 3)"),
+    ("hpz", "ZeRO++ hierarchical partitioning (hpZ: a weight copy per node, stage 3, multi-node)"),
+)
+
+
+def batch_text(s: Strategy) -> Text:
+    text = Text("global batch ", style="bold")
+    text.append(f"{s.global_batch_size}", style="bold green")
+    text.append(
+        f" = micro-batch {s.micro_batch_size} × accumulation {s.gradient_accumulation_steps}"
+        f" × world {s.world_size} ({s.nodes} node{'s' if s.nodes != 1 else ''} × {s.gpus_per_node} GPUs)"
+    )
+    return text
+
+
+class PrecisionStep(StepScreen):
+    STEP = 3
+    AUTO_FOCUS = "#micro"
+    HELP = (
+        "**bf16** needs an Ampere or newer GPU (compute capability 8.0); **fp16** needs 7.0 and uses loss "
+        "scaling; **fp32** is slow. DeepSpeed requires train_batch_size = micro-batch × accumulation × world "
+        "size: dswiz keeps the three consistent. **Clipping** is the gradient-norm limit (0 disables it). "
+        "**ZeRO++** options only act at stage 3."
+    )
+
+    def body(self) -> ComposeResult:
+        yield Label("Precision", classes="field-label")
+        with RadioSet(id="precision"):
+            for p in PRECISIONS:
+                yield RadioButton(p, id=f"prec-{p}")
+        yield Static("", id="prec-why")
+        with Horizontal(classes="row"):
+            for key, label in (
+                ("micro", "Micro-batch per GPU"),
+                ("gas", "Accumulation steps"),
+                ("clip", "Clipping"),
+            ):
+                with Vertical(classes="field"):
+                    yield Label(label, classes="field-label")
+                    yield Input(id=key, type="number" if key == "clip" else "integer")
+        yield Static("", id="batch")
+        for key, label in SWITCHES:
+            with Horizontal(classes="switch-row"):
+                yield Switch(id=key)
+                yield Label(label)
+        yield Static("", id="zeropp-why")
+        yield MemoryBar("GPU", id="bar-gpu")
+        yield MemoryBar("CPU", id="bar-cpu")
+
+    def refresh_from_state(self) -> None:
+        c = self.wizard.choices
+        s = c.strategy
+        if s is None:
+            return
+        supported = self.wizard.core.precisions_supported(c.hardware)
+        for p in PRECISIONS:
+            button = self.query_one(f"#prec-{p}", RadioButton)
+            button.disabled = supported[p] is not None and p != s.precision
+            button.value = p == s.precision
+        why = [f"{p}: {reason}" for p, reason in supported.items() if reason]
+        self.query_one("#prec-why", Static).update(Text("\n".join(why), style="dim"))
+        with self.prevent(Input.Changed, Switch.Changed):
+            self.query_one("#micro", Input).value = str(s.micro_batch_size)
+            self.query_one("#gas", Input).value = str(s.gradient_accumulation_steps)
+            self.query_one("#clip", Input).value = f"{c.gradient_clipping:g}"
+            self.query_one("#ckpt", Switch).value = s.activation_checkpointing
+            self.query_one("#qwz", Switch).value = s.zero_quantized_weights
+            self.query_one("#qgz", Switch).value = s.zero_quantized_gradients
+            self.query_one("#hpz", Switch).value = s.zero_hpz_partition_size > 1
+        self._update(s)
+
+    def _strategy_on_screen(self) -> Strategy:
+        s = self.wizard.choices.strategy
+        assert s is not None
+        prec = next((p for p in PRECISIONS if self.query_one(f"#prec-{p}", RadioButton).value), s.precision)
+        micro = parse_positive(self.query_one("#micro", Input).value, "micro-batch") or 1
+        gas = parse_positive(self.query_one("#gas", Input).value, "accumulation steps") or 1
+        return s.with_(
+            precision=prec,
+            micro_batch_size=micro,
+            gradient_accumulation_steps=gas,
+            activation_checkpointing=self.query_one("#ckpt", Switch).value,
+            zero_quantized_weights=self.query_one("#qwz", Switch).value,
+            zero_quantized_gradients=self.query_one("#qgz", Switch).value,
+            zero_hpz_partition_size=s.gpus_per_node if self.query_one("#hpz", Switch).value else 1,
+        )
+
+    def _update(self, s: Strategy) -> None:
+        self.query_one("#batch", Static).update(batch_text(s))
+        hw = self.wizard.choices.hardware
+        notes = []
+        for key, change in (
+            ("qwz", {"zero_quantized_weights": True}),
+            ("qgz", {"zero_quantized_gradients": True}),
+            ("hpz", {"zero_hpz_partition_size": s.gpus_per_node if s.gpus_per_node > 1 else 2}),
+        ):
+            switch = self.query_one(f"#{key}", Switch)
+            problems = [] if switch.value else self.wizard.core.option_problems(s.with_(**change), hw)
+            switch.disabled = bool(problems)
+            if problems:
+                notes.append(f"{key}: {problems[0]}")
+        self.query_one("#zeropp-why", Static).update(Text("\n".join(notes), style="dim"))
+        cand = None
+        if self.wizard.model is not None:
+            try:
+                cand = self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, s, self.wizard.plan)
+            except DswizError as e:
+                self.set_status(e.problem, error=True)
+        cap = self.wizard.core.capacity(hw, self.wizard.plan)
+        gpu, cpu = self.query_one("#bar-gpu", MemoryBar), self.query_one("#bar-cpu", MemoryBar)
+        gpu.used, gpu.capacity = (cand.gpu_bytes if cand else None), cap.gpu
+        cpu.used, cpu.capacity = (cand.cpu_bytes if cand else None), cap.cpu
+
+    @on(Input.Changed)
+    @on(Switch.Changed)
+    @on(RadioSet.Changed)
+    def _changed(self) -> None:
+        try:
+            s = self._strategy_on_screen()
+        except DswizError as e:
+            self.set_status(e.problem, error=True)
+            return
+        self.set_status("")
+        self._update(s)
+
+    def save(self) -> None:
+        s = self._strategy_on_screen()
+        clip_text = self.query_one("#clip", Input).value.strip() or "0"
+        try:
+            clip = float(clip_text)
+        except ValueError:
+            raise DswizError(
+                f"clipping must be a number, not {clip_text!r}", "type e.g. 1.0, or 0 for none"
+            ) from None
+        if clip < 0:
+            raise DswizError("clipping cannot be negative", "type e.g. 1.0, or 0 for none")
+        problems = self.wizard.core.option_problems(s, self.wizard.choices.hardware)
+        if problems:
+            raise DswizError(problems[0], "change the highlighted option")
+        self.wizard.choices.strategy = s
+        self.wizard.choices.global_batch = s.global_batch_size
+        self.wizard.choices.gradient_clipping = clip

@@ -1,0 +1,154 @@
+"""Step 6 — Review & write: every file to be written, syntax-highlighted, with a diff against the file already
+there; the linter's findings; where to write. Writing never overwrites silently: a changed file needs a
+confirmation and its old content is kept as a backup. Afterwards: the exact command to launch."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Button, Input, Label, Static
+
+from wizard.errors import DswizError
+from wizard.findings import has_errors
+from wizard.tui.screens.base import StepScreen
+from wizard.tui.screens.dialogs import ConfirmScreen
+from wizard.tui.widgets.findings_view import findings_text
+
+LEXERS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh": "bash"}
+THEME = "ansi_dark"  # terminal colours: readable on any theme and stable in snapshots
+
+
+def lexer_for(name: str) -> str:
+    return LEXERS.get(Path(name).suffix, "bash" if name in (".deepspeed_env",) else "text")
+
+
+def unified_diff(name: str, old: str, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{name} (on disk)", f"{name} (new)")
+    )
+
+
+class ReviewStep(StepScreen):
+    STEP = 5
+    AUTO_FOCUS = "#write"
+    HELP = (
+        "The files dswiz will write, exactly. Where a file already exists, the diff shows what changes; writing "
+        "over it asks first and keeps the old one as `NAME.bak-<time>`. Findings come from the same linter as "
+        "`dswiz check`. After writing, run the command shown to start training with a live dashboard."
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: dict[str, str] = {}
+        self.on_disk: dict[str, str] = {}
+        self.has_errors = False
+
+    def body(self) -> ComposeResult:
+        yield Label("Write to directory", classes="field-label")
+        with Horizontal(classes="row"):
+            yield Input(id="out-dir")
+            yield Button("Write files", id="write", variant="success")
+        yield Static("", id="written")
+        yield Label("Findings", classes="section-title")
+        yield Static("", id="findings")
+        yield Vertical(id="files")
+
+    def refresh_from_state(self) -> None:
+        c = self.wizard.choices
+        with self.prevent(Input.Changed):
+            self.query_one("#out-dir", Input).value = str(c.out_dir)
+        self._show_files()
+
+    def _show_files(self) -> None:
+        c = self.wizard.choices
+        box = self.query_one("#files", Vertical)
+        box.remove_children()
+        try:
+            self.files = self.wizard.core.render_files(c)
+            findings = self.wizard.core.lint_files(
+                self.files, c.world_size, hardware=c.hardware, launcher=c.launcher
+            )
+        except DswizError as e:
+            self.files = {}
+            self.set_status(e.problem, error=True)
+            return
+        self.query_one("#findings", Static).update(findings_text(findings))
+        self.on_disk = self.wizard.core.existing_files(self._out_dir(), self.files)
+        widgets: list[Static] = []
+        for name, text in self.files.items():
+            old = self.on_disk.get(name)
+            state = (
+                "new file" if old is None else ("unchanged" if old == text else "changes the file on disk")
+            )
+            widgets.append(Label(Text.assemble((name, "bold"), (f"  {state}", "dim")), classes="file-title"))
+            widgets.append(
+                Static(Syntax(text, lexer_for(name), theme=THEME, line_numbers=True), classes="file")
+            )
+            if old is not None and old != text:
+                diff = unified_diff(name, old, text)
+                widgets.append(Static(Syntax(diff, "diff", theme=THEME), classes="file diff"))
+        box.mount_all(widgets)
+        self.has_errors = has_errors(findings)
+
+    def _out_dir(self) -> Path:
+        return Path(self.query_one("#out-dir", Input).value.strip() or str(self.wizard.choices.out_dir))
+
+    @on(Input.Submitted, "#out-dir")
+    def _dir_changed(self) -> None:
+        self.wizard.choices.out_dir = self._out_dir()
+        self._show_files()
+
+    @on(Button.Pressed, "#write")
+    def _write_pressed(self) -> None:
+        self.wizard.choices.out_dir = out = self._out_dir()
+        self._show_files()
+        if not self.files:
+            return
+        changed = [n for n, old in self.on_disk.items() if old != self.files.get(n)]
+        if not changed:
+            self._write(force=False)
+            return
+
+        def answered(overwrite: bool | None) -> None:
+            if overwrite:
+                self._write(force=True)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                f"{', '.join(changed)} already exist{'s' if len(changed) == 1 else ''} in {out} with other "
+                "content. Overwrite? The old files are kept as .bak-<time> backups.",
+                yes="Overwrite",
+            ),
+            answered,
+        )
+
+    def _write(self, *, force: bool) -> None:
+        c = self.wizard.choices
+        try:
+            results = self.wizard.core.write_files(c.out_dir, self.files, force=force)
+        except DswizError as e:
+            self.set_status(f"{e.problem} — {e.fix}" if e.fix else e.problem, error=True)
+            return
+        c.written = [r.path for r in results]
+        lines = Text()
+        lines.append("Wrote\n", style="bold green")
+        for r in results:
+            note = (
+                " (unchanged)" if r.unchanged else (f" (old one kept as {r.backup.name})" if r.backup else "")
+            )
+            lines.append(f"  {r.path}{note}\n")
+        lines.append("Next, start training with a live dashboard:\n", style="bold")
+        lines.append(f"  {self.wizard.core.launch_command(c.out_dir)}", style="bold cyan")
+        self.query_one("#written", Static).update(lines)
+        self._show_files()
+        self.set_status("written")
+
+    def save(self) -> None:
+        if not self.wizard.choices.written:
+            raise DswizError("nothing written yet", "press Write files, or q to quit without writing")

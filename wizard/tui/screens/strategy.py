@@ -1,0 +1,255 @@
+"""Step 3 — Strategy: the planner's candidates with predicted GPU / CPU / NVMe memory against capacity and
+tokens/s; the recommendation selected and explained. Stage and offload can be chosen by hand: the planner
+re-evaluates and the bars update live; combinations that cannot work are disabled, with the reason shown."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Label, RadioButton, RadioSet, Static
+
+from wizard.errors import DswizError
+from wizard.strategy import OFFLOAD_DEVICES, Strategy
+from wizard.tui.core_bridge import CandidateView, CoreUnavailable
+from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.memory_bar import MemoryBar
+from wizard.units import fmt_bytes
+
+STAGES = (0, 1, 2, 3)
+
+
+def describe(s: Strategy) -> str:
+    parts = [f"ZeRO-{s.zero_stage}"]
+    if s.offload_optimizer != "none":
+        parts.append(f"optimizer→{s.offload_optimizer}")
+    if s.offload_param != "none":
+        parts.append(f"params→{s.offload_param}")
+    parts.append(s.precision)
+    parts.append(f"micro {s.micro_batch_size} × GAS {s.gradient_accumulation_steps}")
+    if s.activation_checkpointing:
+        parts.append("checkpointing")
+    return ", ".join(parts)
+
+
+def fmt_rate(tps: float | None) -> str:
+    return "?" if tps is None else f"{tps:,.0f}"
+
+
+def with_stage(s: Strategy, stage: int) -> Strategy:
+    """Stage changed by hand: drop the offloads / ZeRO++ that the new stage cannot use (Strategy.problems)."""
+    new = s.with_(zero_stage=stage)
+    for reset in (
+        {"offload_param": "none"},
+        {"offload_optimizer": "none"},
+        {"zero_quantized_weights": False, "zero_hpz_partition_size": 1},
+    ):
+        if not new.problems():
+            break
+        new = new.with_(**reset)
+    return new
+
+
+class StrategyStep(StepScreen):
+    STEP = 2
+    AUTO_FOCUS = "#candidates"
+    HELP = (
+        "The planner's candidates, best first: predicted peak memory per GPU, host RAM and NVMe against what "
+        "the machine has, and predicted tokens/s. Press **Enter** on a row to choose it. Or pick the ZeRO stage "
+        "and offloads by hand below: the prediction updates at once. Options that cannot work are greyed out and "
+        "the reason is listed under them."
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current: CandidateView | None = None
+
+    def body(self) -> ComposeResult:
+        yield Static("", id="advice")
+        yield DataTable(id="candidates", cursor_type="row", zebra_stripes=True)
+        yield Label("Chosen", classes="section-title")
+        yield Static("", id="chosen")
+        yield MemoryBar("GPU", id="bar-gpu")
+        yield MemoryBar("CPU", id="bar-cpu")
+        yield MemoryBar("NVMe", id="bar-nvme")
+        with Horizontal(classes="row", id="manual"):
+            with Vertical(classes="field"):
+                yield Label("ZeRO stage", classes="field-label")
+                with RadioSet(id="stage"):
+                    for st in STAGES:
+                        yield RadioButton(str(st), id=f"stage-{st}")
+            with Vertical(classes="field"):
+                yield Label("Optimizer offload", classes="field-label")
+                with RadioSet(id="opt"):
+                    for dev in OFFLOAD_DEVICES:
+                        yield RadioButton(dev, id=f"opt-{dev}")
+            with Vertical(classes="field"):
+                yield Label("Parameter offload", classes="field-label")
+                with RadioSet(id="param"):
+                    for dev in OFFLOAD_DEVICES:
+                        yield RadioButton(dev, id=f"param-{dev}")
+        yield Static("", id="not-offered")
+        yield Label("Why", classes="section-title")
+        yield Static("", id="reasons")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#candidates", DataTable)
+        for col in (
+            "",
+            "stage",
+            "optimizer",
+            "params",
+            "prec",
+            "micro×GAS",
+            "ckpt",
+            "GPU",
+            "CPU",
+            "NVMe",
+            "tokens/s",
+            "fits",
+        ):
+            table.add_column(col, key=col or "mark")
+        super().on_mount()
+
+    def refresh_from_state(self) -> None:
+        plan = self.wizard.plan
+        table = self.query_one("#candidates", DataTable)
+        table.clear()
+        if plan is None:
+            self.query_one("#advice", Static).update("No plan yet: fill in the Model step first.")
+            return
+        chosen = self.wizard.choices.strategy
+        for i, c in enumerate(plan.candidates):
+            s = c.strategy
+            mark = "★" if c is plan.best else ""
+            table.add_row(
+                mark,
+                str(s.zero_stage),
+                s.offload_optimizer,
+                s.offload_param,
+                s.precision,
+                f"{s.micro_batch_size}×{s.gradient_accumulation_steps}",
+                "yes" if s.activation_checkpointing else "",
+                fmt_bytes(c.gpu_bytes),
+                fmt_bytes(c.cpu_bytes),
+                fmt_bytes(c.nvme_bytes) if c.nvme_bytes else "-",
+                fmt_rate(c.tokens_per_sec),
+                Text("yes", style="green") if c.fits else Text("no", style="red"),
+                key=str(i),
+            )
+        advice = Text()
+        if plan.best is None:
+            advice.append("Nothing fits as asked. ", style="bold red")
+        advice.append(" ".join(plan.advice))
+        for note in plan.notes:
+            advice.append(f"\n{note}", style="dim")
+        self.query_one("#advice", Static).update(advice)
+        match = next((c for c in plan.candidates if c.strategy == chosen), None)
+        if match is not None:
+            table.move_cursor(row=plan.candidates.index(match))
+        self.show(match or self._evaluate(chosen), strategy=chosen)
+
+    def _evaluate(self, strategy: Strategy | None) -> CandidateView | None:
+        if strategy is None or self.wizard.model is None:
+            return None
+        try:
+            return self.wizard.core.evaluate(
+                self.wizard.choices, self.wizard.model, strategy, self.wizard.plan
+            )
+        except CoreUnavailable as e:  # no prediction for this exact combination: say so, not an error
+            self.set_status(e.problem)
+        except DswizError as e:
+            self.set_status(e.problem, error=True)
+        return None
+
+    def show(self, cand: CandidateView | None, strategy: Strategy | None = None) -> None:
+        """Display ``strategy`` (default: the candidate's) as the chosen one, with the planner's prediction
+        ``cand`` when it has one: summary, bars, reasons, and the manual controls."""
+        self.current = cand
+        strategy = strategy or (cand.strategy if cand else self.wizard.choices.strategy)
+        if strategy is None:
+            return
+        self.wizard.choices.strategy = strategy
+        cap = self.wizard.core.capacity(self.wizard.choices.hardware, self.wizard.plan)
+        summary = Text(describe(strategy), style="bold")
+        if cand is not None:
+            summary.append(f"   {fmt_rate(cand.tokens_per_sec)} tokens/s")
+            if cand.mfu is not None:
+                summary.append(f"   MFU {cand.mfu:.0%}")
+            if not cand.fits:
+                summary.append("   does not fit", style="bold red")
+        self.query_one("#chosen", Static).update(summary)
+        for tier, used, capacity in (
+            ("gpu", cand.gpu_bytes if cand else None, cap.gpu),
+            ("cpu", cand.cpu_bytes if cand else None, cap.cpu),
+            ("nvme", cand.nvme_bytes if cand else None, cap.nvme),
+        ):
+            bar = self.query_one(f"#bar-{tier}", MemoryBar)
+            bar.used, bar.capacity = used, capacity
+        reasons = Text("\n".join(f"• {r}" for r in cand.reasons) if cand else "", style="italic")
+        self.query_one("#reasons", Static).update(reasons)
+        self._sync_controls(strategy)
+
+    def _sync_controls(self, s: Strategy) -> None:
+        hw = self.wizard.choices.hardware
+        not_offered: list[str] = []
+        groups = (
+            ("stage", STAGES, lambda v: with_stage(s, v), s.zero_stage),
+            ("opt", OFFLOAD_DEVICES, lambda v: s.with_(offload_optimizer=v), s.offload_optimizer),
+            ("param", OFFLOAD_DEVICES, lambda v: s.with_(offload_param=v), s.offload_param),
+        )
+        for group, values, change, current in groups:
+            for value in values:
+                button = self.query_one(f"#{group}-{value}", RadioButton)
+                problems = [] if value == current else self.wizard.core.option_problems(change(value), hw)
+                button.disabled = bool(problems)
+                button.tooltip = "; ".join(problems) or None
+                if value == current and not button.value:
+                    button.value = True
+                if problems:
+                    not_offered.append(f"{group_label(group)} {value}: {problems[0]}")
+        text = Text("Not offered:\n", style="bold dim") if not_offered else Text()
+        text.append("\n".join(f"  {line}" for line in not_offered), style="dim")
+        self.query_one("#not-offered", Static).update(text)
+
+    @on(DataTable.RowSelected, "#candidates")
+    def _row_chosen(self, event: DataTable.RowSelected) -> None:
+        plan = self.wizard.plan
+        if plan is not None and event.row_key.value is not None:
+            self.show(plan.candidates[int(event.row_key.value)])
+
+    @on(RadioSet.Changed)
+    def _manual(self, event: RadioSet.Changed) -> None:
+        s = self.wizard.choices.strategy
+        if s is None or event.pressed.id is None:
+            return
+        group, value = event.pressed.id.split("-", 1)
+        if group == "stage":
+            new = with_stage(s, int(value))
+        elif group == "opt":
+            new = s.with_(offload_optimizer=value)
+        else:
+            new = s.with_(offload_param=value)
+        if new == s:
+            return
+        self.set_status("")
+        # The planner's best candidate for this stage/offload combination, when it ranked one; else its
+        # prediction for exactly this strategy. Without either the hand-made choice still counts.
+        like = self.wizard.core.best_candidate_like(self.wizard.plan, new)
+        if like is not None:
+            self.show(like)
+        else:
+            self.show(self._evaluate(new), strategy=new)
+
+    def save(self) -> None:
+        s = self.wizard.choices.strategy
+        if s is None:
+            raise DswizError("no strategy chosen", "press Enter on a row of the table")
+        problems = s.problems()
+        if problems:
+            raise DswizError(problems[0], "choose another stage or offload")
+
+
+def group_label(group: str) -> str:
+    return {"stage": "stage", "opt": "optimizer offload", "param": "parameter offload"}[group]

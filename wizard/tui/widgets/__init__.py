@@ -1,0 +1,1 @@
+"""Reusable widgets of the wizard (each with its own DEFAULT_CSS)."""
