@@ -272,7 +272,8 @@ def _launch(
         hardware=hardware,
         ds_config=ds_config,
         environ=os.environ,
-        config_path=str(ds_path) if ds_path is not None else None,
+        # the accelerate YAML when that launches (it is linted with the JSON it names), else the JSON
+        config_path=spec.accelerate_config if launcher == "accelerate" else spec.ds_config,
         cpu_offload_need_bytes=predicted_cpu_offload_bytes(ds_config, hardware),
         ssh_timeout_s=ssh_timeout,
         check_port_here=port_here,
@@ -377,9 +378,11 @@ def _deepspeed_env_files(choice: Any) -> list[Path]:
 def _print_findings(findings: tuple[Finding, ...]) -> None:
     for f in findings:
         where = f" ({f.location})" if f.location else ""
-        click.echo(f"{f.severity.value}: {f.what}{where}", err=f.severity is Severity.ERROR)
-        click.echo(f"  why: {f.why}", err=f.severity is Severity.ERROR)
-        click.echo(f"  fix: {f.fix}", err=f.severity is Severity.ERROR)
+        err = f.severity is Severity.ERROR
+        click.echo(f"{f.severity.value}: {f.what}{where}", err=err)
+        if f.severity is not Severity.INFO:  # info is one line; what needs acting on says why and how
+            click.echo(f"  why: {f.why}", err=err)
+            click.echo(f"  fix: {f.fix}", err=err)
 
 
 def _print_dry_run(specs: list[LaunchSpec], ds_config: dict[str, Any] | None, steps_per_print: int) -> None:

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.launch import LaunchSpec, parse_hostfile
+from wizard.config.check import lint_path
+from wizard.config.schema import Consumer
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.hazards import fixed_arch_list, unparsable_arch_entries
@@ -193,28 +195,30 @@ def check_nossh_support(env: TrainingEnv | None) -> list[Finding]:
 # ------------------------------------------------------------------------------------------- the config
 
 
+# Linter findings the launch makes moot (it adds steps_per_print/log_level to the launched copy) or checks itself on
+# this machine with its own codes (the NVMe folder and libaio, check_nvme).
+LINT_CODES_HANDLED_BY_LAUNCH = frozenset(
+    {
+        "no-steps-per-print",
+        "no-log-level",
+        "nvme-path-missing",
+        "nvme-path-not-writable",
+        "no-libaio",
+        "libaio-unknown",
+    }
+)
+
+
 def lint_config(
-    path: str, *, consumer: str, world_size: int | None, hardware: HardwareReport | None
+    path: str, *, consumer: Consumer, world_size: int | None, hardware: HardwareReport | None
 ) -> list[Finding]:
-    """`dswiz check` on the config: the one call site of the config linter."""
-    try:
-        from wizard.config.check import lint_path  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return [
-            _f(
-                Severity.INFO,
-                "config-not-linted",
-                f"{path} was not checked by `dswiz check`",
-                "the config linter is not part of this build of dswiz",
-                "update dswiz; DeepSpeed itself still validates the config when the job starts",
-                path,
-            )
-        ]
-    found: list[Finding] = lint_path(path, consumer=consumer, world_size=world_size, hardware=hardware)
-    return found
+    """`dswiz check` on the config (a DeepSpeed JSON, or an accelerate YAML with its JSON): the one call site of
+    the config linter. Findings the launch itself takes care of are left out."""
+    found = lint_path(path, consumer=consumer, world_size=world_size, hardware=hardware)
+    return [f for f in found if f.code not in LINT_CODES_HANDLED_BY_LAUNCH]
 
 
-def config_consumer(launcher: str, config_arg: str) -> str:
+def config_consumer(launcher: str, config_arg: str) -> Consumer:
     """Who reads the config, in `dswiz check --for` terms (decides e.g. whether "auto" is allowed)."""
     if launcher == "accelerate":
         return "accelerate"
@@ -653,12 +657,15 @@ def preflight(
     if check_port_here and spec.master_port is not None:
         findings += check_port(spec.master_port)
     if config_path is not None:
-        procs = requested_procs_here(spec, hosts) or max(1, len(hardware.gpus) if hardware else 1)
+        # The world size when it is known: the ranks per node times the nodes (on CPU without --nproc, unknown).
+        procs = requested_procs_here(spec, hosts) or (
+            len(hardware.gpus) if hardware and hardware.gpus else None
+        )
         nodes = spec.num_nodes or (len(hosts) if hosts else 1)
         findings += lint_config(
             config_path,
             consumer=config_consumer(spec.launcher, spec.config_arg or ""),
-            world_size=procs * nodes,
+            world_size=procs * nodes if procs else None,
             hardware=hardware,
         )
     if ds_config is not None:

@@ -150,12 +150,14 @@ def test_the_config_given_twice_is_refused(tmp_path: Path) -> None:
 
 
 def test_preflight_errors_stop_the_launch_before_anything_exists(tmp_path: Path) -> None:
-    (tmp_path / "ds.json").write_text("{}")
+    (tmp_path / "ds.json").write_text("{}")  # no batch size at all: the config linter's error
     run_dir = tmp_path / "run"
     proc = dswiz(tmp_path, "--config", "ds.json", "--run-dir", str(run_dir), "missing_train.py")
     assert proc.returncode == 2
     assert "error: the training script missing_train.py does not exist" in proc.stderr
-    assert "preflight found 1 error(s); nothing was started" in proc.stderr
+    assert "error: neither train_batch_size nor train_micro_batch_size_per_gpu is set" in proc.stderr
+    assert "preflight found 2 error(s); nothing was started" in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not run_dir.exists()
 
 
