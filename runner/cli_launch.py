@@ -173,6 +173,10 @@ def _launch(
 
     choice = configdir.find_configs(config) if config else configdir.ConfigChoice()
     launcher = launcher or choice.launcher or "deepspeed"
+    if nproc is None and include is None and exclude is None:
+        nproc = (
+            choice.nproc
+        )  # the GPUs per node the config was planned for (launch.sh), unless told otherwise
     if config_arg is None and choice.config_arg is not None and launcher == "deepspeed":
         config_arg = choice.config_arg
     effective_arg = (
@@ -238,7 +242,11 @@ def _launch(
         launcher=launcher,
         python=python or default_python(),
         ds_config=str(ds_path.absolute()) if ds_path is not None else None,
-        accelerate_config=str(choice.accelerate_yaml.absolute()) if choice.accelerate_yaml else None,
+        accelerate_config=(
+            str(choice.accelerate_yaml.absolute())
+            if choice.accelerate_yaml and launcher == "accelerate"
+            else None
+        ),
         config_arg=config_arg,
         nproc=nproc,
         include=include,

@@ -33,6 +33,7 @@ class ConfigChoice:
     config_arg: str | None = None  # from launch.sh: "deepspeed" (HF Trainer) | "deepspeed_config"
     multinode_launcher: str | None = None  # from launch.sh
     master_port: int | None = None  # from launch.sh
+    nproc: int | None = None  # from launch.sh: --num_gpus (the GPUs per node the plan was made for)
 
 
 def find_configs(path: str | Path) -> ConfigChoice:
@@ -115,6 +116,9 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
     m = re.search(r"--master_port\s+(\d+)", exec_line)
     if m:
         hints["master_port"] = int(m.group(1))
+    m = re.search(r"--num_gpus\s+(\d+)", exec_line)
+    if m:
+        hints["nproc"] = int(m.group(1))
     return hints
 
 

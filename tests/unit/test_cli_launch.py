@@ -40,7 +40,7 @@ def config_dir(tmp: Path, *, trainer: bool = False) -> Path:
     (d / "ds_config.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 4}))
     flag = "--deepspeed" if trainer else "--deepspeed_config"
     (d / "launch.sh").write_text(
-        f'#!/usr/bin/env bash\nexec deepspeed --num_gpus 2 "$SCRIPT" {flag} "$DIR/ds_config.json" "$@"\n'
+        f'#!/usr/bin/env bash\nexec deepspeed --num_gpus 3 "$SCRIPT" {flag} "$DIR/ds_config.json" "$@"\n'
     )
     return d
 
@@ -54,8 +54,6 @@ def test_dry_run_prints_the_command_and_writes_nothing(tmp_path: Path) -> None:
     proc = dswiz(
         tmp_path,
         "--dry-run",
-        "--nproc",
-        "2",
         "--config",
         str(cfg),
         "--master-port",
@@ -80,6 +78,11 @@ def test_dry_run_prints_the_command_and_writes_nothing(tmp_path: Path) -> None:
         "--help",
     ]
     assert "--master_port" in argv and argv[argv.index("--master_port") + 1] == "29999"
+    assert argv[argv.index("--num_gpus") + 1] == "3"  # the GPU count launch.sh was written for
+    [argv] = command_lines(
+        dswiz(tmp_path, "--dry-run", "--nproc", "1", "--config", str(cfg), str(TRAIN)).stdout
+    )
+    assert argv[argv.index("--num_gpus") + 1] == "1"  # unless told otherwise
     assert "# launched config: steps_per_print: 10" in proc.stdout
     assert not (tmp_path / "state").exists() and not run_dir.exists()
 
