@@ -138,8 +138,10 @@ def run_dswiz(python: str, cfg: Path, s: dict, port: int, work: Path, tag: str) 
         rc = subprocess.run(
             argv, cwd=work, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False
         ).returncode
-    log = run_dir / "logs" / "combined.log"
-    return (log.read_text(errors="replace") if log.exists() else ""), time.monotonic() - t0, rc
+    # rank 0 prints the throughput lines; with per-rank logs they are in logs/ranks/, the launcher's in combined.log
+    logs = [run_dir / "logs" / "combined.log", *sorted((run_dir / "logs" / "ranks").glob("*_rank0.log"))]
+    text = "".join(p.read_text(errors="replace") for p in logs if p.exists())
+    return text, time.monotonic() - t0, rc
 
 
 def free_port() -> int:

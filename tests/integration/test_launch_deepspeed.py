@@ -150,6 +150,7 @@ def test_a_signal_to_dswiz_stops_the_whole_job(workdir: Path, sig: signal.Signal
         ranks = [psutil.Process(pid) for pid in record.rank_pids.values()]
         dswiz.send_signal(sig)
         took = seconds_until_gone(sids, 15)
+        print(f"{sig.name}: no process of the job left after {took:.1f} s")
         assert took <= 15, f"job processes still alive after {took:.1f} s: {session_processes(sids)}"
         assert not any(r.is_running() and r.status() != psutil.STATUS_ZOMBIE for r in ranks)
         out, _ = dswiz.communicate(timeout=30)

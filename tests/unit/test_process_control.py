@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import textwrap
 import threading
@@ -16,7 +17,7 @@ import psutil
 from runner import rundir
 from runner.launch import LaunchCommand, LaunchSpec
 from runner.phases import Phase
-from runner.process import Job, PreparedRun, RunOutcome, session_processes
+from runner.process import Job, PreparedRun, RunOutcome, forwarded_signals, session_processes
 from runner.verdict import Status
 
 FAKE_LAUNCHER = textwrap.dedent(
@@ -148,3 +149,25 @@ def test_processes_that_outlive_the_launcher_are_stopped(tmp_path: Path) -> None
     assert outcome.verdict.kind == "success"
     assert any("3 process(es) of the job outlived the launcher" in a for a in outcome.verdict.advice)
     assert rundir.read_run_record(outcome.run_dir).launcher_exit_codes == (0,)
+
+
+def test_sighup_to_dswiz_stops_the_job_like_ctrl_c(tmp_path: Path) -> None:
+    """A closed terminal (SIGHUP) must not leave the job running: dswiz's handler starts the same stop."""
+    sink = RecordingSink()
+    job = make_job(tmp_path, "stay", sink)
+
+    def hang_up_when_ready() -> None:
+        sink.on_ready.wait(30)
+        os.kill(os.getpid(), signal.SIGHUP)  # to this process, where forwarded_signals installed the handler
+
+    try:
+        with forwarded_signals(job):
+            job.start()
+            threading.Thread(target=hang_up_when_ready, daemon=True).start()
+            outcome = job.run()
+    finally:
+        kill_leftovers(job)
+    assert session_processes(job.sids) == []
+    assert outcome.verdict.kind == "interrupted" and outcome.exit_code == 129
+    assert rundir.read_run_record(outcome.run_dir).interrupted_by == "SIGHUP"
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the handler is gone again
