@@ -174,9 +174,8 @@ def _launch(
     choice = configdir.find_configs(config) if config else configdir.ConfigChoice()
     launcher = launcher or choice.launcher or "deepspeed"
     if nproc is None and include is None and exclude is None:
-        nproc = (
-            choice.nproc
-        )  # the GPUs per node the config was planned for (launch.sh), unless told otherwise
+        # the GPUs per node the config was planned for (launch.sh), unless told otherwise
+        nproc = choice.nproc
     if config_arg is None and choice.config_arg is not None and launcher == "deepspeed":
         config_arg = choice.config_arg
     effective_arg = (
@@ -216,14 +215,12 @@ def _launch(
 
     multinode = hostfile is not None
     if master_port is None:
-        master_port = choice.master_port
-    if master_port is None:
-        # Nodes must agree on the port, so multi-node keeps DeepSpeed's default; one node can take any free one.
+        # Nodes must agree on the port, so multi-node keeps the planned (or DeepSpeed's default) one; a job on
+        # this machine alone takes another free port when that one is busy.
         from runner.preflight import choose_port
 
-        master_port = (
-            L.DEFAULT_MASTER_PORT if multinode and not simulate_nodes else choose_port(L.DEFAULT_MASTER_PORT)
-        )
+        preferred = choice.master_port or L.DEFAULT_MASTER_PORT
+        master_port = preferred if multinode and not simulate_nodes else choose_port(preferred)
 
     env_changes: dict[str, str | None] = {}
     if choice.deepspeed_env is not None:

@@ -290,6 +290,61 @@ def _read_pipe(pipe: IO[bytes], stream: str, q: queue.Queue[tuple[str, int | Non
         q.put(None)  # this stream is done
 
 
+class _DeathWatch:
+    """Notes when each rank process dies, 20 times a second, in its own thread (the main loop can be busy with
+    lines). When the launcher notices a dead rank (it polls once a second) it terminates the others, so the
+    first death seen is the cause; a slower watch would see them all at once. Also keeps the lowest host available
+    memory of the last few seconds, to tell the OOM killer from another SIGKILL."""
+
+    TICK_S = 0.05
+    MEM_EVERY = 5  # ticks
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pids: list[int] = []
+        self.died: dict[int, tuple[float, int | None, int | None]] = {}  # pid -> (when, min available, total)
+        self._mem: collections.deque[int] = collections.deque(maxlen=20)  # ~5 s
+        self._total: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dswiz-rank-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, pid: int) -> None:
+        with self._lock:
+            self._pids.append(pid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self._check()  # deaths in the last tick
+
+    def _run(self) -> None:
+        tick = 0
+        while not self._stop.wait(self.TICK_S):
+            if tick % self.MEM_EVERY == 0:
+                with suppress(OSError, psutil.Error):
+                    vm = psutil.virtual_memory()
+                    self._mem.append(int(vm.available))
+                    self._total = int(vm.total)
+            tick += 1
+            self._check()
+
+    def _check(self) -> None:
+        with self._lock:
+            pids = [p for p in self._pids if p not in self.died]
+        for pid in pids:
+            try:
+                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+            if not alive:
+                with self._lock:
+                    self.died[pid] = (self._clock(), min(self._mem) if self._mem else None, self._total)
+
+
 # ---------------------------------------------------------------------------------------------------- job
 
 
@@ -343,8 +398,7 @@ class Job:
         self._pending: dict[
             int, tuple[int | None, float]
         ] = {}  # spawned pids whose global rank is not known yet
-        self._deaths: dict[int, RankDeath] = {}
-        self._mem: collections.deque[int] = collections.deque(maxlen=20)  # ~5 s of host available memory
+        self._watch = _DeathWatch(clock)
         self._last_watch = 0.0
         self._last_status = self._t0
         self._record: RunRecord | None = None
@@ -408,6 +462,7 @@ class Job:
             self._threads.append(t)
         self._record = self._initial_record()
         rundir.write_run_record(prepared.run_dir, self._record)
+        self._watch.start()
         self.sink.on_phase(self.observer.phases.current)
 
     def _stop_all_started(self) -> None:
@@ -424,7 +479,8 @@ class Job:
             self._stop_tick(now)
             if now - self._last_watch >= _WATCH_EVERY_S:
                 self._last_watch = now
-                self._watch_ranks(now)
+                if self._pending:
+                    self._resolve_ranks()
                 self._handle_lines(self._tailer.poll(), now)
             if now - self._last_status >= self.status_every_s:
                 self._last_status = now
@@ -495,6 +551,7 @@ class Job:
         """A rank the launcher spawned (its line names the pid and the *local* rank). The global rank is read from
         the process itself; right after the spawn that can fail, so it is retried on the next watches."""
         self._pending[pid] = (local_rank, self._clock())
+        self._watch.add(pid)
         self._resolve_ranks()
 
     def _resolve_ranks(self) -> None:
@@ -512,27 +569,25 @@ class Job:
                 self._record = replace(self._record, rank_pids=pids, world_size=self.observer.world_size)
                 rundir.write_run_record(self.prepared.run_dir, self._record)
 
-    def _watch_ranks(self, now: float) -> None:
-        with suppress(OSError, psutil.Error):
-            self._mem.append(int(psutil.virtual_memory().available))
-        for pid, rank in self._rank_of_pid.items():
-            if pid in self._deaths:
+    def _deaths(self) -> list[RankDeath]:
+        """The ranks seen dead, first first (their rank as resolved, else the launcher's local rank)."""
+        deaths = []
+        for pid, (when, available, total) in self._watch.died.items():
+            rank = self._rank_of_pid.get(pid)
+            if rank is None and pid in self._pending:
+                rank = self._pending[pid][0]
+            if rank is None:
                 continue
-            try:
-                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                alive = False
-            if not alive:
-                total = None
-                with suppress(OSError, psutil.Error):
-                    total = int(psutil.virtual_memory().total)
-                self._deaths[pid] = RankDeath(
+            deaths.append(
+                RankDeath(
                     rank=rank,
                     pid=pid,
-                    at=now - self._t0,
-                    host_available_bytes=min(self._mem) if self._mem else None,
+                    at=when - self._t0,
+                    host_available_bytes=available,
                     host_total_bytes=total,
                 )
+            )
+        return sorted(deaths, key=lambda d: d.at)
 
     def _stop_tick(self, now: float) -> None:
         with self._lock:
@@ -590,6 +645,7 @@ class Job:
         )
 
     def _finish(self) -> RunOutcome:
+        self._watch.stop()
         now = self._clock()
         codes = [p.returncode for p in self._procs]
         stop = self._stop_name if self._stop_name != "cleanup" else None
@@ -597,7 +653,7 @@ class Job:
             self.observer,
             launcher_returncodes=codes,
             interrupted_by=stop,
-            deaths=sorted(self._deaths.values(), key=lambda d: d.at),
+            deaths=self._deaths(),
             ds_config=self.prepared.ds_config,
             oom_advisor=self.oom_advisor,
             elapsed=now - self._t0,

@@ -82,12 +82,27 @@ def seconds_until_gone(sids: set[int], limit: float) -> float:
     return time.monotonic() - t0
 
 
+def aborted_at_exit(run_dir: Path) -> bool:
+    """DeepSpeed 0.19.8 on CPU sometimes aborts a rank at interpreter exit, after training ("terminate called
+    without an active exception", exit -6): about 1 run in 10 with the plain `deepspeed` launcher, with or without
+    per-rank logs, more often with two nodes. dswiz must name it (checked here); a test that needs a clean run then
+    launches again."""
+    verdict = rundir.read_run_record(run_dir).verdict
+    if verdict is None or verdict.kind != "failed" or "aborted in native code" not in verdict.summary:
+        return False
+    assert "terminate called without an active exception" in verdict.summary
+    return True
+
+
 def test_a_job_completes_and_its_run_directory_is_complete(workdir: Path) -> None:
-    run_dir = workdir / "run"
-    proc = run(
-        workdir, "--nproc", "2", "--config", "ds_config.json", "--steps-per-print", "5", "--run-dir", str(run_dir),
-        str(TRAIN), "--steps", "10",
-    )  # fmt: skip
+    for attempt in range(3):
+        run_dir = workdir / f"run{attempt}"
+        proc = run(
+            workdir, "--nproc", "2", "--config", "ds_config.json", "--steps-per-print", "5", "--run-dir", str(run_dir),
+            str(TRAIN), "--steps", "10",
+        )  # fmt: skip
+        if proc.returncode == 0 or not aborted_at_exit(run_dir):
+            break
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     # the stream: the job's lines, the startup phases, a status line, the verdict
@@ -189,9 +204,8 @@ def test_a_rank_killed_with_sigkill(workdir: Path) -> None:
 def test_two_nodes_over_loopback_with_one_launcher_per_node(workdir: Path) -> None:
     """DeepSpeed's no-ssh mode: a hostfile of two names (they need not resolve), both node ranks on this machine.
 
-    DeepSpeed 0.19.8 on CPU sometimes aborts one rank at interpreter exit, after training ("terminate called without
-    an active exception", exit -6; also with the plain launcher and --enable_each_rank_log, about 1 run in 6). That
-    is DeepSpeed's, and dswiz must name it: such a run is checked for that verdict and the launch is repeated.
+    A rank aborting at exit (see aborted_at_exit; more frequent with two nodes) is checked for its verdict and the
+    launch is repeated.
     """
     (workdir / "hostfile").write_text("nodeA slots=1\nnodeB slots=1\n")
     for attempt in range(3):
@@ -215,7 +229,5 @@ def test_two_nodes_over_loopback_with_one_launcher_per_node(workdir: Path) -> No
         if proc.returncode == 0:
             assert record.verdict.kind == "success"
             return
-        assert record.verdict.kind == "failed", out[-3000:]
-        assert "aborted in native code" in record.verdict.summary
-        assert "terminate called without an active exception" in record.verdict.summary
+        assert aborted_at_exit(run_dir), out[-3000:]
     raise AssertionError("three two-node runs in a row aborted at exit")
