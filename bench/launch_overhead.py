@@ -132,7 +132,11 @@ def run_dswiz(python: str, cfg: Path, s: dict, port: int, work: Path, tag: str) 
     ]
     argv += ["--master-port", str(port), "--config", str(cfg), "--run-dir", str(run_dir)]
     argv += [str(TRAIN), "--steps", str(s["steps"]), "--log-every", "1000000", *s["model_args"]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Keep the caller's PYTHONPATH: on the GPU machine dswiz's own dependencies come from it.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
     t0 = time.monotonic()
     with (work / f"{tag}.stdout").open("w") as fh:
         rc = subprocess.run(
