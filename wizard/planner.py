@@ -21,6 +21,7 @@ from wizard.memory import (
     ZeroBuffers,
     deepspeed_estimate,
     estimate_memory,
+    fragmentation,
     max_micro_batch_for_capacity,
     phases_for,
 )
@@ -276,11 +277,12 @@ def _evaluate(
         phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
     )
     limit = ctx.request.max_micro_batch
-    max_b = max_micro_batch_for_capacity(phases, base, ctx.gpu_budget, limit=limit)
+    frag = fragmentation(ctx.model, base, ctx.seq_len)
+    max_b = max_micro_batch_for_capacity(phases, frag, base, ctx.gpu_budget, limit=limit)
     if per_gpu is None:
         mbs, gas = max(1, max_b), 1
     else:
-        max_b_acc = max_micro_batch_for_capacity(phases_acc, probe, ctx.gpu_budget, limit=limit)
+        max_b_acc = max_micro_batch_for_capacity(phases_acc, frag, probe, ctx.gpu_budget, limit=limit)
         if per_gpu <= max_b:
             mbs = per_gpu
         else:
@@ -619,14 +621,17 @@ def max_micro_batch(
     safety_margin: float = cal.DEFAULT_SAFETY_MARGIN,
     buffers: ZeroBuffers = DEFAULT_BUFFERS,
     limit: int = 1 << 20,
+    gpu_memory_bytes: int | None = None,
 ) -> int:
-    """The largest micro-batch of ``strategy`` (its other fields as given) that fits every GPU of ``hardware`` with
-    the margin; 0 when not even 1 fits or there is no GPU. GPU memory only (host RAM does not grow with it)."""
-    cap = hardware.min_gpu_memory_bytes
+    """The largest micro-batch of ``strategy`` (its other fields as given) that fits every GPU of ``hardware`` (or a
+    card of ``gpu_memory_bytes``) with the margin; 0 when not even 1 fits or there is no GPU. GPU memory only (host
+    RAM does not grow with it)."""
+    cap = gpu_memory_bytes or hardware.min_gpu_memory_bytes
     if not cap:
         return 0
     phases = phases_for(model, strategy, seq_len, buffers)
-    return max_micro_batch_for_capacity(phases, strategy, int(cap * (1 - safety_margin)), limit=limit)
+    frag = fragmentation(model, strategy, seq_len)
+    return max_micro_batch_for_capacity(phases, frag, strategy, int(cap * (1 - safety_margin)), limit=limit)
 
 
 # ----------------------------------------------------------------------------------------------- advice
