@@ -1,13 +1,410 @@
-"""`dswiz launch` (placeholder until its issue lands)."""
+"""`dswiz launch`: preflight, start the job through the DeepSpeed launcher (or accelerate / torchrun), stream it,
+stop it cleanly, and say in words how it ended.
+
+The command is built as data (``runner.launch``), checked (``runner.preflight``), then run and supervised
+(``runner.process``). Everything the run produced lands in its run directory (``runner.rundir``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
 import click
 
+from runner.launch import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
 from wizard.errors import DswizError
+from wizard.findings import Finding, Severity
+from wizard.hardware.report import HardwareReport
+
+EPILOG = """\b
+Examples:
+  dswiz launch --config run1/ train.py --epochs 3
+  dswiz launch --nproc 2 train.py --deepspeed_config ds.json
+  dswiz launch --config run1/ --config-arg deepspeed hf_train.py --output_dir out   (HF Trainer scripts)
+  dswiz launch --config run1/ --hostfile hosts --launcher-mode nossh --node-rank 0 --master-addr 10.0.0.1 train.py
+  dswiz launch --dry-run --config run1/ train.py                                    (print the command only)
+
+Everything after the script goes to the script, untouched. The run directory (run.json, logs/, config/, csv/)
+is printed at the start and the end; `dswiz monitor` attaches to it.
+"""
 
 
-@click.command()
-def launch() -> None:
-    """Not available yet."""
-    raise DswizError("`dswiz launch` is not implemented yet", "see README.md for what works today")
+@click.command(
+    epilog=EPILOG,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--config",
+    "config",
+    metavar="DIR|FILE",
+    help="Folder from `dswiz config`, a DeepSpeed JSON, or an accelerate YAML.",
+)
+@click.option("--nproc", type=int, metavar="N", help="Processes (GPUs) per node. Default: every visible GPU.")
+@click.option("--include", metavar="FILTER", help="DeepSpeed resource filter, e.g. localhost:0,2.")
+@click.option("--exclude", metavar="FILTER", help="DeepSpeed resource filter of GPUs not to use.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), help="Default: deepspeed (accelerate for a YAML).")
+@click.option(
+    "--python",
+    "python",
+    metavar="PY",
+    help="The training environment's python. Default: this one if it has DeepSpeed, else python3 on PATH.",
+)
+@click.option(
+    "--config-arg",
+    metavar="NAME",
+    help="How the script takes the config: deepspeed_config (default), deepspeed (HF Trainer), any --NAME, or '' for none.",
+)
+@click.option(
+    "--hostfile", type=click.Path(dir_okay=False), help="Multi-node: '<host> slots=<gpus>' per line."
+)
+@click.option(
+    "--launcher-mode",
+    "--multinode-launcher",
+    "launcher_mode",
+    type=click.Choice(MULTINODE_LAUNCHERS),
+    help="Multi-node backend: pdsh (ssh, default), openmpi, mpich, impi, mvapich, slurm, or nossh (one launch per node).",
+)
+@click.option("--launcher-args", metavar="ARGS", help="Passed to the multi-node backend as one string.")
+@click.option("--num-nodes", type=int, metavar="N", help="Use the first N hosts of the hostfile.")
+@click.option(
+    "--node-rank", type=int, metavar="K", help="nossh/torchrun: this node's rank (0 hosts the master)."
+)
+@click.option("--master-addr", metavar="ADDR", help="Address of node rank 0.")
+@click.option(
+    "--master-port",
+    type=int,
+    metavar="PORT",
+    help="Rendezvous port. Default: 29500, or a free one on a single node.",
+)
+@click.option(
+    "--simulate-nodes",
+    is_flag=True,
+    help="nossh: start every node rank of the hostfile here, side by side (testing).",
+)
+@click.option(
+    "--no-tui", is_flag=True, help="Stream the log with a periodic status line instead of the dashboard."
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False),
+    help="Where this run's files go. Default: a new folder under ~/.local/state/dswiz/runs/.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=5.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds between SIGINT and SIGTERM (and SIGTERM and SIGKILL) when stopping.",
+)
+@click.option(
+    "--status-every",
+    type=float,
+    default=10.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds between status lines.",
+)
+@click.option(
+    "--steps-per-print",
+    type=int,
+    default=DEFAULT_STEPS_PER_PRINT,
+    show_default=True,
+    metavar="N",
+    help="Progress-line interval set in the launched config when it sets none.",
+)
+@click.option(
+    "--ssh-timeout",
+    type=int,
+    default=10,
+    show_default=True,
+    metavar="S",
+    help="Preflight ssh connect timeout per host.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the exact command and environment changes; start nothing, write nothing.",
+)
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def launch_cmd(**opts: Any) -> int:
+    """Check, start and watch a DeepSpeed training job; stop it cleanly; give the verdict."""
+    return _launch(**opts)
+
+
+launch = launch_cmd  # the name wizard.cli looks up ("runner.cli_launch:launch")
+
+
+def _launch(
+    *,
+    config: str | None,
+    nproc: int | None,
+    include: str | None,
+    exclude: str | None,
+    launcher: str | None,
+    python: str | None,
+    config_arg: str | None,
+    hostfile: str | None,
+    launcher_mode: str | None,
+    launcher_args: str | None,
+    num_nodes: int | None,
+    node_rank: int | None,
+    master_addr: str | None,
+    master_port: int | None,
+    simulate_nodes: bool,
+    no_tui: bool,
+    run_dir: str | None,
+    grace: float,
+    status_every: float,
+    steps_per_print: int,
+    ssh_timeout: int,
+    dry_run: bool,
+    script: str,
+    script_args: tuple[str, ...],
+) -> int:
+    from runner import configdir, rundir
+    from runner import launch as L
+
+    choice = configdir.find_configs(config) if config else configdir.ConfigChoice()
+    launcher = launcher or choice.launcher or "deepspeed"
+    if nproc is None and include is None and exclude is None:
+        # the GPUs per node the config was planned for (launch.sh), unless told otherwise
+        nproc = choice.nproc
+    if config_arg is None and choice.config_arg is not None and launcher == "deepspeed":
+        config_arg = choice.config_arg
+    effective_arg = (
+        config_arg if config_arg is not None else ("" if launcher == "accelerate" else "deepspeed_config")
+    )
+    ds_path = choice.ds_config
+    # `dswiz launch train.py --deepspeed_config ds.json` without --config: that file is the config.
+    named, rest = L.split_config_arg(tuple(script_args), effective_arg)
+    if named is not None:
+        if ds_path is not None:
+            raise DswizError(
+                f"the config is given twice: --config {config} and --{effective_arg} {named}",
+                f"keep one: dswiz passes the config to the script as --{effective_arg} itself",
+            )
+        ds_path, script_args = Path(named), rest
+    ds_config = configdir.load_ds_config(ds_path) if ds_path is not None else None
+
+    hostfile = hostfile or (str(choice.hostfile) if choice.hostfile else None)
+    mode = launcher_mode or choice.multinode_launcher or ("nossh" if simulate_nodes else "pdsh")
+    if simulate_nodes:
+        if not hostfile:
+            raise DswizError("--simulate-nodes needs a hostfile", "pass --hostfile FILE (one line per node)")
+        if mode != "nossh":
+            raise DswizError(
+                "--simulate-nodes works with --launcher-mode nossh only", "pass --launcher-mode nossh"
+            )
+        if node_rank is not None:
+            raise DswizError("--simulate-nodes starts every node rank itself", "drop --node-rank")
+        master_addr = master_addr or "127.0.0.1"
+    hosts = (
+        L.parse_hostfile(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
+        if hostfile and Path(hostfile).is_file()
+        else []
+    )
+    if launcher == "torchrun" and hosts and num_nodes is None:
+        num_nodes = len(hosts)
+
+    multinode = hostfile is not None
+    if master_port is None:
+        # Nodes must agree on the port, so multi-node keeps the planned (or DeepSpeed's default) one; a job on
+        # this machine alone takes another free port when that one is busy.
+        from runner.preflight import choose_port
+
+        preferred = choice.master_port or L.DEFAULT_MASTER_PORT
+        master_port = preferred if multinode and not simulate_nodes else choose_port(preferred)
+
+    env_changes: dict[str, str | None] = {}
+    if choice.deepspeed_env is not None:
+        env_changes.update(configdir.read_env_file(choice.deepspeed_env))
+
+    runs_dir = (
+        Path(run_dir)
+        if run_dir
+        else rundir.runs_root()
+        / (rundir.new_run_id() + (f"-node{node_rank}" if node_rank is not None else ""))
+    )
+    spec = LaunchSpec(
+        script=script,
+        run_dir=str(runs_dir.absolute()),
+        script_args=tuple(script_args),
+        launcher=launcher,
+        python=python or default_python(),
+        ds_config=str(ds_path.absolute()) if ds_path is not None else None,
+        accelerate_config=(
+            str(choice.accelerate_yaml.absolute())
+            if choice.accelerate_yaml and launcher == "accelerate"
+            else None
+        ),
+        config_arg=config_arg,
+        nproc=nproc,
+        include=include,
+        exclude=exclude,
+        hostfile=str(Path(hostfile).absolute()) if hostfile else None,
+        num_nodes=num_nodes,
+        multinode_launcher=mode,
+        launcher_args=launcher_args,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        master_port=master_port,
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        env=tuple(sorted(env_changes.items())),
+    )
+    specs = L.node_specs(spec, len(hosts)) if simulate_nodes else [spec]
+    if simulate_nodes and not hosts:
+        raise DswizError(f"{hostfile} lists no hosts", "write one '<host> slots=<n>' line per node")
+    for s in specs:
+        L.build_command(s)  # a bad combination of flags is reported before anything else happens
+
+    if dry_run:
+        _print_dry_run(specs, ds_config, steps_per_print)
+        return 0
+
+    from runner import preflight as pf
+
+    hardware = detect_hardware()
+    port_here = not multinode or simulate_nodes or (mode == "nossh" and (node_rank or 0) == 0)
+    result = pf.preflight(
+        spec,
+        hardware=hardware,
+        ds_config=ds_config,
+        environ=os.environ,
+        # the accelerate YAML when that launches (it is linted with the JSON it names), else the JSON
+        config_path=spec.accelerate_config if launcher == "accelerate" else spec.ds_config,
+        cpu_offload_need_bytes=predicted_cpu_offload_bytes(ds_config, hardware),
+        ssh_timeout_s=ssh_timeout,
+        check_port_here=port_here,
+    )
+    _print_findings(result.findings)
+    if not result.ok:
+        errors = sum(1 for f in result.findings if f.severity is Severity.ERROR)
+        raise DswizError(
+            f"preflight found {errors} error(s); nothing was started",
+            "fix what is listed above and launch again",
+        )
+    if result.env_fixes:
+        merged = {**dict(spec.env), **dict(result.env_fixes)}
+        specs = [dataclasses.replace(s, env=tuple(sorted(merged.items()))) for s in specs]
+
+    from runner import launch_ui, process
+    from runner.phases import expected_optimizer_op
+
+    yaml_text = Path(spec.accelerate_config).read_text(encoding="utf-8") if spec.accelerate_config else None
+    env_texts = [p.read_text(encoding="utf-8") for p in _deepspeed_env_files(choice)]
+    prepared = process.prepare_run(
+        specs,
+        ds_config=ds_config,
+        accelerate_yaml=yaml_text,
+        deepspeed_env_texts=env_texts,
+        steps_per_print=steps_per_print,
+    )
+    sink = process.TerminalSink()
+    sink.on_notice(f"run directory: {prepared.run_dir}")
+    for cmd in prepared.commands:
+        sink.on_notice(f"command: {cmd.shell()}")
+    for change in prepared.config_changes:
+        sink.on_notice(f"launched config: {change}")
+    job = process.Job(
+        prepared,
+        sink,
+        grace_s=grace,
+        term_grace_s=grace,
+        status_every_s=status_every,
+        optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(hardware.gpus)),
+        oom_advisor=oom_advisor(hardware),
+    )
+    dashboard = not no_tui and sys.stdin.isatty() and sys.stdout.isatty()
+    with process.forwarded_signals(job):
+        job.start()
+        collector = launch_ui.start_collector(prepared.run_dir, sink)
+        try:
+            if dashboard and collector is not None:
+                outcome = launch_ui.run_with_dashboard(job, collector, sink)
+            else:
+                outcome = job.run()
+        finally:
+            launch_ui.stop_collector(collector)
+    return outcome.exit_code
+
+
+# ------------------------------------------------------------------------------- collaborators (wiring points)
+
+
+def default_python() -> str:
+    """This interpreter when it has DeepSpeed (found without importing it), else python3 on PATH."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        return sys.executable
+    return shutil.which("python3") or shutil.which("python") or sys.executable
+
+
+def detect_hardware() -> HardwareReport:
+    """The one call site of hardware detection (this machine; never raises for missing GPUs or drivers)."""
+    from wizard.hardware import get_hardware
+
+    return get_hardware(None)
+
+
+def predicted_cpu_offload_bytes(
+    ds_config: dict[str, Any] | None, hardware: HardwareReport | None
+) -> int | None:
+    """Planner hook: host RAM the config's CPU offload needs. None until the planner predicts it."""
+    return None
+
+
+def oom_advisor(hardware: HardwareReport | None) -> Any:
+    """Planner hook: advice after a CUDA OOM (a micro-batch or stage that fits). None: generic advice."""
+    return None
+
+
+def _deepspeed_env_files(choice: Any) -> list[Path]:
+    """What DeepSpeed itself would read (~/.deepspeed_env, ./.deepspeed_env), then the config folder's."""
+    files = [Path.home() / ".deepspeed_env", Path.cwd() / ".deepspeed_env"]
+    found = [p for p in files if p.is_file()]
+    if choice.deepspeed_env is not None and choice.deepspeed_env.resolve() not in {
+        p.resolve() for p in found
+    }:
+        found.append(choice.deepspeed_env)
+    return found
+
+
+# -------------------------------------------------------------------------------------------------- output
+
+
+def _print_findings(findings: tuple[Finding, ...]) -> None:
+    for f in findings:
+        where = f" ({f.location})" if f.location else ""
+        err = f.severity is Severity.ERROR
+        click.echo(f"{f.severity.value}: {f.what}{where}", err=err)
+        if f.severity is not Severity.INFO:  # info is one line; what needs acting on says why and how
+            click.echo(f"  why: {f.why}", err=err)
+            click.echo(f"  fix: {f.fix}", err=err)
+
+
+def _print_dry_run(specs: list[LaunchSpec], ds_config: dict[str, Any] | None, steps_per_print: int) -> None:
+    from runner import launch as L
+
+    click.echo("# dry run: nothing was checked, started or written")
+    click.echo(f"# run directory (not created): {specs[0].run_dir}")
+    for s in specs:
+        argv, env = L.build_command(s)
+        if len(specs) > 1:
+            click.echo(f"# node rank {s.node_rank}")
+        for key, value in sorted(env.items()):
+            click.echo(f"# env: {key}={value}" if value is not None else f"# env: unset {key}")
+        click.echo(L.LaunchCommand(argv, env).shell())
+    if ds_config is not None:
+        _, changes = L.observable_ds_config(
+            ds_config, csv_output_path=L.csv_dir(specs[0]), steps_per_print=steps_per_print
+        )
+        for change in changes:
+            click.echo(f"# launched config: {change}")

@@ -44,6 +44,10 @@ CORE_MODULES = (
     "wizard.hints",
     "runner.launch",
     "runner.rundir",
+    "runner.configdir",
+    "runner.phases",
+    "runner.tracebacks",
+    "runner.verdict",
     "runner.metrics.parse",
 )
 

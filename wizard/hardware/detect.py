@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from wizard.hardware.catalog import with_catalog_figures
 from wizard.hardware.hazards import find_hazards
 from wizard.hardware.host import read_host
-from wizard.hardware.nvml import read_gpus
+from wizard.hardware.nvml import NvmlReading, read_gpus
 from wizard.hardware.report import HardwareReport
 from wizard.hardware.software import read_software
 from wizard.hardware.visibility import apply_visible_devices
@@ -23,7 +24,15 @@ def detect(*, nvml: Any = None, env: Mapping[str, str] | None = None) -> Hardwar
     judge (default: os.environ).
     """
     env = dict(os.environ) if env is None else env
-    reading = read_gpus(nvml)
+    # NVML's init takes ~0.1 s on a GPU host (ctypes releases the GIL): read the host meanwhile.
+    nvml_result: list[NvmlReading | BaseException] = []
+    nvml_thread = threading.Thread(target=_read_gpus_into, args=(nvml, nvml_result), daemon=True)
+    nvml_thread.start()
+    host = read_host(env)
+    nvml_thread.join()
+    if isinstance(nvml_result[0], BaseException):
+        raise nvml_result[0]
+    reading = nvml_result[0]
     physical = tuple(with_catalog_figures(g) for g in reading.gpus)
     visible_value = env.get("CUDA_VISIBLE_DEVICES")
     visibility = apply_visible_devices(visible_value, physical)
@@ -33,7 +42,7 @@ def detect(*, nvml: Any = None, env: Mapping[str, str] | None = None) -> Hardwar
     report = HardwareReport(
         source="detected",
         gpus=visibility.visible,
-        host=read_host(env),
+        host=host,
         software=read_software(
             env, nvidia_driver=reading.driver_version, cuda_driver=reading.cuda_driver_version
         ),
@@ -42,3 +51,10 @@ def detect(*, nvml: Any = None, env: Mapping[str, str] | None = None) -> Hardwar
         visible_devices=visible_value,
     )
     return replace(report, hazards=find_hazards(env, report, physical, visibility))
+
+
+def _read_gpus_into(nvml: Any, out: list[NvmlReading | BaseException]) -> None:
+    try:
+        out.append(read_gpus(nvml))
+    except BaseException as e:  # handed to the caller's thread; read_gpus itself never raises by design
+        out.append(e)

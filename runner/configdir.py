@@ -1,0 +1,150 @@
+"""What ``dswiz launch --config DIR|FILE`` finds: the DeepSpeed JSON, the accelerate YAML, the hostfile, the
+``.deepspeed_env`` and the hints ``dswiz config``'s launch.sh gives (launcher, config argument, multi-node mode).
+
+File names follow ``dswiz config`` (wizard/config/schema.py): ds_config.json, accelerate.yaml, hostfile,
+.deepspeed_env, launch.sh. A folder written by hand works too: one *.json and/or one *.yaml is enough.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.launch import accelerate_ds_config_file
+from wizard.errors import DswizError
+
+DS_CONFIG_NAME = "ds_config.json"
+ACCELERATE_YAML_NAMES = ("accelerate.yaml", "accelerate.yml", "accelerate_config.yaml")
+HOSTFILE_NAME = "hostfile"
+DEEPSPEED_ENV_NAME = ".deepspeed_env"
+LAUNCH_SH_NAME = "launch.sh"
+
+
+@dataclass(frozen=True)
+class ConfigChoice:
+    ds_config: Path | None = None
+    accelerate_yaml: Path | None = None
+    hostfile: Path | None = None
+    deepspeed_env: Path | None = None
+    launcher: str | None = None  # from launch.sh: "deepspeed" | "accelerate"
+    config_arg: str | None = None  # from launch.sh: "deepspeed" (HF Trainer) | "deepspeed_config"
+    multinode_launcher: str | None = None  # from launch.sh
+    master_port: int | None = None  # from launch.sh
+    nproc: int | None = None  # from launch.sh: --num_gpus (the GPUs per node the plan was made for)
+
+
+def find_configs(path: str | Path) -> ConfigChoice:
+    """Resolve ``--config``. Raises DswizError when nothing usable is there."""
+    p = Path(path)
+    if p.is_file():
+        return _from_file(p)
+    if not p.is_dir():
+        raise DswizError(
+            f"--config {path}: no such file or folder", "pass the folder `dswiz config` wrote, or a file"
+        )
+    ds = p / DS_CONFIG_NAME if (p / DS_CONFIG_NAME).is_file() else _single(p, "*.json")
+    yml = next((p / n for n in ACCELERATE_YAML_NAMES if (p / n).is_file()), None) or _single(p, "*.yaml")
+    if ds is None and yml is None:
+        raise DswizError(
+            f"{path} holds no DeepSpeed JSON and no accelerate YAML",
+            "write one with `dswiz config --out DIR`, or pass the config file itself",
+        )
+    if ds is None and yml is not None:
+        named = _yaml_ds_file(yml)
+        ds = named
+    hostfile = p / HOSTFILE_NAME if (p / HOSTFILE_NAME).is_file() else None
+    env = p / DEEPSPEED_ENV_NAME if (p / DEEPSPEED_ENV_NAME).is_file() else None
+    hints = _launch_sh_hints(p / LAUNCH_SH_NAME)
+    return ConfigChoice(ds_config=ds, accelerate_yaml=yml, hostfile=hostfile, deepspeed_env=env, **hints)
+
+
+def _from_file(p: Path) -> ConfigChoice:
+    if p.suffix in (".yaml", ".yml"):
+        return ConfigChoice(ds_config=_yaml_ds_file(p), accelerate_yaml=p, launcher="accelerate")
+    return ConfigChoice(ds_config=p)
+
+
+def _single(directory: Path, pattern: str) -> Path | None:
+    found = sorted(x for x in directory.glob(pattern) if x.is_file())
+    if len(found) > 1:
+        names = ", ".join(x.name for x in found)
+        raise DswizError(
+            f"{directory} holds several {pattern} files ({names}); which one is the config?",
+            "pass the file itself: --config DIR/NAME",
+        )
+    return found[0] if found else None
+
+
+def _yaml_ds_file(yml: Path) -> Path | None:
+    """The JSON an accelerate YAML names: as written (relative to the working directory, as accelerate opens it),
+    else next to the YAML."""
+    try:
+        named = accelerate_ds_config_file(yml.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise DswizError(f"cannot read {yml}: {e.strerror}", "check the file's permissions") from e
+    if named is None:
+        return None
+    for candidate in (Path(named), yml.parent / named):
+        if candidate.is_file():
+            return candidate
+    raise DswizError(
+        f"{yml} names deepspeed_config_file {named}, which does not exist",
+        "fix the path in the YAML (absolute is safest), or regenerate the folder with `dswiz config`",
+    )
+
+
+def _launch_sh_hints(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    exec_line = next((ln for ln in text.splitlines() if ln.startswith("exec ")), "")
+    hints: dict[str, Any] = {}
+    if "accelerate" in exec_line.split()[1:2] or "accelerate launch" in exec_line:
+        hints["launcher"] = "accelerate"
+    elif exec_line:
+        hints["launcher"] = "deepspeed"
+        hints["config_arg"] = "deepspeed" if re.search(r"\s--deepspeed\s", exec_line) else "deepspeed_config"
+    if "--no_ssh" in exec_line:
+        hints["multinode_launcher"] = "nossh"
+    m = re.search(r"--launcher\s+(\w+)", exec_line)
+    if m:
+        hints["multinode_launcher"] = m.group(1)
+    m = re.search(r"--master_port\s+(\d+)", exec_line)
+    if m:
+        hints["master_port"] = int(m.group(1))
+    m = re.search(r"--num_gpus\s+(\d+)", exec_line)
+    if m:
+        hints["nproc"] = int(m.group(1))
+    return hints
+
+
+def load_ds_config(path: Path) -> dict[str, Any]:
+    """The DeepSpeed JSON as a dict; DswizError naming the line and column when it is not valid JSON."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise DswizError(f"cannot read {path}: {e.strerror}", "check the path and its permissions") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DswizError(
+            f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})",
+            f"fix the file (check it with `dswiz check {path}`), or regenerate it with `dswiz config`",
+        ) from e
+    if not isinstance(data, dict):
+        raise DswizError(f"{path} is not a JSON object", "a DeepSpeed config is a JSON object: {...}")
+    return data
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a .deepspeed_env (what DeepSpeed exports to every node)."""
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,679 @@
+"""Checks before a launch. Each returns Findings (what, why, the exact fix); an ERROR stops the launch.
+
+The checks look at this machine (files, ports, the training environment's python, ssh to the other nodes), so
+this module sits at the edge; the decisions they feed (``runner.launch``) stay pure. ``preflight`` runs them all
+for one ``LaunchSpec``.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.launch import LaunchSpec, parse_hostfile
+from wizard.config.check import lint_path
+from wizard.config.schema import Consumer
+from wizard.errors import DswizError
+from wizard.findings import Finding, Severity
+from wizard.hardware.hazards import fixed_arch_list, unparsable_arch_entries
+from wizard.hardware.report import HardwareReport
+from wizard.units import fmt_bytes
+
+SSH_LAUNCHERS = ("pdsh", "openmpi", "mpich", "impi", "mvapich")  # reach the other nodes by ssh
+NOSSH_MIN_DEEPSPEED = (0, 14, 5)  # FACTS §3 rule 9
+
+# Printed by the training environment's python: what it is and what it has, without importing torch (fast).
+_PROBE = (
+    "import importlib.metadata as m, json, sys; "
+    "d = {(x.metadata['Name'] or '').lower(): x.version for x in list(m.distributions())[::-1]}; "
+    "print(json.dumps({'executable': sys.executable, 'python': sys.version.split()[0], "
+    "'deepspeed': d.get('deepspeed'), 'torch': d.get('torch'), 'accelerate': d.get('accelerate')}))"
+)  # one line: it travels through ssh as a shell word
+
+
+@dataclass(frozen=True)
+class TrainingEnv:
+    """What the training environment's python reports about itself."""
+
+    executable: str
+    python: str
+    deepspeed: str | None
+    torch: str | None
+    accelerate: str | None
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    findings: tuple[Finding, ...]
+    env_fixes: tuple[tuple[str, str | None], ...] = ()  # environment changes the job needs (reported)
+    training_env: TrainingEnv | None = None
+    hosts: tuple[tuple[str, int], ...] = ()  # from the hostfile
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity is Severity.ERROR for f in self.findings)
+
+
+def _f(severity: Severity, code: str, what: str, why: str, fix: str, location: str | None = None) -> Finding:
+    return Finding(severity=severity, code=code, what=what, why=why, fix=fix, location=location)
+
+
+# --------------------------------------------------------------------------------------------- the script
+
+
+def check_script(script: str) -> list[Finding]:
+    path = Path(script)
+    if not path.exists():
+        return [
+            _f(
+                Severity.ERROR,
+                "script-missing",
+                f"the training script {script} does not exist",
+                "every rank would fail at once with 'No such file or directory'",
+                "check the path (it is relative to the current directory)",
+                script,
+            )
+        ]
+    if not path.is_file():
+        return [
+            _f(
+                Severity.ERROR,
+                "script-not-a-file",
+                f"{script} is not a file",
+                "the launcher runs it with python",
+                "pass the training script's path",
+                script,
+            )
+        ]
+    if not os.access(path, os.R_OK):
+        return [
+            _f(
+                Severity.ERROR,
+                "script-unreadable",
+                f"{script} cannot be read",
+                "python cannot run a file it cannot read",
+                f"chmod u+r {shlex.quote(script)}",
+                script,
+            )
+        ]
+    return []
+
+
+# ------------------------------------------------------------------------------------ the training python
+
+
+def probe_python(python: str, *, timeout: float = 30.0) -> TrainingEnv | None:
+    """Ask ``python`` what it is (None when it cannot run)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return _parse_probe(proc.stdout) if proc.returncode == 0 else None
+
+
+def _parse_probe(stdout: str) -> TrainingEnv | None:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and "python" in d:
+            return TrainingEnv(
+                executable=str(d.get("executable") or ""),
+                python=str(d["python"]),
+                deepspeed=d.get("deepspeed"),
+                torch=d.get("torch"),
+                accelerate=d.get("accelerate"),
+            )
+    return None
+
+
+def check_training_python(python: str, launcher: str) -> tuple[list[Finding], TrainingEnv | None]:
+    env = probe_python(python)
+    if env is None:
+        return [
+            _f(
+                Severity.ERROR,
+                "python-unusable",
+                f"the training python {python!r} cannot be run",
+                "the launcher and every rank run with this interpreter",
+                "pass --python /path/to/the/training/env/bin/python",
+                "--python",
+            )
+        ], None
+    needed = {"deepspeed": ("deepspeed", "torch"), "accelerate": ("accelerate", "deepspeed", "torch")}
+    needed_here = needed.get(launcher, ("torch",))
+    missing = [pkg for pkg in needed_here if getattr(env, pkg) is None]
+    if missing:
+        return [
+            _f(
+                Severity.ERROR,
+                "python-missing-packages",
+                f"{env.executable} has no {', '.join(missing)}",
+                f"the {launcher} launcher runs the job with this python",
+                f"pass --python pointing at the training environment, or `{python} -m pip install {' '.join(missing)}`",
+                "--python",
+            )
+        ], env
+    return [], env
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", (version or "").split("+")[0])[:3]
+    return tuple(int(p) for p in parts)
+
+
+def check_nossh_support(env: TrainingEnv | None) -> list[Finding]:
+    if env is None or env.deepspeed is None or _version_tuple(env.deepspeed) >= NOSSH_MIN_DEEPSPEED:
+        return []
+    return [
+        _f(
+            Severity.ERROR,
+            "nossh-too-old",
+            f"DeepSpeed {env.deepspeed} has no one-launcher-per-node mode (--no_ssh)",
+            "it arrived in DeepSpeed 0.14.5; older launchers reject the flag",
+            "upgrade DeepSpeed on every node (pip install -U deepspeed), or use --launcher-mode pdsh",
+            "--launcher-mode",
+        )
+    ]
+
+
+# ------------------------------------------------------------------------------------------- the config
+
+
+# Linter findings the launch makes moot (it adds steps_per_print/log_level to the launched copy) or checks itself on
+# this machine with its own codes (the NVMe folder and libaio, check_nvme).
+LINT_CODES_HANDLED_BY_LAUNCH = frozenset(
+    {
+        "no-steps-per-print",
+        "no-log-level",
+        "nvme-path-missing",
+        "nvme-path-not-writable",
+        "no-libaio",
+        "libaio-unknown",
+    }
+)
+
+
+def lint_config(
+    path: str, *, consumer: Consumer, world_size: int | None, hardware: HardwareReport | None
+) -> list[Finding]:
+    """`dswiz check` on the config (a DeepSpeed JSON, or an accelerate YAML with its JSON): the one call site of
+    the config linter. Findings the launch itself takes care of are left out."""
+    found = lint_path(path, consumer=consumer, world_size=world_size, hardware=hardware)
+    return [f for f in found if f.code not in LINT_CODES_HANDLED_BY_LAUNCH]
+
+
+def config_consumer(launcher: str, config_arg: str) -> Consumer:
+    """Who reads the config, in `dswiz check --for` terms (decides e.g. whether "auto" is allowed)."""
+    if launcher == "accelerate":
+        return "accelerate"
+    return "trainer" if config_arg == "deepspeed" else "deepspeed"
+
+
+# -------------------------------------------------------------------------------------------------- GPUs
+
+
+def visible_gpu_count(hardware: HardwareReport, visible_devices: str | None) -> int:
+    if visible_devices is not None:
+        ids = [d for d in visible_devices.split(",") if d.strip()]
+        return min(len(ids), len(hardware.gpus)) if hardware.gpus else len(ids)
+    return len(hardware.gpus)
+
+
+def check_gpu_count(
+    hardware: HardwareReport | None, *, requested: int | None, visible_devices: str | None = None
+) -> list[Finding]:
+    """``requested``: processes this node will start (None: one per visible GPU)."""
+    if hardware is None:
+        return [
+            _f(
+                Severity.INFO,
+                "gpu-count-unchecked",
+                "the GPU count was not checked",
+                "hardware detection is not part of this build of dswiz",
+                "update dswiz; `nvidia-smi -L` lists the GPUs meanwhile",
+            )
+        ]
+    if not hardware.gpus:
+        reason = f" ({hardware.no_gpu_reason})" if hardware.no_gpu_reason else ""
+        return [
+            _f(
+                Severity.WARNING,
+                "no-gpu",
+                f"no NVIDIA GPU was found{reason}: DeepSpeed will run the ranks on the CPU (gloo)",
+                "fine for trying a script or a config; far too slow for real training",
+                "run on a machine with GPUs, or describe them for planning: dswiz plan --hardware 8xA100-80GB",
+            )
+        ]
+    visible = visible_gpu_count(hardware, visible_devices)
+    if requested is not None and requested > visible:
+        where = " (CUDA_VISIBLE_DEVICES)" if visible_devices is not None else ""
+        return [
+            _f(
+                Severity.ERROR,
+                "gpu-count",
+                f"{requested} processes per node were asked for, but {visible} GPU(s) are visible{where}",
+                "DeepSpeed would fail to place the extra ranks (or put two on one GPU and run out of memory)",
+                f"pass --nproc {visible}, or make more GPUs visible",
+                "--nproc",
+            )
+        ]
+    if requested is not None and requested < visible:
+        return [
+            _f(
+                Severity.INFO,
+                "gpu-count-partial",
+                f"using {requested} of the {visible} visible GPUs",
+                "the others stay idle",
+                f"pass --nproc {visible} to use them all",
+                "--nproc",
+            )
+        ]
+    return []
+
+
+# -------------------------------------------------------------------------------------------------- port
+
+
+def port_is_free(port: int, host: str = "") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def choose_port(preferred: int) -> int:
+    """``preferred`` when it is free, else a free port the system hands out."""
+    return preferred if port_is_free(preferred) else free_port()
+
+
+def check_port(port: int) -> list[Finding]:
+    if port_is_free(port):
+        return []
+    return [
+        _f(
+            Severity.ERROR,
+            "port-in-use",
+            f"the rendezvous port {port} is already in use on this machine",
+            "rank 0 could not listen on it and every rank would wait, then time out",
+            f"pass --master-port {free_port()} (free now), or stop the job that holds {port}",
+            "--master-port",
+        )
+    ]
+
+
+# ------------------------------------------------------------------------------------ NVMe and host RAM
+
+
+def _offload_sections(ds_config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    zero = ds_config.get("zero_optimization")
+    if not isinstance(zero, Mapping):
+        return []
+    out = []
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key)
+        if isinstance(section, Mapping):
+            out.append((f"zero_optimization.{key}", section))
+    return out
+
+
+def libaio_present(hardware: HardwareReport | None) -> bool:
+    if hardware is not None and hardware.host.libaio is not None:
+        return hardware.host.libaio
+    return ctypes.util.find_library("aio") is not None
+
+
+def check_nvme(
+    ds_config: Mapping[str, Any], hardware: HardwareReport | None, *, need_bytes: int | None = None
+) -> list[Finding]:
+    """NVMe offload: the path exists, is writable, has room (``need_bytes`` when predicted), libaio is present."""
+    findings: list[Finding] = []
+    nvme = [(loc, s) for loc, s in _offload_sections(ds_config) if str(s.get("device", "")).lower() == "nvme"]
+    for loc, section in nvme:
+        raw = section.get("nvme_path")
+        if not raw:
+            findings.append(
+                _f(
+                    Severity.ERROR,
+                    "nvme-path-missing",
+                    f"{loc}.device is nvme but nvme_path is not set",
+                    "DeepSpeed refuses it: 'nvme_path … cannot be None if remote device is nvme'",
+                    f'set {loc}.nvme_path to a folder on a local NVMe disk, e.g. "/local_nvme"',
+                    f"{loc}.nvme_path",
+                )
+            )
+            continue
+        path = Path(str(raw))
+        if not path.is_dir():
+            findings.append(
+                _f(
+                    Severity.ERROR,
+                    "nvme-path-absent",
+                    f"the NVMe offload folder {path} does not exist",
+                    "DeepSpeed creates its swap files there and fails when it cannot",
+                    f"mkdir -p {shlex.quote(str(path))} (on a local NVMe disk), or change {loc}.nvme_path",
+                    f"{loc}.nvme_path",
+                )
+            )
+            continue
+        if not _writable(path):
+            findings.append(
+                _f(
+                    Severity.ERROR,
+                    "nvme-path-readonly",
+                    f"the NVMe offload folder {path} is not writable",
+                    "DeepSpeed writes the offloaded tensors there",
+                    f"choose a writable folder for {loc}.nvme_path, or fix its permissions",
+                    f"{loc}.nvme_path",
+                )
+            )
+            continue
+        free = shutil.disk_usage(path).free
+        if need_bytes is not None and free < need_bytes:
+            findings.append(
+                _f(
+                    Severity.ERROR,
+                    "nvme-no-room",
+                    f"{path} has {fmt_bytes(free)} free but the offload needs about {fmt_bytes(need_bytes)}",
+                    "the swap files would fill the disk mid-training",
+                    "free space there, or point nvme_path at a bigger disk",
+                    f"{loc}.nvme_path",
+                )
+            )
+    if nvme and not libaio_present(hardware):
+        findings.append(
+            _f(
+                Severity.ERROR,
+                "libaio-missing",
+                "NVMe offload needs DeepSpeed's async_io op, and libaio is not installed",
+                "the op cannot build, so the job fails at start (ds_report shows async_io [NO])",
+                "install libaio (Debian/Ubuntu: sudo apt install libaio-dev), or offload to cpu instead",
+                nvme[0][0] + ".device",
+            )
+        )
+    return findings
+
+
+def _writable(path: Path) -> bool:
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".dswiz-preflight-"):
+            return True
+    except OSError:
+        return False
+
+
+def check_host_ram(
+    ds_config: Mapping[str, Any], hardware: HardwareReport | None, *, need_bytes: int | None
+) -> list[Finding]:
+    """Host RAM against the predicted CPU-offload need (``need_bytes`` from the planner; None: not predicted)."""
+    cpu = [
+        loc for loc, s in _offload_sections(ds_config) if str(s.get("device", "")).lower() in ("cpu", "nvme")
+    ]
+    if hardware is None:
+        return []
+    available = hardware.host.ram_available_bytes or hardware.host.ram_total_bytes
+    if not cpu or need_bytes is None or available is None:
+        return []
+    if need_bytes > available:
+        return [
+            _f(
+                Severity.ERROR,
+                "host-ram",
+                f"CPU offload needs about {fmt_bytes(need_bytes)} of host RAM; {fmt_bytes(available)} is available",
+                "the host OOM killer would end a rank (exit -9) once the offloaded states are allocated",
+                "offload less (optimizer only), use ZeRO-3 across more nodes, or free host memory",
+                cpu[0],
+            )
+        ]
+    if need_bytes > 0.85 * available:
+        return [
+            _f(
+                Severity.WARNING,
+                "host-ram-tight",
+                f"CPU offload needs about {fmt_bytes(need_bytes)} of the {fmt_bytes(available)} host RAM available",
+                "pinned buffers and the data loader come on top; little room is left",
+                "close other jobs on this host, or offload less",
+                cpu[0],
+            )
+        ]
+    return []
+
+
+# ------------------------------------------------------------------------------ TORCH_CUDA_ARCH_LIST
+
+
+def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str, str | None]]:
+    """TORCH_CUDA_ARCH_LIST entries DeepSpeed's op builder cannot parse ("9.0a") are fixed for the job (FACTS §6).
+
+    The repair is the hardware module's (``wizard.hardware.hazards.fixed_arch_list``); "" there means unset.
+    """
+    value = environ.get("TORCH_CUDA_ARCH_LIST")
+    fixed = fixed_arch_list(value)
+    if value is None or fixed is None:
+        return [], {}
+    bad = ", ".join(unparsable_arch_entries(value))
+    shown = repr(fixed) if fixed else "unset (DeepSpeed builds for the GPUs it sees)"
+    yours = f"export TORCH_CUDA_ARCH_LIST='{fixed}'" if fixed else "unset TORCH_CUDA_ARCH_LIST"
+    return [
+        _f(
+            Severity.WARNING,
+            "arch-list-unparsable",
+            f"TORCH_CUDA_ARCH_LIST={value!r} has entries DeepSpeed cannot parse ({bad}); {shown} for this job",
+            "DeepSpeed's JIT op builder fails on them (ValueError: invalid literal for int())",
+            f"nothing to do for this job: dswiz fixed it; to fix your shell too: {yours}",
+            "TORCH_CUDA_ARCH_LIST",
+        )
+    ], {"TORCH_CUDA_ARCH_LIST": fixed or None}
+
+
+# ---------------------------------------------------------------------------------------------- multi-node
+
+
+def check_hostfile(path: str) -> tuple[list[Finding], list[tuple[str, int]]]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        return [
+            _f(
+                Severity.ERROR,
+                "hostfile-unreadable",
+                f"the hostfile {path} cannot be read ({e.strerror})",
+                "without it DeepSpeed silently runs on this machine only",
+                "pass the path of a hostfile with one '<host> slots=<gpus>' line per node",
+                path,
+            )
+        ], []
+    try:
+        return [], parse_hostfile(text, source=path)
+    except DswizError as e:
+        return [
+            _f(Severity.ERROR, "hostfile-invalid", e.problem, "DeepSpeed refuses it", e.fix or "", path)
+        ], []
+
+
+def ssh_probe_command(host: str, python: str, *, timeout_s: int, ssh: str = "ssh") -> list[str]:
+    """Batch mode (never a password prompt) and a connect timeout: a dead host fails fast."""
+    remote = shlex.join([python, "-c", _PROBE])
+    return [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout_s}", host, remote]
+
+
+def check_hosts(
+    hosts: Sequence[str], python: str, local: TrainingEnv | None, *, timeout_s: int = 10, ssh: str = "ssh"
+) -> list[Finding]:
+    """Every host: reachable by ssh in batch mode, the same python path, the same DeepSpeed version as here."""
+
+    def one(host: str) -> list[Finding]:
+        cmd = ssh_probe_command(host, python, timeout_s=timeout_s, ssh=ssh)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 20, check=False)
+        except subprocess.TimeoutExpired:
+            proc = None
+        except OSError as e:
+            return [
+                _f(
+                    Severity.ERROR,
+                    "ssh-missing",
+                    f"ssh cannot be run ({e.strerror})",
+                    "the launcher reaches the other nodes with ssh",
+                    "install an ssh client, or use --launcher-mode nossh and start one dswiz launch per node",
+                )
+            ]
+        if proc is None or proc.returncode == 255:
+            detail = "timed out" if proc is None else (proc.stderr.strip().splitlines() or ["failed"])[-1]
+            return [
+                _f(
+                    Severity.ERROR,
+                    "host-unreachable",
+                    f"{host} is not reachable by ssh in batch mode ({detail})",
+                    "the launcher starts the ranks on every host over passwordless ssh",
+                    f"set up key-based ssh (ssh-copy-id {host}) and check `ssh -o BatchMode=yes {host} true`; "
+                    "or use --launcher-mode nossh with one dswiz launch per node",
+                    host,
+                )
+            ]
+        remote = _parse_probe(proc.stdout) if proc.returncode == 0 else None
+        if remote is None:
+            return [
+                _f(
+                    Severity.ERROR,
+                    "host-python-missing",
+                    f"{python} does not run on {host}",
+                    "pdsh runs the same python path on every node (FACTS §3 rule 8)",
+                    f"install the training environment at {python} on {host} too (same path on every node)",
+                    host,
+                )
+            ]
+        out: list[Finding] = []
+        if remote.deepspeed is None:
+            out.append(
+                _f(
+                    Severity.ERROR,
+                    "host-deepspeed-missing",
+                    f"{python} on {host} has no DeepSpeed",
+                    "the ranks on that node could not import it",
+                    f"install DeepSpeed {local.deepspeed if local else ''} into {python} on {host}".rstrip(),
+                    host,
+                )
+            )
+        elif local is not None and local.deepspeed and remote.deepspeed != local.deepspeed:
+            out.append(
+                _f(
+                    Severity.ERROR,
+                    "host-deepspeed-version",
+                    f"{host} has DeepSpeed {remote.deepspeed}, this node {local.deepspeed}",
+                    "ranks of different versions may disagree on the ZeRO partitioning and hang or crash",
+                    f"pip install deepspeed=={local.deepspeed} on {host}",
+                    host,
+                )
+            )
+        return out
+
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        results = list(pool.map(one, hosts))
+    return [f for r in results for f in r]
+
+
+# ------------------------------------------------------------------------------------------------ all of it
+
+
+def requested_procs_here(spec: LaunchSpec, hosts: Sequence[tuple[str, int]]) -> int | None:
+    """How many ranks this node will start (None: one per visible GPU)."""
+    if spec.nproc is not None:
+        return spec.nproc
+    if spec.include:
+        local = [part for part in spec.include.split("@") if part.split(":")[0] in ("localhost", "127.0.0.1")]
+        if local and ":" in local[0]:
+            return len(local[0].split(":")[1].split(","))
+    if hosts and spec.node_rank is not None and spec.node_rank < len(hosts):
+        return hosts[spec.node_rank][1]
+    return None
+
+
+def preflight(
+    spec: LaunchSpec,
+    *,
+    hardware: HardwareReport | None,
+    ds_config: Mapping[str, Any] | None,
+    environ: Mapping[str, str],
+    config_path: str | None = None,
+    cpu_offload_need_bytes: int | None = None,
+    nvme_need_bytes: int | None = None,
+    ssh_timeout_s: int = 10,
+    check_port_here: bool = True,
+    probe_hosts: bool = True,
+) -> PreflightResult:
+    """All checks for one launch, errors first. ``config_path`` is the file the linter reads (the original)."""
+    findings: list[Finding] = list(check_script(spec.script))
+    py_findings, env = check_training_python(spec.python, spec.launcher)
+    findings += py_findings
+    hosts: list[tuple[str, int]] = []
+    if spec.hostfile:
+        hf_findings, hosts = check_hostfile(spec.hostfile)
+        findings += hf_findings
+        if spec.node_rank is not None and hosts and spec.node_rank >= len(hosts):
+            findings.append(
+                _f(
+                    Severity.ERROR,
+                    "node-rank-range",
+                    f"--node-rank {spec.node_rank} but the hostfile lists {len(hosts)} node(s)",
+                    "node ranks count from 0 to nodes-1",
+                    f"pass --node-rank between 0 and {len(hosts) - 1}",
+                    "--node-rank",
+                )
+            )
+        if spec.launcher == "deepspeed" and spec.multinode_launcher == "nossh":
+            findings += check_nossh_support(env)
+        if probe_hosts and spec.ssh_multinode and spec.multinode_launcher in SSH_LAUNCHERS and hosts:
+            findings += check_hosts([h for h, _ in hosts], spec.python, env, timeout_s=ssh_timeout_s)
+    findings += check_gpu_count(
+        hardware, requested=requested_procs_here(spec, hosts), visible_devices=spec.visible_devices
+    )
+    if check_port_here and spec.master_port is not None:
+        findings += check_port(spec.master_port)
+    if config_path is not None:
+        # The world size when it is known: the ranks per node times the nodes (on CPU without --nproc, unknown).
+        procs = requested_procs_here(spec, hosts) or (
+            len(hardware.gpus) if hardware and hardware.gpus else None
+        )
+        nodes = spec.num_nodes or (len(hosts) if hosts else 1)
+        findings += lint_config(
+            config_path,
+            consumer=config_consumer(spec.launcher, spec.config_arg or ""),
+            world_size=procs * nodes if procs else None,
+            hardware=hardware,
+        )
+    if ds_config is not None:
+        findings += check_nvme(ds_config, hardware, need_bytes=nvme_need_bytes)
+        findings += check_host_ram(ds_config, hardware, need_bytes=cpu_offload_need_bytes)
+    arch_findings, arch_fix = check_arch_list(environ)
+    findings += arch_findings
+    ordered = sorted(findings, key=lambda f: f.severity.rank)
+    return PreflightResult(
+        findings=tuple(ordered), env_fixes=tuple(arch_fix.items()), training_env=env, hosts=tuple(hosts)
+    )

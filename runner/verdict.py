@@ -1,0 +1,420 @@
+"""What the job's output says, and the verdict in words when it ends. Pure: lines and facts in, a RunVerdict out.
+
+The line parsers are the monitor's (``runner.metrics.parse.parse_line``: throughput, step, overflow, spawn, exit,
+oom, nccl_timeout, loss …); tracebacks per rank are read here (``runner.tracebacks``). ``JobObserver`` is fed every
+line as it arrives (live status, startup phases); ``decide`` turns what it saw, plus how the processes ended, into
+the verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.metrics.parse import LogEvent, parse_line
+from runner.phases import Phase, PhaseTracker
+from runner.rundir import RunVerdict
+from runner.tracebacks import TracebackCollector, root_cause
+from wizard.units import fmt_bytes
+
+VERDICT_KINDS = (
+    "success",
+    "interrupted",
+    "cuda_oom",
+    "nccl_timeout",
+    "host_oom",
+    "killed",
+    "rank_failed",
+    "overflow_storm",
+    "failed",
+)
+OVERFLOW_STORM_MIN = 5  # skipped steps, and
+OVERFLOW_STORM_FRACTION = 0.5  # at least this share of the steps run
+HOST_OOM_FREE_FRACTION = 0.05  # host memory this low just before a SIGKILL: the OOM killer
+# A process dying in native code: the C++ runtime's abort, CPython's fatal error (faulthandler prints segfaults so).
+_NATIVE_ABORT_RE = re.compile(
+    r"^(?:\[rank\d+\]:\s?)?(terminate called (?:without an active exception|after throwing)|Fatal Python error:)"
+)
+_SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+@dataclass(frozen=True)
+class RankDeath:
+    """A rank seen gone by the process watcher (it is not dswiz's child: its exit code is the launcher's)."""
+
+    rank: int
+    pid: int
+    at: float  # monotonic seconds since the job started
+    host_available_bytes: int | None = None  # the lowest host available memory seen shortly before
+    host_total_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """The one-line live status."""
+
+    step: int | None
+    samples_per_sec: float | None
+    loss: float | None
+    elapsed: float
+    phase: Phase
+    phase_elapsed: float = 0.0
+
+    def line(self) -> str:
+        if self.step is None and self.samples_per_sec is None and self.loss is None:
+            return f"{self.phase.name}… {int(self.phase_elapsed)} s ({_clock(self.elapsed)} elapsed)"
+        parts = [f"step {self.step}" if self.step is not None else "step ?"]
+        if self.samples_per_sec is not None:
+            parts.append(f"{self.samples_per_sec:,.1f} samples/s")
+        if self.loss is not None:
+            parts.append(f"loss {self.loss:.4g}")
+        parts.append(f"{_clock(self.elapsed)} elapsed")
+        return " · ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    s = max(0, int(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+@dataclass
+class JobObserver:
+    """Everything the verdict and the live status need, accumulated line by line."""
+
+    started: float = 0.0
+    optimizer_op: str | None = None
+    phases: PhaseTracker = field(init=False)
+    tracebacks: TracebackCollector = field(default_factory=TracebackCollector)
+    step: int | None = None
+    skipped: int = 0
+    samples_per_sec: float | None = None
+    loss: float | None = None
+    overflows: int = 0
+    last_loss_scale: int | None = None
+    ooms: list[LogEvent] = field(default_factory=list)
+    nccl_timeouts: list[LogEvent] = field(default_factory=list)
+    exit_codes: list[int] = field(default_factory=list)  # from launch.py's lines
+    spawned: list[LogEvent] = field(default_factory=list)
+    world_size: int | None = None
+    loss_scale_floor: bool = False  # DeepSpeed gave up: "Current loss scale already at minimum"
+    native_aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (rank, "terminate called …")
+    clean_exits: int = 0  # ranks the launcher saw exit with 0
+
+    def __post_init__(self) -> None:
+        self.phases = PhaseTracker(self.started, optimizer_op=self.optimizer_op)
+
+    def feed(
+        self, text: str, now: float, *, rank: int | None = None, stream: object = None
+    ) -> LogEvent | None:
+        """One line of output (``rank`` when it came from that rank's log). Returns its parsed event."""
+        event = parse_line(text, default_rank=rank)
+        self.tracebacks.feed(text, default_rank=rank, stream=stream)
+        self.phases.feed(text, now, kind=event.kind if event else None)
+        if "Current loss scale already at minimum" in text:
+            self.loss_scale_floor = True
+        if _NATIVE_ABORT_RE.match(text):
+            self.native_aborts.append((rank, text.strip()))
+        if event is None:
+            return None
+        v = event.values
+        if event.kind == "throughput":
+            self.step = _max(self.step, v.get("global_step"))
+            self.samples_per_sec = v.get("curr_samples_per_sec") or v.get("running_avg_samples_per_sec")
+        elif event.kind == "step" and v.get("step"):  # "step=0" is printed at engine start
+            self.step = _max(self.step, v.get("step"))
+            self.skipped = max(self.skipped, int(v.get("skipped") or 0))
+        elif event.kind == "loss":
+            if v.get("loss") is not None:
+                self.loss = float(v["loss"])
+            if v.get("step") is not None:
+                self.step = _max(self.step, int(v["step"]))
+        elif event.kind == "overflow":
+            if event.rank in (None, 0):
+                self.overflows += 1
+                self.last_loss_scale = v.get("new_scale") or self.last_loss_scale
+        elif event.kind == "oom":
+            self.ooms.append(event)
+        elif event.kind == "nccl_timeout":
+            self.nccl_timeouts.append(event)
+        elif event.kind == "exit" and v.get("return_code"):
+            self.exit_codes.append(int(v["return_code"]))
+        elif event.kind == "exit" and v.get("return_code") == 0:
+            self.clean_exits += 1
+        elif event.kind == "spawn":
+            self.spawned.append(event)
+        elif event.kind == "world" and v.get("world_size"):
+            self.world_size = int(v["world_size"])
+        return event
+
+    def status(self, now: float) -> Status:
+        phase = self.phases.current
+        return Status(
+            self.step, self.samples_per_sec, self.loss, now - self.started, phase, now - phase.started_at
+        )
+
+
+def _max(a: int | None, b: Any) -> int | None:
+    if b is None:
+        return a
+    return int(b) if a is None else max(a, int(b))
+
+
+# -------------------------------------------------------------------------------------------- the verdict
+
+OomAdvisor = Callable[[Mapping[str, Any] | None], Sequence[str]]
+
+
+def default_oom_advice(ds_config: Mapping[str, Any] | None) -> list[str]:
+    """Generic advice from the config alone; the planner's advisor (a config that fits) replaces it."""
+    cfg = ds_config or {}
+    micro = cfg.get("train_micro_batch_size_per_gpu")
+    gas = cfg.get("gradient_accumulation_steps")
+    zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), Mapping) else {}
+    stage = zero.get("stage", 0) if isinstance(zero, Mapping) else 0
+    advice = []
+    if isinstance(micro, int) and micro > 1:
+        new_gas = gas * 2 if isinstance(gas, int) else 2
+        advice.append(
+            f"halve train_micro_batch_size_per_gpu ({micro} -> {micro // 2}) and set gradient_accumulation_steps "
+            f"to {new_gas} to keep the global batch"
+        )
+    else:
+        advice.append(
+            "lower train_micro_batch_size_per_gpu (raise gradient_accumulation_steps to keep the batch)"
+        )
+    if isinstance(stage, int) and stage < 3:
+        advice.append(f"raise the ZeRO stage ({stage} -> {stage + 1}) to shard more of the model states")
+    else:
+        advice.append(
+            "offload the optimizer (and parameters) to CPU: zero_optimization.offload_optimizer.device cpu"
+        )
+    advice.append("turn on activation checkpointing in the script (model.gradient_checkpointing_enable())")
+    advice.append("`dswiz plan` shows which settings fit this GPU")
+    return advice
+
+
+def decide(
+    obs: JobObserver,
+    *,
+    launcher_returncodes: Sequence[int | None],
+    interrupted_by: str | None = None,
+    deaths: Sequence[RankDeath] = (),
+    ds_config: Mapping[str, Any] | None = None,
+    oom_advisor: OomAdvisor | None = None,
+    elapsed: float = 0.0,
+    leftover_killed: int = 0,
+) -> RunVerdict:
+    """The verdict, most specific first: interruption, CUDA OOM, NCCL timeout, SIGKILL (host OOM?), a rank's
+    exception, an fp16 overflow storm, success, or a plain failure with the exit code."""
+    exceptions = obs.tracebacks.exceptions
+    cause = root_cause(exceptions)
+    failed = any(rc not in (0, None) for rc in launcher_returncodes) or bool(obs.exit_codes)
+    at_step = f" at step {obs.step}" if obs.step is not None else ""
+    leftover = (
+        [f"{leftover_killed} process(es) of the job outlived the launcher and were killed"]
+        if leftover_killed
+        else []
+    )
+
+    if interrupted_by is not None:
+        how = "from the dashboard" if interrupted_by == "dashboard" else f"by {interrupted_by}"
+        return RunVerdict(
+            kind="interrupted",
+            summary=f"stopped {how}{at_step} after {_clock(elapsed)}; no process of the job is left",
+            advice=tuple(leftover),
+        )
+
+    cuda_ooms = [e for e in obs.ooms if e.values.get("device") not in ("cpu", None)]
+    oom_exc = next((e for e in exceptions if e.type.endswith("OutOfMemoryError")), None)
+    if cuda_ooms or oom_exc is not None:
+        ev = cuda_ooms[0] if cuda_ooms else None
+        rank = ev.rank if ev is not None and ev.rank is not None else (oom_exc.rank if oom_exc else None)
+        detail = ""
+        if ev is not None and ev.values.get("tried_bytes"):
+            detail = f" (tried to allocate {fmt_bytes(ev.values['tried_bytes'])}"
+            if ev.values.get("total_bytes") is not None and ev.values.get("free_bytes") is not None:
+                detail += (
+                    f"; {fmt_bytes(ev.values['free_bytes'])} free of {fmt_bytes(ev.values['total_bytes'])}"
+                )
+            detail += ")"
+        advisor = oom_advisor or default_oom_advice
+        return RunVerdict(
+            kind="cuda_oom",
+            summary=f"{_who(rank)} ran out of GPU memory{at_step}{detail}",
+            rank=rank,
+            exception=oom_exc.text if oom_exc else None,
+            advice=tuple(advisor(ds_config)) + tuple(leftover),
+            evidence=tuple(e.raw for e in cuda_ooms[:3]),
+        )
+
+    if obs.nccl_timeouts:
+        ev = obs.nccl_timeouts[0]
+        op = ev.values.get("op")
+        ran, limit = ev.values.get("ran_ms"), ev.values.get("timeout_ms")
+        detail = f" ({op} ran {ran / 1000:.0f} s, limit {limit / 1000:.0f} s)" if op and ran and limit else ""
+        return RunVerdict(
+            kind="nccl_timeout",
+            summary=f"NCCL timeout on {_who(ev.rank)}{at_step}{detail}: a collective waited for a rank that never came",
+            rank=ev.rank,
+            advice=(
+                "look for the rank that stopped first (its log in logs/ranks/): a crash, a hang, or a data loader "
+                "that ran out on one rank only",
+                "rerun with NCCL_DEBUG=INFO to see which peer is missing",
+                "if a step legitimately takes long (huge checkpoint, slow first batch), raise the timeout: "
+                "deepspeed.init_distributed(timeout=timedelta(minutes=60))",
+                *leftover,
+            ),
+            evidence=tuple(e.raw for e in obs.nccl_timeouts[:3]),
+        )
+
+    sigkilled = -9 in obs.exit_codes or any(
+        rc in (-9, 137, 247) for rc in launcher_returncodes if rc is not None
+    )
+    if sigkilled and (cause is None or cause.secondary):
+        first = min(deaths, key=lambda d: d.at) if deaths else None
+        who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
+        low = (
+            first is not None
+            and first.host_available_bytes is not None
+            and first.host_total_bytes
+            and first.host_available_bytes < HOST_OOM_FREE_FRACTION * first.host_total_bytes
+        )
+        if low or first is None or first.host_available_bytes is None:
+            mem = (
+                f" (host memory available just before: {fmt_bytes(first.host_available_bytes)})"
+                if low and first
+                else ""
+            )
+            return RunVerdict(
+                kind="host_oom",
+                summary=f"{who} was killed with SIGKILL (exit -9){at_step}, most likely by the host's "
+                f"out-of-memory killer{mem}",
+                rank=first.rank if first else None,
+                advice=(
+                    "confirm with `dmesg -T | grep -i -E 'killed process|out of memory'`",
+                    "CPU offload, pinned memory and data-loader workers live in host RAM: offload less, lower "
+                    "num_workers, or use a host with more memory",
+                    *leftover,
+                ),
+            )
+        return RunVerdict(
+            kind="killed",
+            summary=f"{who} was killed with SIGKILL (exit -9){at_step}; the host still had "
+            f"{fmt_bytes(first.host_available_bytes)} of memory available, so not by the out-of-memory killer",
+            rank=first.rank,
+            advice=("check for a job scheduler limit, a watchdog, or a manual kill", *leftover),
+        )
+
+    if cause is not None and failed:
+        others = [
+            f"rank {r}" for r in sorted({e.rank for e in exceptions if e is not cause and e.rank is not None})
+        ]
+        evidence = cause.lines[-6:]
+        advice = [f"where: {cause.location}"] if cause.location else []
+        if cause.secondary:
+            advice.append(
+                "this looks like a consequence (a peer closed the connection): the rank that died first may have "
+                "been killed without a traceback; see logs/ranks/"
+            )
+        if others:
+            advice.append(f"then {', '.join(others)} stopped too (a consequence: a peer was gone)")
+        if obs.loss_scale_floor:
+            advice.append(
+                "fp16 loss scale hit its minimum: use bf16 where the GPU supports it, or lower the lr"
+            )
+        return RunVerdict(
+            kind="overflow_storm" if obs.loss_scale_floor else "rank_failed",
+            summary=f"{_who(cause.rank)} failed{at_step}: {cause.text}",
+            rank=cause.rank,
+            exception=cause.text,
+            advice=tuple(advice) + tuple(leftover),
+            evidence=tuple(evidence),
+        )
+
+    storm = _overflow_storm(obs)
+    if not failed:
+        if storm:
+            return RunVerdict(
+                kind="overflow_storm",
+                summary=f"finished, but {storm} steps were skipped for fp16 overflow: the model barely trained",
+                advice=(
+                    "use bf16 instead of fp16 where the GPU supports it (compute capability >= 8.0)",
+                    "lower the learning rate or raise fp16.loss_scale_window / initial_scale_power",
+                    *leftover,
+                ),
+            )
+        loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
+        done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
+        return RunVerdict(
+            kind="success",
+            summary=f"success: {done} {_clock(elapsed)}{loss}",
+            advice=tuple(leftover),
+        )
+
+    rc = next((rc for rc in [*obs.exit_codes, *launcher_returncodes] if rc not in (0, None)), None)
+    if obs.native_aborts:
+        rank, line = obs.native_aborts[0]
+        advice = [
+            f"the last lines before it are in {'logs/ranks/' if rank is not None else 'logs/combined.log'}"
+        ]
+        if obs.clean_exits:
+            advice.insert(
+                0,
+                "other ranks finished normally, so this was most likely at shutdown, after training: end the "
+                "script with deepspeed.comm.destroy_process_group() (or torch.distributed.destroy_process_group())",
+            )
+        return RunVerdict(
+            kind="failed",
+            summary=f"{_who(rank)} aborted in native code{at_step} (exit code {rc}{_signal_suffix(rc)}): {line}",
+            rank=rank,
+            advice=(*advice, *leftover),
+            evidence=tuple(text for _, text in obs.native_aborts[:3]),
+        )
+    return RunVerdict(
+        kind="failed",
+        summary=f"the job failed{at_step} with exit code {rc}{_signal_suffix(rc)} and no traceback",
+        advice=(
+            "see logs/combined.log and logs/ranks/ in the run directory for the last lines before it stopped",
+            *leftover,
+        ),
+    )
+
+
+def _who(rank: int | None) -> str:
+    return f"rank {rank}" if rank is not None else "the job"
+
+
+def _signal_suffix(rc: int | None) -> str:
+    if rc is None:
+        return ""
+    sig = -rc if rc < 0 else (rc - 128 if 128 < rc < 160 else None)
+    return f" ({_SIGNAL_NAMES.get(sig, f'signal {sig}')})" if sig else ""
+
+
+def _overflow_storm(obs: JobObserver) -> int:
+    """Skipped steps when they are a storm (many, and a large share of the steps), else 0."""
+    skipped = max(obs.skipped, obs.overflows)
+    steps = obs.step or 0
+    if skipped >= OVERFLOW_STORM_MIN and skipped >= OVERFLOW_STORM_FRACTION * max(steps, 1):
+        return skipped
+    return 0
+
+
+def exit_code(
+    verdict: RunVerdict, launcher_returncodes: Sequence[int | None], signal_number: int | None
+) -> int:
+    """dswiz's exit code: 0 on success, 128+N when stopped by signal N, else the job's own code."""
+    if verdict.kind == "interrupted" and signal_number is not None:
+        return 128 + signal_number
+    codes = [rc for rc in launcher_returncodes if rc not in (0, None)]
+    if verdict.kind in ("host_oom", "killed"):
+        return 128 + 9
+    if not codes:
+        return 0 if verdict.kind in ("success", "overflow_storm") else 1
+    rc = codes[0]
+    assert rc is not None
+    if rc < 0:
+        return 128 + (-rc)
+    return rc if rc < 256 else 1

@@ -1,0 +1,233 @@
+"""`dswiz launch` end to end: real DeepSpeed 0.19.8 on CPU (gloo), 2 ranks, runner/examples/train_tiny.py.
+
+Each launch costs 10-30 s on a 2-core machine, so each test makes one launch and checks everything it can show.
+Processes of a job are found the way dswiz finds them: by the session id of its launcher(s) (run.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runner import rundir
+from runner.process import session_processes
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "runner" / "examples" / "train_tiny.py"
+CONFIG = {
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 1,
+    "zero_optimization": {"stage": 2},
+}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "ds_config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
+    yield tmp_path
+    for run_json in tmp_path.glob("**/run.json"):  # whatever a failed test left running, stop it
+        sids = {p["pgid"] for p in json.loads(run_json.read_text()).get("launchers", [])}
+        for proc in session_processes(sids):
+            proc.kill()
+
+
+def dswiz_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "wizard", "launch", "--no-tui", "--status-every", "5", *args]
+
+
+def env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp / "state")}
+
+
+def run(tmp: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        dswiz_argv(*args), cwd=tmp, env=env(tmp), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def start(tmp: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        dswiz_argv(*args), cwd=tmp, env=env(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def wait_for_training(run_dir: Path, timeout: float = 180) -> rundir.RunRecord:
+    """Until rank 0 has printed a loss and both rank pids are in run.json."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = sorted((run_dir / rundir.RANK_LOGS_DIR).glob("*_rank0.log"))
+        if logs and "{'loss'" in logs[0].read_text(errors="replace"):
+            record = rundir.read_run_record(run_dir)
+            if len(record.rank_pids) == 2:
+                return record
+        time.sleep(0.5)
+    raise AssertionError("the job did not start training in time")
+
+
+def seconds_until_gone(sids: set[int], limit: float) -> float:
+    t0 = time.monotonic()
+    while session_processes(sids) and time.monotonic() - t0 < limit + 5:
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def aborted_at_exit(run_dir: Path) -> bool:
+    """DeepSpeed 0.19.8 on CPU sometimes aborts a rank at interpreter exit, after training ("terminate called
+    without an active exception", exit -6): about 1 run in 10 with the plain `deepspeed` launcher, with or without
+    per-rank logs, more often with two nodes. dswiz must name it (checked here); a test that needs a clean run then
+    launches again."""
+    verdict = rundir.read_run_record(run_dir).verdict
+    if verdict is None or verdict.kind != "failed" or "aborted in native code" not in verdict.summary:
+        return False
+    assert "terminate called without an active exception" in verdict.summary
+    return True
+
+
+def test_a_job_completes_and_its_run_directory_is_complete(workdir: Path) -> None:
+    for attempt in range(3):
+        run_dir = workdir / f"run{attempt}"
+        proc = run(
+            workdir, "--nproc", "2", "--config", "ds_config.json", "--steps-per-print", "5", "--run-dir", str(run_dir),
+            str(TRAIN), "--steps", "10",
+        )  # fmt: skip
+        if proc.returncode == 0 or not aborted_at_exit(run_dir):
+            break
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    # the stream: the job's lines, the startup phases, a status line, the verdict
+    assert "{'loss'" in out and "[dswiz] starting the ranks" in out and "[dswiz] training…" in out
+    assert "[dswiz] verdict: success: 10 steps in" in out
+
+    record = rundir.read_run_record(run_dir)
+    assert record.status == "finished" and record.exit_code == 0 and record.launcher_exit_codes == (0,)
+    assert record.verdict is not None and record.verdict.kind == "success"
+    assert record.ended_at is not None and record.ended_at > record.started_at
+    assert sorted(record.rank_pids) == [0, 1] and record.world_size == 2
+    assert record.command[1:4] == ("-u", "-m", "deepspeed.launcher.runner")
+    assert record.env_changes["PYTHONUNBUFFERED"] == "1"
+    assert oct(run_dir.stat().st_mode & 0o777) == "0o700"
+
+    # the launched config is an observable copy; the original is untouched
+    assert json.loads((workdir / "ds_config.json").read_text()) == CONFIG
+    copy = json.loads((run_dir / "config" / "ds_config.json").read_text())
+    assert copy["steps_per_print"] == 5 and copy["log_level"] == "info"
+    assert copy["csv_monitor"]["output_path"] == str(run_dir / "csv")
+    assert record.configs == {
+        str((workdir / "ds_config.json").absolute()): str(run_dir / "config" / "ds_config.json")
+    }
+
+    combined = (run_dir / rundir.COMBINED_LOG).read_text()
+    assert "spawned with command" in combined and "{'loss'" not in combined  # the launcher's lines only
+    rank_logs = sorted((run_dir / rundir.RANK_LOGS_DIR).glob("*_rank*.log"))
+    assert [p.name.rsplit("_", 1)[1] for p in rank_logs] == ["rank0.log", "rank1.log"]
+    rank0 = rank_logs[0].read_text()
+    assert "global_step=10" in rank0 and "RunningAvgSamplesPerSec" in rank0  # info lines made visible
+    csv = run_dir / rundir.CSV_DIR / rundir.CSV_JOB_NAME / "Train_Samples_lr.csv"
+    assert csv.read_text().splitlines()[0] == "step,lr"
+
+
+def test_a_rank_that_raises_is_named_with_its_exception(workdir: Path) -> None:
+    run_dir = workdir / "run"
+    proc = run(
+        workdir, "--nproc", "2", "--config", "ds_config.json", "--run-dir", str(run_dir),
+        str(TRAIN), "--steps", "10", "--fail-at-step", "3", "--fail-rank", "1",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "[dswiz] verdict: rank 1 failed" in out
+    assert "RuntimeError: injected failure at step 3 on rank 1 (--fail-at-step)" in out
+    record = rundir.read_run_record(run_dir)
+    assert record.verdict is not None and record.verdict.kind == "rank_failed" and record.verdict.rank == 1
+    assert record.exit_code == 1 and "Traceback" not in proc.stderr  # dswiz itself did not crash
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_dswiz_stops_the_whole_job(workdir: Path, sig: signal.Signals, code: int) -> None:
+    run_dir = workdir / "run"
+    dswiz = start(
+        workdir, "--nproc", "2", "--config", "ds_config.json", "--run-dir", str(run_dir),
+        str(TRAIN), "--steps", "100000", "--sleep-per-step", "0.05",
+    )  # fmt: skip
+    try:
+        record = wait_for_training(run_dir)
+        sids = {p.pgid for p in record.launchers}
+        ranks = [psutil.Process(pid) for pid in record.rank_pids.values()]
+        dswiz.send_signal(sig)
+        took = seconds_until_gone(sids, 15)
+        print(f"{sig.name}: no process of the job left after {took:.1f} s")
+        assert took <= 15, f"job processes still alive after {took:.1f} s: {session_processes(sids)}"
+        assert not any(r.is_running() and r.status() != psutil.STATUS_ZOMBIE for r in ranks)
+        out, _ = dswiz.communicate(timeout=30)
+    finally:
+        if dswiz.poll() is None:
+            dswiz.kill()
+    assert dswiz.returncode == code, out[-3000:]
+    final = rundir.read_run_record(run_dir)
+    assert final.status == "interrupted" and final.interrupted_by == sig.name
+    assert final.verdict is not None and final.verdict.kind == "interrupted"
+    assert f"[dswiz] verdict: stopped by {sig.name}" in out
+
+
+def test_a_rank_killed_with_sigkill(workdir: Path) -> None:
+    run_dir = workdir / "run"
+    dswiz = start(
+        workdir, "--nproc", "2", "--config", "ds_config.json", "--run-dir", str(run_dir),
+        str(TRAIN), "--steps", "100000", "--sleep-per-step", "0.05",
+    )  # fmt: skip
+    try:
+        record = wait_for_training(run_dir)
+        sids = {p.pgid for p in record.launchers}
+        os.kill(record.rank_pids[1], signal.SIGKILL)
+        out, _ = dswiz.communicate(timeout=90)
+    finally:
+        if dswiz.poll() is None:
+            dswiz.kill()
+    assert session_processes(sids) == []  # no orphans
+    assert dswiz.returncode == 137, out[-3000:]
+    final = rundir.read_run_record(run_dir)
+    assert final.verdict is not None and final.verdict.kind in ("killed", "host_oom")
+    assert final.verdict.rank == 1
+    assert f"rank 1 (pid {record.rank_pids[1]}) was killed with SIGKILL (exit -9)" in out
+
+
+def test_two_nodes_over_loopback_with_one_launcher_per_node(workdir: Path) -> None:
+    """DeepSpeed's no-ssh mode: a hostfile of two names (they need not resolve), both node ranks on this machine.
+
+    A rank aborting at exit (see aborted_at_exit; more frequent with two nodes) is checked for its verdict and the
+    launch is repeated.
+    """
+    (workdir / "hostfile").write_text("nodeA slots=1\nnodeB slots=1\n")
+    for attempt in range(3):
+        run_dir = workdir / f"run{attempt}"
+        proc = run(
+            workdir, "--config", "ds_config.json", "--hostfile", "hostfile", "--launcher-mode", "nossh",
+            "--simulate-nodes", "--run-dir", str(run_dir), str(TRAIN), "--steps", "6",
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+        record = rundir.read_run_record(run_dir)
+        assert record.verdict is not None
+        # both nodes ran as one job, whatever happened at exit
+        assert "done: 6 steps" in out and "world=2" in out
+        assert [p.node_rank for p in record.launchers] == [0, 1]
+        for launcher in record.launchers:
+            assert "--no_ssh" in launcher.argv and "--master_addr" in launcher.argv
+        assert record.world_size == 2 and sorted(record.rank_pids) == [0, 1]
+        combined = (run_dir / rundir.COMBINED_LOG).read_text()
+        assert "nnodes=2, num_local_procs=1, node_rank=0" in combined
+        assert "nnodes=2, num_local_procs=1, node_rank=1" in combined
+        if proc.returncode == 0:
+            assert record.verdict.kind == "success"
+            return
+        assert aborted_at_exit(run_dir), out[-3000:]
+    raise AssertionError("three two-node runs in a row aborted at exit")

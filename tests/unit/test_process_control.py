@@ -1,0 +1,173 @@
+"""Process control without DeepSpeed: a fake launcher (a real process tree) that behaves like the bad cases —
+ranks that ignore SIGINT, one that ignores SIGTERM too, a double-forked process that leaves the launcher's tree,
+a launcher that exits while its children keep running. Fast, so it runs with the unit tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import psutil
+
+from runner import rundir
+from runner.launch import LaunchCommand, LaunchSpec
+from runner.phases import Phase
+from runner.process import Job, PreparedRun, RunOutcome, forwarded_signals, session_processes
+from runner.verdict import Status
+
+FAKE_LAUNCHER = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    child = '''
+    import os, signal, sys, time
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.argv[1] == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.write(1, f"{sys.argv[1]} {os.getpid()} ready\\\\n".encode())  # one write: lines of two processes never mix
+    while True:
+        time.sleep(0.05)
+    '''
+    for rank, kind in enumerate(["polite", "stubborn"]):
+        p = subprocess.Popen([sys.executable, "-c", child, kind], env=dict(os.environ, RANK=str(rank)))
+        print(f"[2026-11-30 01:00:00,000] [INFO] [launch.py:245:main] process {p.pid} spawned with command: "
+              f"['python', '-u', 'x.py', '--local_rank={rank}']", flush=True)
+    if os.fork() == 0:  # a process that leaves the launcher's tree (re-parented when its parent exits)
+        if os.fork() == 0:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            os.write(1, f"orphan {os.getpid()} ready\\n".encode())
+            while True:
+                time.sleep(0.05)
+        os._exit(0)
+    if sys.argv[1] == "exit":
+        time.sleep(1.0)
+        print("launcher done", flush=True)
+        sys.exit(0)
+    time.sleep(3600)
+    """
+)
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.notices: list[str] = []
+        self.outcome: RunOutcome | None = None
+        self.on_ready: threading.Event = threading.Event()
+
+    def on_line(self, text: str, rank: int | None) -> None:
+        self.lines.append(text)
+        if sum(" ready" in x for x in self.lines) == 3:
+            self.on_ready.set()
+
+    def on_status(self, status: Status) -> None:
+        pass
+
+    def on_phase(self, phase: Phase) -> None:
+        pass
+
+    def on_notice(self, text: str) -> None:
+        self.notices.append(text)
+
+    def on_end(self, outcome: RunOutcome) -> None:
+        self.outcome = outcome
+
+
+def make_job(tmp_path: Path, mode: str, sink: RecordingSink) -> Job:
+    fake = tmp_path / "fake_launcher.py"
+    fake.write_text(FAKE_LAUNCHER)
+    run = rundir.make_run_dir(tmp_path / "run")
+    spec = LaunchSpec(script=str(fake), run_dir=str(run), config_arg="")
+    prepared = PreparedRun(
+        run_id=run.name,
+        run_dir=run,
+        specs=(spec,),
+        commands=(LaunchCommand((sys.executable, "-u", str(fake), mode), {"DSWIZ_TEST": "1"}),),
+        configs={},
+        config_changes=(),
+        ds_config=None,
+        cwd=str(tmp_path),
+    )
+    return Job(prepared, sink, grace_s=0.5, term_grace_s=0.5, status_every_s=60)
+
+
+def kill_leftovers(job: Job) -> None:
+    """Whatever happens in the test, no process of it outlives it."""
+    for proc in session_processes(job.sids):
+        proc.kill()
+
+
+def pids_of(sink: RecordingSink) -> list[int]:
+    return [int(x.split()[1]) for x in sink.lines if x.endswith(" ready")]
+
+
+def test_stop_escalates_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    job = make_job(tmp_path, "stay", sink)
+    job.start()
+    threading.Thread(
+        target=lambda: sink.on_ready.wait(30) and job.request_stop("SIGINT"), daemon=True
+    ).start()
+    outcome = job.run()
+    assert sink.on_ready.is_set()
+    pids = pids_of(sink)
+    assert len(pids) == 3
+    assert not [
+        p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert session_processes(job.sids) == []
+    # SIGINT was ignored by all three, SIGTERM by the stubborn one: the escalation went all the way
+    assert any(n.startswith("SIGINT: stopping the job") for n in sink.notices)
+    assert "still running: SIGTERM" in sink.notices and "still running: SIGKILL" in sink.notices
+    assert outcome.exit_code == 130 and outcome.verdict.kind == "interrupted"
+    record = json.loads((outcome.run_dir / "run.json").read_text())
+    assert record["status"] == "interrupted" and record["interrupted_by"] == "SIGINT"
+    assert record["rank_pids"] == {"0": pids[0], "1": pids[1]} or set(record["rank_pids"].values()) <= set(
+        pids
+    )
+    assert record["env_changes"] == {"DSWIZ_TEST": "1"} and record["ended_at"] >= record["started_at"]
+    assert oct(os.stat(outcome.run_dir).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(outcome.run_dir / "run.json").st_mode & 0o777) == "0o600"
+    log = (outcome.run_dir / "logs" / "combined.log").read_text()
+    assert "spawned with command" in log and " ready" in log
+
+
+def test_processes_that_outlive_the_launcher_are_stopped(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    job = make_job(tmp_path, "exit", sink)
+    try:
+        outcome = job.run()
+    finally:
+        kill_leftovers(job)
+    assert "launcher done" in sink.lines
+    assert session_processes(job.sids) == []
+    assert any("outlived the launcher" in n for n in sink.notices)
+    assert outcome.verdict.kind == "success"
+    assert any("3 process(es) of the job outlived the launcher" in a for a in outcome.verdict.advice)
+    assert rundir.read_run_record(outcome.run_dir).launcher_exit_codes == (0,)
+
+
+def test_sighup_to_dswiz_stops_the_job_like_ctrl_c(tmp_path: Path) -> None:
+    """A closed terminal (SIGHUP) must not leave the job running: dswiz's handler starts the same stop."""
+    sink = RecordingSink()
+    job = make_job(tmp_path, "stay", sink)
+
+    def hang_up_when_ready() -> None:
+        sink.on_ready.wait(30)
+        os.kill(os.getpid(), signal.SIGHUP)  # to this process, where forwarded_signals installed the handler
+
+    try:
+        with forwarded_signals(job):
+            job.start()
+            threading.Thread(target=hang_up_when_ready, daemon=True).start()
+            outcome = job.run()
+    finally:
+        kill_leftovers(job)
+    assert session_processes(job.sids) == []
+    assert outcome.verdict.kind == "interrupted" and outcome.exit_code == 129
+    assert rundir.read_run_record(outcome.run_dir).interrupted_by == "SIGHUP"
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the handler is gone again

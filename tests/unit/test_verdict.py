@@ -1,0 +1,270 @@
+"""Verdicts from recorded job output.
+
+tests/fixtures/runs/* are real runs (`dswiz launch --nproc 2 train_tiny.py`, DeepSpeed 0.19.8 on CPU): stream.log is
+every line dswiz read (launcher and ranks) in arrival order, ranks/ the per-rank logs as DeepSpeed wrote them, and
+facts.json the launcher's exit code. CUDA OOM, NCCL timeout and fp16 overflow cannot
+happen on this machine: those logs are built from the formats in FACTS §4 and the PyTorch/DeepSpeed sources.
+Process facts the watcher would report (which rank vanished first, host memory then) are given as RankDeath.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runner.tracebacks import TracebackCollector, root_cause
+from runner.verdict import JobObserver, RankDeath, decide, default_oom_advice, exit_code
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+GiB = 1024**3
+
+
+def replay_stream(name: str) -> tuple[JobObserver, list[int | None]]:
+    obs = JobObserver(started=0.0)
+    for i, line in enumerate((RUNS / name / "stream.log").read_text().splitlines()):
+        obs.feed(line, float(i))
+    return obs, json.loads((RUNS / name / "facts.json").read_text())["launcher_exit_codes"]
+
+
+def replay_rank_logs(name: str, *, with_launcher_lines: bool = False) -> JobObserver:
+    """Each rank's log with its rank (as dswiz reads them); optionally the launcher's lines too (the stream's
+    lines that are in no rank log)."""
+    obs = JobObserver(started=0.0)
+    paths = sorted((RUNS / name / "ranks").glob("*.log"))
+    if with_launcher_lines:
+        rank_lines = {line for p in paths for line in p.read_text().splitlines()}
+        for i, line in enumerate((RUNS / name / "stream.log").read_text().splitlines()):
+            if line not in rank_lines:
+                obs.feed(line, float(i), stream="launcher")
+    for path in paths:
+        rank = int(path.stem.rsplit("rank", 1)[1])
+        for i, line in enumerate(path.read_text().splitlines()):
+            obs.feed(line, float(i), rank=rank, stream=path.name)
+    return obs
+
+
+def test_success() -> None:
+    obs, codes = replay_stream("success")
+    v = decide(obs, launcher_returncodes=codes, elapsed=17.2)
+    assert v.kind == "success"
+    assert v.summary == "success: 10 steps in 0:17, final loss 5.815"
+    assert exit_code(v, codes, None) == 0
+    assert obs.samples_per_sec is not None and obs.samples_per_sec > 0
+    assert obs.phases.training
+
+
+def test_a_rank_that_raises_is_named_with_its_exception() -> None:
+    obs, codes = replay_stream("rank_raises")
+    v = decide(obs, launcher_returncodes=codes)
+    assert v.kind == "rank_failed" and v.rank == 1
+    assert v.exception == "RuntimeError: injected failure at step 6 on rank 1 (--fail-at-step)"
+    assert v.summary.startswith("rank 1 failed at step 5: RuntimeError: injected failure")
+    assert any("train_tiny.py:108 in maybe_fail" in a for a in v.advice)
+    # rank 0 died of the consequence (gloo: connection closed by peer): named, not blamed
+    assert any("then rank 0 stopped too" in a for a in v.advice)
+    assert v.evidence[-1].startswith("RuntimeError: injected failure")
+    assert exit_code(v, codes, None) == 1
+
+
+def test_the_same_verdict_from_the_per_rank_logs() -> None:
+    obs = replay_rank_logs("rank_raises")
+    v = decide(obs, launcher_returncodes=[1])
+    assert (v.kind, v.rank) == ("rank_failed", 1)
+    assert v.exception and "injected failure at step 6 on rank 1" in v.exception
+
+
+def test_sigkilled_rank_with_host_memory_left_is_not_blamed_on_the_oom_killer() -> None:
+    obs, codes = replay_stream("rank_sigkilled")
+    assert -9 in obs.exit_codes  # launch.py: "... exits with return code = -9"
+    deaths = [
+        RankDeath(rank=1, pid=18091, at=9.1, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB),
+        RankDeath(rank=0, pid=18090, at=9.6, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB),
+    ]
+    v = decide(obs, launcher_returncodes=codes, deaths=deaths)
+    assert v.kind == "killed" and v.rank == 1
+    assert "rank 1 (pid 18091) was killed with SIGKILL (exit -9)" in v.summary
+    assert "21.0 GiB" in v.summary and "not by the out-of-memory killer" in v.summary
+    assert exit_code(v, codes, None) == 137
+
+
+def test_sigkill_with_host_memory_exhausted_is_the_oom_killer() -> None:
+    obs, codes = replay_stream("rank_sigkilled")
+    starved = [
+        RankDeath(rank=1, pid=18091, at=9.1, host_available_bytes=300 * 1024**2, host_total_bytes=23 * GiB)
+    ]
+    v = decide(obs, launcher_returncodes=codes, deaths=starved)
+    assert v.kind == "host_oom" and v.rank == 1
+    assert "out-of-memory killer" in v.summary and "dmesg" in v.advice[0]
+    # without the watcher's facts, exit -9 alone still reads as the OOM killer, without a rank
+    v = decide(obs, launcher_returncodes=codes)
+    assert v.kind == "host_oom" and v.rank is None and v.summary.startswith("a rank was killed")
+
+
+def test_interrupted() -> None:
+    obs, codes = replay_stream("interrupted")
+    v = decide(obs, launcher_returncodes=codes, interrupted_by="SIGINT", elapsed=9.4)
+    assert v.kind == "interrupted"
+    assert v.summary == "stopped by SIGINT at step 5 after 0:09; no process of the job is left"
+    assert exit_code(v, codes, 2) == 130
+    assert exit_code(v, codes, 15) == 143
+
+
+CUDA_OOM = """\
+[2026-11-30 02:00:01,000] [INFO] [logging.py:123:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/work/train.py", line 40, in <module>
+[rank1]:     loss = model(batch)
+[rank1]:   File "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", line 1751, in _call_impl
+[rank1]:     return forward_call(*args, **kwargs)
+[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 139.72 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 138.64 GiB memory in use.
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/train.py", line 41, in <module>
+[rank0]:     engine.backward(loss)
+[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error
+[2026-11-30 02:00:05,000] [ERROR] [launch.py:259:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1'] exits with return code = 1
+"""
+
+NCCL_TIMEOUT = """\
+[2026-11-30 02:10:00,000] [INFO] [logging.py:123:log_dist] [Rank 0] step=200, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]
+[rank1]:[E1130 02:20:00.123456 4242 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4100, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.
+[2026-11-30 02:20:01,000] [ERROR] [launch.py:259:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1'] exits with return code = -6
+"""
+
+
+def overflow_log(overflows: int, steps: int, *, floor: bool = False) -> str:
+    lines = []
+    scale = 65536
+    for _ in range(overflows):
+        lines.append(
+            "[2026-11-30 02:30:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+            f"Skipping step. Attempted loss scale: {scale}, reducing to {scale // 2}"
+        )
+        scale //= 2
+    lines.append(
+        f"[2026-11-30 02:30:01,000] [INFO] [logging.py:123:log_dist] [Rank 0] step={steps}, skipped={overflows}, "
+        "lr=[0.0001], mom=[(0.9, 0.999)]"
+    )
+    if floor:
+        lines += [
+            "[rank0]: Traceback (most recent call last):",
+            '[rank0]:   File "/venv/lib/python3.12/site-packages/deepspeed/runtime/fp16/loss_scaler.py", line 180, in update_scale',
+            "[rank0]:     raise Exception(",
+            "[rank0]: Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def feed(text: str) -> JobObserver:
+    obs = JobObserver(started=0.0)
+    for i, line in enumerate(text.splitlines()):
+        obs.feed(line, float(i))
+    return obs
+
+
+def test_cuda_oom_names_the_rank_the_size_and_gives_advice() -> None:
+    config = {
+        "train_micro_batch_size_per_gpu": 8,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 2},
+    }
+    v = decide(feed(CUDA_OOM), launcher_returncodes=[1], ds_config=config)
+    assert v.kind == "cuda_oom" and v.rank == 1
+    assert (
+        v.summary
+        == "rank 1 ran out of GPU memory at step 10 (tried to allocate 2.0 GiB; 1.1 GiB free of 139.7 GiB)"
+    )
+    assert v.advice[0].startswith("halve train_micro_batch_size_per_gpu (8 -> 4)")
+    assert "gradient_accumulation_steps to 2" in v.advice[0]
+    assert "ZeRO stage (2 -> 3)" in v.advice[1]
+    # the planner's advisor replaces the generic advice
+    v = decide(
+        feed(CUDA_OOM), launcher_returncodes=[1], oom_advisor=lambda cfg: ["micro-batch 2 fits (plan)"]
+    )
+    assert v.advice == ("micro-batch 2 fits (plan)",)
+
+
+def test_generic_oom_advice_at_stage_3() -> None:
+    advice = default_oom_advice({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}})
+    assert "offload" in advice[1]
+
+
+def test_nccl_timeout() -> None:
+    v = decide(feed(NCCL_TIMEOUT), launcher_returncodes=[1])
+    assert v.kind == "nccl_timeout" and v.rank == 1
+    assert "(ALLREDUCE ran 600 s, limit 600 s)" in v.summary
+    assert any("NCCL_DEBUG=INFO" in a for a in v.advice)
+
+
+def test_overflow_storm_on_a_finished_run_and_at_the_loss_scale_floor() -> None:
+    v = decide(feed(overflow_log(8, 10)), launcher_returncodes=[0])
+    assert v.kind == "overflow_storm" and "8 steps were skipped" in v.summary
+    assert exit_code(v, [0], None) == 0  # the job itself succeeded
+    assert decide(feed(overflow_log(2, 100)), launcher_returncodes=[0]).kind == "success"
+    v = decide(feed(overflow_log(16, 16, floor=True)), launcher_returncodes=[1])
+    assert v.kind == "overflow_storm" and "Current loss scale already at minimum" in (v.exception or "")
+
+
+def test_failure_without_any_traceback_says_the_exit_code() -> None:
+    v = decide(JobObserver(started=0.0), launcher_returncodes=[-11])
+    assert v.kind == "failed" and "exit code -11 (SIGSEGV)" in v.summary
+    assert exit_code(v, [-11], None) == 139
+
+
+def test_tracebacks_chained_interleaved_and_false_starts() -> None:
+    tc = TracebackCollector()
+    lines = [
+        "[rank0]: Traceback (most recent call last):",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank0]:   File "a.py", line 1, in f',
+        '[rank1]:   File "b.py", line 2, in g',
+        "[rank0]: KeyError: 'x'",
+        "",
+        "[rank0]: During handling of the above exception, another exception occurred:",
+        "",
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "a.py", line 3, in h',
+        "[rank0]: ValueError: bad value",
+        "[rank1]:     g()",
+        "[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:1234",
+        "Traceback (most recent call last):",
+        "this is not an exception line",
+    ]
+    for line in lines:
+        tc.feed(line)
+    assert [(e.rank, e.text) for e in tc.exceptions] == [
+        (0, "ValueError: bad value"),
+        (1, "RuntimeError: Connection closed by peer [127.0.0.1]:1234"),
+    ]
+    first = tc.exceptions[0]
+    assert first.chained_from == "KeyError: 'x'" and first.location == "a.py:3 in h"
+    assert tc.exceptions[1].secondary and not first.secondary
+    assert root_cause(tc.exceptions) is first
+    assert root_cause([]) is None
+
+
+def test_root_cause_prefers_the_first_primary_exception() -> None:
+    tc = TracebackCollector()
+    for line in [
+        "[rank0]: Traceback (most recent call last):",
+        "[rank0]: RuntimeError: Connection reset by peer",
+        "[rank3]: Traceback (most recent call last):",
+        "[rank3]: AssertionError: shapes differ",
+        "[rank2]: Traceback (most recent call last):",
+        "[rank2]: IndexError: list index out of range",
+    ]:
+        tc.feed(line)
+    cause = root_cause(tc.exceptions)
+    assert cause is not None and (cause.rank, cause.type) == (3, "AssertionError")
+
+
+def test_a_native_abort_at_shutdown_is_named_with_the_likely_fix() -> None:
+    """Recorded: two simulated nodes; node B's rank finished training, then died in C++ at interpreter exit."""
+    obs = replay_rank_logs("native_abort_at_shutdown", with_launcher_lines=True)
+    codes = json.loads((RUNS / "native_abort_at_shutdown" / "facts.json").read_text())["launcher_exit_codes"]
+    v = decide(obs, launcher_returncodes=codes)
+    assert v.kind == "failed" and v.rank == 1
+    assert v.summary == (
+        "rank 1 aborted in native code at step 6 (exit code -6 (SIGABRT)): terminate called without an active exception"
+    )
+    assert "destroy_process_group()" in v.advice[0]
+    assert exit_code(v, codes, None) == 250
