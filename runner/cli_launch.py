@@ -176,7 +176,7 @@ def _launch(
     if nproc is None and include is None and exclude is None:
         # the GPUs per node the config was planned for (launch.sh), unless told otherwise
         nproc = choice.nproc
-    if config_arg is None and choice.config_arg is not None and launcher == "deepspeed":
+    if config_arg is None and choice.config_arg is not None and launcher in ("deepspeed", "torchrun"):
         config_arg = choice.config_arg
     effective_arg = (
         config_arg if config_arg is not None else ("" if launcher == "accelerate" else "deepspeed_config")

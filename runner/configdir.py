@@ -29,7 +29,7 @@ class ConfigChoice:
     accelerate_yaml: Path | None = None
     hostfile: Path | None = None
     deepspeed_env: Path | None = None
-    launcher: str | None = None  # from launch.sh: "deepspeed" | "accelerate"
+    launcher: str | None = None  # from launch.sh: "deepspeed" | "accelerate" | "torchrun"
     config_arg: str | None = None  # from launch.sh: "deepspeed" (HF Trainer) | "deepspeed_config"
     multinode_launcher: str | None = None  # from launch.sh
     master_port: int | None = None  # from launch.sh
@@ -105,6 +105,13 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
     hints: dict[str, Any] = {}
     if "accelerate" in exec_line.split()[1:2] or "accelerate launch" in exec_line:
         hints["launcher"] = "accelerate"
+    elif re.search(r"\s(torchrun|torch\.distributed\.run)\s", exec_line):
+        # the "standard" multi-node launcher: torchrun on every node (wizard/config/launchers.py)
+        hints["launcher"] = "torchrun"
+        hints["config_arg"] = "deepspeed" if re.search(r"\s--deepspeed\s", exec_line) else "deepspeed_config"
+        m = re.search(r"--nproc_per_node\s+(\d+)", exec_line)
+        if m:
+            hints["nproc"] = int(m.group(1))
     elif exec_line:
         hints["launcher"] = "deepspeed"
         hints["config_arg"] = "deepspeed" if re.search(r"\s--deepspeed\s", exec_line) else "deepspeed_config"

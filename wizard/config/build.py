@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems
 from wizard.config.schema import (
     AUTO,
     BF16,
@@ -50,6 +51,7 @@ class WriteOptions:
     hosts: tuple[str, ...] = ()  # multi-node: one host per node (placeholders worker-0.. when empty)
     master_addr: str | None = None
     master_port: int = 29500
+    launcher: MultinodeLauncher = DEFAULT_LAUNCHER  # how a multi-node job is started (config/launchers.py)
     # "deepspeed": DeepSpeed builds the optimizer (needed for fast CPU offload: DeepSpeedCPUAdam); "script": the
     # training script brings its own; "auto": DeepSpeed's when the optimizer is offloaded, else the script's.
     optimizer: Literal["auto", "deepspeed", "script"] = "auto"
@@ -139,23 +141,31 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
     options = options or WriteOptions()
     settings = settings_from_strategy(strategy, options)
     hosts = options.hosts
+    # The words name no flag or screen: `dswiz config`, the wizard and the line prompts all end up here.
     if strategy.nodes > 1:
         if hosts and len(hosts) != strategy.nodes:
             raise DswizError(
                 f"{strategy.nodes} nodes planned but {len(hosts)} host names given",
-                f"pass exactly {strategy.nodes} names to --hostfile-hosts (comma-separated, node 0 first)",
+                f"name exactly {strategy.nodes} hosts, one per node, node 0 first"
+                f" (or plan for {len(hosts)} node{'s' if len(hosts) != 1 else ''})",
             )
         if len(set(hosts)) != len(hosts):
+            twice = sorted({h for h in hosts if hosts.count(h) > 1})
             raise DswizError(
-                "the same host is named twice in --hostfile-hosts",
+                f"the same host is named twice: {', '.join(twice)}",
                 "name each node once (DeepSpeed refuses duplicate hostfile entries)",
             )
         hosts = hosts or tuple(f"worker-{i}" for i in range(strategy.nodes))
     elif hosts and len(hosts) > 1:
         raise DswizError(
             f"{len(hosts)} hosts given for a one-node plan",
-            f"pass --nodes {len(hosts)} (and --gpus-per-node) or give one host",
+            f"plan for {len(hosts)} nodes, or name one host",
         )
+    # The DeepSpeed version matters only where the launcher is used: on more than one node.
+    version = options.deepspeed_version if strategy.nodes > 1 else None
+    problems = launcher_problems(options.launcher, deepspeed_version=version)
+    if problems:
+        raise DswizError(problems[0], "choose another multi-node launcher (pdsh is the default)")
     stage3 = strategy.zero_stage == 3
     zero3_init = (
         options.zero3_init if options.zero3_init is not None else stage3 and options.consumer == "accelerate"
@@ -167,6 +177,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         hosts=hosts if strategy.nodes > 1 else (),
         master_addr=options.master_addr or (hosts[0] if strategy.nodes > 1 else None),
         master_port=options.master_port,
+        launcher=options.launcher,
     )
     return ConfigSet(
         deepspeed=settings,
@@ -210,9 +221,9 @@ def accelerate_ds_fields_for(topology: Topology, options: WriteOptions) -> dict[
         fields["deepspeed_config_file"] = f"{options.config_dir}/{DS_CONFIG_NAME}"
     if topology.multi_node:
         fields["deepspeed_hostfile"] = f"{options.config_dir}/{HOSTFILE_NAME}"
-        # accelerate's "standard" multinode launcher is torchrun on each node; pdsh/nossh go through DeepSpeed's.
-        launcher = topology.launcher if topology.launcher in ("pdsh", "nossh") else "standard"
-        fields["deepspeed_multinode_launcher"] = launcher
+        # accelerate hands every value but "standard" (torchrun on each node) to DeepSpeed's runner as
+        # --launcher NAME / --no_ssh, so DeepSpeed's own names (impi too) work as they are.
+        fields["deepspeed_multinode_launcher"] = topology.launcher
     return fields
 
 

@@ -20,8 +20,10 @@ Each finding has a stable code. Rule families, one module each:
                  accelerate-num-processes, accelerate-config-file-conflict, accelerate-config-file-missing,
                  accelerate-config-file-relative, accelerate-default-stage, accelerate-zero3-init,
                  accelerate-plugin-on-cpu (+ offload/nvme/precision codes above for plugin fields)
+  lint_launcher  launcher-unknown, launcher-version, launcher-no-hostfile, launcher-no-master, launcher-filter
   lint_hostfile  hostfile-syntax, hostfile-trailing-text, hostfile-duplicate, hostfile-zero-slots,
                  hostfile-empty, hostfile-world-size, hostfile-unequal-slots, env-syntax
+                 (the wizard, for a hostfile that is the plan: hostfile-node-count, hostfile-slots)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from wizard.config.lint_base import ERROR, LintContext, finding
 from wizard.config.lint_batch import check_batch
 from wizard.config.lint_hostfile import lint_deepspeed_env_text, lint_hostfile_text
 from wizard.config.lint_keys import check_keys
+from wizard.config.lint_launcher import yaml_launcher
 from wizard.config.lint_precision import check_precision
 from wizard.config.lint_runtime import check_runtime
 from wizard.config.lint_types import check_types
@@ -246,6 +249,8 @@ def _lint_dir(
             )
         ]
     out: list[Finding] = []
+    if HOSTFILE_NAME in present and launcher is None and ACCELERATE_YAML_NAME in present:
+        launcher = _yaml_launcher(present[ACCELERATE_YAML_NAME])  # the hostfile's rules depend on it
     if HOSTFILE_NAME in present and world_size is None:
         from wizard.config.lint_hostfile import parse_hostfile
 
@@ -275,6 +280,14 @@ def _lint_dir(
         else:
             out += lint_deepspeed_env_text(text, name=name)
     return sort_findings(_unique(out))
+
+
+def _yaml_launcher(path: Path) -> str | None:
+    text, problem = _read(path)
+    if problem is not None:
+        return None
+    raw, _ = parse_yaml(text)
+    return yaml_launcher(raw)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from wizard.config import accelerate_keys
 from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, as_int, did_you_mean, finding
+from wizard.config.lint_launcher import lint_accelerate_launcher
 from wizard.config.lint_precision import precision_vs_hardware
 from wizard.findings import Finding
 
@@ -137,6 +138,7 @@ def lint_accelerate_dict(
                 at("num_processes"),
             )
         )
+    out += lint_accelerate_launcher(raw, ds, at, ctx)
     if "deepspeed_config_file" in ds:
         out += _config_file_mode(raw, ds, at)
         json_path, more = _resolve(ds.get("deepspeed_config_file"), base_dir, at)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import re
 
+from wizard.config.launchers import EQUAL_SLOTS_LAUNCHERS
 from wizard.config.lint_base import ERROR, INFO, WARNING, finding
 from wizard.findings import Finding
 
 # DeepSpeed's own pattern, applied with re.search to the stripped line: nothing is required after the digits.
 HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
-# mpirun-style launchers need the same number of processes on every node (multinode_runner.py).
-EQUAL_SLOTS_LAUNCHERS = ("mpich", "impi", "mvapich", "slurm")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -118,9 +117,51 @@ def lint_hostfile_text(
                 ERROR if strict else INFO,
                 "hostfile-unequal-slots",
                 f"nodes have different slot counts ({', '.join(f'{h}={s}' for h, s in hosts.items())})",
-                "the mpich, impi, mvapich and slurm launchers need the same number of GPUs on every node"
-                + (f"; {launcher} refuses this hostfile" if strict else ""),
+                "the mpich, impi, mvapich, slurm and standard (torchrun) launchers need the same number of GPUs"
+                " on every node" + (f"; {launcher} refuses this hostfile" if strict else ""),
                 "give every node the same slots (or use the pdsh / openmpi launcher)",
+                f"{name}:1",
+            )
+        )
+    return out
+
+
+def lint_hostfile_for_topology(
+    text: str, *, nodes: int, gpus_per_node: int, launcher: str | None = None, name: str = "hostfile"
+) -> list[Finding]:
+    """A hostfile that *is* the plan's topology (what the wizard edits before writing): DeepSpeed's rules, plus
+    one host per node and ``slots`` = GPUs per node on every line -- dswiz writes ``host slots=<GPUs per node>``,
+    so anything else would not be what was typed. (``dswiz check`` only warns about the slot total: a hostfile
+    may legitimately list more hosts than one job uses.)"""
+    out = [
+        f
+        for f in lint_hostfile_text(text, name=name, launcher=launcher)
+        if f.code != "hostfile-unequal-slots"
+    ]
+    hosts = parse_hostfile(text)
+    if not hosts:
+        return out
+    if len(hosts) != nodes:
+        out.append(
+            finding(
+                ERROR,
+                "hostfile-node-count",
+                f"the hostfile names {len(hosts)} host{'s' if len(hosts) != 1 else ''} for {nodes} nodes",
+                "each node of the plan is one hostfile line: the launcher starts ranks on exactly those hosts",
+                f"write {nodes} lines, one per node (node 0 first), or set the number of nodes to {len(hosts)}",
+                f"{name}:1",
+            )
+        )
+    other = {h: n for h, n in hosts.items() if n != gpus_per_node}
+    if other:
+        listed = ", ".join(f"{h} slots={n}" for h, n in other.items())
+        out.append(
+            finding(
+                ERROR,
+                "hostfile-slots",
+                f"the plan has {gpus_per_node} GPUs per node, but the hostfile says {listed}",
+                "every node runs one rank per GPU of the plan; the hostfile is written with that slot count",
+                f"write slots={gpus_per_node} on every line, or change the GPUs per node",
                 f"{name}:1",
             )
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from wizard.config.launchers import PER_NODE_LAUNCHERS
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
     DEEPSPEED_ENV_NAME,
@@ -160,6 +161,14 @@ def launch_argv(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$
         if runs_on_every_node(config):
             argv += ["--machine_rank", "$NODE_RANK"]
         return [*argv, script]
+    # DeepSpeed's own scripts take --deepspeed_config FILE; the HF Trainer takes --deepspeed FILE.
+    config_flag = "--deepspeed" if config.consumer == "trainer" else "--deepspeed_config"
+    if topo.multi_node and topo.launcher == "standard":
+        # torchrun on every node, no DeepSpeed runner (wizard/config/launchers.py)
+        argv = ["torchrun", "--nnodes", str(topo.nodes), "--nproc_per_node", str(topo.gpus_per_node)]
+        argv += ["--node_rank", "$NODE_RANK", "--master_addr", topo.master_addr or "$MASTER_ADDR"]
+        argv += ["--master_port", str(topo.master_port)]
+        return [*argv, script, config_flag, ds_json]
     argv = ["deepspeed"]
     if topo.multi_node:
         argv += ["--hostfile", f"{config_dir}/{HOSTFILE_NAME}", "--master_port", str(topo.master_port)]
@@ -173,8 +182,6 @@ def launch_argv(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$
             )
     else:
         argv += ["--num_gpus", str(topo.gpus_per_node), "--master_port", str(topo.master_port)]
-    # DeepSpeed's own scripts take --deepspeed_config FILE; the HF Trainer takes --deepspeed FILE.
-    config_flag = "--deepspeed" if config.consumer == "trainer" else "--deepspeed_config"
     return [*argv, script, config_flag, ds_json]
 
 
@@ -183,9 +190,9 @@ def runs_on_every_node(config: ConfigSet) -> bool:
     topo = config.topology
     if not topo.multi_node:
         return False
-    if config.consumer == "accelerate":
-        return topo.launcher != "pdsh"  # accelerate's "standard" multinode launcher is torchrun on each node
-    return topo.launcher == "nossh"
+    # ssh / MPI / slurm reach the other nodes from the first; nossh and standard (torchrun) run on every node
+    # (accelerate: `accelerate launch --machine_rank K` there).
+    return topo.launcher in PER_NODE_LAUNCHERS
 
 
 def _shell_word(word: str) -> str:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
+from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher
+
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.strategy import Strategy
@@ -218,7 +220,8 @@ class Topology(BaseModel):
     hosts: tuple[str, ...] = ()  # one per node, in node-rank order; empty for one node
     master_addr: str | None = None  # multi-node: the address of the first host (None: the launcher asks ssh)
     master_port: int = 29500
-    launcher: Literal["pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh"] = "pdsh"
+    # How a multi-node job is started (wizard/config/launchers.py); ignored for one node.
+    launcher: MultinodeLauncher = DEFAULT_LAUNCHER
 
     @property
     def world_size(self) -> int:
