@@ -109,9 +109,9 @@ def _nvme(offload: dict[str, Any], where: str, ctx: LintContext) -> list[Finding
     out: list[Finding] = []
     hw = ctx.hardware
     if ctx.check_local_paths:
-        out += _writable(path, f"{where}.nvme_path")
+        out += writable_findings(path, f"{where}.nvme_path")
     if hw is not None:
-        disk = _disk_for(path, hw.host.disks)
+        disk = disk_for(path, hw.host.disks)
         if disk is not None and not disk.nvme:
             out.append(
                 finding(
@@ -150,7 +150,7 @@ def _nvme(offload: dict[str, Any], where: str, ctx: LintContext) -> list[Finding
     return out
 
 
-def _writable(path: str, where: str) -> list[Finding]:
+def writable_findings(path: str, where: str) -> list[Finding]:
     target = Path(os.path.expanduser(path))
     probe = target
     while not probe.exists() and probe != probe.parent:
@@ -180,7 +180,7 @@ def _writable(path: str, where: str) -> list[Finding]:
     return []
 
 
-def _disk_for(path: str, disks: tuple[DiskInfo, ...]) -> DiskInfo | None:
+def disk_for(path: str, disks: tuple[DiskInfo, ...]) -> DiskInfo | None:
     absolute = os.path.abspath(os.path.expanduser(path))
     best: DiskInfo | None = None
     for disk in disks:
