@@ -205,6 +205,8 @@ def _launch(
         if node_rank is not None:
             raise DswizError("--simulate-nodes starts every node rank itself", "drop --node-rank")
         master_addr = master_addr or "127.0.0.1"
+    if master_addr is None and hostfile:
+        master_addr = choice.master_addr  # launch.sh's: the first host of the plan
     hosts = (
         L.parse_hostfile(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
         if hostfile and Path(hostfile).is_file()

@@ -34,6 +34,7 @@ class ConfigChoice:
     config_arg: str | None = None  # from launch.sh: "deepspeed" (HF Trainer) | "deepspeed_config"
     multinode_launcher: str | None = None  # from launch.sh
     master_port: int | None = None  # from launch.sh
+    master_addr: str | None = None  # from launch.sh (multi-node: the first host, as planned)
     nproc: int | None = None  # from launch.sh: --num_gpus (the GPUs per node the plan was made for)
     plan_sidecar: Path | None = None  # dswiz-plan.json: the plan behind the configs (wizard.config.sidecar)
     folder: Path | None = None  # the config folder (as given; a file's parent)
@@ -146,6 +147,9 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
     m = re.search(r"--master_port\s+(\d+)", exec_line)
     if m:
         hints["master_port"] = int(m.group(1))
+    m = re.search(r"--master_addr\s+(\S+)", exec_line)
+    if m:
+        hints["master_addr"] = m.group(1).strip("'\"")
     m = re.search(r"--num_gpus\s+(\d+)", exec_line)
     if m:
         hints["nproc"] = int(m.group(1))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from wizard import planner
@@ -33,8 +34,21 @@ def predict(
     if callable(evaluate):
         candidate: planner.Candidate = evaluate(hardware, model, strategy, request)
         return candidate
-    plan = plan or planner.plan(hardware, model, request)
-    return next((c for c in plan.candidates if c.strategy == strategy), None)
+    plans = [plan or planner.plan(hardware, model, request)]
+    if hardware.gpus and strategy.global_batch_size % max(1, hardware.total_gpus) == 0:
+        # The planner sizes the batch itself: ask it for this one (flags may have changed the plan's choice).
+        narrowed = replace(
+            request,
+            global_batch=strategy.global_batch_size,
+            max_micro_batch=strategy.micro_batch_size,
+            precisions=(strategy.precision,),
+        )
+        plans.append(planner.plan(hardware, model, narrowed))
+    for p in plans:
+        found = next((c for c in p.candidates if c.strategy == strategy), None)
+        if found is not None:
+            return found
+    return None
 
 
 def make_sidecar(
@@ -120,13 +134,18 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     )
     try:
         result = planner.plan(hw, sidecar.model, request)
+        before = predict(hw, sidecar.model, failed, replace(request, max_micro_batch=failed.micro_batch_size))
     except DswizError:
         return []  # e.g. the failed global batch does not divide this hardware's GPUs
+    # The failed config needed more than the GPU has although the planner predicted it below that: whatever is
+    # advised must at least be predicted to need less than it (on one GPU, ZeRO-1 needs what ZeRO-0 needs).
+    ceiling = before.predicted.gpu_bytes if before is not None else None
 
     def viable(c: planner.Candidate) -> bool:
         # Not the failed config again: the same kind must now take a smaller micro-batch.
         same = _kind(c.strategy) == _kind(failed)
-        return c.fits and not (same and c.strategy.micro_batch_size >= failed.micro_batch_size)
+        smaller = ceiling is None or c.predicted.gpu_bytes < ceiling
+        return c.fits and smaller and not (same and c.strategy.micro_batch_size >= failed.micro_batch_size)
 
     fitting = [c for c in result.candidates if viable(c)]
     if not fitting:
@@ -158,10 +177,10 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
             f"{lead}: {_words(best.strategy)}, {_batch(best.strategy)} ({keeps}; {fits_text(best)}{faster}): "
             f"{command(best)}"
         )
-    if sidecar.predicted is not None and _kind(failed) == _kind(sidecar.strategy):
+    if ceiling is not None:
         lines.append(
-            f"the plan had predicted {fmt_bytes(sidecar.predicted.peak_gpu_bytes)} per GPU for the config that "
-            "failed, so treat these figures as optimistic and watch the peak on the dashboard"
+            f"the planner had predicted {fmt_bytes(ceiling)} per GPU for the config that failed, so treat these "
+            "figures as optimistic and watch the peak on the dashboard"
         )
     return lines
 
