@@ -67,10 +67,10 @@ def settings(args: argparse.Namespace) -> dict:
             "--heads",
             "16",
             "--seq-len",
-            "512",
+            str(args.seq_len),
         ]
         config = {
-            "train_micro_batch_size_per_gpu": 8,
+            "train_micro_batch_size_per_gpu": args.micro_batch,
             "gradient_accumulation_steps": 1,
             "bf16": {"enabled": True},
             "zero_optimization": {"stage": 2},
@@ -132,7 +132,11 @@ def run_dswiz(python: str, cfg: Path, s: dict, port: int, work: Path, tag: str) 
     ]
     argv += ["--master-port", str(port), "--config", str(cfg), "--run-dir", str(run_dir)]
     argv += [str(TRAIN), "--steps", str(s["steps"]), "--log-every", "1000000", *s["model_args"]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Keep the caller's PYTHONPATH: on the GPU machine dswiz's own dependencies come from it.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
     t0 = time.monotonic()
     with (work / f"{tag}.stdout").open("w") as fh:
         rc = subprocess.run(
@@ -206,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="steps per run (default 200; smoke 12)")
     p.add_argument("--warmup", type=int, default=None, help="steps dropped per run (default 20; smoke 3)")
     p.add_argument("--nproc", type=int, default=None, help="ranks (default: every GPU; smoke 2)")
+    p.add_argument(
+        "--micro-batch", type=int, default=8, help="GPU mode: micro-batch per GPU (larger = GPU-bound steps)"
+    )
+    p.add_argument("--seq-len", type=int, default=512, help="GPU mode: sequence length")
     p.add_argument("--python", default=sys.executable, help="the training environment's python")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args(argv)

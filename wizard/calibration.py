@@ -96,12 +96,28 @@ DS_ESTIMATOR_BUFFER_FACTOR = 1.5
 
 # ------------------------------------------------------------------------------------------------ device level
 
-# torch.cuda.max_memory_reserved vs max_memory_allocated, FACTS §1 (H200, GPT-2-medium, stage 2):
-# (12.83, 14.25), (20.97, 22.38), (37.25, 39.39) GiB -> reserved ~= 1.03 * allocated + 1.0 GiB (max error 0.22 GiB).
-RESERVED_PER_ALLOCATED = 1.03
+# Allocator cache: torch.cuda.max_memory_reserved - max_memory_allocated = RESERVED_FIXED_BYTES + share x (the step's
+# large transient blocks: the fp32 logits, 4 x vocab x seq per sample, and the step's fp32 gradient partition), see
+# wizard.memory.fragmentation for why. Source: bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2
+# 124M-1.5B, seq 1024, bf16, 59 ok rows + 4 recommended checkpointing rows that OOMed under a cap): the smallest
+# shares that cover every ok row's measured reserved on top of the *predicted* allocated (which runs ~4 % high
+# without checkpointing, so these shares rely on it). Needed per row: without checkpointing <= 0.24 (gpt2 z1
+# mbs112, gpt2 z0 mbs64); with checkpointing <= 0.78 (gpt2-medium mbs16, gpt2-xl mbs16/64, stage 0 and optimizer
+# offload alike), while the 4 OOM rows only needed > 0.35 to be predicted not to fit. Also keeps FACTS §1 (stage 2,
+# GPT-2-medium: reserved 14.25 / 22.38 / 39.39 GiB at mbs 4 / 8 / 16) within 2 %.
 RESERVED_FIXED_BYTES = int(1.0 * GiB)
-# Outside the allocator (FACTS §1): the CUDA context ~0.3-0.5 GB, NCCL ~0.5 GB per communicator.
-CUDA_CONTEXT_BYTES = int(0.5 * GiB)
+FRAGMENTATION_SHARE = 0.25
+FRAGMENTATION_SHARE_CHECKPOINTING = 0.8
+# Stage 3: gpt2-xl z3 + optimizer and parameter offload + checkpointing, mbs 16, needed 1.65 (the only stage-3
+# checkpointing row; stage 3 without checkpointing, gpt2-medium mbs 8, needed 0.11). Applied to every stage-3
+# strategy, not only to parameter offload, so that offloading never looks costlier in GPU memory than not.
+FRAGMENTATION_STAGE3_FACTOR = 2.1
+# Outside the allocator: NCCL ~0.5 GB per communicator (FACTS §1), and DeepSpeed creates one even on a single GPU
+# (init_distributed, then broadcasts of the model). The rest is the CUDA context with its library handles:
+# bench/results/plan_accuracy-2026-11-30-1gpu.json measured cudaMemGetInfo used - memory_reserved = 1.68-1.76 GiB
+# (median 1.73) on every one of 66 rows at one rank (H200, torch 2.11 + CUDA 13), so 1.73 - 0.5 ~= 1.25 GiB; FACTS
+# §1's "~0.3-0.5 GB" context is an older, smaller figure.
+CUDA_CONTEXT_BYTES = int(1.25 * GiB)
 NCCL_BYTES_PER_COMMUNICATOR = int(0.5 * GiB)
 # Ranking policy: a strategy that needs offload, checkpointing or ZeRO++ is recommended over a simpler one only when it
 # is predicted faster by more than this (the throughput model's typical error; revisit after the GPU bench).
@@ -132,29 +148,40 @@ FP32_SHARE_OF_PEAK = (
     0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
 )
 
-# Matmul efficiency of an HF model's forward+backward: eff = MAX * h / (h + HALF_HIDDEN).
-# FACTS §2 (H200, GPT-2-medium h=1024, seq 1024): stage 2 mbs 8 = 61,858 tok/s and stage 1 mbs 16 = 77,982 tok/s give
-# 9.71 ms per extra sample = 26 % of 989 TFLOP/s. The shape of the curve (higher for wider models) is an assumption
-# until bench/plan_accuracy.py covers 124M-1.5B.
-COMPUTE_EFF_MAX = 0.55
-COMPUTE_EFF_HALF_HIDDEN = 1150.0
-# Launch-bound time per layer per micro-step (Python + kernel launches that the GPU cannot hide). Assumption.
-MICRO_STEP_SECONDS_PER_LAYER = 0.3e-3
-# Per optimizer step: DeepSpeed's fixed Python work, then time per parameter in the local optimizer partition
-# (flatten, unscale/clip, Adam, copy back). FACTS §2: the two stage 1/2 rows leave 54.7 ms per step at 355M params;
-# stage 0 (DeepSpeed's bf16 wrapper) is 16 ms slower at the same micro-batch.
-STEP_FIXED_SECONDS = 0.010
-OPTIMIZER_SECONDS_PER_PARAM = {0: 1.51e-10, 1: 1.057e-10, 2: 1.057e-10, 3: 1.057e-10}
-# Stage 3's parameter fetch/release hooks, per layer per micro-step. FACTS §2: stage 3 mbs 8 is 98.6 ms per step
-# slower than stage 2 mbs 8 on one H200 (24 layers).
-STAGE3_SECONDS_PER_LAYER = 4.1e-3
-# CPU offload: FACTS §2 (stage 2 + CPU optimizer, mbs 8: 25,775 tok/s on a 16-core host with a PCIe 5 H200) leaves
-# ~223 ms per step for the PCIe copies (2 x 0.71 GB at 38 GB/s = 37 ms) and CPU Adam on 355M params: 1.19e8 params/s
-# per core.
+# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.throughput to the 59 ok rows
+# of bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2 124M-1.5B, seq 1024, bf16, stages 0-3, CPU
+# offload, checkpointing, micro-batch 8-128, gradient accumulation 1): tokens/s error median 1.8 %, p95 5.8 %.
+#
+# A micro-step's compute = matmul FLOPs / (peak x MATMUL_EFFICIENCY) + element-wise HBM traffic / bandwidth, where
+# the traffic is ACTIVATION_TRAFFIC_PER_SAVED_BYTE x the bytes forward saves for backward (the activation recipes +
+# the loss head). Two terms because matmul FLOPs grow with hidden^2 and element-wise work with hidden: small models
+# are memory-bound (gpt2 124M reaches 19 % of peak, gpt2-xl 33 %), large ones approach the matmul efficiency.
+# MATMUL_EFFICIENCY is only weakly set by GPT-2 sizes (0.65-0.85 fit equally well): 0.7, what large bf16 GEMMs reach
+# on Hopper, keeps big-model predictions from being optimistic.
+MATMUL_EFFICIENCY = 0.7
+ACTIVATION_TRAFFIC_PER_SAVED_BYTE = 12.7  # fit
+# Share of that traffic in the forward pass (repeated by checkpointing's recompute, alone in inference). Fit (0.27);
+# forward's share of the FLOPs is 1/3.
+FORWARD_SHARE_OF_TRAFFIC = 0.27
+DEFAULT_MEMORY_GBS = 2000.0  # HBM bandwidth when the catalog has no figure (A100-40GB class)
+# Python and kernel-launch time per layer per micro-step (DeepSpeed's gradient hooks, HF's module calls). Fit: the
+# per-step intercept of every model grows with its layers (gpt2 33 ms / 12 layers ... gpt2-large 132 ms / 36). All
+# rows had gradient accumulation 1, so this is not separated from per-step work; counted per micro-step.
+MICRO_STEP_SECONDS_PER_LAYER = 2.05e-3
+# Per optimizer step: DeepSpeed's fixed Python work (fit), then time per parameter of the local optimizer partition.
+# Stages 1-3: fused AdamW + unscale/clip + copies move ~48 bytes per parameter: 1e-11 s at 4.8 TB/s (set, not fit:
+# the fit cannot tell it from the per-layer time). Stage 0 (DeepSpeed's bf16 optimizer wrapper): fit.
+STEP_FIXED_SECONDS = 0.015
+OPTIMIZER_SECONDS_PER_PARAM = {0: 7.3e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
+# Stage 3's parameter fetch/release hooks, per layer per micro-step (fit; one row, gpt2-medium z3 mbs 8, 25,168
+# tok/s; FACTS §2 measured 35,468 tok/s for the same config, i.e. ~4.1 ms per layer, on an earlier setup).
+STAGE3_SECONDS_PER_LAYER = 7.3e-3
+# CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit: 5 rows of
+# gpt2-xl with the optimizer on a 16-core host, PCIe 5).
 PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {3: 16e9, 4: 32e9, 5: 64e9, 6: 128e9}  # per direction, PCI-SIG
 PCIE_EFFICIENCY = 0.6  # DeepSpeed's pinned copies in practice (assumption)
 DEFAULT_PCIE_GEN = 4
-CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.19e8
+CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.44e8
 DEFAULT_HOST_CORES = 16
 # The optimizer step is memory-bound: its per-parameter time scales with HBM bandwidth, measured on an H200.
 CALIBRATION_MEMORY_GBS = 4800.0

@@ -5,8 +5,9 @@ A step has three moments that can be the peak, each linear in the micro-batch:
   forward/loss  all saved activations + the loss head's fp32 logits, on top of the persistent model states;
   backward      gradient buffers fill while activations drain (the larger end of that trade);
   optimizer     gradients converted to fp32 for the update.
-The allocator keeps more than it hands out (reserved), and the device also holds the CUDA context and NCCL buffers:
-"fits" is judged on that device total (FACTS §1). Constants live in ``wizard.calibration`` with their sources.
+The allocator keeps more than it hands out (reserved: ``fragmentation``), and the device also holds the CUDA context
+and NCCL buffers: "fits" is judged on that device total (FACTS §1). Constants live in ``wizard.calibration`` with
+their sources.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Phase:
     name: str
     fixed: tuple[tuple[str, int], ...]
     per_sample: tuple[tuple[str, int], ...]
+    holds_step_transient: bool = (
+        False  # the optimizer step's large transient block is allocated at this moment
+    )
 
     def fixed_total(self) -> int:
         return sum(v for _, v in self.fixed)
@@ -222,7 +226,12 @@ def training_phases(
         (*persistent, ("gradient buckets", in_backward_buffers), ("gradients", grads_now)),
         (),
     )
-    step = Phase("optimizer step", (*persistent, ("gradients for the update", step_extra)), ())
+    step = Phase(
+        "optimizer step",
+        (*persistent, ("gradients for the update", step_extra)),
+        (),
+        holds_step_transient=True,
+    )
     return [fwd, bwd_start, bwd_end, step]
 
 
@@ -286,14 +295,79 @@ def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
 
 
 def nccl_bytes(s: Strategy) -> int:
-    if s.world_size == 1:
-        return 0
+    """NCCL's buffers: one communicator even on one GPU (DeepSpeed initialises it and broadcasts the model), one
+    more for hpZ's intra-node group."""
     communicators = 1 + (1 if s.zero_hpz_partition_size > 1 else 0)
     return communicators * cal.NCCL_BYTES_PER_COMMUNICATOR
 
 
-def reserved_from_allocated(allocated: int) -> int:
-    return int(cal.RESERVED_PER_ALLOCATED * allocated) + cal.RESERVED_FIXED_BYTES
+@dataclass(frozen=True)
+class Fragmentation:
+    """What the caching allocator holds beyond the allocated peak (max_memory_reserved - max_memory_allocated):
+    ``fixed + per_sample * micro_batch`` bytes, ``share`` of the large transient blocks (see ``fragmentation``)."""
+
+    fixed: int
+    per_sample: int
+    share: float
+    blocks_fixed: int  # the step's largest transient state block (bytes)
+    blocks_per_sample: int  # the loss head's fp32 logits block per sample (bytes)
+
+    def fixed_for(self, phase: Phase) -> int:
+        """While the step's transient block is itself allocated (the optimizer step) it is in use, not lost."""
+        if phase.holds_step_transient:
+            return self.fixed - int(self.share * self.blocks_fixed)
+        return self.fixed
+
+    def at(self, micro_batch: int, phase: Phase | None = None) -> int:
+        return (self.fixed if phase is None else self.fixed_for(phase)) + micro_batch * self.per_sample
+
+
+def fragmentation_share(s: Strategy) -> float:
+    """The share of the large transient blocks that the allocator cannot reuse (wizard.calibration)."""
+    share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.FRAGMENTATION_SHARE
+    if s.zero_stage == 3:
+        share *= cal.FRAGMENTATION_STAGE3_FACTOR
+    return share
+
+
+def _step_transient_block(model: ModelSpec, s: Strategy) -> int:
+    """The largest block a training step allocates and frees outside the forward/backward activations: the fp32
+    gradient partition the update reads (stage 1-3), DeepSpeed's stage-0 flat 16-bit + fp32 gradient copies, or,
+    with the optimizer offloaded, the 16-bit gradient partition staged for the copy to the host."""
+    if s.mode != "train":
+        return 0
+    w, P, N = weight_bytes(s), model.total_params, s.world_size
+    if s.offload_optimizer != "none":
+        return w * P // N
+    if s.zero_stage == 0:
+        return (2 * w + 4) * P if w == 2 else w * P
+    return 4 * P // N
+
+
+def fragmentation(model: ModelSpec, s: Strategy, seq_len: int) -> Fragmentation:
+    """Reserved minus allocated, as a share of the large blocks that are allocated and freed every step.
+
+    Why: PyTorch's caching allocator keeps freed blocks and splits them to serve smaller requests; a large block
+    that a small, longer-lived tensor has landed in cannot take the next large request, so another segment is
+    reserved. The large requests of a step are the loss head's fp32 logits (4 bytes x vocab per token, allocated and
+    freed several times) and the optimizer step's fp32 gradient partition (``_step_transient_block``). With
+    activation checkpointing the backward pass recomputes every layer's forward, so many layer-sized tensors are
+    allocated into those freed blocks and far more of them are lost (the bench's OOM messages show ~one fp32-logits
+    block reserved but unusable). Stage 3's gather/release of parameters splits them further.
+    """
+    share = fragmentation_share(s)
+    if s.mode == "train":
+        logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits and its gradient
+    else:
+        logits = weight_bytes(s) * model.vocab * seq_len
+    step = _step_transient_block(model, s)
+    return Fragmentation(
+        fixed=cal.RESERVED_FIXED_BYTES + int(share * step),
+        per_sample=int(share * logits),
+        share=share,
+        blocks_fixed=step,
+        blocks_per_sample=logits,
+    )
 
 
 def device_overhead(s: Strategy) -> int:
@@ -301,35 +375,36 @@ def device_overhead(s: Strategy) -> int:
     return cal.CUDA_CONTEXT_BYTES + nccl_bytes(s)
 
 
-def device_bytes_at(phases: list[Phase], s: Strategy, micro_batch: int) -> int:
-    allocated = max(p.at(micro_batch) for p in phases)
-    return reserved_from_allocated(allocated) + device_overhead(s)
+def reserved_at(phases: list[Phase], frag: Fragmentation, micro_batch: int) -> tuple[Phase, int]:
+    """The moment that sets torch.cuda.max_memory_reserved, and that reserved byte count."""
+    return max(((p, p.at(micro_batch) + frag.at(micro_batch, p)) for p in phases), key=lambda x: x[1])
+
+
+def device_bytes_at(phases: list[Phase], frag: Fragmentation, s: Strategy, micro_batch: int) -> int:
+    return reserved_at(phases, frag, micro_batch)[1] + device_overhead(s)
 
 
 def max_micro_batch_for_capacity(
-    phases: list[Phase], s: Strategy, capacity_bytes: int, limit: int = 1 << 20
+    phases: list[Phase], frag: Fragmentation, s: Strategy, capacity_bytes: int, limit: int = 1 << 20
 ) -> int:
     """The largest micro-batch whose device bytes stay within ``capacity_bytes`` (0 if not even 1 fits).
 
-    Closed form: every phase is linear in the micro-batch, so each gives its own bound.
+    Closed form: every phase and the fragmentation are linear in the micro-batch, so each phase gives its own bound.
     """
-    # +1: reserved_from_allocated floors, so the inverse may be up to a byte short.
-    alloc_budget = (
-        capacity_bytes - device_overhead(s) - cal.RESERVED_FIXED_BYTES + 1
-    ) / cal.RESERVED_PER_ALLOCATED
+    budget = capacity_bytes - device_overhead(s)
     best = limit
     for p in phases:
-        fixed, slope = p.fixed_total(), p.per_sample_total()
-        if fixed > alloc_budget:
+        fixed, slope = p.fixed_total() + frag.fixed_for(p), p.per_sample_total() + frag.per_sample
+        if fixed > budget:
             best = 0
         elif slope > 0:
-            best = min(best, int((alloc_budget - fixed) // slope))
+            best = min(best, int((budget - fixed) // slope))
     best = max(best, 0)
     # Guard the integer rounding of the closed form (it is off by at most one or two either way).
-    while best > 0 and device_bytes_at(phases, s, best) > capacity_bytes:
+    while best > 0 and device_bytes_at(phases, frag, s, best) > capacity_bytes:
         best -= 1
     for _ in range(4):
-        if best < limit and device_bytes_at(phases, s, best + 1) <= capacity_bytes:
+        if best < limit and device_bytes_at(phases, frag, s, best + 1) <= capacity_bytes:
             best += 1
     return best
 
@@ -386,10 +461,12 @@ def estimate_memory(
     b = strategy.micro_batch_size
     at = [(p, p.at(b)) for p in phases]
     peak, allocated = max(at, key=lambda x: x[1])
-    reserved = reserved_from_allocated(allocated)
+    frag = fragmentation(model, strategy, seq_len)
+    # The allocator's peak may come at a moment of fewer allocated bytes (see Fragmentation.fixed_for).
+    reserved = reserved_at(phases, frag, b)[1]
     items = tuple((k, v) for k, v in peak.fixed if v) + tuple((k, v * b) for k, v in peak.per_sample if v)
     cpu, cpu_items = host_bytes(model, strategy)
-    per_sample = int(cal.RESERVED_PER_ALLOCATED * peak.per_sample_total())
+    per_sample = reserved_at(phases, frag, b + 1)[1] - reserved
     context, nccl = cal.CUDA_CONTEXT_BYTES, nccl_bytes(strategy)
     return MemoryEstimate(
         allocated=allocated,

@@ -21,6 +21,8 @@ from wizard.memory import (
     ZeroBuffers,
     deepspeed_estimate,
     estimate_memory,
+    fragmentation,
+    host_bytes,
     max_micro_batch_for_capacity,
     phases_for,
 )
@@ -138,19 +140,12 @@ def _pct(x: float) -> str:
 
 def _usable_precisions(hardware: HardwareReport, request: PlanRequest) -> tuple[list[Precision], list[str]]:
     notes: list[str] = []
-    gpu = hardware.gpus[0] if hardware.gpus else None
     wanted: tuple[Precision, ...] = request.precisions or ("bf16", "fp16", "fp32")
     ok: list[Precision] = []
     for p in wanted:
-        if gpu is not None and p == "bf16" and gpu.supports_bf16 is False:
-            notes.append(
-                f"bf16 not offered: {gpu.name} has compute capability {_cc(gpu.compute_capability)} (needs 8.0)"
-            )
-            continue
-        if gpu is not None and p == "fp16" and gpu.supports_fp16 is False:
-            notes.append(
-                f"fp16 not offered: {gpu.name} has compute capability {_cc(gpu.compute_capability)} (needs 7.0)"
-            )
+        problem = _precision_problem(hardware, p)
+        if problem:
+            notes.append(f"{p} not offered: {problem}")
             continue
         ok.append(p)
     if not request.precisions and ok:
@@ -186,16 +181,87 @@ def _nvme_usable(
 ) -> tuple[bool, str | None]:
     if not request.allow_nvme:
         return False, None
+    problem = _nvme_problem(hardware, request, nvme_cap)
+    return problem is None, None if problem is None else f"NVMe offload not offered: {problem}"
+
+
+# ----------------------------------------------------------------------------------------------- hardware problems
+
+
+def _precision_problem(hardware: HardwareReport, precision: str) -> str | None:
+    for gpu in hardware.gpus:
+        cc = _cc(gpu.compute_capability)
+        if precision == "bf16" and gpu.supports_bf16 is False:
+            return f"{gpu.name} has compute capability {cc}; bf16 needs 8.0 (Ampere) or newer"
+        if precision == "fp16" and gpu.supports_fp16 is False:
+            return f"{gpu.name} has compute capability {cc}; fp16 needs 7.0 (Volta) or newer"
+    return None
+
+
+def _nvme_problem(hardware: HardwareReport, request: PlanRequest, nvme_cap: int | None) -> str | None:
     if nvme_cap is None:
-        return False, "NVMe offload not offered: no NVMe disk found (describe one with --nvme SIZE)"
-    if hardware.host.libaio is False and request.nvme_bytes is None:
-        return False, (
-            "NVMe offload not offered: libaio is missing, so DeepSpeed's async_io op cannot build "
-            "(Debian/Ubuntu: apt install libaio-dev)"
+        return "no NVMe disk found (describe one with --nvme SIZE)"
+    if request.nvme_bytes is not None:
+        return None  # described by the user: trusted
+    if hardware.host.libaio is False:
+        return "libaio is missing, so DeepSpeed's async_io op cannot build (Debian/Ubuntu: apt install libaio-dev)"
+    if hardware.host.libaio is None and hardware.source == "detected":
+        return "could not tell whether libaio is installed (DeepSpeed's async_io op needs it)"
+    return None
+
+
+def _host_ram_problem(
+    hardware: HardwareReport, request: PlanRequest, model: ModelSpec, s: Strategy
+) -> str | None:
+    if s.offload_optimizer == "none" and s.offload_param == "none":
+        return None
+    _, cpu_cap, _, _ = _capacities(hardware, request)
+    if cpu_cap is None:
+        return None
+    need, _ = host_bytes(model, s)
+    if need <= cpu_cap * (1 - cal.HOST_SAFETY_MARGIN):
+        return None
+    return (
+        f"host RAM too small for this offload: needs {_gib(need)} per node, {_gib(cpu_cap)} available "
+        f"({_pct(cal.HOST_SAFETY_MARGIN)} kept free)"
+    )
+
+
+def hardware_problems(
+    hardware: HardwareReport,
+    strategy: Strategy,
+    request: PlanRequest | None = None,
+    *,
+    model: ModelSpec | None = None,
+) -> list[str]:
+    """Why this machine cannot run ``strategy`` at all, in words (empty when it can): NVMe offload without an NVMe
+    disk or libaio, a precision the GPUs lack (bf16 below compute capability 8.0, fp16 below 7.0), more nodes or
+    GPUs per node than the hardware has, and -- when ``model`` is given -- host RAM too small for the offload.
+
+    One source of truth: the planner never proposes a strategy with a problem here (host RAM aside: for the planner
+    that is a "does not fit" with advice on how much more RAM would), the wizard disables it with the reason.
+    ``Strategy.problems`` holds the combinations DeepSpeed itself rejects."""
+    request = request or PlanRequest()
+    out: list[str] = []
+    problem = _precision_problem(hardware, strategy.precision)
+    if problem:
+        out.append(problem)
+    if "nvme" in (strategy.offload_optimizer, strategy.offload_param):
+        nvme_cap = _capacities(hardware, request)[2]
+        problem = _nvme_problem(hardware, request, nvme_cap)
+        if problem:
+            out.append(f"NVMe offload: {problem}")
+    if hardware.gpus and strategy.nodes > hardware.nodes:
+        out.append(f"{strategy.nodes} nodes asked for, the hardware has {hardware.nodes}")
+    if hardware.gpus and strategy.gpus_per_node > hardware.gpus_per_node:
+        out.append(
+            f"{strategy.gpus_per_node} GPUs per node asked for, the hardware has {hardware.gpus_per_node}"
         )
-    if hardware.host.libaio is None and hardware.source == "detected" and request.nvme_bytes is None:
-        return False, "NVMe offload not offered: could not tell whether libaio is installed"
-    return True, None
+    if model is not None:
+        problem = _host_ram_problem(hardware, request, model, strategy)
+        if problem:
+            out.append(problem)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- candidates
@@ -232,7 +298,7 @@ def _strategies(
             gpus_per_node=gpn,
             mode=request.mode,
         )
-        if not s.problems():
+        if not s.problems() and not hardware_problems(hardware, s, request):
             out.append(s)
     return out
 
@@ -276,20 +342,29 @@ def _evaluate(
         phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
     )
     limit = ctx.request.max_micro_batch
-    max_b = max_micro_batch_for_capacity(phases, base, ctx.gpu_budget, limit=limit)
+    frag = fragmentation(ctx.model, base, ctx.seq_len)
+    max_b = max_micro_batch_for_capacity(phases, frag, base, ctx.gpu_budget, limit=limit)
     if per_gpu is None:
         mbs, gas = max(1, max_b), 1
     else:
-        max_b_acc = max_micro_batch_for_capacity(phases_acc, probe, ctx.gpu_budget, limit=limit)
+        max_b_acc = max_micro_batch_for_capacity(phases_acc, frag, probe, ctx.gpu_budget, limit=limit)
         if per_gpu <= max_b:
             mbs = per_gpu
         else:
             fitting = _divisors_desc(per_gpu, max_b_acc)
             mbs = fitting[0] if fitting else 1
         gas = per_gpu // mbs
+        if gas > 1:
+            max_b = max_b_acc  # the largest micro-batch of the strategy as chosen, accumulating
     s = base.with_(micro_batch_size=mbs, gradient_accumulation_steps=gas)
     mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers)
     tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len)
+    limits = _limits(ctx, mem)
+    return s, not limits, max_b, limits, mem, tp
+
+
+def _limits(ctx: _Ctx, mem: MemoryEstimate) -> tuple[str, ...]:
+    """What does not fit: "gpu", "cpu" (host RAM), "nvme"."""
     limits = []
     if ctx.gpu_cap is None or mem.device > ctx.gpu_budget:
         limits.append("gpu")
@@ -297,7 +372,7 @@ def _evaluate(
         limits.append("cpu")
     if mem.nvme and (ctx.nvme_cap is None or mem.nvme > ctx.nvme_cap):
         limits.append("nvme")
-    return s, not limits, max_b, tuple(limits), mem, tp
+    return tuple(limits)
 
 
 def _prediction(mem: MemoryEstimate, tp: ThroughputEstimate) -> Prediction:
@@ -378,20 +453,26 @@ def _intrinsic_reasons(ctx: _Ctx, c: Candidate, mem: MemoryEstimate, tp: Through
     if "nvme" in c.limits:
         have = _gib(ctx.nvme_cap) if ctx.nvme_cap is not None else "no NVMe disk"
         out.append(f"NVMe short: needs {_gib(mem.nvme)} per node, {have}")
-    if ctx.request.global_batch is not None:
-        out.append(
+    target = ctx.request.global_batch
+    if target is not None or s.gradient_accumulation_steps > 1:
+        text = (
             f"batch: micro-batch {s.micro_batch_size} x {s.gradient_accumulation_steps} accumulation steps x "
             f"{s.world_size} GPUs = global batch {s.global_batch_size}"
         )
+        out.append(text + (f" (the target is {target})" if target not in (None, s.global_batch_size) else ""))
     elif c.fits and ctx.gpu_cap:
         nxt = mem.device + mem.per_sample_device
         if s.micro_batch_size >= ctx.request.max_micro_batch:
             out.append(f"micro-batch {s.micro_batch_size} (the cap; more would fit)")
+        elif s.micro_batch_size < c.max_micro_batch:
+            out.append(f"micro-batch {s.micro_batch_size} fits; up to {c.max_micro_batch} would")
         else:
             out.append(
                 f"micro-batch {s.micro_batch_size} is the largest that fits "
                 f"({s.micro_batch_size + 1} would need {_gib(nxt)})"
             )
+    if "gpu" in c.limits and ctx.gpu_cap and 0 < c.max_micro_batch < s.micro_batch_size:
+        out.append(f"micro-batch {c.max_micro_batch} would fit")
     out.append(_memory_reason(mem))
     out.append(_stage_reason(ctx, s, mem))
     if s.activation_checkpointing:
@@ -610,6 +691,111 @@ def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None
     )
 
 
+def evaluate(
+    hardware: HardwareReport, model: ModelSpec, strategy: Strategy, request: PlanRequest | None = None
+) -> Candidate:
+    """The planner's prediction for one strategy exactly as given (a hand-edited one: any stage, offloads,
+    micro-batch, accumulation, checkpointing), with fits / predicted / reasons like a planned candidate. A strategy
+    DeepSpeed rejects (``Strategy.problems``) or this machine cannot run (``hardware_problems``) does not fit, limit
+    "unsupported", and says why first."""
+    request = request or PlanRequest()
+    seq_len = request.resolved_seq_len(model)
+    gpu_cap, cpu_cap, nvme_cap, _ = _capacities(hardware, request)
+    ctx = _Ctx(hardware, model, request, seq_len, gpu_cap, cpu_cap, nvme_cap)
+    s = strategy
+    mem = estimate_memory(model, s, seq_len, request.buffers)
+    tp = estimate_throughput(hardware, model, s, seq_len)
+    phases = phases_for(model, s, seq_len, request.buffers)
+    max_b = max_micro_batch_for_capacity(
+        phases, fragmentation(model, s, seq_len), s, ctx.gpu_budget, limit=request.max_micro_batch
+    )
+    problems = [*s.problems(), *hardware_problems(hardware, s, request)]
+    limits = _limits(ctx, mem) + (("unsupported",) if problems else ())
+    c = Candidate(
+        strategy=s,
+        fits=not limits,
+        predicted=_prediction(mem, tp),
+        reasons=(),
+        headroom_bytes=(ctx.gpu_budget - mem.device) if gpu_cap else -mem.device,
+        max_micro_batch=max_b,
+        limits=limits,
+        deepspeed_estimate=deepspeed_estimate(model, s),
+    )
+    reasons = [f"not possible here: {p}" for p in problems] + _intrinsic_reasons(ctx, c, mem, tp)
+    return replace(c, reasons=tuple(reasons))
+
+
+@dataclass(frozen=True)
+class MaxBatchRow:
+    """One line of the max-batch table: a strategy at the largest micro-batch that fits (accumulation 1)."""
+
+    strategy: Strategy  # micro_batch_size = max_micro_batch (1 when not even that fits)
+    max_micro_batch: int  # 0: not even 1 fits the GPU
+    capped: bool  # reached the request's max_micro_batch: more would fit
+    tokens_per_sec: float | None  # predicted at max_micro_batch; None when it is 0
+    gpu_bytes: int  # predicted device bytes per GPU at that micro-batch
+    fits: bool  # max_micro_batch >= 1 and host RAM / NVMe suffice
+    limits: tuple[str, ...]  # what does not fit: "gpu", "cpu", "nvme"
+
+    @property
+    def label(self) -> str:
+        return strategy_label(self.strategy)
+
+
+def max_batch_table(
+    hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None = None
+) -> list[MaxBatchRow]:
+    """For every strategy the planner would consider -- stage 0 (the plain data-parallel baseline), ZeRO-1/2/3,
+    each offload choice, with and without activation checkpointing -- the largest micro-batch that fits each GPU
+    with the margin, and its predicted tokens/s: the table users otherwise find by trial and error. Ordered by
+    stage, optimizer offload, parameter offload, checkpointing. A target global batch in ``request`` is ignored."""
+    request = replace(request or PlanRequest(), global_batch=None)
+    seq_len = request.resolved_seq_len(model)
+    gpu_cap, cpu_cap, nvme_cap, _ = _capacities(hardware, request)
+    if not hardware.gpus:
+        return []
+    ctx = _Ctx(hardware, model, request, seq_len, gpu_cap, cpu_cap, nvme_cap)
+    precisions, _ = _usable_precisions(hardware, request)
+    nvme_ok, _ = _nvme_usable(hardware, request, nvme_cap)
+    out = []
+    for base in _strategies(hardware, request, precisions, nvme_ok):
+        s, fits, max_b, limits, mem, tp = _evaluate(ctx, base)
+        out.append(
+            MaxBatchRow(
+                strategy=s,
+                max_micro_batch=max_b,
+                capped=max_b >= request.max_micro_batch,
+                tokens_per_sec=tp.tokens_per_sec if max_b else None,
+                gpu_bytes=mem.device,
+                fits=fits and max_b > 0,
+                limits=limits,
+            )
+        )
+    return out
+
+
+def max_batch_to_json(rows: list[MaxBatchRow]) -> list[dict[str, Any]]:
+    """``dswiz plan --json --max-batch``: the "max_batch_table" list."""
+    return [
+        {
+            "label": r.label,
+            "zero_stage": r.strategy.zero_stage,
+            "offload_optimizer": r.strategy.offload_optimizer,
+            "offload_param": r.strategy.offload_param,
+            "precision": r.strategy.precision,
+            "activation_checkpointing": r.strategy.activation_checkpointing,
+            "zeropp": bool(r.strategy.zero_quantized_weights or r.strategy.zero_hpz_partition_size > 1),
+            "max_micro_batch": r.max_micro_batch,
+            "capped": r.capped,
+            "tokens_per_sec": None if r.tokens_per_sec is None else float(round(r.tokens_per_sec, 1)),
+            "gpu_bytes": int(r.gpu_bytes),
+            "fits": r.fits,
+            "limits": list(r.limits),
+        }
+        for r in rows
+    ]
+
+
 def max_micro_batch(
     hardware: HardwareReport,
     model: ModelSpec,
@@ -619,14 +805,17 @@ def max_micro_batch(
     safety_margin: float = cal.DEFAULT_SAFETY_MARGIN,
     buffers: ZeroBuffers = DEFAULT_BUFFERS,
     limit: int = 1 << 20,
+    gpu_memory_bytes: int | None = None,
 ) -> int:
-    """The largest micro-batch of ``strategy`` (its other fields as given) that fits every GPU of ``hardware`` with
-    the margin; 0 when not even 1 fits or there is no GPU. GPU memory only (host RAM does not grow with it)."""
-    cap = hardware.min_gpu_memory_bytes
+    """The largest micro-batch of ``strategy`` (its other fields as given) that fits every GPU of ``hardware`` (or a
+    card of ``gpu_memory_bytes``) with the margin; 0 when not even 1 fits or there is no GPU. GPU memory only (host
+    RAM does not grow with it)."""
+    cap = gpu_memory_bytes or hardware.min_gpu_memory_bytes
     if not cap:
         return 0
     phases = phases_for(model, strategy, seq_len, buffers)
-    return max_micro_batch_for_capacity(phases, strategy, int(cap * (1 - safety_margin)), limit=limit)
+    frag = fragmentation(model, strategy, seq_len)
+    return max_micro_batch_for_capacity(phases, frag, strategy, int(cap * (1 - safety_margin)), limit=limit)
 
 
 # ----------------------------------------------------------------------------------------------- advice
@@ -771,10 +960,15 @@ def plan_to_json(plan: Plan, candidates: tuple[Candidate, ...] | None = None) ->
 
 __all__ = [
     "Candidate",
+    "MaxBatchRow",
     "Plan",
     "PlanRequest",
     "Prediction",
     "candidate_to_json",
+    "evaluate",
+    "hardware_problems",
+    "max_batch_table",
+    "max_batch_to_json",
     "max_micro_batch",
     "plan",
     "plan_to_json",

@@ -274,7 +274,10 @@ def _strategy_by_hand(
                 st,
                 _first(
                     core.option_problems(
-                        s.with_(zero_stage=st, offload_param="none", offload_optimizer="none"), hw
+                        s.with_(zero_stage=st, offload_param="none", offload_optimizer="none"),
+                        hw,
+                        model=model,
+                        choices=c,
                     )
                 ),
             )
@@ -286,14 +289,20 @@ def _strategy_by_hand(
     opt = p.select(
         "offload-optimizer",
         "Optimizer offload",
-        [(d, d, _first(core.option_problems(s.with_(offload_optimizer=d), hw))) for d in OFFLOAD_DEVICES],
+        [
+            (d, d, _first(core.option_problems(s.with_(offload_optimizer=d), hw, model=model, choices=c)))
+            for d in OFFLOAD_DEVICES
+        ],
         default="none",
     )
     s = s.with_(offload_optimizer=opt)
     par = p.select(
         "offload-param",
         "Parameter offload",
-        [(d, d, _first(core.option_problems(s.with_(offload_param=d), hw))) for d in OFFLOAD_DEVICES],
+        [
+            (d, d, _first(core.option_problems(s.with_(offload_param=d), hw, model=model, choices=c)))
+            for d in OFFLOAD_DEVICES
+        ],
         default="none",
     )
     s = s.with_(offload_param=par)
@@ -303,7 +312,7 @@ def _strategy_by_hand(
         chosen: Strategy = like.strategy
         return chosen
     try:
-        say("  " + _candidate_line(core.evaluate(c, model, s, plan_view)))
+        say("  " + _candidate_line(core.evaluate(c, model, s)))
     except DswizError as e:
         say(f"  {e.problem}")
     return s

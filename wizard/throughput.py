@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from wizard import calibration as cal
 from wizard.hardware.report import GPUInfo, HardwareReport
-from wizard.memory import weight_bytes
+from wizard.memory import layer_activation_bytes_per_token, weight_bytes
 from wizard.model import ModelSpec
 from wizard.strategy import Strategy
 
@@ -65,8 +65,33 @@ def peak_flops(gpu: GPUInfo | None, precision: str) -> tuple[float, str]:
     return tf * 1e12, "assumed"
 
 
-def compute_efficiency(model: ModelSpec) -> float:
-    return cal.COMPUTE_EFF_MAX * model.hidden / (model.hidden + cal.COMPUTE_EFF_HALF_HIDDEN)
+def activation_traffic_bytes_per_token(model: ModelSpec, seq_len: int, s: Strategy) -> float:
+    """HBM bytes per token that the element-wise work (norms, GELU/SwiGLU, dropout, softmax, the loss head's fp32
+    upcast) moves in forward + backward: a multiple of what forward saves for backward (both scale with the
+    activation tensors), repeated for the forward part when checkpointing recomputes it."""
+    saved = model.layers * layer_activation_bytes_per_token(model, seq_len)
+    head = cal.LOSS_HEAD_BYTES_PER_VOCAB * model.vocab + cal.HEAD_BYTES_PER_HIDDEN * model.hidden
+    traffic = cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * (saved + head)
+    if s.mode == "inference":
+        return traffic * cal.FORWARD_SHARE_OF_TRAFFIC
+    if s.activation_checkpointing:
+        traffic += cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * saved * cal.FORWARD_SHARE_OF_TRAFFIC
+    return traffic * (2.0 if s.precision == "fp32" else 1.0)
+
+
+def compute_seconds_per_token(
+    model: ModelSpec, s: Strategy, seq_len: int, peak: float, hbm_bytes_per_s: float
+) -> tuple[float, float]:
+    """(matmul seconds, element-wise seconds) per token of one micro-step on one GPU."""
+    recompute = s.activation_checkpointing and s.mode == "train"
+    f_exec = flops_per_token(model, seq_len, recompute=recompute, mode=s.mode)
+    matmul = f_exec / (peak * cal.MATMUL_EFFICIENCY)
+    return matmul, activation_traffic_bytes_per_token(model, seq_len, s) / hbm_bytes_per_s
+
+
+def hbm_bytes_per_s(gpu: GPUInfo | None) -> float:
+    gbs = (gpu.memory_bandwidth_gbs if gpu is not None else None) or cal.DEFAULT_MEMORY_GBS
+    return gbs * 1e9
 
 
 def _has_nvlink(gpu: GPUInfo | None, hardware: HardwareReport) -> bool:
@@ -113,8 +138,6 @@ def estimate_throughput(
     gpu = hardware.gpus[0] if hardware.gpus else None
     peak, peak_source = peak_flops(gpu, s.precision)
     train = s.mode == "train"
-    recompute = s.activation_checkpointing and train
-    f_exec = flops_per_token(model, seq_len, recompute=recompute, mode=s.mode)
     f_model = flops_per_token(model, seq_len, recompute=False, mode=s.mode)
     b, gas, N = s.micro_batch_size, s.gradient_accumulation_steps, s.world_size
     w, P = weight_bytes(s), model.total_params
@@ -124,10 +147,13 @@ def estimate_throughput(
     pcie = pcie_bytes_per_s(gpu)
 
     tokens_micro = b * seq_len
-    compute = tokens_micro * f_exec / (peak * compute_efficiency(model))
+    hbm = hbm_bytes_per_s(gpu)
+    matmul, elementwise = compute_seconds_per_token(model, s, seq_len, peak, hbm)
+    compute = tokens_micro * (matmul + elementwise)
     launch = cal.MICRO_STEP_SECONDS_PER_LAYER * model.layers
     parts: dict[str, float] = {}
-    parts["compute"] = gas * compute
+    parts["matmuls"] = gas * tokens_micro * matmul
+    parts["element-wise (memory-bound)"] = gas * tokens_micro * elementwise
     parts["launch overhead"] = gas * launch
 
     # Communication per GPU: ring collectives move (N-1)/N of the buffer per pass.
@@ -160,8 +186,7 @@ def estimate_throughput(
         local = P / shards
         parts["optimizer step"] = cal.STEP_FIXED_SECONDS
         if s.offload_optimizer == "none":
-            hbm = (gpu.memory_bandwidth_gbs if gpu is not None else None) or cal.CALIBRATION_MEMORY_GBS
-            per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS / hbm
+            per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
             parts["optimizer step"] += per_param * local
         else:
             cores = host_cores(hardware)

@@ -4,6 +4,7 @@ in one process per rank -- the same code path the GPU run takes, proven before i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,42 @@ def test_smoke_runs_two_ranks_and_writes_raw_rows_and_the_report(tmp_path: Path)
     assert rows[1]["config"]["zero_stage"] == 2 and rows[1]["config"]["checkpointing"] is True
     report = (tmp_path / raw.name.replace(".json", ".md")).read_text()
     assert "Targets (issue 3)" in report and "tiny z2+ckpt mbs2" in report
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_smoke_verify_mode_records_the_allocator_and_merges_with_the_full_run(tmp_path: Path) -> None:
+    """--tiers 0 (the recommendations + one boundary check each) writes its own ...-verify.json with the ranks'
+    PYTORCH_CUDA_ALLOC_CONF in it; --analyze takes it together with a full run and merges the rows."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "bench/plan_accuracy.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=230,
+            check=False,
+            env=env,
+        )
+
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    proc = run("--smoke", "--tiers", "0", "--out", str(tmp_path), "--master-port", "29563", env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (raw,) = tmp_path.glob("plan_accuracy-*-smoke-verify.json")
+    doc = json.loads(raw.read_text())
+    assert doc["tiers"] == [0] and doc["alloc_conf"] == "expandable_segments:True"
+    assert [r["config"]["tags"] for r in doc["rows"]] == [["rec:full"], ["next:full"]]
+    assert all(r["status"] == "ok" and r["finished_at"] for r in doc["rows"])
+    full = dict(doc, tiers=[0, 1, 2, 3], alloc_conf=None, started_at="2000-01-01T00:00:00+00:00")
+    full["rows"] = [dict(r, finished_at=1.0, tokens_per_sec=1.0) for r in doc["rows"][:1]]
+    older = tmp_path / "plan_accuracy-2000-01-01-smoke.json"
+    older.write_text(json.dumps(full))
+    proc = run("--analyze", str(older), str(raw))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "plan_accuracy-2000-01-01-smoke-merged-summary.json").read_text())
+    (merged,) = summary["per_run"]
+    assert merged["rows"] == 2  # the older file's row of the same config gave way to the newer one
+    report = (tmp_path / "plan_accuracy-2000-01-01-smoke-merged.md").read_text()
+    assert "PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True" in report and "Merged from" in report
+    assert f"{doc['rows'][0]['tokens_per_sec']:,.0f}" in report

@@ -20,7 +20,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.strategy import Strategy
 from wizard.tui import core_bridge
 from wizard.tui.choices import Choices
-from wizard.tui.core_bridge import CandidateView, PlanView
+from wizard.tui.core_bridge import CandidateView, MaxBatchLine, PlanView
 from wizard.units import GiB
 
 
@@ -77,8 +77,21 @@ class _PlannerStandIn:
         cands.append(self._cand(choices, base.with_(zero_stage=2, offload_optimizer="cpu")))
         return PlanView(tuple(cands), ("stand-in advice.",))
 
-    def evaluate(self, choices: Choices, model: Any, strategy: Strategy, plan: Any = None) -> CandidateView:
+    def evaluate(self, choices: Choices, model: Any, strategy: Strategy) -> CandidateView:
         return self._cand(choices, strategy)
+
+    def max_batch_table(self, choices: Choices, model: Any) -> tuple[MaxBatchLine, ...]:
+        hw = choices.hardware
+        assert hw is not None
+        base = Strategy(nodes=hw.nodes, gpus_per_node=hw.gpus_per_node)
+        out = []
+        for stage, opt in ((0, "none"), (1, "none"), (2, "none"), (2, "cpu"), (3, "none"), (3, "cpu")):
+            for ckpt in (False, True):
+                mbs = (2 + 4 * stage + (6 if opt != "none" else 0)) * (3 if ckpt else 1)
+                tps = 40000.0 * (1 + stage / 4) / (2 if opt != "none" else 1) * (0.8 if ckpt else 1)
+                s = base.with_(zero_stage=stage, offload_optimizer=opt, activation_checkpointing=ckpt)
+                out.append(MaxBatchLine(s.with_(micro_batch_size=mbs), mbs, False, tps, True))
+        return tuple(out)
 
 
 class _ConfigStandIn:

@@ -138,3 +138,21 @@ def test_plain_from_file_keeps_the_imported_strategy(core: Any, tmp_path: Path) 
     ds = json.loads((tmp_path / "ds_config.json").read_text())  # next to the imported file by default
     assert ds["zero_optimization"]["stage"] == 3 and ds["train_micro_batch_size_per_gpu"] == 3
     assert ds["train_batch_size"] == 3 * ds["gradient_accumulation_steps"] * 8
+
+
+def test_plain_by_hand_without_a_planned_row_asks_the_planner_for_that_strategy(core: Any) -> None:
+    """No plan row to copy (e.g. the plan was made for other settings): the line prompts show the planner's own
+    evaluation of exactly the hand-picked strategy."""
+    from wizard.prompts import _strategy_by_hand
+    from wizard.strategy import Strategy
+    from wizard.tui.choices import Choices
+
+    choices = Choices(hardware=core.get_hardware("2xA100-80GB,ram=256GiB"), seq_len=1024)
+    model = core.load_model("gpt2-medium")
+    p = ScriptedPrompter({"stage": 3, "offload-optimizer": "cpu", "offload-param": "cpu"})
+    said: list[str] = []
+    base = Strategy(gpus_per_node=2, micro_batch_size=4)
+    s = _strategy_by_hand(p, core, choices, model, base, said.append, None)
+    assert (s.zero_stage, s.offload_optimizer, s.offload_param) == (3, "cpu", "cpu")
+    expected = core.evaluate(choices, model, s)
+    assert expected.fits and f"{expected.tokens_per_sec:,.0f}" in said[-1]

@@ -57,6 +57,19 @@ def test_strategy(snap_compare: Any, core: Any) -> None:
     )
 
 
+def test_strategy_max_batch(snap_compare: Any, core: Any) -> None:
+    """The max-batch table opened with m (stand-in numbers: the layout, not the planner's calibration)."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await goto(2)(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+
+    assert snap_compare(
+        build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=run_before
+    )
+
+
 def test_precision_and_batch(snap_compare: Any, core: Any) -> None:
     assert snap_compare(
         build_app(hardware_spec="8xA100-80GB", core=core), terminal_size=SIZE, run_before=goto(3)

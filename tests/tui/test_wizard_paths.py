@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from conftest import SIZE
 from helpers import click_visible, next_step, settle, status, type_into
+from rich.console import Console
 from textual.widgets import DataTable, RadioButton
 
 from wizard.tui.factory import build_app
@@ -213,3 +214,34 @@ async def test_back_keeps_answers_and_help_opens(core: Any) -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert app.step == 1
+
+
+async def test_strategy_screen_max_batch_table_and_machine_limits(core: Any) -> None:
+    """The real planner behind the screen: m opens the max-batch table (stage 0 = DDP next to ZeRO-1/2/3), and
+    NVMe offload is disabled with the planner's own reason (hardware_problems: no NVMe disk described)."""
+    from wizard.tui.widgets.max_batch_view import MaxBatchView, max_batch_renderable
+
+    app = build_app(hardware_spec="2xA100-80GB,ram=256GiB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "gpt2-xl")
+        await next_step(pilot)
+        screen = app.screen
+        box = screen.query_one("#max-batch-box")
+        assert box.collapsed
+        await pilot.press("m")
+        assert not box.collapsed
+        lines = core.max_batch_table(app.choices, app.model)
+        assert {line.strategy.zero_stage for line in lines} == {0, 1, 2, 3}
+        shown = screen.query_one("#max-batch", MaxBatchView)
+        assert shown.lines == lines
+        console = Console(width=120, record=True)
+        console.print(max_batch_renderable(shown.lines))
+        text = console.export_text()
+        assert "0 (DDP)" in text and "opt cpu" in text
+        z2 = next(x for x in lines if x.strategy.zero_stage == 2 and x.strategy.offload_optimizer == "none")
+        assert f"{z2.tokens_per_sec:,.0f}" in text
+        await click_visible(pilot, "#stage-3")
+        assert screen.query_one("#opt-nvme", RadioButton).disabled
+        assert "no NVMe disk found" in str(screen.query_one("#not-offered").render())

@@ -108,3 +108,33 @@ def test_bad_input_is_a_message_not_a_traceback(args: tuple[str, ...], message: 
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_max_batch_table_in_text_and_json() -> None:
+    args = (
+        "plan",
+        "--model",
+        "gpt2-xl",
+        "--hardware",
+        "2xRTX3090,ram=64GiB",
+        "--seq-len",
+        "1024",
+        "--max-batch",
+    )
+    proc = dswiz(*args)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Largest micro-batch per strategy" in out and "0 (DDP)" in out and "batch ckpt" in out
+    doc = json.loads(dswiz(*args, "--json").stdout)
+    table = doc["max_batch_table"]
+    assert {r["zero_stage"] for r in table} == {0, 1, 2, 3}
+    z2 = next(r for r in table if r["label"] == "ZeRO-2 optimizer->cpu ckpt")
+    # The same number the text table shows for that strategy, and the planner's own limit for its candidate.
+    assert f"{z2['tokens_per_sec']:,.0f}" in out
+    cand = next(
+        c
+        for c in doc["candidates"]
+        if c["label"] == "ZeRO-2 optimizer->cpu ckpt" and c["gradient_accumulation_steps"] == 1
+    )
+    assert cand["max_micro_batch"] == z2["max_micro_batch"] >= 1
+    assert "max_batch_table" not in json.loads(dswiz(*args[:-1], "--json").stdout)  # only when asked

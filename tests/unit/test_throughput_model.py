@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,7 +27,11 @@ H200 = GPUInfo(
 ONE_H200 = HardwareReport(source="described", gpus=(H200,), host=HostInfo(logical_cores=16))
 GPT2_MEDIUM = load_model_spec("gpt2-medium")
 
-# FACTS §2: one H200, GPT-2-medium, seq 1024, bf16: (stage, optimizer offload, micro-batch, tokens/s)
+# FACTS §2: one H200, GPT-2-medium, seq 1024, bf16: (stage, optimizer offload, micro-batch, tokens/s). The throughput
+# constants are now fit to the bench run below, which measured three of these configs slower than FACTS did: stage 0
+# mbs 8 51,998 (FACTS 55,130), stage 2 mbs 8 54,162 (61,858; stage 1, the same work on one GPU, 57,139), stage 3 mbs 8
+# 25,168 (35,468). The model follows the bench, so those FACTS figures are no longer reproduced within 5 %.
+_NOT_REPRODUCED = "bench/results/plan_accuracy-2026-11-30-1gpu.json measured this config slower than FACTS §2"
 FACTS_THROUGHPUT = [
     (0, "none", 8, 55_130),
     (1, "none", 16, 77_982),
@@ -32,13 +39,47 @@ FACTS_THROUGHPUT = [
     (2, "cpu", 8, 25_775),
     (3, "none", 8, 35_468),
 ]
+_FACTS_NOT_REPRODUCED = {(0, "none", 8), (2, "none", 8), (3, "none", 8)}
+BENCH_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "plan_accuracy-2026-11-30-1gpu.json"
 
 
-@pytest.mark.parametrize(("stage", "offload", "mbs", "measured"), FACTS_THROUGHPUT)
+@pytest.mark.parametrize(
+    ("stage", "offload", "mbs", "measured"),
+    [
+        pytest.param(*row, marks=pytest.mark.xfail(strict=True, reason=_NOT_REPRODUCED))
+        if row[:3] in _FACTS_NOT_REPRODUCED
+        else row
+        for row in FACTS_THROUGHPUT
+    ],
+)
 def test_reproduces_the_h200_tokens_per_second(stage: int, offload: str, mbs: int, measured: float) -> None:
     s = Strategy(zero_stage=stage, offload_optimizer=offload, micro_batch_size=mbs)  # type: ignore[arg-type]
     t = estimate_throughput(ONE_H200, GPT2_MEDIUM, s, 1024)
     assert t.tokens_per_sec == pytest.approx(measured, rel=0.05)
+
+
+def test_reproduces_the_bench_run() -> None:
+    """The 59 ok rows of the H200 bench run the constants were fit to (GPT-2 124M-1.5B, stages 0-3, CPU offload,
+    checkpointing, micro-batch 8-128): median error under 3 %, every row within 20 %."""
+    doc = json.loads(BENCH_RUN.read_text())
+    hw = HardwareReport.from_dict(doc["hardware"])
+    errors = []
+    for r in doc["rows"]:
+        if r["status"] != "ok":
+            continue
+        c = r["config"]
+        s = Strategy(
+            zero_stage=c["zero_stage"],
+            offload_optimizer=c["offload_optimizer"],
+            offload_param=c["offload_param"],
+            micro_batch_size=c["micro_batch"],
+            activation_checkpointing=c["checkpointing"],
+        )
+        predicted = estimate_throughput(hw, load_model_spec(c["model"]), s, r["seq_len"]).tokens_per_sec
+        errors.append(abs(predicted / r["tokens_per_sec"] - 1))
+    assert len(errors) == 59
+    assert sorted(errors)[len(errors) // 2] < 0.03
+    assert max(errors) < 0.20
 
 
 def test_the_ranking_of_the_measurements_is_kept() -> None:

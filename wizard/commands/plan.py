@@ -94,6 +94,12 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     "--top", type=click.IntRange(1, 1000), default=None, help=f"Rows to show (default {DEFAULT_TOP})."
 )
 @click.option("--all", "show_all", is_flag=True, help="Show every candidate, also those that do not fit.")
+@click.option(
+    "--max-batch",
+    is_flag=True,
+    help="Also list, for every strategy (stage 0 = plain data parallelism, ZeRO-1/2/3, each offload, with and "
+    'without checkpointing), the largest micro-batch that fits and its tokens/s (JSON: "max_batch_table").',
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (the stable contract).")
 @click.pass_context
 def plan(
@@ -112,6 +118,7 @@ def plan(
     nvme: int | None,
     top: int | None,
     show_all: bool,
+    max_batch: bool,
     as_json: bool,
 ) -> int:
     """Rank the ZeRO strategies that fit, with predicted GPU/CPU memory, tokens/s and the reasons.
@@ -121,6 +128,7 @@ def plan(
       dswiz plan --model llama-7b --hardware 8xA100-80GB
       dswiz plan --model ./my-model/config.json --seq-len 4096 --global-batch 512
       dswiz plan --model params=13e9 --hardware 2x8xH100,net=400 --json
+      dswiz plan --model gpt2-xl --hardware 2xRTX3090 --max-batch
     Exit code 0 when something fits, 1 when nothing does (the advice says what would).
     """
     from wizard.hardware import get_hardware
@@ -155,14 +163,24 @@ def plan(
     _check_request(report, model, request)
     result = make_plan(report, model, request)
     shown = _select(result, top, show_all, as_json)
+    table = None
+    if max_batch:
+        from wizard.planner import max_batch_table
+
+        table = max_batch_table(report, model, request)
     if as_json:
         import json
 
-        from wizard.planner import plan_to_json
+        from wizard.planner import max_batch_to_json, plan_to_json
 
-        click.echo(json.dumps(plan_to_json(result, shown), indent=2, sort_keys=True))
+        doc = plan_to_json(result, shown)
+        if table is not None:
+            doc["max_batch_table"] = max_batch_to_json(table)
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
         _print_plan(result, shown, hidden=len(result.candidates) - len(shown))
+        if table is not None:
+            _print_max_batch(table, result)
     return 0 if result.best is not None else 1
 
 
@@ -322,3 +340,58 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
             console.print(f"  - {a}")
     for note in result.notes:
         console.print(f"[dim]note: {note}[/]")
+
+
+def _print_max_batch(rows: list[Any], result: Plan) -> None:
+    """The max-batch table: one line per stage and offload choice, without and with checkpointing side by side."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    by_key: dict[tuple[Any, ...], dict[bool, Any]] = {}
+    for r in rows:
+        s = r.strategy
+        key = (s.zero_stage, s.offload_optimizer, s.offload_param, s.zero_quantized_weights, s.precision)
+        by_key.setdefault(key, {})[s.activation_checkpointing] = r
+    with_ckpt = any(r.strategy.activation_checkpointing for r in rows)
+    table = Table(
+        title="Largest micro-batch per strategy (accumulation 1)",
+        title_justify="left",
+        box=box.SIMPLE_HEAVY,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("ZeRO", justify="right")
+    table.add_column("offload", no_wrap=True)
+    table.add_column("batch", justify="right")
+    table.add_column("tok/s", justify="right")
+    if with_ckpt:
+        table.add_column("batch ckpt", justify="right")
+        table.add_column("tok/s ckpt", justify="right")
+    for (stage, *_), pair in by_key.items():
+        first = next(iter(pair.values()))
+        label = "0 (DDP)" if stage == 0 else f"{stage}{'++' if first.strategy.zero_quantized_weights else ''}"
+        cells = [label, _offload_cell(first.strategy)]
+        for ck in (False, True) if with_ckpt else (False,):
+            r = pair.get(ck)
+            cells += _max_batch_cells(r)
+        table.add_row(*cells)
+    console.print(table)
+    console.print(
+        f"[dim]per GPU {_g(result.gpu_capacity_bytes)} GiB, {result.request.safety_margin * 100:g} % kept free, "
+        f"sequence length {result.seq_len}; '+': the planner's cap of {result.request.max_micro_batch}, more "
+        "would fit[/]"
+    )
+
+
+def _max_batch_cells(r: Any) -> list[str]:
+    if r is None:
+        return ["", ""]
+    if r.max_micro_batch == 0:
+        return ["[red]none[/]", "-"]
+    batch = f"{r.max_micro_batch}{'+' if r.capped else ''}"
+    if r.limits:
+        batch = f"[red]{batch} ({'/'.join(r.limits)} short)[/]"
+    return [batch, f"{r.tokens_per_sec:,.0f}"]

@@ -47,6 +47,19 @@ class CandidateView:
     tokens_per_sec: float | None
     mfu: float | None
     reasons: tuple[str, ...] = ()
+    max_micro_batch: int | None = None  # the largest micro-batch of this strategy that fits (0: not even 1)
+
+
+@dataclass(frozen=True)
+class MaxBatchLine:
+    """One line of the max-batch table: a strategy's largest micro-batch that fits and its tokens/s there."""
+
+    strategy: Strategy
+    max_micro_batch: int  # 0: not even 1 fits
+    capped: bool  # the planner's cap was reached: more would fit
+    tokens_per_sec: float | None
+    fits: bool
+    limits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,7 @@ def _view(candidate: Any) -> CandidateView:
         tokens_per_sec=getattr(p, "tokens_per_sec", None),
         mfu=getattr(p, "mfu", None),
         reasons=tuple(str(r) for r in (candidate.reasons or ())),
+        max_micro_batch=getattr(candidate, "max_micro_batch", None),
     )
 
 
@@ -182,24 +196,24 @@ def plan(choices: Choices, model: Any) -> PlanView:
     )
 
 
-def evaluate(
-    choices: Choices, model: Any, strategy: Strategy, plan_view: PlanView | None = None
-) -> CandidateView:
-    """The planner's prediction for a strategy the user edited by hand: ``wizard.planner.evaluate`` when the
-    planner has it, else the identical candidate of the current plan."""
-    fn = (
-        getattr(importlib.import_module("wizard.planner"), "evaluate", None)
-        if _has("wizard.planner")
-        else None
-    )
-    if callable(fn):
-        return _view(fn(choices.hardware, model, strategy, _request(choices)))
-    for cand in plan_view.candidates if plan_view else ():
-        if cand.strategy == strategy:
-            return cand
-    raise CoreUnavailable(
-        "the planner has no prediction for this exact combination",
-        "choose a row of the table, or keep this choice without a prediction",
+def evaluate(choices: Choices, model: Any, strategy: Strategy) -> CandidateView:
+    """The planner's prediction for a strategy the user edited by hand (``wizard.planner.evaluate``): any stage,
+    offloads, micro-batch, accumulation or checkpointing, judged like a planned candidate."""
+    if choices.hardware is None:
+        raise DswizError("no hardware yet", "go back to the Hardware step")
+    fn = _core("wizard.planner", "evaluate")
+    return _view(fn(choices.hardware, model, strategy, _request(choices)))
+
+
+def max_batch_table(choices: Choices, model: Any) -> tuple[MaxBatchLine, ...]:
+    """For each stage / offload / checkpointing choice, the largest micro-batch that fits and its tokens/s
+    (``wizard.planner.max_batch_table``)."""
+    if choices.hardware is None:
+        return ()
+    rows = _core("wizard.planner", "max_batch_table")(choices.hardware, model, _request(choices))
+    return tuple(
+        MaxBatchLine(r.strategy, r.max_micro_batch, r.capped, r.tokens_per_sec, r.fits, tuple(r.limits))
+        for r in rows
     )
 
 
@@ -215,14 +229,20 @@ def best_candidate_like(plan_view: PlanView | None, strategy: Strategy) -> Candi
     )
 
 
-def option_problems(strategy: Strategy, hw: HardwareReport | None) -> list[str]:
+def option_problems(
+    strategy: Strategy, hw: HardwareReport | None, *, model: Any = None, choices: Choices | None = None
+) -> list[str]:
     """Why ``strategy`` cannot be offered: the combination rules (``Strategy.problems``) plus the machine's
-    (``wizard.planner.hardware_problems`` when the planner provides it, e.g. NVMe offload without libaio)."""
+    (``wizard.planner.hardware_problems``: NVMe offload without a disk or libaio, a precision the GPUs lack, more
+    nodes than described, and with a model, host RAM too small for the offload)."""
     out = list(strategy.problems())
-    if hw is not None and _has("wizard.planner"):
-        fn = getattr(importlib.import_module("wizard.planner"), "hardware_problems", None)
-        if callable(fn):
-            out.extend(str(p) for p in fn(hw, strategy))
+    if hw is not None:
+        from wizard.model import ModelSpec
+
+        fn = _core("wizard.planner", "hardware_problems")
+        request = _request(choices) if choices is not None else None
+        spec = model if isinstance(model, ModelSpec) else None
+        out.extend(str(p) for p in fn(hw, strategy, request, model=spec))
     return out
 
 

@@ -106,6 +106,10 @@ class PrecisionStep(StepScreen):
             zero_hpz_partition_size=s.gpus_per_node if self.query_one("#hpz", Switch).value else 1,
         )
 
+    def _problems(self, s: Strategy) -> list[str]:
+        w = self.wizard
+        return w.core.option_problems(s, w.choices.hardware, model=w.model, choices=w.choices)
+
     def _update(self, s: Strategy) -> None:
         self.query_one("#batch", Static).update(batch_text(s))
         hw = self.wizard.choices.hardware
@@ -116,7 +120,7 @@ class PrecisionStep(StepScreen):
             ("hpz", {"zero_hpz_partition_size": s.gpus_per_node if s.gpus_per_node > 1 else 2}),
         ):
             switch = self.query_one(f"#{key}", Switch)
-            problems = [] if switch.value else self.wizard.core.option_problems(s.with_(**change), hw)
+            problems = [] if switch.value else self._problems(s.with_(**change))
             switch.disabled = bool(problems)
             if problems:
                 notes.append(f"{key}: {problems[0]}")
@@ -124,7 +128,7 @@ class PrecisionStep(StepScreen):
         cand = None
         if self.wizard.model is not None:
             try:
-                cand = self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, s, self.wizard.plan)
+                cand = self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, s)
             except DswizError as e:
                 self.set_status(e.problem, error=True)
         cap = self.wizard.core.capacity(hw, self.wizard.plan)
@@ -155,7 +159,7 @@ class PrecisionStep(StepScreen):
             ) from None
         if clip < 0:
             raise DswizError("clipping cannot be negative", "type e.g. 1.0, or 0 for none")
-        problems = self.wizard.core.option_problems(s, self.wizard.choices.hardware)
+        problems = self._problems(s)
         if problems:
             raise DswizError(problems[0], "change the highlighted option")
         self.wizard.choices.strategy = s

@@ -4,16 +4,20 @@ re-evaluates and the bars update live; combinations that cannot work are disable
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Label, RadioButton, RadioSet, Static
+from textual.widgets import Collapsible, DataTable, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
 from wizard.strategy import OFFLOAD_DEVICES, Strategy
 from wizard.tui.core_bridge import CandidateView, CoreUnavailable
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.units import fmt_bytes
 
@@ -54,11 +58,12 @@ def with_stage(s: Strategy, stage: int) -> Strategy:
 class StrategyStep(StepScreen):
     STEP = 2
     AUTO_FOCUS = "#candidates"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("m", "toggle_max_batch", "Max batch")]
     HELP = (
         "The planner's candidates, best first: predicted peak memory per GPU, host RAM and NVMe against what "
         "the machine has, and predicted tokens/s. Press **Enter** on a row to choose it. Or pick the ZeRO stage "
         "and offloads by hand below: the prediction updates at once. Options that cannot work are greyed out and "
-        "the reason is listed under them."
+        "the reason is listed under them. Press **m** for the largest micro-batch of every strategy."
     )
 
     def __init__(self) -> None:
@@ -68,6 +73,8 @@ class StrategyStep(StepScreen):
     def body(self) -> ComposeResult:
         yield Static("", id="advice")
         yield DataTable(id="candidates", cursor_type="row", zebra_stripes=True)
+        with Collapsible(title="Largest micro-batch per strategy (m)", collapsed=True, id="max-batch-box"):
+            yield MaxBatchView(id="max-batch")
         yield Label("Chosen", classes="section-title")
         yield Static("", id="chosen")
         yield MemoryBar("GPU", id="bar-gpu")
@@ -149,14 +156,22 @@ class StrategyStep(StepScreen):
         if match is not None:
             table.move_cursor(row=plan.candidates.index(match))
         self.show(match or self._evaluate(chosen), strategy=chosen)
+        try:
+            lines = self.wizard.core.max_batch_table(self.wizard.choices, self.wizard.model)
+        except DswizError as e:
+            self.set_status(e.problem, error=not isinstance(e, CoreUnavailable))
+            lines = ()
+        self.query_one("#max-batch", MaxBatchView).show_lines(lines)
+
+    def action_toggle_max_batch(self) -> None:
+        box = self.query_one("#max-batch-box", Collapsible)
+        box.collapsed = not box.collapsed
 
     def _evaluate(self, strategy: Strategy | None) -> CandidateView | None:
         if strategy is None or self.wizard.model is None:
             return None
         try:
-            return self.wizard.core.evaluate(
-                self.wizard.choices, self.wizard.model, strategy, self.wizard.plan
-            )
+            return self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, strategy)
         except CoreUnavailable as e:  # no prediction for this exact combination: say so, not an error
             self.set_status(e.problem)
         except DswizError as e:
@@ -191,8 +206,11 @@ class StrategyStep(StepScreen):
         self.query_one("#reasons", Static).update(reasons)
         self._sync_controls(strategy)
 
+    def _problems(self, s: Strategy) -> list[str]:
+        w = self.wizard
+        return w.core.option_problems(s, w.choices.hardware, model=w.model, choices=w.choices)
+
     def _sync_controls(self, s: Strategy) -> None:
-        hw = self.wizard.choices.hardware
         not_offered: list[str] = []
         groups = (
             ("stage", STAGES, lambda v: with_stage(s, v), s.zero_stage),
@@ -202,7 +220,7 @@ class StrategyStep(StepScreen):
         for group, values, change, current in groups:
             for value in values:
                 button = self.query_one(f"#{group}-{value}", RadioButton)
-                problems = [] if value == current else self.wizard.core.option_problems(change(value), hw)
+                problems = [] if value == current else self._problems(change(value))
                 button.disabled = bool(problems)
                 button.tooltip = "; ".join(problems) or None
                 if value == current and not button.value:
