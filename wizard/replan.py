@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from wizard import calibration as cal
 from wizard import planner
 from wizard.config.sidecar import PlanSidecar, PredictedNumbers, config_command, strategy_of_config
 from wizard.errors import DswizError
@@ -22,33 +23,10 @@ from wizard.units import fmt_bytes
 
 
 def predict(
-    hardware: HardwareReport,
-    model: ModelSpec,
-    strategy: Strategy,
-    request: planner.PlanRequest,
-    plan: planner.Plan | None = None,
-) -> planner.Candidate | None:
-    """The planner's candidate for exactly ``strategy``: ``planner.evaluate`` where the planner has it, else the
-    identical candidate of the plan (None when the plan has none: a hand-edited combination)."""
-    evaluate = getattr(planner, "evaluate", None)
-    if callable(evaluate):
-        candidate: planner.Candidate = evaluate(hardware, model, strategy, request)
-        return candidate
-    plans = [plan or planner.plan(hardware, model, request)]
-    if hardware.gpus and strategy.global_batch_size % max(1, hardware.total_gpus) == 0:
-        # The planner sizes the batch itself: ask it for this one (flags may have changed the plan's choice).
-        narrowed = replace(
-            request,
-            global_batch=strategy.global_batch_size,
-            max_micro_batch=strategy.micro_batch_size,
-            precisions=(strategy.precision,),
-        )
-        plans.append(planner.plan(hardware, model, narrowed))
-    for p in plans:
-        found = next((c for c in p.candidates if c.strategy == strategy), None)
-        if found is not None:
-            return found
-    return None
+    hardware: HardwareReport, model: ModelSpec, strategy: Strategy, request: planner.PlanRequest
+) -> planner.Candidate:
+    """The planner's prediction for exactly ``strategy`` (``planner.evaluate``: any hand-edited combination)."""
+    return planner.evaluate(hardware, model, strategy, request)
 
 
 def make_sidecar(
@@ -59,15 +37,13 @@ def make_sidecar(
     hardware: HardwareReport,
     request: planner.PlanRequest,
     strategy: Strategy,
-    plan: planner.Plan | None = None,
     config_args: Sequence[str] = (),
 ) -> PlanSidecar:
     """What ``dswiz config`` records about the plan behind the files it writes."""
     seq_len = request.resolved_seq_len(model)
-    candidate = predict(hardware, model, strategy, request, plan)
     predicted = None
-    if candidate is not None:
-        p = candidate.predicted
+    if hardware.gpus:
+        p = predict(hardware, model, strategy, request).predicted
         predicted = PredictedNumbers(
             peak_gpu_bytes=int(p.gpu_bytes),
             host_bytes=int(p.cpu_bytes),
@@ -139,12 +115,12 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
         return []  # e.g. the failed global batch does not divide this hardware's GPUs
     # The failed config needed more than the GPU has although the planner predicted it below that: whatever is
     # advised must at least be predicted to need less than it (on one GPU, ZeRO-1 needs what ZeRO-0 needs).
-    ceiling = before.predicted.gpu_bytes if before is not None else None
+    ceiling = before.predicted.gpu_bytes
 
     def viable(c: planner.Candidate) -> bool:
         # Not the failed config again: the same kind must now take a smaller micro-batch.
         same = _kind(c.strategy) == _kind(failed)
-        smaller = ceiling is None or c.predicted.gpu_bytes < ceiling
+        smaller = c.predicted.gpu_bytes < ceiling
         return c.fits and smaller and not (same and c.strategy.micro_batch_size >= failed.micro_batch_size)
 
     fitting = [c for c in result.candidates if viable(c)]
@@ -168,16 +144,26 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
             f"{_batch(same_kind.strategy)} {keeps} and {fits_text(same_kind)}, still {_words(same_kind.strategy)}: "
             f"{command(same_kind)}"
         )
-    if same_kind is None or (best is not same_kind and _kind(best.strategy) != _kind(failed)):
-        faster = ""
-        if same_kind is not None and best.predicted.tokens_per_sec > same_kind.predicted.tokens_per_sec:
-            faster = f", ~{best.predicted.tokens_per_sec:,.0f} tokens/s vs ~{same_kind.predicted.tokens_per_sec:,.0f}"
-        lead = "fastest that fits" if same_kind is not None else "what fits instead"
+    # Another kind of strategy only when nothing of the failed kind fits, or when it is clearly faster (by more than
+    # the planner's own "prefer the simpler one" band).
+    faster = same_kind is not None and best.predicted.tokens_per_sec > same_kind.predicted.tokens_per_sec * (
+        1 + cal.RECOMMEND_SIMPLER_WITHIN
+    )
+    if same_kind is None or (faster and _kind(best.strategy) != _kind(failed)):
+        speed = ""
+        if same_kind is not None:
+            speed = f", ~{best.predicted.tokens_per_sec:,.0f} tokens/s vs ~{same_kind.predicted.tokens_per_sec:,.0f}"
+        lead = "faster, and fits" if same_kind is not None else "what fits instead"
         lines.append(
-            f"{lead}: {_words(best.strategy)}, {_batch(best.strategy)} ({keeps}; {fits_text(best)}{faster}): "
+            f"{lead}: {_words(best.strategy)}, {_batch(best.strategy)} ({keeps}; {fits_text(best)}{speed}): "
             f"{command(best)}"
         )
-    if ceiling is not None:
+    if cap and ceiling > cap:
+        lines.append(
+            f"by the planner's estimate the config that failed needs {fmt_bytes(ceiling)} per GPU, more than the "
+            f"{fmt_bytes(cap)} the GPU has (`dswiz plan` shows what fits before a launch)"
+        )
+    else:
         lines.append(
             f"the planner had predicted {fmt_bytes(ceiling)} per GPU for the config that failed, so treat these "
             "figures as optimistic and watch the peak on the dashboard"

@@ -10,8 +10,7 @@ token is followed by the next one, modulo the vocabulary), so the loss visibly f
 Rank 0 prints one dict per logged step, the way the HF Trainer does, so monitors can read the loss:
     {'loss': 3.21, 'learning_rate': 0.001, 'epoch': 0.1, 'step': 10}
 
-Options for testing failure handling: --fail-at-step N [--fail-rank R] raises on that rank (--fail-oom: a CUDA
-out-of-memory error), --sleep-per-step S slows
+Options for testing failure handling: --fail-at-step N [--fail-rank R] raises on that rank, --sleep-per-step S slows
 steps down, --save-dir DIR saves a DeepSpeed checkpoint at the end, --dump-weights FILE makes rank 0 save the full
 trained weights (gathered from the ZeRO-3 shards) with torch.save, to compare with `dswiz consolidate`, --eval-only
 runs forward passes only (ZeRO inference).
@@ -80,11 +79,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--fail-at-step", type=int, default=None, help="raise RuntimeError at this step (testing)")
     p.add_argument("--fail-rank", type=int, default=None, help="only this rank fails (default: all)")
-    p.add_argument(
-        "--fail-oom",
-        action="store_true",
-        help="the failure is torch.OutOfMemoryError with PyTorch's CUDA message (testing the OOM verdict on CPU)",
-    )
     p.add_argument("--sleep-per-step", type=float, default=0.0, help="seconds to sleep each step (testing)")
     p.add_argument("--save-dir", default=None, help="save a DeepSpeed checkpoint here at the end")
     p.add_argument(
@@ -115,14 +109,6 @@ def maybe_fail(args: argparse.Namespace, step: int) -> None:
     if args.fail_at_step is not None and step == args.fail_at_step:
         rank = int(os.environ.get("RANK", "0"))
         if args.fail_rank is None or args.fail_rank == rank:
-            if args.fail_oom:
-                # How PyTorch's caching allocator words it (from an OOM seen on an H200 capped at 80 GiB, bench/results).
-                raise torch.OutOfMemoryError(
-                    "CUDA out of memory. Tried to allocate 13.61 GiB. GPU 0 has a total capacity of 139.80 GiB of "
-                    "which 65.87 GiB is free. Including non-PyTorch memory, this process has 73.92 GiB memory in "
-                    "use. 80.00 GiB allowed; Of the allocated memory 58.54 GiB is allocated by PyTorch, and "
-                    "13.70 GiB is reserved by PyTorch but unallocated."
-                )
             raise RuntimeError(f"injected failure at step {step} on rank {rank} (--fail-at-step)")
 
 

@@ -1,15 +1,18 @@
 """After a CUDA out-of-memory error, the verdict re-plans the same model and hardware (wizard.replan.oom_advice)
 and names the exact `dswiz config` command that writes a config that fits.
 
-The log is tests/fixtures/logs/cpu_cuda_oom_rank1: a real 2-rank DeepSpeed run on CPU where rank 1 raised
-torch.OutOfMemoryError with PyTorch's CUDA message (injected; see that folder's README). The advice is the real
-planner's; the test checks it against the planner rather than against numbers copied from it."""
+The OOM is a real one: tests/fixtures/logs/gpu_h200_cuda_oom, recorded on an H200 by bench/gpu_launch_session.sh
+(train_tiny.py at hidden 1024, 12 layers, seq 1024, vocab 32000; ZeRO-2, bf16, micro-batch 2048), with the H200's
+own `dswiz detect` report (tests/fixtures/hardware/h200-detected.json). The advice is the real planner's; the test
+checks it against the planner rather than against numbers copied from it."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from runner.cli_launch import oom_advisor as launch_oom_advisor
@@ -18,13 +21,18 @@ from wizard import planner
 from wizard.cli import cli
 from wizard.config.build import WriteOptions, config_set_from_strategy
 from wizard.config.render import ds_config_dict
-from wizard.config.sidecar import PlanSidecar, read_sidecar
+from wizard.config.sidecar import PlanSidecar, read_sidecar, strategy_of_config
 from wizard.hardware import get_hardware
+from wizard.hardware.report import HardwareReport
 from wizard.model import load_model_spec
 from wizard.replan import make_sidecar, oom_advice, oom_advisor, predict
 from wizard.strategy import Strategy
+from wizard.units import fmt_bytes
 
-LOG = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "cpu_cuda_oom_rank1" / "combined.log"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+OOM_RUN = FIXTURES / "logs" / "gpu_h200_cuda_oom"
+H200 = HardwareReport.from_dict(json.loads((FIXTURES / "hardware" / "h200-detected.json").read_text()))
+MODEL = "layers=12,hidden=1024,heads=16,vocab=32000"  # what train_tiny.py built in the recording
 
 
 def sidecar_for(
@@ -43,7 +51,6 @@ def sidecar_for(
         hardware=hw,
         request=req,
         strategy=strategy,
-        plan=plan,
     )
 
 
@@ -52,54 +59,69 @@ def written_config(strategy: Strategy) -> dict[str, object]:
 
 
 def observed_oom() -> JobObserver:
+    """The recorded job as dswiz read it: the launcher's lines, then rank 0's log."""
     obs = JobObserver(started=0.0)
-    for i, line in enumerate(LOG.read_text().splitlines()):
-        obs.feed(line, float(i))
+    for i, line in enumerate((OOM_RUN / "combined.log").read_text().splitlines()):
+        obs.feed(line, float(i), stream="launcher")
+    [rank0] = OOM_RUN.glob("*_rank0.log")
+    for i, line in enumerate(rank0.read_text().splitlines()):
+        obs.feed(line, float(i), rank=0, stream=rank0.name)
     return obs
 
 
-def test_the_verdict_names_the_config_that_fits_and_its_command_writes_it(tmp_path: Path) -> None:
-    sidecar = sidecar_for("gpt2-medium", "1xA100-80GB", seq_len=1024, global_batch=64)
-    failed = sidecar.strategy
-    assert failed.micro_batch_size > 1
-    out_dir = str(tmp_path / "run1")
+def test_the_verdict_names_the_config_that_fits_and_its_command_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The recorded config, as `dswiz config --yes --model MODEL --seq-len 1024 --stage 2 --micro-batch 2048` on
+    # that H200 would have planned it (this machine has no GPU: its detection is the recorded report).
+    launched = json.loads((OOM_RUN / "ds_config.json").read_text())
+    spec = load_model_spec(MODEL)
+    request = planner.PlanRequest(seq_len=1024)
+    recorded = make_sidecar(
+        model_arg=MODEL, model=spec, hardware_arg=None, hardware=H200, request=request, strategy=Strategy()
+    )
+    failed = strategy_of_config(recorded, launched)
+    assert (failed.zero_stage, failed.micro_batch_size, failed.global_batch_size) == (2, 2048, 2048)
+    sidecar = make_sidecar(
+        model_arg=MODEL, model=spec, hardware_arg=None, hardware=H200, request=request, strategy=failed
+    )
+    out_dir = str(tmp_path / "cfg-oom")
     verdict = decide(
         observed_oom(),
         launcher_returncodes=[1],
-        ds_config=written_config(failed),
+        ds_config=launched,
         oom_advisor=oom_advisor(sidecar, out_dir, fallback=default_oom_advice),
     )
-    assert verdict.kind == "cuda_oom" and verdict.rank == 1
-    assert "tried to allocate 13.6 GiB; 65.9 GiB free of 139.8 GiB" in verdict.summary
+    assert verdict.kind == "cuda_oom" and verdict.rank == 0
+    assert "tried to allocate 16.0 GiB; 315.1 MiB free of 139.8 GiB" in verdict.summary
     advice = verdict.advice[0]
-    assert advice.startswith("micro-batch ") and "keeps the global batch 64" in advice
-    assert "of 80.0 GiB per GPU (predicted)" in advice
+    assert advice.startswith("micro-batch ") and "keeps the global batch 2048" in advice
+    assert f"of {fmt_bytes(H200.min_gpu_memory_bytes)} per GPU (predicted)" in advice
     command = shlex.split(advice.split(": ", 1)[1])
     assert command[:3] == ["dswiz", "config", "--yes"] and command[-3:] == ["--out", out_dir, "--force"]
+    assert "--hardware" not in command  # planned for the machine it ran on: the command is run there
 
-    # The command, run as printed, writes the advised config: a smaller micro-batch, the same global batch, and a
-    # micro-batch the planner says fits this strategy on this GPU.
+    # The command, run as printed on that machine, writes the advised config: a smaller micro-batch, the same
+    # global batch, and a micro-batch the planner says fits this strategy on this GPU.
+    real_get_hardware = get_hardware
+    monkeypatch.setattr(
+        "wizard.hardware.get_hardware", lambda spec: H200 if spec is None else real_get_hardware(spec)
+    )
     result = CliRunner().invoke(cli, command[1:])
     assert result.exit_code == 0, result.output
     rewritten = read_sidecar(out_dir)
     assert rewritten is not None
     s = rewritten.strategy
     assert s.micro_batch_size < failed.micro_batch_size
-    assert s.global_batch_size == failed.global_batch_size == 64
-    assert (s.zero_stage, s.offload_optimizer, s.precision) == (
-        failed.zero_stage,
-        failed.offload_optimizer,
-        failed.precision,
-    )
-    fits = planner.max_micro_batch(sidecar.hardware, sidecar.model, s, sidecar.seq_len)
+    assert s.global_batch_size == failed.global_batch_size
+    assert (s.zero_stage, s.offload_optimizer, s.precision) == (2, "none", "bf16")
+    fits = planner.max_micro_batch(H200, spec, s, 1024)
     assert s.micro_batch_size <= fits
-    assert rewritten.predicted is not None and f"fits {_gib(rewritten.predicted.peak_gpu_bytes)}" in advice
-
-
-def _gib(n: int) -> str:
-    from wizard.units import fmt_bytes
-
-    return fmt_bytes(n)
+    assert (
+        rewritten.predicted is not None and f"fits {fmt_bytes(rewritten.predicted.peak_gpu_bytes)}" in advice
+    )
+    ds = json.loads((Path(out_dir) / "ds_config.json").read_text())
+    assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] == 2048
 
 
 def test_at_micro_batch_one_another_strategy_is_advised() -> None:
@@ -128,7 +150,7 @@ def test_at_micro_batch_one_another_strategy_is_advised() -> None:
     before = predict(sidecar.hardware, sidecar.model, failed, request)
     assert after is not None and before is not None
     assert after.predicted.gpu_bytes < before.predicted.gpu_bytes
-    assert f"the planner had predicted {_gib(before.predicted.gpu_bytes)} per GPU" in lines[-1]
+    assert f"the planner had predicted {fmt_bytes(before.predicted.gpu_bytes)} per GPU" in lines[-1]
 
 
 def test_when_nothing_fits_the_generic_advice_stays() -> None:

@@ -40,7 +40,6 @@ def planned(model: str = "gpt2-medium", hardware: str = "1xA100-80GB", **request
         hardware=hw,
         request=req,
         strategy=plan.best.strategy,
-        plan=plan,
         config_args=("--for", "accelerate"),
     )
     return sidecar, plan
@@ -130,7 +129,6 @@ def test_offload_needs_come_from_the_prediction() -> None:
         hardware=sidecar.hardware,
         request=planner.PlanRequest(seq_len=1024),
         strategy=offloaded.strategy,
-        plan=plan,
     )
     assert with_offload.predicted is not None
     host, nvme = offload_needs(with_offload)

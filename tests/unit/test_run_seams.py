@@ -110,7 +110,6 @@ def write_planned_folder(tmp_path: Path, hardware: str, **strategy_changes: obje
         hardware=hw,
         request=request,
         strategy=pick.strategy,
-        plan=plan,
     )
     folder = tmp_path / "cfg"
     folder.mkdir()

@@ -368,7 +368,6 @@ def _sidecar(
         hardware=hardware,
         request=planned.request,
         strategy=strategy,
-        plan=planned.plan,
         config_args=_config_args(flags),
     )
 
