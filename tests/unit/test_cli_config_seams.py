@@ -122,9 +122,10 @@ def test_without_yes_the_line_prompts_ask_and_write(tmp_path: Path, monkeypatch:
     prompter = ScriptedPrompter({"model-preset": "gpt2-medium", "micro": "2", "gas": "3"})
     monkeypatch.setattr(config_cmd, "is_interactive", lambda: True)  # the terminal is the one thing not here
     monkeypatch.setattr("wizard.prompts.QuestionaryPrompter", lambda: prompter)
-    result = invoke("config", "--hardware", "2xA100-80GB", "--out", str(out))
+    result = invoke("config", "--hardware", "2xA100-80GB", "--stage", "3", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "hardware" not in prompter.asked  # --hardware reached the prompts
+    assert "note: --stage: used with --yes only" in result.output  # the questions decide the strategy
     ds = json.loads((out / "ds_config.json").read_text())
     assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["train_batch_size"] == 2 * 3 * 2
     sidecar = read_sidecar(out)  # the wizard records its plan too

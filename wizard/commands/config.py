@@ -26,6 +26,25 @@ if TYPE_CHECKING:
     from wizard.strategy import Precision, Strategy
 
 DEVICES = ("none", "cpu", "nvme")
+# Flags the line prompts ask about themselves (used with --yes only).
+_STRATEGY_FLAGS = (
+    "model",
+    "seq_len",
+    "stage",
+    "offload_optimizer",
+    "offload_param",
+    "precision",
+    "micro_batch",
+    "grad_accum",
+    "global_batch",
+    "activation_checkpointing",
+    "zeropp",
+    "nodes",
+    "gpus_per_node",
+    "hostfile_hosts",
+    "master_addr",
+    "nvme_path",
+)
 
 
 @click.command()
@@ -106,6 +125,13 @@ def config(
     if flags["hardware"] is None:
         flags["hardware"] = parent.get("hardware")
     if not yes:
+        ignored = [f"--{k.replace('_', '-')}" for k in _STRATEGY_FLAGS if flags.get(k) is not None]
+        if ignored:
+            click.echo(
+                f"note: {', '.join(ignored)}: used with --yes only; the questions below decide instead "
+                "(stop with Ctrl-C and add --yes to write from the flags)",
+                err=True,
+            )
         from_parent = parent.get("from_file")
         return run_interactive(
             hardware=flags["hardware"],
