@@ -47,18 +47,12 @@ def test_every_launcher_reaches_the_accelerate_yaml(launcher: str) -> None:
 def test_deepspeed_runner_backends_are_passed_to_the_runner(launcher: str, tmp_path: Path) -> None:
     files = files_for(launcher)
     line = exec_line(files)
-    if launcher == "pdsh":  # DeepSpeed's default: not spelled out
-        assert "--launcher" not in line
-    else:
-        assert f"--launcher {launcher}" in line
+    assert "deepspeed.launcher.runner" in line and f"--launcher {launcher}" in line
     assert "NODE_RANK" not in files["launch.sh"]  # started once, on the first host
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     hints = configdir.find_configs(tmp_path)
-    assert (hints.launcher, hints.multinode_launcher) == (
-        "deepspeed",
-        None if launcher == "pdsh" else launcher,
-    )
+    assert (hints.launcher, hints.multinode_launcher) == ("deepspeed", launcher)
 
 
 def test_nossh_runs_on_every_node() -> None:
@@ -70,7 +64,7 @@ def test_nossh_runs_on_every_node() -> None:
 def test_standard_is_torchrun_on_every_node(tmp_path: Path) -> None:
     files = files_for("standard")
     line = exec_line(files)
-    assert line.startswith("exec torchrun --nnodes 2 --nproc_per_node 4")
+    assert line.startswith('exec "$PYTHON" -m torch.distributed.run --nproc_per_node 4 --nnodes 2')
     assert '--node_rank "$NODE_RANK"' in line and "--master_addr gpu-a" in line
     assert "--deepspeed_config" in line
     for name, text in files.items():
@@ -88,9 +82,8 @@ def test_one_node_ignores_the_launcher() -> None:
     assert "deepspeed_multinode_launcher" not in files["accelerate.yaml"]
     for launcher in ("slurm", "standard", "nossh"):
         line = exec_line(render_all(config_set_from_strategy(one, WriteOptions(launcher=launcher))))
-        assert (
-            line.startswith("exec deepspeed --num_gpus 4") and "--launcher" not in line and "ssh" not in line
-        )
+        assert "deepspeed.launcher.runner --num_gpus 4" in line
+        assert "--launcher" not in line and "ssh" not in line
 
 
 def test_unknown_launcher_and_old_deepspeed_for_nossh_are_errors() -> None:
