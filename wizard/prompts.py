@@ -170,6 +170,9 @@ def run_prompts(
             say(f"  • {reason}")
     if p.confirm("by-hand", "Change ZeRO stage / offload by hand?", default=False):
         s = _strategy_by_hand(p, core, c, model, s, say, plan)
+    if "nvme" in (s.offload_optimizer, s.offload_param):
+        c.strategy = s
+        _ask_nvme_path(p, core, c, model, say)
 
     # 4. Precision & batch
     supported = core.precisions_supported(c.hardware)
@@ -201,8 +204,11 @@ def run_prompts(
         c.launcher = p.select(
             "launcher",
             "Launcher",
-            [(f"{n}: {core.LAUNCHER_NOTES[n]}", n, None) for n in LAUNCHERS if n != "standard"],
-            default="pdsh",
+            [
+                (f"{n}: {core.LAUNCHER_NOTES[n]}", n, _first(core.launcher_problems(n, c.hardware)))
+                for n in LAUNCHERS
+            ],
+            default=c.launcher,
         )
         default_hosts = " ".join(ln.strip() for ln in core.default_hostfile(nodes, gpus).splitlines())
         while True:
@@ -236,10 +242,12 @@ def run_prompts(
     )
 
     # 6. Review & write
-    files = core.render_files(c)
-    for f in core.lint_files(files, c.world_size, hardware=c.hardware, launcher=c.launcher):
-        say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
     c.out_dir = Path(p.text("out-dir", "Write to directory", str(c.out_dir)).strip() or str(c.out_dir))
+    files = core.render_files(c)  # the accelerate YAML names the files by their absolute path there
+    for f in core.lint_files(
+        files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=c.out_dir
+    ):
+        say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
     on_disk = core.existing_files(c.out_dir, files)
     changed = [n for n, old in on_disk.items() if old != files[n]]
     force = False
@@ -316,6 +324,26 @@ def _strategy_by_hand(
     except DswizError as e:
         say(f"  {e.problem}")
     return s
+
+
+def _ask_nvme_path(p: Prompter, core: Any, c: Choices, model: Any, say: Callable[[str], None]) -> None:
+    """NVMe offload: where the swap files go, asked until the checks find no error (warnings are shown)."""
+    assert c.strategy is not None
+    try:
+        need = core.evaluate(c, model, c.strategy).nvme_bytes
+    except DswizError:
+        need = None
+    default = c.nvme_path or core.suggest_nvme_path(c.hardware) or ""
+    while True:
+        c.nvme_path = p.text(
+            "nvme-path", "NVMe offload directory (a local NVMe drive, same path on every node)", default
+        )
+        findings = core.check_nvme_path(c, need)
+        for f in findings:
+            say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
+        if not has_errors(findings):
+            return
+        default = c.nvme_path
 
 
 def _first(problems: list[str]) -> str | None:

@@ -10,14 +10,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_core import FakeCore
+from fake_core import CoreOnFixedMachine
 
 SIZE = (120, 40)
 
 
 @pytest.fixture
 def core() -> Any:
-    return FakeCore()
+    return CoreOnFixedMachine()
 
 
 @pytest.fixture(autouse=True)

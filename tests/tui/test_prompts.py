@@ -135,9 +135,9 @@ def test_plain_from_file_keeps_the_imported_strategy(core: Any, tmp_path: Path) 
         == 0
     )
     assert "keep-imported" in p.asked and "candidate" not in p.asked
-    ds = json.loads((tmp_path / "ds_config.json").read_text())  # next to the imported file by default
-    assert ds["zero_optimization"]["stage"] == 3 and ds["train_micro_batch_size_per_gpu"] == 3
-    assert ds["train_batch_size"] == 3 * ds["gradient_accumulation_steps"] * 8
+    # next to the imported file by default; nothing was changed, so nothing is added: DeepSpeed derives the
+    # batch from micro-batch x world as before
+    assert (tmp_path / "ds_config.json").read_text() == existing.read_text()
 
 
 def test_plain_by_hand_without_a_planned_row_asks_the_planner_for_that_strategy(core: Any) -> None:
@@ -156,3 +156,49 @@ def test_plain_by_hand_without_a_planned_row_asks_the_planner_for_that_strategy(
     assert (s.zero_stage, s.offload_optimizer, s.offload_param) == (3, "cpu", "cpu")
     expected = core.evaluate(choices, model, s)
     assert expected.fits and f"{expected.tokens_per_sec:,.0f}" in said[-1]
+
+
+def test_plain_nvme_offload_asks_for_a_checked_directory(core: Any, tmp_path: Path) -> None:
+    said: list[str] = []
+    answers = {
+        "model-preset": "llama-70b",
+        "by-hand": True,
+        "stage": 3,
+        "offload-optimizer": "nvme",
+        "offload-param": "none",
+    }
+    spec = "8xA100-80GB,nvme=3.5TB,libaio=true,ram=4TiB"
+    p = ScriptedPrompter({**answers, "nvme-path": ["offload", "/local_nvme/run7"]})
+    assert run_prompts(prompter=p, hardware_spec=spec, core=core, say=said.append) == 0
+    assert p.asked.count("nvme-path") == 2 and any("nvme_path offload is relative" in s for s in said)
+    zero = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["zero_optimization"]
+    assert zero["offload_optimizer"] == {
+        **zero["offload_optimizer"],
+        "device": "nvme",
+        "nvme_path": "/local_nvme/run7",
+    }
+    # no answer: the default, on the described NVMe drive
+    p = ScriptedPrompter({**answers, "overwrite": True})
+    assert run_prompts(prompter=p, hardware_spec=spec, core=core, say=lambda s: None) == 0
+    zero = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["zero_optimization"]
+    assert zero["offload_optimizer"]["nvme_path"] == "/local_nvme/dswiz-offload"
+
+
+def test_plain_multi_node_launcher_choice_reaches_launch_sh(core: Any, tmp_path: Path) -> None:
+    p = ScriptedPrompter(
+        {"model-preset": "llama-7b", "hostfile": "gpu-a slots=8; gpu-b slots=8", "launcher": "standard"}
+    )
+    assert run_prompts(prompter=p, hardware_spec="2x8xA100-80GB", core=core, say=lambda s: None) == 0
+    assert set(p.titles["launcher"]) == {
+        "pdsh",
+        "openmpi",
+        "mvapich",
+        "mpich",
+        "impi",
+        "slurm",
+        "nossh",
+        "standard",
+    }
+    assert p.disabled["launcher"] == {}  # a described cluster: no DeepSpeed version to hold nossh back
+    launch_sh = (tmp_path / "dswiz-config" / "launch.sh").read_text()
+    assert "torch.distributed.run --nproc_per_node 8 --nnodes 2" in launch_sh and "NODE_RANK" in launch_sh

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import SIZE
+from fake_core import A100X8, H200
 from helpers import click_visible, next_step, settle, status, type_into
 from rich.console import Console
 from textual.widgets import DataTable, RadioButton
@@ -15,7 +17,7 @@ from textual.widgets import DataTable, RadioButton
 from wizard.tui.factory import build_app
 from wizard.tui.screens.dialogs import ConfirmScreen
 from wizard.tui.screens.hardware import HardwareStep
-from wizard.tui.screens.review import ReviewStep
+from wizard.tui.screens.review import ReviewStep, unified_diff
 
 pytestmark = pytest.mark.anyio
 
@@ -116,9 +118,16 @@ async def test_multi_node_path_writes_the_hostfile(core: Any, tmp_path: Path) ->
         hostfile = app.screen.query_one("#hostfile")
         hostfile.text = "gpu-a slots=8\n"  # one host for two nodes: refused
         await pilot.pause()
+        assert "names 1 host for 2 nodes" in str(app.screen.query_one("#hostfile-findings").render())
         await next_step(pilot)
         assert app.step == 4
-        assert status(pilot)  # why it stays: the linter's or the config writers' words
+        said = status(pilot)
+        assert "1 host for 2 nodes" in said and "write 2 lines, one per node" in said
+        assert "--" not in said  # no command-line flag inside the wizard
+        hostfile.text = "gpu-a slots=8\ngpu-b slots=4\n"  # not what the plan has per node: refused
+        await pilot.pause()
+        await next_step(pilot)
+        assert app.step == 4 and "gpu-b slots=4" in status(pilot)
         hostfile.text = "gpu-a slots=8\ngpu-b slots=8\n"
         await pilot.pause()
         await next_step(pilot)
@@ -245,3 +254,159 @@ async def test_strategy_screen_max_batch_table_and_machine_limits(core: Any) -> 
         await click_visible(pilot, "#stage-3")
         assert screen.query_one("#opt-nvme", RadioButton).disabled
         assert "no NVMe disk found" in str(screen.query_one("#not-offered").render())
+
+
+@pytest.mark.parametrize(
+    ("launcher", "in_launch_sh"),
+    [
+        ("openmpi", "--launcher openmpi"),
+        ("nossh", "--no_ssh --node_rank"),
+        ("standard", "torch.distributed.run"),
+    ],
+)
+async def test_the_chosen_launcher_reaches_the_files(
+    core: Any, tmp_path: Path, launcher: str, in_launch_sh: str
+) -> None:
+    app = build_app(hardware_spec="2x8xA100-80GB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        for _ in range(3):
+            await next_step(pilot)
+        assert not app.screen.query_one("#launcher").disabled  # two nodes: the launcher matters
+        await click_visible(pilot, f"#launcher-{launcher}")
+        note = str(app.screen.query_one("#launcher-note").render())
+        assert note.startswith(core.LAUNCHER_NOTES[launcher][:20])
+        app.screen.query_one("#hostfile").text = "gpu-a slots=8\ngpu-b slots=8\n"
+        await pilot.pause()
+        await next_step(pilot)
+        assert app.step == 5, status(pilot)
+        await write(pilot)
+    out = tmp_path / "dswiz-config"
+    accelerate = yaml.safe_load((out / "accelerate.yaml").read_text())
+    assert accelerate["deepspeed_config"]["deepspeed_multinode_launcher"] == launcher
+    assert in_launch_sh in (out / "launch.sh").read_text()
+
+
+async def test_one_node_has_no_launcher_to_choose(core: Any) -> None:
+    app = build_app(hardware_spec=str(A100X8), core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        for _ in range(3):
+            await next_step(pilot)
+        assert app.screen.query_one("#launcher").disabled
+        assert "started locally" in str(app.screen.query_one("#launcher-note").render())
+
+
+async def test_nvme_offload_asks_where_and_checks_it(core: Any, tmp_path: Path) -> None:
+    app = build_app(hardware_spec="8xA100-80GB,nvme=3.5TB,libaio=true,ram=4TiB", core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-70b")
+        await next_step(pilot)
+        screen = app.screen
+        await click_visible(pilot, "#stage-3")
+        await click_visible(pilot, "#opt-cpu")
+        await click_visible(pilot, "#param-none")
+        s = app.choices.strategy
+        assert (s.zero_stage, s.offload_optimizer, s.offload_param) == (3, "cpu", "none"), s
+        assert not screen.query_one("#nvme").display  # nothing on NVMe: no directory asked
+        await click_visible(pilot, "#opt-nvme")
+        assert app.choices.strategy.offload_optimizer == "nvme"
+        field = screen.query_one("#nvme-path")
+        assert screen.query_one("#nvme").display
+        assert field.value == "/local_nvme/dswiz-offload"  # on the described NVMe drive
+        assert "The directory is fine." in str(screen.query_one("#nvme-check").render())
+        await type_into(pilot, "#nvme-path", "offload")
+        assert "is relative" in str(screen.query_one("#nvme-check").render())
+        await next_step(pilot)
+        assert app.step == 2 and "NVMe directory: nvme_path offload is relative" in status(pilot)
+        await type_into(pilot, "#nvme-path", "/local_nvme/run7")
+        await next_step(pilot)
+        assert app.step == 3, status(pilot)
+        await next_step(pilot)
+        await next_step(pilot)
+        await write(pilot)
+    zero = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["zero_optimization"]
+    assert zero["offload_optimizer"]["device"] == "nvme"
+    assert zero["offload_optimizer"]["nvme_path"] == "/local_nvme/run7"
+
+
+async def test_nvme_is_not_offered_on_the_real_h200(core: Any) -> None:
+    """The H200's own report: no NVMe drive, no libaio -- NVMe offload is disabled with the planner's reason."""
+    app = build_app(hardware_spec=str(H200), core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "mistral-7b")
+        await next_step(pilot)
+        await click_visible(pilot, "#stage-3")
+        assert app.screen.query_one("#opt-nvme", RadioButton).disabled
+        assert "no NVMe disk found" in str(app.screen.query_one("#not-offered").render())
+        assert not app.screen.query_one("#nvme").display
+
+
+FOREIGN = """{
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 4,
+    "train_batch_size": 64,
+    "zero_optimization": {
+        "stage": 3,
+        "stage3_max_live_parameters": 1000000000,
+        "team_note": "tuned for the 8xA100 box"
+    },
+    "bf16": {
+        "enabled": true
+    },
+    "comms_logger": {
+        "enabled": true,
+        "verbose": false
+    },
+    "flops_profiler": {
+        "enabled": false,
+        "profile_step": 5
+    }
+}
+"""
+
+
+async def test_import_keeps_unknown_sections_and_changes_only_what_the_user_changed(
+    core: Any, tmp_path: Path
+) -> None:
+    existing = tmp_path / "run1" / "ds_config.json"
+    existing.parent.mkdir()
+    existing.write_text(FOREIGN)
+    app = build_app(hardware_spec=str(A100X8), from_file=existing, core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await walk_to_review(pilot)
+        title = str(app.screen.query_one(".file-title").render())
+        assert "ds_config.json" in title and "unchanged" in title  # nothing changed yet: the file as it was
+        assert app.screen.files["ds_config.json"] == FOREIGN
+        for _ in range(2):
+            await pilot.press("ctrl+p")
+            await settle(pilot)
+        assert app.step == 3
+        await type_into(pilot, "#micro", "3")  # the one change
+        await next_step(pilot)
+        await next_step(pilot)
+        diff = unified_diff("ds_config.json", FOREIGN, app.screen.files["ds_config.json"])
+        changed = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+        assert changed == [
+            '-    "train_micro_batch_size_per_gpu": 2,',
+            '+    "train_micro_batch_size_per_gpu": 3,',
+            '-    "train_batch_size": 64,',
+            '+    "train_batch_size": 96,',
+        ]
+        await write(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.click("#yes")
+        await settle(pilot)
+    written = json.loads(existing.read_text())
+    assert written["comms_logger"] == {"enabled": True, "verbose": False}
+    assert written["flops_profiler"] == {"enabled": False, "profile_step": 5}
+    assert written["zero_optimization"]["team_note"] == "tuned for the 8xA100 box"
+    assert written["train_batch_size"] == 3 * 4 * 8

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.strategy import Mode, Strategy
 
-LAUNCHERS: tuple[str, ...] = ("pdsh", "openmpi", "mvapich", "mpich", "slurm", "nossh", "standard")
+LAUNCHERS: tuple[str, ...] = MULTINODE_LAUNCHERS
 DEFAULT_OUT_DIR = Path("dswiz-config")
 
 
@@ -27,12 +29,17 @@ class Choices:
     mode: Mode = "train"
     strategy: Strategy | None = None
     gradient_clipping: float = 1.0
-    launcher: str = "pdsh"
+    launcher: str = DEFAULT_LAUNCHER  # how a multi-node job is started (wizard/config/launchers.py)
     hostfile_text: str = ""
     master_addr: str = ""
     master_port: int = 29500
+    nvme_path: str = ""  # NVMe offload's directory (nvme_path); asked only when something goes to NVMe
     out_dir: Path = DEFAULT_OUT_DIR
     imported_from: Path | None = None
+    imported: Any = (
+        None  # the LoadedConfig of --from FILE: written back changed only where the choices changed
+    )
+    imported_ds_text: str | None = None  # its DeepSpeed JSON as it was on disk (key order, indentation)
     written: list[Path] = field(default_factory=list)
 
     @property

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wizard.config.launchers import LAUNCHER_NOTES as _LAUNCHER_NOTES
 from wizard.errors import DswizError
 from wizard.findings import Finding
 from wizard.hardware.report import HardwareReport
@@ -250,33 +251,54 @@ def option_problems(
 
 
 def _write_options(choices: Choices) -> Any:
-    options_cls = _core("wizard.config.build", "WriteOptions")
+    """The config writers' options for the choices; for an imported file, the options it implies with the
+    choices on top (wizard.config.reimport)."""
+    from wizard.config.build import WriteOptions
+    from wizard.config.lint_hostfile import parse_hostfile
+    from wizard.config.reimport import options_from_config
+
     s = choices.strategy
     assert s is not None
     hosts: tuple[str, ...] = ()
     if s.nodes > 1 and choices.hostfile_text.strip():
-        hosts = tuple(_core("wizard.config.lint_hostfile", "parse_hostfile")(choices.hostfile_text))
+        hosts = tuple(parse_hostfile(choices.hostfile_text))
     wanted: dict[str, Any] = {
         "hosts": hosts,
         "master_addr": choices.master_addr or None,
         "master_port": choices.master_port,
         "gradient_clipping": choices.gradient_clipping,
         "launcher": choices.launcher,
+        "nvme_path": choices.nvme_path.strip() or None,
+        "deepspeed_version": choices.hardware.software.deepspeed if choices.hardware else None,
         # accelerate opens the JSON and hostfile by this path, relative to where it is launched: make it absolute
         "config_dir": str(choices.out_dir.resolve()),
     }
-    known = getattr(options_cls, "__dataclass_fields__", {})
-    return options_cls(**{k: v for k, v in wanted.items() if k in known})
+    if choices.imported is not None:
+        return options_from_config(choices.imported.config, **wanted)
+    return WriteOptions(**wanted)
 
 
 def render_files(choices: Choices) -> dict[str, str]:
     """file name -> content, in the order the review screen shows them (the config writers' order), then the plan
-    sidecar (dswiz-plan.json) when a model was planned: ``dswiz launch`` compares the run with it."""
+    sidecar (dswiz-plan.json) when a model was planned: ``dswiz launch`` compares the run with it.
+
+    An imported file (``--from``) is written back changed only where the choices changed it: its unknown sections,
+    unmanaged keys, key order and indentation stay (wizard.config.reimport)."""
+    from wizard.config.build import config_set_from_strategy
+    from wizard.config.reimport import config_set_from_import, ds_json_like
+    from wizard.config.render import render_all
+    from wizard.config.schema import DS_CONFIG_NAME
+
     if choices.strategy is None:
         raise DswizError("no strategy chosen yet", "go back to the Strategy step")
-    build = _core("wizard.config.build", "config_set_from_strategy")
-    render_all = _core("wizard.config.render", "render_all")
-    files: dict[str, str] = render_all(build(choices.strategy, _write_options(choices)))
+    options = _write_options(choices)
+    if choices.imported is None:
+        files: dict[str, str] = render_all(config_set_from_strategy(choices.strategy, options))
+    else:
+        config = config_set_from_import(choices.imported.config, choices.strategy, options)
+        files = render_all(config)
+        if choices.imported_ds_text is not None:
+            files[DS_CONFIG_NAME] = ds_json_like(config.deepspeed, choices.imported_ds_text)
     sidecar = plan_sidecar_text(choices)
     if sidecar is not None:
         files[_core("wizard.config.sidecar", "SIDECAR_NAME")] = sidecar
@@ -331,16 +353,37 @@ def lint_files(
     *,
     hardware: HardwareReport | None = None,
     launcher: str | None = None,
+    out_dir: Path | None = None,
 ) -> list[Finding]:
     """The linter's findings for the files about to be written: exactly what ``dswiz check DIR`` would say once
-    they are written (the same ``wizard.config.check.lint_path``, run on a scratch copy)."""
+    they are written to ``out_dir`` (the same ``wizard.config.check.lint_path``, run on a scratch copy in which
+    the files' absolute paths to ``out_dir`` -- accelerate's deepspeed_config_file -- point at the copy)."""
+    import dataclasses
     import tempfile
 
-    lint_path = _core("wizard.config.check", "lint_path")
+    from wizard.config.check import lint_path
+
+    target = str(out_dir.resolve()) if out_dir is not None else None
     with tempfile.TemporaryDirectory(prefix="dswiz-review-") as scratch:
         for name, text in files.items():
+            if target is not None:
+                text = text.replace(target + "/", scratch + "/")
             (Path(scratch) / name).write_text(text, encoding="utf-8")
-        return list(lint_path(Path(scratch), world_size=world_size, hardware=hardware, launcher=launcher))
+        found = lint_path(Path(scratch), world_size=world_size, hardware=hardware, launcher=launcher)
+
+        def back(text: str | None) -> str | None:
+            return text.replace(scratch, target) if text is not None and target is not None else text
+
+        return [
+            dataclasses.replace(
+                f,
+                what=back(f.what) or "",
+                why=back(f.why) or "",
+                fix=back(f.fix) or "",
+                location=back(f.location),
+            )
+            for f in found
+        ]
 
 
 def import_config(path: Path) -> Any:
@@ -388,22 +431,40 @@ def _has(module: str) -> bool:
 
 # ---------------------------------------------------------------- multi-node
 
-# What each DeepSpeed launcher needs (FACTS §3 rules 8-9, deepspeed/launcher/runner.py + multinode_runner.py).
-LAUNCHER_NOTES: dict[str, str] = {
-    "pdsh": "default; passwordless ssh from this node to every host; runs `cd $PWD` and the same python there",
-    "openmpi": "mpirun from Open MPI; no --include/--exclude, no per-node GPU limits",
-    "mvapich": "MVAPICH2 mpirun; same GPU count on every node; no --include/--exclude",
-    "mpich": "MPICH mpirun; same GPU count on every node; no --include/--exclude",
-    "slurm": "srun inside a Slurm allocation (salloc/sbatch); the hostfile comes from Slurm",
-    "nossh": "start the same command on every node yourself (--node_rank); needs DeepSpeed ≥ 0.14.5",
-    "standard": "single node only: torch-style local launch, no hostfile",
-}
+# What each launcher needs (FACTS §3 rules 8-9): wizard/config/launchers.py.
+LAUNCHER_NOTES: dict[str, str] = dict(_LAUNCHER_NOTES)
+
+
+def launcher_problems(launcher: str, hw: HardwareReport | None) -> list[str]:
+    """Why ``launcher`` cannot start this job's nodes (the DeepSpeed version the hardware report found)."""
+    from wizard.config.launchers import launcher_problems as problems
+
+    return problems(launcher, deepspeed_version=hw.software.deepspeed if hw else None)
 
 
 def check_hostfile(text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
-    """Findings for a hostfile being edited (the config linter's hostfile rules, FACTS §3 rules 8-9)."""
-    fn = _core("wizard.config.lint_hostfile", "lint_hostfile_text")
-    return list(fn(text, world_size=nodes * gpus_per_node, launcher=launcher))
+    """Findings for the hostfile being edited: DeepSpeed's rules (FACTS §3 rules 8-9) and, since this hostfile is
+    the plan's topology, one line per node with slots = GPUs per node."""
+    from wizard.config.lint_hostfile import lint_hostfile_for_topology
+
+    return lint_hostfile_for_topology(text, nodes=nodes, gpus_per_node=gpus_per_node, launcher=launcher)
+
+
+# ---------------------------------------------------------------- NVMe offload
+
+
+def suggest_nvme_path(hw: HardwareReport | None) -> str | None:
+    from wizard.config.nvme import suggest_nvme_path as suggest
+
+    return suggest(hw)
+
+
+def check_nvme_path(choices: Choices, need_bytes: int | None) -> list[Finding]:
+    """Findings for the NVMe offload directory: absolute, local, on NVMe, room for ``need_bytes`` (the planner's
+    prediction per node), and writable when the hardware is this machine."""
+    from wizard.config.nvme import nvme_path_findings
+
+    return nvme_path_findings(choices.nvme_path, choices.hardware, need_bytes=need_bytes)
 
 
 def default_hostfile(nodes: int, gpus_per_node: int) -> str:
@@ -412,51 +473,31 @@ def default_hostfile(nodes: int, gpus_per_node: int) -> str:
 
 
 def apply_import(choices: Choices, imported: Any) -> None:
-    """Put an imported config's decisions into the choices (``dswiz --from FILE``)."""
-    if isinstance(imported, Strategy):
-        strategy = imported
-    else:
-        config = getattr(imported, "config", imported)
-        reader = getattr(importlib.import_module("wizard.config"), "strategy_from_config", None)
-        strategy = reader(config) if callable(reader) else _strategy_from_config_set(config)
-        clipping = getattr(config.deepspeed, "gradient_clipping", None)
-        if isinstance(clipping, (int, float)):
-            choices.gradient_clipping = float(clipping)
-        topo = config.topology
-        if topo.nodes > 1:
-            choices.hostfile_text = "".join(f"{h} slots={topo.gpus_per_node}\n" for h in topo.hosts)
-            choices.master_addr = topo.master_addr or ""
-            choices.master_port = topo.master_port
-            choices.launcher = topo.launcher
+    """Put an imported config's decisions into the choices (``dswiz --from FILE``), and keep the import so that
+    writing changes only what the user changes (render_files)."""
+    from wizard.config.reimport import options_from_config, strategy_from_config
+
+    config = imported.config
+    options = options_from_config(config)
+    choices.imported = imported
+    choices.imported_ds_text = _read_text(imported.ds_config_path)
+    choices.gradient_clipping = options.gradient_clipping
+    choices.nvme_path = options.nvme_path or ""
+    choices.launcher = options.launcher
+    topo = config.topology
+    if topo.nodes > 1:
+        hostfile = config.accelerate_ds_fields.get("deepspeed_hostfile")
+        text = _read_text(Path(hostfile)) if isinstance(hostfile, str) else None
+        choices.hostfile_text = text or "".join(f"{h} slots={topo.gpus_per_node}\n" for h in topo.hosts)
+        choices.master_addr = topo.master_addr or ""
+        choices.master_port = topo.master_port
     # The file's stage, offloads, precision, micro-batch and accumulation are kept; its world size may be another
     # machine's, so the target global batch is left to the planner and the topology to the hardware step.
-    choices.strategy = strategy
+    choices.strategy = strategy_from_config(config, mode=choices.mode)
 
 
-def _strategy_from_config_set(config: Any) -> Strategy:
-    """Read a loaded ConfigSet's decisions back as a Strategy (field by field; "auto" and absent keys take
-    DeepSpeed's defaults). Belongs in wizard.config; used until it provides ``strategy_from_config``."""
-    ds = config.deepspeed
-    zero = ds.zero_optimization
-
-    def device(section: Any) -> str:
-        return (section.device or "none") if section is not None else "none"
-
-    def count(value: Any) -> int:
-        return value if isinstance(value, int) and value > 0 else 1
-
-    precision = ds.precision if ds.precision in ("bf16", "fp16", "fp32") else "bf16"
-    return Strategy(
-        zero_stage=ds.stage,
-        offload_optimizer=device(zero.offload_optimizer if zero else None),  # type: ignore[arg-type]
-        offload_param=device(zero.offload_param if zero else None),  # type: ignore[arg-type]
-        precision=precision,  # type: ignore[arg-type]
-        micro_batch_size=count(ds.train_micro_batch_size_per_gpu),
-        gradient_accumulation_steps=count(ds.gradient_accumulation_steps),
-        activation_checkpointing=ds.activation_checkpointing is not None,
-        zero_quantized_weights=bool(zero and zero.zero_quantized_weights),
-        zero_quantized_gradients=bool(zero and zero.zero_quantized_gradients),
-        zero_hpz_partition_size=(zero.zero_hpz_partition_size or 1) if zero else 1,
-        nodes=config.topology.nodes,
-        gpus_per_node=config.topology.gpus_per_node,
-    )
+def _read_text(path: Path | None) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8") if path is not None else None
+    except (OSError, UnicodeDecodeError):
+        return None

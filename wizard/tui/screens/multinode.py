@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static, TextArea
 
 from wizard.errors import DswizError
-from wizard.findings import has_errors
+from wizard.findings import Severity, has_errors
 from wizard.tui.choices import LAUNCHERS, parse_positive
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.findings_view import findings_text
@@ -21,9 +21,11 @@ class MultiNodeStep(StepScreen):
     AUTO_FOCUS = "#nodes"
     HELP = (
         "How many machines and how the job reaches them. The **hostfile** has one line per node: "
-        "`hostname slots=N` (N = GPUs on that node), no duplicates. The **launcher** starts the processes: "
-        "pdsh (ssh, the default), the MPI flavours, Slurm, nossh (you start each node yourself) or standard "
-        "(one node). The **master** is the address every rank connects to (node 1 by default)."
+        "`hostname slots=N` (N = GPUs per node), no duplicates. The **launcher** starts the nodes: pdsh (ssh from "
+        "the first host, the default), the MPI flavours (openmpi, mpich, impi, mvapich) or Slurm start every node "
+        "from one command; nossh (DeepSpeed without ssh) and standard (torchrun) run launch.sh on every node with "
+        "NODE_RANK set. One node is always started locally. The **master** is the address every rank connects to "
+        "(the first host by default)."
     )
 
     def body(self) -> ComposeResult:
@@ -35,8 +37,8 @@ class MultiNodeStep(StepScreen):
                 yield Label("GPUs per node", classes="field-label")
                 yield Input(id="gpus", type="integer")
             with Vertical(classes="field"):
-                yield Label("Master address (empty: first host)", classes="field-label")
-                yield Input(id="master-addr")
+                yield Label("Master address", classes="field-label")
+                yield Input(id="master-addr", placeholder="the first host")
             with Vertical(classes="field"):
                 yield Label("Master port", classes="field-label")
                 yield Input(id="master-port", type="integer")
@@ -83,15 +85,19 @@ class MultiNodeStep(StepScreen):
 
     def _check(self) -> list:
         launcher = self._launcher()
-        self.query_one("#launcher-note", Static).update(
-            Text(self.wizard.core.LAUNCHER_NOTES.get(launcher, ""), style="dim")
-        )
         try:
             nodes, gpus = self._topology()
         except DswizError as e:
             self.set_status(e.problem, error=True)
             return []
         self.set_status("")
+        self.query_one("#launcher", RadioSet).disabled = nodes == 1
+        note = Text(self.wizard.core.LAUNCHER_NOTES.get(launcher, ""), style="dim")
+        if nodes == 1:
+            note = Text("One node: started locally, no multi-node launcher.", style="dim")
+        for problem in self.wizard.core.launcher_problems(launcher, self.wizard.choices.hardware):
+            note.append(f"\n{problem}", style="bold red")
+        self.query_one("#launcher-note", Static).update(note)
         s = self.wizard.choices.strategy
         if s is not None:
             world = nodes * gpus
@@ -131,13 +137,13 @@ class MultiNodeStep(StepScreen):
         port = parse_positive(self.query_one("#master-port", Input).value, "master port") or 29500
         if port > 65535:
             raise DswizError(f"port {port} is out of range", "choose a port between 1024 and 65535")
-        if nodes > 1 and launcher == "standard":
-            raise DswizError(
-                "the standard launcher runs one node only", "choose pdsh, an MPI launcher or slurm"
-            )
+        problems = self.wizard.core.launcher_problems(launcher, self.wizard.choices.hardware)
+        if nodes > 1 and problems:
+            raise DswizError(problems[0], "choose another launcher")
         findings = self._check()
         if has_errors(findings):
-            raise DswizError("the hostfile has errors", "fix the lines listed under Hostfile check")
+            first = next(f for f in findings if f.severity is Severity.ERROR)
+            raise DswizError(f"hostfile: {first.what}", first.fix)
         before = (c.strategy, c.global_batch, c.launcher, c.master_addr, c.master_port, c.hostfile_text)
         c.set_topology(nodes=nodes, gpus_per_node=gpus)
         c.launcher = launcher

@@ -72,7 +72,7 @@ class ReviewStep(StepScreen):
         try:
             self.files = self.wizard.core.render_files(c)
             findings = self.wizard.core.lint_files(
-                self.files, c.world_size, hardware=c.hardware, launcher=c.launcher
+                self.files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=self._out_dir()
             )
         except DswizError as e:
             self.files = {}

@@ -11,48 +11,20 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Collapsible, DataTable, Label, RadioButton, RadioSet, Static
+from textual.widgets import Collapsible, DataTable, Input, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
+from wizard.findings import Severity
 from wizard.strategy import OFFLOAD_DEVICES, Strategy
 from wizard.tui.core_bridge import CandidateView, CoreUnavailable
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.strategy_text import describe, fmt_rate, group_label, uses_nvme, with_stage
 from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
+from wizard.tui.widgets.nvme_path_field import NvmePathField
 from wizard.units import fmt_bytes
 
 STAGES = (0, 1, 2, 3)
-
-
-def describe(s: Strategy) -> str:
-    parts = [f"ZeRO-{s.zero_stage}"]
-    if s.offload_optimizer != "none":
-        parts.append(f"optimizer→{s.offload_optimizer}")
-    if s.offload_param != "none":
-        parts.append(f"params→{s.offload_param}")
-    parts.append(s.precision)
-    parts.append(f"micro {s.micro_batch_size} × GAS {s.gradient_accumulation_steps}")
-    if s.activation_checkpointing:
-        parts.append("checkpointing")
-    return ", ".join(parts)
-
-
-def fmt_rate(tps: float | None) -> str:
-    return "?" if tps is None else f"{tps:,.0f}"
-
-
-def with_stage(s: Strategy, stage: int) -> Strategy:
-    """Stage changed by hand: drop the offloads / ZeRO++ that the new stage cannot use (Strategy.problems)."""
-    new = s.with_(zero_stage=stage)
-    for reset in (
-        {"offload_param": "none"},
-        {"offload_optimizer": "none"},
-        {"zero_quantized_weights": False, "zero_hpz_partition_size": 1},
-    ):
-        if not new.problems():
-            break
-        new = new.with_(**reset)
-    return new
 
 
 class StrategyStep(StepScreen):
@@ -97,6 +69,7 @@ class StrategyStep(StepScreen):
                     for dev in OFFLOAD_DEVICES:
                         yield RadioButton(dev, id=f"param-{dev}")
         yield Static("", id="not-offered")
+        yield NvmePathField(id="nvme")
         yield Label("Why", classes="section-title")
         yield Static("", id="reasons")
 
@@ -205,6 +178,7 @@ class StrategyStep(StepScreen):
         reasons = Text("\n".join(f"• {r}" for r in cand.reasons) if cand else "", style="italic")
         self.query_one("#reasons", Static).update(reasons)
         self._sync_controls(strategy)
+        self._sync_nvme(strategy)
 
     def _problems(self, s: Strategy) -> list[str]:
         w = self.wizard
@@ -230,6 +204,31 @@ class StrategyStep(StepScreen):
         text = Text("Not offered:\n", style="bold dim") if not_offered else Text()
         text.append("\n".join(f"  {line}" for line in not_offered), style="dim")
         self.query_one("#not-offered", Static).update(text)
+
+    def _sync_nvme(self, s: Strategy) -> None:
+        """The NVMe directory field, shown while anything is offloaded to NVMe (default: on the NVMe drive with
+        the most room), checked against the planner's predicted NVMe bytes."""
+        field = self.query_one("#nvme", NvmePathField)
+        field.display = uses_nvme(s)
+        if not field.display:
+            return
+        c = self.wizard.choices
+        if not c.nvme_path:
+            c.nvme_path = self.wizard.core.suggest_nvme_path(c.hardware) or ""
+        if field.value != c.nvme_path:
+            field.set_value(c.nvme_path)
+        self._check_nvme()
+
+    def _check_nvme(self) -> list:
+        need = self.current.nvme_bytes if self.current is not None else None
+        findings = self.wizard.core.check_nvme_path(self.wizard.choices, need)
+        self.query_one("#nvme", NvmePathField).show_findings(findings)
+        return findings
+
+    @on(Input.Changed, "#nvme-path")
+    def _nvme_typed(self, event: Input.Changed) -> None:
+        self.wizard.choices.nvme_path = event.value.strip()
+        self._check_nvme()
 
     @on(DataTable.RowSelected, "#candidates")
     def _row_chosen(self, event: DataTable.RowSelected) -> None:
@@ -267,7 +266,7 @@ class StrategyStep(StepScreen):
         problems = s.problems()
         if problems:
             raise DswizError(problems[0], "choose another stage or offload")
-
-
-def group_label(group: str) -> str:
-    return {"stage": "stage", "opt": "optimizer offload", "param": "parameter offload"}[group]
+        if uses_nvme(s):
+            error = next((f for f in self._check_nvme() if f.severity is Severity.ERROR), None)
+            if error is not None:
+                raise DswizError(f"NVMe directory: {error.what}", error.fix)
