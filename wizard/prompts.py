@@ -265,7 +265,7 @@ def run_prompts(
         say(f"wrote {r.path}" + (f" (old one kept as {r.backup.name})" if r.backup else ""))
     for line in core.script_hint_lines(files, c.out_dir):
         say(line)
-    say(f"Next: {core.launch_command(c.out_dir)}")
+    say(f"Next: {core.launch_command(c.out_dir, choices=c)}")
     return 0
 
 

@@ -283,6 +283,8 @@ async def test_the_chosen_launcher_reaches_the_files(
         await next_step(pilot)
         assert app.step == 5, status(pilot)
         await write(pilot)
+        next_command = str(app.screen.query_one("#written").render())
+        assert ("--node-rank K" in next_command) == (launcher in ("nossh", "standard"))
     out = tmp_path / "dswiz-config"
     accelerate = yaml.safe_load((out / "accelerate.yaml").read_text())
     assert accelerate["deepspeed_config"]["deepspeed_multinode_launcher"] == launcher

@@ -184,3 +184,17 @@ def test_hostfile_as_the_plan_needs_one_line_per_node_with_its_gpus() -> None:
     slots = lint_hostfile_for_topology("a slots=4\nb slots=2\n", nodes=2, gpus_per_node=4)
     assert codes(slots) == {"hostfile-slots"} and "b slots=2" in slots[0].what
     assert "--" not in one[0].fix + slots[0].fix
+
+
+@pytest.mark.parametrize("consumer", ["deepspeed", "accelerate", "trainer"])
+def test_every_launch_sh_is_valid_bash_and_asks_for_its_node_rank(consumer: str, tmp_path: Path) -> None:
+    import subprocess
+
+    for launcher in MULTINODE_LAUNCHERS:
+        script = tmp_path / f"{consumer}-{launcher}.sh"
+        script.write_text(files_for(launcher, consumer)["launch.sh"])
+        assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0, launcher
+        if launcher in ("nossh", "standard"):
+            env = {"PATH": "/usr/bin:/bin"}
+            run = subprocess.run(["bash", str(script), "train.py"], capture_output=True, text=True, env=env)
+            assert run.returncode != 0 and "set NODE_RANK" in run.stderr, (launcher, run.stderr)

@@ -32,5 +32,5 @@ def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> i
         files = {p.name: p.read_text(encoding="utf-8") for p in map(Path, written) if p.suffix == ".json"}
         for line in core_bridge.script_hint_lines(files, out):
             print(line)
-        print(f"Next: {core_bridge.launch_command(out)}")
+        print(f"Next: {core_bridge.launch_command(out, choices=app.choices)}")
     return 0

@@ -267,7 +267,7 @@ def render_launch_sh(config: ConfigSet) -> str:
         'PYTHON="${PYTHON:-python3}"',
     ]
     if every_node:
-        lines.append(': "${NODE_RANK:?set NODE_RANK to this node\'s rank (0 on the first host)}"')
+        lines.append(': "${NODE_RANK:?set NODE_RANK to the rank of this node, 0 on the first host}"')
     for key, value in sorted(command.env.items()):
         # The environment dswiz launch gives the job (with .deepspeed_env: what DeepSpeed exports to other nodes).
         lines.append(f"unset {key}" if value is None else f"export {key}={_shell_word(value)}")

@@ -417,7 +417,14 @@ def existing_files(out_dir: Path, names: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def launch_command(out_dir: Path, script: str = "train.py") -> str:
+def launch_command(out_dir: Path, script: str = "train.py", *, choices: Choices | None = None) -> str:
+    """What to run next. A multi-node job whose launcher runs on every node (nossh, standard) is started on each
+    node with that node's rank."""
+    from wizard.config.launchers import PER_NODE_LAUNCHERS
+
+    s = choices.strategy if choices is not None else None
+    if choices is not None and s is not None and s.nodes > 1 and choices.launcher in PER_NODE_LAUNCHERS:
+        return f"dswiz launch --config {out_dir} --node-rank K {script}   (on every node; K = 0 on the first host)"
     return f"dswiz launch --config {out_dir} {script}"
 
 

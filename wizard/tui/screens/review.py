@@ -144,7 +144,7 @@ class ReviewStep(StepScreen):
             )
             lines.append(f"  {r.path}{note}\n")
         lines.append("Next, start training with a live dashboard:\n", style="bold")
-        lines.append(f"  {self.wizard.core.launch_command(c.out_dir)}", style="bold cyan")
+        lines.append(f"  {self.wizard.core.launch_command(c.out_dir, choices=c)}", style="bold cyan")
         self.query_one("#written", Static).update(lines)
         self._show_files()
         self.set_status("written")
