@@ -28,7 +28,8 @@ SIZE = (120, 40)
 FIXTURES = ROOT / "tests" / "fixtures" / "hardware"
 # (name, fixture file, described spec used when the file is absent, model)
 MACHINES = (
-    ("h200", "h200.json", "1xH200", "llama3-8b"),
+    # the real `dswiz detect --json` of the H200 machine (1 GPU, 125 GiB RAM, no NVMe drive, no libaio)
+    ("h200", "h200-detected.json", "1xH200", "mistral-7b"),
     ("8xa100", "described-8xA100-80GB.json", "8xA100-80GB", "llama-13b"),
     ("2x8xh100", None, "2x8xH100", "llama-70b"),
 )
@@ -36,12 +37,9 @@ STEPS = ("1-hardware", "2-model", "3-strategy", "4-precision", "5-multinode", "6
 
 
 def load_hardware(fixture: str | None, spec: str) -> HardwareReport:
-    """The fixture file (any name containing it, e.g. h200.json, detect-h200.json), else the described spec."""
-    if fixture:
-        stem = Path(fixture).stem.lower()
-        found = sorted(p for p in FIXTURES.glob("*.json") if stem in p.name.lower())
-        if found:
-            return core_bridge.get_hardware(str(found[0]))
+    """The fixture file when there is one, else the described spec."""
+    if fixture and (FIXTURES / fixture).is_file():
+        return core_bridge.get_hardware(str(FIXTURES / fixture))
     return core_bridge.get_hardware(spec)
 
 
@@ -58,6 +56,7 @@ async def shoot(name: str, hw: HardwareReport, model: str, out: Path) -> list[Pa
             for t in app.screen.query(TextArea):
                 t.cursor_blink = False
             app.screen.query_one("#next").focus()
+            app.screen.query_one("#body").scroll_home(animate=False)  # each step from its top, as it opens
             await pilot.pause()
             target = out / f"wizard-{name}-{step}.svg"
             app.save_screenshot(target.name, str(out))

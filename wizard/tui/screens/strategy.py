@@ -123,7 +123,7 @@ class StrategyStep(StepScreen):
             advice.append("Nothing fits as asked. ", style="bold red")
         advice.append(" ".join(plan.advice))
         for note in plan.notes:
-            advice.append(f"\n{note}", style="dim")
+            advice.append(f"\n{note}" if advice.plain else note, style="dim")
         self.query_one("#advice", Static).update(advice)
         match = next((c for c in plan.candidates if c.strategy == chosen), None)
         if match is not None:
