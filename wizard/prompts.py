@@ -210,12 +210,12 @@ def run_prompts(
             ],
             default=c.launcher,
         )
-        default_hosts = " ".join(ln.strip() for ln in core.default_hostfile(nodes, gpus).splitlines())
+        default_hosts = "; ".join(ln.strip() for ln in core.default_hostfile(nodes, gpus).splitlines())
         while True:
             hosts = p.text(
                 "hostfile",
                 "Hostfile lines, separated by ';' (host slots=N)",
-                default_hosts.replace(" node", "; node"),
+                default_hosts,
             )
             c.hostfile_text = "".join(f"{h.strip()}\n" for h in hosts.split(";") if h.strip())
             findings = core.check_hostfile(

@@ -412,3 +412,38 @@ async def test_import_keeps_unknown_sections_and_changes_only_what_the_user_chan
     assert written["flops_profiler"] == {"enabled": False, "profile_step": 5}
     assert written["zero_optimization"]["team_note"] == "tuned for the 8xA100 box"
     assert written["train_batch_size"] == 3 * 4 * 8
+
+
+async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(core: Any) -> None:
+    app = build_app(hardware_spec=str(H200), core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "mistral-7b")
+        await next_step(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#micro", "200")
+        await next_step(pilot)
+        assert app.step == 3
+        said = status(pilot)
+        assert said.startswith("predicted not to fit (GPU ") and "of 140.4 GiB" in said
+        await next_step(pilot)  # the user insists
+        assert app.step == 4 and app.choices.strategy.micro_batch_size == 200
+
+
+async def test_more_nodes_fill_the_hostfile_with_placeholders_to_edit(core: Any) -> None:
+    app = build_app(hardware_spec=str(H200), core=core)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "gpt2-medium")
+        for _ in range(3):
+            await next_step(pilot)
+        hostfile = app.screen.query_one("#hostfile")
+        assert hostfile.disabled and hostfile.text == ""
+        await type_into(pilot, "#nodes", "2")
+        assert not hostfile.disabled
+        assert hostfile.text == "worker-0 slots=1\nworker-1 slots=1\n"
+        assert "Hostfile is valid." in str(app.screen.query_one("#hostfile-findings").render())
+        await type_into(pilot, "#nodes", "3")  # still the placeholder: it follows
+        assert hostfile.text.count("slots=1") == 3

@@ -198,3 +198,9 @@ def test_every_launch_sh_is_valid_bash_and_asks_for_its_node_rank(consumer: str,
             env = {"PATH": "/usr/bin:/bin"}
             run = subprocess.run(["bash", str(script), "train.py"], capture_output=True, text=True, env=env)
             assert run.returncode != 0 and "set NODE_RANK" in run.stderr, (launcher, run.stderr)
+
+
+def test_an_empty_hostfile_for_the_plan_says_what_to_write() -> None:
+    empty = lint_hostfile_for_topology("\n", nodes=2, gpus_per_node=8)
+    assert codes(empty) == {"hostfile-empty"}
+    assert empty[0].fix == "write 2 lines, one per node (node 0 first): `hostname slots=8`"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from wizard.config.launchers import EQUAL_SLOTS_LAUNCHERS
 from wizard.config.lint_base import ERROR, INFO, WARNING, finding
@@ -133,8 +134,9 @@ def lint_hostfile_for_topology(
     one host per node and ``slots`` = GPUs per node on every line -- dswiz writes ``host slots=<GPUs per node>``,
     so anything else would not be what was typed. (``dswiz check`` only warns about the slot total: a hostfile
     may legitimately list more hosts than one job uses.)"""
+    one_per_node = f"write {nodes} lines, one per node (node 0 first): `hostname slots={gpus_per_node}`"
     out = [
-        f
+        replace(f, fix=one_per_node) if f.code == "hostfile-empty" else f
         for f in lint_hostfile_text(text, name=name, launcher=launcher)
         if f.code != "hostfile-unequal-slots"
     ]

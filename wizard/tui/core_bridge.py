@@ -475,8 +475,9 @@ def check_nvme_path(choices: Choices, need_bytes: int | None) -> list[Finding]:
 
 
 def default_hostfile(nodes: int, gpus_per_node: int) -> str:
-    """A starting point the user edits: placeholder host names, one line per node."""
-    return "".join(f"node{i + 1} slots={gpus_per_node}\n" for i in range(nodes))
+    """A starting point the user edits: placeholder host names, one line per node (the config writers' own
+    placeholders, which the written hostfile then marks as such)."""
+    return "".join(f"worker-{i} slots={gpus_per_node}\n" for i in range(nodes))
 
 
 def apply_import(choices: Choices, imported: Any) -> None:

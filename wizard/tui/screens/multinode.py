@@ -28,6 +28,8 @@ class MultiNodeStep(StepScreen):
         "(the first host by default)."
     )
 
+    _placeholder = ""  # the hostfile this step last filled in by itself
+
     def body(self) -> ComposeResult:
         with Horizontal(classes="row"):
             with Vertical(classes="field"):
@@ -113,7 +115,14 @@ class MultiNodeStep(StepScreen):
         if not multi:
             out.update(Text("Single node: no hostfile is written or needed.", style="dim"))
             return []
-        text = self.query_one("#hostfile", TextArea).text
+        area = self.query_one("#hostfile", TextArea)
+        text = area.text
+        placeholder = self.wizard.core.default_hostfile(nodes, gpus)
+        if not text.strip() or text == self._placeholder:
+            # nothing typed yet (or only the last placeholder): one placeholder line per node to edit
+            with self.prevent(TextArea.Changed):
+                area.text = text = placeholder
+        self._placeholder = placeholder
         try:
             findings = self.wizard.core.check_hostfile(
                 text, nodes=nodes, gpus_per_node=gpus, launcher=launcher

@@ -15,6 +15,7 @@ from wizard.strategy import PRECISIONS, Strategy
 from wizard.tui.choices import parse_positive
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.memory_bar import MemoryBar
+from wizard.units import fmt_bytes
 
 SWITCHES = (
     ("ckpt", "Activation checkpointing (recompute activations: less memory, ~33% more compute)"),
@@ -36,6 +37,7 @@ def batch_text(s: Strategy) -> Text:
 
 class PrecisionStep(StepScreen):
     STEP = 3
+    _accepted_over: Strategy | None = None  # a strategy predicted not to fit that the user chose to keep
     AUTO_FOCUS = "#micro"
     HELP = (
         "**bf16** needs an Ampere or newer GPU (compute capability 8.0); **fp16** needs 7.0 and uses loss "
@@ -136,6 +138,29 @@ class PrecisionStep(StepScreen):
         gpu.used, gpu.capacity = (cand.gpu_bytes if cand else None), cap.gpu
         cpu.used, cpu.capacity = (cand.cpu_bytes if cand else None), cap.cpu
 
+    def _confirm_if_over(self, s: Strategy) -> None:
+        """The planner predicts ``s`` does not fit: say so once; Next again keeps it (the user may know better)."""
+        w = self.wizard
+        if w.model is None or self._accepted_over == s:
+            return
+        cand = w.core.evaluate(w.choices, w.model, s)
+        if cand.fits:
+            return
+        cap = w.core.capacity(w.choices.hardware, w.plan)
+        over = [
+            f"{tier} {fmt_bytes(used)} of {fmt_bytes(capacity)}"
+            for tier, used, capacity in (
+                ("GPU", cand.gpu_bytes, cap.gpu),
+                ("host RAM", cand.cpu_bytes, cap.cpu),
+            )
+            if used is not None and capacity is not None and used > capacity
+        ]
+        self._accepted_over = s
+        raise DswizError(
+            "predicted not to fit" + (f" ({', '.join(over)})" if over else ""),
+            "lower the micro-batch or switch on activation checkpointing; Next again keeps it as it is",
+        )
+
     @on(Input.Changed)
     @on(Switch.Changed)
     @on(RadioSet.Changed)
@@ -162,6 +187,7 @@ class PrecisionStep(StepScreen):
         problems = self._problems(s)
         if problems:
             raise DswizError(problems[0], "change the highlighted option")
+        self._confirm_if_over(s)
         self.wizard.choices.strategy = s
         self.wizard.choices.global_batch = s.global_batch_size
         self.wizard.choices.gradient_clipping = clip
