@@ -18,13 +18,13 @@ from wizard.config.schema import (
     DS_CONFIG_NAME,
     FP16,
     HOSTFILE_NAME,
-    LeafModule,
     AccelerateMode,
     ActivationCheckpointing,
     ConfigSet,
     Consumer,
     CsvMonitor,
     DeepSpeedSettings,
+    LeafModule,
     LogLevel,
     OffloadOptimizer,
     OffloadParam,
@@ -372,13 +372,14 @@ def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: Writ
         )
     if strategy.mode == "inference":
         notes.append(_inference_note(consumer, micro))
-    if strategy.zero_stage == 3 and options.moe_leaf_modules and not leaf_modules_in_json(options):
-        if consumer != "accelerate":  # accelerate applies deepspeed_moe_layer_cls_names itself
-            classes = ", ".join(options.moe_leaf_modules)
-            notes.append(
-                f"this DeepSpeed cannot take leaf modules in its config: call "
-                f"deepspeed.utils.set_z3_leaf_modules(model, [{classes}]) before deepspeed.initialize"
-            )
+    # accelerate applies deepspeed_moe_layer_cls_names itself; DeepSpeed before 0.18 needs the script to.
+    needs_call = consumer != "accelerate" and not leaf_modules_in_json(options)
+    if strategy.zero_stage == 3 and options.moe_leaf_modules and needs_call:
+        classes = ", ".join(options.moe_leaf_modules)
+        notes.append(
+            f"this DeepSpeed cannot take leaf modules in its config: call "
+            f"deepspeed.utils.set_z3_leaf_modules(model, [{classes}]) before deepspeed.initialize"
+        )
     return tuple(notes)
 
 
