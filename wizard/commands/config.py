@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.config.schema import ConfigSet
     from wizard.hardware.report import HardwareReport
-    from wizard.strategy import Precision, Strategy
+    from wizard.strategy import Mode, Precision, Strategy
 
 DEVICES = ("none", "cpu", "nvme")
 
@@ -42,6 +42,19 @@ DEVICES = ("none", "cpu", "nvme")
 @click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps.")
 @click.option("--global-batch", type=click.IntRange(min=1), help="train_batch_size; sets accumulation.")
 @click.option("--activation-checkpointing/--no-activation-checkpointing", default=None)
+@click.option(
+    "--mode",
+    type=click.Choice(("train", "inference")),
+    default="train",
+    show_default=True,
+    help="Training, or ZeRO-3 inference (no optimizer; parameter offload runs models larger than the GPUs).",
+)
+@click.option(
+    "--save-16bit/--no-save-16bit",
+    "save_16bit",
+    default=None,
+    help="Stage 3 training: gather the 16-bit weights into one file on save (default: yes).",
+)
 @click.option(
     "--for",
     "consumer",
@@ -112,7 +125,12 @@ def _hardware(flags: dict[str, Any]) -> HardwareReport | None:
 
 
 def recommended_strategy(
-    hardware: HardwareReport, model: str, *, seq_len: int | None, global_batch: int | None
+    hardware: HardwareReport,
+    model: str,
+    *,
+    seq_len: int | None,
+    global_batch: int | None,
+    mode: Mode = "train",
 ) -> Strategy:
     """The planner's top recommendation: the one place `dswiz config` talks to the planner."""
     import importlib
@@ -129,7 +147,8 @@ def recommended_strategy(
             "leave out --model and give the strategy as flags (--stage, --micro-batch, --precision, ...)",
         ) from None
     spec = model_module.load_model_spec(model)
-    result = planner.plan(hardware, spec, planner.PlanRequest(seq_len=seq_len, global_batch=global_batch))
+    request = planner.PlanRequest(seq_len=seq_len, global_batch=global_batch, mode=mode)
+    result = planner.plan(hardware, spec, request)
     best = result.best
     if best is None:
         raise DswizError(
@@ -148,11 +167,16 @@ def resolve_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> 
     if flags["model"] is not None:
         assert hardware is not None
         base = recommended_strategy(
-            hardware, flags["model"], seq_len=flags["seq_len"], global_batch=flags["global_batch"]
+            hardware,
+            flags["model"],
+            seq_len=flags["seq_len"],
+            global_batch=flags["global_batch"],
+            mode=flags["mode"],
         )
     else:
         base = Strategy(
-            zero_stage=2,
+            zero_stage=3 if flags["mode"] == "inference" else 2,  # ZeRO inference is stage 3 only
+            mode=flags["mode"],
             precision=_default_precision(hardware),
             nodes=hardware.nodes if hardware is not None else 1,
             gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
@@ -175,7 +199,15 @@ def resolve_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> 
     if hosts and flags["nodes"] is None:
         changes["nodes"] = len(hosts)
     strategy = base.with_(**changes)
-    if flags["global_batch"] is not None:
+    if flags["global_batch"] is not None and strategy.mode == "inference":
+        per_forward = strategy.world_size
+        if flags["global_batch"] % per_forward:
+            raise DswizError(
+                f"--global-batch {flags['global_batch']} is not a multiple of the {per_forward} GPU(s)",
+                f"use a multiple of {per_forward} (inference: samples per forward across all GPUs)",
+            )
+        strategy = strategy.with_(micro_batch_size=flags["global_batch"] // per_forward)
+    elif flags["global_batch"] is not None:
         per_step = strategy.micro_batch_size * strategy.world_size
         if flags["global_batch"] % per_step:
             raise DswizError(
@@ -194,6 +226,13 @@ def resolve_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> 
     problems = strategy.problems()
     if problems:
         raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    if flags["save_16bit"] is not None and (strategy.zero_stage != 3 or strategy.mode != "train"):
+        if strategy.mode == "inference":
+            why, fix = "inference saves no model", "drop the flag for --mode inference"
+        else:
+            why = f"this is stage {strategy.zero_stage}"
+            fix = "drop the flag: below stage 3 every rank holds the whole 16-bit model and saves it as it is"
+        raise DswizError(f"--save-16bit/--no-save-16bit only apply to stage 3 training ({why})", fix)
     return strategy
 
 
@@ -207,6 +246,8 @@ def _default_precision(hardware: HardwareReport | None) -> Precision:
 
 def _fix_for(problems: list[str]) -> str:
     text = " ".join(problems)
+    if "inference" in text:
+        return "for --mode inference use --stage 3 (or leave it out), --offload-param none/cpu/nvme, no optimizer offload"
     if "stage 3" in text or "only works at" in text:
         return "use --stage 3 for parameter offload, NVMe offload and ZeRO++ (or drop those flags)"
     return "change the flags named above (dswiz config --help lists them)"
@@ -235,7 +276,19 @@ def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport
         deepspeed_version=_target_deepspeed_version(hardware),
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         config_dir=str(out_dir.resolve()),
+        save_16bit_model=True if flags["save_16bit"] is None else flags["save_16bit"],
+        moe_leaf_modules=moe_leaf_modules(flags["model"]),
     )
+
+
+def moe_leaf_modules(model: str | None) -> tuple[str, ...]:
+    """The MoE block ZeRO-3 must fetch whole, from the model's type (Mixtral, Qwen2-MoE); () for dense models."""
+    if model is None:
+        return ()
+    from wizard.model import load_model_spec
+
+    spec = load_model_spec(model)
+    return (spec.moe_layer_cls_name,) if spec.is_moe and spec.moe_layer_cls_name else ()
 
 
 def _target_deepspeed_version(hardware: HardwareReport | None) -> str | None:
@@ -302,10 +355,15 @@ def _report(
         offload.append(f"optimizer->{s.offload_optimizer}")
     if s.offload_param != "none":
         offload.append(f"params->{s.offload_param}")
+    batch = (
+        f"micro-batch {s.micro_batch_size} x accumulation {s.gradient_accumulation_steps} x {s.world_size} GPU(s) "
+        f"= global batch {s.global_batch_size}"
+        if s.mode == "train"
+        else f"inference, micro-batch {s.micro_batch_size} per forward x {s.world_size} GPU(s)"
+    )
     click.echo(
         f"strategy: ZeRO-{s.zero_stage}{' + offload ' + ', '.join(offload) if offload else ''}, {s.precision}, "
-        f"micro-batch {s.micro_batch_size} x accumulation {s.gradient_accumulation_steps} x {s.world_size} GPU(s) "
-        f"= global batch {s.global_batch_size}; for {config_set.consumer}"
+        f"{batch}; for {config_set.consumer}"
     )
     for path, backup in written:
         click.echo(f"  wrote {path}" + (f" (previous kept as {backup.name})" if backup else ""))
