@@ -205,6 +205,8 @@ def _launch(
         if node_rank is not None:
             raise DswizError("--simulate-nodes starts every node rank itself", "drop --node-rank")
         master_addr = master_addr or "127.0.0.1"
+    if master_addr is None and hostfile:
+        master_addr = choice.master_addr  # launch.sh's: the first host of the plan
     hosts = (
         L.parse_hostfile(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
         if hostfile and Path(hostfile).is_file()
@@ -271,6 +273,10 @@ def _launch(
     from runner import preflight as pf
 
     hardware = detect_hardware()
+    sidecar = load_plan_sidecar(choice)
+    procs = pf.requested_procs_here(spec, hosts) or pf.visible_gpu_count(hardware, spec.visible_devices)
+    world_size = procs * (num_nodes or len(hosts) or 1) if procs else None
+    use = plan_use(sidecar, hardware, world_size)
     port_here = not multinode or simulate_nodes or (mode == "nossh" and (node_rank or 0) == 0)
     result = pf.preflight(
         spec,
@@ -279,7 +285,8 @@ def _launch(
         environ=os.environ,
         # the accelerate YAML when that launches (it is linted with the JSON it names), else the JSON
         config_path=spec.accelerate_config if launcher == "accelerate" else spec.ds_config,
-        cpu_offload_need_bytes=predicted_cpu_offload_bytes(ds_config, hardware),
+        cpu_offload_need_bytes=use.host_need_bytes,
+        nvme_need_bytes=use.nvme_need_bytes,
         ssh_timeout_s=ssh_timeout,
         check_port_here=port_here,
     )
@@ -305,9 +312,12 @@ def _launch(
         accelerate_yaml=yaml_text,
         deepspeed_env_texts=env_texts,
         steps_per_print=steps_per_print,
+        plan=use.run_plan,
     )
-    sink = process.TerminalSink()
+    sink = process.TerminalSink(run_dir=prepared.run_dir)
     sink.on_notice(f"run directory: {prepared.run_dir}")
+    for note in use.notes:
+        sink.on_notice(note)
     for cmd in prepared.commands:
         sink.on_notice(f"command: {cmd.shell()}")
     for change in prepared.config_changes:
@@ -319,7 +329,7 @@ def _launch(
         term_grace_s=grace,
         status_every_s=status_every,
         optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(hardware.gpus)),
-        oom_advisor=oom_advisor(hardware),
+        oom_advisor=oom_advisor(sidecar, choice.folder),
     )
     dashboard = not no_tui and sys.stdin.isatty() and sys.stdout.isatty()
     with process.forwarded_signals(job):
@@ -354,16 +364,66 @@ def detect_hardware() -> HardwareReport:
     return get_hardware(None)
 
 
-def predicted_cpu_offload_bytes(
-    ds_config: dict[str, Any] | None, hardware: HardwareReport | None
-) -> int | None:
-    """Planner hook: host RAM the config's CPU offload needs. None until the planner predicts it."""
+def load_plan_sidecar(choice: Any) -> Any:
+    """The config folder's dswiz-plan.json (wizard.config.sidecar.PlanSidecar), or None. A damaged one is a
+    warning, not a reason to refuse the launch: the run just gets no predictions and generic advice."""
+    if choice.plan_sidecar is None:
+        return None
+    from wizard.config.sidecar import load_sidecar
+
+    path = choice.plan_sidecar
+    try:
+        return load_sidecar(path.read_text(encoding="utf-8"), source=str(path))
+    except (OSError, UnicodeDecodeError) as e:
+        click.echo(f"warning: cannot read {path} ({e}); launching without the plan's predictions", err=True)
+    except DswizError as e:
+        click.echo(f"warning: {e.problem}; launching without the plan's predictions", err=True)
+        if e.fix:
+            click.echo(f"  fix: {e.fix}", err=True)
     return None
 
 
-def oom_advisor(hardware: HardwareReport | None) -> Any:
-    """Planner hook: advice after a CUDA OOM (a micro-batch or stage that fits). None: generic advice."""
-    return None
+@dataclasses.dataclass(frozen=True)
+class PlanUse:
+    """What the launch takes from the plan: run.json's plan section, the offload needs preflight checks, notices."""
+
+    run_plan: dict[str, Any] | None = None
+    host_need_bytes: int | None = None
+    nvme_need_bytes: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def plan_use(sidecar: Any, hardware: HardwareReport, world_size: int | None) -> PlanUse:
+    """The plan's predictions where they describe this launch (same GPU model and count); its model figures (FLOPs
+    per token, sequence length) always. Host RAM and NVMe needs hold whatever the GPU model, if the GPU count is
+    the planned one."""
+    if sidecar is None:
+        return PlanUse()
+    from wizard.config.sidecar import offload_needs, plan_applies, run_plan_section
+    from wizard.throughput import peak_flops
+
+    gpu = hardware.gpus[0] if hardware.gpus else None
+    why_not = plan_applies(sidecar, gpu_name=gpu.name if gpu else None, world_size=world_size)
+    peak_here = round(peak_flops(gpu, sidecar.strategy.precision)[0] / 1e12, 3) if gpu else None
+    section = run_plan_section(sidecar, applies=why_not is None, peak_tflops_here=peak_here)
+    host, nvme = offload_needs(sidecar)
+    if world_size is not None and world_size != sidecar.strategy.world_size:
+        host = nvme = None
+    notes = [f"plan: {sidecar.model.name} on {sidecar.hardware_summary} (dswiz-plan.json)"]
+    if why_not:
+        notes.append(f"{why_not}: the dashboard shows no predicted peak or tokens/s")
+    return PlanUse(section, host, nvme, tuple(notes))
+
+
+def oom_advisor(sidecar: Any, folder: Path | None) -> Any:
+    """The verdict's advice after a CUDA OOM: with a plan, the planner's config that fits (and the command that
+    writes it); without, None (the verdict's generic advice from the config)."""
+    if sidecar is None or folder is None:
+        return None
+    from runner.verdict import default_oom_advice
+    from wizard.replan import oom_advisor as planner_advisor
+
+    return planner_advisor(sidecar, str(folder), fallback=default_oom_advice)
 
 
 def _deepspeed_env_files(choice: Any) -> list[Path]:

@@ -21,6 +21,7 @@ ACCELERATE_YAML_NAMES = ("accelerate.yaml", "accelerate.yml", "accelerate_config
 HOSTFILE_NAME = "hostfile"
 DEEPSPEED_ENV_NAME = ".deepspeed_env"
 LAUNCH_SH_NAME = "launch.sh"
+PLAN_SIDECAR_NAME = "dswiz-plan.json"  # wizard.config.sidecar.SIDECAR_NAME
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,10 @@ class ConfigChoice:
     config_arg: str | None = None  # from launch.sh: "deepspeed" (HF Trainer) | "deepspeed_config"
     multinode_launcher: str | None = None  # from launch.sh
     master_port: int | None = None  # from launch.sh
+    master_addr: str | None = None  # from launch.sh (multi-node: the first host, as planned)
     nproc: int | None = None  # from launch.sh: --num_gpus (the GPUs per node the plan was made for)
+    plan_sidecar: Path | None = None  # dswiz-plan.json: the plan behind the configs (wizard.config.sidecar)
+    folder: Path | None = None  # the config folder (as given; a file's parent)
 
 
 def find_configs(path: str | Path) -> ConfigChoice:
@@ -58,13 +62,33 @@ def find_configs(path: str | Path) -> ConfigChoice:
     hostfile = p / HOSTFILE_NAME if (p / HOSTFILE_NAME).is_file() else None
     env = p / DEEPSPEED_ENV_NAME if (p / DEEPSPEED_ENV_NAME).is_file() else None
     hints = _launch_sh_hints(p / LAUNCH_SH_NAME)
-    return ConfigChoice(ds_config=ds, accelerate_yaml=yml, hostfile=hostfile, deepspeed_env=env, **hints)
+    return ConfigChoice(
+        ds_config=ds,
+        accelerate_yaml=yml,
+        hostfile=hostfile,
+        deepspeed_env=env,
+        plan_sidecar=_sidecar(p),
+        folder=p,
+        **hints,
+    )
+
+
+def _sidecar(directory: Path) -> Path | None:
+    path = directory / PLAN_SIDECAR_NAME
+    return path if path.is_file() else None
 
 
 def _from_file(p: Path) -> ConfigChoice:
+    sidecar, folder = _sidecar(p.parent), p.parent
     if p.suffix in (".yaml", ".yml"):
-        return ConfigChoice(ds_config=_yaml_ds_file(p), accelerate_yaml=p, launcher="accelerate")
-    return ConfigChoice(ds_config=p)
+        return ConfigChoice(
+            ds_config=_yaml_ds_file(p),
+            accelerate_yaml=p,
+            launcher="accelerate",
+            plan_sidecar=sidecar,
+            folder=folder,
+        )
+    return ConfigChoice(ds_config=p, plan_sidecar=sidecar, folder=folder)
 
 
 def _single(directory: Path, pattern: str) -> Path | None:
@@ -103,7 +127,14 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
         return {}
     exec_line = next((ln for ln in text.splitlines() if ln.startswith("exec ")), "")
     hints: dict[str, Any] = {}
-    if "accelerate" in exec_line.split()[1:2] or "accelerate launch" in exec_line:
+    # Written by runner.launch.build_command ("$PYTHON" -m accelerate.commands.launch / deepspeed.launcher.runner);
+    # older dswiz versions wrote `accelerate launch` / `deepspeed`.
+    words = exec_line.split()
+    if (
+        "accelerate.commands.launch" in words
+        or "accelerate" in words[1:2]
+        or "accelerate launch" in exec_line
+    ):
         hints["launcher"] = "accelerate"
     elif exec_line:
         hints["launcher"] = "deepspeed"
@@ -116,6 +147,9 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
     m = re.search(r"--master_port\s+(\d+)", exec_line)
     if m:
         hints["master_port"] = int(m.group(1))
+    m = re.search(r"--master_addr\s+(\S+)", exec_line)
+    if m:
+        hints["master_addr"] = m.group(1).strip("'\"")
     m = re.search(r"--num_gpus\s+(\d+)", exec_line)
     if m:
         hints["nproc"] = int(m.group(1))

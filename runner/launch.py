@@ -64,6 +64,12 @@ class LaunchSpec:
     each_rank_log: bool = True  # DeepSpeed --enable_each_rank_log into <run>/logs/ranks
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES of the calling environment, when set
     env: tuple[tuple[str, str | None], ...] = ()  # extra environment changes (preflight fixes); None unsets
+    # False: the job reads the configs where they are, with no run directory (launch.sh, written by dswiz config).
+    copy_configs: bool = True
+    # A shell variable holding this node's rank, instead of node_rank (launch.sh runs on every node: "$NODE_RANK").
+    node_rank_var: str | None = None
+    # The .deepspeed_env other nodes get (DS_ENV_FILE) when it is used as it is; None: the run directory's copy.
+    deepspeed_env_file: str | None = None
 
     @property
     def multinode(self) -> bool:
@@ -93,7 +99,10 @@ class LaunchCommand(NamedTuple):
 
 
 def config_copy_path(spec: LaunchSpec, original: str) -> str:
-    """Where the launched copy of ``original`` lives: ``<run>/config/<basename>``."""
+    """Where the launched copy of ``original`` lives: ``<run>/config/<basename>`` (the original itself when the
+    spec copies no configs)."""
+    if not spec.copy_configs:
+        return original
     return str(PurePath(spec.run_dir, rundir.CONFIG_DIR, PurePath(original).name))
 
 
@@ -106,7 +115,16 @@ def csv_dir(spec: LaunchSpec) -> str:
 
 
 def deepspeed_env_path(spec: LaunchSpec) -> str:
+    if spec.deepspeed_env_file is not None:
+        return spec.deepspeed_env_file
     return str(PurePath(spec.run_dir, rundir.CONFIG_DIR, "deepspeed_env"))
+
+
+def node_rank_word(spec: LaunchSpec) -> str:
+    """This node's rank as a command word: the number, or the shell variable that holds it."""
+    if spec.node_rank is not None:
+        return str(spec.node_rank)
+    return f"${spec.node_rank_var}"
 
 
 def effective_config_arg(spec: LaunchSpec) -> str:
@@ -284,7 +302,7 @@ def validate(spec: LaunchSpec) -> None:
         spec.launcher == "torchrun" or (spec.launcher == "deepspeed" and spec.multinode_launcher == "nossh")
     )
     if needs_node_rank:
-        if spec.node_rank is None:
+        if spec.node_rank is None and spec.node_rank_var is None:
             raise DswizError(
                 "a launch with one launcher per node needs this node's rank",
                 "pass --node-rank K (0 on the node that hosts --master-addr), or --simulate-nodes to start "
@@ -357,7 +375,7 @@ def _deepspeed_argv(spec: LaunchSpec) -> list[str]:
         if spec.num_nodes:
             argv += ["--num_nodes", str(spec.num_nodes)]
         if spec.multinode_launcher == "nossh":
-            argv += ["--no_ssh", "--node_rank", str(spec.node_rank)]
+            argv += ["--no_ssh", "--node_rank", node_rank_word(spec)]
         else:
             argv += ["--launcher", spec.multinode_launcher]
             if spec.launcher_args:
@@ -394,8 +412,8 @@ def _accelerate_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--num_processes", str(spec.nproc * nodes)]  # accelerate counts processes over all machines
     if spec.num_nodes:
         argv += ["--num_machines", str(spec.num_nodes)]
-    if spec.node_rank is not None:
-        argv += ["--machine_rank", str(spec.node_rank)]
+    if spec.node_rank is not None or spec.node_rank_var is not None:
+        argv += ["--machine_rank", node_rank_word(spec)]
     if spec.master_addr:
         argv += ["--main_process_ip", spec.master_addr]
     if spec.master_port is not None:
@@ -407,7 +425,7 @@ def _torchrun_argv(spec: LaunchSpec) -> list[str]:
     argv = [spec.python, "-m", "torch.distributed.run"]
     argv += ["--nproc_per_node", str(spec.nproc or 1)]
     if spec.multinode:
-        argv += ["--nnodes", str(spec.num_nodes), "--node_rank", str(spec.node_rank)]
+        argv += ["--nnodes", str(spec.num_nodes), "--node_rank", node_rank_word(spec)]
     if spec.master_addr:
         argv += ["--master_addr", spec.master_addr]
     if spec.master_port is not None:

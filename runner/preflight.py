@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.launch import LaunchSpec, parse_hostfile
+from runner.launch import LaunchSpec, effective_config_arg, parse_hostfile
 from wizard.config.check import lint_path
 from wizard.config.schema import Consumer
 from wizard.errors import DswizError
@@ -109,6 +109,24 @@ def check_script(script: str) -> list[Finding]:
             )
         ]
     return []
+
+
+def check_script_code(spec: LaunchSpec, ds_config: Mapping[str, Any]) -> list[Finding]:
+    """The code-change hints' errors and warnings for this script with this config and consumer (wizard.hints):
+    e.g. the optimizer from the config while the script builds its own LR scheduler under accelerate."""
+    from dataclasses import replace
+
+    from wizard.hints import script_findings
+
+    try:
+        text = Path(spec.script).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []  # check_script reports it
+    consumer = config_consumer(spec.launcher, effective_config_arg(spec))
+    return [
+        replace(f, location=f"{spec.script} ({f.location})")
+        for f in script_findings(consumer, ds_config, text)
+    ]
 
 
 # ------------------------------------------------------------------------------------ the training python
@@ -669,6 +687,7 @@ def preflight(
             hardware=hardware,
         )
     if ds_config is not None:
+        findings += check_script_code(spec, ds_config)
         findings += check_nvme(ds_config, hardware, need_bytes=nvme_need_bytes)
         findings += check_host_ram(ds_config, hardware, need_bytes=cpu_offload_need_bytes)
     arch_findings, arch_fix = check_arch_list(environ)

@@ -36,6 +36,7 @@ import psutil
 
 from runner import launch, rundir
 from runner.launch import LaunchCommand, LaunchSpec
+from runner.logfold import ConfigDumpFolder, Output, Shown
 from runner.phases import Phase
 from runner.rundir import LauncherProcess, RunRecord, RunVerdict
 from runner.verdict import JobObserver, OomAdvisor, RankDeath, Status, decide, exit_code
@@ -64,6 +65,7 @@ class PreparedRun:
     config_changes: tuple[str, ...]
     ds_config: dict[str, Any] | None  # the config as launched (the observable copy)
     cwd: str
+    plan: dict[str, Any] | None = None  # run.json's "plan" section (predictions for the monitor)
 
 
 def prepare_run(
@@ -74,6 +76,7 @@ def prepare_run(
     deepspeed_env_texts: Sequence[str] = (),
     steps_per_print: int = launch.DEFAULT_STEPS_PER_PRINT,
     cwd: str | None = None,
+    plan: Mapping[str, Any] | None = None,
 ) -> PreparedRun:
     """Create the run directory (0700) and the launched copies of the configs; the originals are not touched.
 
@@ -115,6 +118,7 @@ def prepare_run(
         config_changes=tuple(changes),
         ds_config=launched,
         cwd=cwd or os.getcwd(),
+        plan=dict(plan) if plan else None,
     )
 
 
@@ -139,16 +143,21 @@ class JobSink(Protocol):
 
 class TerminalSink:
     """The log streamed as it comes, a one-line status every interval, dswiz's own lines marked ``[dswiz]``.
+    DeepSpeed's ~100-line config dump is folded into one line naming the log file that keeps it.
 
     Writes that fail (the terminal went away: SIGHUP) are dropped; the run directory still gets everything.
     """
 
-    def __init__(self, stream: IO[str] | None = None, *, show_log: bool = True) -> None:
+    def __init__(
+        self, stream: IO[str] | None = None, *, show_log: bool = True, run_dir: Path | None = None
+    ) -> None:
         self._stream = stream if stream is not None else sys.stdout
         self._show_log = show_log
         self._dead = False
         self._muted = False
         self._held: RunOutcome | None = None
+        self._fold = ConfigDumpFolder()
+        self._run_dir = run_dir
 
     def mute(self) -> None:
         """While a dashboard owns the terminal: print nothing (the run directory still gets everything)."""
@@ -172,7 +181,25 @@ class TerminalSink:
 
     def on_line(self, text: str, rank: int | None) -> None:
         if self._show_log:
-            self._write(text.split("\r")[-1])
+            self._show(self._fold.feed(text.split("\r")[-1], rank))
+
+    def _show(self, outputs: list[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, Shown):
+                self._write(out.text)
+            else:
+                self._write(
+                    f"[dswiz] DeepSpeed printed its config ({out.lines} lines): {self._where(out.rank)}"
+                )
+
+    def _where(self, rank: int | None) -> str:
+        """The log file that keeps a rank's lines (the launcher's: logs/combined.log)."""
+        if self._run_dir is None:
+            return "the run directory's logs"
+        if rank is None:
+            return str(self._run_dir / rundir.COMBINED_LOG)
+        ranks = sorted((self._run_dir / rundir.RANK_LOGS_DIR).glob(f"*_rank{rank}.log"))
+        return str(ranks[-1] if ranks else self._run_dir / rundir.RANK_LOGS_DIR)
 
     def on_status(self, status: Status) -> None:
         self._write(f"[dswiz] {status.line()}")
@@ -184,6 +211,8 @@ class TerminalSink:
         self._write(f"[dswiz] {text}")
 
     def on_end(self, outcome: RunOutcome) -> None:
+        if self._show_log:
+            self._show(self._fold.flush())
         if self._muted:
             self._held = outcome
             return
@@ -403,6 +432,7 @@ class Job:
         self._last_status = self._t0
         self._record: RunRecord | None = None
         self._leftover_killed = 0
+        self._checkpoint_lines: collections.deque[str] = collections.deque(maxlen=200)
 
     # -- control ---------------------------------------------------------------------------------------
 
@@ -540,6 +570,8 @@ class Job:
             self._log.write(text + "\n")
             self._log.flush()
         self.sink.on_line(text, rank)
+        if "heckpoint" in text:  # where the job says it saved one (the verdict points at it)
+            self._checkpoint_lines.append(text)
         before = self.observer.phases.current
         event = self.observer.feed(text, now, rank=rank, stream=stream)
         if self.observer.phases.current is not before:
@@ -642,6 +674,7 @@ class Job:
             ),
             hostname=socket.gethostname(),
             dswiz_version=__version__,
+            plan=p.plan,
         )
 
     def _finish(self) -> RunOutcome:
@@ -659,6 +692,9 @@ class Job:
             elapsed=now - self._t0,
             leftover_killed=self._leftover_killed,
         )
+        hint = self._checkpoint_hint()
+        if hint:
+            verdict = replace(verdict, advice=(*verdict.advice, *hint))
         sig = _SIGNALS.get(stop, signal.SIGINT) if stop else None  # stopped from the dashboard: as Ctrl-C
         code = exit_code(verdict, codes, int(sig) if sig is not None else None)
         assert self._record is not None
@@ -678,6 +714,18 @@ class Job:
         outcome = RunOutcome(exit_code=code, verdict=verdict, run_dir=self.prepared.run_dir, record=record)
         self.sink.on_end(outcome)
         return outcome
+
+    def _checkpoint_hint(self) -> list[str]:
+        """Where the job saved checkpoints and how to consolidate them (empty when it saved none)."""
+        from wizard.checkpoints import checkpoint_hint, output_dirs_from_args
+
+        cwd = self.prepared.cwd
+        sources = output_dirs_from_args(self.prepared.specs[0].script_args, cwd)
+        try:
+            text = checkpoint_hint(sources, log_text="\n".join(self._checkpoint_lines), cwd=cwd)
+        except OSError:
+            return []
+        return text.splitlines()
 
 
 @contextmanager

@@ -138,6 +138,8 @@ class RunRecord:
     launcher_exit_codes: tuple[int | None, ...] = ()  # each launcher's own return code (negative: signal)
     interrupted_by: str | None = None  # "SIGINT", "SIGTERM", "SIGHUP"
     verdict: RunVerdict | None = None
+    # What the plan predicted (runner.metrics.plan.PlanInfo reads it): from the config folder's dswiz-plan.json.
+    plan: dict[str, Any] | None = None
     version: int = RUN_JSON_VERSION
 
     def to_dict(self) -> dict[str, Any]:

@@ -351,6 +351,41 @@ def checkpoint_paths_from_log(text: str, cwd: str | Path | None = None) -> list[
     return paths
 
 
+# Script arguments that name where a training script saves (DeepSpeed examples, the HF Trainer, train_tiny.py).
+OUTPUT_DIR_FLAGS = (
+    "--save-dir",
+    "--save_dir",
+    "--save",
+    "--output_dir",
+    "--output-dir",
+    "--checkpoint_dir",
+    "--checkpoint-dir",
+    "--ckpt_dir",
+    "--ckpt-dir",
+)
+
+
+def output_dirs_from_args(argv: Iterable[str], cwd: str | Path | None = None) -> list[Path]:
+    """The directories a training script's arguments name as its output (``--output_dir DIR``, ``--save-dir=DIR``
+    …), relative ones resolved against ``cwd``: where to look for checkpoints after the run."""
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    args = list(argv)
+    found: list[Path] = []
+    for i, arg in enumerate(args):
+        value = None
+        for flag in OUTPUT_DIR_FLAGS:
+            if arg == flag and i + 1 < len(args) and not args[i + 1].startswith("-"):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+        if value:
+            p = Path(value).expanduser()
+            p = p if p.is_absolute() else base / p
+            if p not in found:
+                found.append(p)
+    return found
+
+
 def consolidate_command(root: Path, tag: str | None = None, out: Path | None = None) -> str:
     """The exact `dswiz consolidate` command line for a checkpoint root."""
     out = out or root.with_name(f"{root.name}-fp32")

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
@@ -313,3 +315,74 @@ def code_hints(
         launch=launch,
         findings=findings,
     )
+
+
+# -- from a written config ------------------------------------------------------------------------------------
+
+
+def sources_of_config(ds_config: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(optimizer source, scheduler source) a DeepSpeed config implies: "config" where it has the section, else
+    the script's optimizer and no scheduler (whether the script builds one cannot be seen from the config)."""
+    cfg = ds_config if isinstance(ds_config, Mapping) else {}
+    optimizer = "config" if isinstance(cfg.get("optimizer"), Mapping) else "script"
+    scheduler = "config" if isinstance(cfg.get("scheduler"), Mapping) else "none"
+    return optimizer, scheduler
+
+
+def config_hint_lines(
+    consumer: str,
+    ds_config: Mapping[str, Any] | None,
+    *,
+    config_file: str = "ds_config.json",
+    accelerate_config: str = "accelerate.yaml",
+) -> list[str]:
+    """What ``dswiz config`` prints after writing: one line saying what the script must change for ``consumer``
+    and this config, the short diff, and -- when the optimizer comes from the config -- the trap of a scheduler
+    built by the script."""
+    optimizer, scheduler = sources_of_config(ds_config)
+    hints = code_hints(
+        consumer, optimizer, scheduler, config_file=config_file, accelerate_config=accelerate_config
+    )
+    lines = [f"script ({consumer}): {hints.explanation}"]
+    if hints.changed:
+        lines += hints.diff.rstrip("\n").splitlines()
+    if consumer != "trainer" and optimizer == "config" and scheduler == "none":
+        trap = code_hints(consumer, "config", "script").findings
+        lines += [f"if your script builds its own LR scheduler: {f.fix}" for f in trap]
+    return lines
+
+
+# A torch / transformers LR scheduler being built, and the two ways of building one on DeepSpeed's optimizer.
+_SCRIPT_SCHEDULER_RE = re.compile(
+    r"lr_scheduler\.\w+\(|\b(?:LambdaLR|StepLR|MultiStepLR|ExponentialLR|CosineAnnealingLR|"
+    r"CosineAnnealingWarmRestarts|OneCycleLR|LinearLR|PolynomialLR|ReduceLROnPlateau|SequentialLR)\(|"
+    r"\bget_(?:linear|cosine|constant|polynomial_decay|cosine_with_hard_restarts)_schedule\w*\(|\bget_scheduler\("
+)
+_SCHEDULER_CALLABLE_RE = re.compile(r"\blr_scheduler_callable\s*=|\blr_scheduler\s*=\s*lambda\b")
+_SCHEDULER_NAME_RE = re.compile(r"\blr_scheduler\s*=\s*([A-Za-z_]\w*)\s*[,)]")
+
+
+def _passes_scheduler_function(text: str) -> bool:
+    """The script hands DeepSpeed / accelerate a function that builds the scheduler (the hints' fix)."""
+    if _SCHEDULER_CALLABLE_RE.search(text):
+        return True
+    for name in _SCHEDULER_NAME_RE.findall(text):
+        if re.search(rf"^\s*def {name}\(|\b{name}\s*=\s*lambda\b", text, re.MULTILINE):
+            return True
+    return False
+
+
+def script_findings(consumer: str, ds_config: Mapping[str, Any] | None, script_text: str) -> list[Finding]:
+    """The hints' findings for a script about to be launched with this config: e.g. the optimizer from the
+    config while the script builds its own torch LR scheduler (accelerate refuses that; DeepSpeed cannot build it
+    beforehand). Read from the script's text, so a script that already passes a scheduler *function*
+    (``lr_scheduler_callable=`` / ``lr_scheduler=make_scheduler``) is left alone."""
+    if consumer not in CONSUMERS:
+        return []
+    optimizer, scheduler = sources_of_config(ds_config)
+    if scheduler == "none" and _SCRIPT_SCHEDULER_RE.search(script_text):
+        if _passes_scheduler_function(script_text):
+            return []
+        scheduler = "script"
+    found = code_hints(consumer, optimizer, scheduler).findings
+    return [f for f in found if f.severity in (Severity.ERROR, Severity.WARNING)]

@@ -76,6 +76,14 @@ class ModelSpec:
         d["notes"] = list(self.notes)
         return d
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelSpec:
+        """Read ``to_dict`` back (unknown keys ignored: a newer writer may add fields)."""
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["notes"] = tuple(kw.get("notes") or ())
+        return cls(**kw)
+
 
 # --------------------------------------------------------------------------------------------------- parsing
 

@@ -255,6 +255,8 @@ def run_prompts(
     results = core.write_files(c.out_dir, files, force=force)
     for r in results:
         say(f"wrote {r.path}" + (f" (old one kept as {r.backup.name})" if r.backup else ""))
+    for line in core.script_hint_lines(files, c.out_dir):
+        say(line)
     say(f"Next: {core.launch_command(c.out_dir)}")
     return 0
 

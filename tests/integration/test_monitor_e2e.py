@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,60 @@ def test_monitor_json_attached_to_a_plain_deepspeed_job(tmp_path: Path) -> None:
     assert summary["job_state"] == "finished" and summary["exit_code"] == 0 and summary["last_step"] == 40
     assert summary["mean_samples_per_sec"] > 0 and summary["alerts"] == []
     assert any(n.startswith("logs: ") and str(log) in n for n in snapshots[0]["notes"])
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_monitor_json_attached_to_a_dswiz_launch_job(tmp_path: Path) -> None:
+    """The issue's path: `dswiz launch --no-tui` runs the job, `dswiz monitor RUN_DIR --json` attaches to its run
+    directory while it trains, and ends with the summary when the job ends."""
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 2},
+    }
+    (tmp_path / "ds_config.json").write_text(json.dumps(config))
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")}
+    launch_argv = [
+        sys.executable, "-m", "wizard", "launch", "--no-tui", "--nproc", "2", "--config", "ds_config.json",
+        "--steps-per-print", "5", "--master-port", str(free_port()), "--run-dir", str(run_dir),
+        str(ROOT / "runner/examples/train_tiny.py"), "--steps", "40", "--sleep-per-step", "0.25",
+    ]  # fmt: skip
+    with (tmp_path / "launch.out").open("w") as out:
+        launch = subprocess.Popen(launch_argv, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "run.json").exists() and launch.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (run_dir / "run.json").exists(), (tmp_path / "launch.out").read_text()[-3000:]
+        monitor = subprocess.run(
+            [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--json", "--interval", "0.5"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=360,
+            check=False,
+        )
+        launch_rc = launch.wait(timeout=120)
+    finally:
+        if launch.poll() is None:
+            launch.send_signal(signal.SIGINT)
+            launch.wait(timeout=60)
+    launch_out = (tmp_path / "launch.out").read_text()
+    aborted_at_exit = (
+        "aborted in native code" in launch_out
+    )  # DeepSpeed's CPU exit abort, see test_launch_deepspeed
+    assert launch_rc == 0 or aborted_at_exit, launch_out[-3000:]
+    assert monitor.returncode == 0, monitor.stderr
+    objects = [json.loads(line) for line in monitor.stdout.splitlines() if line.strip()]
+    snapshots, summary = objects[:-1], objects[-1]
+    assert summary["event"] == "summary" and all(o["event"] == "snapshot" for o in snapshots)
+    steps = [o["step"] for o in snapshots if o["step"] is not None]
+    assert len(set(steps)) >= 3 and steps == sorted(steps) and steps[-1] == 40
+    assert any(o["samples_per_sec"] and o["samples_per_sec"] > 0 for o in snapshots)
+    assert any(o["loss"] is not None for o in snapshots)
+    assert summary["last_step"] == 40 and summary["mean_samples_per_sec"] > 0
+    if not aborted_at_exit:
+        assert summary["job_state"] == "finished" and summary["exit_code"] == 0

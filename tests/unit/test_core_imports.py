@@ -42,11 +42,13 @@ CORE_MODULES = (
     "wizard.planner",
     "wizard.checkpoints",
     "wizard.hints",
+    "wizard.replan",
     "runner.launch",
     "runner.rundir",
     "runner.configdir",
     "runner.phases",
     "runner.tracebacks",
+    "runner.logfold",
     "runner.verdict",
     "runner.metrics.parse",
 )

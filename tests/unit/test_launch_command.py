@@ -258,3 +258,35 @@ def test_hostfile_parsing_by_deepspeeds_rule() -> None:
 def test_build_command_is_deterministic() -> None:
     s = spec(nproc=2, env=(("B", "2"), ("A", "1")))
     assert build_command(s) == build_command(s)
+
+
+def test_a_command_for_launch_sh_reads_the_configs_in_place_and_takes_the_rank_from_a_variable() -> None:
+    """What wizard/config/render.py builds launch.sh from: no run directory, "$NODE_RANK" instead of a number."""
+    s = spec(
+        ds_config="$DIR/ds_config.json",
+        hostfile="$DIR/hostfile",
+        multinode_launcher="nossh",
+        node_rank_var="NODE_RANK",
+        master_addr="10.0.0.1",
+        each_rank_log=False,
+        copy_configs=False,
+        env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
+    )
+    argv, env = build_command(s)
+    assert argv[argv.index("--node_rank") + 1] == "$NODE_RANK"
+    assert argv[argv.index("--deepspeed_config") + 1] == "$DIR/ds_config.json"  # the original, not a copy
+    assert "--enable_each_rank_log" not in argv and "DS_ENV_FILE" not in env  # one launcher per node: no ssh
+    with pytest.raises(DswizError, match="needs this node's rank"):
+        build_command(replace(s, node_rank_var=None))
+    # an ssh launcher exports the folder's .deepspeed_env as it is when the spec names it
+    pdsh = replace(s, multinode_launcher="pdsh", node_rank_var=None, deepspeed_env_file="$DIR/.deepspeed_env")
+    assert build_command(pdsh).env["DS_ENV_FILE"] == "$DIR/.deepspeed_env"
+    acc = spec(
+        launcher="accelerate",
+        accelerate_config="$DIR/accelerate.yaml",
+        node_rank_var="NODE_RANK",
+        copy_configs=False,
+    )
+    argv, _ = build_command(acc)
+    assert argv[argv.index("--config_file") + 1] == "$DIR/accelerate.yaml"
+    assert argv[argv.index("--machine_rank") + 1] == "$NODE_RANK"

@@ -1,12 +1,16 @@
-"""`dswiz config --yes`: write a complete config set (ds_config.json, accelerate.yaml, hostfile + .deepspeed_env for
-several nodes, launch.sh) without a prompt, lint it, and say what to run next.
+"""`dswiz config`: write a complete config set (ds_config.json, accelerate.yaml, hostfile + .deepspeed_env for
+several nodes, launch.sh, and dswiz-plan.json when a model was planned), lint it, show the script change the
+consumer needs, and say what to run next.
 
-Defaults come from the planner's top recommendation when --model is given (``recommended_strategy``, the one
-seam to the planner); every explicit flag overrides it. Without --model the flags alone describe the strategy.
+With --yes nothing is asked: defaults come from the planner's top recommendation when --model is given, and every
+explicit flag overrides it; without --model the flags alone describe the strategy. Without --yes the wizard's
+questions are asked as line prompts (``wizard.prompts``), which needs a terminal.
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +20,33 @@ if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.config.schema import ConfigSet
     from wizard.hardware.report import HardwareReport
-    from wizard.strategy import Mode, Precision, Strategy
+    from wizard.model import ModelSpec
+    from wizard.planner import Plan, PlanRequest
+    from wizard.prompts import Prompter
+    from wizard.strategy import Precision, Strategy
 
 DEVICES = ("none", "cpu", "nvme")
+# Flags the line prompts ask about themselves (used with --yes only).
+_STRATEGY_FLAGS = (
+    "model",
+    "seq_len",
+    "stage",
+    "offload_optimizer",
+    "offload_param",
+    "precision",
+    "micro_batch",
+    "grad_accum",
+    "global_batch",
+    "activation_checkpointing",
+    "zeropp",
+    "mode",
+    "save_16bit",
+    "nodes",
+    "gpus_per_node",
+    "hostfile_hosts",
+    "master_addr",
+    "nvme_path",
+)
 
 
 @click.command()
@@ -45,15 +73,19 @@ DEVICES = ("none", "cpu", "nvme")
 @click.option(
     "--mode",
     type=click.Choice(("train", "inference")),
-    default="train",
-    show_default=True,
-    help="Training, or ZeRO-3 inference (no optimizer; parameter offload runs models larger than the GPUs).",
+    default=None,
+    help="train (default), or ZeRO-3 inference (no optimizer; parameter offload runs models larger than the GPUs).",
 )
 @click.option(
     "--save-16bit/--no-save-16bit",
     "save_16bit",
     default=None,
     help="Stage 3 training: gather the 16-bit weights into one file on save (default: yes).",
+)
+@click.option(
+    "--zeropp/--no-zeropp",
+    default=None,
+    help="ZeRO++ at stage 3 (quantized weights and gradients, hpZ within each node). Default: the plan's choice.",
 )
 @click.option(
     "--for",
@@ -90,29 +122,85 @@ DEVICES = ("none", "cpu", "nvme")
 @click.option("--steps-per-print", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Directory to write the files to.")
 @click.option("--force", is_flag=True, help="Replace files that exist (each old one kept as a .bak-<time>).")
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Without --yes: start the questions from an existing DeepSpeed JSON or accelerate YAML.",
+)
 @click.pass_context
-def config(ctx: click.Context, yes: bool, out_dir: Path | None, force: bool, **flags: Any) -> int:
+def config(
+    ctx: click.Context, yes: bool, out_dir: Path | None, force: bool, from_file: Path | None, **flags: Any
+) -> int:
     """Write DeepSpeed JSON, accelerate YAML, hostfile and launch.sh for a strategy (with --yes, no questions)."""
     from wizard.errors import DswizError
 
+    parent = ctx.parent.params if ctx.parent is not None else {}
+    if flags["hardware"] is None:
+        flags["hardware"] = parent.get("hardware")
     if not yes:
-        raise DswizError(
-            "`dswiz config` without --yes will ask the wizard's questions as line prompts; that is not built yet",
-            "pass --yes with your choices as flags (dswiz config --help), or run `dswiz` for the full-screen wizard",
+        ignored = [f"--{k.replace('_', '-')}" for k in _STRATEGY_FLAGS if flags.get(k) is not None]
+        if ignored:
+            click.echo(
+                f"note: {', '.join(ignored)}: used with --yes only; the questions below decide instead "
+                "(stop with Ctrl-C and add --yes to write from the flags)",
+                err=True,
+            )
+        from_parent = parent.get("from_file")
+        return run_interactive(
+            hardware=flags["hardware"],
+            out_dir=out_dir,
+            from_file=from_file or (Path(from_parent) if from_parent else None),
         )
     if out_dir is None:
         raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
-    if flags["hardware"] is None and ctx.parent is not None:
-        flags["hardware"] = ctx.parent.params.get("hardware")
+    flags["mode"] = flags["mode"] or "train"
     hardware = _hardware(flags)
-    strategy = resolve_strategy(flags, hardware)
+    planned = plan_for_flags(flags, hardware)
+    strategy = resolve_strategy(flags, hardware, planned)
     options = write_options(flags, out_dir, hardware)
     from wizard.config.build import config_set_from_strategy
 
     config_set = config_set_from_strategy(strategy, options)
-    written = write_config_set(config_set, out_dir, force=force)
+    extra = {}
+    if planned is not None:
+        from wizard.config.sidecar import SIDECAR_NAME, dump_sidecar
+
+        extra[SIDECAR_NAME] = dump_sidecar(_sidecar(planned, flags, hardware, strategy))
+    written = write_config_set(config_set, out_dir, force=force, extra=extra)
     _report(config_set, strategy, written, out_dir, hardware)
     return 0
+
+
+# ------------------------------------------------------------------------------------------- without --yes
+
+
+def is_interactive() -> bool:
+    """Whether a person can answer prompts here (the one seam tests replace)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def run_interactive(
+    *,
+    hardware: str | None,
+    out_dir: Path | None,
+    from_file: Path | None,
+    prompter: Prompter | None = None,
+) -> int:
+    """The wizard's questions as line prompts (``wizard.prompts.run_prompts``); refused without a terminal."""
+    from wizard.errors import DswizError
+
+    if prompter is None and not is_interactive():
+        raise DswizError(
+            "`dswiz config` without --yes asks questions, but there is no terminal to ask them in",
+            "pass --yes with your choices as flags (e.g. dswiz config --yes --model gpt2-medium --out DIR), "
+            "or run it in an interactive terminal",
+        )
+    from wizard.prompts import run_prompts
+
+    return run_prompts(
+        prompter=prompter, hardware_spec=hardware, from_file=from_file, out_dir=out_dir, say=click.echo
+    )
 
 
 def _hardware(flags: dict[str, Any]) -> HardwareReport | None:
@@ -124,59 +212,61 @@ def _hardware(flags: dict[str, Any]) -> HardwareReport | None:
     return get_hardware(flags["hardware"])
 
 
-def recommended_strategy(
-    hardware: HardwareReport,
-    model: str,
-    *,
-    seq_len: int | None,
-    global_batch: int | None,
-    mode: Mode = "train",
-) -> Strategy:
-    """The planner's top recommendation: the one place `dswiz config` talks to the planner."""
-    import importlib
+@dataclass(frozen=True)
+class Planned:
+    """The plan behind --model: what was planned, for what, and its answer."""
 
+    model_arg: str
+    model: ModelSpec
+    request: PlanRequest
+    plan: Plan
+
+
+def plan_for_flags(flags: dict[str, Any], hardware: HardwareReport | None) -> Planned | None:
+    """The planner's answer for --model on this hardware (None without --model): the one place `dswiz config`
+    talks to the planner."""
+    if flags["model"] is None:
+        return None
+    assert hardware is not None
+    from wizard import planner
+    from wizard.model import load_model_spec
+
+    spec = load_model_spec(flags["model"])
+    request = planner.PlanRequest(
+        seq_len=flags["seq_len"], global_batch=flags["global_batch"], mode=flags.get("mode") or "train"
+    )
+    return Planned(flags["model"], spec, request, planner.plan(hardware, spec, request))
+
+
+def recommended_strategy(planned: Planned) -> Strategy:
+    """The planner's top recommendation; DswizError when nothing fits."""
     from wizard.errors import DswizError
 
-    try:
-        # Imported by name: the planner lands on main separately (issue 3); this is its only caller here.
-        model_module = importlib.import_module("wizard.model")
-        planner = importlib.import_module("wizard.planner")
-    except ImportError:
-        raise DswizError(
-            "--model needs the planner, which is not part of this build yet",
-            "leave out --model and give the strategy as flags (--stage, --micro-batch, --precision, ...)",
-        ) from None
-    spec = model_module.load_model_spec(model)
-    request = planner.PlanRequest(seq_len=seq_len, global_batch=global_batch, mode=mode)
-    result = planner.plan(hardware, spec, request)
-    best = result.best
+    best = planned.plan.best
     if best is None:
         raise DswizError(
-            f"no strategy fits {model} on this hardware",
+            f"no strategy fits {planned.model_arg} on this hardware",
             "see `dswiz plan --model ...` for what is short, then choose more GPUs or a smaller model",
         )
     strategy: Strategy = best.strategy
     return strategy
 
 
-def resolve_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> Strategy:
+def resolve_strategy(
+    flags: dict[str, Any], hardware: HardwareReport | None, planned: Planned | None = None
+) -> Strategy:
     """The plan's strategy (or the defaults), with every explicit flag applied; refused when invalid."""
     from wizard.errors import DswizError
     from wizard.strategy import Strategy
 
-    if flags["model"] is not None:
-        assert hardware is not None
-        base = recommended_strategy(
-            hardware,
-            flags["model"],
-            seq_len=flags["seq_len"],
-            global_batch=flags["global_batch"],
-            mode=flags["mode"],
-        )
+    if planned is None and flags["model"] is not None:
+        planned = plan_for_flags(flags, hardware)
+    if planned is not None:
+        base = recommended_strategy(planned)
     else:
         base = Strategy(
-            zero_stage=3 if flags["mode"] == "inference" else 2,  # ZeRO inference is stage 3 only
-            mode=flags["mode"],
+            zero_stage=3 if flags.get("mode") == "inference" else 2,  # ZeRO inference is stage 3 only
+            mode=flags.get("mode") or "train",
             precision=_default_precision(hardware),
             nodes=hardware.nodes if hardware is not None else 1,
             gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
@@ -199,6 +289,13 @@ def resolve_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> 
     if hosts and flags["nodes"] is None:
         changes["nodes"] = len(hosts)
     strategy = base.with_(**changes)
+    if flags.get("zeropp") is not None:
+        on = bool(flags["zeropp"])
+        strategy = strategy.with_(
+            zero_quantized_weights=on,
+            zero_quantized_gradients=on and strategy.mode == "train",
+            zero_hpz_partition_size=strategy.gpus_per_node if on else 1,
+        )
     if flags["global_batch"] is not None and strategy.mode == "inference":
         per_forward = strategy.world_size
         if flags["global_batch"] % per_forward:
@@ -226,7 +323,7 @@ def resolve_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> 
     problems = strategy.problems()
     if problems:
         raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
-    if flags["save_16bit"] is not None and (strategy.zero_stage != 3 or strategy.mode != "train"):
+    if flags.get("save_16bit") is not None and (strategy.zero_stage != 3 or strategy.mode != "train"):
         if strategy.mode == "inference":
             why, fix = "inference saves no model", "drop the flag for --mode inference"
         else:
@@ -276,8 +373,8 @@ def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport
         deepspeed_version=_target_deepspeed_version(hardware),
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         config_dir=str(out_dir.resolve()),
-        save_16bit_model=True if flags["save_16bit"] is None else flags["save_16bit"],
-        moe_leaf_modules=moe_leaf_modules(flags["model"]),
+        save_16bit_model=flags.get("save_16bit") is not False,
+        moe_leaf_modules=moe_leaf_modules(flags.get("model")),
     )
 
 
@@ -304,15 +401,63 @@ def _target_deepspeed_version(hardware: HardwareReport | None) -> str | None:
         return None
 
 
-def write_config_set(config_set: ConfigSet, out_dir: Path, *, force: bool) -> list[tuple[Path, Path | None]]:
-    """Write every file atomically. Existing different files are refused up front (nothing is written) unless
-    ``force``, which keeps a backup of each."""
+def _config_args(flags: dict[str, Any]) -> list[str]:
+    """The flags beyond the strategy that shaped the files (those not at their default), to write them again."""
+    args: list[str] = []
+    if flags["consumer"] != "deepspeed":
+        args += ["--for", flags["consumer"]]
+    if flags["accelerate_mode"] != "config-file":
+        args += ["--accelerate-mode", flags["accelerate_mode"]]
+    for flag, name in (
+        ("hostfile_hosts", "--hostfile-hosts"),
+        ("master_addr", "--master-addr"),
+        ("nvme_path", "--nvme-path"),
+    ):
+        if flags[flag]:
+            args += [name, str(flags[flag])]
+    for flag, name, default in (
+        ("master_port", "--master-port", 29500),
+        ("optimizer", "--optimizer", "auto"),
+        ("lr", "--lr", 1e-4),
+        ("steps_per_print", "--steps-per-print", 10),
+    ):
+        if flags[flag] != default:
+            args += [name, str(flags[flag])]
+    if flags["torch_adam"]:
+        args.append("--torch-adam")
+    if flags.get("save_16bit") is False:
+        args.append("--no-save-16bit")
+    return args
+
+
+def _sidecar(
+    planned: Planned, flags: dict[str, Any], hardware: HardwareReport | None, strategy: Strategy
+) -> Any:
+    from wizard.replan import make_sidecar
+
+    assert hardware is not None
+    return make_sidecar(
+        model_arg=planned.model_arg,
+        model=planned.model,
+        hardware_arg=flags["hardware"],
+        hardware=hardware,
+        request=planned.request,
+        strategy=strategy,
+        config_args=_config_args(flags),
+    )
+
+
+def write_config_set(
+    config_set: ConfigSet, out_dir: Path, *, force: bool, extra: dict[str, str] | None = None
+) -> list[tuple[Path, Path | None]]:
+    """Write every file (the config set's, then ``extra`` name -> text) atomically. Existing different files are
+    refused up front (nothing is written) unless ``force``, which keeps a backup of each."""
     from wizard.config.render import render_all
     from wizard.config.schema import LAUNCH_SH_NAME
     from wizard.errors import DswizError
     from wizard.fsio import atomic_write_text
 
-    files = render_all(config_set)
+    files = {**render_all(config_set), **(extra or {})}
     if out_dir.exists() and not out_dir.is_dir():
         raise DswizError(f"{out_dir} is a file, not a directory", "choose another --out")
     clashes = [name for name, text in files.items() if _differs(out_dir / name, text)]
@@ -381,6 +526,23 @@ def _report(
             f"note: replace the placeholder host names in {out_dir / 'hostfile'} (or pass --hostfile-hosts)"
         )
     click.echo("")
+    for line in script_hint_lines(config_set, out_dir):
+        click.echo(line)
+    click.echo("")
     click.echo("next:")
     click.echo(f"  dswiz launch --config {out_dir} train.py      (preflight, live dashboard, clean stop)")
     click.echo(f"  bash {out_dir / 'launch.sh'} train.py         (the same launch, by hand)")
+
+
+def script_hint_lines(config_set: ConfigSet, out_dir: Path) -> list[str]:
+    """The code change the training script needs for this consumer and config (wizard.hints), as printed."""
+    from wizard.config.render import ds_config_dict
+    from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
+    from wizard.hints import config_hint_lines
+
+    return config_hint_lines(
+        config_set.consumer,
+        ds_config_dict(config_set.deepspeed),
+        config_file=str(out_dir / DS_CONFIG_NAME),
+        accelerate_config=str(out_dir / ACCELERATE_YAML_NAME),
+    )

@@ -28,5 +28,9 @@ def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> i
         print("Wrote:")
         for path in written:
             print(f"  {path}")
-        print(f"Next: {core_bridge.launch_command(app.choices.out_dir)}")
+        out = app.choices.out_dir
+        files = {p.name: p.read_text(encoding="utf-8") for p in map(Path, written) if p.suffix == ".json"}
+        for line in core_bridge.script_hint_lines(files, out):
+            print(line)
+        print(f"Next: {core_bridge.launch_command(out)}")
     return 0

@@ -5,7 +5,8 @@ timestamps, no absolute paths unless passed in), so each one is golden-tested.
 - ``render_accelerate_yaml``: accelerate's config, either pointing at the JSON (``deepspeed_config_file``, never
   with the keys accelerate then refuses, FACTS §3 rule 10) or carrying the plugin settings itself.
 - ``render_hostfile`` / ``render_deepspeed_env``: the launcher's hostfile and the variables other nodes need.
-- ``render_launch_sh``: the exact command, as a script.
+- ``render_launch_sh``: the exact command, as a script: built by ``runner.launch.build_command`` (what ``dswiz
+  launch`` runs), so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from runner.launch import LaunchCommand, LaunchSpec, build_command
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
     DEEPSPEED_ENV_NAME,
@@ -151,31 +153,51 @@ def render_deepspeed_env(config: ConfigSet) -> str:
     return "".join(f"{key}={value}\n" for key, value in sorted(config.node_env.items()))
 
 
-def launch_argv(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$SCRIPT") -> list[str]:
-    """The command ``launch.sh`` runs (shell words; ``$DIR``/``$SCRIPT`` stay variables in the script)."""
+def launch_spec(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$SCRIPT") -> LaunchSpec:
+    """The launch of these configs as ``dswiz launch`` describes it (``runner.launch.LaunchSpec``), reading the files
+    where they are (no run directory). ``$DIR``/``$SCRIPT``/``$PYTHON``/``$NODE_RANK`` stay shell variables."""
     topo = config.topology
-    ds_json = f"{config_dir}/{DS_CONFIG_NAME}"
+    every_node = runs_on_every_node(config)
+    env = tuple(sorted(config.node_env.items()))
     if config.consumer == "accelerate":
-        argv = ["accelerate", "launch", "--config_file", f"{config_dir}/{ACCELERATE_YAML_NAME}"]
-        if runs_on_every_node(config):
-            argv += ["--machine_rank", "$NODE_RANK"]
-        return [*argv, script]
-    argv = ["deepspeed"]
-    if topo.multi_node:
-        argv += ["--hostfile", f"{config_dir}/{HOSTFILE_NAME}", "--master_port", str(topo.master_port)]
-        if topo.master_addr:
-            argv += ["--master_addr", topo.master_addr]
-        if topo.launcher != "pdsh":
-            argv += (
-                ["--no_ssh", "--node_rank", "$NODE_RANK"]
-                if topo.launcher == "nossh"
-                else ["--launcher", topo.launcher]
-            )
-    else:
-        argv += ["--num_gpus", str(topo.gpus_per_node), "--master_port", str(topo.master_port)]
-    # DeepSpeed's own scripts take --deepspeed_config FILE; the HF Trainer takes --deepspeed FILE.
-    config_flag = "--deepspeed" if config.consumer == "trainer" else "--deepspeed_config"
-    return [*argv, script, config_flag, ds_json]
+        return LaunchSpec(
+            script=script,
+            run_dir="",
+            script_args=("$@",),
+            launcher="accelerate",
+            python="$PYTHON",
+            accelerate_config=f"{config_dir}/{ACCELERATE_YAML_NAME}",
+            config_arg="",  # accelerate hands the DeepSpeed config over through its YAML
+            node_rank_var="NODE_RANK" if every_node else None,
+            each_rank_log=False,
+            env=env,
+            copy_configs=False,
+        )
+    return LaunchSpec(
+        script=script,
+        run_dir="",
+        script_args=("$@",),
+        launcher="deepspeed",
+        python="$PYTHON",
+        ds_config=f"{config_dir}/{DS_CONFIG_NAME}",
+        # DeepSpeed's own scripts take --deepspeed_config FILE; the HF Trainer takes --deepspeed FILE.
+        config_arg="deepspeed" if config.consumer == "trainer" else "deepspeed_config",
+        nproc=None if topo.multi_node else topo.gpus_per_node,  # several nodes: the hostfile's slots
+        hostfile=f"{config_dir}/{HOSTFILE_NAME}" if topo.multi_node else None,
+        multinode_launcher=topo.launcher,
+        node_rank_var="NODE_RANK" if every_node else None,
+        master_addr=topo.master_addr if topo.multi_node else None,
+        master_port=topo.master_port,
+        each_rank_log=False,
+        env=env,
+        copy_configs=False,
+        deepspeed_env_file=f"{config_dir}/{DEEPSPEED_ENV_NAME}",
+    )
+
+
+def launch_command(config: ConfigSet) -> LaunchCommand:
+    """What ``launch.sh`` runs: ``runner.launch.build_command``, the builder ``dswiz launch`` uses."""
+    return build_command(launch_spec(config))
 
 
 def runs_on_every_node(config: ConfigSet) -> bool:
@@ -198,11 +220,12 @@ def _shell_word(word: str) -> str:
 
 def render_launch_sh(config: ConfigSet) -> str:
     topo = config.topology
-    argv = launch_argv(config)
+    command = launch_command(config)
     lines = [
         "#!/usr/bin/env bash",
-        "# Written by dswiz: the exact launch command for the configs in this directory.",
-        "# Run it from your project directory: bash THIS_DIR/launch.sh train.py [script args...]",
+        "# Written by dswiz: the exact launch command for the configs in this directory (the one `dswiz launch`",
+        "# builds, without its run directory). Run it from your project directory:",
+        "#   bash THIS_DIR/launch.sh train.py [script args...]     (PYTHON=/path/to/python to choose the interpreter)",
     ]
     for note in config.script_notes:
         lines.append(f"# note: {note}")
@@ -219,16 +242,14 @@ def render_launch_sh(config: ConfigSet) -> str:
         'DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         'if [ "$#" -lt 1 ]; then echo "usage: bash $0 train.py [script args...]" >&2; exit 2; fi',
         'SCRIPT="$1"; shift',
+        'PYTHON="${PYTHON:-python3}"',
     ]
     if every_node:
         lines.append(': "${NODE_RANK:?set NODE_RANK to this node\'s rank (0 on the first host)}"')
-    if config.node_env and config.consumer == "accelerate":
-        # accelerate copies its own environment into .deepspeed_env for the other nodes.
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(config.node_env.items())]
-    elif config.node_env:
-        # DeepSpeed reads .deepspeed_env from ~ or the working directory; DS_ENV_FILE (absolute) points it here.
-        lines.append(f'export DS_ENV_FILE="$DIR/{DEEPSPEED_ENV_NAME}"')
-    lines.append("exec " + " ".join(_shell_word(w) for w in argv) + ' "$@"')
+    for key, value in sorted(command.env.items()):
+        # The environment dswiz launch gives the job (with .deepspeed_env: what DeepSpeed exports to other nodes).
+        lines.append(f"unset {key}" if value is None else f"export {key}={_shell_word(value)}")
+    lines.append("exec " + " ".join(_shell_word(w) for w in command.argv))
     return "\n".join(lines) + "\n"
 
 

@@ -270,13 +270,59 @@ def _write_options(choices: Choices) -> Any:
 
 
 def render_files(choices: Choices) -> dict[str, str]:
-    """file name -> content, in the order the review screen shows them (the config writers' order)."""
+    """file name -> content, in the order the review screen shows them (the config writers' order), then the plan
+    sidecar (dswiz-plan.json) when a model was planned: ``dswiz launch`` compares the run with it."""
     if choices.strategy is None:
         raise DswizError("no strategy chosen yet", "go back to the Strategy step")
     build = _core("wizard.config.build", "config_set_from_strategy")
     render_all = _core("wizard.config.render", "render_all")
     files: dict[str, str] = render_all(build(choices.strategy, _write_options(choices)))
+    sidecar = plan_sidecar_text(choices)
+    if sidecar is not None:
+        files[_core("wizard.config.sidecar", "SIDECAR_NAME")] = sidecar
     return files
+
+
+def plan_sidecar_text(choices: Choices) -> str | None:
+    """dswiz-plan.json for the chosen strategy (the model, hardware, request and the planner's prediction), or None
+    when no model was planned."""
+    if choices.strategy is None or choices.hardware is None or not choices.model_text.strip():
+        return None
+    if not _has("wizard.replan"):
+        return None
+    make_sidecar = _core("wizard.replan", "make_sidecar")
+    dump = _core("wizard.config.sidecar", "dump_sidecar")
+    model = load_model(choices.model_text)
+    sidecar = make_sidecar(
+        model_arg=choices.model_text.strip(),
+        model=model,
+        hardware_arg=choices.hardware_spec,
+        hardware=choices.hardware,
+        request=_request(choices),
+        strategy=choices.strategy,
+    )
+    text: str = dump(sidecar)
+    return text
+
+
+def script_hint_lines(files: dict[str, str], out_dir: Path, consumer: str = "deepspeed") -> list[str]:
+    """The code change the training script needs for the written DeepSpeed config (wizard.hints)."""
+    import json
+
+    from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
+
+    hint_lines = _core("wizard.hints", "config_hint_lines")
+    try:
+        ds_config = json.loads(files.get(DS_CONFIG_NAME, "{}"))
+    except ValueError:
+        return []
+    lines: list[str] = hint_lines(
+        consumer,
+        ds_config,
+        config_file=str(out_dir / DS_CONFIG_NAME),
+        accelerate_config=str(out_dir / ACCELERATE_YAML_NAME),
+    )
+    return lines
 
 
 def lint_files(
