@@ -371,7 +371,7 @@ def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: Writ
             " as it is created (accelerate and the HF Trainer do this for you)"
         )
     if strategy.mode == "inference":
-        notes.append(_inference_note(consumer, micro))
+        notes.append(inference_note(consumer, micro))
     # accelerate applies deepspeed_moe_layer_cls_names itself; DeepSpeed before 0.18 needs the script to.
     needs_call = consumer != "accelerate" and not leaf_modules_in_json(options)
     if strategy.zero_stage == 3 and options.moe_leaf_modules and needs_call:
@@ -383,7 +383,7 @@ def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: Writ
     return tuple(notes)
 
 
-def _inference_note(consumer: str, micro: int) -> str:
+def inference_note(consumer: str, micro: int) -> str:
     """How a script runs the inference config: no optimizer, eval mode, forward passes only."""
     if consumer == "trainer":
         return (
