@@ -492,9 +492,15 @@ def _intrinsic_reasons(ctx: _Ctx, c: Candidate, mem: MemoryEstimate, tp: Through
         out += _inference_reasons(ctx, s)
     if tp.peak_source != "catalog":
         out.append(f"GPU peak {tp.peak_flops_per_gpu / 1e12:.0f} TFLOP/s taken from the {tp.peak_source}")
+    if m.is_moe:
+        out.append(
+            f"MoE: memory counts all {m.total_params / 1e9:.1f} B parameters, compute the "
+            f"{m.active_params / 1e9:.1f} B a token uses ({m.experts_per_token} of {m.num_experts} experts)"
+        )
     if m.is_moe and s.zero_stage == 3 and m.moe_layer_cls_name:
         out.append(
-            f"MoE at stage 3: make {m.moe_layer_cls_name} a ZeRO-3 leaf (deepspeed_moe_layer_cls_names)"
+            f"MoE at stage 3: {m.moe_layer_cls_name} must be a ZeRO-3 leaf (its experts fetched together); "
+            "dswiz config writes it (zero_optimization.leaf_module, or accelerate's deepspeed_moe_layer_cls_names)"
         )
     return out
 

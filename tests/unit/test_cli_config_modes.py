@@ -103,3 +103,18 @@ def test_a_mixtral_plan_names_its_moe_block(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     cfg = json.loads((tmp_path / "ds_config.json").read_text())
     assert cfg["zero_optimization"]["leaf_module"] == {"classes": ["MixtralSparseMoeBlock"]}
+
+
+def test_plan_mode_inference_lists_only_stage_3_parameter_offload() -> None:
+    proc = dswiz(
+        "plan", "--model", "llama-70b", "--hardware", "A100-40GB,ram=512GiB", "--mode", "inference",
+        "--nvme", "4TiB", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    kinds = {(c["zero_stage"], c["offload_optimizer"], c["offload_param"]) for c in doc["candidates"]}
+    assert kinds == {(3, "none", "none"), (3, "none", "cpu"), (3, "none", "nvme")}
+    assert doc["request"]["mode"] == "inference" and doc["candidates"][0]["offload_param"] in ("cpu", "nvme")
+    text = dswiz("plan", "--model", "llama-70b", "--hardware", "A100-40GB,ram=512GiB", "--mode", "inference")
+    words = " ".join(text.stdout.split())  # rich wraps at the terminal width
+    assert "per forward (inference: no optimizer, no gradients)" in words and "ckpt" not in words

@@ -142,3 +142,15 @@ def test_max_batch_table_in_inference_mode() -> None:
     by = {r.strategy.offload_param: r for r in rows}
     assert by["none"].max_micro_batch == 0 and by["cpu"].max_micro_batch > 0
     assert cal.INFERENCE_LOGITS_BYTES_PER_VOCAB == 2.0  # the head counts 16-bit logits for every position
+
+
+def test_moe_memory_counts_every_expert_and_compute_only_the_active_ones() -> None:
+    mixtral = load_model_spec("mixtral-8x7b")
+    assert mixtral.active_params < mixtral.total_params / 3
+    est = estimate_memory(mixtral, Strategy(zero_stage=0, micro_batch_size=1), 2048)
+    assert dict(est.gpu_items)["parameters"] == 2 * mixtral.total_params
+    assert flops_per_token(mixtral, 2048) < 6 * mixtral.active_params * 1.1
+    p = plan(get_hardware("8xH100,ram=2TiB"), mixtral, PlanRequest(mode="inference"))
+    assert p.best is not None
+    assert any("compute the" in r and "2 of 8 experts" in r for r in p.best.reasons)
+    assert any("must be a ZeRO-3 leaf" in r for r in p.best.reasons)
