@@ -526,9 +526,10 @@ def _report(
             f"note: replace the placeholder host names in {out_dir / 'hostfile'} (or pass --hostfile-hosts)"
         )
     click.echo("")
-    for line in script_hint_lines(config_set, out_dir):
-        click.echo(line)
-    click.echo("")
+    if s.mode == "train":  # inference: the note above says how the script runs it
+        for line in script_hint_lines(config_set, out_dir):
+            click.echo(line)
+        click.echo("")
     click.echo("next:")
     click.echo(f"  dswiz launch --config {out_dir} train.py      (preflight, live dashboard, clean stop)")
     click.echo(f"  bash {out_dir / 'launch.sh'} train.py         (the same launch, by hand)")

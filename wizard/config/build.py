@@ -383,6 +383,10 @@ def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: Writ
     return tuple(notes)
 
 
+def _samples(n: int) -> str:
+    return f"{n} sample{'s' if n != 1 else ''}"
+
+
 def inference_note(consumer: str, micro: int) -> str:
     """How a script runs the inference config: no optimizer, eval mode, forward passes only."""
     if consumer == "trainer":
@@ -393,9 +397,9 @@ def inference_note(consumer: str, micro: int) -> str:
     if consumer == "accelerate":
         return (
             f"inference: accelerator.prepare(model) with no optimizer, model.eval() and forward passes under "
-            f"torch.no_grad(), {micro} samples per forward per process"
+            f"torch.no_grad(), {_samples(micro)} per forward per process"
         )
     return (
         "inference: deepspeed.initialize(model=model, config=...) with no optimizer, engine.eval() and forward "
-        f"passes under torch.no_grad(), {micro} samples per forward per GPU"
+        f"passes under torch.no_grad(), {_samples(micro)} per forward per GPU"
     )

@@ -130,7 +130,10 @@ class PrecisionStep(StepScreen):
             ("hpz", {"zero_hpz_partition_size": s.gpus_per_node if s.gpus_per_node > 1 else 2}),
         ):
             switch = self.query_one(f"#{key}", Switch)
-            problems = [] if switch.value else self._problems(s.with_(**change))
+            # Checkpointing is refused only where it cannot act (inference); the machine's limits do not change.
+            changed = s.with_(**change)
+            check = changed.problems() if key == "ckpt" else self._problems(changed)
+            problems = [] if switch.value else check
             switch.disabled = bool(problems)
             if problems:
                 notes.append(f"{key}: {problems[0]}")
