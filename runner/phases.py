@@ -30,6 +30,9 @@ _SPAWN_RE = re.compile(r"process \d+ spawned with command")
 _CHECKPOINT_RE = re.compile(r"Saving model checkpoint|\[Torch\] Checkpoint .* is about to be saved")
 _TRAINING_KINDS = ("throughput", "step", "loss")
 _STEP_ZERO_RE = re.compile(r"\bstep=0, skipped=")  # printed when the engine is built, before any step
+# An evaluation / inference job prints eval dicts ({'eval_loss': ...}) and no training loss.
+_EVAL_ONLY_RE = re.compile(r"'eval_loss'")
+_TRAIN_LOSS_RE = re.compile(r"'(?:loss|train_loss)'")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class PhaseTracker:
         """Returns the new phase when this line started one."""
         if kind in _TRAINING_KINDS and not _STEP_ZERO_RE.search(line):
             self.training = True
+            evaluating = kind == "loss" and _EVAL_ONLY_RE.search(line) and not _TRAIN_LOSS_RE.search(line)
+            if evaluating and self.current.name != "training":  # an eval during training stays "training"
+                return self._enter("evaluating", now)
             return self._enter("training", now)
         if _CHECKPOINT_RE.search(line):
             return self._enter("saving a checkpoint", now)

@@ -91,6 +91,7 @@ class JobObserver:
     skipped: int = 0
     samples_per_sec: float | None = None
     loss: float | None = None
+    eval_loss: float | None = None  # an evaluation / inference job's loss ({'eval_loss': ...})
     overflows: int = 0
     last_loss_scale: int | None = None
     ooms: list[LogEvent] = field(default_factory=list)
@@ -128,6 +129,8 @@ class JobObserver:
         elif event.kind == "loss":
             if v.get("loss") is not None:
                 self.loss = float(v["loss"])
+            elif v.get("eval_loss") is not None and v.get("train_loss") is None:
+                self.eval_loss = float(v["eval_loss"])
             if v.get("step") is not None:
                 self.step = _max(self.step, int(v["step"]))
         elif event.kind == "overflow":
@@ -346,6 +349,8 @@ def decide(
                 ),
             )
         loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
+        if obs.loss is None and obs.eval_loss is not None:
+            loss = f", last eval loss {obs.eval_loss:.4g}"
         done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
         return RunVerdict(
             kind="success",

@@ -78,8 +78,58 @@ BACKWARD_TRANSIENT_LAYERS = 1.0
 # time is recomputed, its activations live again (FACTS §1: "+ one layer's full activations during recompute").
 CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER = 2.0
 CHECKPOINT_RECOMPUTE_LAYERS = 1.0
-# Inference: no saved tensors; about two layers' worth of transients plus the 16-bit logits.
-INFERENCE_LIVE_LAYERS = 2.0
+
+
+@dataclass(frozen=True)
+class InferenceRecipe:
+    """Peak live bytes per token inside one transformer layer during a forward pass without autograd (16-bit,
+    ``torch.no_grad``): ``per_hidden*h + per_ffn*ffn`` (+ for MoE layers ``experts_per_token*(per_ffn*ffn_e +
+    per_routed_hidden*h)``) + ``per_score*heads*seq`` where attention scores are materialised. The residual
+    stream entering the layer is included. Layers run one after another, so this does not grow with depth."""
+
+    per_hidden: float
+    per_ffn: float
+    per_routed_hidden: float = 0.0
+    per_score: float = 0.0
+    source: str = ""
+
+
+# Measured on CPU (transformers 5.24, bf16, sdpa, use_cache=False): the peak of live non-parameter storages seen by
+# a TorchDispatchMode during one forward, fitted over two FFN widths at 3 layers (tests/unit/
+# test_inference_recipes.py repeats it). MLPs set the peak: SwiGLU holds gate, up and silu(gate) at once (6 bytes
+# per ffn element); GPT-2's Python gelu_new holds four ffn-sized tensors; GQA/MHA does not move it.
+INFERENCE_RECIPES: dict[str, InferenceRecipe] = {
+    "gpt2": InferenceRecipe(12, 8, source="measured on CPU: 12.06*h + 8*ffn"),
+    "gpt2-fused-gelu": InferenceRecipe(12, 4, source="gpt2 recipe with a one-kernel GELU (assumption)"),
+    "llama": InferenceRecipe(9, 6, source="measured on CPU: 9.03*h + 6*ffn (MHA and GQA alike)"),
+    "neox": InferenceRecipe(8.3, 4, source="measured on CPU: 8.28*h + 4*ffn"),
+    "bert": InferenceRecipe(6, 4, source="measured on CPU: 6*h + 4*ffn"),
+    # DeBERTa's eager attention (scores + c2p/p2c terms) is larger than its MLP at every width measured.
+    "deberta-v2": InferenceRecipe(
+        18, 0, per_score=16, source="measured on CPU: 18*h + 16*heads*seq (seq 128/256), the MLP never peaks"
+    ),
+    # Mixtral: tokens are copied to each chosen expert, whose gate/up/act live together (8 bytes per ffn element).
+    "moe": InferenceRecipe(
+        9.5,
+        8,
+        per_routed_hidden=2,
+        source="measured on CPU (Mixtral, top-1/2/4 of 4 and 8 experts): within 5 %",
+    ),
+    # Qwen2-MoE's experts run differently (4 bytes per expert ffn element, more routed copies); its shared expert is
+    # a SwiGLU MLP that only peaks when it is much wider than the experts (the llama recipe covers that phase).
+    "qwen2_moe": InferenceRecipe(
+        12.8, 4, per_routed_hidden=5.6, source="measured on CPU (Qwen2-MoE, top-1/2/4 of 8): within 6 %"
+    ),
+}
+# The model head of an inference pass: 16-bit logits for every position (2 bytes per vocab entry), and, as in an
+# evaluation that scores them (a loss / log-softmax, what the HF Trainer's evaluate and train_tiny --eval-only do),
+# their fp32 upcast and log-softmax (8 more). Measured on CPU: 2.06*V without labels, 10.06*V with them. Generation
+# with HF generate keeps only the last position's logits, so this over-counts there (the safe side).
+INFERENCE_LOGITS_BYTES_PER_VOCAB = 2.0
+INFERENCE_SCORE_BYTES_PER_VOCAB = 8.0
+# Not counted: a KV cache (generation, or use_cache=True): 2 (K and V) x 2 bytes x layers x kv_dim per token of
+# context; the planner states it in its reasons instead.
+KV_CACHE_BYTES_PER_ELEMENT = 2
 
 # ------------------------------------------------------------------------------------------------ DeepSpeed state
 
@@ -87,6 +137,7 @@ INFERENCE_LIVE_LAYERS = 2.0
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 ALLGATHER_BUCKET_ELEMENTS = 500_000_000
 STAGE3_PREFETCH_ELEMENTS = 50_000_000
+STAGE3_PARAM_PERSISTENCE_ELEMENTS = 100_000
 STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
 # Mixed-precision Adam (ZeRO paper, FACTS §1): fp32 master weights 4 + momentum 4 + variance 4 bytes per parameter.
 MASTER_BYTES = 4
@@ -163,6 +214,15 @@ ACTIVATION_TRAFFIC_PER_SAVED_BYTE = 12.7  # fit
 # Share of that traffic in the forward pass (repeated by checkpointing's recompute, alone in inference). Fit (0.27);
 # forward's share of the FLOPs is 1/3.
 FORWARD_SHARE_OF_TRAFFIC = 0.27
+# Inference (assumptions, not yet measured on a GPU): a forward pass costs this share of a training micro-step's
+# per-layer Python/launch time (forward is 1/3 of the FLOPs and has no gradient hooks), and of stage 3's fetch/release
+# hook time (forward fetches each layer once, training fetches it again in backward).
+INFERENCE_LAUNCH_SHARE = 1 / 3
+INFERENCE_STAGE3_HOOK_SHARE = 0.5
+# Parameter prefetch (stage3_prefetch_bucket_size, on its own stream with overlap_comm) hides this share of the
+# compute time behind offloaded-parameter fetches (assumption, as COMM_OVERLAP): a forward never takes less than
+# its PCIe/NVMe transfer time.
+OFFLOAD_FETCH_OVERLAP = 0.5
 DEFAULT_MEMORY_GBS = 2000.0  # HBM bandwidth when the catalog has no figure (A100-40GB class)
 # Python and kernel-launch time per layer per micro-step (DeepSpeed's gradient hooks, HF's module calls). Fit: the
 # per-step intercept of every model grows with its layers (gpt2 33 ms / 12 layers ... gpt2-large 132 ms / 36). All

@@ -235,18 +235,68 @@ def training_phases(
     return [fwd, bwd_start, bwd_end, step]
 
 
+def inference_recipe(model: ModelSpec) -> cal.InferenceRecipe:
+    recipes = cal.INFERENCE_RECIPES
+    return recipes.get(model.model_type) or recipes.get(model.family) or recipes["llama"]
+
+
+def inference_layer_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Peak live bytes per token inside one layer of a forward pass without autograd (INFERENCE_RECIPES)."""
+    r, h = inference_recipe(model), model.hidden
+    if model.is_moe:
+        routed = r.per_hidden * h + model.experts_per_token * (
+            r.per_ffn * model.moe_ffn_hidden + r.per_routed_hidden * h
+        )
+        # A shared expert or the dense layers between sparse ones run as a plain SwiGLU MLP: one phase or the other
+        # is the layer's peak, never both.
+        dense_ffn = max(
+            model.shared_expert_ffn_hidden, model.ffn_hidden if model.moe_layers < model.layers else 0
+        )
+        dense = cal.INFERENCE_RECIPES["llama"]
+        peak = max(routed, dense.per_hidden * h + dense.per_ffn * dense_ffn if dense_ffn else 0.0)
+    else:
+        peak = r.per_hidden * h + r.per_ffn * model.ffn_hidden
+    return peak + r.per_score * model.heads * seq_len
+
+
+def inference_head_bytes_per_token(model: ModelSpec) -> float:
+    """The logits of every position in 16-bit, plus their fp32 upcast and log-softmax when scored (evaluation)."""
+    per_vocab = cal.INFERENCE_LOGITS_BYTES_PER_VOCAB + cal.INFERENCE_SCORE_BYTES_PER_VOCAB
+    return per_vocab * model.vocab + 2 * model.hidden  # + the final hidden states feeding the head
+
+
+def kv_cache_bytes_per_token(model: ModelSpec) -> int:
+    """What generation's KV cache keeps per token of context (not counted in an inference pass: see below)."""
+    return 2 * cal.KV_CACHE_BYTES_PER_ELEMENT * model.layers * model.kv_dim
+
+
+def persistent_parameter_elements(model: ModelSpec) -> int:
+    """Small parameters stage 3 keeps whole on every GPU (below stage3_param_persistence_threshold, 1e5 elements by
+    default): the norms' weights (and biases) of every layer, about 4 x hidden each, when hidden is below it."""
+    if model.hidden >= cal.STAGE3_PARAM_PERSISTENCE_ELEMENTS:
+        return 0
+    return (2 * model.layers + 1) * 2 * model.hidden
+
+
 def inference_phases(
     model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
 ) -> list[Phase]:
+    """A ZeRO-3 inference pass (assumption: one forward over micro-batch x seq tokens that scores every position,
+    as evaluation does; no KV cache). No optimizer, no gradients: the GPU holds the 16-bit weight partition (none
+    when offloaded), the layer being run plus the prefetch bucket gathered whole, the small persistent parameters,
+    and one layer's transient activations -- the layers run one after another, so depth adds nothing. The head's
+    logits come after the last layer's tensors are freed: a second candidate peak."""
     w = weight_bytes(s)
     fixed = [("parameters", _params_on_gpu(model, s))]
-    working = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
-    if working:
-        fixed.append(("gathered parameters", working))
-    per_layer = layer_activation_bytes_per_token(model, seq_len)
-    acts = int(cal.INFERENCE_LIVE_LAYERS * per_layer * seq_len)
-    logits = int(w * model.vocab * seq_len)
-    return [Phase("forward", tuple(fixed), (("activations", acts), ("logits", logits)))]
+    if s.zero_stage == 3 and (s.world_size > 1 or s.offload_param != "none"):
+        fixed.append(("gathered parameters", _stage3_working_set(model, s, buf)))
+        fixed.append(("persistent small parameters", w * persistent_parameter_elements(model)))
+    layer = int(inference_layer_bytes_per_token(model, seq_len) * seq_len)
+    head = int(inference_head_bytes_per_token(model) * seq_len)
+    return [
+        Phase("forward (layers)", tuple(fixed), (("activations (one layer)", layer),)),
+        Phase("forward (logits)", tuple(fixed), (("logits (16-bit + fp32 scores)", head),)),
+    ]
 
 
 def phases_for(
@@ -356,10 +406,7 @@ def fragmentation(model: ModelSpec, s: Strategy, seq_len: int) -> Fragmentation:
     block reserved but unusable). Stage 3's gather/release of parameters splits them further.
     """
     share = fragmentation_share(s)
-    if s.mode == "train":
-        logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits and its gradient
-    else:
-        logits = weight_bytes(s) * model.vocab * seq_len
+    logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits (training's loss, inference's scores)
     step = _step_transient_block(model, s)
     return Fragmentation(
         fixed=cal.RESERVED_FIXED_BYTES + int(share * step),
@@ -418,6 +465,8 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     items: list[tuple[str, int]] = [("processes", ranks * cal.HOST_BYTES_PER_RANK)]
     # Every rank materialises the 16-bit model before DeepSpeed moves it (stage 3 with zero.Init: a partition).
     load = w * P if s.zero_stage < 3 else w * P // N
+    if s.offload_param == "nvme":  # zero.Init with remote_device nvme swaps each module out as it is created
+        load = w * model.largest_layer_params
     steady = 0
     if s.mode == "train":
         shards = N if s.zero_stage >= 1 else 1

@@ -23,6 +23,7 @@ from wizard.memory import (
     estimate_memory,
     fragmentation,
     host_bytes,
+    kv_cache_bytes_per_token,
     max_micro_batch_for_capacity,
     phases_for,
 )
@@ -337,7 +338,8 @@ def _evaluate(
     per_gpu = None
     if ctx.request.global_batch is not None:
         per_gpu = ctx.request.global_batch // base.world_size
-    probe = base.with_(gradient_accumulation_steps=2) if per_gpu is not None and per_gpu > 1 else base
+    accumulates = per_gpu is not None and per_gpu > 1 and base.mode == "train"
+    probe = base.with_(gradient_accumulation_steps=2) if accumulates else base
     phases_acc = (
         phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
     )
@@ -346,6 +348,10 @@ def _evaluate(
     max_b = max_micro_batch_for_capacity(phases, frag, base, ctx.gpu_budget, limit=limit)
     if per_gpu is None:
         mbs, gas = max(1, max_b), 1
+    elif (
+        base.mode == "inference"
+    ):  # no accumulation without gradients: the batch per forward is the micro-batch
+        mbs, gas = per_gpu, 1
     else:
         max_b_acc = max_micro_batch_for_capacity(phases_acc, frag, probe, ctx.gpu_budget, limit=limit)
         if per_gpu <= max_b:
@@ -480,22 +486,49 @@ def _intrinsic_reasons(ctx: _Ctx, c: Candidate, mem: MemoryEstimate, tp: Through
             "activation checkpointing: keeps one input per layer, recomputes the forward (~33 % more compute)"
         )
     top = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in tp.parts[:3])
-    out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {_pct(tp.mfu)}; per step: {top}")
+    per = "per step" if s.mode == "train" else "per forward"
+    out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {_pct(tp.mfu)}; {per}: {top}")
+    if s.mode == "inference":
+        out += _inference_reasons(ctx, s)
     if tp.peak_source != "catalog":
         out.append(f"GPU peak {tp.peak_flops_per_gpu / 1e12:.0f} TFLOP/s taken from the {tp.peak_source}")
+    if m.is_moe:
+        out.append(
+            f"MoE: memory counts all {m.total_params / 1e9:.1f} B parameters, compute the "
+            f"{m.active_params / 1e9:.1f} B a token uses ({m.experts_per_token} of {m.num_experts} experts)"
+        )
     if m.is_moe and s.zero_stage == 3 and m.moe_layer_cls_name:
         out.append(
-            f"MoE at stage 3: make {m.moe_layer_cls_name} a ZeRO-3 leaf (deepspeed_moe_layer_cls_names)"
+            f"MoE at stage 3: {m.moe_layer_cls_name} must be a ZeRO-3 leaf (its experts fetched together); "
+            "dswiz config writes it (zero_optimization.leaf_module, or accelerate's deepspeed_moe_layer_cls_names)"
         )
     return out
+
+
+def _inference_reasons(ctx: _Ctx, s: Strategy) -> list[str]:
+    """What an inference prediction assumes, and what generation would add, in numbers."""
+    m = ctx.model
+    kv = kv_cache_bytes_per_token(m) * ctx.seq_len
+    decode = estimate_throughput(ctx.hardware, m, s, 1).step_seconds
+    return [
+        f"counts one forward over micro-batch x {ctx.seq_len} tokens that scores every position (evaluation); "
+        f"generation's KV cache is not counted: it adds {_gib(kv)} per sample at {ctx.seq_len} tokens",
+        f"generation: ~{decode * 1000:,.0f} ms per new token for the micro-batch "
+        + (
+            "(every token fetches all weights again: bound by the transfers)"
+            if s.offload_param != "none" or s.world_size > 1
+            else "(every token reads all weights from GPU memory)"
+        ),
+    ]
 
 
 _STATE_ITEMS = ("parameters", "optimizer states", "accumulated gradients", "gradients for the update")
 _ACTIVATION_ITEMS = (
     "activations",
     "loss head (logits, fp32 upcast)",
-    "logits",
     "backward transient (one layer)",
+    "activations (one layer)",
+    "logits (16-bit + fp32 scores)",
 )
 
 
@@ -865,7 +898,7 @@ def _advice(ctx: _Ctx, cands: list[Candidate]) -> list[str]:
             f"{_gib(need - ctx.cpu_cap)} more host RAM per node ({_gib(need)} in all) would fit {c.label}"
         )
     # NVMe offload.
-    if req.allow_offload and req.mode == "train":
+    if req.allow_offload:  # inference too: NVMe parameter offload runs a model larger than GPUs and RAM
         nvme_try = replace(req, nvme_bytes=1 << 60, allow_nvme=True)
         _, with_nvme, _ = _core(hw, model, nvme_try)
         fitting = [c for c in with_nvme if c.fits and c.predicted.nvme_bytes]

@@ -135,8 +135,26 @@ def run_prompts(
         except DswizError as e:
             say(f"  {e}")
     c.model_text = text
+    c.mode = p.select(
+        "mode",
+        "Training or inference?",
+        [
+            ("training", "train", None),
+            (
+                "inference (ZeRO-3: no optimizer; parameter offload runs models larger than the GPUs)",
+                "inference",
+                None,
+            ),
+        ],
+        default=c.mode,
+    )
     c.seq_len = _ask_int(p, "seq-len", "Sequence length", c.seq_len, say) or c.seq_len
-    c.global_batch = _ask_int(p, "global-batch", "Global batch (empty: planner picks)", None, say)
+    batch_question = (
+        "Global batch (empty: planner picks)"
+        if c.mode == "train"
+        else "Samples per forward, all GPUs (empty: planner picks)"
+    )
+    c.global_batch = _ask_int(p, "global-batch", batch_question, None, say)
     say(core.describe_model(model))
 
     # 3. Strategy
@@ -180,21 +198,24 @@ def run_prompts(
         "precision", "Precision", [(x, x, supported[x]) for x in PRECISIONS], default=s.precision
     )
     micro = _ask_int(p, "micro", "Micro-batch per GPU", s.micro_batch_size, say) or 1
-    gas = _ask_int(p, "gas", "Gradient accumulation steps", s.gradient_accumulation_steps, say) or 1
-    c.gradient_clipping = float(
-        p.text("clip", "Gradient clipping (0: none)", f"{c.gradient_clipping:g}") or 0
-    )
-    ckpt = p.confirm("ckpt", "Activation checkpointing?", default=s.activation_checkpointing)
-    s = s.with_(
-        precision=precision,
-        micro_batch_size=micro,
-        gradient_accumulation_steps=gas,
-        activation_checkpointing=ckpt,
-    )
+    s = s.with_(precision=precision, micro_batch_size=micro)
+    if s.mode == "train":  # inference has no gradients to accumulate, clip or checkpoint for
+        gas = _ask_int(p, "gas", "Gradient accumulation steps", s.gradient_accumulation_steps, say) or 1
+        c.gradient_clipping = float(
+            p.text("clip", "Gradient clipping (0: none)", f"{c.gradient_clipping:g}") or 0
+        )
+        ckpt = p.confirm("ckpt", "Activation checkpointing?", default=s.activation_checkpointing)
+        s = s.with_(gradient_accumulation_steps=gas, activation_checkpointing=ckpt)
     if s.zero_stage == 3 and p.confirm(
         "zeropp", "Use ZeRO++ (quantized weights and gradients)?", default=False
     ):
-        s = s.with_(zero_quantized_weights=True, zero_quantized_gradients=True)
+        s = s.with_(zero_quantized_weights=True, zero_quantized_gradients=s.mode == "train")
+    if s.zero_stage == 3 and s.mode == "train":
+        c.save_16bit = p.confirm(
+            "save-16bit",
+            f"Gather the 16-bit weights into one file on save? ({core.save_16bit_cost(model)})",
+            default=c.save_16bit,
+        )
 
     # 5. Multi-node
     if s.nodes > 1 or p.confirm("multi-node", "Train on more than one node?", default=False):
@@ -242,6 +263,16 @@ def run_prompts(
     )
 
     # 6. Review & write
+    c.consumer = p.select(
+        "consumer",
+        "Who reads the config?",
+        [
+            ("deepspeed (deepspeed.initialize, --deepspeed_config)", "deepspeed", None),
+            ("accelerate (accelerate launch --config_file)", "accelerate", None),
+            ("trainer (HF Trainer, --deepspeed)", "trainer", None),
+        ],
+        default=c.consumer,
+    )
     c.out_dir = Path(p.text("out-dir", "Write to directory", str(c.out_dir)).strip() or str(c.out_dir))
     files = core.render_files(c)  # the accelerate YAML names the files by their absolute path there
     for f in core.lint_files(
@@ -263,7 +294,7 @@ def run_prompts(
     results = core.write_files(c.out_dir, files, force=force)
     for r in results:
         say(f"wrote {r.path}" + (f" (old one kept as {r.backup.name})" if r.backup else ""))
-    for line in core.script_hint_lines(files, c.out_dir):
+    for line in core.code_hint_lines(c, files):
         say(line)
     say(f"Next: {core.launch_command(c.out_dir, choices=c)}")
     return 0

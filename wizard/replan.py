@@ -102,9 +102,12 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     failed = strategy_of_config(sidecar, ds_config)
     hw = sidecar.hardware
     global_batch = failed.global_batch_size
+    inference = failed.mode == "inference"
     request = planner.PlanRequest(
         seq_len=sidecar.seq_len,
-        global_batch=global_batch,
+        # Inference has no global batch to keep: the largest micro-batch below the failed one that fits.
+        global_batch=None if inference else global_batch,
+        mode=failed.mode,
         precisions=(failed.precision,),
         max_micro_batch=max(1, failed.micro_batch_size - 1),
     )
@@ -138,7 +141,7 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     def command(c: planner.Candidate) -> str:
         return shlex.join(config_command(sidecar, c.strategy, config_dir))
 
-    keeps = f"keeps the global batch {global_batch}"
+    keeps = "a smaller batch per forward" if inference else f"keeps the global batch {global_batch}"
     if same_kind is not None:
         lines.append(
             f"{_batch(same_kind.strategy)} {keeps} and {fits_text(same_kind)}, still {_words(same_kind.strategy)}: "

@@ -63,7 +63,9 @@ class Strategy:
             out.append(
                 "NVMe optimizer offload only works at stage 3 (at stage 1/2 DeepSpeed silently uses CPU)"
             )
-        if self.offload_param == "nvme" and self.offload_optimizer == "none":
+        if self.offload_param == "nvme" and self.offload_optimizer == "none" and self.mode == "train":
+            # Training: stage 3 sets up its NVMe swapper from offload_optimizer. ZeRO-Inference has no optimizer
+            # (DeepSpeedZeRoOffload swaps the parameters alone).
             out.append("NVMe parameter offload needs the optimizer offloaded too (cpu or nvme)")
         if (self.zero_quantized_weights or self.zero_hpz_partition_size > 1) and self.zero_stage != 3:
             out.append("ZeRO++ (quantized weights, hpZ) only acts at stage 3")
@@ -73,8 +75,25 @@ class Strategy:
             out.append("micro-batch size and gradient accumulation steps must be at least 1")
         if self.nodes < 1 or self.gpus_per_node < 1:
             out.append("nodes and GPUs per node must be at least 1")
-        if self.mode == "inference" and self.zero_stage != 3:
-            out.append("ZeRO inference only uses stage 3 (stages 0-2 shard nothing without an optimizer)")
+        if self.mode == "inference":
+            out += self._inference_problems()
+        return out
+
+    def _inference_problems(self) -> list[str]:
+        out: list[str] = []
+        if self.zero_stage != 3:
+            # DeepSpeed 0.19.8 engine._configure_zero_optimizer: "zero stage {1,2} requires an optimizer".
+            out.append(
+                "ZeRO inference only uses stage 3 (stages 1-2 need an optimizer, stage 0 shards nothing)"
+            )
+        if self.offload_optimizer != "none":
+            out.append("inference has no optimizer to offload (offload the parameters instead)")
+        if self.activation_checkpointing:
+            out.append("activation checkpointing only saves memory for a backward pass; inference has none")
+        if self.zero_quantized_gradients:
+            out.append("ZeRO++ quantized gradients need gradients; inference has none")
+        if self.gradient_accumulation_steps != 1:
+            out.append("gradient accumulation needs gradients; inference runs one forward per micro-batch")
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,6 +3,10 @@
 A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead,
 stage 3's fetch hooks, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
 offloaded, or behind NVMe). FLOPs per token follow FACTS §2 (PaLM appendix B). Constants: ``wizard.calibration``.
+
+Inference (``Strategy.mode == "inference"``): a step is one forward over the micro-batch -- 2N + 4*L*h*s FLOPs per
+token, no optimizer; stage 3 all-gathers the weights once per forward, and offloaded weights cross PCIe (and NVMe)
+once per forward, partly hidden behind compute by the prefetch, so a forward never beats its transfer time.
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ def host_cores(hardware: HardwareReport) -> int:
 def estimate_throughput(
     hardware: HardwareReport, model: ModelSpec, s: Strategy, seq_len: int
 ) -> ThroughputEstimate:
+    """Seconds per optimizer step (training) or per forward pass (inference) by cause, and what follows."""
     gpu = hardware.gpus[0] if hardware.gpus else None
     peak, peak_source = peak_flops(gpu, s.precision)
     train = s.mode == "train"
@@ -150,7 +155,7 @@ def estimate_throughput(
     hbm = hbm_bytes_per_s(gpu)
     matmul, elementwise = compute_seconds_per_token(model, s, seq_len, peak, hbm)
     compute = tokens_micro * (matmul + elementwise)
-    launch = cal.MICRO_STEP_SECONDS_PER_LAYER * model.layers
+    launch = cal.MICRO_STEP_SECONDS_PER_LAYER * model.layers * (1.0 if train else cal.INFERENCE_LAUNCH_SHARE)
     parts: dict[str, float] = {}
     parts["matmuls"] = gas * tokens_micro * matmul
     parts["element-wise (memory-bound)"] = gas * tokens_micro * elementwise
@@ -179,7 +184,10 @@ def estimate_throughput(
         parts["communication"] = gas * exposed_micro + comm_step
 
     if s.zero_stage == 3:
-        parts["ZeRO-3 fetch hooks"] = gas * cal.STAGE3_SECONDS_PER_LAYER * model.layers
+        hooks = (
+            cal.STAGE3_SECONDS_PER_LAYER * model.layers * (1.0 if train else cal.INFERENCE_STAGE3_HOOK_SHARE)
+        )
+        parts["ZeRO-3 fetch hooks"] = gas * hooks
 
     if train:
         shards = N if s.zero_stage >= 1 else 1
@@ -200,11 +208,18 @@ def estimate_throughput(
     if s.offload_param != "none":
         local_params = w * P / N
         passes = 2 if train else 1
-        parts["parameter fetch (PCIe)"] = gas * passes * local_params / pcie
+        fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
         if s.offload_param == "nvme":
-            parts["parameter fetch (NVMe)"] = (
+            fetch["parameter fetch (NVMe)"] = (
                 gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND
             )
+        if not train:
+            # A forward is bounded by its transfers: prefetch hides them behind compute only up to a share of it.
+            hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * compute
+            total = sum(fetch.values())
+            exposed = max(0.0, total - hidden)
+            fetch = {k: v * exposed / total for k, v in fetch.items()}
+        parts.update(fetch)
 
     step = sum(parts.values())
     samples = gas * b * N / step

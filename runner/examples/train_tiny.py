@@ -154,6 +154,8 @@ def train_with_deepspeed(args: argparse.Namespace) -> None:
     rank0_print(f"micro_batch={micro} grad_accum={gas} world={engine.world_size} steps={args.steps}")
     if args.eval_only:
         engine.eval()
+        # What runs the forward passes: without an optimizer, ZeRO-3 builds DeepSpeedZeRoOffload (no gradients).
+        rank0_print(f"inference: {type(engine.optimizer).__name__}, module.training={engine.module.training}")
         with torch.no_grad():
             for step in range(1, args.steps + 1):
                 tokens = synthetic_batch(micro, args.seq_len, args.vocab, gen).to(engine.device)

@@ -172,6 +172,17 @@ def _yaml_sets(tmp_path: Path) -> dict[str, Path]:
             Strategy(zero_stage=3, nodes=2, gpus_per_node=2),
             WriteOptions(consumer="accelerate", hosts=("node-a", "node-b"), master_addr="127.0.0.1"),
         ),
+        # A Mixtral plan in plugin mode (deepspeed_moe_layer_cls_names) and ZeRO-3 inference (no optimizer).
+        "plugin_moe_stage3": (
+            Strategy(zero_stage=3, gpus_per_node=2),
+            WriteOptions(
+                consumer="accelerate", accelerate_mode="plugin", moe_leaf_modules=("MixtralSparseMoeBlock",)
+            ),
+        ),
+        "inference": (
+            Strategy(zero_stage=3, offload_param="cpu", gpus_per_node=2, mode="inference"),
+            WriteOptions(consumer="accelerate"),
+        ),
     }
     out = {}
     for name, (strategy, options) in sets.items():

@@ -187,6 +187,9 @@ def test_ctrl_c_stops_the_worker_and_leaves_nothing(trained: dict, tmp_path: Pat
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        # A test run started in the background (`cmd &`) inherits SIGINT ignored, and Python keeps it ignored
+        # until dswiz installs its own handler: give the child the interactive default, as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     for line in proc.stderr:  # wait until the worker is being started (importing torch takes a second)

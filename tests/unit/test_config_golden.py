@@ -62,6 +62,23 @@ CASES: dict[str, tuple[Strategy, WriteOptions]] = {
         Strategy(zero_stage=3, offload_param="cpu", mode="inference", micro_batch_size=8, gpus_per_node=2),
         WriteOptions(consumer="deepspeed", csv_monitor=False, deepspeed_version="0.18.0"),
     ),
+    # A Mixtral plan at stage 3: accelerate's plugin mode names the MoE block in the YAML
+    # (deepspeed_moe_layer_cls_names); the JSON carries it as zero_optimization.leaf_module for everyone else.
+    "accelerate_plugin_mixtral_stage3": (
+        Strategy(zero_stage=3, offload_optimizer="cpu", micro_batch_size=2, gpus_per_node=8),
+        WriteOptions(
+            consumer="accelerate",
+            accelerate_mode="plugin",
+            moe_leaf_modules=("MixtralSparseMoeBlock",),
+            deepspeed_version="0.19.8",
+        ),
+    ),
+    "deepspeed_mixtral_stage3": (
+        Strategy(zero_stage=3, micro_batch_size=2, gradient_accumulation_steps=4, gpus_per_node=8),
+        WriteOptions(
+            consumer="deepspeed", moe_leaf_modules=("MixtralSparseMoeBlock",), deepspeed_version="0.19.8"
+        ),
+    ),
 }
 
 

@@ -39,6 +39,8 @@ _STRATEGY_FLAGS = (
     "global_batch",
     "activation_checkpointing",
     "zeropp",
+    "mode",
+    "save_16bit",
     "nodes",
     "gpus_per_node",
     "hostfile_hosts",
@@ -68,6 +70,18 @@ _STRATEGY_FLAGS = (
 @click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps.")
 @click.option("--global-batch", type=click.IntRange(min=1), help="train_batch_size; sets accumulation.")
 @click.option("--activation-checkpointing/--no-activation-checkpointing", default=None)
+@click.option(
+    "--mode",
+    type=click.Choice(("train", "inference")),
+    default=None,
+    help="train (default), or ZeRO-3 inference (no optimizer; parameter offload runs models larger than the GPUs).",
+)
+@click.option(
+    "--save-16bit/--no-save-16bit",
+    "save_16bit",
+    default=None,
+    help="Stage 3 training: gather the 16-bit weights into one file on save (default: yes).",
+)
 @click.option(
     "--zeropp/--no-zeropp",
     default=None,
@@ -140,6 +154,7 @@ def config(
         )
     if out_dir is None:
         raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
+    flags["mode"] = flags["mode"] or "train"
     hardware = _hardware(flags)
     planned = plan_for_flags(flags, hardware)
     strategy = resolve_strategy(flags, hardware, planned)
@@ -217,7 +232,9 @@ def plan_for_flags(flags: dict[str, Any], hardware: HardwareReport | None) -> Pl
     from wizard.model import load_model_spec
 
     spec = load_model_spec(flags["model"])
-    request = planner.PlanRequest(seq_len=flags["seq_len"], global_batch=flags["global_batch"])
+    request = planner.PlanRequest(
+        seq_len=flags["seq_len"], global_batch=flags["global_batch"], mode=flags.get("mode") or "train"
+    )
     return Planned(flags["model"], spec, request, planner.plan(hardware, spec, request))
 
 
@@ -248,7 +265,8 @@ def resolve_strategy(
         base = recommended_strategy(planned)
     else:
         base = Strategy(
-            zero_stage=2,
+            zero_stage=3 if flags.get("mode") == "inference" else 2,  # ZeRO inference is stage 3 only
+            mode=flags.get("mode") or "train",
             precision=_default_precision(hardware),
             nodes=hardware.nodes if hardware is not None else 1,
             gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
@@ -278,7 +296,15 @@ def resolve_strategy(
             zero_quantized_gradients=on and strategy.mode == "train",
             zero_hpz_partition_size=strategy.gpus_per_node if on else 1,
         )
-    if flags["global_batch"] is not None:
+    if flags["global_batch"] is not None and strategy.mode == "inference":
+        per_forward = strategy.world_size
+        if flags["global_batch"] % per_forward:
+            raise DswizError(
+                f"--global-batch {flags['global_batch']} is not a multiple of the {per_forward} GPU(s)",
+                f"use a multiple of {per_forward} (inference: samples per forward across all GPUs)",
+            )
+        strategy = strategy.with_(micro_batch_size=flags["global_batch"] // per_forward)
+    elif flags["global_batch"] is not None:
         per_step = strategy.micro_batch_size * strategy.world_size
         if flags["global_batch"] % per_step:
             raise DswizError(
@@ -297,6 +323,13 @@ def resolve_strategy(
     problems = strategy.problems()
     if problems:
         raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    if flags.get("save_16bit") is not None and (strategy.zero_stage != 3 or strategy.mode != "train"):
+        if strategy.mode == "inference":
+            why, fix = "inference saves no model", "drop the flag for --mode inference"
+        else:
+            why = f"this is stage {strategy.zero_stage}"
+            fix = "drop the flag: below stage 3 every rank holds the whole 16-bit model and saves it as it is"
+        raise DswizError(f"--save-16bit/--no-save-16bit only apply to stage 3 training ({why})", fix)
     return strategy
 
 
@@ -310,6 +343,8 @@ def _default_precision(hardware: HardwareReport | None) -> Precision:
 
 def _fix_for(problems: list[str]) -> str:
     text = " ".join(problems)
+    if "inference" in text:
+        return "for --mode inference use --stage 3 (or leave it out), --offload-param none/cpu/nvme, no optimizer offload"
     if "stage 3" in text or "only works at" in text:
         return "use --stage 3 for parameter offload, NVMe offload and ZeRO++ (or drop those flags)"
     return "change the flags named above (dswiz config --help lists them)"
@@ -338,7 +373,19 @@ def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport
         deepspeed_version=_target_deepspeed_version(hardware),
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         config_dir=str(out_dir.resolve()),
+        save_16bit_model=flags.get("save_16bit") is not False,
+        moe_leaf_modules=moe_leaf_modules(flags.get("model")),
     )
+
+
+def moe_leaf_modules(model: str | None) -> tuple[str, ...]:
+    """The MoE block ZeRO-3 must fetch whole, from the model's type (Mixtral, Qwen2-MoE); () for dense models."""
+    if model is None:
+        return ()
+    from wizard.model import load_model_spec
+
+    spec = load_model_spec(model)
+    return (spec.moe_layer_cls_name,) if spec.is_moe and spec.moe_layer_cls_name else ()
 
 
 def _target_deepspeed_version(hardware: HardwareReport | None) -> str | None:
@@ -378,6 +425,8 @@ def _config_args(flags: dict[str, Any]) -> list[str]:
             args += [name, str(flags[flag])]
     if flags["torch_adam"]:
         args.append("--torch-adam")
+    if flags.get("save_16bit") is False:
+        args.append("--no-save-16bit")
     return args
 
 
@@ -451,10 +500,15 @@ def _report(
         offload.append(f"optimizer->{s.offload_optimizer}")
     if s.offload_param != "none":
         offload.append(f"params->{s.offload_param}")
+    batch = (
+        f"micro-batch {s.micro_batch_size} x accumulation {s.gradient_accumulation_steps} x {s.world_size} GPU(s) "
+        f"= global batch {s.global_batch_size}"
+        if s.mode == "train"
+        else f"inference, micro-batch {s.micro_batch_size} per forward x {s.world_size} GPU(s)"
+    )
     click.echo(
         f"strategy: ZeRO-{s.zero_stage}{' + offload ' + ', '.join(offload) if offload else ''}, {s.precision}, "
-        f"micro-batch {s.micro_batch_size} x accumulation {s.gradient_accumulation_steps} x {s.world_size} GPU(s) "
-        f"= global batch {s.global_batch_size}; for {config_set.consumer}"
+        f"{batch}; for {config_set.consumer}"
     )
     for path, backup in written:
         click.echo(f"  wrote {path}" + (f" (previous kept as {backup.name})" if backup else ""))
@@ -472,9 +526,10 @@ def _report(
             f"note: replace the placeholder host names in {out_dir / 'hostfile'} (or pass --hostfile-hosts)"
         )
     click.echo("")
-    for line in script_hint_lines(config_set, out_dir):
-        click.echo(line)
-    click.echo("")
+    if s.mode == "train":  # inference: the note above says how the script runs it
+        for line in script_hint_lines(config_set, out_dir):
+            click.echo(line)
+        click.echo("")
     click.echo("next:")
     click.echo(f"  dswiz launch --config {out_dir} train.py      (preflight, live dashboard, clean stop)")
     click.echo(f"  bash {out_dir / 'launch.sh'} train.py         (the same launch, by hand)")

@@ -288,7 +288,9 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
     table.add_column("#", justify="right")
     table.add_column("ZeRO", justify="right")
     table.add_column("offload", no_wrap=True)
-    table.add_column("ckpt")
+    training = req.mode == "train"
+    if training:
+        table.add_column("ckpt")
     if len(precisions) > 1:
         table.add_column("prec")
     table.add_column("batch", justify="right")
@@ -305,12 +307,13 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
             str(i),
             f"{s.zero_stage}{'++' if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights else ''}",
             _offload_cell(s),
-            "yes" if s.activation_checkpointing else "-",
         ]
+        if training:
+            row.append("yes" if s.activation_checkpointing else "-")
         if len(precisions) > 1:
             row.append(s.precision)
         row += [
-            f"{s.micro_batch_size}x{s.gradient_accumulation_steps}",
+            f"{s.micro_batch_size}x{s.gradient_accumulation_steps}" if training else str(s.micro_batch_size),
             _mark(_g(p.gpu_bytes), "gpu" in c.limits),
             _mark(_g(p.cpu_bytes), "cpu" in c.limits),
         ]
@@ -328,10 +331,12 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
     best = result.best
     if best is not None:
         s = best.strategy
-        console.print(
-            f"[bold green]Recommended:[/] {best.label}, {s.precision}, micro-batch {s.micro_batch_size}, "
-            f"gradient accumulation {s.gradient_accumulation_steps}"
+        batch = (
+            f"micro-batch {s.micro_batch_size}, gradient accumulation {s.gradient_accumulation_steps}"
+            if training
+            else f"micro-batch {s.micro_batch_size} per forward (inference: no optimizer, no gradients)"
         )
+        console.print(f"[bold green]Recommended:[/] {best.label}, {s.precision}, {batch}")
         for r in best.reasons:
             console.print(f"  - {r}")
     else:

@@ -25,6 +25,7 @@ from wizard.config.schema import (
     Consumer,
     CsvMonitor,
     DeepSpeedSettings,
+    LeafModule,
     LogLevel,
     OffloadOptimizer,
     OffloadParam,
@@ -38,6 +39,8 @@ from wizard.strategy import Strategy
 
 # DeepSpeed reads "log_level" from the config since 0.19.3 (FACTS §4); older versions ignore the key.
 LOG_LEVEL_MIN_DEEPSPEED = (0, 19, 3)
+# zero_optimization.leaf_module exists since DeepSpeed 0.18.0 (PR #7604); older versions reject the unknown key.
+LEAF_MODULE_MIN_DEEPSPEED = (0, 18, 0)
 # runner/rundir.py: the csv monitor's job name the monitor looks for.
 CSV_JOB_NAME = "dswiz"
 
@@ -70,7 +73,9 @@ class WriteOptions:
     csv_monitor: bool = True
     csv_output_path: str = "csv"
     pin_memory: bool = True
-    save_16bit_model: bool = True  # stage 3: gather the weights on save_16bit_model()
+    save_16bit_model: bool = True  # stage 3 training: gather the weights on save_16bit_model()
+    # Mixture-of-experts blocks ZeRO-3 must fetch whole (ModelSpec.moe_layer_cls_name, e.g. MixtralSparseMoeBlock).
+    moe_leaf_modules: tuple[str, ...] = ()
     zero3_init: bool | None = None  # None: at stage 3 for accelerate (the Trainer does it by itself)
     accelerate_mode: AccelerateMode = "config_file"
     # Where the files will live: the accelerate YAML names the JSON and the hostfile by this path, because
@@ -80,6 +85,15 @@ class WriteOptions:
 
 
 def supports_log_level(deepspeed_version: str | None) -> bool:
+    return _at_least(deepspeed_version, LOG_LEVEL_MIN_DEEPSPEED)
+
+
+def supports_leaf_module(deepspeed_version: str | None) -> bool:
+    return _at_least(deepspeed_version, LEAF_MODULE_MIN_DEEPSPEED)
+
+
+def _at_least(deepspeed_version: str | None, minimum: tuple[int, int, int]) -> bool:
+    """Whether the target DeepSpeed is at least ``minimum`` (unknown: assume a current one)."""
     if deepspeed_version is None:
         return True
     parts: list[int] = []
@@ -88,7 +102,7 @@ def supports_log_level(deepspeed_version: str | None) -> bool:
         parts.append(int(digits) if digits else 0)
     while len(parts) < 3:
         parts.append(0)
-    return tuple(parts) >= LOG_LEVEL_MIN_DEEPSPEED
+    return tuple(parts) >= minimum
 
 
 def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = None) -> DeepSpeedSettings:
@@ -114,10 +128,11 @@ def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = No
     clipping: float | Literal["auto"] = AUTO if consumer == "trainer" else options.gradient_clipping
     return DeepSpeedSettings(
         # accelerate computes train_batch_size with its own process count, which is wrong on CPU (FACTS §5):
-        # leave it out there and DeepSpeed derives it from micro x accumulation x its world size.
-        train_batch_size=strategy.global_batch_size if consumer != "accelerate" else None,
+        # leave it out there and DeepSpeed derives it from micro x accumulation x its world size. Inference needs
+        # only the micro-batch (DeepSpeed asserts one of the two batch keys; accumulation defaults to 1).
+        train_batch_size=strategy.global_batch_size if consumer != "accelerate" and training else None,
         train_micro_batch_size_per_gpu=strategy.micro_batch_size,
-        gradient_accumulation_steps=strategy.gradient_accumulation_steps,
+        gradient_accumulation_steps=strategy.gradient_accumulation_steps if training else None,
         gradient_clipping=clipping if training else None,
         bf16=BF16(enabled=True) if strategy.precision == "bf16" else None,
         fp16=_fp16() if strategy.precision == "fp16" else None,
@@ -186,7 +201,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         zero3_init=zero3_init and stage3,
         accelerate_mode=options.accelerate_mode,
         accelerate_fields=accelerate_fields_for(topology),
-        accelerate_ds_fields=accelerate_ds_fields_for(topology, options),
+        accelerate_ds_fields=accelerate_ds_fields_for(topology, options, stage3=stage3),
         node_env=node_env,
         script_notes=_script_notes(strategy, settings, options),
     )
@@ -214,9 +229,14 @@ def accelerate_fields_for(topology: Topology) -> dict[str, Any]:
     return dict(sorted(fields.items()))
 
 
-def accelerate_ds_fields_for(topology: Topology, options: WriteOptions) -> dict[str, Any]:
-    """deepspeed_config fields beyond the DeepSpeed settings: where the JSON and the hostfile are."""
+def accelerate_ds_fields_for(
+    topology: Topology, options: WriteOptions, *, stage3: bool = False
+) -> dict[str, Any]:
+    """deepspeed_config fields beyond the DeepSpeed settings: where the JSON and the hostfile are, and the MoE
+    blocks ZeRO-3 must treat as leaves when the JSON cannot say it (plugin mode, or a DeepSpeed before 0.18)."""
     fields: dict[str, Any] = {}
+    if stage3 and options.moe_leaf_modules and not leaf_modules_in_json(options):
+        fields["deepspeed_moe_layer_cls_names"] = ",".join(options.moe_leaf_modules)
     if options.accelerate_mode == "config_file":
         fields["deepspeed_config_file"] = f"{options.config_dir}/{DS_CONFIG_NAME}"
     if topology.multi_node:
@@ -241,10 +261,14 @@ def _fp16() -> FP16:
 
 def _zero(strategy: Strategy, options: WriteOptions) -> ZeroOptimization:
     stage = strategy.zero_stage
+    training = strategy.mode == "train"
     values: dict[str, Any] = {"stage": stage}
     if stage >= 1:
-        values["contiguous_gradients"] = True
-        values["overlap_comm"] = stage == 3  # DeepSpeed's default; at 1/2 it costs 4.5x bucket memory
+        if training:
+            values["contiguous_gradients"] = True
+        # DeepSpeed's default; at 1/2 it costs 4.5x bucket memory. At stage 3 it also runs the parameter prefetch on
+        # its own stream, which inference needs as much as training.
+        values["overlap_comm"] = stage == 3
     if strategy.offload_optimizer != "none":
         nvme = strategy.offload_optimizer == "nvme"
         values["offload_optimizer"] = OffloadOptimizer(
@@ -264,14 +288,27 @@ def _zero(strategy: Strategy, options: WriteOptions) -> ZeroOptimization:
             max_in_cpu=1_000_000_000 if nvme else None,
         )
     if stage == 3:
-        values["stage3_gather_16bit_weights_on_model_save"] = options.save_16bit_model
+        if training:  # inference saves no model
+            values["stage3_gather_16bit_weights_on_model_save"] = options.save_16bit_model
         if strategy.zero_quantized_weights:
             values["zero_quantized_weights"] = True
         if strategy.zero_quantized_gradients:
             values["zero_quantized_gradients"] = True
         if strategy.zero_hpz_partition_size > 1:
             values["zero_hpz_partition_size"] = strategy.zero_hpz_partition_size
+        if leaf_modules_in_json(options):
+            values["leaf_module"] = LeafModule(classes=list(options.moe_leaf_modules))
     return ZeroOptimization(**values)
+
+
+def leaf_modules_in_json(options: WriteOptions) -> bool:
+    """Where the MoE leaf modules go: the DeepSpeed JSON (zero_optimization.leaf_module) when the target DeepSpeed
+    reads it and the JSON is what DeepSpeed gets -- not in accelerate's plugin mode, which builds its own config and
+    takes them as deepspeed_moe_layer_cls_names instead (accelerate's set_moe_leaf_modules, in either mode)."""
+    if not options.moe_leaf_modules:
+        return False
+    plugin = options.consumer == "accelerate" and options.accelerate_mode == "plugin"
+    return not plugin and supports_leaf_module(options.deepspeed_version)
 
 
 def _activation_checkpointing() -> ActivationCheckpointing:
@@ -344,4 +381,36 @@ def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: Writ
             "build a large model inside `with deepspeed.zero.Init(config_dict_or_path=...)` so it is partitioned"
             " as it is created (accelerate and the HF Trainer do this for you)"
         )
+    if strategy.mode == "inference":
+        notes.append(inference_note(consumer, micro))
+    # accelerate applies deepspeed_moe_layer_cls_names itself; DeepSpeed before 0.18 needs the script to.
+    needs_call = consumer != "accelerate" and not leaf_modules_in_json(options)
+    if strategy.zero_stage == 3 and options.moe_leaf_modules and needs_call:
+        classes = ", ".join(options.moe_leaf_modules)
+        notes.append(
+            f"this DeepSpeed cannot take leaf modules in its config: call "
+            f"deepspeed.utils.set_z3_leaf_modules(model, [{classes}]) before deepspeed.initialize"
+        )
     return tuple(notes)
+
+
+def _samples(n: int) -> str:
+    return f"{n} sample{'s' if n != 1 else ''}"
+
+
+def inference_note(consumer: str, micro: int) -> str:
+    """How a script runs the inference config: no optimizer, eval mode, forward passes only."""
+    if consumer == "trainer":
+        return (
+            f"inference: call trainer.evaluate() / trainer.predict() (the Trainer runs ZeRO-3 inference without an "
+            f"optimizer) with --per_device_eval_batch_size {micro}"
+        )
+    if consumer == "accelerate":
+        return (
+            f"inference: accelerator.prepare(model) with no optimizer, model.eval() and forward passes under "
+            f"torch.no_grad(), {_samples(micro)} per forward per process"
+        )
+    return (
+        "inference: deepspeed.initialize(model=model, config=...) with no optimizer, engine.eval() and forward "
+        f"passes under torch.no_grad(), {_samples(micro)} per forward per GPU"
+    )

@@ -13,6 +13,7 @@ Each finding has a stable code. Rule families, one module each:
   lint_zero      offload-param-ignored, nvme-becomes-cpu, offload-stage0, zeropp-ignored, hpz-size,
                  nvme-path-missing, nvme-path-not-writable, nvme-not-on-nvme, no-libaio, libaio-unknown,
                  offload-client-optimizer, offload-optimizer-replaced
+  lint_moe       autoep-stage3-qgz, autoep-stage3-hpz, autoep-stage3-sequence-parallel, autoep-stage3-16bit-save
   lint_auto      auto-unfilled, auto-default, auto-hidden-size, auto-dummy, auto-needs-consumer
   lint_runtime   max-grad-norm-in-optimizer, accelerate-dummy-objects, activation-checkpointing-section,
                  accelerate-steps-per-print, no-steps-per-print, no-log-level
@@ -39,6 +40,7 @@ from wizard.config.lint_batch import check_batch
 from wizard.config.lint_hostfile import lint_deepspeed_env_text, lint_hostfile_text
 from wizard.config.lint_keys import check_keys
 from wizard.config.lint_launcher import yaml_launcher
+from wizard.config.lint_moe import check_moe
 from wizard.config.lint_precision import check_precision
 from wizard.config.lint_runtime import check_runtime
 from wizard.config.lint_types import check_types
@@ -54,7 +56,16 @@ from wizard.config.schema import (
 from wizard.findings import Finding, sort_findings
 from wizard.hardware.report import HardwareReport
 
-RULES = (check_keys, check_types, check_batch, check_precision, check_zero, check_auto, check_runtime)
+RULES = (
+    check_keys,
+    check_types,
+    check_batch,
+    check_precision,
+    check_zero,
+    check_moe,
+    check_auto,
+    check_runtime,
+)
 FileKind = str  # "deepspeed" | "accelerate" | "hostfile" | "deepspeed_env"
 
 

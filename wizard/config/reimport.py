@@ -113,6 +113,12 @@ def options_from_config(config: ConfigSet, **changes: Any) -> WriteOptions:
         "accelerate_mode": config.accelerate_mode,
         "zero3_init": config.zero3_init,
     }
+    leaf = zero.leaf_module.classes if zero and zero.leaf_module and zero.leaf_module.classes else None
+    named = config.accelerate_ds_fields.get("deepspeed_moe_layer_cls_names")
+    if leaf:
+        implied["moe_leaf_modules"] = tuple(leaf)
+    elif isinstance(named, str) and named.strip():
+        implied["moe_leaf_modules"] = tuple(n.strip() for n in named.split(",") if n.strip())
     if isinstance(clipping, (int, float)):
         implied["gradient_clipping"] = float(clipping)
     if isinstance(save16, bool):

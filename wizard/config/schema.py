@@ -100,6 +100,16 @@ class OffloadParam(_Section):
     max_in_cpu: Count | None = None
 
 
+class LeafModule(_Section):
+    """ZeRO-3 leaf modules (DeepSpeed >= 0.18.0, zero/leaf_module_config.py): modules fetched whole, without hooks on
+    their children -- what a mixture-of-experts block needs, since the experts a token uses change every forward.
+    Matched by class name (with or without its module path), module name, or name suffix."""
+
+    classes: list[StrictStr] | None = None
+    names: list[StrictStr] | None = None
+    name_suffixes: list[StrictStr] | None = None
+
+
 class ZeroOptimization(_Section):
     stage: Stage | None = None  # DeepSpeed's default is 0
     overlap_comm: StrictBool | None = None
@@ -120,6 +130,7 @@ class ZeroOptimization(_Section):
     zero_quantized_weights: StrictBool | None = None
     zero_quantized_gradients: StrictBool | None = None
     zero_hpz_partition_size: PositiveInt | None = None
+    leaf_module: LeafModule | None = None
 
 
 class FP16(_Section):

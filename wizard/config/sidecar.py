@@ -271,6 +271,8 @@ def config_command(
     if s.hardware_arg:
         words += ["--hardware", s.hardware_arg]
     words += ["--seq-len", str(s.seq_len)]
+    if strategy.mode != "train":
+        words += ["--mode", strategy.mode]
     words += ["--stage", str(strategy.zero_stage)]
     words += ["--offload-optimizer", strategy.offload_optimizer, "--offload-param", strategy.offload_param]
     words += ["--precision", strategy.precision]

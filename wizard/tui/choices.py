@@ -16,6 +16,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.strategy import Mode, Strategy
 
 LAUNCHERS: tuple[str, ...] = MULTINODE_LAUNCHERS
+CONSUMERS: tuple[str, ...] = ("deepspeed", "accelerate", "trainer")
 DEFAULT_OUT_DIR = Path("dswiz-config")
 
 
@@ -29,6 +30,8 @@ class Choices:
     mode: Mode = "train"
     strategy: Strategy | None = None
     gradient_clipping: float = 1.0
+    save_16bit: bool = True  # stage 3 training: gather the 16-bit weights into one file on save
+    consumer: str = "deepspeed"  # who reads the config: deepspeed, accelerate or trainer
     launcher: str = DEFAULT_LAUNCHER  # how a multi-node job is started (wizard/config/launchers.py)
     hostfile_text: str = ""
     master_addr: str = ""

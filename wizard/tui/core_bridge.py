@@ -270,12 +270,56 @@ def _write_options(choices: Choices) -> Any:
         "launcher": choices.launcher,
         "nvme_path": choices.nvme_path.strip() or None,
         "deepspeed_version": choices.hardware.software.deepspeed if choices.hardware else None,
+        "consumer": choices.consumer,
+        "save_16bit_model": choices.save_16bit,
+        "moe_leaf_modules": moe_leaf_modules(choices),
         # accelerate opens the JSON and hostfile by this path, relative to where it is launched: make it absolute
         "config_dir": str(choices.out_dir.resolve()),
     }
     if choices.imported is not None:
         return options_from_config(choices.imported.config, **wanted)
     return WriteOptions(**wanted)
+
+
+def moe_leaf_modules(choices: Choices) -> tuple[str, ...]:
+    """The MoE block ZeRO-3 must fetch whole, from the chosen model's type; () for dense or unreadable models."""
+    if not choices.model_text.strip():
+        return ()
+    try:
+        model = load_model(choices.model_text)
+    except DswizError:
+        return ()
+    name = getattr(model, "moe_layer_cls_name", None)
+    return (name,) if isinstance(name, str) and name else ()
+
+
+def save_16bit_cost(model: Any) -> str:
+    """What gathering the 16-bit weights on save costs, in words and bytes from the model spec (DeepSpeed 0.19.8
+    engine._zero3_consolidated_16bit_state_dict: one module at a time is gathered on the GPU and copied to rank 0's
+    host RAM, which ends up holding the whole 16-bit model; save_16bit_model then writes it as one file)."""
+    from wizard.units import fmt_bytes
+
+    total = getattr(model, "total_params", None)
+    largest = getattr(model, "largest_layer_params", None)
+    if not isinstance(total, int):
+        return "rank 0 collects the whole 16-bit model in host RAM and writes it to disk as one file"
+    gpu = (
+        f"; the GPU holds one module at a time ({fmt_bytes(2 * largest)})" if isinstance(largest, int) else ""
+    )
+    return (
+        f"at each save rank 0 collects all {fmt_bytes(2 * total)} of 16-bit weights in host RAM and writes them "
+        f"to disk as one file{gpu}; without it, dswiz consolidate rebuilds the weights from the ZeRO shards"
+    )
+
+
+def code_hint_lines(choices: Choices, files: dict[str, str]) -> list[str]:
+    """What the user's script must change for the chosen consumer and these files: the explanation, a short diff
+    (wizard.hints), and the trap of a scheduler of its own; for inference, how the script runs it."""
+    s = choices.strategy
+    if s is not None and s.mode == "inference":
+        note = _core("wizard.config.build", "inference_note")
+        return [f"script ({choices.consumer}): {note(choices.consumer, s.micro_batch_size)}"]
+    return script_hint_lines(files, choices.out_dir, choices.consumer)
 
 
 def render_files(choices: Choices) -> dict[str, str]:
@@ -492,6 +536,8 @@ def apply_import(choices: Choices, imported: Any) -> None:
     choices.gradient_clipping = options.gradient_clipping
     choices.nvme_path = options.nvme_path or ""
     choices.launcher = options.launcher
+    choices.consumer = options.consumer
+    choices.save_16bit = options.save_16bit_model
     topo = config.topology
     if topo.nodes > 1:
         hostfile = config.accelerate_ds_fields.get("deepspeed_hostfile")

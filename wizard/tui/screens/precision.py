@@ -22,6 +22,7 @@ SWITCHES = (
     ("qwz", "ZeRO++ quantized weights (qwZ, stage 3)"),
     ("qgz", "ZeRO++ quantized gradients (qgZ, stage 3)"),
     ("hpz", "ZeRO++ hierarchical partitioning (hpZ: a weight copy per node, stage 3, multi-node)"),
+    ("save16", "Gather the 16-bit weights into one file on save (stage 3 training)"),
 )
 
 
@@ -43,7 +44,10 @@ class PrecisionStep(StepScreen):
         "**bf16** needs an Ampere or newer GPU (compute capability 8.0); **fp16** needs 7.0 and uses loss "
         "scaling; **fp32** is slow. DeepSpeed requires train_batch_size = micro-batch × accumulation × world "
         "size: dswiz keeps the three consistent. **Clipping** is the gradient-norm limit (0 disables it). "
-        "**ZeRO++** options only act at stage 3."
+        "**ZeRO++** options only act at stage 3. **16-bit save** (stage 3): `save_16bit_model()` / the Trainer's "
+        "save write the whole model as one file, which rank 0 assembles in host RAM; without it only ZeRO shards "
+        "are saved (`dswiz consolidate` rebuilds the weights). Inference has no accumulation, clipping or "
+        "checkpointing."
     )
 
     def body(self) -> ComposeResult:
@@ -67,6 +71,7 @@ class PrecisionStep(StepScreen):
                 yield Switch(id=key)
                 yield Label(label)
         yield Static("", id="zeropp-why")
+        yield Static("", id="save16-cost")
         yield MemoryBar("GPU", id="bar-gpu")
         yield MemoryBar("CPU", id="bar-cpu")
 
@@ -90,6 +95,10 @@ class PrecisionStep(StepScreen):
             self.query_one("#qwz", Switch).value = s.zero_quantized_weights
             self.query_one("#qgz", Switch).value = s.zero_quantized_gradients
             self.query_one("#hpz", Switch).value = s.zero_hpz_partition_size > 1
+            self.query_one("#save16", Switch).value = c.save_16bit and s.zero_stage == 3 and s.mode == "train"
+        training = s.mode == "train"
+        for key in ("gas", "clip"):  # inference: no gradients to accumulate or clip
+            self.query_one(f"#{key}", Input).disabled = not training
         self._update(s)
 
     def _strategy_on_screen(self) -> Strategy:
@@ -117,16 +126,30 @@ class PrecisionStep(StepScreen):
         hw = self.wizard.choices.hardware
         notes = []
         for key, change in (
+            ("ckpt", {"activation_checkpointing": True}),
             ("qwz", {"zero_quantized_weights": True}),
             ("qgz", {"zero_quantized_gradients": True}),
             ("hpz", {"zero_hpz_partition_size": s.gpus_per_node if s.gpus_per_node > 1 else 2}),
         ):
             switch = self.query_one(f"#{key}", Switch)
-            problems = [] if switch.value else self._problems(s.with_(**change))
+            # Checkpointing is refused only where it cannot act (inference); the machine's limits do not change.
+            changed = s.with_(**change)
+            check = changed.problems() if key == "ckpt" else self._problems(changed)
+            problems = [] if switch.value else check
             switch.disabled = bool(problems)
             if problems:
                 notes.append(f"{key}: {problems[0]}")
         self.query_one("#zeropp-why", Static).update(Text("\n".join(notes), style="dim"))
+        save16 = self.query_one("#save16", Switch)
+        applies = s.zero_stage == 3 and s.mode == "train"
+        with self.prevent(Switch.Changed):  # off where it cannot act; the choice again once it can
+            if not applies:
+                save16.value = False
+            elif save16.disabled:
+                save16.value = self.wizard.choices.save_16bit
+        save16.disabled = not applies
+        cost = self.wizard.core.save_16bit_cost(self.wizard.model) if applies else ""
+        self.query_one("#save16-cost", Static).update(Text(cost, style="dim"))
         cand = None
         if self.wizard.model is not None:
             try:
@@ -191,3 +214,6 @@ class PrecisionStep(StepScreen):
         self.wizard.choices.strategy = s
         self.wizard.choices.global_batch = s.global_batch_size
         self.wizard.choices.gradient_clipping = clip
+        save16 = self.query_one("#save16", Switch)
+        if not save16.disabled:
+            self.wizard.choices.save_16bit = save16.value

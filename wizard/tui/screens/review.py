@@ -1,4 +1,5 @@
-"""Step 6 — Review & write: every file to be written, syntax-highlighted, with a diff against the file already
+"""Step 6 — Review & write: who reads the config (plain DeepSpeed, accelerate, the HF Trainer) and what that
+script must change (a short diff); every file to be written, syntax-highlighted, with a diff against the file already
 there; the linter's findings; where to write. Writing never overwrites silently: a changed file needs a
 confirmation and its old content is kept as a backup. Afterwards: the exact command to launch."""
 
@@ -12,10 +13,11 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
 from wizard.findings import has_errors
+from wizard.tui.choices import CONSUMERS
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen
 from wizard.tui.widgets.findings_view import findings_text
@@ -40,7 +42,9 @@ class ReviewStep(StepScreen):
     HELP = (
         "The files dswiz will write, exactly. Where a file already exists, the diff shows what changes; writing "
         "over it asks first and keeps the old one as `NAME.bak-<time>`. Findings come from the same linter as "
-        "`dswiz check`. After writing, run the command shown to start training with a live dashboard."
+        "`dswiz check`. **Used by** picks who reads the config (plain DeepSpeed, `accelerate launch`, the HF "
+        "Trainer): the files and the script change shown below follow it. After writing, run the command shown "
+        "to start training with a live dashboard."
     )
 
     def __init__(self) -> None:
@@ -55,15 +59,43 @@ class ReviewStep(StepScreen):
             yield Input(id="out-dir")
             yield Button("Write files", id="write", variant="success")
         yield Static("", id="written")
+        yield Label("Used by", classes="field-label")
+        with RadioSet(id="consumer"):
+            for name in CONSUMERS:
+                yield RadioButton(name, id=f"consumer-{name}")
+        yield Label("Your script", classes="section-title")
+        yield Static("", id="hints")
         yield Label("Findings", classes="section-title")
         yield Static("", id="findings")
         yield Vertical(id="files")
 
     def refresh_from_state(self) -> None:
         c = self.wizard.choices
-        with self.prevent(Input.Changed):
+        with self.prevent(Input.Changed, RadioSet.Changed):
             self.query_one("#out-dir", Input).value = str(c.out_dir)
+            self.query_one(f"#consumer-{c.consumer}", RadioButton).value = True
         self._show_files()
+
+    @on(RadioSet.Changed, "#consumer")
+    def _consumer_changed(self, event: RadioSet.Changed) -> None:
+        pressed = event.pressed.id or ""
+        self.wizard.choices.consumer = pressed.removeprefix("consumer-") or self.wizard.choices.consumer
+        self._show_files()
+
+    def _show_hints(self) -> None:
+        """The script change for the chosen consumer: its explanation in words, the diff highlighted."""
+        lines = self.wizard.core.code_hint_lines(self.wizard.choices, self.files)
+        text = Text()
+        for line in lines:
+            style = ""
+            if line.startswith(("+", "@@")) and not line.startswith("+++"):
+                style = "green" if line.startswith("+") else "cyan"
+            elif line.startswith("-") and not line.startswith("---"):
+                style = "red"
+            elif line.startswith(("---", "+++")):
+                style = "dim"
+            text.append(line + "\n", style=style)
+        self.query_one("#hints", Static).update(text)
 
     def _show_files(self) -> None:
         c = self.wizard.choices
@@ -79,6 +111,7 @@ class ReviewStep(StepScreen):
             self.set_status(e.problem, error=True)
             return
         self.query_one("#findings", Static).update(findings_text(findings))
+        self._show_hints()
         self.on_disk = self.wizard.core.existing_files(self._out_dir(), self.files)
         widgets: list[Static] = []
         for name, text in self.files.items():

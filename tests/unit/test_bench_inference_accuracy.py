@@ -1,0 +1,57 @@
+"""bench/inference_accuracy.py without a GPU: the grid it would run on an H200 and the report it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ia() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "inference_accuracy", ROOT / "bench" / "inference_accuracy.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["inference_accuracy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_h200_grid_checks_the_predicted_maximum_and_sweeps(ia: ModuleType) -> None:
+    hw = ia._plan_accuracy().smoke_hardware(1)  # an H200 as the planner sees it
+    grid = ia.build_grid(hw, 1, smoke=False)
+    capped = [c for c in grid if c.tier == "R"]
+    assert capped and all(c.cap_gib == ia.CAP_GIB for c in capped)
+    for first, twice in zip(capped[::2], capped[1::2], strict=True):  # the predicted maximum, then twice it
+        assert (twice.model, twice.offload_param) == (first.model, first.offload_param)
+        assert twice.micro_batch == 2 * first.micro_batch
+        assert ia.predict(hw, first, 1, ia.SEQ)["fits"] and not ia.predict(hw, twice, 1, ia.SEQ)["fits"]
+    sweep = {(c.model, c.offload_param, c.micro_batch) for c in grid if c.tier == "S"}
+    assert len(sweep) == len(ia.MODELS) * len(ia.OFFLOADS) * 3
+
+
+def test_the_config_is_what_dswiz_writes_for_inference(ia: ModuleType) -> None:
+    cfg = ia.ds_config(ia.Config("S", "gpt2-xl", "cpu", 8, None), smoke=False)
+    assert "optimizer" not in cfg and cfg["zero_optimization"]["stage"] == 3
+    assert cfg["zero_optimization"]["offload_param"]["device"] == "cpu"
+
+
+def test_the_report_shows_errors_against_the_prediction(ia: ModuleType) -> None:
+    c = ia.Config("S", "gpt2-medium", "none", 8, None)
+    row = ia.Row(
+        config=asdict(c),
+        predicted={"allocated": 11 * 2**30, "reserved": 12 * 2**30, "device": 14 * 2**30, "tokens_per_sec": 110.0,
+                   "fits": True, "max_micro_batch": 40},
+        status="ok", max_allocated=10 * 2**30, max_reserved=12 * 2**30, tokens_per_sec=100.0,
+    )  # fmt: skip
+    doc = {"date": "2026-11-30", "smoke": False, "world": 1, "seq_len": 1024, "rows": [asdict(row)]}
+    text = ia.markdown(doc)
+    assert "10.00 (11.00, +10.0 %)" in text and "100 (110, +10.0 %)" in text
