@@ -18,7 +18,10 @@ from textual.pilot import Pilot
 
 from wizard.tui.factory import build_app
 
-A100 = str(A100X8)
+# The hardware step shows the spec as typed: a file name relative to the fixed directory below, so the
+# snapshots do not depend on where the repository is checked out.
+A100 = A100X8.name
+H200_SPEC = H200.name
 NVME_NODE = "8xA100-80GB,nvme=3.5TB,libaio=true"
 
 
@@ -29,6 +32,8 @@ def _fixed_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     fixed = Path(tempfile.gettempdir()) / "dswiz-snapshots"
     shutil.rmtree(fixed, ignore_errors=True)
     fixed.mkdir()
+    for fixture in (H200, A100X8):
+        shutil.copy(fixture, fixed / fixture.name)
     monkeypatch.chdir(fixed)
 
 
@@ -49,7 +54,7 @@ def goto(step: int, model: str = "llama-7b") -> Any:
 
 
 def test_hardware_h200(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec=str(H200), core=core), terminal_size=SIZE, run_before=goto(0))
+    assert snap_compare(build_app(hardware_spec=H200_SPEC, core=core), terminal_size=SIZE, run_before=goto(0))
 
 
 def test_hardware_described(snap_compare: Any, core: Any) -> None:
@@ -69,7 +74,7 @@ def test_strategy(snap_compare: Any, core: Any) -> None:
 
 
 def test_strategy_h200(snap_compare: Any, core: Any) -> None:
-    app = build_app(hardware_spec=str(H200), core=core)
+    app = build_app(hardware_spec=H200_SPEC, core=core)
     assert snap_compare(app, terminal_size=SIZE, run_before=goto(2, model="mistral-7b"))
 
 
