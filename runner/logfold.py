@@ -76,3 +76,50 @@ class ConfigDumpFolder:
     def _close(self, rank: int | None) -> Folded:
         dump = self._open.pop(rank)
         return Folded(dump.lines, rank)
+
+
+_TRACEBACK_START_RE = re.compile(r"^(?:\[rank\d+\]: )?Traceback \(most recent call last\):\s*$")
+_RANK_PREFIX_RE = re.compile(r"^\[rank\d+\]: ")
+_KEYBOARD_INTERRUPT_RE = re.compile(r"^KeyboardInterrupt\b")
+
+
+@dataclass(frozen=True)
+class FoldedInterrupt:
+    """A Python traceback ending in ``KeyboardInterrupt`` (``lines`` long) was left out: what a process prints when
+    a stop (dswiz's, or the user's Ctrl-C) reaches it -- the consequence, never the cause."""
+
+    lines: int
+    rank: int | None
+
+
+@dataclass
+class InterruptTracebackFolder:
+    """``feed(line, rank)`` holds a traceback until its last line shows what it was: a ``KeyboardInterrupt`` one is
+    folded, any other is shown whole (a real failure must stay on the screen)."""
+
+    # Keyed by rank and by the "[rankN]: " prefix torch puts on rank output: ranks' tracebacks may interleave.
+    _held: dict[tuple[int | None, str], list[str]] = field(default_factory=dict)
+
+    def feed(self, text: str, rank: int | None = None) -> list[Shown | FoldedInterrupt]:
+        prefix_match = _RANK_PREFIX_RE.match(text)
+        prefix = prefix_match.group(0) if prefix_match else ""
+        key = (rank, prefix)
+        held = self._held.get(key)
+        if held is None:
+            if _TRACEBACK_START_RE.match(text):
+                self._held[key] = [text]
+                return []
+            return [Shown(text)]
+        body = text[len(prefix) :]
+        if body[:1].isspace() or body.strip() == "" or set(body.strip()) <= {"^", "~"}:
+            held.append(text)  # a frame, its source line or its ^^^^ marker
+            return []
+        del self._held[key]
+        if _KEYBOARD_INTERRUPT_RE.match(body):
+            return [FoldedInterrupt(len(held) + 1, rank)]
+        return [Shown(line) for line in [*held, text]]
+
+    def flush(self) -> list[Shown | FoldedInterrupt]:
+        out: list[Shown | FoldedInterrupt] = [Shown(line) for lines in self._held.values() for line in lines]
+        self._held.clear()
+        return out

@@ -36,7 +36,7 @@ import psutil
 
 from runner import launch, rundir
 from runner.launch import LaunchCommand, LaunchSpec
-from runner.logfold import ConfigDumpFolder, Output, Shown
+from runner.logfold import ConfigDumpFolder, Folded, FoldedInterrupt, InterruptTracebackFolder, Output, Shown
 from runner.phases import Phase
 from runner.rundir import LauncherProcess, RunRecord, RunVerdict
 from runner.verdict import JobObserver, OomAdvisor, RankDeath, Status, decide, exit_code
@@ -157,6 +157,7 @@ class TerminalSink:
         self._muted = False
         self._held: RunOutcome | None = None
         self._fold = ConfigDumpFolder()
+        self._interrupts = InterruptTracebackFolder()
         self._run_dir = run_dir
 
     def mute(self) -> None:
@@ -181,15 +182,25 @@ class TerminalSink:
 
     def on_line(self, text: str, rank: int | None) -> None:
         if self._show_log:
-            self._show(self._fold.feed(text.split("\r")[-1], rank))
+            self._show(self._fold.feed(text.split("\r")[-1], rank), rank)
 
-    def _show(self, outputs: list[Output]) -> None:
+    def _show(self, outputs: list[Output], rank: int | None) -> None:
+        for out in outputs:
+            if isinstance(out, Shown):
+                self._show_unfolded(self._interrupts.feed(out.text, rank))
+            else:
+                self._write(
+                    f"[dswiz] DeepSpeed printed its config ({out.lines} lines): {self._where(out.rank)}"
+                )
+
+    def _show_unfolded(self, outputs: list[Shown | FoldedInterrupt]) -> None:
         for out in outputs:
             if isinstance(out, Shown):
                 self._write(out.text)
             else:
                 self._write(
-                    f"[dswiz] DeepSpeed printed its config ({out.lines} lines): {self._where(out.rank)}"
+                    f"[dswiz] a process printed its KeyboardInterrupt traceback ({out.lines} lines; the stop "
+                    f"reached it): {self._where(out.rank)}"
                 )
 
     def _where(self, rank: int | None) -> str:
@@ -212,7 +223,9 @@ class TerminalSink:
 
     def on_end(self, outcome: RunOutcome) -> None:
         if self._show_log:
-            self._show(self._fold.flush())
+            for folded in self._fold.flush():  # flush() only returns Folded notices
+                self._show([folded], folded.rank if isinstance(folded, Folded) else None)
+            self._show_unfolded(self._interrupts.flush())
         if self._muted:
             self._held = outcome
             return

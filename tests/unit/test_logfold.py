@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from runner.logfold import ConfigDumpFolder, Folded, Output, Shown
+from runner.logfold import ConfigDumpFolder, Folded, FoldedInterrupt, InterruptTracebackFolder, Output, Shown
 from runner.process import TerminalSink
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "success"
@@ -79,3 +79,70 @@ def test_the_terminal_shows_one_line_naming_the_log_that_keeps_it(tmp_path: Path
     notice = f"[dswiz] DeepSpeed printed its config ({last - first + 1} lines): {rank_log}"
     assert printed == [*lines[:first], notice, *lines[last + 1 :]]
     assert not any("[config.py:" in p for p in printed)
+
+
+# ------------------------------------------------------------------ KeyboardInterrupt tracebacks after a stop
+
+STOPPED = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "interrupted"
+RAISED = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "rank_raises"
+
+
+def fold_interrupts(lines: list[str]) -> list[Shown | FoldedInterrupt]:
+    folder = InterruptTracebackFolder()
+    out: list[Shown | FoldedInterrupt] = []
+    for line in lines:
+        out += folder.feed(line)
+    return out + folder.flush()
+
+
+def test_the_keyboardinterrupt_tracebacks_of_a_stopped_run_fold_and_nothing_else_changes() -> None:
+    # A recorded `dswiz launch` stopped with Ctrl-C: both ranks and DeepSpeed's runner print a KeyboardInterrupt
+    # traceback (7, 7 and 17 lines); they are the stop's echo, not a failure.
+    lines = (STOPPED / "stream.log").read_text().splitlines()
+    out = fold_interrupts(lines)
+    assert [o for o in out if isinstance(o, FoldedInterrupt)] == [
+        FoldedInterrupt(8, None),
+        FoldedInterrupt(8, None),
+        FoldedInterrupt(17, None),
+    ]
+    shown = [o.text for o in out if isinstance(o, Shown)]
+    assert shown == [ln for ln in lines if not _in_interrupt_traceback(lines, ln)]
+    assert not any("Traceback" in s or s.startswith("KeyboardInterrupt") for s in shown)
+
+
+def _in_interrupt_traceback(lines: list[str], line: str) -> bool:
+    spans, start = [], None
+    for i, ln in enumerate(lines):
+        body = ln.split("]: ", 1)[1] if ln.startswith("[rank") else ln
+        if body.startswith("Traceback (most recent call last):"):
+            start = i
+        elif start is not None and body.startswith("KeyboardInterrupt"):
+            spans.append((start, i))
+            start = None
+    return any(line in lines[a : b + 1] for a, b in spans)
+
+
+def test_a_real_failure_traceback_is_shown_whole() -> None:
+    lines = (RAISED / "stream.log").read_text().splitlines()
+    out = fold_interrupts(lines)
+    assert all(isinstance(o, Shown) for o in out)
+    assert [o.text for o in out if isinstance(o, Shown)] == lines
+
+
+def test_interleaved_rank_tracebacks_are_told_apart() -> None:
+    a = ["[rank0]: Traceback (most recent call last):", '[rank0]:   File "x.py", line 1, in <module>']
+    b = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "y.py", line 2, in <module>']
+    lines = [a[0], b[0], a[1], b[1], "[rank0]: KeyboardInterrupt", "[rank1]: RuntimeError: boom"]
+    out = fold_interrupts(lines)
+    assert out == [FoldedInterrupt(3, None), *[Shown(t) for t in [*b, "[rank1]: RuntimeError: boom"]]]
+
+
+def test_the_terminal_names_the_log_instead_of_the_traceback(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    sink = TerminalSink(stream, run_dir=tmp_path)
+    for line in (STOPPED / "stream.log").read_text().splitlines():
+        sink.on_line(line, None)
+    printed = stream.getvalue()
+    assert "Traceback" not in printed
+    assert printed.count("[dswiz] a process printed its KeyboardInterrupt traceback") == 3
+    assert str(tmp_path / "logs" / "combined.log") in printed
