@@ -524,6 +524,10 @@ def worker(args: argparse.Namespace) -> int:
     if rank == 0:
         print(f"wrote {out_path}", flush=True)
     dist.barrier()
+    if smoke:  # DeepSpeed 0.19.8 on CPU sometimes aborts a rank at exit (train_tiny.leave_after_success)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
