@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from runner.tracebacks import TracebackCollector
+
 # The logger prefix of FACTS §4 with source config.py and the print / print_user_config functions.
 _DUMP_LINE_RE = re.compile(r"^\[[\d-]+ [\d:,]+\] \[\w+\] \[config\.py:\d+:(?P<fn>print|print_user_config)\] ")
 _CONTINUATION_RE = re.compile(r"^(?:\s|[}\]])")  # a multi-line value's inner or closing line
@@ -78,11 +80,6 @@ class ConfigDumpFolder:
         return Folded(dump.lines, rank)
 
 
-_TRACEBACK_START_RE = re.compile(r"^(?:\[rank\d+\]: )?Traceback \(most recent call last\):\s*$")
-_RANK_PREFIX_RE = re.compile(r"^\[rank\d+\]: ")
-_KEYBOARD_INTERRUPT_RE = re.compile(r"^KeyboardInterrupt\b")
-
-
 @dataclass(frozen=True)
 class FoldedInterrupt:
     """A Python traceback ending in ``KeyboardInterrupt`` (``lines`` long) was left out: what a process prints when
@@ -95,27 +92,20 @@ class FoldedInterrupt:
 @dataclass
 class InterruptTracebackFolder:
     """``feed(line, rank)`` holds a traceback until its last line shows what it was: a ``KeyboardInterrupt`` one is
-    folded, any other is shown whole (a real failure must stay on the screen)."""
+    folded, any other is shown whole (a real failure must stay on the screen). Where a traceback starts and ends is
+    decided by the verdict's own reader (runner.tracebacks), so both agree, ranks' interleaved lines included."""
 
-    # Keyed by rank and by the "[rankN]: " prefix torch puts on rank output: ranks' tracebacks may interleave.
-    _held: dict[tuple[int | None, str], list[str]] = field(default_factory=dict)
+    _reader: TracebackCollector = field(default_factory=TracebackCollector)
+    _held: dict[tuple[object, int | None], list[str]] = field(default_factory=dict)
 
     def feed(self, text: str, rank: int | None = None) -> list[Shown | FoldedInterrupt]:
-        prefix_match = _RANK_PREFIX_RE.match(text)
-        prefix = prefix_match.group(0) if prefix_match else ""
-        key = (rank, prefix)
-        held = self._held.get(key)
-        if held is None:
-            if _TRACEBACK_START_RE.match(text):
-                self._held[key] = [text]
-                return []
-            return [Shown(text)]
-        body = text[len(prefix) :]
-        if body[:1].isspace() or body.strip() == "" or set(body.strip()) <= {"^", "~"}:
-            held.append(text)  # a frame, its source line or its ^^^^ marker
+        key = TracebackCollector.key_of(text, default_rank=rank)
+        found = self._reader.feed(text, default_rank=rank)
+        if self._reader.reading(key):
+            self._held.setdefault(key, []).append(text)
             return []
-        del self._held[key]
-        if _KEYBOARD_INTERRUPT_RE.match(body):
+        held = self._held.pop(key, [])
+        if found is not None and found.type.endswith("KeyboardInterrupt"):
             return [FoldedInterrupt(len(held) + 1, rank)]
         return [Shown(line) for line in [*held, text]]
 

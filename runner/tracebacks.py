@@ -72,17 +72,28 @@ class TracebackCollector:
         self._last: dict[object, RankException] = {}  # per stream: the last finished one (chains)
         self._seq = 0
 
+    @staticmethod
+    def key_of(
+        text: str, *, default_rank: int | None = None, stream: object = None
+    ) -> tuple[object, int | None]:
+        """The traceback a line belongs to: its stream and rank (torch's ``[rankN]: `` prefix wins)."""
+        m = _RANK_PREFIX_RE.match(text)
+        return (stream, int(m.group("rank")) if m else default_rank)
+
+    def reading(self, key: tuple[object, int | None]) -> bool:
+        """Whether a traceback is being read on ``key`` (see ``key_of``)."""
+        return key in self._open
+
     def feed(
         self, text: str, *, default_rank: int | None = None, stream: object = None
     ) -> RankException | None:
         """One line. Returns the exception when this line finished a traceback."""
         line = text.rstrip("\r\n")
-        rank = default_rank
+        key = self.key_of(line, default_rank=default_rank, stream=stream)
+        rank = key[1]
         m = _RANK_PREFIX_RE.match(line)
         if m:
-            rank = int(m.group("rank"))
             line = line[m.end() :]
-        key = (stream, rank)
         current = self._open.get(key)
         stripped = line.strip()
         if stripped == "Traceback (most recent call last):":
