@@ -144,7 +144,7 @@ def _usable_precisions(hardware: HardwareReport, request: PlanRequest) -> tuple[
     wanted: tuple[Precision, ...] = request.precisions or ("bf16", "fp16", "fp32")
     ok: list[Precision] = []
     for p in wanted:
-        problem = _precision_problem(hardware, p)
+        problem = precision_problem(hardware, p)
         if problem:
             notes.append(f"{p} not offered: {problem}")
             continue
@@ -158,9 +158,19 @@ def _cc(cc: tuple[int, int] | None) -> str:
     return "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
 
 
-def _capacities(
-    hardware: HardwareReport, request: PlanRequest
-) -> tuple[int | None, int | None, int | None, list[str]]:
+@dataclass(frozen=True)
+class Capacities:
+    """What each memory tier holds, as the planner judges "fits" against it (None: unknown)."""
+
+    gpu: int | None  # per GPU: the request's cap, else the smallest card
+    cpu: int | None  # host RAM per node: available RAM on a detected machine, else the total
+    nvme: int | None  # usable NVMe per node: the described size, else the largest free NVMe disk
+    notes: tuple[str, ...] = ()
+
+
+def capacities(hardware: HardwareReport, request: PlanRequest | None = None) -> Capacities:
+    """The capacities every plan, evaluation and front door judges against."""
+    request = request or PlanRequest()
     notes: list[str] = []
     gpu_cap = request.gpu_memory_bytes or hardware.min_gpu_memory_bytes
     host = hardware.host
@@ -174,7 +184,14 @@ def _capacities(
     if nvme_cap is None:
         free = [d.free_bytes for d in host.disks if d.nvme]
         nvme_cap = max(free) if free else None
-    return gpu_cap, cpu_cap, nvme_cap, notes
+    return Capacities(gpu_cap, cpu_cap, nvme_cap, tuple(notes))
+
+
+def _capacities(
+    hardware: HardwareReport, request: PlanRequest
+) -> tuple[int | None, int | None, int | None, list[str]]:
+    c = capacities(hardware, request)
+    return c.gpu, c.cpu, c.nvme, list(c.notes)
 
 
 def _nvme_usable(
@@ -189,7 +206,8 @@ def _nvme_usable(
 # ----------------------------------------------------------------------------------------------- hardware problems
 
 
-def _precision_problem(hardware: HardwareReport, precision: str) -> str | None:
+def precision_problem(hardware: HardwareReport, precision: str) -> str | None:
+    """Why these GPUs cannot compute in ``precision`` (from their compute capability), or None."""
     for gpu in hardware.gpus:
         cc = _cc(gpu.compute_capability)
         if precision == "bf16" and gpu.supports_bf16 is False:
@@ -244,7 +262,7 @@ def hardware_problems(
     ``Strategy.problems`` holds the combinations DeepSpeed itself rejects."""
     request = request or PlanRequest()
     out: list[str] = []
-    problem = _precision_problem(hardware, strategy.precision)
+    problem = precision_problem(hardware, strategy.precision)
     if problem:
         out.append(problem)
     if "nvme" in (strategy.offload_optimizer, strategy.offload_param):
