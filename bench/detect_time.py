@@ -11,7 +11,6 @@ so a cut-off run still leaves its figures.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -20,9 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, md_heading, md_table, parse_timing_args
+
 TARGET_S = 0.3
 
 PHASES = r"""
@@ -51,12 +50,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comple
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--smoke", action="store_true", help="3 runs: check that the script works")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = ap.parse_args()
-    runs = 3 if args.smoke else args.runs
+    args, runs = parse_timing_args(__doc__ or "", default_runs=15)
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = dt.date.today().isoformat()
@@ -129,18 +123,19 @@ def main() -> int:
 
 
 def markdown(result: dict[str, object]) -> str:
-    lines = [
-        f"# `dswiz detect --json` wall time ({result['date']})",
-        "",
+    lines = md_heading(
+        f"`dswiz detect --json` wall time ({result['date']})",
         f"Command: `{result['bench']}` on {result['host']} ({result['cpus']} CPUs, Python {result['python']}), "
         f"{result.get('gpus', '?')} GPU(s) {result.get('gpu_names') or ''}.",
-        "",
-        "| measure | seconds |",
-        "|---|---|",
-    ]
-    for key in ("median_s", "min_s", "max_s", "python_startup_median_s"):
-        if key in result:
-            lines.append(f"| {key.removesuffix('_s').replace('_', ' ')} | {result[key]:.3f} |")
+    )
+    lines += md_table(
+        ("measure", "seconds"),
+        [
+            (key.removesuffix("_s").replace("_", " "), f"{result[key]:.3f}")
+            for key in ("median_s", "min_s", "max_s", "python_startup_median_s")
+            if key in result
+        ],
+    )
     lines.append(
         f"\nTarget: median <= {result['target_s']} s -> {'met' if result.get('meets_target') else 'not met'}."
     )

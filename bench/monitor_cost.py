@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, md_table, run_repo_python
+
 FIXTURE = ROOT / "tests" / "fixtures" / "logs" / "cpu_zero2_ok" / "combined.log"
 METRICS_FIXTURE = ROOT / "tests" / "fixtures" / "metrics" / "cpu_2rank" / "metrics.jsonl"
 CPU_TARGET_PERCENT = 2.0
@@ -162,16 +163,7 @@ def child_history(points: int, metrics_jsonl: Path | None) -> dict[str, object]:
 
 # ------------------------------------------------------------------------------------------------ parent
 def run_child(kind: str, *args: str) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", kind, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
+    proc = run_repo_python([__file__, "--child", kind, *args], timeout=1800)
     if proc.returncode != 0:
         return {"error": proc.stderr[-2000:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -301,34 +293,50 @@ def markdown(r: dict[str, object]) -> str:
     ]
     cpu = r.get("cpu_1hz")
     if isinstance(cpu, dict) and "cpu_percent_of_one_core" in cpu:
-        lines += [
-            "| 1 Hz collector | value |", "|---|---|",
-            f"| CPU, % of one core | {cpu['cpu_percent_of_one_core']} (target <= {CPU_TARGET_PERCENT}) |",
-            f"| poll time median / max | {cpu['poll_ms_median']} / {cpu['poll_ms_max']} ms |",
-            f"| polls / seconds | {cpu['polls']} / {cpu['seconds']} |",
-            f"| GPUs sampled | {cpu['gpus_seen']} ({cpu['gpu_note'] or 'NVML'}) |", "",
-        ]  # fmt: skip
+        lines += md_table(
+            ("1 Hz collector", "value"),
+            [
+                ("CPU, % of one core", f"{cpu['cpu_percent_of_one_core']} (target <= {CPU_TARGET_PERCENT})"),
+                ("poll time median / max", f"{cpu['poll_ms_median']} / {cpu['poll_ms_max']} ms"),
+                ("polls / seconds", f"{cpu['polls']} / {cpu['seconds']}"),
+                ("GPUs sampled", f"{cpu['gpus_seen']} ({cpu['gpu_note'] or 'NVML'})"),
+            ],
+        )
+        lines.append("")
     logs = [(k, r.get(k)) for k in ("small_log", "big_log")]
     if any(isinstance(v, dict) and "log_bytes" in v for _, v in logs):
-        lines += ["| attach to a log of | bytes read | first poll | peak RSS |", "|---|---|---|---|"]
-        for _, v in logs:
-            if isinstance(v, dict) and "log_bytes" in v:
-                lines.append(
-                    f"| {mib(v['log_bytes'])} | {mib(v['bytes_read'])} | {v['first_poll_s']} s | {mib(v['peak_rss_bytes'])} |"
+        lines += md_table(
+            ("attach to a log of", "bytes read", "first poll", "peak RSS"),
+            [
+                (
+                    mib(v["log_bytes"]),
+                    mib(v["bytes_read"]),
+                    f"{v['first_poll_s']} s",
+                    mib(v["peak_rss_bytes"]),
                 )
+                for _, v in logs
+                if isinstance(v, dict) and "log_bytes" in v
+            ],
+        )
         lines.append("")
     h = r.get("history")
     if isinstance(h, dict) and "points" in h:
-        lines += [
-            "| history | value |", "|---|---|",
-            f"| points fed / kept | {h['points']} / {h['kept_points']} ({h['us_per_point']} µs per point) |",
-            f"| RSS after imports / after feeding | {mib(h['rss_after_imports_bytes'])} / {mib(h['rss_after_feed_bytes'])} |",
-        ]  # fmt: skip
+        rows = [
+            ("points fed / kept", f"{h['points']} / {h['kept_points']} ({h['us_per_point']} µs per point)"),
+            (
+                "RSS after imports / after feeding",
+                f"{mib(h['rss_after_imports_bytes'])} / {mib(h['rss_after_feed_bytes'])}",
+            ),
+        ]
         if "load_s" in h:
-            lines.append(
-                f"| metrics.jsonl loaded on attach | {h['metrics_jsonl_lines']} lines, {mib(h['metrics_jsonl_bytes'])}, {h['load_s']} s |"
+            rows.append(
+                (
+                    "metrics.jsonl loaded on attach",
+                    f"{h['metrics_jsonl_lines']} lines, {mib(h['metrics_jsonl_bytes'])}, {h['load_s']} s",
+                )
             )
-        lines.append(f"| peak RSS | {mib(h['peak_rss_bytes'])} |")
+        rows.append(("peak RSS", mib(h["peak_rss_bytes"])))
+        lines += md_table(("history", "value"), rows)
         lines.append("")
     if r.get("verdict"):
         lines.append(str(r["verdict"]))

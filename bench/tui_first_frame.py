@@ -15,12 +15,10 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, run_repo_python
 
 CHILD = r"""
 import sys, time, json
@@ -43,16 +41,7 @@ print("RESULT " + json.dumps(result))
 
 
 def one_run() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, repr(time.time())],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_repo_python(["-c", CHILD, repr(time.time())], timeout=60)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
         raise SystemExit(f"child failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")

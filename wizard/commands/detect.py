@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport
 
 
@@ -70,14 +73,23 @@ def _peak(g: GPUInfo) -> str:
     return "?"
 
 
-def _gpu_table(report: HardwareReport) -> Any:
+def _titled_table(title: str, *, header: bool = True, **style: Any) -> Any:
+    """A left-titled rich table in detect's look: a simple head rule when it has a header, no box when not."""
     from rich import box
     from rich.table import Table
 
+    if header:
+        style = {"box": box.SIMPLE_HEAD, "show_edge": False, **style}
+    else:
+        style = {"show_header": False, "box": None, **style}
+    return Table(title=title, title_justify="left", pad_edge=False, **style)
+
+
+def _gpu_columns(report: HardwareReport) -> list[tuple[str, Callable[[GPUInfo], str]]]:
     from wizard.units import fmt_bytes
 
     gpus = report.gpus
-    columns: list[tuple[str, Any]] = [
+    columns: list[tuple[str, Callable[[GPUInfo], str]]] = [
         ("#", lambda g: str(g.index)),
         ("GPU", lambda g: _short_name(g.name)),
         ("memory", lambda g: fmt_bytes(g.memory_total_bytes)),
@@ -93,14 +105,13 @@ def _gpu_table(report: HardwareReport) -> Any:
     if any(g.mig_mode for g in gpus):
         columns.append(("MIG", lambda g: {None: "?", True: "on", False: "off"}[g.mig_mode]))
     columns += [("NVLink", _nvlink), ("PCIe", lambda g: _or_unknown(g.pcie_gen)), ("peak", _peak)]
-    table = Table(
-        title="GPUs (peak: dense bf16 TFLOP/s)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    return columns
+
+
+def _gpu_table(report: HardwareReport) -> Any:
+    gpus = report.gpus
+    columns = _gpu_columns(report)
+    table = _titled_table("GPUs (peak: dense bf16 TFLOP/s)", collapse_padding=True)
     for name, _ in columns:
         table.add_column(
             name, no_wrap=True, justify="right" if name in ("memory", "free", "peak") else "left"
@@ -124,47 +135,48 @@ def _disk_kind(d: DiskInfo) -> str:
     return "-"
 
 
-def print_report(report: HardwareReport) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+def _print_title(console: Console, report: HardwareReport) -> None:
     from rich.text import Text
 
-    from wizard.units import fmt_bytes
-
-    console = Console(highlight=False)
-    host, sw = report.host, report.software
     if report.source == "described":
-        title = f"Described hardware: {report.description}"
         shape = f"{report.nodes} node(s) x {report.gpus_per_node} GPU(s) = {report.total_gpus} GPU(s)"
         if report.inter_node_gbps:
             shape += f", {report.inter_node_gbps:g} Gbit/s between nodes"
-        console.print(Text(title, style="bold"))
+        console.print(Text(f"Described hardware: {report.description}", style="bold"))
         console.print(shape)
     else:
-        console.print(Text(f"Hardware detected on {host.hostname or 'this machine'}", style="bold"))
+        console.print(Text(f"Hardware detected on {report.host.hostname or 'this machine'}", style="bold"))
 
-    if report.gpus:
-        console.print(_gpu_table(report))
-        if report.physical_gpu_count and report.physical_gpu_count > len(report.gpus):
-            console.print(
-                f"{len(report.gpus)} of {report.physical_gpu_count} GPUs visible "
-                f"(CUDA_VISIBLE_DEVICES={report.visible_devices!r})"
-            )
-        if report.source == "detected" and len(report.gpus) > 1:  # FACTS §4
-            console.print(
-                Text(
-                    "GPU numbers are NVML's (PCI bus order); CUDA uses the same only with "
-                    "CUDA_DEVICE_ORDER=PCI_BUS_ID.",
-                    style="dim",
-                )
-            )
-    else:
+
+def _print_gpus(console: Console, report: HardwareReport) -> None:
+    from rich.text import Text
+
+    if not report.gpus:
         console.print(
             Text(f"no NVIDIA GPU found: {report.no_gpu_reason or 'none listed'}", style="bold yellow")
         )
+        return
+    console.print(_gpu_table(report))
+    if report.physical_gpu_count and report.physical_gpu_count > len(report.gpus):
+        console.print(
+            f"{len(report.gpus)} of {report.physical_gpu_count} GPUs visible "
+            f"(CUDA_VISIBLE_DEVICES={report.visible_devices!r})"
+        )
+    if report.source == "detected" and len(report.gpus) > 1:  # docs/measurements.md, NVML's GPU order
+        console.print(
+            Text(
+                "GPU numbers are NVML's (PCI bus order); CUDA uses the same only with "
+                "CUDA_DEVICE_ORDER=PCI_BUS_ID.",
+                style="dim",
+            )
+        )
 
-    facts = Table(title="Host", title_justify="left", show_header=False, box=None, pad_edge=False)
+
+def _host_table(report: HardwareReport) -> Any:
+    from wizard.units import fmt_bytes
+
+    host = report.host
+    facts = _titled_table("Host", header=False)
     facts.add_column("what", style="bold")
     facts.add_column("value")
     if host.physical_cores is None:
@@ -186,57 +198,80 @@ def print_report(report: HardwareReport) -> None:
         if report.source == "described" and value.startswith("unknown"):
             continue  # a profile says only what it says
         facts.add_row(what, value)
-    console.print(facts)
+    return facts
 
-    if host.disks:
-        disks = Table(
-            title="Disks", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
+
+def _disk_table(report: HardwareReport) -> Any:
+    from wizard.units import fmt_bytes
+
+    disks = _titled_table("Disks")
+    for col in ("mount", "device", "fs", "kind", "free", "total"):
+        disks.add_column(col, overflow="fold")
+    for d in report.host.disks:
+        disks.add_row(
+            d.mountpoint,
+            d.device,
+            d.fstype,
+            _disk_kind(d),
+            fmt_bytes(d.free_bytes),
+            fmt_bytes(d.total_bytes),
         )
-        for col in ("mount", "device", "fs", "kind", "free", "total"):
-            disks.add_column(col, overflow="fold")
-        for d in host.disks:
-            disks.add_row(
-                d.mountpoint,
-                d.device,
-                d.fstype,
-                _disk_kind(d),
-                fmt_bytes(d.free_bytes),
-                fmt_bytes(d.total_bytes),
-            )
-        console.print(disks)
+    return disks
 
+
+def _software_table(report: HardwareReport) -> Any:
+    sw = report.software
+    soft = _titled_table("Software", header=False)
+    soft.add_column("what", style="bold")
+    soft.add_column("version")
+    torch = _or_unknown(sw.torch) if sw.torch else "not installed"
+    if sw.torch:
+        torch += f" (CUDA {sw.torch_cuda})" if sw.torch_cuda else " (no CUDA)"
+    for what, value in (
+        ("python", _or_unknown(sw.python)),
+        ("torch", torch),
+        ("deepspeed", sw.deepspeed or "not installed"),
+        ("accelerate", sw.accelerate or "not installed"),
+        ("transformers", sw.transformers or "not installed"),
+        ("NVIDIA driver", sw.nvidia_driver or "none"),
+        ("CUDA (driver)", sw.cuda_driver or "none"),
+        ("nvcc", sw.nvcc or "not found"),
+    ):
+        soft.add_row(what, value)
+    return soft
+
+
+def _hazards_table(report: HardwareReport) -> Any:
+    from rich.text import Text
+
+    from wizard.findings import sort_findings
+
+    hazards = _titled_table("Hazards", header=False)
+    hazards.add_column("severity", no_wrap=True)
+    hazards.add_column("finding")
+    colour = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
+    for h in sort_findings(report.hazards):
+        hazards.add_row(
+            Text(h.severity.value, style=colour[h.severity.value]),
+            Text.assemble(h.what, ("\nwhy: ", "dim"), h.why, ("\nfix: ", "bold"), h.fix),
+        )
+    return hazards
+
+
+def print_report(report: HardwareReport) -> None:
+    """The report as rich tables: title, GPUs, host, disks, software (detected only), hazards."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    _print_title(console, report)
+    _print_gpus(console, report)
+    console.print(_host_table(report))
+    if report.host.disks:
+        console.print(_disk_table(report))
     if report.source == "detected":
-        soft = Table(title="Software", title_justify="left", show_header=False, box=None, pad_edge=False)
-        soft.add_column("what", style="bold")
-        soft.add_column("version")
-        torch = _or_unknown(sw.torch) if sw.torch else "not installed"
-        if sw.torch:
-            torch += f" (CUDA {sw.torch_cuda})" if sw.torch_cuda else " (no CUDA)"
-        for what, value in (
-            ("python", _or_unknown(sw.python)),
-            ("torch", torch),
-            ("deepspeed", sw.deepspeed or "not installed"),
-            ("accelerate", sw.accelerate or "not installed"),
-            ("transformers", sw.transformers or "not installed"),
-            ("NVIDIA driver", sw.nvidia_driver or "none"),
-            ("CUDA (driver)", sw.cuda_driver or "none"),
-            ("nvcc", sw.nvcc or "not found"),
-        ):
-            soft.add_row(what, value)
-        console.print(soft)
-
+        console.print(_software_table(report))
     if report.hazards:
-        from wizard.findings import sort_findings
-
-        hazards = Table(title="Hazards", title_justify="left", show_header=False, box=None, pad_edge=False)
-        hazards.add_column("severity", no_wrap=True)
-        hazards.add_column("finding")
-        colour = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
-        for h in sort_findings(report.hazards):
-            hazards.add_row(
-                Text(h.severity.value, style=colour[h.severity.value]),
-                Text.assemble(h.what, ("\nwhy: ", "dim"), h.why, ("\nfix: ", "bold"), h.fix),
-            )
-        console.print(hazards)
+        console.print(_hazards_table(report))
     else:
         console.print(Text("No hazards found.", style="green"))

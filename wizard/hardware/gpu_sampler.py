@@ -2,13 +2,16 @@
 
 One ``GpuSampler`` holds one NVML session for the monitor's lifetime (nvmlInit once, handles cached); every field
 that NVML cannot give (no driver, NotSupported, MIG's per-process memory) is None, never an exception. Power is in
-watts (NVML gives milliwatts); per-process memory is keyed by host PID (NVML sees host PIDs, FACTS §4).
+watts (NVML gives milliwatts); per-process memory is keyed by host PID (NVML sees host PIDs, even inside a
+container: docs/measurements.md, "Reading GPUs through NVML").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from wizard.hardware.nvml import Nvml, nvml_text
 
 
 @dataclass(frozen=True)
@@ -36,14 +39,6 @@ class GpuReading:
     reason: str | None = None  # why there are no GPUs, in words
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace").strip("\x00").strip()
-    return str(value).strip()
-
-
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -52,8 +47,6 @@ class GpuSampler:
     """``sample()`` -> ``GpuReading``. ``nvml``: the pynvml module or a stand-in with the same API (tests)."""
 
     def __init__(self, nvml: Any = None) -> None:
-        from wizard.hardware.nvml import Nvml
-
         self._nv = Nvml(nvml)
         self._handles: dict[int, Any] = {}
         self._names: dict[int, str | None] = {}
@@ -76,7 +69,7 @@ class GpuSampler:
             if handle is None:
                 return None
             self._handles[index] = handle
-            self._names[index] = _text(self._nv.query("nvmlDeviceGetName", handle))
+            self._names[index] = nvml_text(self._nv.query("nvmlDeviceGetName", handle))
         return self._handles[index]
 
     def _sample_gpu(self, index: int) -> GpuSample:

@@ -5,7 +5,8 @@ call into ``None`` for that field -- never an exception into the caller. No driv
 any machine without an NVIDIA GPU) or no ``pynvml`` module becomes ``read_gpus(...).reason`` in words.
 
 The module is injectable (``read_gpus(nvml=...)``): tests pass one fake module with the same API surface.
-NVML numbers GPUs in PCI bus order; CUDA does the same only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (FACTS §4).
+NVML numbers GPUs in PCI bus order; CUDA does the same only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (see
+docs/measurements.md, "Reading GPUs through NVML").
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class NvmlReading:
     reason: str | None = None  # set when no GPU could be read
 
 
-def _text(value: Any) -> str | None:
+def nvml_text(value: Any) -> str | None:
+    """An NVML string (bytes with trailing NULs in older bindings, str in newer ones) as clean text."""
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -111,7 +113,7 @@ def _cuda_version(raw: Any) -> str | None:
 def _bus_id(pci: Any) -> str | None:
     if pci is None:
         return None
-    return _text(getattr(pci, "busId", None) or getattr(pci, "busIdLegacy", None))
+    return nvml_text(getattr(pci, "busId", None) or getattr(pci, "busIdLegacy", None))
 
 
 def _read_nvlinks(nv: Nvml, handle: Any) -> tuple[int | None, list[str]]:
@@ -158,8 +160,8 @@ def _read_gpu(nv: Nvml, index: int) -> tuple[GPUInfo, list[str]]:
     nvlink_count, peers = _read_nvlinks(nv, handle)
     gpu = GPUInfo(
         index=index,
-        name=_text(nv.query("nvmlDeviceGetName", handle)) or "unknown",
-        uuid=_text(nv.query("nvmlDeviceGetUUID", handle)),
+        name=nvml_text(nv.query("nvmlDeviceGetName", handle)) or "unknown",
+        uuid=nvml_text(nv.query("nvmlDeviceGetUUID", handle)),
         memory_total_bytes=int(memory.total) if memory is not None else None,
         memory_free_bytes=int(memory.free) if memory is not None else None,
         compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
@@ -180,7 +182,7 @@ def read_gpus(nvml: Any = None) -> NvmlReading:
         return NvmlReading(reason=nv.reason)
     try:
         count = nv.query("nvmlDeviceGetCount")
-        driver = _text(nv.query("nvmlSystemGetDriverVersion"))
+        driver = nvml_text(nv.query("nvmlSystemGetDriverVersion"))
         cuda = _cuda_version(nv.query("nvmlSystemGetCudaDriverVersion_v2"))
         if cuda is None:
             cuda = _cuda_version(nv.query("nvmlSystemGetCudaDriverVersion"))

@@ -33,11 +33,15 @@ class GPUInfo:
 
     @property
     def supports_bf16(self) -> bool | None:
-        """From the compute capability (>= 8.0), not from torch (FACTS §3 rule 6)."""
+        """From the compute capability (>= 8.0), not from torch: DeepSpeed's check (deepspeed/runtime/engine.py,
+        ``DeepSpeedEngine._do_sanity_check``, 0.19.8) asks ``torch.cuda.is_bf16_supported()``, which says True on
+        V100/T4 too because it counts emulation (docs/deepspeed-rules.md, "Precision")."""
         return None if self.compute_capability is None else self.compute_capability >= (8, 0)
 
     @property
     def supports_fp16(self) -> bool | None:
+        """Compute capability >= 7.0, DeepSpeed's own rule (deepspeed/accelerator/cuda_accelerator.py,
+        ``CUDA_Accelerator.is_fp16_supported``, 0.19.8; 6.x only with DS_ALLOW_DEPRECATED_FP16=1)."""
         return None if self.compute_capability is None else self.compute_capability >= (7, 0)
 
 

@@ -1,0 +1,57 @@
+"""What the bench scripts share: the repository root, a child Python run from it, and markdown tables.
+
+The scripts run as files (``python bench/x.py``), so this module is imported as ``_common`` from the script's
+own folder (Python puts it first on ``sys.path``); it needs nothing outside the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_timing_args(doc: str, *, default_runs: int) -> tuple[argparse.Namespace, int]:
+    """The timing scripts' command line (``--runs N``, ``--smoke`` = 3 runs, ``--out DIR``): (args, runs)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=default_runs)
+    ap.add_argument("--smoke", action="store_true", help="3 runs: check that the script works")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args()
+    return args, 3 if args.smoke else args.runs
+
+
+def run_repo_python(args: Sequence[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` (this interpreter) in the repository root with the root on PYTHONPATH, output captured.
+
+    The child imports the worktree's code without an install; a failure is the caller's to read (no raise)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def md_heading(title: str, *intro: str) -> list[str]:
+    """A result page's first lines: ``# title``, then each intro paragraph, each followed by a blank line."""
+    lines = [f"# {title}", ""]
+    for paragraph in intro:
+        lines += [paragraph, ""]
+    return lines
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A markdown table as lines: the header, the rule, one line per row (cells as ``str``)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return lines
