@@ -3,6 +3,9 @@ directory; every problem with why it matters and the exact fix. Exit 1 when ther
 
 dswiz's own rules run first (pure, no torch); then, unless --no-consumer-check, DeepSpeed's and accelerate's own
 validation in a subprocess of --python (default: this interpreter), reported as findings too.
+
+The linter, the hardware and the consumer checks are imported inside the command: the CLI imports every
+command's module to build ``--help``, which must not pay for them.
 """
 
 from __future__ import annotations

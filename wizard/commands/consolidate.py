@@ -1,6 +1,8 @@
 """`dswiz consolidate CHECKPOINT_DIR OUT`: full fp32 weights from ZeRO shards, through DeepSpeed's own
 zero_to_fp32, run in the training environment's python; checked first (a complete checkpoint, enough RAM),
-shown as it goes (phases, per-shard progress, elapsed time), written atomically."""
+shown as it goes (phases, per-shard progress, elapsed time), written atomically.
+
+What the command uses is imported inside it, so building ``dswiz --help`` stays fast."""
 
 from __future__ import annotations
 

@@ -51,6 +51,8 @@ def demo(ctx: click.Context, out: Path | None, steps: int, no_tui: bool, run_dir
 
     Works without a GPU: DeepSpeed then trains on the CPU with 2 ranks (gloo).
     """
+    # Imported when the demo runs: wizard.cli is the group that lists this command, and detection is not needed
+    # to build `dswiz --help`.
     from wizard.cli import cli
     from wizard.hardware import get_hardware
 
