@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
-from wizard.memory import device_overhead  # noqa: E402
 from wizard.model import load_model_spec  # noqa: E402
 from wizard.planner import PlanRequest, evaluate, max_micro_batch  # noqa: E402
+from wizard.planner.memory import device_overhead  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 GiB = 1024**3

@@ -59,13 +59,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from wizard import calibration as cal  # noqa: E402
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
-from wizard.memory import deepspeed_estimate, device_overhead, estimate_memory, fragmentation  # noqa: E402
 from wizard.model import ModelSpec, load_model_spec  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
+from wizard.planner import calibration as cal  # noqa: E402
+from wizard.planner.memory import deepspeed_estimate, device_overhead, estimate_memory, fragmentation  # noqa: E402
+from wizard.planner.throughput import estimate_throughput  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
-from wizard.throughput import estimate_throughput  # noqa: E402
 
 GiB = 1024**3
 SEQ = 1024
@@ -985,7 +985,7 @@ def _fit_suggestions(
 
 def _fit_fragmentation(mem_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per row: (measured reserved - predicted allocated - RESERVED_FIXED_BYTES) / the large transient blocks
-    (wizard.memory.fragmentation) = the share it needs; the largest per kind is what calibration should hold."""
+    (wizard.planner.memory.fragmentation) = the share it needs; the largest per kind is what calibration should hold."""
     need: dict[str, float] = {}
     for r in mem_rows:
         if not r.get("max_reserved"):
@@ -1009,7 +1009,7 @@ def _fit_fragmentation(mem_rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
     """From stage 1/2 rows without offload or checkpointing on one GPU: seconds per extra sample and seconds per
     step at zero samples (the fixed part), per model, and the share of the peak the per-sample time reaches."""
-    from wizard.throughput import flops_per_token, peak_flops
+    from wizard.planner.throughput import flops_per_token, peak_flops
 
     by_model: dict[str, list[tuple[int, float]]] = {}
     for r in ok:
@@ -1044,7 +1044,7 @@ def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # The throughput constants the bench can refit (MATMUL_EFFICIENCY and the stage 1-3 optimizer time stay as set:
-# GPT-2 sizes do not tell them apart from the rest, see wizard/calibration.py).
+# GPT-2 sizes do not tell them apart from the rest, see wizard/planner/calibration.py).
 FIT_CONSTANTS = (
     "ACTIVATION_TRAFFIC_PER_SAVED_BYTE",
     "FORWARD_SHARE_OF_TRAFFIC",
@@ -1107,7 +1107,7 @@ def _nelder_mead(f: Any, x0: list[float], step: float = 0.3, iters: int = 4000) 
 
 def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
     """Refit FIT_CONSTANTS to the measured tokens/s of the ok rows (least squares on the log error, Nelder-Mead
-    over log values): what to write into wizard/calibration.py. The module's constants are restored afterwards."""
+    over log values): what to write into wizard/planner/calibration.py. The module's constants are restored afterwards."""
     rows = [r for r in ok if r.get("tokens_per_sec")]
     if len(rows) < len(FIT_CONSTANTS) + 2:
         return {}
@@ -1277,7 +1277,7 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         f"fragmentation share needed: plain {_f(frag['needed_share_plain'])} (FRAGMENTATION_SHARE "
         f"{frag['FRAGMENTATION_SHARE']}), checkpointing {_f(frag['needed_share_checkpointing'])} "
         f"(FRAGMENTATION_SHARE_CHECKPOINTING {frag['FRAGMENTATION_SHARE_CHECKPOINTING']}) "
-        "(edit wizard/calibration.py, then re-run --analyze).",
+        "(edit wizard/planner/calibration.py, then re-run --analyze).",
         "",
     ]
     compute = fits["compute"]

@@ -30,7 +30,7 @@ class ModelSpec:
 
     name: str
     model_type: str  # HF model_type ("gpt2", "llama", "mixtral", ...) or "custom"
-    family: str  # activation recipe (wizard.calibration.ACTIVATION_RECIPES): gpt2, llama, neox, bert, ...
+    family: str  # activation recipe (planner.calibration.ACTIVATION_RECIPES): gpt2, llama, neox, bert, ...
     layers: int
     hidden: int
     heads: int

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wizard import calibration as cal
-from wizard.memory import (
+from wizard.model import ModelSpec, load_model_spec, spec_from_config
+from wizard.planner import calibration as cal
+from wizard.planner.memory import (
     activation_bytes_per_sample,
     deepspeed_estimate,
     device_overhead,
@@ -23,7 +24,6 @@ from wizard.memory import (
     model_state_bytes,
     phases_for,
 )
-from wizard.model import ModelSpec, load_model_spec, spec_from_config
 from wizard.strategy import Strategy
 
 GiB = 1024**3

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
 from wizard.model import load_model_spec
+from wizard.planner.throughput import estimate_throughput, flop_params, flops_per_token, peak_flops
 from wizard.strategy import Strategy
-from wizard.throughput import estimate_throughput, flop_params, flops_per_token, peak_flops
 
 H200 = GPUInfo(
     index=0,

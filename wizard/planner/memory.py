@@ -6,7 +6,7 @@ A step has three moments that can be the peak, each linear in the micro-batch:
   backward      gradient buffers fill while activations drain (the larger end of that trade);
   optimizer     gradients converted to fp32 for the update.
 The allocator keeps more than it hands out (reserved: ``fragmentation``), and the device also holds the CUDA context
-and NCCL buffers: "fits" is judged on that device total (FACTS §1). Constants live in ``wizard.calibration`` with
+and NCCL buffers: "fits" is judged on that device total (FACTS §1). Constants live in ``wizard.planner.calibration`` with
 their sources.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from wizard import calibration as cal
 from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
 from wizard.strategy import Strategy
 
 
@@ -373,7 +373,7 @@ class Fragmentation:
 
 
 def fragmentation_share(s: Strategy) -> float:
-    """The share of the large transient blocks that the allocator cannot reuse (wizard.calibration)."""
+    """The share of the large transient blocks that the allocator cannot reuse (wizard.planner.calibration)."""
     share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.FRAGMENTATION_SHARE
     if s.zero_stage == 3:
         share *= cal.FRAGMENTATION_STAGE3_FACTOR

@@ -2,7 +2,7 @@
 
 A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead,
 stage 3's fetch hooks, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
-offloaded, or behind NVMe). FLOPs per token follow FACTS §2 (PaLM appendix B). Constants: ``wizard.calibration``.
+offloaded, or behind NVMe). FLOPs per token follow FACTS §2 (PaLM appendix B). Constants: ``wizard.planner.calibration``.
 
 Inference (``Strategy.mode == "inference"``): a step is one forward over the micro-batch -- 2N + 4*L*h*s FLOPs per
 token, no optimizer; stage 3 all-gathers the weights once per forward, and offloaded weights cross PCIe (and NVMe)
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wizard import calibration as cal
 from wizard.hardware.report import GPUInfo, HardwareReport
-from wizard.memory import layer_activation_bytes_per_token, weight_bytes
 from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
+from wizard.planner.memory import layer_activation_bytes_per_token, weight_bytes
 from wizard.strategy import Strategy
 
 

@@ -149,7 +149,7 @@ DS_ESTIMATOR_BUFFER_FACTOR = 1.5
 
 # Allocator cache: torch.cuda.max_memory_reserved - max_memory_allocated = RESERVED_FIXED_BYTES + share x (the step's
 # large transient blocks: the fp32 logits, 4 x vocab x seq per sample, and the step's fp32 gradient partition), see
-# wizard.memory.fragmentation for why. Source: bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2
+# wizard.planner.memory.fragmentation for why. Source: bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2
 # 124M-1.5B, seq 1024, bf16, 59 ok rows + 4 recommended checkpointing rows that OOMed under a cap): the smallest
 # shares that cover every ok row's measured reserved on top of the *predicted* allocated (which runs ~4 % high
 # without checkpointing, so these shares rely on it). Needed per row: without checkpointing <= 0.24 (gpt2 z1
@@ -199,7 +199,7 @@ FP32_SHARE_OF_PEAK = (
     0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
 )
 
-# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.throughput to the 59 ok rows
+# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.planner.throughput to the 59 ok rows
 # of bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2 124M-1.5B, seq 1024, bf16, stages 0-3, CPU
 # offload, checkpointing, micro-batch 8-128, gradient accumulation 1): tokens/s error median 1.8 %, p95 5.8 %.
 #
