@@ -1182,7 +1182,8 @@ def _f(x: Any, pct: bool = False) -> str:
     return str(x)
 
 
-def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """The run's title, what ran, the error table, and the recommendations table's head."""
     hw = doc["hardware"]
     gpu = hw["gpus"][0]["name"] if hw.get("gpus") else "?"
     sources = doc.get("sources") or []
@@ -1230,6 +1231,11 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         "| model | card | recommended now | fits | tok/s | best in grid | tok/s | ratio |",
         "|---|---|---|---|---:|---|---:|---:|",
     ]
+    return md
+
+
+def _markdown_recommendations(run: dict[str, Any]) -> list[str]:
+    md: list[str] = []
     for r in run["recommendations"]:
         tps = _f(r.get("recommended_tokens_per_sec"))
         ratio = _f(r.get("ratio"))
@@ -1242,8 +1248,12 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
             f"| {r['model']} | {r['card']} | {r['recommended'] or '-'} | {r['status']} | {tps} | "
             f"{r['best_in_grid'] or '-'} | {_f(r['best_tokens_per_sec'])} | {ratio} |"
         )
+    return md
+
+
+def _markdown_fit_checks(run: dict[str, Any]) -> list[str]:
     fc = run["fit_checks"]
-    md += [
+    md = [
         "",
         f"Fit checks (every row x card the measurements decide, vs the memory model): {fc['checks']} checks, "
         f"{fc['agree']} agree, {fc['conservative']} conservative (fits, predicted not to with the margin), "
@@ -1252,7 +1262,11 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
     ]
     for c in fc["unsafe"] + [c for c in fc["unsafe_without_margin"] if c not in fc["unsafe"]]:
         md.append(f"- OOM predicted to fit: {c['config']} on {c['card']}")
-    md += [
+    return md
+
+
+def _markdown_rows(rows: list[dict[str, Any]]) -> list[str]:
+    md = [
         "",
         "<details><summary>every row</summary>",
         "",
@@ -1268,6 +1282,12 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
             f"{g(n['ds_estimate_gpu'])} | {_f(r.get('tokens_per_sec'))} | {_f(n['tokens_per_sec'])} |"
         )
     md += ["", "</details>", ""]
+    return md
+
+
+def _markdown_calibration(run: dict[str, Any]) -> list[str]:
+    """What the measurements say the calibration constants should be."""
+    md: list[str] = []
     fits = run["fits"]
     frag = fits["fragmentation"]
     md += [
@@ -1302,6 +1322,16 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         md += [f"| {n} | {_get_constant(n):.4g} | {v:.4g} |" for n, v in tp["constants"].items()]
         md.append("")
     return md
+
+
+def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    return [
+        *_markdown_header(doc, run),
+        *_markdown_recommendations(run),
+        *_markdown_fit_checks(run),
+        *_markdown_rows(rows),
+        *_markdown_calibration(run),
+    ]
 
 
 def _targets(runs: list[dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:
