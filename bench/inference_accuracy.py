@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import gc
 import importlib.util
 import os
@@ -50,6 +51,7 @@ CAP_GIB = 24
 WARMUP, TIMED = 1, 3
 
 
+@functools.cache
 def _plan_accuracy() -> Any:
     """bench/plan_accuracy.py's helpers (hardware as the planner sees it, versions, atomic save)."""
     spec = importlib.util.spec_from_file_location("plan_accuracy", ROOT / "bench" / "plan_accuracy.py")
@@ -159,13 +161,7 @@ def run_config(c: Config, seq: int, smoke: bool, row: Row) -> None:
         layers, hidden, heads, vocab = spec.layers, spec.hidden, spec.heads, spec.vocab
     baseline = 0
     if cuda:
-        total = torch.cuda.get_device_properties(device).total_memory
-        fraction = 1.0 if c.cap_gib is None else min(1.0, c.cap_gib * GiB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        baseline = torch.cuda.memory_allocated(device)
+        baseline = _plan_accuracy().cap_device_memory(device, c.cap_gib)
     engine = model = None
     start = time.perf_counter()
     cfg = ds_config(c, smoke)

@@ -366,6 +366,20 @@ def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
     return cfg
 
 
+def cap_device_memory(device: Any, cap_gib: int | None) -> int:
+    """Let this process use at most ``cap_gib`` of the GPU (a smaller card: OOM where that card would), start the
+    peak counters afresh, and return what is allocated already: the baseline a config's peak is measured above."""
+    import torch
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = 1.0 if cap_gib is None else min(1.0, cap_gib * GiB / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))
+
+
 def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
     import deepspeed
     import torch
@@ -375,13 +389,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     spec = load_model_spec(c.model)
     if cuda:
-        total = torch.cuda.get_device_properties(device).total_memory
-        fraction = 1.0 if c.cap_gib is None else min(1.0, c.cap_gib * GiB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        row.baseline_allocated = torch.cuda.memory_allocated(device)
+        row.baseline_allocated = cap_device_memory(device, c.cap_gib)
     engine = model = None
     start = time.perf_counter()
     try:

@@ -569,18 +569,14 @@ def ds_estimate_zero3(
     gpus_factor = 1 / num_nodes
     largest_layer_memory = 4 * largest_layer_params
     if cpu_offload:
-        if cpu_offload_params:
-            gpu = largest_layer_memory
-            if zero_init:
-                cpu = total_params * 18 * gpus_factor * additional_buffer_factor
-            else:
-                cpu = total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * additional_buffer_factor
+        # DeepSpeed's two offload branches differ only here: host bytes per parameter 18 with the 16-bit weights
+        # offloaded too, else 16 and those weights' shard stays on the GPU. Same operand order, same float result.
+        per_param = 18 if cpu_offload_params else 16
+        gpu = largest_layer_memory + (0 if cpu_offload_params else int(2 * total_params / total_gpus))
+        if zero_init:
+            cpu = total_params * per_param * gpus_factor * additional_buffer_factor
         else:
-            gpu = largest_layer_memory + int(2 * total_params / total_gpus)
-            if zero_init:
-                cpu = total_params * 16 * gpus_factor * additional_buffer_factor
-            else:
-                cpu = total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * additional_buffer_factor
+            cpu = total_params * max(4 * num_gpus_per_node, per_param * gpus_factor) * additional_buffer_factor
     else:
         gpu = largest_layer_memory + int(18 * total_params / total_gpus)
         if zero_init:
