@@ -19,10 +19,8 @@ empty_cache. Results: <out>/inference_accuracy-<date>-<1gpu|smoke>.json (+ .md),
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import functools
-import gc
 import importlib.util
 import os
 import platform
@@ -198,19 +196,14 @@ def run_config(c: Config, seq: int, smoke: bool, row: Row) -> None:
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
         )
     finally:
+        pa = _plan_accuracy()
         if cuda:
-            row.max_allocated = torch.cuda.max_memory_allocated(device) - baseline
-            row.max_reserved = torch.cuda.max_memory_reserved(device)
-            free, total_now = torch.cuda.mem_get_info(device)
-            row.outside_allocator = (total_now - free) - torch.cuda.memory_reserved(device)
-        if engine is not None and hasattr(engine, "destroy"):
-            with contextlib.suppress(Exception):
-                engine.destroy()
+            row.max_allocated, row.max_reserved, row.outside_allocator = pa.device_memory_peaks(
+                device, baseline
+            )
+        pa.destroy_engine(engine)
         del engine, model
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+        pa.release_device_memory(device, cuda)
 
 
 def _err(measured: float | None, predicted: float | None) -> str:

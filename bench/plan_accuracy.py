@@ -380,6 +380,34 @@ def cap_device_memory(device: Any, cap_gib: int | None) -> int:
     return int(torch.cuda.memory_allocated(device))
 
 
+def device_memory_peaks(device: Any, baseline: int) -> tuple[int, int, int]:
+    """(peak allocated above ``baseline``, peak reserved, held outside the allocator: CUDA context + NCCL)."""
+    import torch
+
+    free, total_now = torch.cuda.mem_get_info(device)
+    return (
+        torch.cuda.max_memory_allocated(device) - baseline,
+        torch.cuda.max_memory_reserved(device),
+        (total_now - free) - torch.cuda.memory_reserved(device),
+    )
+
+
+def destroy_engine(engine: Any) -> None:
+    if engine is not None and hasattr(engine, "destroy"):
+        with contextlib.suppress(Exception):  # teardown must not end the run
+            engine.destroy()
+
+
+def release_device_memory(device: Any, cuda: bool) -> None:
+    """Once the engine and model are dropped: collect them, hand the cached blocks back, lift the memory cap."""
+    import torch
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+
+
 def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
     import deepspeed
     import torch
@@ -444,18 +472,11 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
         )
     finally:
         if cuda:
-            row.max_allocated = torch.cuda.max_memory_allocated(device) - (row.baseline_allocated or 0)
-            row.max_reserved = torch.cuda.max_memory_reserved(device)
-            free, total_now = torch.cuda.mem_get_info(device)
-            row.outside_allocator = (total_now - free) - torch.cuda.memory_reserved(device)
-        if engine is not None and hasattr(engine, "destroy"):
-            with contextlib.suppress(Exception):  # teardown must not end the run
-                engine.destroy()
+            peaks = device_memory_peaks(device, row.baseline_allocated or 0)
+            row.max_allocated, row.max_reserved, row.outside_allocator = peaks
+        destroy_engine(engine)
         del engine, model
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+        release_device_memory(device, cuda)
 
 
 def worker(args: argparse.Namespace) -> int:

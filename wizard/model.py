@@ -420,6 +420,23 @@ def _spec(
     )
 
 
+def _moe(
+    model_type: str, head_dim: int, experts: tuple[int, int, int], moe_layers: int, *, shared_ffn: int = 0
+) -> _Extras:
+    """The mixture-of-experts fields: ``experts`` is (experts, experts per token, per-expert FFN width); the block
+    class ZeRO-3 must treat as a leaf comes from the model type."""
+    n, per_token, expert_ffn = experts
+    return {
+        "head_dim": head_dim,
+        "shared_expert_ffn_hidden": shared_ffn,
+        "num_experts": n,
+        "experts_per_token": per_token,
+        "moe_ffn_hidden": expert_ffn,
+        "moe_layers": moe_layers,
+        "moe_layer_cls_name": MOE_LAYER_CLASSES[model_type],
+    }
+
+
 def _gpt2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
     L = _need_int(cfg, where, "n_layer", "num_hidden_layers")
     h = _need_int(cfg, where, "n_embd", "hidden_size")
@@ -508,12 +525,7 @@ def _mixtral(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mode
         total,
         max(V * h, experts),  # the fused experts module owns all expert weights
         active=active,
-        head_dim=hd,
-        num_experts=E,
-        experts_per_token=k,
-        moe_ffn_hidden=f,
-        moe_layers=L,
-        moe_layer_cls_name=MOE_LAYER_CLASSES["mixtral"],
+        **_moe("mixtral", hd, (E, k, f), L),
     )
 
 
@@ -545,13 +557,7 @@ def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mo
         total,
         max(V * h, E * 3 * h * fm, dense),
         active=active,
-        head_dim=hd,
-        num_experts=E,
-        experts_per_token=k,
-        moe_ffn_hidden=fm,
-        shared_expert_ffn_hidden=fs,
-        moe_layers=sparse_layers,
-        moe_layer_cls_name=MOE_LAYER_CLASSES["qwen2_moe"],
+        **_moe("qwen2_moe", hd, (E, k, fm), sparse_layers, shared_ffn=fs),
     )
 
 
