@@ -22,7 +22,8 @@ rows:
   T1  the recommended strategy at the powers of two around its predicted largest micro-batch (uncapped): the one
       below must fit the cap, the one above must not (measured reserved memory vs the cap);
   T2  the two best other strategies (another stage / checkpointing) at their largest power-of-two micro-batch;
-  T3  a FACTS §1-style sweep: stages 0-3, CPU offload, checkpointing, micro-batch 8.
+  T3  a sweep like the earlier GPT-2-medium readings of docs/measurements.md: stages 0-3, CPU offload,
+      checkpointing, micro-batch 8.
 Each config: a fresh engine (bf16, seq 1024, random init built on the GPU), 2 warm-up steps, then the median of 4
 timed steps; torch.cuda.max_memory_allocated/reserved after reset_peak_memory_stats, and the device-level usage
 (cudaMemGetInfo) minus reserved = CUDA context + NCCL. Between configs: engine.destroy(), gc, empty_cache. The
@@ -74,7 +75,7 @@ MODELS = (
     "gpt2-xl",
     "gpt2-large",
     "gpt2",
-)  # priority order: FACTS' model first, then the largest
+)  # priority order: the model of docs/measurements.md's earlier readings, then the largest
 CAPS_GIB = (None, 24, 40, 80)  # None: the whole card
 WARMUP_STEPS, TIMED_STEPS = 2, 4
 MAX_MICRO_BATCH = 256  # keeps a step of the smallest model under ~2 s

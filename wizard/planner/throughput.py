@@ -2,7 +2,8 @@
 
 A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead,
 stage 3's fetch hooks, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
-offloaded, or behind NVMe). FLOPs per token follow FACTS §2 (PaLM appendix B). Constants: ``wizard.planner.calibration``.
+offloaded, or behind NVMe). FLOPs per token follow PaLM (arXiv:2204.02311, appendix B). Constants:
+``wizard.planner.calibration``.
 
 Inference (``Strategy.mode == "inference"``): a step is one forward over the micro-batch -- 2N + 4*L*h*s FLOPs per
 token, no optimizer; stage 3 all-gathers the weights once per forward, and offloaded weights cross PCIe (and NVMe)
@@ -40,7 +41,8 @@ def flop_params(model: ModelSpec) -> int:
 
 
 def flops_per_token(model: ModelSpec, seq_len: int, *, recompute: bool = False, mode: str = "train") -> float:
-    """Training ~ 6N + 12*L*h*s; with full recomputation 8N + 16*L*h*s; inference 2N + 4*L*h*s (FACTS §2)."""
+    """Training ~ 6N + 12*L*h*s (PaLM, arXiv:2204.02311, appendix B); full recomputation runs the forward's third
+    again, 8N + 16*L*h*s; inference is that forward alone, 2N + 4*L*h*s."""
     n = flop_params(model)
     attn = model.layers * model.heads * model.head_dim * seq_len
     if mode == "inference":
