@@ -147,7 +147,8 @@ MASTER_BYTES = 4
 ADAM_STATE_BYTES = 8
 # DeepSpeed's estimators assume the same (deepspeed/runtime/zero/stage_1_and_2.py
 # estimate_zero2_model_states_mem_needs and stage3.py estimate_zero3_model_states_mem_needs, DeepSpeed 0.19.8: 18 bytes
-# per parameter on the GPU without offload); their additional_buffer_factor defaults to 1.5.
+# per partitioned parameter = 16-bit and fp32 gradients 2 + 4, fp32 weights 4, Adam states 8); their
+# additional_buffer_factor defaults to 1.5.
 DS_ESTIMATOR_BUFFER_FACTOR = 1.5
 
 # ------------------------------------------------------------------------------------------------ device level
