@@ -135,16 +135,14 @@ def test_reproduces_the_h200_measurements(
     if reserved is not None:
         assert e.reserved / GiB == pytest.approx(reserved, rel=0.03)
     ds = deepspeed_estimate(GPT2_MEDIUM, s)
-    assert (
-        ds is not None and ds[1] < 0.6 * allocated * GiB
-    )  # it misses 68-96 % of the peak (docs/measurements.md)
+    # DeepSpeed's estimator misses 68-96 % of the peak (docs/measurements.md).
+    assert ds is not None and ds[1] < 0.6 * allocated * GiB
 
 
 def test_about_two_gib_of_activations_per_sample() -> None:
     layers, head, _ = activation_bytes_per_sample(GPT2_MEDIUM, 1024, checkpointing=False)
-    assert (layers + head) / GiB == pytest.approx(
-        2.035, rel=0.02
-    )  # docs/measurements.md: ~2.0 GiB per sample
+    # docs/measurements.md: ~2.0 GiB per sample.
+    assert (layers + head) / GiB == pytest.approx(2.035, rel=0.02)
 
 
 @pytest.mark.parametrize(("cap_gib", "fits", "does_not"), [(24, 8, 16), (40, 16, 32)])

@@ -29,6 +29,8 @@ def percent(x: float) -> str:
 def intrinsic_reasons(
     ctx: PlanContext, c: Candidate, mem: MemoryEstimate, tp: ThroughputEstimate
 ) -> list[str]:
+    """One candidate's reasons on its own: fits or by how much not, the batch, the memory at the peak, what its
+    stage shards, the speed and where the step's time goes, and what an inference or MoE prediction assumes."""
     s, m = c.strategy, ctx.model
     out: list[str] = []
     if ctx.gpu_cap is None:
