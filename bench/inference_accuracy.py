@@ -19,9 +19,8 @@ empty_cache. Results: <out>/inference_accuracy-<date>-<1gpu|smoke>.json (+ .md),
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import gc
+import functools
 import importlib.util
 import os
 import platform
@@ -37,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
-from wizard.memory import device_overhead  # noqa: E402
 from wizard.model import load_model_spec  # noqa: E402
 from wizard.planner import PlanRequest, evaluate, max_micro_batch  # noqa: E402
+from wizard.planner.memory import device_overhead  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 GiB = 1024**3
@@ -50,6 +49,7 @@ CAP_GIB = 24
 WARMUP, TIMED = 1, 3
 
 
+@functools.cache
 def _plan_accuracy() -> Any:
     """bench/plan_accuracy.py's helpers (hardware as the planner sees it, versions, atomic save)."""
     spec = importlib.util.spec_from_file_location("plan_accuracy", ROOT / "bench" / "plan_accuracy.py")
@@ -159,13 +159,7 @@ def run_config(c: Config, seq: int, smoke: bool, row: Row) -> None:
         layers, hidden, heads, vocab = spec.layers, spec.hidden, spec.heads, spec.vocab
     baseline = 0
     if cuda:
-        total = torch.cuda.get_device_properties(device).total_memory
-        fraction = 1.0 if c.cap_gib is None else min(1.0, c.cap_gib * GiB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        baseline = torch.cuda.memory_allocated(device)
+        baseline = _plan_accuracy().cap_device_memory(device, c.cap_gib)
     engine = model = None
     start = time.perf_counter()
     cfg = ds_config(c, smoke)
@@ -202,19 +196,14 @@ def run_config(c: Config, seq: int, smoke: bool, row: Row) -> None:
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
         )
     finally:
+        pa = _plan_accuracy()
         if cuda:
-            row.max_allocated = torch.cuda.max_memory_allocated(device) - baseline
-            row.max_reserved = torch.cuda.max_memory_reserved(device)
-            free, total_now = torch.cuda.mem_get_info(device)
-            row.outside_allocator = (total_now - free) - torch.cuda.memory_reserved(device)
-        if engine is not None and hasattr(engine, "destroy"):
-            with contextlib.suppress(Exception):
-                engine.destroy()
+            row.max_allocated, row.max_reserved, row.outside_allocator = pa.device_memory_peaks(
+                device, baseline
+            )
+        pa.destroy_engine(engine)
         del engine, model
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+        pa.release_device_memory(device, cuda)
 
 
 def _err(measured: float | None, predicted: float | None) -> str:

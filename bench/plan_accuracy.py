@@ -22,7 +22,8 @@ rows:
   T1  the recommended strategy at the powers of two around its predicted largest micro-batch (uncapped): the one
       below must fit the cap, the one above must not (measured reserved memory vs the cap);
   T2  the two best other strategies (another stage / checkpointing) at their largest power-of-two micro-batch;
-  T3  a FACTS §1-style sweep: stages 0-3, CPU offload, checkpointing, micro-batch 8.
+  T3  a sweep like the earlier GPT-2-medium readings of docs/measurements.md: stages 0-3, CPU offload,
+      checkpointing, micro-batch 8.
 Each config: a fresh engine (bf16, seq 1024, random init built on the GPU), 2 warm-up steps, then the median of 4
 timed steps; torch.cuda.max_memory_allocated/reserved after reset_peak_memory_stats, and the device-level usage
 (cudaMemGetInfo) minus reserved = CUDA context + NCCL. Between configs: engine.destroy(), gc, empty_cache. The
@@ -59,13 +60,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from wizard import calibration as cal  # noqa: E402
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
-from wizard.memory import deepspeed_estimate, device_overhead, estimate_memory, fragmentation  # noqa: E402
 from wizard.model import ModelSpec, load_model_spec  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
+from wizard.planner import calibration as cal  # noqa: E402
+from wizard.planner.memory import deepspeed_estimate, device_overhead, estimate_memory, fragmentation  # noqa: E402
+from wizard.planner.throughput import estimate_throughput  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
-from wizard.throughput import estimate_throughput  # noqa: E402
 
 GiB = 1024**3
 SEQ = 1024
@@ -74,7 +75,7 @@ MODELS = (
     "gpt2-xl",
     "gpt2-large",
     "gpt2",
-)  # priority order: FACTS' model first, then the largest
+)  # priority order: the model of docs/measurements.md's earlier readings, then the largest
 CAPS_GIB = (None, 24, 40, 80)  # None: the whole card
 WARMUP_STEPS, TIMED_STEPS = 2, 4
 MAX_MICRO_BATCH = 256  # keeps a step of the smallest model under ~2 s
@@ -366,6 +367,48 @@ def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
     return cfg
 
 
+def cap_device_memory(device: Any, cap_gib: int | None) -> int:
+    """Let this process use at most ``cap_gib`` of the GPU (a smaller card: OOM where that card would), start the
+    peak counters afresh, and return what is allocated already: the baseline a config's peak is measured above."""
+    import torch
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = 1.0 if cap_gib is None else min(1.0, cap_gib * GiB / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))
+
+
+def device_memory_peaks(device: Any, baseline: int) -> tuple[int, int, int]:
+    """(peak allocated above ``baseline``, peak reserved, held outside the allocator: CUDA context + NCCL)."""
+    import torch
+
+    free, total_now = torch.cuda.mem_get_info(device)
+    return (
+        torch.cuda.max_memory_allocated(device) - baseline,
+        torch.cuda.max_memory_reserved(device),
+        (total_now - free) - torch.cuda.memory_reserved(device),
+    )
+
+
+def destroy_engine(engine: Any) -> None:
+    if engine is not None and hasattr(engine, "destroy"):
+        with contextlib.suppress(Exception):  # teardown must not end the run
+            engine.destroy()
+
+
+def release_device_memory(device: Any, cuda: bool) -> None:
+    """Once the engine and model are dropped: collect them, hand the cached blocks back, lift the memory cap."""
+    import torch
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+
+
 def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
     import deepspeed
     import torch
@@ -375,13 +418,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     spec = load_model_spec(c.model)
     if cuda:
-        total = torch.cuda.get_device_properties(device).total_memory
-        fraction = 1.0 if c.cap_gib is None else min(1.0, c.cap_gib * GiB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        row.baseline_allocated = torch.cuda.memory_allocated(device)
+        row.baseline_allocated = cap_device_memory(device, c.cap_gib)
     engine = model = None
     start = time.perf_counter()
     try:
@@ -436,18 +473,11 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
         )
     finally:
         if cuda:
-            row.max_allocated = torch.cuda.max_memory_allocated(device) - (row.baseline_allocated or 0)
-            row.max_reserved = torch.cuda.max_memory_reserved(device)
-            free, total_now = torch.cuda.mem_get_info(device)
-            row.outside_allocator = (total_now - free) - torch.cuda.memory_reserved(device)
-        if engine is not None and hasattr(engine, "destroy"):
-            with contextlib.suppress(Exception):  # teardown must not end the run
-                engine.destroy()
+            peaks = device_memory_peaks(device, row.baseline_allocated or 0)
+            row.max_allocated, row.max_reserved, row.outside_allocator = peaks
+        destroy_engine(engine)
         del engine, model
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+        release_device_memory(device, cuda)
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -985,7 +1015,7 @@ def _fit_suggestions(
 
 def _fit_fragmentation(mem_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per row: (measured reserved - predicted allocated - RESERVED_FIXED_BYTES) / the large transient blocks
-    (wizard.memory.fragmentation) = the share it needs; the largest per kind is what calibration should hold."""
+    (wizard.planner.memory.fragmentation) = the share it needs; the largest per kind is what calibration should hold."""
     need: dict[str, float] = {}
     for r in mem_rows:
         if not r.get("max_reserved"):
@@ -1009,7 +1039,7 @@ def _fit_fragmentation(mem_rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
     """From stage 1/2 rows without offload or checkpointing on one GPU: seconds per extra sample and seconds per
     step at zero samples (the fixed part), per model, and the share of the peak the per-sample time reaches."""
-    from wizard.throughput import flops_per_token, peak_flops
+    from wizard.planner.throughput import flops_per_token, peak_flops
 
     by_model: dict[str, list[tuple[int, float]]] = {}
     for r in ok:
@@ -1044,7 +1074,7 @@ def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # The throughput constants the bench can refit (MATMUL_EFFICIENCY and the stage 1-3 optimizer time stay as set:
-# GPT-2 sizes do not tell them apart from the rest, see wizard/calibration.py).
+# GPT-2 sizes do not tell them apart from the rest, see wizard/planner/calibration.py).
 FIT_CONSTANTS = (
     "ACTIVATION_TRAFFIC_PER_SAVED_BYTE",
     "FORWARD_SHARE_OF_TRAFFIC",
@@ -1107,7 +1137,7 @@ def _nelder_mead(f: Any, x0: list[float], step: float = 0.3, iters: int = 4000) 
 
 def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
     """Refit FIT_CONSTANTS to the measured tokens/s of the ok rows (least squares on the log error, Nelder-Mead
-    over log values): what to write into wizard/calibration.py. The module's constants are restored afterwards."""
+    over log values): what to write into wizard/planner/calibration.py. The module's constants are restored afterwards."""
     rows = [r for r in ok if r.get("tokens_per_sec")]
     if len(rows) < len(FIT_CONSTANTS) + 2:
         return {}
@@ -1182,7 +1212,8 @@ def _f(x: Any, pct: bool = False) -> str:
     return str(x)
 
 
-def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """The run's title, what ran, the error table, and the recommendations table's head."""
     hw = doc["hardware"]
     gpu = hw["gpus"][0]["name"] if hw.get("gpus") else "?"
     sources = doc.get("sources") or []
@@ -1230,6 +1261,11 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         "| model | card | recommended now | fits | tok/s | best in grid | tok/s | ratio |",
         "|---|---|---|---|---:|---|---:|---:|",
     ]
+    return md
+
+
+def _markdown_recommendations(run: dict[str, Any]) -> list[str]:
+    md: list[str] = []
     for r in run["recommendations"]:
         tps = _f(r.get("recommended_tokens_per_sec"))
         ratio = _f(r.get("ratio"))
@@ -1242,8 +1278,12 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
             f"| {r['model']} | {r['card']} | {r['recommended'] or '-'} | {r['status']} | {tps} | "
             f"{r['best_in_grid'] or '-'} | {_f(r['best_tokens_per_sec'])} | {ratio} |"
         )
+    return md
+
+
+def _markdown_fit_checks(run: dict[str, Any]) -> list[str]:
     fc = run["fit_checks"]
-    md += [
+    md = [
         "",
         f"Fit checks (every row x card the measurements decide, vs the memory model): {fc['checks']} checks, "
         f"{fc['agree']} agree, {fc['conservative']} conservative (fits, predicted not to with the margin), "
@@ -1252,7 +1292,11 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
     ]
     for c in fc["unsafe"] + [c for c in fc["unsafe_without_margin"] if c not in fc["unsafe"]]:
         md.append(f"- OOM predicted to fit: {c['config']} on {c['card']}")
-    md += [
+    return md
+
+
+def _markdown_rows(rows: list[dict[str, Any]]) -> list[str]:
+    md = [
         "",
         "<details><summary>every row</summary>",
         "",
@@ -1268,6 +1312,12 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
             f"{g(n['ds_estimate_gpu'])} | {_f(r.get('tokens_per_sec'))} | {_f(n['tokens_per_sec'])} |"
         )
     md += ["", "</details>", ""]
+    return md
+
+
+def _markdown_calibration(run: dict[str, Any]) -> list[str]:
+    """What the measurements say the calibration constants should be."""
+    md: list[str] = []
     fits = run["fits"]
     frag = fits["fragmentation"]
     md += [
@@ -1277,7 +1327,7 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         f"fragmentation share needed: plain {_f(frag['needed_share_plain'])} (FRAGMENTATION_SHARE "
         f"{frag['FRAGMENTATION_SHARE']}), checkpointing {_f(frag['needed_share_checkpointing'])} "
         f"(FRAGMENTATION_SHARE_CHECKPOINTING {frag['FRAGMENTATION_SHARE_CHECKPOINTING']}) "
-        "(edit wizard/calibration.py, then re-run --analyze).",
+        "(edit wizard/planner/calibration.py, then re-run --analyze).",
         "",
     ]
     compute = fits["compute"]
@@ -1302,6 +1352,16 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         md += [f"| {n} | {_get_constant(n):.4g} | {v:.4g} |" for n, v in tp["constants"].items()]
         md.append("")
     return md
+
+
+def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    return [
+        *_markdown_header(doc, run),
+        *_markdown_recommendations(run),
+        *_markdown_fit_checks(run),
+        *_markdown_rows(rows),
+        *_markdown_calibration(run),
+    ]
 
 
 def _targets(runs: list[dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:

@@ -400,7 +400,7 @@ def plan_use(sidecar: Any, hardware: HardwareReport, world_size: int | None) -> 
     if sidecar is None:
         return PlanUse()
     from wizard.config.sidecar import offload_needs, plan_applies, run_plan_section
-    from wizard.throughput import peak_flops
+    from wizard.planner.throughput import peak_flops
 
     gpu = hardware.gpus[0] if hardware.gpus else None
     why_not = plan_applies(sidecar, gpu_name=gpu.name if gpu else None, world_size=world_size)

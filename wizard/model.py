@@ -13,10 +13,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from wizard.errors import DswizError
 from wizard.model_presets import ALIASES, PRESETS
+
+if (
+    TYPE_CHECKING
+):  # typing_extensions only for the checker: Unpack of a TypedDict (PEP 692) is 3.11+ in typing
+    from typing_extensions import Unpack
 
 # model_type -> the MoE block ZeRO-3 must treat as a leaf (accelerate's deepspeed_moe_layer_cls_names).
 MOE_LAYER_CLASSES = {"mixtral": "MixtralSparseMoeBlock", "qwen2_moe": "Qwen2MoeSparseMoeBlock"}
@@ -30,7 +35,7 @@ class ModelSpec:
 
     name: str
     model_type: str  # HF model_type ("gpt2", "llama", "mixtral", ...) or "custom"
-    family: str  # activation recipe (wizard.calibration.ACTIVATION_RECIPES): gpt2, llama, neox, bert, ...
+    family: str  # activation recipe (planner.calibration.ACTIVATION_RECIPES): gpt2, llama, neox, bert, ...
     layers: int
     hidden: int
     heads: int
@@ -360,6 +365,78 @@ def spec_from_config(cfg: Mapping[str, Any], *, name: str, source: str) -> Model
     )
 
 
+class _Extras(TypedDict, total=False):
+    """The ModelSpec fields only some architectures set (the rest keep their defaults)."""
+
+    head_dim: int
+    num_experts: int
+    experts_per_token: int
+    moe_ffn_hidden: int
+    shared_expert_ffn_hidden: int
+    moe_layers: int
+    moe_layer_cls_name: str
+    activation: str
+    dropout: float
+    attention: str
+    rel_pos_span: int
+    encoder: bool
+
+
+def _spec(
+    names: tuple[str, str, str, str],
+    dims: tuple[int, int, int, int, int, int],
+    max_positions: int | None,
+    tied: bool,
+    total: int,
+    largest_layer: int,
+    *,
+    active: int | None = None,
+    embedding: int | None = None,
+    **extras: Unpack[_Extras],
+) -> ModelSpec:
+    """One architecture's counts as a ModelSpec. ``names``: (name, source, model_type, family); ``dims``: (layers,
+    hidden, heads, kv_heads, ffn_hidden, vocab). ``active`` defaults to ``total`` (dense), ``embedding`` to the word
+    embeddings plus an untied output head."""
+    name, source, model_type, family = names
+    layers, hidden, heads, kv_heads, ffn_hidden, vocab = dims
+    return ModelSpec(
+        name=name,
+        model_type=model_type,
+        family=family,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn_hidden=ffn_hidden,
+        vocab=vocab,
+        max_positions=max_positions,
+        tied_embeddings=tied,
+        total_params=total,
+        active_params=total if active is None else active,
+        largest_layer_params=largest_layer,
+        embedding_params=vocab * hidden * (1 if tied else 2) if embedding is None else embedding,
+        source=source,
+        **extras,
+    )
+
+
+def _moe(
+    model_type: str, head_dim: int, experts: tuple[int, int, int], moe_layers: int, *, shared_ffn: int = 0
+) -> _Extras:
+    """The mixture-of-experts fields: ``experts`` is (experts, experts per token, per-expert FFN width); the block
+    class ZeRO-3 must treat as a leaf comes from the model type."""
+    n, per_token, expert_ffn = experts
+    return {
+        "head_dim": head_dim,
+        "shared_expert_ffn_hidden": shared_ffn,
+        "num_experts": n,
+        "experts_per_token": per_token,
+        "moe_ffn_hidden": expert_ffn,
+        "moe_layers": moe_layers,
+        "moe_layer_cls_name": MOE_LAYER_CLASSES[model_type],
+    }
+
+
 def _gpt2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSpec:
     L = _need_int(cfg, where, "n_layer", "num_hidden_layers")
     h = _need_int(cfg, where, "n_embd", "hidden_size")
@@ -372,25 +449,17 @@ def _gpt2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     emb = V * h + npos * h
     total = emb + L * layer + 2 * h + (0 if tied else V * h)
     act = str(cfg.get("activation_function", "gelu_new"))
-    return ModelSpec(
-        name=name,
-        model_type="gpt2",
-        family="gpt2" if act == "gelu_new" else "gpt2-fused-gelu",
-        layers=L,
-        hidden=h,
-        heads=a,
-        kv_heads=a,
-        ffn_hidden=f,
-        vocab=V,
-        max_positions=npos,
-        tied_embeddings=tied,
-        total_params=total,
-        active_params=total,
-        largest_layer_params=max(V * h, h * f + f, 3 * h * h + 3 * h),
-        embedding_params=emb + (0 if tied else V * h),
+    family = "gpt2" if act == "gelu_new" else "gpt2-fused-gelu"
+    return _spec(
+        (name, source, "gpt2", family),
+        (L, h, a, a, f, V),
+        npos,
+        tied,
+        total,
+        max(V * h, h * f + f, 3 * h * h + 3 * h),
+        embedding=emb + (0 if tied else V * h),
         activation=act,
         dropout=float(cfg.get("resid_pdrop", 0.1)),
-        source=source,
     )
 
 
@@ -423,25 +492,15 @@ def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: st
     mlp = 3 * h * f + ((2 * f + h) if mlp_bias else 0)
     tied = bool(cfg.get("tie_word_embeddings", False))
     total = V * h + L * (attn + mlp + 2 * h) + h + (0 if tied else V * h)
-    return ModelSpec(
-        name=name,
-        model_type=mtype,
-        family="llama",
-        layers=L,
-        hidden=h,
-        heads=a,
-        kv_heads=kv,
+    return _spec(
+        (name, source, mtype, "llama"),
+        (L, h, a, kv, f, V),
+        _get(cfg, "max_position_embeddings"),
+        tied,
+        total,
+        max(V * h, h * f + (f if mlp_bias else 0), h * q + (q if q_bias else 0)),
         head_dim=hd,
-        ffn_hidden=f,
-        vocab=V,
-        max_positions=_get(cfg, "max_position_embeddings"),
-        tied_embeddings=tied,
-        total_params=total,
-        active_params=total,
-        largest_layer_params=max(V * h, h * f + (f if mlp_bias else 0), h * q + (q if q_bias else 0)),
-        embedding_params=V * h * (1 if tied else 2),
         activation=str(cfg.get("hidden_act", "silu")),
-        source=source,
     )
 
 
@@ -458,29 +517,15 @@ def _mixtral(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mode
     tied = bool(cfg.get("tie_word_embeddings", False))
     total = V * h + L * (attn + E * h + experts + 2 * h) + h + (0 if tied else V * h)
     active = total - L * (E - min(k, E)) * 3 * h * f
-    return ModelSpec(
-        name=name,
-        model_type="mixtral",
-        family="moe",
-        layers=L,
-        hidden=h,
-        heads=a,
-        kv_heads=kv,
-        head_dim=hd,
-        ffn_hidden=f,
-        vocab=V,
-        max_positions=_get(cfg, "max_position_embeddings"),
-        tied_embeddings=tied,
-        total_params=total,
-        active_params=active,
-        largest_layer_params=max(V * h, experts),  # the fused experts module owns all expert weights
-        embedding_params=V * h * (1 if tied else 2),
-        num_experts=E,
-        experts_per_token=k,
-        moe_ffn_hidden=f,
-        moe_layers=L,
-        moe_layer_cls_name=MOE_LAYER_CLASSES["mixtral"],
-        source=source,
+    return _spec(
+        (name, source, "mixtral", "moe"),
+        (L, h, a, kv, f, V),
+        _get(cfg, "max_position_embeddings"),
+        tied,
+        total,
+        max(V * h, experts),  # the fused experts module owns all expert weights
+        active=active,
+        **_moe("mixtral", hd, (E, k, f), L),
     )
 
 
@@ -504,30 +549,15 @@ def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mo
     body = L * (attn + 2 * h) + sparse_layers * sparse + (L - sparse_layers) * dense
     total = V * h + body + h + (0 if tied else V * h)
     active = total - sparse_layers * (E - min(k, E)) * 3 * h * fm
-    return ModelSpec(
-        name=name,
-        model_type="qwen2_moe",
-        family="moe",
-        layers=L,
-        hidden=h,
-        heads=a,
-        kv_heads=kv,
-        head_dim=hd,
-        ffn_hidden=fs,
-        vocab=V,
-        max_positions=_get(cfg, "max_position_embeddings"),
-        tied_embeddings=tied,
-        total_params=total,
-        active_params=active,
-        largest_layer_params=max(V * h, E * 3 * h * fm, dense),
-        embedding_params=V * h * (1 if tied else 2),
-        num_experts=E,
-        experts_per_token=k,
-        moe_ffn_hidden=fm,
-        shared_expert_ffn_hidden=fs,
-        moe_layers=sparse_layers,
-        moe_layer_cls_name=MOE_LAYER_CLASSES["qwen2_moe"],
-        source=source,
+    return _spec(
+        (name, source, "qwen2_moe", "moe"),
+        (L, h, a, kv, fs, V),
+        _get(cfg, "max_position_embeddings"),
+        tied,
+        total,
+        max(V * h, E * 3 * h * fm, dense),
+        active=active,
+        **_moe("qwen2_moe", hd, (E, k, fm), sparse_layers, shared_ffn=fs),
     )
 
 
@@ -546,25 +576,15 @@ def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     )
     tied = bool(cfg.get("tie_word_embeddings", False))
     total = V * h + L * layer + 2 * h + (0 if tied else V * h)
-    return ModelSpec(
-        name=name,
-        model_type="gpt_neox",
-        family="neox",
-        layers=L,
-        hidden=h,
-        heads=a,
-        kv_heads=a,
-        ffn_hidden=f,
-        vocab=V,
-        max_positions=_get(cfg, "max_position_embeddings"),
-        tied_embeddings=tied,
-        total_params=total,
-        active_params=total,
-        largest_layer_params=max(V * h, h * f + f, 3 * h * h + 3 * h),
-        embedding_params=V * h * (1 if tied else 2),
+    return _spec(
+        (name, source, "gpt_neox", "neox"),
+        (L, h, a, a, f, V),
+        _get(cfg, "max_position_embeddings"),
+        tied,
+        total,
+        max(V * h, h * f + f, 3 * h * h + 3 * h),
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout", 0.0)),
-        source=source,
     )
 
 
@@ -581,26 +601,17 @@ def _bert(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h
     head = h * h + h + 2 * h + V + (0 if tied else V * h)
     total = emb + L * layer + head
-    return ModelSpec(
-        name=name,
-        model_type="bert",
-        family="bert",
-        layers=L,
-        hidden=h,
-        heads=a,
-        kv_heads=a,
-        ffn_hidden=f,
-        vocab=V,
-        max_positions=npos,
-        tied_embeddings=tied,
-        total_params=total,
-        active_params=total,
-        largest_layer_params=max(V * h, h * f + f),
-        embedding_params=emb,
+    return _spec(
+        (name, source, "bert", "bert"),
+        (L, h, a, a, f, V),
+        npos,
+        tied,
+        total,
+        max(V * h, h * f + f),
+        embedding=emb,
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
         encoder=True,
-        source=source,
     )
 
 
@@ -645,26 +656,17 @@ def _deberta_v2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> M
     else:
         head = h * h + h + 2 * h + V
     total = emb + L * layer + enc + head
-    return ModelSpec(
-        name=name,
-        model_type="deberta-v2",
-        family="deberta-v2",
-        layers=L,
-        hidden=h,
-        heads=a,
-        kv_heads=a,
-        ffn_hidden=f,
-        vocab=V,
-        max_positions=npos,
-        tied_embeddings=tied,
-        total_params=total,
-        active_params=total,
-        largest_layer_params=max(V * E, h * f + f),
-        embedding_params=emb,
+    return _spec(
+        (name, source, "deberta-v2", "deberta-v2"),
+        (L, h, a, a, f, V),
+        npos,
+        tied,
+        total,
+        max(V * E, h * f + f),
+        embedding=emb,
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
         attention="eager",
         rel_pos_span=span,
         encoder=True,
-        source=source,
     )

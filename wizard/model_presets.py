@@ -11,6 +11,16 @@ from typing import Any
 _GPT2 = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024}
 _LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "max_position_embeddings": 4096}
 _LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings": 8192}
+# Mistral 7B's shape; Mixtral 8x7B is the same decoder with 8 experts per FFN (arXiv:2401.04088, table 1).
+_MISTRAL_7B = {
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # ~1M parameters: small enough to train on 2 CPU ranks in the demo.
@@ -66,16 +76,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 8,
         "intermediate_size": 28672,
     },
-    "mistral-7b": {
-        "model_type": "mistral",
-        "num_hidden_layers": 32,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 32000,
-        "max_position_embeddings": 32768,
-    },
+    "mistral-7b": {"model_type": "mistral", **_MISTRAL_7B},
     "qwen2-7b": {
         "model_type": "qwen2",
         "num_hidden_layers": 28,
@@ -89,13 +90,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "mixtral-8x7b": {
         "model_type": "mixtral",
-        "num_hidden_layers": 32,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 32000,
-        "max_position_embeddings": 32768,
+        **_MISTRAL_7B,
         "num_local_experts": 8,
         "num_experts_per_tok": 2,
     },

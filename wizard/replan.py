@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from wizard import calibration as cal
 from wizard import planner
 from wizard.config.sidecar import PlanSidecar, PredictedNumbers, config_command, strategy_of_config
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
+from wizard.planner.throughput import flops_per_token, peak_flops
 from wizard.strategy import Strategy
-from wizard.throughput import flops_per_token, peak_flops
 from wizard.units import fmt_bytes
 
 

@@ -1,4 +1,4 @@
-"""The activation recipes (wizard.calibration.ACTIVATION_RECIPES) against what the installed transformers really keeps
+"""The activation recipes (wizard.planner.calibration.ACTIVATION_RECIPES) against what the installed transformers really keeps
 for backward: run one forward of a real HF model on CPU in bf16 and add up the tensors autograd saves (parameters
 excluded). One layer = the 2-layer model minus the 1-layer model, so embeddings and the loss head cancel out.
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from wizard.memory import layer_activation_bytes_per_token
 from wizard.model import spec_from_config
+from wizard.planner.memory import layer_activation_bytes_per_token
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -226,9 +226,9 @@ def test_raw_files_merge_and_the_newer_row_wins(pa: ModuleType, tmp_path: Path) 
 
 def test_throughput_fit_recovers_constants_that_generated_the_rows(pa: ModuleType) -> None:
     """Rows whose tokens/s come from the throughput model with other constants: the fit gets back to (almost) zero
-    error, and leaves wizard.calibration as it was."""
-    from wizard import calibration as cal
-    from wizard.throughput import estimate_throughput
+    error, and leaves wizard.planner.calibration as it was."""
+    from wizard.planner import calibration as cal
+    from wizard.planner.throughput import estimate_throughput
 
     hw = _h200(pa, 1)
     truth = {"ACTIVATION_TRAFFIC_PER_SAVED_BYTE": 9.0, "MICRO_STEP_SECONDS_PER_LAYER": 1.2e-3}

@@ -1,4 +1,4 @@
-"""The inference recipes (wizard.calibration.INFERENCE_RECIPES) against what the installed transformers really holds
+"""The inference recipes (wizard.planner.calibration.INFERENCE_RECIPES) against what the installed transformers really holds
 during a forward pass without autograd: run one forward of a real HF model on CPU in bf16 under ``torch.no_grad``
 and track every storage that is allocated and freed (a TorchDispatchMode; parameters and buffers excluded). The
 peak of the live bytes is the activation peak of an inference pass.
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from wizard.memory import inference_head_bytes_per_token, inference_layer_bytes_per_token
 from wizard.model import spec_from_config
+from wizard.planner.memory import inference_head_bytes_per_token, inference_layer_bytes_per_token
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

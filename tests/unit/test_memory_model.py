@@ -1,4 +1,4 @@
-"""The memory model: DeepSpeed's own estimator, the FACTS §1 measurements on an H200, and properties."""
+"""The memory model: DeepSpeed's own estimator, the readings on an H200 (docs/measurements.md), and properties."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wizard import calibration as cal
-from wizard.memory import (
+from wizard.model import ModelSpec, load_model_spec, spec_from_config
+from wizard.planner import calibration as cal
+from wizard.planner.memory import (
     activation_bytes_per_sample,
     deepspeed_estimate,
     device_overhead,
@@ -23,7 +24,6 @@ from wizard.memory import (
     model_state_bytes,
     phases_for,
 )
-from wizard.model import ModelSpec, load_model_spec, spec_from_config
 from wizard.strategy import Strategy
 
 GiB = 1024**3
@@ -109,10 +109,10 @@ def test_deepspeed_estimate_picks_the_formula_of_the_stage() -> None:
     assert s3 == ds_estimate_zero3(m.total_params, m.largest_layer_params, 8, 1, True, False)
 
 
-# ------------------------------------------------------------------------------------ FACTS §1 (one H200)
+# ------------------------------------------------------------ the earlier readings (one H200, docs/measurements.md)
 
 # (stage, optimizer offload, micro-batch, max_memory_allocated GiB, max_memory_reserved GiB or None)
-FACTS_MEMORY = [
+EARLIER_MEMORY = [
     (2, "none", 4, 12.83, 14.25),
     (2, "none", 8, 20.97, 22.38),
     (2, "none", 16, 37.25, 39.39),
@@ -122,30 +122,34 @@ FACTS_MEMORY = [
 ]
 
 
-@pytest.mark.parametrize(("stage", "offload", "mbs", "allocated", "reserved"), FACTS_MEMORY)
+@pytest.mark.parametrize(("stage", "offload", "mbs", "allocated", "reserved"), EARLIER_MEMORY)
 def test_reproduces_the_h200_measurements(
     stage: int, offload: str, mbs: int, allocated: float, reserved: float | None
 ) -> None:
-    """GPT-2-medium, seq 1024, bf16 (FACTS §1). The issue's target is 10 % median error; these rows were the first
-    calibration and the fragmentation model refit on the bench run still holds them within 3 %."""
+    """GPT-2-medium, seq 1024, bf16 (docs/measurements.md, "GPT-2-medium on one H200: peaks"). The issue's target is
+    10 % median error; these rows were the first calibration and the fragmentation model refit on the bench run still
+    holds them within 3 %."""
     s = Strategy(zero_stage=stage, offload_optimizer=offload, micro_batch_size=mbs)  # type: ignore[arg-type]
     e = estimate_memory(GPT2_MEDIUM, s, 1024)
     assert e.allocated / GiB == pytest.approx(allocated, rel=0.03)
     if reserved is not None:
         assert e.reserved / GiB == pytest.approx(reserved, rel=0.03)
     ds = deepspeed_estimate(GPT2_MEDIUM, s)
-    assert ds is not None and ds[1] < 0.6 * allocated * GiB  # FACTS §1: DeepSpeed misses 68-96 % of the peak
+    # DeepSpeed's estimator misses 68-96 % of the peak (docs/measurements.md).
+    assert ds is not None and ds[1] < 0.6 * allocated * GiB
 
 
 def test_about_two_gib_of_activations_per_sample() -> None:
     layers, head, _ = activation_bytes_per_sample(GPT2_MEDIUM, 1024, checkpointing=False)
-    assert (layers + head) / GiB == pytest.approx(2.035, rel=0.02)  # FACTS §1: "~2.0 GiB per sample"
+    # docs/measurements.md: ~2.0 GiB per sample.
+    assert (layers + head) / GiB == pytest.approx(2.035, rel=0.02)
 
 
 @pytest.mark.parametrize(("cap_gib", "fits", "does_not"), [(24, 8, 16), (40, 16, 32)])
 def test_fit_boundary_of_capped_cards(cap_gib: int, fits: int, does_not: int) -> None:
     """set_per_process_memory_fraction caps the allocator (reserved); the CUDA context and NCCL live outside the
-    cap, so a capped H200 is a card of cap + those. FACTS §1: 24 GiB fits mbs 8 not 16, 40 GiB fits 16."""
+    cap, so a capped H200 is a card of cap + those. docs/measurements.md, "Emulating a smaller card": 24 GiB fits mbs 8
+    not 16, 40 GiB fits 16."""
     s = Strategy(zero_stage=2)
     phases = phases_for(GPT2_MEDIUM, s, 1024)
     card = cap_gib * GiB + device_overhead(s)

@@ -23,8 +23,8 @@ from wizard.config.sidecar import (
 from wizard.errors import DswizError
 from wizard.hardware import get_hardware
 from wizard.model import load_model_spec
+from wizard.planner.throughput import flops_per_token
 from wizard.replan import make_sidecar
-from wizard.throughput import flops_per_token
 
 
 def planned(model: str = "gpt2-medium", hardware: str = "1xA100-80GB", **request: object):  # type: ignore[no-untyped-def]

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wizard import calibration as cal
 from wizard.errors import DswizError
 from wizard.hardware import get_hardware
 from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo
-from wizard.memory import estimate_memory
 from wizard.model import load_model_spec, spec_from_config
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan, plan_to_json
+from wizard.planner import calibration as cal
+from wizard.planner.memory import estimate_memory
 
 GiB = 1024**3
 A100x8 = get_hardware("8xA100-80GB,ram=1TiB")

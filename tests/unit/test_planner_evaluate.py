@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from wizard.hardware import get_hardware
 from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo
-from wizard.memory import estimate_memory
 from wizard.model import load_model_spec
 from wizard.planner import (
     PlanRequest,
@@ -23,6 +22,7 @@ from wizard.planner import (
     max_micro_batch,
     plan,
 )
+from wizard.planner.memory import estimate_memory
 from wizard.strategy import Strategy
 
 GiB = 1024**3

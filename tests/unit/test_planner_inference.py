@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from wizard import calibration as cal
 from wizard.hardware import get_hardware
-from wizard.memory import estimate_memory, inference_layer_bytes_per_token, kv_cache_bytes_per_token
 from wizard.model import load_model_spec
 from wizard.planner import PlanRequest, evaluate, max_batch_table, plan
+from wizard.planner import calibration as cal
+from wizard.planner.memory import estimate_memory, inference_layer_bytes_per_token, kv_cache_bytes_per_token
+from wizard.planner.throughput import estimate_throughput, flops_per_token, pcie_bytes_per_s
 from wizard.strategy import Strategy
-from wizard.throughput import estimate_throughput, flops_per_token, pcie_bytes_per_s
 
 GiB = 1024**3
 LLAMA_70B = load_model_spec("llama-70b")

@@ -1,4 +1,5 @@
-"""The throughput model: FLOPs per token (FACTS §2), the H200 measurements it is calibrated on, and properties."""
+"""The throughput model: FLOPs per token (PaLM, arXiv:2204.02311), the H200 measurements it is calibrated on, and
+properties."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from hypothesis import strategies as st
 
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
 from wizard.model import load_model_spec
+from wizard.planner.throughput import estimate_throughput, flop_params, flops_per_token, peak_flops
 from wizard.strategy import Strategy
-from wizard.throughput import estimate_throughput, flop_params, flops_per_token, peak_flops
 
 H200 = GPUInfo(
     index=0,
@@ -27,19 +28,22 @@ H200 = GPUInfo(
 ONE_H200 = HardwareReport(source="described", gpus=(H200,), host=HostInfo(logical_cores=16))
 GPT2_MEDIUM = load_model_spec("gpt2-medium")
 
-# FACTS §2: one H200, GPT-2-medium, seq 1024, bf16: (stage, optimizer offload, micro-batch, tokens/s). The throughput
-# constants are now fit to the bench run below, which measured three of these configs slower than FACTS did: stage 0
-# mbs 8 51,998 (FACTS 55,130), stage 2 mbs 8 54,162 (61,858; stage 1, the same work on one GPU, 57,139), stage 3 mbs 8
-# 25,168 (35,468). The model follows the bench, so those FACTS figures are no longer reproduced within 5 %.
-_NOT_REPRODUCED = "bench/results/plan_accuracy-2026-11-30-1gpu.json measured this config slower than FACTS §2"
-FACTS_THROUGHPUT = [
+# The earlier readings of docs/measurements.md ("Throughput"; one H200, DeepSpeed's FusedAdam), GPT-2-medium, seq 1024,
+# bf16: (stage, optimizer offload, micro-batch, tokens/s). The throughput constants are now fit to the bench run
+# below, which measured three of these configs slower: stage 0 mbs 8 51,998 (earlier 55,130), stage 2 mbs 8 54,162
+# (61,858; stage 1, the same work on one GPU, 57,139), stage 3 mbs 8 25,168 (35,468). The model follows the bench, so
+# those earlier figures are no longer reproduced within 5 %.
+_NOT_REPRODUCED = (
+    "bench/results/plan_accuracy-2026-11-30-1gpu.json measured this config slower than the earlier reading"
+)
+EARLIER_THROUGHPUT = [
     (0, "none", 8, 55_130),
     (1, "none", 16, 77_982),
     (2, "none", 8, 61_858),
     (2, "cpu", 8, 25_775),
     (3, "none", 8, 35_468),
 ]
-_FACTS_NOT_REPRODUCED = {(0, "none", 8), (2, "none", 8), (3, "none", 8)}
+_EARLIER_NOT_REPRODUCED = {(0, "none", 8), (2, "none", 8), (3, "none", 8)}
 BENCH_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "plan_accuracy-2026-11-30-1gpu.json"
 
 
@@ -47,9 +51,9 @@ BENCH_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "plan_ac
     ("stage", "offload", "mbs", "measured"),
     [
         pytest.param(*row, marks=pytest.mark.xfail(strict=True, reason=_NOT_REPRODUCED))
-        if row[:3] in _FACTS_NOT_REPRODUCED
+        if row[:3] in _EARLIER_NOT_REPRODUCED
         else row
-        for row in FACTS_THROUGHPUT
+        for row in EARLIER_THROUGHPUT
     ],
 )
 def test_reproduces_the_h200_tokens_per_second(stage: int, offload: str, mbs: int, measured: float) -> None:
@@ -83,7 +87,8 @@ def test_reproduces_the_bench_run() -> None:
 
 
 def test_the_ranking_of_the_measurements_is_kept() -> None:
-    # FACTS §2: "lowest stage and largest micro-batch that fits wins; offload and stage 3 cost 2-3x".
+    # docs/measurements.md: on one GPU the lowest stage and largest micro-batch that fit win; offload and stage 3
+    # cost 2-3x.
     speed = {
         (stage, off, mbs): estimate_throughput(
             ONE_H200,
@@ -91,9 +96,9 @@ def test_the_ranking_of_the_measurements_is_kept() -> None:
             Strategy(zero_stage=stage, offload_optimizer=off, micro_batch_size=mbs),
             1024,  # type: ignore[arg-type]
         ).tokens_per_sec
-        for stage, off, mbs, _ in FACTS_THROUGHPUT
+        for stage, off, mbs, _ in EARLIER_THROUGHPUT
     }
-    measured = {(stage, off, mbs): m for stage, off, mbs, m in FACTS_THROUGHPUT}
+    measured = {(stage, off, mbs): m for stage, off, mbs, m in EARLIER_THROUGHPUT}
     assert sorted(speed, key=speed.__getitem__) == sorted(measured, key=measured.__getitem__)
 
 

@@ -1,7 +1,8 @@
 """Every constant the memory and throughput models rest on, each with where it comes from.
 
 Recalibrating after a new measurement (e.g. ``bench/plan_accuracy.py --analyze`` prints fitted values) means editing
-this module only. "FACTS" is shared/design/FACTS.md; "measured on CPU" means the saved-tensor count that
+this module only. Measured numbers name their file under bench/results/ or the page docs/measurements.md (which
+lists the readings without a result file); "measured on CPU" means the saved-tensor count that
 tests/unit/test_activation_recipes.py repeats against the installed transformers.
 """
 
@@ -65,9 +66,9 @@ ACTIVATION_RECIPES: dict[str, ActivationRecipe] = {
     ),
 }
 
-# Loss head: bf16 logits + their fp32 upcast + log-softmax, and the fp32 gradients in backward (FACTS §1:
-# b*s*V*(2+4+4) in forward, up to 14 in backward). 12.0 fits FACTS §1's 2.0 GiB/sample for GPT-2-medium at seq 1024
-# once the layers take their measured 62*h.
+# Loss head: bf16 logits + their fp32 upcast + log-softmax, and the fp32 gradients in backward (about b*s*V*(2+4+4)
+# bytes in forward, up to 14 per logit in backward: docs/measurements.md, "Activations of HF GPT-2"). 12.0 matches the
+# ~2.0 GiB per sample measured there for GPT-2-medium at seq 1024 once the layers take their measured 62*h.
 LOSS_HEAD_BYTES_PER_VOCAB = 12.0
 # Embedding output, final norm input/output and the head's input, per token (x hidden).
 HEAD_BYTES_PER_HIDDEN = 6.0
@@ -75,7 +76,8 @@ HEAD_BYTES_PER_HIDDEN = 6.0
 # transient is larger for every model measured, so this rarely sets the peak).
 BACKWARD_TRANSIENT_LAYERS = 1.0
 # Activation checkpointing (HF gradient_checkpointing): each layer keeps its 16-bit input; in backward one layer at a
-# time is recomputed, its activations live again (FACTS §1: "+ one layer's full activations during recompute").
+# time is recomputed, its activations live again (Korthikanti et al., arXiv:2205.05198: with full recomputation
+# one layer's full activations are live while it is recomputed).
 CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER = 2.0
 CHECKPOINT_RECOMPUTE_LAYERS = 1.0
 
@@ -139,23 +141,27 @@ ALLGATHER_BUCKET_ELEMENTS = 500_000_000
 STAGE3_PREFETCH_ELEMENTS = 50_000_000
 STAGE3_PARAM_PERSISTENCE_ELEMENTS = 100_000
 STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
-# Mixed-precision Adam (ZeRO paper, FACTS §1): fp32 master weights 4 + momentum 4 + variance 4 bytes per parameter.
+# Mixed-precision Adam (ZeRO, arXiv:1910.02054, K = 12): fp32 master weights 4 + momentum 4 + variance 4 bytes per
+# parameter.
 MASTER_BYTES = 4
 ADAM_STATE_BYTES = 8
-# DeepSpeed's estimator (FACTS §1) assumes the same; its "additional_buffer_factor" is 1.5.
+# DeepSpeed's estimators assume the same (deepspeed/runtime/zero/stage_1_and_2.py
+# estimate_zero2_model_states_mem_needs and stage3.py estimate_zero3_model_states_mem_needs, DeepSpeed 0.19.8: 18 bytes
+# per partitioned parameter = 16-bit and fp32 gradients 2 + 4, fp32 weights 4, Adam states 8); their
+# additional_buffer_factor defaults to 1.5.
 DS_ESTIMATOR_BUFFER_FACTOR = 1.5
 
 # ------------------------------------------------------------------------------------------------ device level
 
 # Allocator cache: torch.cuda.max_memory_reserved - max_memory_allocated = RESERVED_FIXED_BYTES + share x (the step's
 # large transient blocks: the fp32 logits, 4 x vocab x seq per sample, and the step's fp32 gradient partition), see
-# wizard.memory.fragmentation for why. Source: bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2
+# wizard.planner.memory.fragmentation for why. Source: bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2
 # 124M-1.5B, seq 1024, bf16, 59 ok rows + 4 recommended checkpointing rows that OOMed under a cap): the smallest
 # shares that cover every ok row's measured reserved on top of the *predicted* allocated (which runs ~4 % high
 # without checkpointing, so these shares rely on it). Needed per row: without checkpointing <= 0.24 (gpt2 z1
 # mbs112, gpt2 z0 mbs64); with checkpointing <= 0.78 (gpt2-medium mbs16, gpt2-xl mbs16/64, stage 0 and optimizer
-# offload alike), while the 4 OOM rows only needed > 0.35 to be predicted not to fit. Also keeps FACTS §1 (stage 2,
-# GPT-2-medium: reserved 14.25 / 22.38 / 39.39 GiB at mbs 4 / 8 / 16) within 2 %.
+# offload alike), while the 4 OOM rows only needed > 0.35 to be predicted not to fit. Also keeps the earlier stage-2
+# readings of docs/measurements.md (GPT-2-medium: reserved 14.25 / 22.38 / 39.39 GiB at mbs 4 / 8 / 16) within 2 %.
 RESERVED_FIXED_BYTES = int(1.0 * GiB)
 FRAGMENTATION_SHARE = 0.25
 FRAGMENTATION_SHARE_CHECKPOINTING = 0.8
@@ -163,11 +169,12 @@ FRAGMENTATION_SHARE_CHECKPOINTING = 0.8
 # checkpointing row; stage 3 without checkpointing, gpt2-medium mbs 8, needed 0.11). Applied to every stage-3
 # strategy, not only to parameter offload, so that offloading never looks costlier in GPU memory than not.
 FRAGMENTATION_STAGE3_FACTOR = 2.1
-# Outside the allocator: NCCL ~0.5 GB per communicator (FACTS §1), and DeepSpeed creates one even on a single GPU
+# Outside the allocator: NCCL ~0.5 GB per communicator (docs/measurements.md, "Outside the allocator": 1.30 GiB
+# without NCCL traffic, 1.68-1.76 with it), and DeepSpeed creates one even on a single GPU
 # (init_distributed, then broadcasts of the model). The rest is the CUDA context with its library handles:
 # bench/results/plan_accuracy-2026-11-30-1gpu.json measured cudaMemGetInfo used - memory_reserved = 1.68-1.76 GiB
-# (median 1.73) on every one of 66 rows at one rank (H200, torch 2.11 + CUDA 13), so 1.73 - 0.5 ~= 1.25 GiB; FACTS
-# §1's "~0.3-0.5 GB" context is an older, smaller figure.
+# (median 1.73) on every one of 66 rows at one rank (H200, torch 2.11 + CUDA 13), so 1.73 - 0.5 ~= 1.25 GiB; older
+# figures of 0.3-0.5 GB for the context alone are too small for this stack.
 CUDA_CONTEXT_BYTES = int(1.25 * GiB)
 NCCL_BYTES_PER_COMMUNICATOR = int(0.5 * GiB)
 # Ranking policy: a strategy that needs offload, checkpointing or ZeRO++ is recommended over a simpler one only when it
@@ -199,9 +206,10 @@ FP32_SHARE_OF_PEAK = (
     0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
 )
 
-# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.throughput to the 59 ok rows
-# of bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2 124M-1.5B, seq 1024, bf16, stages 0-3, CPU
-# offload, checkpointing, micro-batch 8-128, gradient accumulation 1): tokens/s error median 1.8 %, p95 5.8 %.
+# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.planner.throughput to the 59
+# ok rows of bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2 124M-1.5B, seq 1024, bf16, stages
+# 0-3, CPU offload, checkpointing, micro-batch 8-128, gradient accumulation 1): tokens/s error median 1.8 %, p95
+# 5.8 %.
 #
 # A micro-step's compute = matmul FLOPs / (peak x MATMUL_EFFICIENCY) + element-wise HBM traffic / bandwidth, where
 # the traffic is ACTIVATION_TRAFFIC_PER_SAVED_BYTE x the bytes forward saves for backward (the activation recipes +
@@ -234,7 +242,8 @@ MICRO_STEP_SECONDS_PER_LAYER = 2.05e-3
 STEP_FIXED_SECONDS = 0.015
 OPTIMIZER_SECONDS_PER_PARAM = {0: 7.3e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
 # Stage 3's parameter fetch/release hooks, per layer per micro-step (fit; one row, gpt2-medium z3 mbs 8, 25,168
-# tok/s; FACTS §2 measured 35,468 tok/s for the same config, i.e. ~4.1 ms per layer, on an earlier setup).
+# tok/s; an earlier reading with DeepSpeed's FusedAdam gave 35,468 tok/s for the same config, i.e. ~4.1 ms per
+# layer: docs/measurements.md, "Throughput").
 STAGE3_SECONDS_PER_LAYER = 7.3e-3
 # CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit: 5 rows of
 # gpt2-xl with the optimizer on a 16-core host, PCIe 5).

@@ -2,7 +2,8 @@
 
 A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead,
 stage 3's fetch hooks, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
-offloaded, or behind NVMe). FLOPs per token follow FACTS §2 (PaLM appendix B). Constants: ``wizard.calibration``.
+offloaded, or behind NVMe). FLOPs per token follow PaLM (arXiv:2204.02311, appendix B). Constants:
+``wizard.planner.calibration``.
 
 Inference (``Strategy.mode == "inference"``): a step is one forward over the micro-batch -- 2N + 4*L*h*s FLOPs per
 token, no optimizer; stage 3 all-gathers the weights once per forward, and offloaded weights cross PCIe (and NVMe)
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wizard import calibration as cal
 from wizard.hardware.report import GPUInfo, HardwareReport
-from wizard.memory import layer_activation_bytes_per_token, weight_bytes
 from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
+from wizard.planner.memory import layer_activation_bytes_per_token, weight_bytes
 from wizard.strategy import Strategy
 
 
@@ -40,7 +41,8 @@ def flop_params(model: ModelSpec) -> int:
 
 
 def flops_per_token(model: ModelSpec, seq_len: int, *, recompute: bool = False, mode: str = "train") -> float:
-    """Training ~ 6N + 12*L*h*s; with full recomputation 8N + 16*L*h*s; inference 2N + 4*L*h*s (FACTS §2)."""
+    """Training ~ 6N + 12*L*h*s (PaLM, arXiv:2204.02311, appendix B); full recomputation runs the forward's third
+    again, 8N + 16*L*h*s; inference is that forward alone, 2N + 4*L*h*s."""
     n = flop_params(model)
     attn = model.layers * model.heads * model.head_dim * seq_len
     if mode == "inference":
@@ -136,6 +138,75 @@ def host_cores(hardware: HardwareReport) -> int:
     return h.physical_cores or h.logical_cores or cal.DEFAULT_HOST_CORES
 
 
+def _communication_seconds(
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, gpu: GPUInfo | None
+) -> tuple[float, float]:
+    """Communication per GPU, (per micro-step, per optimizer step): ring collectives move (N-1)/N of the buffer per
+    pass."""
+    N, train = s.world_size, s.mode == "train"
+    if N <= 1:
+        return 0.0, 0.0
+    w, P = weight_bytes(s), model.total_params
+    ring = (N - 1) / N
+    bus = _world_bus_bytes_per_s(hardware, s, gpu)
+    if s.zero_stage == 3:
+        intra = intra_node_bus_bytes_per_s(gpu, hardware)
+        gather_w = 1.0 if s.zero_quantized_weights else w
+        fwd = ring * gather_w * P / bus
+        bwd_bus = intra if (s.zero_hpz_partition_size > 1 and s.nodes > 1) else bus
+        bwd = ring * gather_w * P / bwd_bus
+        grads = ring * w * P / bus * (0.25 if s.zero_quantized_gradients else 1.0)
+        return (fwd + bwd + grads if train else fwd), 0.0
+    if not train:
+        return 0.0, 0.0
+    if s.zero_stage == 2:
+        # Gradients reduced in every micro-step's backward; updated 16-bit weights gathered after the step.
+        return ring * w * P / bus, ring * w * P / bus
+    return 0.0, 2 * ring * w * P / bus  # one all-reduce (stage 0) or reduce + gather (stage 1)
+
+
+def _optimizer_seconds(
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float
+) -> dict[str, float]:
+    """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps)."""
+    N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
+    shards = N if s.zero_stage >= 1 else 1
+    local = model.total_params / shards
+    parts = {"optimizer step": cal.STEP_FIXED_SECONDS}
+    if s.offload_optimizer == "none":
+        per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
+        parts["optimizer step"] += per_param * local
+        return parts
+    cores = host_cores(hardware)
+    cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
+    parts["CPU Adam"] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
+    # Gradients to the host every micro-step, updated 16-bit weights back once per step.
+    parts["PCIe copies"] = (gas * w * local + w * local) / pcie
+    if s.offload_optimizer == "nvme":
+        node_bytes = s.gpus_per_node * 2 * 16 * local  # read and write fp32 states, per node
+        parts["NVMe swaps"] = node_bytes / cal.NVME_BYTES_PER_SECOND
+    return parts
+
+
+def _parameter_fetch_seconds(model: ModelSpec, s: Strategy, pcie: float, compute: float) -> dict[str, float]:
+    """Offloaded parameters fetched over PCIe (and from NVMe) every pass; ``compute`` is one micro-step's."""
+    train, gas = s.mode == "train", s.gradient_accumulation_steps
+    local_params = weight_bytes(s) * model.total_params / s.world_size
+    passes = 2 if train else 1
+    fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
+    if s.offload_param == "nvme":
+        fetch["parameter fetch (NVMe)"] = (
+            gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND
+        )
+    if not train:
+        # A forward is bounded by its transfers: prefetch hides them behind compute only up to a share of it.
+        hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * compute
+        total = sum(fetch.values())
+        exposed = max(0.0, total - hidden)
+        fetch = {k: v * exposed / total for k, v in fetch.items()}
+    return fetch
+
+
 def estimate_throughput(
     hardware: HardwareReport, model: ModelSpec, s: Strategy, seq_len: int
 ) -> ThroughputEstimate:
@@ -145,10 +216,6 @@ def estimate_throughput(
     train = s.mode == "train"
     f_model = flops_per_token(model, seq_len, recompute=False, mode=s.mode)
     b, gas, N = s.micro_batch_size, s.gradient_accumulation_steps, s.world_size
-    w, P = weight_bytes(s), model.total_params
-    ring = (N - 1) / N
-    bus = _world_bus_bytes_per_s(hardware, s, gpu) if N > 1 else float("inf")
-    intra = intra_node_bus_bytes_per_s(gpu, hardware)
     pcie = pcie_bytes_per_s(gpu)
 
     tokens_micro = b * seq_len
@@ -161,23 +228,7 @@ def estimate_throughput(
     parts["element-wise (memory-bound)"] = gas * tokens_micro * elementwise
     parts["launch overhead"] = gas * launch
 
-    # Communication per GPU: ring collectives move (N-1)/N of the buffer per pass.
-    comm_step = 0.0
-    comm_micro = 0.0
-    if N > 1:
-        if s.zero_stage == 3:
-            gather_w = 1.0 if s.zero_quantized_weights else w
-            fwd = ring * gather_w * P / bus
-            bwd_bus = intra if (s.zero_hpz_partition_size > 1 and s.nodes > 1) else bus
-            bwd = ring * gather_w * P / bwd_bus
-            grads = ring * w * P / bus * (0.25 if s.zero_quantized_gradients else 1.0)
-            comm_micro = fwd + bwd + grads if train else fwd
-        elif train:
-            if s.zero_stage == 2:
-                comm_micro = ring * w * P / bus  # gradients reduced in every micro-step's backward
-                comm_step = ring * w * P / bus  # updated 16-bit weights gathered after the step
-            else:
-                comm_step = 2 * ring * w * P / bus  # one all-reduce (stage 0) or reduce + gather (stage 1)
+    comm_micro, comm_step = _communication_seconds(hardware, model, s, gpu)
     overlap = cal.COMM_OVERLAP if s.zero_stage == 3 else 0.0
     exposed_micro = max(0.0, comm_micro - overlap * compute)
     if comm_micro or comm_step:
@@ -190,36 +241,9 @@ def estimate_throughput(
         parts["ZeRO-3 fetch hooks"] = gas * hooks
 
     if train:
-        shards = N if s.zero_stage >= 1 else 1
-        local = P / shards
-        parts["optimizer step"] = cal.STEP_FIXED_SECONDS
-        if s.offload_optimizer == "none":
-            per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
-            parts["optimizer step"] += per_param * local
-        else:
-            cores = host_cores(hardware)
-            cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
-            parts["CPU Adam"] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
-            # Gradients to the host every micro-step, updated 16-bit weights back once per step.
-            parts["PCIe copies"] = (gas * w * local + w * local) / pcie
-            if s.offload_optimizer == "nvme":
-                node_bytes = s.gpus_per_node * 2 * 16 * local  # read and write fp32 states, per node
-                parts["NVMe swaps"] = node_bytes / cal.NVME_BYTES_PER_SECOND
+        parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie))
     if s.offload_param != "none":
-        local_params = w * P / N
-        passes = 2 if train else 1
-        fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
-        if s.offload_param == "nvme":
-            fetch["parameter fetch (NVMe)"] = (
-                gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND
-            )
-        if not train:
-            # A forward is bounded by its transfers: prefetch hides them behind compute only up to a share of it.
-            hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * compute
-            total = sum(fetch.values())
-            exposed = max(0.0, total - hidden)
-            fetch = {k: v * exposed / total for k, v in fetch.items()}
-        parts.update(fetch)
+        parts.update(_parameter_fetch_seconds(model, s, pcie, compute))
 
     step = sum(parts.values())
     samples = gas * b * N / step

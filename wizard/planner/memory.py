@@ -6,16 +6,16 @@ A step has three moments that can be the peak, each linear in the micro-batch:
   backward      gradient buffers fill while activations drain (the larger end of that trade);
   optimizer     gradients converted to fp32 for the update.
 The allocator keeps more than it hands out (reserved: ``fragmentation``), and the device also holds the CUDA context
-and NCCL buffers: "fits" is judged on that device total (FACTS §1). Constants live in ``wizard.calibration`` with
-their sources.
+and NCCL buffers: "fits" is judged on that device total (docs/measurements.md, "What each memory counter counts").
+Constants live in ``wizard.planner.calibration`` with their sources.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from wizard import calibration as cal
 from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
 from wizard.strategy import Strategy
 
 
@@ -373,7 +373,7 @@ class Fragmentation:
 
 
 def fragmentation_share(s: Strategy) -> float:
-    """The share of the large transient blocks that the allocator cannot reuse (wizard.calibration)."""
+    """The share of the large transient blocks that the allocator cannot reuse (wizard.planner.calibration)."""
     share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.FRAGMENTATION_SHARE
     if s.zero_stage == 3:
         share *= cal.FRAGMENTATION_STAGE3_FACTOR
@@ -543,7 +543,8 @@ def ds_estimate_zero2(
     cpu_offload: bool = True,
     additional_buffer_factor: float = cal.DS_ESTIMATOR_BUFFER_FACTOR,
 ) -> tuple[int, int]:
-    """(cpu, gpu) bytes exactly as ``estimate_zero2_model_states_mem_needs`` (DeepSpeed 0.19.8, FACTS §1)."""
+    """(cpu, gpu) bytes exactly as DeepSpeed's ``estimate_zero2_model_states_mem_needs``
+    (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeed 0.19.8)."""
     total_gpus = num_nodes * num_gpus_per_node
     if cpu_offload:
         gpu = 2 * total_params
@@ -564,23 +565,22 @@ def ds_estimate_zero3(
     zero_init: bool = True,
     additional_buffer_factor: float = cal.DS_ESTIMATOR_BUFFER_FACTOR,
 ) -> tuple[int, int]:
-    """(cpu, gpu) bytes exactly as ``estimate_zero3_model_states_mem_needs`` (DeepSpeed 0.19.8, FACTS §1)."""
+    """(cpu, gpu) bytes exactly as DeepSpeed's ``estimate_zero3_model_states_mem_needs``
+    (deepspeed/runtime/zero/stage3.py, DeepSpeed 0.19.8)."""
     total_gpus = num_nodes * num_gpus_per_node
     gpus_factor = 1 / num_nodes
     largest_layer_memory = 4 * largest_layer_params
     if cpu_offload:
-        if cpu_offload_params:
-            gpu = largest_layer_memory
-            if zero_init:
-                cpu = total_params * 18 * gpus_factor * additional_buffer_factor
-            else:
-                cpu = total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * additional_buffer_factor
+        # DeepSpeed's two offload branches differ only here: host bytes per parameter 18 with the 16-bit weights
+        # offloaded too, else 16 and those weights' shard stays on the GPU. Same operand order, same float result.
+        per_param = 18 if cpu_offload_params else 16
+        gpu = largest_layer_memory + (0 if cpu_offload_params else int(2 * total_params / total_gpus))
+        if zero_init:
+            cpu = total_params * per_param * gpus_factor * additional_buffer_factor
         else:
-            gpu = largest_layer_memory + int(2 * total_params / total_gpus)
-            if zero_init:
-                cpu = total_params * 16 * gpus_factor * additional_buffer_factor
-            else:
-                cpu = total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * additional_buffer_factor
+            cpu = (
+                total_params * max(4 * num_gpus_per_node, per_param * gpus_factor) * additional_buffer_factor
+            )
     else:
         gpu = largest_layer_memory + int(18 * total_params / total_gpus)
         if zero_init:

@@ -1,0 +1,51 @@
+"""The planning core: plan(hardware, model, request) -> a ranked list of valid strategies, each with predicted memory
+and throughput and its reasons in plain words; advice with numbers when nothing fits.
+
+Pure: no I/O, no terminal. The modules, from the ground up:
+  calibration  every measured or sourced constant, with where it comes from
+  memory       the memory model: bytes per GPU, host RAM and NVMe of one step
+  throughput   the time model: seconds per step by cause, tokens/s, MFU
+  types        the request, predictions, candidates, the plan
+  feasibility  what this machine can run at all (capacities, precisions, NVMe, host RAM)
+  explain      the reasons, comparisons and advice, in words
+  search       strategy enumeration, sizing, ranking: plan, evaluate, max_batch_table
+  serialize    the stable JSON of ``dswiz plan --json``
+This module re-exports the public API; import from ``wizard.planner``.
+"""
+
+from __future__ import annotations
+
+from wizard.planner.feasibility import capacities, hardware_problems, precision_problem
+from wizard.planner.search import evaluate, max_batch_table, max_micro_batch, plan
+from wizard.planner.serialize import candidate_to_json, max_batch_to_json, plan_to_json
+from wizard.planner.types import (
+    DEFAULT_SEQ_LEN,
+    Candidate,
+    Capacities,
+    MaxBatchRow,
+    Plan,
+    PlanRequest,
+    Prediction,
+    strategy_label,
+)
+
+__all__ = [
+    "DEFAULT_SEQ_LEN",
+    "Candidate",
+    "Capacities",
+    "MaxBatchRow",
+    "Plan",
+    "PlanRequest",
+    "Prediction",
+    "candidate_to_json",
+    "capacities",
+    "evaluate",
+    "hardware_problems",
+    "max_batch_table",
+    "max_batch_to_json",
+    "max_micro_batch",
+    "plan",
+    "plan_to_json",
+    "precision_problem",
+    "strategy_label",
+]

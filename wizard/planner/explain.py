@@ -1,0 +1,329 @@
+"""The planner's words: why each candidate fits or not (memory at the peak, what the stage shards, the batch, the
+speed), what the recommendation would cost against the alternatives, and the advice when nothing fits. Numbers in,
+English out; nothing here decides what fits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from wizard.errors import DswizError
+from wizard.hardware.report import HardwareReport
+from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
+from wizard.planner.memory import MemoryEstimate, kv_cache_bytes_per_token
+from wizard.planner.throughput import ThroughputEstimate, estimate_throughput
+from wizard.planner.types import Candidate, PlanContext, PlanRequest
+from wizard.strategy import Strategy
+from wizard.units import fmt_bytes
+
+# The search, asked again with one thing changed: the ranked candidates, best first (raises DswizError for a
+# global batch the GPUs cannot divide).
+Rank = Callable[[HardwareReport, ModelSpec, PlanRequest], list[Candidate]]
+
+
+def percent(x: float) -> str:
+    return f"{x * 100:.0f} %"
+
+
+def intrinsic_reasons(
+    ctx: PlanContext, c: Candidate, mem: MemoryEstimate, tp: ThroughputEstimate
+) -> list[str]:
+    """One candidate's reasons on its own: fits or by how much not, the batch, the memory at the peak, what its
+    stage shards, the speed and where the step's time goes, and what an inference or MoE prediction assumes."""
+    s, m = c.strategy, ctx.model
+    out: list[str] = []
+    if ctx.gpu_cap is None:
+        out.append("no GPU to fit on: plan for described hardware with --hardware")
+    elif "gpu" in c.limits:
+        out.append(
+            f"does not fit: needs {fmt_bytes(mem.device)} per GPU, {fmt_bytes(-c.headroom_bytes)} more than the "
+            f"{fmt_bytes(ctx.gpu_cap)} card allows"
+            + (f" with the {percent(ctx.request.safety_margin)} margin" if ctx.request.safety_margin else "")
+        )
+    else:
+        out.append(
+            f"fits: {fmt_bytes(mem.device)} of {fmt_bytes(ctx.gpu_cap)} per GPU ({fmt_bytes(c.headroom_bytes)} spare, "
+            f"{percent(ctx.request.safety_margin)} margin kept)"
+        )
+    if ctx.cpu_cap is None and (s.offload_optimizer != "none" or s.offload_param != "none"):
+        out.append(
+            f"needs {fmt_bytes(mem.cpu)} host RAM per node (not checked: RAM unknown; describe it, e.g. ram=1TiB)"
+        )
+    if "cpu" in c.limits and ctx.cpu_cap is not None:
+        out.append(f"host RAM short: needs {fmt_bytes(mem.cpu)} per node, {fmt_bytes(ctx.cpu_cap)} available")
+    if "nvme" in c.limits:
+        have = fmt_bytes(ctx.nvme_cap) if ctx.nvme_cap is not None else "no NVMe disk"
+        out.append(f"NVMe short: needs {fmt_bytes(mem.nvme)} per node, {have}")
+    target = ctx.request.global_batch
+    if target is not None or s.gradient_accumulation_steps > 1:
+        text = (
+            f"batch: micro-batch {s.micro_batch_size} x {s.gradient_accumulation_steps} accumulation steps x "
+            f"{s.world_size} GPUs = global batch {s.global_batch_size}"
+        )
+        out.append(text + (f" (the target is {target})" if target not in (None, s.global_batch_size) else ""))
+    elif c.fits and ctx.gpu_cap:
+        nxt = mem.device + mem.per_sample_device
+        if s.micro_batch_size >= ctx.request.max_micro_batch:
+            out.append(f"micro-batch {s.micro_batch_size} (the cap; more would fit)")
+        elif s.micro_batch_size < c.max_micro_batch:
+            out.append(f"micro-batch {s.micro_batch_size} fits; up to {c.max_micro_batch} would")
+        else:
+            out.append(
+                f"micro-batch {s.micro_batch_size} is the largest that fits "
+                f"({s.micro_batch_size + 1} would need {fmt_bytes(nxt)})"
+            )
+    if "gpu" in c.limits and ctx.gpu_cap and 0 < c.max_micro_batch < s.micro_batch_size:
+        out.append(f"micro-batch {c.max_micro_batch} would fit")
+    out.append(_memory_reason(mem))
+    out.append(_stage_reason(ctx, s, mem))
+    if s.activation_checkpointing:
+        out.append(
+            "activation checkpointing: keeps one input per layer, recomputes the forward (~33 % more compute)"
+        )
+    top = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in tp.parts[:3])
+    per = "per step" if s.mode == "train" else "per forward"
+    out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {percent(tp.mfu)}; {per}: {top}")
+    if s.mode == "inference":
+        out += _inference_reasons(ctx, s)
+    if tp.peak_source != "catalog":
+        out.append(f"GPU peak {tp.peak_flops_per_gpu / 1e12:.0f} TFLOP/s taken from the {tp.peak_source}")
+    if m.is_moe:
+        out.append(
+            f"MoE: memory counts all {m.total_params / 1e9:.1f} B parameters, compute the "
+            f"{m.active_params / 1e9:.1f} B a token uses ({m.experts_per_token} of {m.num_experts} experts)"
+        )
+    if m.is_moe and s.zero_stage == 3 and m.moe_layer_cls_name:
+        out.append(
+            f"MoE at stage 3: {m.moe_layer_cls_name} must be a ZeRO-3 leaf (its experts fetched together); "
+            "dswiz config writes it (zero_optimization.leaf_module, or accelerate's deepspeed_moe_layer_cls_names)"
+        )
+    return out
+
+
+def _inference_reasons(ctx: PlanContext, s: Strategy) -> list[str]:
+    """What an inference prediction assumes, and what generation would add, in numbers."""
+    m = ctx.model
+    kv = kv_cache_bytes_per_token(m) * ctx.seq_len
+    decode = estimate_throughput(ctx.hardware, m, s, 1).step_seconds
+    return [
+        f"counts one forward over micro-batch x {ctx.seq_len} tokens that scores every position (evaluation); "
+        f"generation's KV cache is not counted: it adds {fmt_bytes(kv)} per sample at {ctx.seq_len} tokens",
+        f"generation: ~{decode * 1000:,.0f} ms per new token for the micro-batch "
+        + (
+            "(every token fetches all weights again: bound by the transfers)"
+            if s.offload_param != "none" or s.world_size > 1
+            else "(every token reads all weights from GPU memory)"
+        ),
+    ]
+
+
+_STATE_ITEMS = ("parameters", "optimizer states", "accumulated gradients", "gradients for the update")
+_ACTIVATION_ITEMS = (
+    "activations",
+    "loss head (logits, fp32 upcast)",
+    "backward transient (one layer)",
+    "activations (one layer)",
+    "logits (16-bit + fp32 scores)",
+)
+
+
+def _memory_reason(mem: MemoryEstimate) -> str:
+    items = dict(mem.gpu_items)
+    states = sum(items.get(k, 0) for k in _STATE_ITEMS)
+    acts = sum(items.get(k, 0) for k in _ACTIVATION_ITEMS)
+    buffers = mem.allocated - states - acts
+    outside = mem.device - mem.allocated
+    text = f"peak during {mem.peak_phase}: " + (
+        f"model states {fmt_bytes(states)}" if states else "model states off the GPU"
+    )
+    if acts:
+        text += f", activations {fmt_bytes(acts)} ({fmt_bytes(mem.per_sample_device)} per sample)"
+    if buffers:
+        text += f", DeepSpeed buffers {fmt_bytes(buffers)}"
+    return text + f", allocator cache + CUDA context + NCCL {fmt_bytes(outside)}"
+
+
+def _stage_reason(ctx: PlanContext, s: Strategy, mem: MemoryEstimate) -> str:
+    N = s.world_size
+    items = dict(mem.gpu_items)
+    opt = items.get("optimizer states", 0)
+    if s.mode == "inference":
+        where = (
+            "on the CPU"
+            if s.offload_param == "cpu"
+            else ("on NVMe" if s.offload_param == "nvme" else f"sharded over {N} GPUs")
+        )
+        return f"ZeRO-3 inference: 16-bit weights {where}, gathered layer by layer"
+    if s.zero_stage == 0:
+        return f"stage 0: every GPU keeps all model states (optimizer {fmt_bytes(opt)})"
+    if N == 1:
+        text = f"stage {s.zero_stage} on one GPU shards nothing"
+        text += ": its fetch hooks still run every micro-step" if s.zero_stage == 3 else ""
+    else:
+        text = {
+            1: f"stage 1: optimizer states sharded over {N} GPUs",
+            2: f"stage 2: optimizer states and gradients sharded over {N} GPUs",
+            3: f"stage 3: parameters, gradients and optimizer states sharded over {N} GPUs, "
+            "weights gathered every micro-step",
+        }[s.zero_stage]
+    if s.offload_optimizer == "cpu":
+        text += f"; optimizer on the CPU ({fmt_bytes(mem.cpu)} host RAM per node, CPU Adam each step)"
+    elif s.offload_optimizer == "nvme":
+        text += f"; optimizer states on NVMe ({fmt_bytes(mem.nvme)} per node)"
+    elif opt:
+        text += f" (optimizer states {fmt_bytes(opt)} per GPU)"
+    if s.offload_param != "none":
+        text += (
+            f"; parameters on {'the CPU' if s.offload_param == 'cpu' else 'NVMe'}, fetched every micro-step"
+        )
+    if s.zero_hpz_partition_size > 1:
+        text += "; ZeRO++: a second weight copy inside each node, int8 weights and int4 gradients on the wire"
+    return text
+
+
+def _comparisons(best: Candidate, others: list[Candidate]) -> list[str]:
+    """For the recommendation: what each simpler or different choice would cost, in numbers."""
+    out: list[str] = []
+    s = best.strategy
+    seen: set[str] = set()
+
+    def group(c: Candidate) -> str:
+        t = c.strategy
+        if (t.offload_optimizer, t.offload_param) != (s.offload_optimizer, s.offload_param) or (
+            t.zero_stage != s.zero_stage
+        ):
+            return f"stage {t.zero_stage}{_offload_words(t)}"
+        if t.activation_checkpointing != s.activation_checkpointing:
+            return "activation checkpointing" if t.activation_checkpointing else "no activation checkpointing"
+        return ""
+
+    for c in others:
+        g = group(c)
+        if not g or g in seen:
+            continue
+        seen.add(g)
+        if not c.fits:
+            need = c.predicted.gpu_bytes
+            if "gpu" in c.limits:
+                out.append(f"{g} does not fit (needs {fmt_bytes(need)} per GPU)")
+            else:
+                out.append(f"{g} does not fit ({', '.join(c.limits)} short)")
+            continue
+        loss = 1 - c.predicted.tokens_per_sec / best.predicted.tokens_per_sec
+        if loss < -0.005:
+            out.append(
+                f"{g} is predicted ~{percent(-loss)} faster (micro-batch {c.strategy.micro_batch_size}): within the "
+                "model's accuracy, so the simpler strategy is recommended"
+            )
+        elif loss > 0.005:
+            why = ""
+            if g == "activation checkpointing" and c.strategy.micro_batch_size > s.micro_batch_size:
+                why = f", even at micro-batch {c.strategy.micro_batch_size}"
+            out.append(f"{g} would cost ~{percent(loss)} throughput{why}")
+        else:
+            out.append(f"{g} is as fast (within 1 %)")
+    return out[:5]
+
+
+def _offload_words(t: Strategy) -> str:
+    where = {"cpu": "the CPU", "nvme": "NVMe"}
+    opt, par = t.offload_optimizer, t.offload_param
+    if opt != "none" and opt == par:
+        return f" with optimizer and parameters on {where[opt]}"
+    words = []
+    if opt != "none":
+        words.append(f"optimizer on {where[opt]}")
+    if par != "none":
+        words.append(f"parameters on {where[par]}")
+    return (" with " + " and ".join(words)) if words else ""
+
+
+def _ds_reason(c: Candidate) -> str | None:
+    if c.deepspeed_estimate is None:
+        return None
+    _, gpu = c.deepspeed_estimate
+    return (
+        f"DeepSpeed's own estimator says {fmt_bytes(gpu)} per GPU: model states only "
+        f"(no activations, buffers or CUDA context)"
+    )
+
+
+def recommendation_reasons(best: Candidate, others: list[Candidate]) -> tuple[str, ...]:
+    """The recommended candidate's reasons: its own, then what the alternatives would cost, then DeepSpeed's own
+    estimate beside ours."""
+    ds = _ds_reason(best)
+    return (*best.reasons, *_comparisons(best, others), *([ds] if ds else []))
+
+
+def advice(ctx: PlanContext, cands: list[Candidate], rank: Rank) -> list[str]:
+    """What would make it fit when nothing does: more GPUs, a larger card, more host RAM, an NVMe disk, a shorter
+    sequence, each in numbers. ``rank`` is the search itself (the planner's ranked candidates), asked again with
+    the one thing changed."""
+    hw, model, req = ctx.hardware, ctx.model, ctx.request
+    out: list[str] = []
+    if not hw.gpus:
+        reason = f" ({hw.no_gpu_reason})" if hw.no_gpu_reason else ""
+        out.append(
+            f"no NVIDIA GPU here{reason}: plan for the machine you will train on, "
+            "e.g. --hardware 8xA100-80GB or --hardware 2x8xH100"
+        )
+        return out
+    gpn = hw.gpus_per_node
+    # More GPUs: double the node count (or the GPUs of one node) until something fits.
+    for factor in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        bigger = replace(hw, nodes=hw.nodes * factor) if gpn else hw
+        if req.global_batch is not None and req.global_batch % bigger.total_gpus:
+            continue
+        try:
+            more = rank(bigger, model, req)
+        except DswizError:
+            continue
+        if more and more[0].fits:
+            c = more[0]
+            out.append(
+                f"{bigger.nodes} nodes x {gpn} GPUs ({bigger.total_gpus} GPUs) would fit: {c.label}, "
+                f"{fmt_bytes(c.predicted.gpu_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s"
+            )
+            break
+    else:
+        out.append("even 1024x the GPUs would not fit this model at this sequence length")
+    # What the most frugal strategy needs per GPU.
+    gpu_short = [c for c in cands if c.limits == ("gpu",)]
+    if gpu_short:
+        frugal = min(gpu_short, key=lambda c: c.predicted.gpu_bytes)
+        need = frugal.predicted.gpu_bytes / (1 - req.safety_margin)
+        out.append(f"a GPU with at least {fmt_bytes(need)} would fit {frugal.label} at micro-batch 1")
+    # Host RAM for offload.
+    cpu_short = [c for c in cands if c.limits == ("cpu",)]
+    if cpu_short and ctx.cpu_cap is not None:
+        c = min(cpu_short, key=lambda c: c.predicted.cpu_bytes)
+        need = c.predicted.cpu_bytes / (1 - cal.HOST_SAFETY_MARGIN)
+        out.append(
+            f"{fmt_bytes(need - ctx.cpu_cap)} more host RAM per node ({fmt_bytes(need)} in all) would fit {c.label}"
+        )
+    # NVMe offload.
+    if req.allow_offload:  # inference too: NVMe parameter offload runs a model larger than GPUs and RAM
+        nvme_try = replace(req, nvme_bytes=1 << 60, allow_nvme=True)
+        with_nvme = rank(hw, model, nvme_try)
+        fitting = [c for c in with_nvme if c.fits and c.predicted.nvme_bytes]
+        if fitting:
+            c = fitting[0]
+            out.append(
+                f"an NVMe disk with {fmt_bytes(c.predicted.nvme_bytes)} free per node (and libaio) would fit {c.label}"
+            )
+    # Shorter sequences.
+    seq = ctx.seq_len // 2
+    while seq >= 128:
+        shorter = rank(hw, model, replace(req, seq_len=seq))
+        if shorter and shorter[0].fits:
+            c = shorter[0]
+            out.append(
+                f"sequence length {seq} would fit: {c.label}, micro-batch {c.strategy.micro_batch_size}"
+            )
+            break
+        seq //= 2
+    else:
+        if ctx.seq_len > 128:
+            out.append("a shorter sequence alone would not help: the model states themselves do not fit")
+    return out

@@ -1,0 +1,351 @@
+"""The search: every strategy this machine can run (stage, offloads, checkpointing, ZeRO++), each sized to the
+largest micro-batch (or the target batch) that fits and predicted; ranked "fastest that fits with the safety
+margin", ties to the simpler strategy with more headroom.
+
+Pure: no I/O, no terminal.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from wizard.errors import DswizError
+from wizard.hardware.report import HardwareReport
+from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
+from wizard.planner.explain import advice, intrinsic_reasons, recommendation_reasons
+from wizard.planner.feasibility import capacities, hardware_problems, nvme_usable, usable_precisions
+from wizard.planner.memory import (
+    DEFAULT_BUFFERS,
+    MemoryEstimate,
+    ZeroBuffers,
+    deepspeed_estimate,
+    estimate_memory,
+    fragmentation,
+    max_micro_batch_for_capacity,
+    phases_for,
+)
+from wizard.planner.throughput import ThroughputEstimate, estimate_throughput
+from wizard.planner.types import Candidate, MaxBatchRow, Plan, PlanContext, PlanRequest, Prediction
+from wizard.strategy import OFFLOAD_DEVICES, OffloadDevice, Precision, Strategy
+
+
+def _context(
+    hardware: HardwareReport, model: ModelSpec, request: PlanRequest
+) -> tuple[PlanContext, list[str]]:
+    """The question with its capacities resolved, and the capacity notes (host RAM unknown, ...)."""
+    c = capacities(hardware, request)
+    ctx = PlanContext(hardware, model, request, request.resolved_seq_len(model), c.gpu, c.cpu, c.nvme)
+    return ctx, list(c.notes)
+
+
+def _strategies(
+    hardware: HardwareReport, request: PlanRequest, precisions: list[Precision], nvme_ok: bool
+) -> list[Strategy]:
+    nodes, gpn = hardware.nodes, hardware.gpus_per_node
+    offloads: list[OffloadDevice] = [
+        d for d in OFFLOAD_DEVICES if d == "none" or (request.allow_offload and (d == "cpu" or nvme_ok))
+    ]
+    ckpts = (False, True) if request.allow_activation_checkpointing and request.mode == "train" else (False,)
+    zeropp = (False, True) if request.allow_zeropp and nodes > 1 and gpn > 1 else (False,)
+    out: list[Strategy] = []
+    stages = (3,) if request.mode == "inference" else request.stages
+    for precision, stage, opt, param, ckpt, zpp in itertools.product(
+        precisions, stages, offloads, offloads, ckpts, zeropp
+    ):
+        if request.mode == "inference" and opt != "none":
+            continue
+        if zpp and stage != 3:
+            continue
+        s = Strategy(
+            zero_stage=stage,
+            offload_optimizer=opt,
+            offload_param=param,
+            precision=precision,
+            activation_checkpointing=ckpt,
+            zero_quantized_weights=zpp,
+            zero_quantized_gradients=zpp and request.mode == "train",
+            zero_hpz_partition_size=gpn if zpp else 1,
+            nodes=nodes,
+            gpus_per_node=gpn,
+            mode=request.mode,
+        )
+        if not s.problems() and not hardware_problems(hardware, s, request):
+            out.append(s)
+    return out
+
+
+def _divisors_desc(n: int, limit: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    all_d = sorted({*small, *(n // d for d in small)}, reverse=True)
+    return [d for d in all_d if d <= limit]
+
+
+@dataclass(frozen=True)
+class _Sized:
+    """One strategy at its chosen micro-batch and accumulation, predicted."""
+
+    strategy: Strategy
+    max_micro_batch: int
+    memory: MemoryEstimate
+    throughput: ThroughputEstimate
+    limits: tuple[str, ...]
+
+
+def _size(ctx: PlanContext, base: Strategy) -> _Sized:
+    """Pick the micro-batch (and accumulation) for one strategy and predict it."""
+    phases = phases_for(ctx.model, base, ctx.seq_len, ctx.request.buffers)
+    # Accumulating gradients across micro-steps changes what stays resident: size for it when the batch needs it.
+    per_gpu = None
+    if ctx.request.global_batch is not None:
+        per_gpu = ctx.request.global_batch // base.world_size
+    accumulates = per_gpu is not None and per_gpu > 1 and base.mode == "train"
+    probe = base.with_(gradient_accumulation_steps=2) if accumulates else base
+    phases_acc = (
+        phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
+    )
+    limit = ctx.request.max_micro_batch
+    frag = fragmentation(ctx.model, base, ctx.seq_len)
+    max_b = max_micro_batch_for_capacity(phases, frag, base, ctx.gpu_budget, limit=limit)
+    if per_gpu is None:
+        mbs, gas = max(1, max_b), 1
+    elif (
+        base.mode == "inference"
+    ):  # no accumulation without gradients: the batch per forward is the micro-batch
+        mbs, gas = per_gpu, 1
+    else:
+        max_b_acc = max_micro_batch_for_capacity(phases_acc, frag, probe, ctx.gpu_budget, limit=limit)
+        if per_gpu <= max_b:
+            mbs = per_gpu
+        else:
+            fitting = _divisors_desc(per_gpu, max_b_acc)
+            mbs = fitting[0] if fitting else 1
+        gas = per_gpu // mbs
+        if gas > 1:
+            max_b = max_b_acc  # the largest micro-batch of the strategy as chosen, accumulating
+    s = base.with_(micro_batch_size=mbs, gradient_accumulation_steps=gas)
+    mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers)
+    tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len)
+    return _Sized(s, max_b, mem, tp, _limits(ctx, mem))
+
+
+def _limits(ctx: PlanContext, mem: MemoryEstimate) -> tuple[str, ...]:
+    """What does not fit: "gpu", "cpu" (host RAM), "nvme"."""
+    limits = []
+    if ctx.gpu_cap is None or mem.device > ctx.gpu_budget:
+        limits.append("gpu")
+    if ctx.cpu_budget is not None and mem.cpu > ctx.cpu_budget:
+        limits.append("cpu")
+    if mem.nvme and (ctx.nvme_cap is None or mem.nvme > ctx.nvme_cap):
+        limits.append("nvme")
+    return tuple(limits)
+
+
+def _prediction(mem: MemoryEstimate, tp: ThroughputEstimate) -> Prediction:
+    return Prediction(
+        gpu_bytes=mem.device,
+        cpu_bytes=mem.cpu,
+        nvme_bytes=mem.nvme,
+        tokens_per_sec=tp.tokens_per_sec,
+        mfu=tp.mfu,
+        step_seconds=tp.step_seconds,
+        gpu_allocated_bytes=mem.allocated,
+        gpu_reserved_bytes=mem.reserved,
+        peak_phase=mem.peak_phase,
+        breakdown=tuple(mem.breakdown().items()),
+        cpu_breakdown=mem.cpu_items,
+        time_parts=tp.parts,
+    )
+
+
+def _candidate(ctx: PlanContext, sized: _Sized, problems: tuple[str, ...] = ()) -> Candidate:
+    """The candidate for a sized strategy, with its reasons; ``problems`` (why this machine or DeepSpeed cannot run
+    it) make it "unsupported" and come first."""
+    mem, s = sized.memory, sized.strategy
+    limits = sized.limits + (("unsupported",) if problems else ())
+    c = Candidate(
+        strategy=s,
+        fits=not limits,
+        predicted=_prediction(mem, sized.throughput),
+        reasons=(),
+        headroom_bytes=(ctx.gpu_budget - mem.device) if ctx.gpu_cap else -mem.device,
+        max_micro_batch=sized.max_micro_batch,
+        limits=limits,
+        deepspeed_estimate=deepspeed_estimate(ctx.model, s),
+    )
+    reasons = [f"not possible here: {p}" for p in problems] + intrinsic_reasons(ctx, c, mem, sized.throughput)
+    return replace(c, reasons=tuple(reasons))
+
+
+def _complexity(s: Strategy) -> int:
+    """What a strategy asks of the user beyond picking a stage: host RAM or disks, a code change, ZeRO++."""
+    return (
+        2 * (s.offload_optimizer != "none")
+        + 2 * (s.offload_param != "none")
+        + s.activation_checkpointing
+        + s.zero_quantized_weights
+    )
+
+
+def _rank_key(c: Candidate) -> tuple[Any, ...]:
+    s = c.strategy
+    simplicity = (_complexity(s), s.zero_stage)
+    if c.fits:
+        speed = math.floor(
+            math.log(max(c.predicted.tokens_per_sec, 1e-9)) / math.log(1.005)
+        )  # 0.5 % buckets: ties
+        return (0, -speed, -c.headroom_bytes, simplicity)
+    over = c.predicted.gpu_bytes / max(1, c.predicted.gpu_bytes + c.headroom_bytes)
+    return (1, len(c.limits), round(over, 3), -c.predicted.tokens_per_sec, simplicity)
+
+
+def _prefer_simpler(cands: list[Candidate]) -> list[Candidate]:
+    """Within the model's accuracy (RECOMMEND_SIMPLER_WITHIN) of the fastest, recommend the simplest strategy:
+    a 1 % predicted gain does not justify offloading or a code change."""
+    if not cands or not cands[0].fits:
+        return cands
+    floor = cands[0].predicted.tokens_per_sec * (1 - cal.RECOMMEND_SIMPLER_WITHIN)
+    pool = [i for i, c in enumerate(cands) if c.fits and c.predicted.tokens_per_sec >= floor]
+    pick = min(pool, key=lambda i: (_complexity(cands[i].strategy), i))
+    return [cands[pick], *cands[:pick], *cands[pick + 1 :]]
+
+
+def _check_global_batch(hardware: HardwareReport, request: PlanRequest) -> None:
+    world = max(1, hardware.total_gpus)
+    if request.global_batch is not None and request.global_batch % world:
+        lo = request.global_batch // world * world
+        fix = f"use {lo} or {lo + world}" if lo else f"use a multiple of {world}, e.g. {world}"
+        raise DswizError(
+            f"global batch {request.global_batch} is not a multiple of the {world} GPUs "
+            "(DeepSpeed needs micro-batch x accumulation x GPUs = global batch)",
+            fix,
+        )
+
+
+def _offered(
+    hardware: HardwareReport, request: PlanRequest, ctx: PlanContext
+) -> tuple[list[Precision], bool, list[str]]:
+    """The precisions to plan with, whether NVMe offload is offered, and the notes on what was not and why."""
+    precisions, notes = usable_precisions(hardware, request)
+    nvme_ok, nvme_note = nvme_usable(hardware, request, ctx.nvme_cap)
+    if nvme_note and request.allow_offload:
+        notes.append(nvme_note)
+    return precisions, nvme_ok, notes
+
+
+def _rank(
+    hardware: HardwareReport, model: ModelSpec, request: PlanRequest
+) -> tuple[PlanContext, list[Candidate], list[str]]:
+    """The ranked candidates, best first, with the notes; raises DswizError for an indivisible global batch."""
+    ctx, notes = _context(hardware, model, request)
+    precisions, nvme_ok, offer_notes = _offered(hardware, request, ctx)
+    notes += offer_notes
+    _check_global_batch(hardware, request)
+    if not hardware.gpus:
+        return ctx, [], notes
+    out = [_candidate(ctx, _size(ctx, base)) for base in _strategies(hardware, request, precisions, nvme_ok)]
+    out.sort(key=_rank_key)
+    return ctx, _prefer_simpler(out), notes
+
+
+def _ranked_candidates(hardware: HardwareReport, model: ModelSpec, request: PlanRequest) -> list[Candidate]:
+    return _rank(hardware, model, request)[1]
+
+
+def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None = None) -> Plan:
+    """Rank every valid strategy for this hardware and model. Raises DswizError only for contradictory input
+    (a global batch that the GPUs cannot divide)."""
+    request = request or PlanRequest()
+    ctx, cands, notes = _rank(hardware, model, request)
+    advice_lines: tuple[str, ...] = ()
+    if cands and cands[0].fits:
+        cands[0] = replace(cands[0], reasons=recommendation_reasons(cands[0], cands[1:]))
+    else:
+        advice_lines = tuple(advice(ctx, cands, _ranked_candidates))
+    return Plan(
+        hardware=hardware,
+        model=model,
+        request=request,
+        seq_len=ctx.seq_len,
+        candidates=tuple(cands),
+        gpu_capacity_bytes=ctx.gpu_cap,
+        cpu_capacity_bytes=ctx.cpu_cap,
+        nvme_capacity_bytes=ctx.nvme_cap,
+        advice=advice_lines,
+        notes=tuple(notes),
+    )
+
+
+def evaluate(
+    hardware: HardwareReport, model: ModelSpec, strategy: Strategy, request: PlanRequest | None = None
+) -> Candidate:
+    """The planner's prediction for one strategy exactly as given (a hand-edited one: any stage, offloads,
+    micro-batch, accumulation, checkpointing), with fits / predicted / reasons like a planned candidate. A strategy
+    DeepSpeed rejects (``Strategy.problems``) or this machine cannot run (``hardware_problems``) does not fit, limit
+    "unsupported", and says why first."""
+    request = request or PlanRequest()
+    ctx, _ = _context(hardware, model, request)
+    s, seq_len = strategy, ctx.seq_len
+    mem = estimate_memory(model, s, seq_len, request.buffers)
+    tp = estimate_throughput(hardware, model, s, seq_len)
+    phases = phases_for(model, s, seq_len, request.buffers)
+    max_b = max_micro_batch_for_capacity(
+        phases, fragmentation(model, s, seq_len), s, ctx.gpu_budget, limit=request.max_micro_batch
+    )
+    problems = (*s.problems(), *hardware_problems(hardware, s, request))
+    return _candidate(ctx, _Sized(s, max_b, mem, tp, _limits(ctx, mem)), problems)
+
+
+def max_batch_table(
+    hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None = None
+) -> list[MaxBatchRow]:
+    """For every strategy the planner would consider -- stage 0 (the plain data-parallel baseline), ZeRO-1/2/3,
+    each offload choice, with and without activation checkpointing -- the largest micro-batch that fits each GPU
+    with the margin, and its predicted tokens/s: the table users otherwise find by trial and error. Ordered by
+    stage, optimizer offload, parameter offload, checkpointing. A target global batch in ``request`` is ignored."""
+    request = replace(request or PlanRequest(), global_batch=None)
+    if not hardware.gpus:
+        return []
+    ctx, _ = _context(hardware, model, request)
+    precisions, nvme_ok, _ = _offered(hardware, request, ctx)
+    out = []
+    for base in _strategies(hardware, request, precisions, nvme_ok):
+        sized = _size(ctx, base)
+        max_b = sized.max_micro_batch
+        out.append(
+            MaxBatchRow(
+                strategy=sized.strategy,
+                max_micro_batch=max_b,
+                capped=max_b >= request.max_micro_batch,
+                tokens_per_sec=sized.throughput.tokens_per_sec if max_b else None,
+                gpu_bytes=sized.memory.device,
+                fits=not sized.limits and max_b > 0,
+                limits=sized.limits,
+            )
+        )
+    return out
+
+
+def max_micro_batch(
+    hardware: HardwareReport,
+    model: ModelSpec,
+    strategy: Strategy,
+    seq_len: int,
+    *,
+    safety_margin: float = cal.DEFAULT_SAFETY_MARGIN,
+    buffers: ZeroBuffers = DEFAULT_BUFFERS,
+    limit: int = 1 << 20,
+    gpu_memory_bytes: int | None = None,
+) -> int:
+    """The largest micro-batch of ``strategy`` (its other fields as given) that fits every GPU of ``hardware`` (or a
+    card of ``gpu_memory_bytes``) with the margin; 0 when not even 1 fits or there is no GPU. GPU memory only (host
+    RAM does not grow with it)."""
+    cap = gpu_memory_bytes or hardware.min_gpu_memory_bytes
+    if not cap:
+        return 0
+    phases = phases_for(model, strategy, seq_len, buffers)
+    frag = fragmentation(model, strategy, seq_len)
+    return max_micro_batch_for_capacity(phases, frag, strategy, int(cap * (1 - safety_margin)), limit=limit)

@@ -1,0 +1,94 @@
+"""The stable JSON of a plan (``dswiz plan --json``): candidates, the plan, the max-batch table. Sorted-key output
+is the caller's; ints and rounded floats here, so the document is the same on every run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wizard.planner.types import Candidate, MaxBatchRow, Plan
+
+
+def candidate_to_json(c: Candidate) -> dict[str, Any]:
+    s = c.strategy
+    p = c.predicted
+    ds = c.deepspeed_estimate
+    return {
+        "zero_stage": s.zero_stage,
+        "offload_optimizer": s.offload_optimizer,
+        "offload_param": s.offload_param,
+        "precision": s.precision,
+        "micro_batch_size": s.micro_batch_size,
+        "gradient_accumulation_steps": s.gradient_accumulation_steps,
+        "activation_checkpointing": s.activation_checkpointing,
+        "fits": c.fits,
+        "predicted": {
+            "gpu_bytes": int(p.gpu_bytes),
+            "cpu_bytes": int(p.cpu_bytes),
+            "nvme_bytes": int(p.nvme_bytes),
+            "tokens_per_sec": float(round(p.tokens_per_sec, 1)),
+            "mfu": float(round(p.mfu, 4)),
+            "step_seconds": float(round(p.step_seconds, 6)),
+            "gpu_allocated_bytes": int(p.gpu_allocated_bytes),
+            "gpu_reserved_bytes": int(p.gpu_reserved_bytes),
+            "peak_phase": p.peak_phase,
+            "breakdown": {k: int(v) for k, v in p.breakdown},
+            "cpu_breakdown": {k: int(v) for k, v in p.cpu_breakdown},
+            "time_seconds": {k: float(round(v, 6)) for k, v in p.time_parts},
+        },
+        "reasons": list(c.reasons),
+        "label": c.label,
+        "headroom_bytes": int(c.headroom_bytes),
+        "max_micro_batch": int(c.max_micro_batch),
+        "limits": list(c.limits),
+        "deepspeed_estimate": None if ds is None else {"cpu_bytes": int(ds[0]), "gpu_bytes": int(ds[1])},
+        "strategy": s.to_dict(),
+    }
+
+
+def plan_to_json(plan: Plan, candidates: tuple[Candidate, ...] | None = None) -> dict[str, Any]:
+    """The stable ``dswiz plan --json`` document (issue 3): hardware, model, candidates best first; more fields are
+    additions."""
+    cands = plan.candidates if candidates is None else candidates
+    req = plan.request
+    return {
+        "hardware": plan.hardware.to_dict(),
+        "model": plan.model.to_dict(),
+        "request": {
+            "seq_len": plan.seq_len,
+            "global_batch": req.global_batch,
+            "mode": req.mode,
+            "precisions": list(req.precisions),
+            "safety_margin": req.safety_margin,
+        },
+        "capacity": {
+            "gpu_bytes": plan.gpu_capacity_bytes,
+            "cpu_bytes": plan.cpu_capacity_bytes,
+            "nvme_bytes": plan.nvme_capacity_bytes,
+        },
+        "best": None if plan.best is None else 0,
+        "candidates": [candidate_to_json(c) for c in cands],
+        "advice": list(plan.advice),
+        "notes": list(plan.notes),
+    }
+
+
+def max_batch_to_json(rows: list[MaxBatchRow]) -> list[dict[str, Any]]:
+    """``dswiz plan --json --max-batch``: the "max_batch_table" list."""
+    return [
+        {
+            "label": r.label,
+            "zero_stage": r.strategy.zero_stage,
+            "offload_optimizer": r.strategy.offload_optimizer,
+            "offload_param": r.strategy.offload_param,
+            "precision": r.strategy.precision,
+            "activation_checkpointing": r.strategy.activation_checkpointing,
+            "zeropp": bool(r.strategy.zero_quantized_weights or r.strategy.zero_hpz_partition_size > 1),
+            "max_micro_batch": r.max_micro_batch,
+            "capped": r.capped,
+            "tokens_per_sec": None if r.tokens_per_sec is None else float(round(r.tokens_per_sec, 1)),
+            "gpu_bytes": int(r.gpu_bytes),
+            "fits": r.fits,
+            "limits": list(r.limits),
+        }
+        for r in rows
+    ]

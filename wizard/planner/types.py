@@ -1,0 +1,152 @@
+"""The planner's data: what is asked (``PlanRequest``), what each strategy is predicted to need (``Prediction``,
+``Candidate``, ``MaxBatchRow``), the ranked answer (``Plan``) and what each memory tier holds (``Capacities``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wizard.hardware.report import HardwareReport
+from wizard.model import ModelSpec
+from wizard.planner import calibration as cal
+from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers
+from wizard.strategy import Mode, Precision, Strategy
+
+DEFAULT_SEQ_LEN = 2048
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the user wants planned. Every field has a sensible default."""
+
+    seq_len: int | None = None  # None: the model's context, at most DEFAULT_SEQ_LEN
+    global_batch: int | None = (
+        None  # a target train_batch_size; None: the largest micro-batch, no accumulation
+    )
+    mode: Mode = "train"
+    precisions: tuple[Precision, ...] = ()  # empty: the best the GPUs support (bf16, else fp16, else fp32)
+    stages: tuple[int, ...] = (0, 1, 2, 3)
+    allow_offload: bool = True  # CPU offload of optimizer / parameters
+    allow_nvme: bool = True  # NVMe offload, where an NVMe disk and libaio exist
+    allow_activation_checkpointing: bool = True
+    allow_zeropp: bool = True  # ZeRO++ (hpZ + quantized weights/gradients) on multi-node stage 3
+    safety_margin: float = cal.DEFAULT_SAFETY_MARGIN  # share of each GPU's memory left free
+    max_micro_batch: int = 1024
+    gpu_memory_bytes: int | None = None  # plan for this much per GPU instead of the card's total
+    nvme_bytes: int | None = None  # a described NVMe size (overrides the detected disks)
+    buffers: ZeroBuffers = DEFAULT_BUFFERS
+
+    def resolved_seq_len(self, model: ModelSpec) -> int:
+        if self.seq_len is not None:
+            return self.seq_len
+        return min(model.max_positions or DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    gpu_bytes: int  # per GPU, device level (reserved + CUDA context + NCCL)
+    cpu_bytes: int  # host RAM per node
+    nvme_bytes: int  # per node
+    tokens_per_sec: float  # whole job
+    mfu: float
+    step_seconds: float = 0.0
+    gpu_allocated_bytes: int = 0  # torch.cuda.max_memory_allocated
+    gpu_reserved_bytes: int = 0  # torch.cuda.max_memory_reserved
+    peak_phase: str = ""
+    breakdown: tuple[tuple[str, int], ...] = ()  # GPU bytes by part at the peak
+    cpu_breakdown: tuple[tuple[str, int], ...] = ()
+    time_parts: tuple[tuple[str, float], ...] = ()  # seconds per step by cause
+
+
+def strategy_label(s: Strategy) -> str:
+    parts = [f"ZeRO-{s.zero_stage}"]
+    if s.offload_optimizer != "none":
+        parts.append(f"optimizer->{s.offload_optimizer}")
+    if s.offload_param != "none":
+        parts.append(f"params->{s.offload_param}")
+    if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights:
+        parts.append("ZeRO++")
+    if s.activation_checkpointing:
+        parts.append("ckpt")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    strategy: Strategy
+    fits: bool
+    predicted: Prediction
+    reasons: tuple[str, ...]
+    headroom_bytes: int  # GPU capacity minus predicted device bytes (negative: short by that much)
+    max_micro_batch: int  # the largest micro-batch of this strategy that fits (0: not even 1)
+    limits: tuple[str, ...] = ()  # what does not fit: "gpu", "cpu", "nvme"
+    deepspeed_estimate: tuple[int, int] | None = None  # (cpu, gpu) bytes from DeepSpeed's own estimator
+
+    @property
+    def label(self) -> str:
+        return strategy_label(self.strategy)
+
+
+@dataclass(frozen=True)
+class Plan:
+    hardware: HardwareReport
+    model: ModelSpec
+    request: PlanRequest
+    seq_len: int
+    candidates: tuple[Candidate, ...]  # best first
+    gpu_capacity_bytes: int | None
+    cpu_capacity_bytes: int | None
+    nvme_capacity_bytes: int | None
+    advice: tuple[str, ...] = ()  # what would make it fit, when nothing does
+    notes: tuple[str, ...] = field(default=())  # what was not offered and why
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates and self.candidates[0].fits else None
+
+
+@dataclass(frozen=True)
+class MaxBatchRow:
+    """One line of the max-batch table: a strategy at the largest micro-batch that fits (accumulation 1)."""
+
+    strategy: Strategy  # micro_batch_size = max_micro_batch (1 when not even that fits)
+    max_micro_batch: int  # 0: not even 1 fits the GPU
+    capped: bool  # reached the request's max_micro_batch: more would fit
+    tokens_per_sec: float | None  # predicted at max_micro_batch; None when it is 0
+    gpu_bytes: int  # predicted device bytes per GPU at that micro-batch
+    fits: bool  # max_micro_batch >= 1 and host RAM / NVMe suffice
+    limits: tuple[str, ...]  # what does not fit: "gpu", "cpu", "nvme"
+
+    @property
+    def label(self) -> str:
+        return strategy_label(self.strategy)
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """What each memory tier holds, as the planner judges "fits" against it (None: unknown)."""
+
+    gpu: int | None  # per GPU: the request's cap, else the smallest card
+    cpu: int | None  # host RAM per node: available RAM on a detected machine, else the total
+    nvme: int | None  # usable NVMe per node: the described size, else the largest free NVMe disk
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """One planning question with its capacities resolved: what search, reasons and advice all read."""
+
+    hardware: HardwareReport
+    model: ModelSpec
+    request: PlanRequest
+    seq_len: int
+    gpu_cap: int | None
+    cpu_cap: int | None
+    nvme_cap: int | None
+
+    @property
+    def gpu_budget(self) -> int:
+        return int((self.gpu_cap or 0) * (1 - self.request.safety_margin))
+
+    @property
+    def cpu_budget(self) -> int | None:
+        return None if self.cpu_cap is None else int(self.cpu_cap * (1 - cal.HOST_SAFETY_MARGIN))
