@@ -2,7 +2,7 @@
 stop it cleanly, and say in words how it ended.
 
 The command is built as data (``runner.launch``), checked (``runner.preflight``), then run and supervised
-(``runner.process``). Everything the run produced lands in its run directory (``runner.rundir``).
+(``runner.job``). Everything the run produced lands in its run directory (``runner.rundir``).
 """
 
 from __future__ import annotations
@@ -301,12 +301,16 @@ def _launch(
         merged = {**dict(spec.env), **dict(result.env_fixes)}
         specs = [dataclasses.replace(s, env=tuple(sorted(merged.items()))) for s in specs]
 
-    from runner import launch_ui, process
+    from runner import launch_ui
+    from runner.job.prepare import prepare_run
+    from runner.job.session import forwarded_signals
+    from runner.job.supervisor import Job
+    from runner.job.terminal import TerminalSink
     from runner.phases import expected_optimizer_op
 
     yaml_text = Path(spec.accelerate_config).read_text(encoding="utf-8") if spec.accelerate_config else None
     env_texts = [p.read_text(encoding="utf-8") for p in _deepspeed_env_files(choice)]
-    prepared = process.prepare_run(
+    prepared = prepare_run(
         specs,
         ds_config=ds_config,
         accelerate_yaml=yaml_text,
@@ -314,7 +318,7 @@ def _launch(
         steps_per_print=steps_per_print,
         plan=use.run_plan,
     )
-    sink = process.TerminalSink(run_dir=prepared.run_dir)
+    sink = TerminalSink(run_dir=prepared.run_dir)
     sink.on_notice(f"run directory: {prepared.run_dir}")
     for note in use.notes:
         sink.on_notice(note)
@@ -322,7 +326,7 @@ def _launch(
         sink.on_notice(f"command: {cmd.shell()}")
     for change in prepared.config_changes:
         sink.on_notice(f"launched config: {change}")
-    job = process.Job(
+    job = Job(
         prepared,
         sink,
         grace_s=grace,
@@ -332,7 +336,7 @@ def _launch(
         oom_advisor=oom_advisor(sidecar, choice.folder),
     )
     dashboard = not no_tui and sys.stdin.isatty() and sys.stdout.isatty()
-    with process.forwarded_signals(job):
+    with forwarded_signals(job):
         job.start()
         collector = launch_ui.start_collector(prepared.run_dir, sink)
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ import psutil
 
 from runner import rundir
 from runner.metrics.plan import PlanInfo
+from runner.metrics.tail import rank_of_log_file
 from runner.metrics.target import JobTarget, ds_config_facts, load_json_config, target_from_run_dir
 from wizard.errors import DswizError
 
@@ -32,7 +32,6 @@ _LAUNCHER_MARKERS = (
     "bin/accelerate",
 )
 _CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
-_RANK_FILE_RE = re.compile(r"_rank(\d+)\.log$")
 
 
 def resolve_target(arg: str | None, runs_root: Path | None = None) -> JobTarget:
@@ -177,8 +176,8 @@ def target_from_pid(pid: int) -> JobTarget:
         for f in _stdout_files(p):
             if f in logs:
                 continue
-            m = _RANK_FILE_RE.search(f.name)
-            rank_logs.append((f, int(m.group(1)) if m else lr))
+            from_name = rank_of_log_file(f)
+            rank_logs.append((f, from_name if from_name is not None else lr))
     if logs or rank_logs:
         notes.append("logs: " + ", ".join(str(f) for f in [*logs, *(f for f, _ in rank_logs)]))
     else:

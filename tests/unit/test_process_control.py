@@ -15,9 +15,13 @@ from pathlib import Path
 import psutil
 
 from runner import rundir
+from runner.job.prepare import PreparedRun
+from runner.job.session import forwarded_signals, session_processes
+from runner.job.sink import RunOutcome
+from runner.job.stopping import StopReason
+from runner.job.supervisor import Job
 from runner.launch import LaunchCommand, LaunchSpec
 from runner.phases import Phase
-from runner.process import Job, PreparedRun, RunOutcome, forwarded_signals, session_processes
 from runner.verdict import Status
 
 FAKE_LAUNCHER = textwrap.dedent(
@@ -110,7 +114,7 @@ def test_stop_escalates_and_leaves_no_process_behind(tmp_path: Path) -> None:
     job = make_job(tmp_path, "stay", sink)
     job.start()
     threading.Thread(
-        target=lambda: sink.on_ready.wait(30) and job.request_stop("SIGINT"), daemon=True
+        target=lambda: sink.on_ready.wait(30) and job.request_stop(StopReason.SIGINT), daemon=True
     ).start()
     outcome = job.run()
     assert sink.on_ready.is_set()
