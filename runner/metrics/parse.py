@@ -1,7 +1,9 @@
 """Pure parsers for what a running DeepSpeed job prints: one log line in, one ``LogEvent`` (or None) out.
 
-The formats, re-checked against DeepSpeed 0.19.8 (FACTS §4):
-- logger prefix ``[2026-11-30 01:42:31,989] [INFO] [timer.py:264:stop] msg`` (``utils/logging.py``); ``log_dist``
+The formats, re-checked against the DeepSpeed 0.19.8 source files named with each (docs/log-formats.md has them
+with examples):
+- logger prefix ``[2026-11-30 01:42:31,989] [INFO] [timer.py:264:stop] msg`` (``utils/logging.py``, LoggerFactory's
+  formatter); ``log_dist``
   puts ``[Rank N] `` in front of msg;
 - ``epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=…, CurrSamplesPerSec=…, MemAllocated=0.4GB,
   MaxMemAllocated=0.4GB`` (``utils/timer.py``, ThroughputTimer.stop; "GB" there means GiB);
