@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Protocol
+from types import FrameType
+from typing import Any, Protocol
 
 import psutil
 
@@ -73,6 +74,8 @@ class Stoppable(Protocol):
     def request_stop(self, reason: StopReason = StopReason.SIGINT) -> None: ...
 
 
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None  # what signal.signal returns
+
 # The signals to dswiz that stop the job instead of dswiz alone.
 FORWARDED = {
     signal.SIGINT: StopReason.SIGINT,
@@ -85,9 +88,9 @@ FORWARDED = {
 def forwarded_signals(job: Stoppable) -> Iterator[None]:
     """While inside: SIGINT, SIGTERM and SIGHUP to dswiz stop the job cleanly instead of killing dswiz alone
     (main thread only, as Python requires)."""
-    previous: dict[signal.Signals, object] = {}
+    previous: dict[signal.Signals, _Handler] = {}
 
-    def handler(signum: int, frame: object) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         job.request_stop(FORWARDED[signal.Signals(signum)])
 
     for sig in FORWARDED:
@@ -96,4 +99,4 @@ def forwarded_signals(job: Stoppable) -> Iterator[None]:
         yield
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)  # type: ignore[arg-type]  # what signal.signal returned before
+            signal.signal(sig, old)
