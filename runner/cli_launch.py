@@ -23,7 +23,9 @@ from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
 
-if TYPE_CHECKING:  # the job's modules and the sidecar load only when a launch gets that far
+# The steps below import what they need inside (psutil, the job, preflight, the planner): `dswiz launch --help`
+# and a bad flag answer without loading them.
+if TYPE_CHECKING:
     from runner.job.sink import RunOutcome
     from runner.job.supervisor import Job
     from runner.job.terminal import TerminalSink

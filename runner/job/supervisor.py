@@ -31,6 +31,7 @@ from runner.metrics.tail import RankLogTail
 from runner.rundir import LauncherProcess, RunRecord
 from runner.verdict import JobObserver, OomAdvisor, RankDeath, Status, decide, exit_code
 from wizard import __version__
+from wizard.checkpoints import checkpoint_hint, output_dirs_from_args
 from wizard.errors import DswizError
 
 _TICK_S = 0.1
@@ -362,8 +363,6 @@ class Job:
 
     def _checkpoint_hint(self) -> list[str]:
         """Where the job saved checkpoints and how to consolidate them (empty when it saved none)."""
-        from wizard.checkpoints import checkpoint_hint, output_dirs_from_args
-
         cwd = self.prepared.cwd
         sources = output_dirs_from_args(self.prepared.specs[0].script_args, cwd)
         try:
