@@ -2,7 +2,7 @@
 stop it cleanly, and say in words how it ended.
 
 The command is built as data (``runner.launch``), checked (``runner.preflight``), then run and supervised
-(``runner.process``). Everything the run produced lands in its run directory (``runner.rundir``).
+(``runner.job``). Everything the run produced lands in its run directory (``runner.rundir``).
 """
 
 from __future__ import annotations
@@ -12,14 +12,25 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.configdir import ConfigChoice
 from runner.launch import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
+from wizard.cli_options import defaulted_option, flag_option, python_option
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
+
+# The steps below import what they need inside (psutil, the job, preflight, the planner): `dswiz launch --help`
+# and a bad flag answer without loading them.
+if TYPE_CHECKING:
+    from runner.job.sink import RunOutcome
+    from runner.job.supervisor import Job
+    from runner.job.terminal import TerminalSink
+    from runner.verdict import OomAdvisor
+    from wizard.config.sidecar import PlanSidecar
 
 EPILOG = """\b
 Examples:
@@ -48,11 +59,8 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @click.option("--include", metavar="FILTER", help="DeepSpeed resource filter, e.g. localhost:0,2.")
 @click.option("--exclude", metavar="FILTER", help="DeepSpeed resource filter of GPUs not to use.")
 @click.option("--launcher", type=click.Choice(LAUNCHERS), help="Default: deepspeed (accelerate for a YAML).")
-@click.option(
-    "--python",
-    "python",
-    metavar="PY",
-    help="The training environment's python. Default: this one if it has DeepSpeed, else python3 on PATH.",
+@python_option(
+    "The training environment's python. Default: this one if it has DeepSpeed, else python3 on PATH."
 )
 @click.option(
     "--config-arg",
@@ -81,129 +89,189 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
     metavar="PORT",
     help="Rendezvous port. Default: 29500, or a free one on a single node.",
 )
-@click.option(
-    "--simulate-nodes",
-    is_flag=True,
-    help="nossh: start every node rank of the hostfile here, side by side (testing).",
+@flag_option(
+    "--simulate-nodes", help="nossh: start every node rank of the hostfile here, side by side (testing)."
 )
-@click.option(
-    "--no-tui", is_flag=True, help="Stream the log with a periodic status line instead of the dashboard."
-)
+@flag_option("--no-tui", help="Stream the log with a periodic status line instead of the dashboard.")
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False),
     help="Where this run's files go. Default: a new folder under ~/.local/state/dswiz/runs/.",
 )
-@click.option(
-    "--grace",
-    type=float,
-    default=5.0,
-    show_default=True,
-    metavar="S",
-    help="Seconds between SIGINT and SIGTERM (and SIGTERM and SIGKILL) when stopping.",
+@defaulted_option(
+    "--grace", float, 5.0, "S", "Seconds between SIGINT and SIGTERM (and SIGTERM and SIGKILL) when stopping."
 )
-@click.option(
-    "--status-every",
-    type=float,
-    default=10.0,
-    show_default=True,
-    metavar="S",
-    help="Seconds between status lines.",
-)
-@click.option(
+@defaulted_option("--status-every", float, 10.0, "S", "Seconds between status lines.")
+@defaulted_option(
     "--steps-per-print",
-    type=int,
-    default=DEFAULT_STEPS_PER_PRINT,
-    show_default=True,
-    metavar="N",
-    help="Progress-line interval set in the launched config when it sets none.",
+    int,
+    DEFAULT_STEPS_PER_PRINT,
+    "N",
+    "Progress-line interval set in the launched config when it sets none.",
 )
-@click.option(
-    "--ssh-timeout",
-    type=int,
-    default=10,
-    show_default=True,
-    metavar="S",
-    help="Preflight ssh connect timeout per host.",
-)
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Print the exact command and environment changes; start nothing, write nothing.",
+@defaulted_option("--ssh-timeout", int, 10, "S", "Preflight ssh connect timeout per host.")
+@flag_option(
+    "--dry-run", help="Print the exact command and environment changes; start nothing, write nothing."
 )
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch_cmd(**opts: Any) -> int:
     """Check, start and watch a DeepSpeed training job; stop it cleanly; give the verdict."""
-    return _launch(**opts)
+    return run_launch(LaunchRequest(**opts))
 
 
 launch = launch_cmd  # the name wizard.cli looks up ("runner.cli_launch:launch")
 
 
-def _launch(
-    *,
-    config: str | None,
-    nproc: int | None,
-    include: str | None,
-    exclude: str | None,
-    launcher: str | None,
-    python: str | None,
-    config_arg: str | None,
-    hostfile: str | None,
-    launcher_mode: str | None,
-    launcher_args: str | None,
-    num_nodes: int | None,
-    node_rank: int | None,
-    master_addr: str | None,
-    master_port: int | None,
-    simulate_nodes: bool,
-    no_tui: bool,
-    run_dir: str | None,
-    grace: float,
-    status_every: float,
-    steps_per_print: int,
-    ssh_timeout: int,
-    dry_run: bool,
-    script: str,
-    script_args: tuple[str, ...],
-) -> int:
-    from runner import configdir, rundir
+@dataclasses.dataclass(frozen=True)
+class LaunchRequest:
+    """`dswiz launch`'s flags as given (None: not given), named as click names them."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    config: str | None = None
+    nproc: int | None = None
+    include: str | None = None
+    exclude: str | None = None
+    launcher: str | None = None
+    python: str | None = None
+    config_arg: str | None = None
+    hostfile: str | None = None
+    launcher_mode: str | None = None
+    launcher_args: str | None = None
+    num_nodes: int | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    simulate_nodes: bool = False
+    no_tui: bool = False
+    run_dir: str | None = None
+    grace: float = 5.0
+    status_every: float = 10.0
+    steps_per_print: int = DEFAULT_STEPS_PER_PRINT
+    ssh_timeout: int = 10
+    dry_run: bool = False
+
+
+def run_launch(request: LaunchRequest) -> int:
+    """Resolve the config and the nodes, preflight, start, watch; the exit code says how the job ended."""
+    resolved = resolve_launch(request)
+    if request.dry_run:
+        _print_dry_run(list(resolved.specs), resolved.ds_config, request.steps_per_print)
+        return 0
+    checked = run_preflight(resolved)
+    job, sink = start_job(checked)
+    dashboard = not request.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
+    return watch_job(job, sink, dashboard=dashboard).exit_code
+
+
+# ----------------------------------------------------------------------------------- step 1: what to launch
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigUse:
+    """What the launch takes from --config and the script's own arguments."""
+
+    launcher: str
+    nproc: int | None
+    config_arg: str | None
+    ds_path: Path | None
+    ds_config: dict[str, Any] | None
+    script_args: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeLayout:
+    """Where the job runs: the hostfile and its hosts, the multi-node backend, the rendezvous."""
+
+    hostfile: str | None
+    mode: str
+    hosts: tuple[tuple[str, int], ...]
+    num_nodes: int | None
+    master_addr: str | None
+    master_port: int
+
+    @property
+    def multinode(self) -> bool:
+        return self.hostfile is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedLaunch:
+    """A launch whose flags, config folder and hostfile are reconciled: the spec of this node, and every spec
+    started here (several with --simulate-nodes)."""
+
+    request: LaunchRequest
+    choice: ConfigChoice
+    nodes: NodeLayout
+    spec: LaunchSpec
+    specs: tuple[LaunchSpec, ...]
+    ds_config: dict[str, Any] | None
+
+
+def resolve_launch(request: LaunchRequest) -> ResolvedLaunch:
+    """Flags + the config folder -> the launch specs. A bad combination is a DswizError before anything happens."""
+    from runner import configdir
     from runner import launch as L
 
-    choice = configdir.find_configs(config) if config else configdir.ConfigChoice()
-    launcher = launcher or choice.launcher or "deepspeed"
-    if nproc is None and include is None and exclude is None:
+    choice = configdir.find_configs(request.config) if request.config else configdir.ConfigChoice()
+    cfg = resolve_config(request, choice)
+    nodes = resolve_nodes(request, choice, cfg.launcher)
+    env_changes: dict[str, str | None] = {}
+    if choice.deepspeed_env is not None:
+        env_changes.update(configdir.read_env_file(choice.deepspeed_env))
+    spec = _this_node_spec(request, choice, cfg, nodes, env_changes)
+    specs = L.node_specs(spec, len(nodes.hosts)) if request.simulate_nodes else [spec]
+    if request.simulate_nodes and not nodes.hosts:
+        raise DswizError(f"{nodes.hostfile} lists no hosts", "write one '<host> slots=<n>' line per node")
+    for s in specs:
+        L.build_command(s)  # a bad combination of flags is reported before anything else happens
+    return ResolvedLaunch(request, choice, nodes, spec, tuple(specs), cfg.ds_config)
+
+
+def resolve_config(request: LaunchRequest, choice: ConfigChoice) -> ConfigUse:
+    """The launcher, GPUs per node and config argument (flags win over the config folder's launch.sh), and the
+    DeepSpeed config: from --config, or named in the script's arguments."""
+    from runner import configdir
+    from runner import launch as L
+
+    launcher = request.launcher or choice.launcher or "deepspeed"
+    nproc = request.nproc
+    if nproc is None and request.include is None and request.exclude is None:
         # the GPUs per node the config was planned for (launch.sh), unless told otherwise
         nproc = choice.nproc
+    config_arg = request.config_arg
     if config_arg is None and choice.config_arg is not None and launcher in ("deepspeed", "torchrun"):
         config_arg = choice.config_arg
     effective_arg = (
         config_arg if config_arg is not None else ("" if launcher == "accelerate" else "deepspeed_config")
     )
     ds_path = choice.ds_config
+    script_args = tuple(request.script_args)
     # `dswiz launch train.py --deepspeed_config ds.json` without --config: that file is the config.
-    named, rest = L.split_config_arg(tuple(script_args), effective_arg)
+    named, rest = L.split_config_arg(script_args, effective_arg)
     if named is not None:
         if ds_path is not None:
             raise DswizError(
-                f"the config is given twice: --config {config} and --{effective_arg} {named}",
+                f"the config is given twice: --config {request.config} and --{effective_arg} {named}",
                 f"keep one: dswiz passes the config to the script as --{effective_arg} itself",
             )
         ds_path, script_args = Path(named), rest
     ds_config = configdir.load_ds_config(ds_path) if ds_path is not None else None
+    return ConfigUse(launcher, nproc, config_arg, ds_path, ds_config, script_args)
 
-    hostfile = hostfile or (str(choice.hostfile) if choice.hostfile else None)
-    mode = launcher_mode or choice.multinode_launcher or ("nossh" if simulate_nodes else "pdsh")
-    if simulate_nodes:
-        if not hostfile:
-            raise DswizError("--simulate-nodes needs a hostfile", "pass --hostfile FILE (one line per node)")
-        if mode != "nossh":
-            raise DswizError(
-                "--simulate-nodes works with --launcher-mode nossh only", "pass --launcher-mode nossh"
-            )
-        if node_rank is not None:
-            raise DswizError("--simulate-nodes starts every node rank itself", "drop --node-rank")
+
+def resolve_nodes(request: LaunchRequest, choice: ConfigChoice, launcher: str) -> NodeLayout:
+    """The hostfile (flag, else the config folder's), the backend, and the rendezvous address and port."""
+    from runner import launch as L
+
+    hostfile = request.hostfile or (str(choice.hostfile) if choice.hostfile else None)
+    mode = (
+        request.launcher_mode or choice.multinode_launcher or ("nossh" if request.simulate_nodes else "pdsh")
+    )
+    master_addr = request.master_addr
+    if request.simulate_nodes:
+        _check_simulated_nodes(hostfile, mode, request.node_rank)
         master_addr = master_addr or "127.0.0.1"
     if master_addr is None and hostfile:
         master_addr = choice.master_addr  # launch.sh's: the first host of the plan
@@ -212,82 +280,112 @@ def _launch(
         if hostfile and Path(hostfile).is_file()
         else []
     )
+    num_nodes = request.num_nodes
     if launcher == "torchrun" and hosts and num_nodes is None:
         num_nodes = len(hosts)
-
-    multinode = hostfile is not None
+    master_port = request.master_port
     if master_port is None:
         # Nodes must agree on the port, so multi-node keeps the planned (or DeepSpeed's default) one; a job on
         # this machine alone takes another free port when that one is busy.
         from runner.preflight import choose_port
 
         preferred = choice.master_port or L.DEFAULT_MASTER_PORT
-        master_port = preferred if multinode and not simulate_nodes else choose_port(preferred)
+        multinode = hostfile is not None
+        master_port = preferred if multinode and not request.simulate_nodes else choose_port(preferred)
+    return NodeLayout(hostfile, mode, tuple(hosts), num_nodes, master_addr, master_port)
 
-    env_changes: dict[str, str | None] = {}
-    if choice.deepspeed_env is not None:
-        env_changes.update(configdir.read_env_file(choice.deepspeed_env))
 
-    runs_dir = (
-        Path(run_dir)
-        if run_dir
+def _check_simulated_nodes(hostfile: str | None, mode: str, node_rank: int | None) -> None:
+    if not hostfile:
+        raise DswizError("--simulate-nodes needs a hostfile", "pass --hostfile FILE (one line per node)")
+    if mode != "nossh":
+        raise DswizError(
+            "--simulate-nodes works with --launcher-mode nossh only", "pass --launcher-mode nossh"
+        )
+    if node_rank is not None:
+        raise DswizError("--simulate-nodes starts every node rank itself", "drop --node-rank")
+
+
+def _this_node_spec(
+    request: LaunchRequest,
+    choice: ConfigChoice,
+    cfg: ConfigUse,
+    nodes: NodeLayout,
+    env_changes: dict[str, str | None],
+) -> LaunchSpec:
+    from runner import rundir
+
+    run_dir = (
+        Path(request.run_dir)
+        if request.run_dir
         else rundir.runs_root()
-        / (rundir.new_run_id() + (f"-node{node_rank}" if node_rank is not None else ""))
+        / (rundir.new_run_id() + (f"-node{request.node_rank}" if request.node_rank is not None else ""))
     )
-    spec = LaunchSpec(
-        script=script,
-        run_dir=str(runs_dir.absolute()),
-        script_args=tuple(script_args),
-        launcher=launcher,
-        python=python or default_python(),
-        ds_config=str(ds_path.absolute()) if ds_path is not None else None,
-        accelerate_config=(
-            str(choice.accelerate_yaml.absolute())
-            if choice.accelerate_yaml and launcher == "accelerate"
-            else None
-        ),
-        config_arg=config_arg,
-        nproc=nproc,
-        include=include,
-        exclude=exclude,
-        hostfile=str(Path(hostfile).absolute()) if hostfile else None,
-        num_nodes=num_nodes,
-        multinode_launcher=mode,
-        launcher_args=launcher_args,
-        node_rank=node_rank,
-        master_addr=master_addr,
-        master_port=master_port,
+    accelerate_yaml = choice.accelerate_yaml if cfg.launcher == "accelerate" else None
+    return LaunchSpec(
+        script=request.script,
+        run_dir=str(run_dir.absolute()),
+        script_args=cfg.script_args,
+        launcher=cfg.launcher,
+        python=request.python or default_python(),
+        ds_config=str(cfg.ds_path.absolute()) if cfg.ds_path is not None else None,
+        accelerate_config=str(accelerate_yaml.absolute()) if accelerate_yaml else None,
+        config_arg=cfg.config_arg,
+        nproc=cfg.nproc,
+        include=request.include,
+        exclude=request.exclude,
+        hostfile=str(Path(nodes.hostfile).absolute()) if nodes.hostfile else None,
+        num_nodes=nodes.num_nodes,
+        multinode_launcher=nodes.mode,
+        launcher_args=request.launcher_args,
+        node_rank=request.node_rank,
+        master_addr=nodes.master_addr,
+        master_port=nodes.master_port,
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         env=tuple(sorted(env_changes.items())),
     )
-    specs = L.node_specs(spec, len(hosts)) if simulate_nodes else [spec]
-    if simulate_nodes and not hosts:
-        raise DswizError(f"{hostfile} lists no hosts", "write one '<host> slots=<n>' line per node")
-    for s in specs:
-        L.build_command(s)  # a bad combination of flags is reported before anything else happens
 
-    if dry_run:
-        _print_dry_run(specs, ds_config, steps_per_print)
-        return 0
 
+# ------------------------------------------------------------------------------------------ step 2: preflight
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedLaunch:
+    """A launch that passed preflight: the specs with preflight's environment fixes, and what the plan adds."""
+
+    resolved: ResolvedLaunch
+    specs: tuple[LaunchSpec, ...]
+    hardware: HardwareReport
+    sidecar: PlanSidecar | None
+    use: PlanUse
+
+
+def run_preflight(resolved: ResolvedLaunch) -> CheckedLaunch:
+    """Preflight against this machine (and the plan's offload needs); errors stop here, nothing started."""
     from runner import preflight as pf
 
+    spec, nodes, request = resolved.spec, resolved.nodes, resolved.request
     hardware = detect_hardware()
-    sidecar = load_plan_sidecar(choice)
+    sidecar = load_plan_sidecar(resolved.choice)
+    hosts = list(nodes.hosts)
     procs = pf.requested_procs_here(spec, hosts) or pf.visible_gpu_count(hardware, spec.visible_devices)
-    world_size = procs * (num_nodes or len(hosts) or 1) if procs else None
+    world_size = procs * (nodes.num_nodes or len(hosts) or 1) if procs else None
     use = plan_use(sidecar, hardware, world_size)
-    port_here = not multinode or simulate_nodes or (mode == "nossh" and (node_rank or 0) == 0)
+    port_here = (
+        not nodes.multinode
+        or request.simulate_nodes
+        or (nodes.mode == "nossh" and (request.node_rank or 0) == 0)
+    )
     result = pf.preflight(
         spec,
         hardware=hardware,
-        ds_config=ds_config,
+        ds_config=resolved.ds_config,
         environ=os.environ,
         # the accelerate YAML when that launches (it is linted with the JSON it names), else the JSON
-        config_path=spec.accelerate_config if launcher == "accelerate" else spec.ds_config,
+        config_path=spec.accelerate_config if spec.launcher == "accelerate" else spec.ds_config,
         cpu_offload_need_bytes=use.host_need_bytes,
         nvme_need_bytes=use.nvme_need_bytes,
-        ssh_timeout_s=ssh_timeout,
+        ssh_timeout_s=request.ssh_timeout,
         check_port_here=port_here,
     )
     _print_findings(result.findings)
@@ -297,52 +395,70 @@ def _launch(
             f"preflight found {errors} error(s); nothing was started",
             "fix what is listed above and launch again",
         )
+    specs = resolved.specs
     if result.env_fixes:
         merged = {**dict(spec.env), **dict(result.env_fixes)}
-        specs = [dataclasses.replace(s, env=tuple(sorted(merged.items()))) for s in specs]
+        specs = tuple(dataclasses.replace(s, env=tuple(sorted(merged.items()))) for s in specs)
+    return CheckedLaunch(resolved, specs, hardware, sidecar, use)
 
-    from runner import launch_ui, process
+
+# ---------------------------------------------------------------------------------- step 3 and 4: start, watch
+
+
+def start_job(checked: CheckedLaunch) -> tuple[Job, TerminalSink]:
+    """Write the run directory and build the job (not started yet); its first notices printed."""
+    from runner.job.prepare import prepare_run
+    from runner.job.supervisor import Job
+    from runner.job.terminal import TerminalSink
     from runner.phases import expected_optimizer_op
 
+    resolved, request = checked.resolved, checked.resolved.request
+    spec = resolved.spec
     yaml_text = Path(spec.accelerate_config).read_text(encoding="utf-8") if spec.accelerate_config else None
-    env_texts = [p.read_text(encoding="utf-8") for p in _deepspeed_env_files(choice)]
-    prepared = process.prepare_run(
-        specs,
-        ds_config=ds_config,
+    env_texts = [p.read_text(encoding="utf-8") for p in _deepspeed_env_files(resolved.choice)]
+    prepared = prepare_run(
+        checked.specs,
+        ds_config=resolved.ds_config,
         accelerate_yaml=yaml_text,
         deepspeed_env_texts=env_texts,
-        steps_per_print=steps_per_print,
-        plan=use.run_plan,
+        steps_per_print=request.steps_per_print,
+        plan=checked.use.run_plan,
     )
-    sink = process.TerminalSink(run_dir=prepared.run_dir)
+    sink = TerminalSink(run_dir=prepared.run_dir)
     sink.on_notice(f"run directory: {prepared.run_dir}")
-    for note in use.notes:
+    for note in checked.use.notes:
         sink.on_notice(note)
     for cmd in prepared.commands:
         sink.on_notice(f"command: {cmd.shell()}")
     for change in prepared.config_changes:
         sink.on_notice(f"launched config: {change}")
-    job = process.Job(
+    job = Job(
         prepared,
         sink,
-        grace_s=grace,
-        term_grace_s=grace,
-        status_every_s=status_every,
-        optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(hardware.gpus)),
-        oom_advisor=oom_advisor(sidecar, choice.folder),
+        grace_s=request.grace,
+        term_grace_s=request.grace,
+        status_every_s=request.status_every,
+        optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(checked.hardware.gpus)),
+        oom_advisor=oom_advisor(checked.sidecar, resolved.choice.folder),
     )
-    dashboard = not no_tui and sys.stdin.isatty() and sys.stdout.isatty()
-    with process.forwarded_signals(job):
+    return job, sink
+
+
+def watch_job(job: Job, sink: TerminalSink, *, dashboard: bool) -> RunOutcome:
+    """Start the job with dswiz's stop signals forwarded to it, show it (dashboard or streamed log) until no
+    process of it is left; the verdict is printed by the sink."""
+    from runner import launch_ui
+    from runner.job.session import forwarded_signals
+
+    with forwarded_signals(job):
         job.start()
-        collector = launch_ui.start_collector(prepared.run_dir, sink)
+        collector = launch_ui.start_collector(job.prepared.run_dir, sink)
         try:
             if dashboard and collector is not None:
-                outcome = launch_ui.run_with_dashboard(job, collector, sink)
-            else:
-                outcome = job.run()
+                return launch_ui.run_with_dashboard(job, collector, sink)
+            return job.run()
         finally:
             launch_ui.stop_collector(collector)
-    return outcome.exit_code
 
 
 # ------------------------------------------------------------------------------- collaborators (wiring points)
@@ -364,7 +480,7 @@ def detect_hardware() -> HardwareReport:
     return get_hardware(None)
 
 
-def load_plan_sidecar(choice: Any) -> Any:
+def load_plan_sidecar(choice: ConfigChoice) -> PlanSidecar | None:
     """The config folder's dswiz-plan.json (wizard.config.sidecar.PlanSidecar), or None. A damaged one is a
     warning, not a reason to refuse the launch: the run just gets no predictions and generic advice."""
     if choice.plan_sidecar is None:
@@ -393,7 +509,7 @@ class PlanUse:
     notes: tuple[str, ...] = ()
 
 
-def plan_use(sidecar: Any, hardware: HardwareReport, world_size: int | None) -> PlanUse:
+def plan_use(sidecar: PlanSidecar | None, hardware: HardwareReport, world_size: int | None) -> PlanUse:
     """The plan's predictions where they describe this launch (same GPU model and count); its model figures (FLOPs
     per token, sequence length) always. Host RAM and NVMe needs hold whatever the GPU model, if the GPU count is
     the planned one."""
@@ -415,7 +531,7 @@ def plan_use(sidecar: Any, hardware: HardwareReport, world_size: int | None) -> 
     return PlanUse(section, host, nvme, tuple(notes))
 
 
-def oom_advisor(sidecar: Any, folder: Path | None) -> Any:
+def oom_advisor(sidecar: PlanSidecar | None, folder: Path | None) -> OomAdvisor | None:
     """The verdict's advice after a CUDA OOM: with a plan, the planner's config that fits (and the command that
     writes it); without, None (the verdict's generic advice from the config)."""
     if sidecar is None or folder is None:
@@ -426,7 +542,7 @@ def oom_advisor(sidecar: Any, folder: Path | None) -> Any:
     return planner_advisor(sidecar, str(folder), fallback=default_oom_advice)
 
 
-def _deepspeed_env_files(choice: Any) -> list[Path]:
+def _deepspeed_env_files(choice: ConfigChoice) -> list[Path]:
     """What DeepSpeed itself would read (~/.deepspeed_env, ./.deepspeed_env), then the config folder's."""
     files = [Path.home() / ".deepspeed_env", Path.cwd() / ".deepspeed_env"]
     found = [p for p in files if p.is_file()]

@@ -14,7 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.process import Job, RunOutcome, TerminalSink
+from runner.job.sink import RunOutcome
+from runner.job.stopping import StopReason
+from runner.job.supervisor import Job
+from runner.job.terminal import TerminalSink
 
 
 def start_collector(run_dir: Path, sink: TerminalSink, *, interval: float = 1.0) -> Any:
@@ -48,7 +51,7 @@ def run_with_dashboard(
     """
     from runner.monitor.factory import build_app_for_collector
 
-    app = build_app_for_collector(collector, stop_job=lambda: job.request_stop("dashboard"))
+    app = build_app_for_collector(collector, stop_job=lambda: job.request_stop(StopReason.DASHBOARD))
     result: list[RunOutcome] = []
     errors: list[BaseException] = []
     app_done = threading.Event()

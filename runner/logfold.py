@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from runner.tracebacks import TracebackCollector
 
-# The logger prefix of FACTS §4 with source config.py and the print / print_user_config functions.
+# DeepSpeed's logger prefix (deepspeed/utils/logging.py, LoggerFactory, 0.19.8; docs/log-formats.md) from
+# deepspeed/runtime/config.py's DeepSpeedConfig.print and print_user_config: the config dump at engine start.
 _DUMP_LINE_RE = re.compile(r"^\[[\d-]+ [\d:,]+\] \[\w+\] \[config\.py:\d+:(?P<fn>print|print_user_config)\] ")
 _CONTINUATION_RE = re.compile(r"^(?:\s|[}\]])")  # a multi-line value's inner or closing line
 

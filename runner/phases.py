@@ -1,6 +1,7 @@
 """What a starting job is doing, from its output, so the terminal is never silent for a minute. Pure.
 
-DeepSpeed JIT-builds ops on first use (fused_adam ~35 s, cpu_adam ~40 s on an H200 machine; FACTS §6) and the
+DeepSpeed JIT-builds ops on first use (fused_adam ~35 s, cpu_adam ~40 s on an H200 machine: docs/measurements.md,
+"Throughput") and the
 script builds or loads its model; none of that prints progress. The tracker turns the few lines that do appear
 into named phases with a start time: "building fused_adam (first run only)" for as long as it lasts.
 """

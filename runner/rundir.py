@@ -206,6 +206,14 @@ def read_run_record(run_dir: Path | str) -> RunRecord:
         raise DswizError(f"{path} cannot be read ({e})", "pass a run directory made by `dswiz launch`") from e
 
 
+def write_private_file(path: Path | str, text: str) -> None:
+    """Write a new file in the run directory, mode 0600 (configs and env files can hold secrets); an existing file
+    is refused (one run, nothing overwritten)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def make_run_dir(path: Path | str) -> Path:
     """Create the run directory (mode 0700: logs and configs can hold secrets) and its sub-folders.
 

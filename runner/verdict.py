@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runner.metrics.parse import LogEvent, parse_line
 from runner.phases import Phase, PhaseTracker
 from runner.rundir import RunVerdict
-from runner.tracebacks import TracebackCollector, root_cause
+from runner.tracebacks import RankException, TracebackCollector, root_cause
 from wizard.units import fmt_bytes
 
 VERDICT_KINDS = (
@@ -198,6 +198,36 @@ def default_oom_advice(ds_config: Mapping[str, Any] | None) -> list[str]:
     return advice
 
 
+@dataclass(frozen=True)
+class EndFacts:
+    """What the verdict is decided from: what the job printed (``obs``) and how its processes ended."""
+
+    obs: JobObserver
+    launcher_returncodes: Sequence[int | None]
+    interrupted_by: str | None
+    deaths: Sequence[RankDeath]
+    ds_config: Mapping[str, Any] | None
+    oom_advisor: OomAdvisor | None
+    elapsed: float
+
+    @property
+    def exceptions(self) -> list[RankException]:
+        return self.obs.tracebacks.exceptions
+
+    @property
+    def failed(self) -> bool:
+        return any(rc not in (0, None) for rc in self.launcher_returncodes) or bool(self.obs.exit_codes)
+
+    @property
+    def at_step(self) -> str:
+        return f" at step {self.obs.step}" if self.obs.step is not None else ""
+
+    @property
+    def first_failing_code(self) -> int | None:
+        codes = [*self.obs.exit_codes, *self.launcher_returncodes]
+        return next((rc for rc in codes if rc not in (0, None)), None)
+
+
 def decide(
     obs: JobObserver,
     *,
@@ -209,182 +239,208 @@ def decide(
     elapsed: float = 0.0,
     leftover_killed: int = 0,
 ) -> RunVerdict:
-    """The verdict, most specific first: interruption, CUDA OOM, NCCL timeout, SIGKILL (host OOM?), a rank's
-    exception, an fp16 overflow storm, success, or a plain failure with the exit code."""
-    exceptions = obs.tracebacks.exceptions
-    cause = root_cause(exceptions)
-    failed = any(rc not in (0, None) for rc in launcher_returncodes) or bool(obs.exit_codes)
-    at_step = f" at step {obs.step}" if obs.step is not None else ""
-    leftover = (
-        [f"{leftover_killed} process(es) of the job outlived the launcher and were killed"]
-        if leftover_killed
-        else []
+    """The verdict, most specific first (``VERDICT_RULES``): interruption, CUDA OOM, NCCL timeout, SIGKILL (host
+    OOM?), a rank's exception, an fp16 overflow storm, success, or a plain failure with the exit code."""
+    facts = EndFacts(obs, launcher_returncodes, interrupted_by, deaths, ds_config, oom_advisor, elapsed)
+    verdict = next(v for rule in VERDICT_RULES if (v := rule(facts)) is not None)
+    if leftover_killed:
+        leftover = f"{leftover_killed} process(es) of the job outlived the launcher and were killed"
+        verdict = replace(verdict, advice=(*verdict.advice, leftover))
+    return verdict
+
+
+def _interrupted(f: EndFacts) -> RunVerdict | None:
+    if f.interrupted_by is None:
+        return None
+    how = "from the dashboard" if f.interrupted_by == "dashboard" else f"by {f.interrupted_by}"
+    return RunVerdict(
+        kind="interrupted",
+        summary=f"stopped {how}{f.at_step} after {_clock(f.elapsed)}; no process of the job is left",
     )
 
-    if interrupted_by is not None:
-        how = "from the dashboard" if interrupted_by == "dashboard" else f"by {interrupted_by}"
-        return RunVerdict(
-            kind="interrupted",
-            summary=f"stopped {how}{at_step} after {_clock(elapsed)}; no process of the job is left",
-            advice=tuple(leftover),
-        )
 
-    cuda_ooms = [e for e in obs.ooms if e.values.get("device") not in ("cpu", None)]
-    oom_exc = next((e for e in exceptions if e.type.endswith("OutOfMemoryError")), None)
-    if cuda_ooms or oom_exc is not None:
-        ev = cuda_ooms[0] if cuda_ooms else None
-        rank = ev.rank if ev is not None and ev.rank is not None else (oom_exc.rank if oom_exc else None)
-        detail = ""
-        if ev is not None and ev.values.get("tried_bytes"):
-            detail = f" (tried to allocate {fmt_bytes(ev.values['tried_bytes'])}"
-            if ev.values.get("total_bytes") is not None and ev.values.get("free_bytes") is not None:
-                detail += (
-                    f"; {fmt_bytes(ev.values['free_bytes'])} free of {fmt_bytes(ev.values['total_bytes'])}"
-                )
-            detail += ")"
-        advisor = oom_advisor or default_oom_advice
-        return RunVerdict(
-            kind="cuda_oom",
-            summary=f"{_who(rank)} ran out of GPU memory{at_step}{detail}",
-            rank=rank,
-            exception=oom_exc.text if oom_exc else None,
-            advice=tuple(advisor(ds_config)) + tuple(leftover),
-            evidence=tuple(e.raw for e in cuda_ooms[:3]),
-        )
-
-    if obs.nccl_timeouts:
-        ev = obs.nccl_timeouts[0]
-        op = ev.values.get("op")
-        ran, limit = ev.values.get("ran_ms"), ev.values.get("timeout_ms")
-        detail = f" ({op} ran {ran / 1000:.0f} s, limit {limit / 1000:.0f} s)" if op and ran and limit else ""
-        return RunVerdict(
-            kind="nccl_timeout",
-            summary=f"NCCL timeout on {_who(ev.rank)}{at_step}{detail}: a collective waited for a rank that never came",
-            rank=ev.rank,
-            advice=(
-                "look for the rank that stopped first (its log in logs/ranks/): a crash, a hang, or a data loader "
-                "that ran out on one rank only",
-                "rerun with NCCL_DEBUG=INFO to see which peer is missing",
-                "if a step legitimately takes long (huge checkpoint, slow first batch), raise the timeout: "
-                "deepspeed.init_distributed(timeout=timedelta(minutes=60))",
-                *leftover,
-            ),
-            evidence=tuple(e.raw for e in obs.nccl_timeouts[:3]),
-        )
-
-    sigkilled = -9 in obs.exit_codes or any(
-        rc in (-9, 137, 247) for rc in launcher_returncodes if rc is not None
+def _cuda_oom(f: EndFacts) -> RunVerdict | None:
+    cuda_ooms = [e for e in f.obs.ooms if e.values.get("device") not in ("cpu", None)]
+    oom_exc = next((e for e in f.exceptions if e.type.endswith("OutOfMemoryError")), None)
+    if not cuda_ooms and oom_exc is None:
+        return None
+    ev = cuda_ooms[0] if cuda_ooms else None
+    rank = ev.rank if ev is not None and ev.rank is not None else (oom_exc.rank if oom_exc else None)
+    detail = ""
+    if ev is not None and ev.values.get("tried_bytes"):
+        detail = f" (tried to allocate {fmt_bytes(ev.values['tried_bytes'])}"
+        if ev.values.get("total_bytes") is not None and ev.values.get("free_bytes") is not None:
+            detail += f"; {fmt_bytes(ev.values['free_bytes'])} free of {fmt_bytes(ev.values['total_bytes'])}"
+        detail += ")"
+    advisor = f.oom_advisor or default_oom_advice
+    return RunVerdict(
+        kind="cuda_oom",
+        summary=f"{_who(rank)} ran out of GPU memory{f.at_step}{detail}",
+        rank=rank,
+        exception=oom_exc.text if oom_exc else None,
+        advice=tuple(advisor(f.ds_config)),
+        evidence=tuple(e.raw for e in cuda_ooms[:3]),
     )
-    if sigkilled and (cause is None or cause.secondary):
-        first = min(deaths, key=lambda d: d.at) if deaths else None
-        who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
-        low = (
-            first is not None
-            and first.host_available_bytes is not None
-            and first.host_total_bytes
-            and first.host_available_bytes < HOST_OOM_FREE_FRACTION * first.host_total_bytes
-        )
-        if low or first is None or first.host_available_bytes is None:
-            mem = (
-                f" (host memory available just before: {fmt_bytes(first.host_available_bytes)})"
-                if low and first
-                else ""
-            )
-            return RunVerdict(
-                kind="host_oom",
-                summary=f"{who} was killed with SIGKILL (exit -9){at_step}, most likely by the host's "
-                f"out-of-memory killer{mem}",
-                rank=first.rank if first else None,
-                advice=(
-                    "confirm with `dmesg -T | grep -i -E 'killed process|out of memory'`",
-                    "CPU offload, pinned memory and data-loader workers live in host RAM: offload less, lower "
-                    "num_workers, or use a host with more memory",
-                    *leftover,
-                ),
-            )
-        return RunVerdict(
-            kind="killed",
-            summary=f"{who} was killed with SIGKILL (exit -9){at_step}; the host still had "
-            f"{fmt_bytes(first.host_available_bytes)} of memory available, so not by the out-of-memory killer",
-            rank=first.rank,
-            advice=("check for a job scheduler limit, a watchdog, or a manual kill", *leftover),
-        )
 
-    if cause is not None and failed:
-        others = [
-            f"rank {r}" for r in sorted({e.rank for e in exceptions if e is not cause and e.rank is not None})
-        ]
-        evidence = cause.lines[-6:]
-        advice = [f"where: {cause.location}"] if cause.location else []
-        if cause.secondary:
-            advice.append(
-                "this looks like a consequence (a peer closed the connection): the rank that died first may have "
-                "been killed without a traceback; see logs/ranks/"
-            )
-        if others:
-            advice.append(f"then {', '.join(others)} stopped too (a consequence: a peer was gone)")
-        if obs.loss_scale_floor:
-            advice.append(
-                "fp16 loss scale hit its minimum: use bf16 where the GPU supports it, or lower the lr"
-            )
-        return RunVerdict(
-            kind="overflow_storm" if obs.loss_scale_floor else "rank_failed",
-            summary=f"{_who(cause.rank)} failed{at_step}: {cause.text}",
-            rank=cause.rank,
-            exception=cause.text,
-            advice=tuple(advice) + tuple(leftover),
-            evidence=tuple(evidence),
-        )
 
+def _nccl_timeout(f: EndFacts) -> RunVerdict | None:
+    if not f.obs.nccl_timeouts:
+        return None
+    ev = f.obs.nccl_timeouts[0]
+    op = ev.values.get("op")
+    ran, limit = ev.values.get("ran_ms"), ev.values.get("timeout_ms")
+    detail = f" ({op} ran {ran / 1000:.0f} s, limit {limit / 1000:.0f} s)" if op and ran and limit else ""
+    return RunVerdict(
+        kind="nccl_timeout",
+        summary=f"NCCL timeout on {_who(ev.rank)}{f.at_step}{detail}: a collective waited for a rank that never came",
+        rank=ev.rank,
+        advice=(
+            "look for the rank that stopped first (its log in logs/ranks/): a crash, a hang, or a data loader "
+            "that ran out on one rank only",
+            "rerun with NCCL_DEBUG=INFO to see which peer is missing",
+            "if a step legitimately takes long (huge checkpoint, slow first batch), raise the timeout: "
+            "deepspeed.init_distributed(timeout=timedelta(minutes=60))",
+        ),
+        evidence=tuple(e.raw for e in f.obs.nccl_timeouts[:3]),
+    )
+
+
+def _sigkilled(f: EndFacts) -> RunVerdict | None:
+    """A rank died of SIGKILL (and no traceback explains it): the host's OOM killer when memory was low just
+    before, or when that cannot be told; else someone else's kill."""
+    cause = root_cause(f.exceptions)
+    sigkilled = -9 in f.obs.exit_codes or any(
+        rc in (-9, 137, 247) for rc in f.launcher_returncodes if rc is not None
+    )
+    if not sigkilled or not (cause is None or cause.secondary):
+        return None
+    first = min(f.deaths, key=lambda d: d.at) if f.deaths else None
+    who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
+    if first is None or first.host_available_bytes is None:
+        return _host_oom(f, who, first, low=False)
+    if (
+        first.host_total_bytes
+        and first.host_available_bytes < HOST_OOM_FREE_FRACTION * first.host_total_bytes
+    ):
+        return _host_oom(f, who, first, low=True)
+    return RunVerdict(
+        kind="killed",
+        summary=f"{who} was killed with SIGKILL (exit -9){f.at_step}; the host still had "
+        f"{fmt_bytes(first.host_available_bytes)} of memory available, so not by the out-of-memory killer",
+        rank=first.rank,
+        advice=("check for a job scheduler limit, a watchdog, or a manual kill",),
+    )
+
+
+def _host_oom(f: EndFacts, who: str, first: RankDeath | None, *, low: bool) -> RunVerdict:
+    mem = ""
+    if low and first is not None and first.host_available_bytes is not None:
+        mem = f" (host memory available just before: {fmt_bytes(first.host_available_bytes)})"
+    return RunVerdict(
+        kind="host_oom",
+        summary=f"{who} was killed with SIGKILL (exit -9){f.at_step}, most likely by the host's "
+        f"out-of-memory killer{mem}",
+        rank=first.rank if first else None,
+        advice=(
+            "confirm with `dmesg -T | grep -i -E 'killed process|out of memory'`",
+            "CPU offload, pinned memory and data-loader workers live in host RAM: offload less, lower "
+            "num_workers, or use a host with more memory",
+        ),
+    )
+
+
+def _rank_exception(f: EndFacts) -> RunVerdict | None:
+    cause = root_cause(f.exceptions)
+    if cause is None or not f.failed:
+        return None
+    others = [
+        f"rank {r}" for r in sorted({e.rank for e in f.exceptions if e is not cause and e.rank is not None})
+    ]
+    advice = [f"where: {cause.location}"] if cause.location else []
+    if cause.secondary:
+        advice.append(
+            "this looks like a consequence (a peer closed the connection): the rank that died first may have "
+            "been killed without a traceback; see logs/ranks/"
+        )
+    if others:
+        advice.append(f"then {', '.join(others)} stopped too (a consequence: a peer was gone)")
+    if f.obs.loss_scale_floor:
+        advice.append("fp16 loss scale hit its minimum: use bf16 where the GPU supports it, or lower the lr")
+    return RunVerdict(
+        kind="overflow_storm" if f.obs.loss_scale_floor else "rank_failed",
+        summary=f"{_who(cause.rank)} failed{f.at_step}: {cause.text}",
+        rank=cause.rank,
+        exception=cause.text,
+        advice=tuple(advice),
+        evidence=tuple(cause.lines[-6:]),
+    )
+
+
+def _finished(f: EndFacts) -> RunVerdict | None:
+    """The job ended by itself with code 0: success, unless most steps were skipped for fp16 overflow."""
+    if f.failed:
+        return None
+    obs = f.obs
     storm = _overflow_storm(obs)
-    if not failed:
-        if storm:
-            return RunVerdict(
-                kind="overflow_storm",
-                summary=f"finished, but {storm} steps were skipped for fp16 overflow: the model barely trained",
-                advice=(
-                    "use bf16 instead of fp16 where the GPU supports it (compute capability >= 8.0)",
-                    "lower the learning rate or raise fp16.loss_scale_window / initial_scale_power",
-                    *leftover,
-                ),
-            )
-        loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
-        if obs.loss is None and obs.eval_loss is not None:
-            loss = f", last eval loss {obs.eval_loss:.4g}"
-        done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
+    if storm:
         return RunVerdict(
-            kind="success",
-            summary=f"success: {done} {_clock(elapsed)}{loss}",
-            advice=tuple(leftover),
+            kind="overflow_storm",
+            summary=f"finished, but {storm} steps were skipped for fp16 overflow: the model barely trained",
+            advice=(
+                "use bf16 instead of fp16 where the GPU supports it (compute capability >= 8.0)",
+                "lower the learning rate or raise fp16.loss_scale_window / initial_scale_power",
+            ),
         )
+    loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
+    if obs.loss is None and obs.eval_loss is not None:
+        loss = f", last eval loss {obs.eval_loss:.4g}"
+    done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
+    return RunVerdict(kind="success", summary=f"success: {done} {_clock(f.elapsed)}{loss}")
 
-    rc = next((rc for rc in [*obs.exit_codes, *launcher_returncodes] if rc not in (0, None)), None)
-    if obs.native_aborts:
-        rank, line = obs.native_aborts[0]
-        advice = [
-            f"the last lines before it are in {'logs/ranks/' if rank is not None else 'logs/combined.log'}"
-        ]
-        if obs.clean_exits:
-            advice.insert(
-                0,
-                "other ranks finished normally, so this was most likely at shutdown, after training: end the "
-                "script with deepspeed.comm.destroy_process_group() (or torch.distributed.destroy_process_group())",
-            )
-        return RunVerdict(
-            kind="failed",
-            summary=f"{_who(rank)} aborted in native code{at_step} (exit code {rc}{_signal_suffix(rc)}): {line}",
-            rank=rank,
-            advice=(*advice, *leftover),
-            evidence=tuple(text for _, text in obs.native_aborts[:3]),
+
+def _native_abort(f: EndFacts) -> RunVerdict | None:
+    if not f.obs.native_aborts:
+        return None
+    rc = f.first_failing_code
+    rank, line = f.obs.native_aborts[0]
+    advice = [f"the last lines before it are in {'logs/ranks/' if rank is not None else 'logs/combined.log'}"]
+    if f.obs.clean_exits:
+        advice.insert(
+            0,
+            "other ranks finished normally, so this was most likely at shutdown, after training: end the "
+            "script with deepspeed.comm.destroy_process_group() (or torch.distributed.destroy_process_group())",
         )
     return RunVerdict(
         kind="failed",
-        summary=f"the job failed{at_step} with exit code {rc}{_signal_suffix(rc)} and no traceback",
+        summary=f"{_who(rank)} aborted in native code{f.at_step} (exit code {rc}{_signal_suffix(rc)}): {line}",
+        rank=rank,
+        advice=tuple(advice),
+        evidence=tuple(text for _, text in f.obs.native_aborts[:3]),
+    )
+
+
+def _plain_failure(f: EndFacts) -> RunVerdict:
+    rc = f.first_failing_code
+    return RunVerdict(
+        kind="failed",
+        summary=f"the job failed{f.at_step} with exit code {rc}{_signal_suffix(rc)} and no traceback",
         advice=(
             "see logs/combined.log and logs/ranks/ in the run directory for the last lines before it stopped",
-            *leftover,
         ),
     )
+
+
+# Most specific first: the first rule that speaks is the verdict (the last always does).
+VERDICT_RULES: tuple[Callable[[EndFacts], RunVerdict | None], ...] = (
+    _interrupted,
+    _cuda_oom,
+    _nccl_timeout,
+    _sigkilled,
+    _rank_exception,
+    _finished,
+    _native_abort,
+    _plain_failure,
+)
 
 
 def _who(rank: int | None) -> str:

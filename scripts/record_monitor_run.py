@@ -31,6 +31,31 @@ SIZES = {  # (hidden, layers, heads, seq_len, micro_batch, vocab)
 
 
 def main() -> int:
+    args = _parse_args()
+    from runner import rundir
+
+    run = args.out
+    if run.exists():
+        sys.exit(f"{run} exists; pass a new directory")
+    (run / rundir.LOGS_DIR).mkdir(parents=True)
+    (run / rundir.CONFIG_DIR).mkdir()
+    hidden, layers, heads, seq, micro, vocab = SIZES[args.size]
+    micro = args.micro_batch or micro
+    config_path = _write_ds_config(run, micro, gpu=_has_gpu())
+    script_args = [
+        "--deepspeed_config", str(config_path), "--steps", str(args.steps), "--hidden", str(hidden),
+        "--layers", str(layers), "--heads", str(heads), "--seq-len", str(seq), "--vocab", str(vocab),
+        "--sleep-per-step", str(args.sleep_per_step), "--log-every", "5",
+    ]  # fmt: skip
+    argv = [
+        sys.executable, "-m", "deepspeed.launcher.runner",
+        *(["--include", f"localhost:{args.include}"] if args.include else ["--num_gpus", str(args.gpus)]),
+        "--master_port", str(args.master_port), str(ROOT / "runner/examples/train_tiny.py"), *script_args,
+    ]  # fmt: skip
+    return _record(run, args, argv, script_args, _plan_section(args, micro))
+
+
+def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="run directory to create (must not exist)")
     p.add_argument("--gpus", type=int, default=2, help="ranks (GPUs, or CPU processes without a GPU)")
@@ -61,19 +86,13 @@ def main() -> int:
         help="CPU only, for dashboard tests: N fake H200s (tests/fakes/fake_nvml.py) whose memory and utilisation "
         "follow the ranks' real RSS and CPU; the recording's gpu names say 'simulated'",
     )
-    args = p.parse_args()
+    return p.parse_args()
 
+
+def _write_ds_config(run: Path, micro: int, *, gpu: bool) -> Path:
+    """The job's DeepSpeed config, with the csv monitor writing into the run directory."""
     from runner import rundir
-    from runner.metrics.collector import Collector
 
-    run = args.out
-    if run.exists():
-        sys.exit(f"{run} exists; pass a new directory")
-    (run / rundir.LOGS_DIR).mkdir(parents=True)
-    (run / rundir.CONFIG_DIR).mkdir()
-    hidden, layers, heads, seq, micro, vocab = SIZES[args.size]
-    micro = args.micro_batch or micro
-    gpu = _has_gpu()
     config = {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": 1,
@@ -90,18 +109,14 @@ def main() -> int:
     }
     config_path = run / rundir.CONFIG_DIR / "ds_config.json"
     config_path.write_text(json.dumps(config, indent=2) + "\n")
+    return config_path
+
+
+def _plan_section(args: argparse.Namespace, micro: int) -> dict[str, int | float]:
+    """run.json's plan section: the model's FLOPs per token and the batch, as the planner would write them."""
+    hidden, layers, _heads, seq, _micro, vocab = SIZES[args.size]
     params = 12 * layers * hidden**2 + (vocab + seq) * hidden
-    script_args = [
-        "--deepspeed_config", str(config_path), "--steps", str(args.steps), "--hidden", str(hidden),
-        "--layers", str(layers), "--heads", str(heads), "--seq-len", str(seq), "--vocab", str(vocab),
-        "--sleep-per-step", str(args.sleep_per_step), "--log-every", "5",
-    ]  # fmt: skip
-    argv = [
-        sys.executable, "-m", "deepspeed.launcher.runner",
-        *(["--include", f"localhost:{args.include}"] if args.include else ["--num_gpus", str(args.gpus)]),
-        "--master_port", str(args.master_port), str(ROOT / "runner/examples/train_tiny.py"), *script_args,
-    ]  # fmt: skip
-    plan = {
+    plan: dict[str, int | float] = {
         "flops_per_token": 6 * params + 12 * layers * hidden * seq,
         "seq_len": seq,
         "global_batch_size": micro * args.gpus,
@@ -112,6 +127,16 @@ def main() -> int:
         plan["peak_tflops_per_gpu"] = args.peak_tflops
     if args.predicted_peak_gib:
         plan["predicted_peak_gpu_bytes"] = int(args.predicted_peak_gib * 1024**3)
+    return plan
+
+
+def _record(
+    run: Path, args: argparse.Namespace, argv: list[str], script_args: list[str], plan: dict[str, int | float]
+) -> int:
+    """Run the job with its output in the run directory while a Collector samples it; run.json before and after."""
+    from runner import rundir
+    from runner.metrics.collector import Collector
+
     log = open(run / rundir.COMBINED_LOG, "wb")  # noqa: SIM115 - the job's stdout for its whole life
     job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=run, start_new_session=True)
     record = {

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
+from typing import Any
 
 from runner.metrics.alerts import AlertFacts, AlertThresholds, Failure, evaluate
 from runner.metrics.csvmon import CsvPoint
@@ -293,15 +294,8 @@ class Aggregator:
             world_size=world,
             gpus=gpus,
             gpu_note=self._gpu_note,
-            host_ram_used_bytes=host.ram_used_bytes if host else None,
-            host_ram_total_bytes=host.ram_total_bytes if host else None,
-            host_swap_used_bytes=host.swap_used_bytes if host else None,
+            **_host_figures(host),
             pinned_estimate_bytes=self.plan.pinned_host_bytes,
-            job_rss_bytes=host.job_rss_bytes if host else None,
-            job_cpu_percent=host.job_cpu_percent if host else None,
-            disk_device=host.disk_device if host else None,
-            disk_read_bytes_per_sec=host.disk_read_bytes_per_sec if host else None,
-            disk_write_bytes_per_sec=host.disk_write_bytes_per_sec if host else None,
             predicted_tokens_per_sec=self.plan.predicted_tokens_per_sec,
             job_state=state,
             exit_code=exit_code,
@@ -317,3 +311,20 @@ class Aggregator:
             return None
         (s0, k0), (s1, k1) = self._skipped[0], self._skipped[-1]
         return (k1 - k0, s1 - s0) if s1 > s0 else None
+
+
+# Snapshot field <- HostSample attribute: what the last host sample says (all None without one).
+_HOST_FIGURES = {
+    "host_ram_used_bytes": "ram_used_bytes",
+    "host_ram_total_bytes": "ram_total_bytes",
+    "host_swap_used_bytes": "swap_used_bytes",
+    "job_rss_bytes": "job_rss_bytes",
+    "job_cpu_percent": "job_cpu_percent",
+    "disk_device": "disk_device",
+    "disk_read_bytes_per_sec": "disk_read_bytes_per_sec",
+    "disk_write_bytes_per_sec": "disk_write_bytes_per_sec",
+}
+
+
+def _host_figures(host: HostSample | None) -> dict[str, Any]:
+    return {field: getattr(host, attr) if host else None for field, attr in _HOST_FIGURES.items()}

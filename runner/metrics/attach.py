@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ import psutil
 
 from runner import rundir
 from runner.metrics.plan import PlanInfo
+from runner.metrics.tail import rank_of_log_file
 from runner.metrics.target import JobTarget, ds_config_facts, load_json_config, target_from_run_dir
 from wizard.errors import DswizError
 
@@ -32,7 +32,6 @@ _LAUNCHER_MARKERS = (
     "bin/accelerate",
 )
 _CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
-_RANK_FILE_RE = re.compile(r"_rank(\d+)\.log$")
 
 
 def resolve_target(arg: str | None, runs_root: Path | None = None) -> JobTarget:
@@ -127,27 +126,13 @@ def _config_path(cmdline: Sequence[str], cwd: str | None) -> Path | None:
     return None
 
 
+_RankProcess = tuple[int, psutil.Process, list[str]]  # (local rank, process, its cmdline)
+
+
 def target_from_pid(pid: int) -> JobTarget:
-    try:
-        proc = psutil.Process(pid)
-        cmd = proc.cmdline()
-    except psutil.NoSuchProcess:
-        raise DswizError(
-            f"no process with PID {pid}",
-            "find the job with `pgrep -af deepspeed` and pass the launcher's or a rank's PID",
-        ) from None
-    except psutil.AccessDenied:
-        raise DswizError(
-            f"not allowed to read process {pid} (another user's process?)",
-            "run `dswiz monitor` as the user who started the job",
-        ) from None
-    root = proc
-    try:
-        for ancestor in proc.parents():
-            if is_launcher(ancestor.cmdline()):
-                root = ancestor  # keep climbing: the outermost launcher owns the whole job
-    except psutil.Error:
-        pass
+    """A job dswiz did not start, from the PID of its launcher or of one of its ranks."""
+    proc, cmd = _open_process(pid)
+    root = _outermost_launcher(proc)
     notes: list[str] = []
     try:
         tree = [root, *root.children(recursive=True)]
@@ -158,27 +143,8 @@ def target_from_pid(pid: int) -> JobTarget:
         notes.append(
             f"PID {root.pid} does not look like a DeepSpeed/torchrun/accelerate job; watching its processes"
         )
-    ranks: list[tuple[int, psutil.Process, list[str]]] = []
-    for p in tree:
-        try:
-            pc = p.cmdline()
-        except psutil.Error:
-            continue
-        lr = _local_rank(pc)
-        if lr is not None:
-            ranks.append((lr, p, pc))
-    ranks.sort(key=lambda r: r[0])
-
-    logs: list[Path] = []
-    with contextlib.suppress(psutil.Error):
-        logs = _stdout_files(root)
-    rank_logs: list[tuple[Path, int]] = []
-    for lr, p, _ in ranks:
-        for f in _stdout_files(p):
-            if f in logs:
-                continue
-            m = _RANK_FILE_RE.search(f.name)
-            rank_logs.append((f, int(m.group(1)) if m else lr))
+    ranks = _rank_processes(tree)
+    logs, rank_logs = _log_files(root, ranks)
     if logs or rank_logs:
         notes.append("logs: " + ", ".join(str(f) for f in [*logs, *(f for f, _ in rank_logs)]))
     else:
@@ -186,24 +152,10 @@ def target_from_pid(pid: int) -> JobTarget:
             "the job writes its output to a terminal or a pipe, not a file: no step, loss or throughput; "
             "only processes, host and GPUs are visible (redirect its output to a file, or start it with dswiz launch)"
         )
-
-    config_path = None
-    script_args: list[str] = []
-    if ranks:
-        _, rank_proc, rank_cmd = ranks[0]
-        try:
-            cwd: str | None = rank_proc.cwd()
-        except psutil.Error:
-            cwd = None
-        config_path = _config_path(rank_cmd, cwd)
-        script_args = rank_cmd
-    else:  # ranks not spawned yet (or not a DeepSpeed launcher): the launcher's own argv carries the script's
-        try:
-            root_cwd: str | None = root.cwd()
-        except psutil.Error:
-            root_cwd = None
-        config_path = _config_path(root_cmd, root_cwd)
-        script_args = root_cmd
+    # The first rank's argv names the config and the script's arguments; before the ranks are spawned (or for
+    # a job without a DeepSpeed launcher) the launcher's own argv carries them.
+    args_proc, script_args = (ranks[0][1], ranks[0][2]) if ranks else (root, root_cmd)
+    config_path = _config_path(script_args, _cwd_of(args_proc))
     csv_dir = nvme = None
     config = load_json_config(config_path) if config_path else None
     if config is not None and config_path is not None:
@@ -216,7 +168,6 @@ def target_from_pid(pid: int) -> JobTarget:
     else:
         notes.append("no readable DeepSpeed config on the command line (--deepspeed_config FILE)")
     notes.append("history is not kept for a job dswiz did not start (no run directory)")
-    plan = PlanInfo(num_gpus=len(ranks) or None).filled_from_args(script_args)
     return JobTarget(
         source=f"pid {root.pid} ({_short(root_cmd)})",
         logs=tuple(logs),
@@ -224,10 +175,73 @@ def target_from_pid(pid: int) -> JobTarget:
         csv_dir=csv_dir,
         nvme_path=nvme,
         run_dir=None,
-        plan=plan,
+        plan=PlanInfo(num_gpus=len(ranks) or None).filled_from_args(script_args),
         pids=(root.pid,),
         notes=tuple(notes),
     )
+
+
+def _open_process(pid: int) -> tuple[psutil.Process, list[str]]:
+    try:
+        proc = psutil.Process(pid)
+        return proc, proc.cmdline()
+    except psutil.NoSuchProcess:
+        raise DswizError(
+            f"no process with PID {pid}",
+            "find the job with `pgrep -af deepspeed` and pass the launcher's or a rank's PID",
+        ) from None
+    except psutil.AccessDenied:
+        raise DswizError(
+            f"not allowed to read process {pid} (another user's process?)",
+            "run `dswiz monitor` as the user who started the job",
+        ) from None
+
+
+def _outermost_launcher(proc: psutil.Process) -> psutil.Process:
+    root = proc
+    try:
+        for ancestor in proc.parents():
+            if is_launcher(ancestor.cmdline()):
+                root = ancestor  # keep climbing: the outermost launcher owns the whole job
+    except psutil.Error:
+        pass
+    return root
+
+
+def _rank_processes(tree: list[psutil.Process]) -> list[_RankProcess]:
+    """The processes of the tree that are ranks (a --local_rank argument), by local rank."""
+    ranks: list[_RankProcess] = []
+    for p in tree:
+        try:
+            pc = p.cmdline()
+        except psutil.Error:
+            continue
+        lr = _local_rank(pc)
+        if lr is not None:
+            ranks.append((lr, p, pc))
+    return sorted(ranks, key=lambda r: r[0])
+
+
+def _log_files(root: psutil.Process, ranks: list[_RankProcess]) -> tuple[list[Path], list[tuple[Path, int]]]:
+    """The launcher's log files, and each rank's own (its rank from the file name, else its local rank)."""
+    logs: list[Path] = []
+    with contextlib.suppress(psutil.Error):
+        logs = _stdout_files(root)
+    rank_logs: list[tuple[Path, int]] = []
+    for lr, p, _ in ranks:
+        for f in _stdout_files(p):
+            if f in logs:
+                continue
+            from_name = rank_of_log_file(f)
+            rank_logs.append((f, from_name if from_name is not None else lr))
+    return logs, rank_logs
+
+
+def _cwd_of(proc: psutil.Process) -> str | None:
+    try:
+        return proc.cwd()
+    except psutil.Error:
+        return None
 
 
 def _short(cmdline: Sequence[str], limit: int = 60) -> str:

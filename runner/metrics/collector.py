@@ -244,7 +244,8 @@ class Collector:
 def gpu_states(gpus: Sequence[Any], job_pids: set[int]) -> list[GpuState]:
     """GpuSamples -> GpuStates with the job's own memory per GPU. When the job's processes show on some GPUs
     only, the others (another user's, or outside CUDA_VISIBLE_DEVICES) are left out. When they show on none
-    (a container: NVML reports host PIDs, FACTS §4), the job's share is unknown (None), not 0."""
+    (a container: NVML's nvmlDeviceGetComputeRunningProcesses
+    reports the host's PIDs; docs/measurements.md, "Reading GPUs through NVML"), the job's share is unknown (None), not 0."""
     on_gpu = {g.index for g in gpus for p in g.processes if p.pid in job_pids}
     shown = [g for g in gpus if g.index in on_gpu] if on_gpu else list(gpus)
     out = []

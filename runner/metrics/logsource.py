@@ -6,25 +6,18 @@ do not say it. The last ``keep_lines`` raw lines are kept for the dashboard's lo
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 from runner.metrics.parse import LogEvent, parse_line
-from runner.metrics.tail import FileTail
+from runner.metrics.tail import FileTail, rank_of_log_file
 
-_RANK_FILE_RE = re.compile(r"_rank(\d+)\.log$")
 RESCAN_SECONDS = 2.0
 DEFAULT_BACKFILL = 2 * 1024 * 1024
 HEAD_BYTES = 1024 * 1024
 HEAD_KINDS = frozenset({"ds_config", "world", "spawn"})
-
-
-def rank_of_log_file(path: Path) -> int | None:
-    m = _RANK_FILE_RE.search(path.name)
-    return int(m.group(1)) if m else None
 
 
 def read_head_events(path: Path, rank: int | None, limit: int = HEAD_BYTES) -> list[LogEvent]:

@@ -1,7 +1,9 @@
 """Pure parsers for what a running DeepSpeed job prints: one log line in, one ``LogEvent`` (or None) out.
 
-The formats, re-checked against DeepSpeed 0.19.8 (FACTS §4):
-- logger prefix ``[2026-11-30 01:42:31,989] [INFO] [timer.py:264:stop] msg`` (``utils/logging.py``); ``log_dist``
+The formats, re-checked against the DeepSpeed 0.19.8 source files named with each (docs/log-formats.md has them
+with examples):
+- logger prefix ``[2026-11-30 01:42:31,989] [INFO] [timer.py:264:stop] msg`` (``utils/logging.py``, LoggerFactory's
+  formatter); ``log_dist``
   puts ``[Rank N] `` in front of msg;
 - ``epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=…, CurrSamplesPerSec=…, MemAllocated=0.4GB,
   MaxMemAllocated=0.4GB`` (``utils/timer.py``, ThroughputTimer.stop; "GB" there means GiB);
@@ -102,14 +104,13 @@ _EXIT_OK_RE = re.compile(r"Process (?P<pid>\d+) exits successfully\.")
 _SIGNAL_RE = re.compile(r"Main process received (?P<sig>SIG[A-Z]+), exiting")
 _WORLD_RE = re.compile(r"^dist_world_size=(?P<n>\d+)\s*$")
 _DSCONFIG_RE = re.compile(r"^  (?P<key>[a-z_0-9]+) (?:\.+ |\s+)(?P<value>\S.*)$")
-_OOM_RE = re.compile(
-    r"(?P<dev>CUDA|HIP|XPU|NPU|MPS) out of memory\. Tried to allocate (?P<size>[\d.]+ ?[KMGT]?i?B)"
-)
+_SIZE = r"[\d.]+ ?[KMGT]?i?B"  # a size as torch prints it in OOM messages: "20.00 MiB", "79.19 GiB"
+_OOM_RE = re.compile(rf"(?P<dev>CUDA|HIP|XPU|NPU|MPS) out of memory\. Tried to allocate (?P<size>{_SIZE})")
 _OOM_GPU_NEW_RE = re.compile(
-    r"GPU (?P<gpu>\d+) has a total capacity of (?P<total>[\d.]+ ?[KMGT]?i?B) of which (?P<free>[\d.]+ ?[KMGT]?i?B) is free"
+    rf"GPU (?P<gpu>\d+) has a total capacity of (?P<total>{_SIZE}) of which (?P<free>{_SIZE}) is free"
 )
 _OOM_GPU_OLD_RE = re.compile(
-    r"\(GPU (?P<gpu>\d+); (?P<total>[\d.]+ ?[KMGT]?i?B) total capacity;.*?(?P<free>[\d.]+ ?[KMGT]?i?B) free"
+    rf"\(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity;.*?(?P<free>{_SIZE}) free"
 )
 _OOM_CPU_RE = re.compile(r"can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
 _NCCL_RE = re.compile(r"Watchdog caught collective operation timeout")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 SEVERITIES = ("info", "warning", "error")
@@ -21,13 +21,7 @@ class Alert:
     gpu: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "severity": self.severity,
-            "message": self.message,
-            "rank": self.rank,
-            "gpu": self.gpu,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -51,8 +45,8 @@ class GpuState:
 
 
 @dataclass(frozen=True)
-class HistoryPoint:
-    """One point of the charts' history (averaged when downsampled; time and step are the bucket's last)."""
+class TrainingFigures:
+    """What an instant (``Snapshot``) and a point of the charts (``HistoryPoint``) both say about training."""
 
     time: float
     step: int | None = None
@@ -63,6 +57,12 @@ class HistoryPoint:
     loss: float | None = None
     lr: float | None = None
     step_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class HistoryPoint(TrainingFigures):
+    """One point of the charts' history (averaged when downsampled; time and step are the bucket's last)."""
+
     gpu_util: float | None = None  # mean over GPUs
     gpu_mem_fraction: float | None = None  # max over GPUs
     host_ram_fraction: float | None = None
@@ -70,17 +70,8 @@ class HistoryPoint:
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    time: float
-    step: int | None = None
+class Snapshot(TrainingFigures):
     total_steps: int | None = None
-    samples_per_sec: float | None = None
-    tokens_per_sec: float | None = None
-    tflops_per_gpu: float | None = None
-    mfu: float | None = None
-    loss: float | None = None
-    lr: float | None = None
-    step_time_s: float | None = None
     eta_s: float | None = None
     world_size: int | None = None
     gpus: tuple[GpuState, ...] = ()
@@ -158,15 +149,7 @@ class Snapshot:
             else None
         )
         return HistoryPoint(
-            time=self.time,
-            step=self.step,
-            samples_per_sec=self.samples_per_sec,
-            tokens_per_sec=self.tokens_per_sec,
-            tflops_per_gpu=self.tflops_per_gpu,
-            mfu=self.mfu,
-            loss=self.loss,
-            lr=self.lr,
-            step_time_s=self.step_time_s,
+            **{f.name: getattr(self, f.name) for f in fields(TrainingFigures)},
             gpu_util=sum(utils) / len(utils) if utils else None,
             gpu_mem_fraction=max(fracs) if fracs else None,
             host_ram_fraction=ram,

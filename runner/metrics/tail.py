@@ -1,4 +1,5 @@
-"""Follow a growing text file like ``tail -F``, in constant memory, never re-reading what was read.
+"""Follow a growing text file like ``tail -F``, in constant memory, never re-reading what was read; and a folder of
+DeepSpeed's per-rank logs the same way (``RankLogTail``: the one rank-log tail, used by the launch and the monitor).
 
 Handles the file not existing yet, truncation (size below our offset: start again at 0), rotation (a new inode at
 the path: finish the old file, then read the new one from its start), torn last lines (kept until the newline
@@ -9,11 +10,22 @@ burst of output cannot stall the caller; the rest comes on the next poll.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import BinaryIO
 
 DEFAULT_MAX_LINE = 64 * 1024
 DEFAULT_MAX_READ = 4 * 1024 * 1024
+
+# DeepSpeed's --enable_each_rank_log names each rank's file <timestamp>_rank<N>.log (deepspeed/launcher/launch.py,
+# main, DeepSpeed 0.19.8).
+RANK_LOG_FILE_RE = re.compile(r"_rank(?P<rank>\d+)\.log$")
+
+
+def rank_of_log_file(path: Path | str) -> int | None:
+    """The global rank a per-rank log file belongs to (``…_rank<N>.log``), None for any other name."""
+    m = RANK_LOG_FILE_RE.search(str(path))
+    return int(m.group("rank")) if m else None
 
 
 class FileTail:
@@ -58,7 +70,10 @@ class FileTail:
             self._fh.close()
             self._fh = None
 
-    def poll(self) -> list[str]:
+    def poll(self, *, final: bool = False) -> list[str]:
+        """``final=True`` (the writer is gone): everything left, the unterminated last line included."""
+        if final:
+            return self._poll_final()
         lines: list[str] = []
         try:
             st = os.stat(self.path)
@@ -81,6 +96,16 @@ class FileTail:
             assert self._fh is not None
             self._fh.seek(0)
         lines += self._read_available()
+        return lines
+
+    def _poll_final(self) -> list[str]:
+        lines = self.poll()
+        if self._fh is not None:
+            lines += self._drain_all()
+        if self._partial and not self._skip_to_newline:
+            lines.append(self._partial.decode("utf-8", errors="replace"))
+        self._partial.clear()
+        self._overlong = False
         return lines
 
     def _reset_position(self) -> None:
@@ -144,3 +169,30 @@ class FileTail:
             self._overlong = False
             start = nl + 1
         return out
+
+
+class RankLogTail:
+    """Every ``*.log`` in a folder of per-rank logs, followed from its start as files appear: ``poll()`` returns
+    ``(rank, line)`` pairs (rank None for a file not named ``…_rank<N>.log``), files in name order."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self._tails: dict[Path, FileTail] = {}
+
+    def poll(self, *, final: bool = False) -> list[tuple[int | None, str]]:
+        try:
+            found = sorted(self.directory.glob("*.log"))
+        except OSError:
+            found = []
+        for path in found:
+            if path not in self._tails:
+                self._tails[path] = FileTail(path)
+        out: list[tuple[int | None, str]] = []
+        for path in sorted(self._tails):
+            rank = rank_of_log_file(path)
+            out += [(rank, line) for line in self._tails[path].poll(final=final)]
+        return out
+
+    def close(self) -> None:
+        for tail in self._tails.values():
+            tail.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner import rundir
-from runner.process import session_processes
+from runner.job.session import session_processes
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from runner import rundir
-from runner.process import session_processes
+from runner.job.session import session_processes
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from runner import launch_ui, rundir
+from runner.job.prepare import PreparedRun
+from runner.job.session import session_processes
+from runner.job.supervisor import Job
+from runner.job.terminal import TerminalSink
 from runner.launch import LaunchCommand, LaunchSpec
-from runner.process import Job, PreparedRun, TerminalSink, session_processes
 
 FAKE = textwrap.dedent(
     """

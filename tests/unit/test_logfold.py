@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from runner.job.terminal import TerminalSink
 from runner.logfold import ConfigDumpFolder, Folded, FoldedInterrupt, InterruptTracebackFolder, Output, Shown
-from runner.process import TerminalSink
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "success"
 

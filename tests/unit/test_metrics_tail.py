@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runner.metrics.tail import FileTail
+from runner.metrics.tail import FileTail, RankLogTail, rank_of_log_file
 
 
 def append(path: Path, text: str) -> None:
@@ -72,3 +72,24 @@ def test_reads_are_capped_per_poll(tmp_path: Path) -> None:
     tail = FileTail(path, max_read_bytes=100)
     assert len(tail.poll()) == 10
     assert len(tail.poll()) == 10
+
+
+def test_rank_logs_follow_files_as_they_appear_and_the_last_poll_keeps_a_torn_line(tmp_path: Path) -> None:
+    """The launch's rank-log reader: every *.log of the folder, the rank from the name, whole lines only until
+    the job is over (then the unterminated last line too)."""
+    tail = RankLogTail(tmp_path)
+    assert tail.poll() == []
+    append(tmp_path / "20261130-010000_rank1.log", "r1 a\nr1 b")
+    assert tail.poll() == [(1, "r1 a")]
+    append(tmp_path / "20261130-010000_rank0.log", "r0 a\n")
+    append(tmp_path / "other.log", "no rank\n")
+    assert tail.poll() == [(0, "r0 a"), (None, "no rank")]  # files in name order
+    append(tmp_path / "20261130-010000_rank1.log", " more")
+    assert tail.poll(final=True) == [(1, "r1 b more")]
+    assert tail.poll(final=True) == []
+
+
+def test_the_rank_of_a_log_file_is_in_its_name_only() -> None:
+    assert rank_of_log_file("/run/logs/ranks/20261130-010000_rank12.log") == 12
+    assert rank_of_log_file(Path("combined.log")) is None
+    assert rank_of_log_file("x_rank3.log.1") is None

@@ -15,9 +15,13 @@ from pathlib import Path
 import psutil
 
 from runner import rundir
+from runner.job.prepare import PreparedRun
+from runner.job.session import forwarded_signals, session_processes
+from runner.job.sink import RunOutcome
+from runner.job.stopping import StopEscalation, StopReason, StopStage
+from runner.job.supervisor import Job
 from runner.launch import LaunchCommand, LaunchSpec
 from runner.phases import Phase
-from runner.process import Job, PreparedRun, RunOutcome, forwarded_signals, session_processes
 from runner.verdict import Status
 
 FAKE_LAUNCHER = textwrap.dedent(
@@ -110,7 +114,7 @@ def test_stop_escalates_and_leaves_no_process_behind(tmp_path: Path) -> None:
     job = make_job(tmp_path, "stay", sink)
     job.start()
     threading.Thread(
-        target=lambda: sink.on_ready.wait(30) and job.request_stop("SIGINT"), daemon=True
+        target=lambda: sink.on_ready.wait(30) and job.request_stop(StopReason.SIGINT), daemon=True
     ).start()
     outcome = job.run()
     assert sink.on_ready.is_set()
@@ -171,3 +175,36 @@ def test_sighup_to_dswiz_stops_the_job_like_ctrl_c(tmp_path: Path) -> None:
     assert outcome.verdict.kind == "interrupted" and outcome.exit_code == 129
     assert rundir.read_run_record(outcome.run_dir).interrupted_by == "SIGHUP"
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the handler is gone again
+
+
+def test_the_stop_escalates_on_time_and_a_second_request_hurries_it() -> None:
+    """The stop as a state machine, without processes: SIGINT at once, SIGTERM after the grace, SIGKILL after the
+    second grace, then SIGKILL again every second; a second request skips the wait."""
+    stop = StopEscalation(grace_s=5.0, term_grace_s=3.0)
+    assert stop.tick(0.0) is None and stop.stage is StopStage.NOT_STOPPING
+    stop.request(StopReason.SIGTERM)
+    first = stop.tick(1.0)
+    assert first is not None and first.sig is signal.SIGINT and not first.only_if_alive
+    assert first.notice is not None and first.notice.startswith("SIGTERM: stopping the job")
+    assert "Ctrl-C again to hurry" in first.notice
+    assert stop.tick(5.9) is None
+    term = stop.tick(6.0)
+    assert term is not None and term.sig is signal.SIGTERM and term.only_if_alive
+    stop.request(StopReason.SIGINT)  # hurry: the reason stays the first one
+    kill = stop.tick(6.1)
+    assert kill is not None and kill.sig is signal.SIGKILL and stop.stage is StopStage.SIGKILL_SENT
+    assert stop.reason is StopReason.SIGTERM
+    assert stop.tick(6.5) is None
+    again = stop.tick(7.1)
+    assert again is not None and again.sig is signal.SIGKILL and again.notice is None
+
+
+def test_what_each_stop_reason_records() -> None:
+    assert StopReason.ORPHANS.interrupted_by is None and StopReason.ORPHANS.exit_signal is None
+    assert StopReason.DASHBOARD.interrupted_by == "dashboard"
+    assert StopReason.DASHBOARD.exit_signal is signal.SIGINT  # the dashboard's stop counts as Ctrl-C
+    assert StopReason.SIGHUP.exit_signal is signal.SIGHUP
+    orphans = StopEscalation(grace_s=1.0, term_grace_s=1.0)
+    orphans.request(StopReason.ORPHANS)
+    step = orphans.tick(0.0)
+    assert step is not None and step.sig is signal.SIGINT and step.notice is None  # the loop said why already

@@ -11,11 +11,12 @@ from pathlib import Path
 
 from runner import configdir, rundir
 from runner.cli_launch import load_plan_sidecar, plan_use
+from runner.job.prepare import PreparedRun
+from runner.job.supervisor import Job
 from runner.launch import LaunchCommand, LaunchSpec
 from runner.metrics.plan import PlanInfo
 from runner.metrics.target import target_from_run_dir
 from runner.preflight import check_script_code
-from runner.process import Job, PreparedRun
 from tests.unit.test_checkpoints import ZERO3, make_checkpoint
 from tests.unit.test_process_control import RecordingSink
 from wizard import planner

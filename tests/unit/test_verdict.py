@@ -3,7 +3,7 @@
 tests/fixtures/runs/* are real runs (`dswiz launch --nproc 2 train_tiny.py`, DeepSpeed 0.19.8 on CPU): stream.log is
 every line dswiz read (launcher and ranks) in arrival order, ranks/ the per-rank logs as DeepSpeed wrote them, and
 facts.json the launcher's exit code. CUDA OOM, NCCL timeout and fp16 overflow cannot
-happen on this machine: those logs are built from the formats in FACTS §4 and the PyTorch/DeepSpeed sources.
+happen on this machine: those logs are built from the formats in docs/log-formats.md and the PyTorch/DeepSpeed sources.
 Process facts the watcher would report (which rank vanished first, host memory then) are given as RankDeath.
 """
 

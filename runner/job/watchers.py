@@ -1,0 +1,128 @@
+"""The threads that watch a running job: one reader per launcher pipe, and the rank death watch.
+
+Lines reach the job's loop through one queue; ``None`` on it means one pipe ended.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import IO
+
+import psutil
+
+from runner.metrics.tail import rank_of_log_file
+
+
+@dataclass(frozen=True)
+class LauncherLine:
+    stream: str  # "launcher", or "launcher<k>" when several launchers run here (simulated nodes)
+    text: str
+
+
+LineQueue = queue.Queue[LauncherLine | None]
+
+
+def start_pipe_reader(pipe: IO[bytes], stream: str, lines: LineQueue) -> threading.Thread:
+    """A daemon thread that puts each line of ``pipe`` on ``lines`` (decoded, no newline), then None at its end."""
+    thread = threading.Thread(target=_read_pipe, args=(pipe, stream, lines), daemon=True)
+    thread.start()
+    return thread
+
+
+def _read_pipe(pipe: IO[bytes], stream: str, lines: LineQueue) -> None:
+    try:
+        for raw in iter(pipe.readline, b""):
+            lines.put(LauncherLine(stream, raw.decode("utf-8", "replace").rstrip("\n")))
+    except (OSError, ValueError):
+        pass
+    finally:
+        lines.put(None)  # this stream is done
+
+
+def rank_of_process(pid: int) -> int | None:
+    """The global rank of a rank process: the per-rank log its stdout is (``…_rank<N>.log``), else its RANK
+    variable. None when neither can be read (yet)."""
+    for fd in (1, 2):
+        try:
+            rank = rank_of_log_file(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            rank = None
+        if rank is not None:
+            return rank
+    try:
+        env_rank = psutil.Process(pid).environ().get("RANK")
+        return int(env_rank) if env_rank is not None else None
+    except (psutil.Error, ValueError, OSError):
+        return None
+
+
+@dataclass(frozen=True)
+class Death:
+    """When a watched process was first seen dead, and the lowest host available memory just before."""
+
+    at: float  # the job's clock
+    host_available_bytes: int | None
+    host_total_bytes: int | None
+
+
+class DeathWatch:
+    """Notes when each rank process dies, 20 times a second, in its own thread (the main loop can be busy with
+    lines). When the launcher notices a dead rank (it polls once a second: deepspeed/launcher/launch.py, main,
+    DeepSpeed 0.19.8) it terminates the others, so the first death seen is the cause; a slower watch would see them
+    all at once. Also keeps the lowest host available memory of the last few seconds, to tell the OOM killer from
+    another SIGKILL."""
+
+    TICK_S = 0.05
+    MEM_EVERY = 5  # ticks
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pids: list[int] = []
+        self.died: dict[int, Death] = {}
+        self._mem: collections.deque[int] = collections.deque(maxlen=20)  # ~5 s
+        self._total: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dswiz-rank-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, pid: int) -> None:
+        with self._lock:
+            self._pids.append(pid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+        self._check()  # deaths in the last tick
+
+    def _run(self) -> None:
+        tick = 0
+        while not self._stop.wait(self.TICK_S):
+            if tick % self.MEM_EVERY == 0:
+                with suppress(OSError, psutil.Error):
+                    vm = psutil.virtual_memory()
+                    self._mem.append(int(vm.available))
+                    self._total = int(vm.total)
+            tick += 1
+            self._check()
+
+    def _check(self) -> None:
+        with self._lock:
+            pids = [p for p in self._pids if p not in self.died]
+        for pid in pids:
+            try:
+                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+            if not alive:
+                with self._lock:
+                    self.died[pid] = Death(self._clock(), min(self._mem) if self._mem else None, self._total)
