@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
-from runner.launch import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
+from wizard.launch_command import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
 
 EPILOG = """\b
 Examples:
@@ -169,7 +169,8 @@ def _launch(
     script_args: tuple[str, ...],
 ) -> int:
     from runner import configdir, rundir
-    from runner import launch as L
+    from wizard import launch_command as L
+    from wizard.config.hostfile import launch_hosts
 
     choice = configdir.find_configs(config) if config else configdir.ConfigChoice()
     launcher = launcher or choice.launcher or "deepspeed"
@@ -208,7 +209,7 @@ def _launch(
     if master_addr is None and hostfile:
         master_addr = choice.master_addr  # launch.sh's: the first host of the plan
     hosts = (
-        L.parse_hostfile(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
+        launch_hosts(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
         if hostfile and Path(hostfile).is_file()
         else []
     )
@@ -451,7 +452,7 @@ def _print_findings(findings: tuple[Finding, ...]) -> None:
 
 
 def _print_dry_run(specs: list[LaunchSpec], ds_config: dict[str, Any] | None, steps_per_print: int) -> None:
-    from runner import launch as L
+    from wizard import launch_command as L
 
     click.echo("# dry run: nothing was checked, started or written")
     click.echo(f"# run directory (not created): {specs[0].run_dir}")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.launch import accelerate_ds_config_file
 from wizard.errors import DswizError
+from wizard.launch_command import accelerate_ds_config_file
 
 DS_CONFIG_NAME = "ds_config.json"
 ACCELERATE_YAML_NAMES = ("accelerate.yaml", "accelerate.yml", "accelerate_config.yaml")

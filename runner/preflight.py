@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.launch import LaunchSpec, effective_config_arg, parse_hostfile
 from wizard.config.check import lint_path
+from wizard.config.hostfile import launch_hosts
 from wizard.config.schema import Consumer
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.hazards import fixed_arch_list, unparsable_arch_entries
 from wizard.hardware.report import HardwareReport
+from wizard.launch_command import LaunchSpec, effective_config_arg
 from wizard.units import fmt_bytes
 
 SSH_LAUNCHERS = ("pdsh", "openmpi", "mpich", "impi", "mvapich")  # reach the other nodes by ssh
@@ -526,7 +527,7 @@ def check_hostfile(path: str) -> tuple[list[Finding], list[tuple[str, int]]]:
             )
         ], []
     try:
-        return [], parse_hostfile(text, source=path)
+        return [], launch_hosts(text, source=path)
     except DswizError as e:
         return [
             _f(Severity.ERROR, "hostfile-invalid", e.problem, "DeepSpeed refuses it", e.fix or "", path)

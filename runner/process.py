@@ -34,13 +34,14 @@ from typing import IO, Any, Protocol
 
 import psutil
 
-from runner import launch, rundir
-from runner.launch import LaunchCommand, LaunchSpec
+from runner import rundir
 from runner.logfold import ConfigDumpFolder, Folded, FoldedInterrupt, InterruptTracebackFolder, Output, Shown
 from runner.phases import Phase
 from runner.rundir import LauncherProcess, RunRecord, RunVerdict
 from runner.verdict import JobObserver, OomAdvisor, RankDeath, Status, decide, exit_code
 from wizard import __version__
+from wizard import launch_command as launch
+from wizard.launch_command import LaunchCommand, LaunchSpec
 
 _RANK_FILE_RE = re.compile(r"_rank(?P<rank>\d+)\.log$")
 _TICK_S = 0.1

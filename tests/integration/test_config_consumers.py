@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from wizard.config.build import WriteOptions, config_set_from_strategy
-from wizard.config.lint_batch import complete_batch
+from wizard.config.lint.batch import complete_batch
 from wizard.config.render import render_all, render_ds_json
 from wizard.consumer.check import ProbeTarget, consumer_findings_many
 from wizard.findings import Severity

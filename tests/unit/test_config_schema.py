@@ -15,7 +15,7 @@ from wizard.config.build import (
     supports_log_level,
 )
 from wizard.config.check import lint_config
-from wizard.config.lint_auto import ACCELERATE_FILLS, TRAINER_FILLS, auto_paths
+from wizard.config.lint.auto import ACCELERATE_FILLS, TRAINER_FILLS, auto_paths
 from wizard.config.render import ds_config_dict
 from wizard.config.schema import ConfigSet, DeepSpeedSettings, ZeroOptimization
 from wizard.errors import DswizError

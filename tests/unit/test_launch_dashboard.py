@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from runner import launch_ui, rundir
-from runner.launch import LaunchCommand, LaunchSpec
 from runner.process import Job, PreparedRun, TerminalSink, session_processes
+from wizard.launch_command import LaunchCommand, LaunchSpec
 
 FAKE = textwrap.dedent(
     """

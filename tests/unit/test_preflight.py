@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from runner import preflight as pf
-from runner.launch import LaunchSpec
 from wizard.findings import Severity
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
+from wizard.launch_command import LaunchSpec
 
 GiB = 1024**3
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 
 from runner import rundir
-from runner.launch import LaunchCommand, LaunchSpec
 from runner.phases import Phase
 from runner.process import Job, PreparedRun, RunOutcome, forwarded_signals, session_processes
 from runner.verdict import Status
+from wizard.launch_command import LaunchCommand, LaunchSpec
 
 FAKE_LAUNCHER = textwrap.dedent(
     """

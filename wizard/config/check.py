@@ -33,18 +33,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wizard.config.lint_accelerate import lint_accelerate_dict
-from wizard.config.lint_auto import check_auto
-from wizard.config.lint_base import ERROR, LintContext, finding
-from wizard.config.lint_batch import check_batch
-from wizard.config.lint_hostfile import lint_deepspeed_env_text, lint_hostfile_text
-from wizard.config.lint_keys import check_keys
-from wizard.config.lint_launcher import yaml_launcher
-from wizard.config.lint_moe import check_moe
-from wizard.config.lint_precision import check_precision
-from wizard.config.lint_runtime import check_runtime
-from wizard.config.lint_types import check_types
-from wizard.config.lint_zero import check_zero
+from wizard.config.lint.accelerate import lint_accelerate_dict
+from wizard.config.lint.auto import check_auto
+from wizard.config.lint.base import ERROR, LintContext, finding
+from wizard.config.lint.batch import check_batch
+from wizard.config.lint.hostfile import lint_deepspeed_env_text, lint_hostfile_text
+from wizard.config.lint.keys import check_keys
+from wizard.config.lint.launcher import yaml_launcher
+from wizard.config.lint.moe import check_moe
+from wizard.config.lint.precision import check_precision
+from wizard.config.lint.runtime import check_runtime
+from wizard.config.lint.types import check_types
+from wizard.config.lint.zero import check_zero
 from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
@@ -263,11 +263,11 @@ def _lint_dir(
     if HOSTFILE_NAME in present and launcher is None and ACCELERATE_YAML_NAME in present:
         launcher = _yaml_launcher(present[ACCELERATE_YAML_NAME])  # the hostfile's rules depend on it
     if HOSTFILE_NAME in present and world_size is None:
-        from wizard.config.lint_hostfile import parse_hostfile
+        from wizard.config.hostfile import parse_hostfile
 
-        slots = sum(
-            parse_hostfile(present[HOSTFILE_NAME].read_text(encoding="utf-8", errors="replace")).values()
-        )
+        slots = parse_hostfile(
+            present[HOSTFILE_NAME].read_text(encoding="utf-8", errors="replace")
+        ).total_slots
         world_size = slots or None
     for name, path in present.items():
         text, unreadable = _read(path)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import socket
 
-from wizard.config.lint_base import ERROR, WARNING, finding
-from wizard.config.lint_zero import disk_for, writable_findings
+from wizard.config.lint.base import ERROR, WARNING, finding
+from wizard.config.lint.zero import disk_for, writable_findings
 from wizard.findings import Finding
 from wizard.hardware.report import DiskInfo, HardwareReport
 from wizard.units import fmt_bytes

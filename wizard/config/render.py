@@ -5,7 +5,7 @@ timestamps, no absolute paths unless passed in), so each one is golden-tested.
 - ``render_accelerate_yaml``: accelerate's config, either pointing at the JSON (``deepspeed_config_file``, never
   with the keys accelerate then refuses, FACTS §3 rule 10) or carrying the plugin settings itself.
 - ``render_hostfile`` / ``render_deepspeed_env``: the launcher's hostfile and the variables other nodes need.
-- ``render_launch_sh``: the exact command, as a script: built by ``runner.launch.build_command`` (what ``dswiz
+- ``render_launch_sh``: the exact command, as a script: built by ``wizard.launch_command.build_command`` (what ``dswiz
   launch`` runs), so the two cannot disagree.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 
 import yaml
 
-from runner.launch import LaunchCommand, LaunchSpec, build_command
 from wizard.config.launchers import PER_NODE_LAUNCHERS
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
@@ -29,6 +28,7 @@ from wizard.config.schema import (
     DeepSpeedSettings,
     _Section,
 )
+from wizard.launch_command import LaunchCommand, LaunchSpec, build_command
 
 
 def section_to_dict(section: _Section) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def render_deepspeed_env(config: ConfigSet) -> str:
 
 
 def launch_spec(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$SCRIPT") -> LaunchSpec:
-    """The launch of these configs as ``dswiz launch`` describes it (``runner.launch.LaunchSpec``), reading the files
+    """The launch of these configs as ``dswiz launch`` describes it (``wizard.launch_command.LaunchSpec``), reading the files
     where they are (no run directory). ``$DIR``/``$SCRIPT``/``$PYTHON``/``$NODE_RANK`` stay shell variables."""
     topo = config.topology
     every_node = runs_on_every_node(config)
@@ -218,7 +218,7 @@ def launch_spec(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$
 
 
 def launch_command(config: ConfigSet) -> LaunchCommand:
-    """What ``launch.sh`` runs: ``runner.launch.build_command``, the builder ``dswiz launch`` uses."""
+    """What ``launch.sh`` runs: ``wizard.launch_command.build_command``, the builder ``dswiz launch`` uses."""
     return build_command(launch_spec(config))
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, as_int, finding, section, stage_of
+from wizard.config.lint.base import ERROR, INFO, WARNING, LintContext, as_int, finding, section, stage_of
 from wizard.findings import Finding
 from wizard.hardware.report import DiskInfo
 

@@ -12,7 +12,7 @@ from wizard.config.launchers import (
     MULTINODE_LAUNCHERS,
     launcher_problems,
 )
-from wizard.config.lint_base import ERROR, LintContext, as_int, did_you_mean, finding
+from wizard.config.lint.base import ERROR, LintContext, as_int, did_you_mean, finding
 from wizard.findings import Finding
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, finding, is_auto, stage_of, walk
+from wizard.config.lint.base import ERROR, INFO, WARNING, LintContext, finding, is_auto, stage_of, walk
 from wizard.findings import Finding
 
 _BATCH = {

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from wizard.config import accelerate_keys
-from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, as_int, did_you_mean, finding
-from wizard.config.lint_launcher import lint_accelerate_launcher
-from wizard.config.lint_precision import precision_vs_hardware
+from wizard.config.lint.base import ERROR, INFO, WARNING, LintContext, as_int, did_you_mean, finding
+from wizard.config.lint.launcher import lint_accelerate_launcher
+from wizard.config.lint.precision import precision_vs_hardware
 from wizard.findings import Finding
 
 # accelerate refuses these in the YAML when deepspeed_config_file is set (utils/dataclasses.py

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, LintContext, finding, section
+from wizard.config.lint.base import ERROR, INFO, LintContext, finding, section
 from wizard.findings import Finding
 
 

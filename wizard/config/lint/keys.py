@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from wizard.config import ds_keys
-from wizard.config.lint_base import ERROR, WARNING, LintContext, did_you_mean, finding
+from wizard.config.lint.base import ERROR, WARNING, LintContext, did_you_mean, finding
 from wizard.findings import Finding
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from wizard.config import ds_keys
-from wizard.config.lint_base import ERROR, LintContext, finding, is_auto, section
+from wizard.config.lint.base import ERROR, LintContext, finding, is_auto, section
 from wizard.config.load import is_union_tag, split_managed
 from wizard.config.schema import DeepSpeedSettings
 from wizard.findings import Finding

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, LintContext, as_int, finding, is_auto
+from wizard.config.lint.base import ERROR, INFO, LintContext, as_int, finding, is_auto
 from wizard.findings import Finding
 
 TRAIN, MICRO, GAS = "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, WARNING, LintContext, as_int, finding, section, stage_of
+from wizard.config.lint.base import ERROR, WARNING, LintContext, as_int, finding, section, stage_of
 from wizard.findings import Finding
 
 
