@@ -7,15 +7,12 @@ for one ``LaunchSpec``.
 
 from __future__ import annotations
 
-import ctypes.util
 import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +21,7 @@ from typing import Any
 
 from wizard.config.check import lint_path
 from wizard.config.hostfile import launch_hosts
+from wizard.config.nvme import launch_nvme_findings, offload_sections
 from wizard.config.schema import Consumer
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
@@ -214,27 +212,12 @@ def check_nossh_support(env: TrainingEnv | None) -> list[Finding]:
 # ------------------------------------------------------------------------------------------- the config
 
 
-# Linter findings the launch makes moot (it adds steps_per_print/log_level to the launched copy) or checks itself on
-# this machine with its own codes (the NVMe folder and libaio, check_nvme).
-LINT_CODES_HANDLED_BY_LAUNCH = frozenset(
-    {
-        "no-steps-per-print",
-        "no-log-level",
-        "nvme-path-missing",
-        "nvme-path-not-writable",
-        "no-libaio",
-        "libaio-unknown",
-    }
-)
-
-
 def lint_config(
     path: str, *, consumer: Consumer, world_size: int | None, hardware: HardwareReport | None
 ) -> list[Finding]:
     """`dswiz check` on the config (a DeepSpeed JSON, or an accelerate YAML with its JSON): the one call site of
-    the config linter. Findings the launch itself takes care of are left out."""
-    found = lint_path(path, consumer=consumer, world_size=world_size, hardware=hardware)
-    return [f for f in found if f.code not in LINT_CODES_HANDLED_BY_LAUNCH]
+    the config linter, told it runs for a launch (the rules the launch takes care of itself stay quiet)."""
+    return lint_path(path, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=True)
 
 
 def config_consumer(launcher: str, config_arg: str) -> Consumer:
@@ -345,104 +328,7 @@ def check_port(port: int) -> list[Finding]:
     ]
 
 
-# ------------------------------------------------------------------------------------ NVMe and host RAM
-
-
-def _offload_sections(ds_config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    zero = ds_config.get("zero_optimization")
-    if not isinstance(zero, Mapping):
-        return []
-    out = []
-    for key in ("offload_optimizer", "offload_param"):
-        section = zero.get(key)
-        if isinstance(section, Mapping):
-            out.append((f"zero_optimization.{key}", section))
-    return out
-
-
-def libaio_present(hardware: HardwareReport | None) -> bool:
-    if hardware is not None and hardware.host.libaio is not None:
-        return hardware.host.libaio
-    return ctypes.util.find_library("aio") is not None
-
-
-def check_nvme(
-    ds_config: Mapping[str, Any], hardware: HardwareReport | None, *, need_bytes: int | None = None
-) -> list[Finding]:
-    """NVMe offload: the path exists, is writable, has room (``need_bytes`` when predicted), libaio is present."""
-    findings: list[Finding] = []
-    nvme = [(loc, s) for loc, s in _offload_sections(ds_config) if str(s.get("device", "")).lower() == "nvme"]
-    for loc, section in nvme:
-        raw = section.get("nvme_path")
-        if not raw:
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-path-missing",
-                    f"{loc}.device is nvme but nvme_path is not set",
-                    "DeepSpeed refuses it: 'nvme_path … cannot be None if remote device is nvme'",
-                    f'set {loc}.nvme_path to a folder on a local NVMe disk, e.g. "/local_nvme"',
-                    f"{loc}.nvme_path",
-                )
-            )
-            continue
-        path = Path(str(raw))
-        if not path.is_dir():
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-path-absent",
-                    f"the NVMe offload folder {path} does not exist",
-                    "DeepSpeed creates its swap files there and fails when it cannot",
-                    f"mkdir -p {shlex.quote(str(path))} (on a local NVMe disk), or change {loc}.nvme_path",
-                    f"{loc}.nvme_path",
-                )
-            )
-            continue
-        if not _writable(path):
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-path-readonly",
-                    f"the NVMe offload folder {path} is not writable",
-                    "DeepSpeed writes the offloaded tensors there",
-                    f"choose a writable folder for {loc}.nvme_path, or fix its permissions",
-                    f"{loc}.nvme_path",
-                )
-            )
-            continue
-        free = shutil.disk_usage(path).free
-        if need_bytes is not None and free < need_bytes:
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-no-room",
-                    f"{path} has {fmt_bytes(free)} free but the offload needs about {fmt_bytes(need_bytes)}",
-                    "the swap files would fill the disk mid-training",
-                    "free space there, or point nvme_path at a bigger disk",
-                    f"{loc}.nvme_path",
-                )
-            )
-    if nvme and not libaio_present(hardware):
-        findings.append(
-            _f(
-                Severity.ERROR,
-                "libaio-missing",
-                "NVMe offload needs DeepSpeed's async_io op, and libaio is not installed",
-                "the op cannot build, so the job fails at start (ds_report shows async_io [NO])",
-                "install libaio (Debian/Ubuntu: sudo apt install libaio-dev), or offload to cpu instead",
-                nvme[0][0] + ".device",
-            )
-        )
-    return findings
-
-
-def _writable(path: Path) -> bool:
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".dswiz-preflight-"):
-            return True
-    except OSError:
-        return False
+# -------------------------------------------------------------------- host RAM (NVMe: wizard.config.nvme)
 
 
 def check_host_ram(
@@ -450,7 +336,7 @@ def check_host_ram(
 ) -> list[Finding]:
     """Host RAM against the predicted CPU-offload need (``need_bytes`` from the planner; None: not predicted)."""
     cpu = [
-        loc for loc, s in _offload_sections(ds_config) if str(s.get("device", "")).lower() in ("cpu", "nvme")
+        loc for loc, s in offload_sections(ds_config) if str(s.get("device", "")).lower() in ("cpu", "nvme")
     ]
     if hardware is None:
         return []
@@ -689,7 +575,7 @@ def preflight(
         )
     if ds_config is not None:
         findings += check_script_code(spec, ds_config)
-        findings += check_nvme(ds_config, hardware, need_bytes=nvme_need_bytes)
+        findings += launch_nvme_findings(ds_config, hardware, need_bytes=nvme_need_bytes)
         findings += check_host_ram(ds_config, hardware, need_bytes=cpu_offload_need_bytes)
     arch_findings, arch_fix = check_arch_list(environ)
     findings += arch_findings

@@ -77,8 +77,9 @@ def lint_config(
     hardware: HardwareReport | None = None,
     gpus_per_node: int | None = None,
     check_local_paths: bool | None = None,
+    at_launch: bool = False,
 ) -> list[Finding]:
-    """Lint a DeepSpeed config dict. Locations are key paths."""
+    """Lint a DeepSpeed config dict. Locations are key paths. ``at_launch``: for `dswiz launch` (LintContext)."""
     if not isinstance(cfg, dict):
         return [
             finding(
@@ -89,7 +90,7 @@ def lint_config(
                 'write it as { "train_micro_batch_size_per_gpu": 1, ... }',
             )
         ]
-    ctx = _context(consumer, world_size, hardware, gpus_per_node, check_local_paths)
+    ctx = _context(consumer, world_size, hardware, gpus_per_node, check_local_paths, at_launch)
     out: list[Finding] = []
     for rule in RULES:
         out += rule(cfg, ctx)
@@ -103,12 +104,21 @@ def lint_path(
     world_size: int | None = None,
     hardware: HardwareReport | None = None,
     launcher: str | None = None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     """Lint a DeepSpeed JSON, an accelerate YAML (+ its JSON), a hostfile, a .deepspeed_env, or a directory
-    holding them (what `dswiz config` writes). Never raises for a bad file: that is a finding."""
+    holding them (what `dswiz config` writes). Never raises for a bad file: that is a finding. ``at_launch``: for
+    `dswiz launch`, which takes care of some rules itself (LintContext.at_launch)."""
     path = Path(path)
     if path.is_dir():
-        return _lint_dir(path, consumer=consumer, world_size=world_size, hardware=hardware, launcher=launcher)
+        return _lint_dir(
+            path,
+            consumer=consumer,
+            world_size=world_size,
+            hardware=hardware,
+            launcher=launcher,
+            at_launch=at_launch,
+        )
     text, problem = _read(path)
     if problem is not None:
         return [problem]
@@ -120,8 +130,18 @@ def lint_path(
     if kind == "deepspeed_env":
         return sort_findings(lint_deepspeed_env_text(text, name=path.name))
     if kind == "accelerate":
-        return _lint_yaml(path, text, consumer=consumer, world_size=world_size, hardware=hardware)
-    return _lint_json(path, text, prefix="", consumer=consumer, world_size=world_size, hardware=hardware)
+        return _lint_yaml(
+            path, text, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=at_launch
+        )
+    return _lint_json(
+        path,
+        text,
+        prefix="",
+        consumer=consumer,
+        world_size=world_size,
+        hardware=hardware,
+        at_launch=at_launch,
+    )
 
 
 def detect_kind(path: Path, text: str) -> FileKind:
@@ -143,6 +163,7 @@ def _context(
     hardware: HardwareReport | None,
     gpus_per_node: int | None,
     check_local_paths: bool | None,
+    at_launch: bool = False,
 ) -> LintContext:
     if check_local_paths is None:
         # A config planned for described hardware is for another machine: its paths mean nothing here.
@@ -153,6 +174,7 @@ def _context(
         hardware=hardware,
         gpus_per_node=gpus_per_node,
         check_local_paths=check_local_paths,
+        at_launch=at_launch,
     )
 
 
@@ -188,11 +210,12 @@ def _lint_json(
     consumer: Consumer | None,
     world_size: int | None,
     hardware: HardwareReport | None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     cfg, problem = parse_json(text)
     if problem is not None:
         return [_parse_finding(problem, path.name, "not-json")]
-    found = lint_config(cfg, consumer=consumer, world_size=world_size, hardware=hardware)
+    found = lint_config(cfg, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=at_launch)
     if prefix:
         found = [replace(f, location=f"{prefix}: {f.location}" if f.location else prefix) for f in found]
     return [f if f.location else replace(f, location=path.name) for f in found]
@@ -206,11 +229,12 @@ def _lint_yaml(
     world_size: int | None,
     hardware: HardwareReport | None,
     already_linted: Path | None = None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     raw, problem = parse_yaml(text)
     if problem is not None:
         return [_parse_finding(problem, path.name, "not-yaml")]
-    ctx = _context(consumer or "accelerate", world_size, hardware, None, None)
+    ctx = _context(consumer or "accelerate", world_size, hardware, None, None, at_launch)
     result = lint_accelerate_dict(
         raw, name=path.name, lines=yaml_key_lines(text), base_dir=path.parent, ctx=ctx
     )
@@ -232,6 +256,7 @@ def _lint_yaml(
                 consumer=consumer or "accelerate",
                 world_size=world_size if world_size is not None else result.world_size,
                 hardware=hardware,
+                at_launch=at_launch,
             )
     return sort_findings(_unique(out))
 
@@ -243,6 +268,7 @@ def _lint_dir(
     world_size: int | None,
     hardware: HardwareReport | None,
     launcher: str | None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     files = {
         n: directory / n for n in (DS_CONFIG_NAME, ACCELERATE_YAML_NAME, HOSTFILE_NAME, DEEPSPEED_ENV_NAME)
@@ -275,7 +301,13 @@ def _lint_dir(
             out.append(unreadable)
         elif name == DS_CONFIG_NAME:
             out += _lint_json(
-                path, text, prefix=name, consumer=consumer, world_size=world_size, hardware=hardware
+                path,
+                text,
+                prefix=name,
+                consumer=consumer,
+                world_size=world_size,
+                hardware=hardware,
+                at_launch=at_launch,
             )
         elif name == ACCELERATE_YAML_NAME:
             out += _lint_yaml(
@@ -285,6 +317,7 @@ def _lint_dir(
                 world_size=world_size,
                 hardware=hardware,
                 already_linted=present.get(DS_CONFIG_NAME),  # its JSON is usually the one beside it
+                at_launch=at_launch,
             )
         elif name == HOSTFILE_NAME:
             out += lint_hostfile_text(text, name=name, world_size=world_size, launcher=launcher)

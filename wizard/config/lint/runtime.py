@@ -71,6 +71,10 @@ def _observability(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
             )
         ]
     out = []
+    if ctx.at_launch:
+        return (
+            out  # the launch adds steps_per_print and log_level to the copy it starts (observable_ds_config)
+        )
     if cfg.get("steps_per_print") is None:
         out.append(
             finding(
