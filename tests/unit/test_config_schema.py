@@ -17,7 +17,7 @@ from wizard.config.build import (
 from wizard.config.check import lint_config
 from wizard.config.lint.auto import ACCELERATE_FILLS, TRAINER_FILLS, auto_paths
 from wizard.config.render import ds_config_dict
-from wizard.config.schema import ConfigSet, DeepSpeedSettings, ZeroOptimization
+from wizard.config.schema import DeepSpeedSettings, ZeroOptimization
 from wizard.errors import DswizError
 from wizard.strategy import Strategy
 
@@ -133,11 +133,11 @@ def test_impossible_requests_are_clear_errors(
     assert message in info.value.problem and info.value.fix
 
 
-def test_constructors_on_the_models() -> None:
+def test_config_set_and_settings_from_a_strategy() -> None:
     strategy = Strategy(zero_stage=1, nodes=2, gpus_per_node=4)
-    config = ConfigSet.from_strategy(strategy, WriteOptions(consumer="trainer"))
+    config = config_set_from_strategy(strategy, WriteOptions(consumer="trainer"))
     assert config.consumer == "trainer" and config.topology.world_size == 8
     assert config.topology.hosts == ("worker-0", "worker-1") and config.node_env == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID"
     }
-    assert DeepSpeedSettings.from_strategy(strategy) == config_set_from_strategy(strategy).deepspeed
+    assert settings_from_strategy(strategy) == config_set_from_strategy(strategy).deepspeed

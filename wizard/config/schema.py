@@ -13,15 +13,11 @@ HF Trainer or accelerate can fill (FACTS §3 rule 11); whether the chosen consum
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
 from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher
-
-if TYPE_CHECKING:
-    from wizard.config.build import WriteOptions
-    from wizard.strategy import Strategy
 
 Consumer = Literal["deepspeed", "accelerate", "trainer"]
 CONSUMERS: tuple[Consumer, ...] = ("deepspeed", "accelerate", "trainer")
@@ -198,13 +194,6 @@ class DeepSpeedSettings(_Section):
     wall_clock_breakdown: StrictBool | None = None
     csv_monitor: CsvMonitor | None = None
 
-    @classmethod
-    def from_strategy(cls, strategy: Strategy, options: WriteOptions | None = None) -> DeepSpeedSettings:
-        """The DeepSpeed JSON for a planned strategy, shaped for ``options.consumer`` (see build.py)."""
-        from wizard.config.build import settings_from_strategy
-
-        return settings_from_strategy(strategy, options)
-
     @property
     def stage(self) -> int:
         zero = self.zero_optimization
@@ -266,10 +255,3 @@ class ConfigSet(BaseModel):
     node_env: dict[str, str] = Field(default_factory=dict)
     # What the script must do for these settings to take effect, in words (shown in launch.sh and by the CLI).
     script_notes: tuple[str, ...] = ()
-
-    @classmethod
-    def from_strategy(cls, strategy: Strategy, options: WriteOptions | None = None) -> ConfigSet:
-        """Everything to write for a planned strategy: settings, topology, consumer-side choices (build.py)."""
-        from wizard.config.build import config_set_from_strategy
-
-        return config_set_from_strategy(strategy, options)
