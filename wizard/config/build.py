@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems
+from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems, parse_version
 from wizard.config.schema import (
     AUTO,
     BF16,
@@ -96,13 +96,7 @@ def _at_least(deepspeed_version: str | None, minimum: tuple[int, int, int]) -> b
     """Whether the target DeepSpeed is at least ``minimum`` (unknown: assume a current one)."""
     if deepspeed_version is None:
         return True
-    parts: list[int] = []
-    for piece in deepspeed_version.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    while len(parts) < 3:
-        parts.append(0)
-    return tuple(parts) >= minimum
+    return (parse_version(deepspeed_version) or (0, 0, 0)) >= minimum
 
 
 def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = None) -> DeepSpeedSettings:
@@ -259,6 +253,15 @@ def _fp16() -> FP16:
     )
 
 
+def _offload_common(device: str, options: WriteOptions) -> dict[str, Any]:
+    """The keys both offload sections take: the device, the swap directory (NVMe only), pinned buffers."""
+    return {
+        "device": device,
+        "nvme_path": options.nvme_path if device == "nvme" else None,
+        "pin_memory": options.pin_memory,
+    }
+
+
 def _zero(strategy: Strategy, options: WriteOptions) -> ZeroOptimization:
     stage = strategy.zero_stage
     training = strategy.mode == "train"
@@ -272,17 +275,12 @@ def _zero(strategy: Strategy, options: WriteOptions) -> ZeroOptimization:
     if strategy.offload_optimizer != "none":
         nvme = strategy.offload_optimizer == "nvme"
         values["offload_optimizer"] = OffloadOptimizer(
-            device=strategy.offload_optimizer,
-            nvme_path=options.nvme_path if nvme else None,
-            pin_memory=options.pin_memory,
-            buffer_count=4 if nvme else None,
+            **_offload_common(strategy.offload_optimizer, options), buffer_count=4 if nvme else None
         )
     if strategy.offload_param != "none":
         nvme = strategy.offload_param == "nvme"
         values["offload_param"] = OffloadParam(
-            device=strategy.offload_param,
-            nvme_path=options.nvme_path if nvme else None,
-            pin_memory=options.pin_memory,
+            **_offload_common(strategy.offload_param, options),
             buffer_count=5 if nvme else None,
             buffer_size=100_000_000 if nvme else None,
             max_in_cpu=1_000_000_000 if nvme else None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -155,64 +156,56 @@ def render_deepspeed_env(config: ConfigSet) -> str:
 
 
 def launch_spec(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$SCRIPT") -> LaunchSpec:
-    """The launch of these configs as ``dswiz launch`` describes it (``wizard.launch_command.LaunchSpec``), reading the files
-    where they are (no run directory). ``$DIR``/``$SCRIPT``/``$PYTHON``/``$NODE_RANK`` stay shell variables."""
+    """The launch of these configs as ``dswiz launch`` describes it (``wizard.launch_command.LaunchSpec``), reading
+    the files where they are (no run directory). ``$DIR``/``$SCRIPT``/``$PYTHON``/``$NODE_RANK`` stay shell
+    variables."""
     topo = config.topology
     every_node = runs_on_every_node(config)
-    env = tuple(sorted(config.node_env.items()))
+    # What every launch.sh shares: the script with the user's arguments, the training python, the configs read in
+    # place, each node's environment, and the rank logs left to the launcher's own output.
+    common = LaunchSpec(
+        script=script,
+        run_dir="",
+        script_args=("$@",),
+        python="$PYTHON",
+        each_rank_log=False,
+        env=tuple(sorted(config.node_env.items())),
+        copy_configs=False,
+    )
     if config.consumer == "accelerate":
-        return LaunchSpec(
-            script=script,
-            run_dir="",
-            script_args=("$@",),
+        return replace(
+            common,
             launcher="accelerate",
-            python="$PYTHON",
             accelerate_config=f"{config_dir}/{ACCELERATE_YAML_NAME}",
             config_arg="",  # accelerate hands the DeepSpeed config over through its YAML
             node_rank_var="NODE_RANK" if every_node else None,
-            each_rank_log=False,
-            env=env,
-            copy_configs=False,
         )
     # DeepSpeed's own scripts take --deepspeed_config FILE; the HF Trainer takes --deepspeed FILE.
-    config_arg = "deepspeed" if config.consumer == "trainer" else "deepspeed_config"
+    ds = replace(
+        common,
+        ds_config=f"{config_dir}/{DS_CONFIG_NAME}",
+        config_arg="deepspeed" if config.consumer == "trainer" else "deepspeed_config",
+        master_port=topo.master_port,
+    )
     if topo.multi_node and topo.launcher == "standard":
         # torchrun on every node, no DeepSpeed runner (wizard/config/launchers.py)
-        return LaunchSpec(
-            script=script,
-            run_dir="",
-            script_args=("$@",),
+        return replace(
+            ds,
             launcher="torchrun",
-            python="$PYTHON",
-            ds_config=f"{config_dir}/{DS_CONFIG_NAME}",
-            config_arg=config_arg,
             nproc=topo.gpus_per_node,
             hostfile=f"{config_dir}/{HOSTFILE_NAME}",
             num_nodes=topo.nodes,
             node_rank_var="NODE_RANK",
             master_addr=topo.master_addr,
-            master_port=topo.master_port,
-            each_rank_log=False,
-            env=env,
-            copy_configs=False,
         )
-    return LaunchSpec(
-        script=script,
-        run_dir="",
-        script_args=("$@",),
+    return replace(
+        ds,
         launcher="deepspeed",
-        python="$PYTHON",
-        ds_config=f"{config_dir}/{DS_CONFIG_NAME}",
-        config_arg=config_arg,
         nproc=None if topo.multi_node else topo.gpus_per_node,  # several nodes: the hostfile's slots
         hostfile=f"{config_dir}/{HOSTFILE_NAME}" if topo.multi_node else None,
         multinode_launcher=topo.launcher if topo.multi_node else "pdsh",
         node_rank_var="NODE_RANK" if every_node else None,
         master_addr=topo.master_addr if topo.multi_node else None,
-        master_port=topo.master_port,
-        each_rank_log=False,
-        env=env,
-        copy_configs=False,
         deepspeed_env_file=f"{config_dir}/{DEEPSPEED_ENV_NAME}",
     )
 

@@ -70,11 +70,11 @@ def _observability(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                 "steps_per_print",
             )
         ]
-    out = []
-    if ctx.at_launch:
-        return (
-            out  # the launch adds steps_per_print and log_level to the copy it starts (observable_ds_config)
-        )
+    if (
+        ctx.at_launch
+    ):  # the launch adds steps_per_print and log_level to the copy it starts (observable_ds_config)
+        return []
+    out: list[Finding] = []
     if cfg.get("steps_per_print") is None:
         out.append(
             finding(
