@@ -21,6 +21,7 @@ from typing import Any
 
 from wizard.config.check import lint_path
 from wizard.config.hostfile import launch_hosts
+from wizard.config.launchers import NOSSH_MIN_DEEPSPEED
 from wizard.config.nvme import launch_nvme_findings, offload_sections
 from wizard.config.schema import Consumer
 from wizard.errors import DswizError
@@ -31,7 +32,6 @@ from wizard.launch_command import LaunchSpec, effective_config_arg
 from wizard.units import fmt_bytes
 
 SSH_LAUNCHERS = ("pdsh", "openmpi", "mpich", "impi", "mvapich")  # reach the other nodes by ssh
-NOSSH_MIN_DEEPSPEED = (0, 14, 5)  # FACTS §3 rule 9
 
 # Printed by the training environment's python: what it is and what it has, without importing torch (fast).
 _PROBE = (
@@ -65,10 +65,6 @@ class PreflightResult:
         return not any(f.severity is Severity.ERROR for f in self.findings)
 
 
-def _f(severity: Severity, code: str, what: str, why: str, fix: str, location: str | None = None) -> Finding:
-    return Finding(severity=severity, code=code, what=what, why=why, fix=fix, location=location)
-
-
 # --------------------------------------------------------------------------------------------- the script
 
 
@@ -76,7 +72,7 @@ def check_script(script: str) -> list[Finding]:
     path = Path(script)
     if not path.exists():
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "script-missing",
                 f"the training script {script} does not exist",
@@ -87,7 +83,7 @@ def check_script(script: str) -> list[Finding]:
         ]
     if not path.is_file():
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "script-not-a-file",
                 f"{script} is not a file",
@@ -98,7 +94,7 @@ def check_script(script: str) -> list[Finding]:
         ]
     if not os.access(path, os.R_OK):
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "script-unreadable",
                 f"{script} cannot be read",
@@ -163,7 +159,7 @@ def check_training_python(python: str, launcher: str) -> tuple[list[Finding], Tr
     env = probe_python(python)
     if env is None:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "python-unusable",
                 f"the training python {python!r} cannot be run",
@@ -177,7 +173,7 @@ def check_training_python(python: str, launcher: str) -> tuple[list[Finding], Tr
     missing = [pkg for pkg in needed_here if getattr(env, pkg) is None]
     if missing:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "python-missing-packages",
                 f"{env.executable} has no {', '.join(missing)}",
@@ -198,7 +194,7 @@ def check_nossh_support(env: TrainingEnv | None) -> list[Finding]:
     if env is None or env.deepspeed is None or _version_tuple(env.deepspeed) >= NOSSH_MIN_DEEPSPEED:
         return []
     return [
-        _f(
+        Finding(
             Severity.ERROR,
             "nossh-too-old",
             f"DeepSpeed {env.deepspeed} has no one-launcher-per-node mode (--no_ssh)",
@@ -243,7 +239,7 @@ def check_gpu_count(
     """``requested``: processes this node will start (None: one per visible GPU)."""
     if hardware is None:
         return [
-            _f(
+            Finding(
                 Severity.INFO,
                 "gpu-count-unchecked",
                 "the GPU count was not checked",
@@ -254,7 +250,7 @@ def check_gpu_count(
     if not hardware.gpus:
         reason = f" ({hardware.no_gpu_reason})" if hardware.no_gpu_reason else ""
         return [
-            _f(
+            Finding(
                 Severity.WARNING,
                 "no-gpu",
                 f"no NVIDIA GPU was found{reason}: DeepSpeed will run the ranks on the CPU (gloo)",
@@ -266,7 +262,7 @@ def check_gpu_count(
     if requested is not None and requested > visible:
         where = " (CUDA_VISIBLE_DEVICES)" if visible_devices is not None else ""
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "gpu-count",
                 f"{requested} processes per node were asked for, but {visible} GPU(s) are visible{where}",
@@ -277,7 +273,7 @@ def check_gpu_count(
         ]
     if requested is not None and requested < visible:
         return [
-            _f(
+            Finding(
                 Severity.INFO,
                 "gpu-count-partial",
                 f"using {requested} of the {visible} visible GPUs",
@@ -317,7 +313,7 @@ def check_port(port: int) -> list[Finding]:
     if port_is_free(port):
         return []
     return [
-        _f(
+        Finding(
             Severity.ERROR,
             "port-in-use",
             f"the rendezvous port {port} is already in use on this machine",
@@ -345,7 +341,7 @@ def check_host_ram(
         return []
     if need_bytes > available:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "host-ram",
                 f"CPU offload needs about {fmt_bytes(need_bytes)} of host RAM; {fmt_bytes(available)} is available",
@@ -356,7 +352,7 @@ def check_host_ram(
         ]
     if need_bytes > 0.85 * available:
         return [
-            _f(
+            Finding(
                 Severity.WARNING,
                 "host-ram-tight",
                 f"CPU offload needs about {fmt_bytes(need_bytes)} of the {fmt_bytes(available)} host RAM available",
@@ -384,7 +380,7 @@ def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str
     shown = repr(fixed) if fixed else "unset (DeepSpeed builds for the GPUs it sees)"
     yours = f"export TORCH_CUDA_ARCH_LIST='{fixed}'" if fixed else "unset TORCH_CUDA_ARCH_LIST"
     return [
-        _f(
+        Finding(
             Severity.WARNING,
             "arch-list-unparsable",
             f"TORCH_CUDA_ARCH_LIST={value!r} has entries DeepSpeed cannot parse ({bad}); {shown} for this job",
@@ -403,7 +399,7 @@ def check_hostfile(path: str) -> tuple[list[Finding], list[tuple[str, int]]]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "hostfile-unreadable",
                 f"the hostfile {path} cannot be read ({e.strerror})",
@@ -416,7 +412,7 @@ def check_hostfile(path: str) -> tuple[list[Finding], list[tuple[str, int]]]:
         return [], launch_hosts(text, source=path)
     except DswizError as e:
         return [
-            _f(Severity.ERROR, "hostfile-invalid", e.problem, "DeepSpeed refuses it", e.fix or "", path)
+            Finding(Severity.ERROR, "hostfile-invalid", e.problem, "DeepSpeed refuses it", e.fix or "", path)
         ], []
 
 
@@ -439,7 +435,7 @@ def check_hosts(
             proc = None
         except OSError as e:
             return [
-                _f(
+                Finding(
                     Severity.ERROR,
                     "ssh-missing",
                     f"ssh cannot be run ({e.strerror})",
@@ -450,7 +446,7 @@ def check_hosts(
         if proc is None or proc.returncode == 255:
             detail = "timed out" if proc is None else (proc.stderr.strip().splitlines() or ["failed"])[-1]
             return [
-                _f(
+                Finding(
                     Severity.ERROR,
                     "host-unreachable",
                     f"{host} is not reachable by ssh in batch mode ({detail})",
@@ -463,7 +459,7 @@ def check_hosts(
         remote = _parse_probe(proc.stdout) if proc.returncode == 0 else None
         if remote is None:
             return [
-                _f(
+                Finding(
                     Severity.ERROR,
                     "host-python-missing",
                     f"{python} does not run on {host}",
@@ -472,36 +468,42 @@ def check_hosts(
                     host,
                 )
             ]
-        out: list[Finding] = []
-        if remote.deepspeed is None:
-            out.append(
-                _f(
-                    Severity.ERROR,
-                    "host-deepspeed-missing",
-                    f"{python} on {host} has no DeepSpeed",
-                    "the ranks on that node could not import it",
-                    f"install DeepSpeed {local.deepspeed if local else ''} into {python} on {host}".rstrip(),
-                    host,
-                )
-            )
-        elif local is not None and local.deepspeed and remote.deepspeed != local.deepspeed:
-            out.append(
-                _f(
-                    Severity.ERROR,
-                    "host-deepspeed-version",
-                    f"{host} has DeepSpeed {remote.deepspeed}, this node {local.deepspeed}",
-                    "ranks of different versions may disagree on the ZeRO partitioning and hang or crash",
-                    f"pip install deepspeed=={local.deepspeed} on {host}",
-                    host,
-                )
-            )
-        return out
+        return _remote_deepspeed_findings(host, python, local, remote)
 
     if not hosts:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         results = list(pool.map(one, hosts))
     return [f for r in results for f in r]
+
+
+def _remote_deepspeed_findings(
+    host: str, python: str, local: TrainingEnv | None, remote: TrainingEnv
+) -> list[Finding]:
+    """DeepSpeed on another node: installed, and the version this node has."""
+    if remote.deepspeed is None:
+        return [
+            Finding(
+                Severity.ERROR,
+                "host-deepspeed-missing",
+                f"{python} on {host} has no DeepSpeed",
+                "the ranks on that node could not import it",
+                f"install DeepSpeed {local.deepspeed if local else ''} into {python} on {host}".rstrip(),
+                host,
+            )
+        ]
+    if local is not None and local.deepspeed and remote.deepspeed != local.deepspeed:
+        return [
+            Finding(
+                Severity.ERROR,
+                "host-deepspeed-version",
+                f"{host} has DeepSpeed {remote.deepspeed}, this node {local.deepspeed}",
+                "ranks of different versions may disagree on the ZeRO partitioning and hang or crash",
+                f"pip install deepspeed=={local.deepspeed} on {host}",
+                host,
+            )
+        ]
+    return []
 
 
 # ------------------------------------------------------------------------------------------------ all of it
@@ -543,7 +545,7 @@ def preflight(
         findings += hf_findings
         if spec.node_rank is not None and hosts and spec.node_rank >= len(hosts):
             findings.append(
-                _f(
+                Finding(
                     Severity.ERROR,
                     "node-rank-range",
                     f"--node-rank {spec.node_rank} but the hostfile lists {len(hosts)} node(s)",
