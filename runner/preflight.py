@@ -368,7 +368,8 @@ def check_host_ram(
 
 
 def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str, str | None]]:
-    """TORCH_CUDA_ARCH_LIST entries DeepSpeed's op builder cannot parse ("9.0a") are fixed for the job (FACTS §6).
+    """TORCH_CUDA_ARCH_LIST entries DeepSpeed's op builder cannot parse ("9.0a") are fixed for the job:
+    DeepSpeed 0.19.8 ``deepspeed/ops/op_builder/builder.py`` ``compute_capability_args`` sorts them with int().
 
     The repair is the hardware module's (``wizard.hardware.hazards.fixed_arch_list``); "" there means unset.
     """
@@ -463,7 +464,7 @@ def check_hosts(
                     Severity.ERROR,
                     "host-python-missing",
                     f"{python} does not run on {host}",
-                    "pdsh runs the same python path on every node (FACTS §3 rule 8)",
+                    "pdsh runs the same python path on every node",
                     f"install the training environment at {python} on {host} too (same path on every node)",
                     host,
                 )

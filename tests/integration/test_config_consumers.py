@@ -1,4 +1,4 @@
-"""The configs dswiz writes, accepted by the real consumers on CPU (FACTS §5): DeepSpeed trains the tiny model under
+"""The configs dswiz writes, accepted by the real consumers on CPU (docs/cpu-testing.md): DeepSpeed trains the tiny model under
 every stage through the real `deepspeed` launcher with 2 ranks (one launch for all configs), `accelerate launch`
 runs a config-file-mode YAML, accelerate's own loader accepts every YAML mode, and DeepSpeed's/accelerate's own
 validation agrees with dswiz's linter."""

@@ -1,5 +1,5 @@
 """The typed settings and their construction from a Strategy: strict where a wrong type is a bug, "auto" exactly
-where the chosen consumer fills it (FACTS §3 rule 11), numbers for plain DeepSpeed."""
+where the chosen consumer fills it (wizard.config.lint.auto), numbers for plain DeepSpeed."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_auto_only_where_the_consumer_fills_it(consumer: str, fills: frozenset[s
 
 def test_accelerate_config_leaves_train_batch_size_to_deepspeed() -> None:
     cfg = ds_config_dict(settings_from_strategy(OFFLOAD, WriteOptions(consumer="accelerate")))
-    assert "train_batch_size" not in cfg  # accelerate's own count is wrong on CPU (FACTS §5)
+    assert "train_batch_size" not in cfg  # accelerate's own count is wrong on CPU (docs/cpu-testing.md)
     assert cfg["optimizer"]["params"]["betas"] == [0.9, 0.999]  # accelerate does not fill betas/eps
 
 

@@ -108,13 +108,17 @@ def test_nvme_offload_checks(tmp_path: Path) -> None:
     absent = launch_nvme_findings(nvme_config(tmp_path / "absent", "offload_param"), hw)
     assert codes(absent) == ["nvme-path-absent"] and "mkdir -p" in absent[0].fix
     assert absent[0].location == "zero_optimization.offload_param.nvme_path"
-    assert codes(launch_nvme_findings(nvme_config("/proc"), hw)) == ["nvme-path-readonly"]  # even root cannot write
+    assert codes(launch_nvme_findings(nvme_config("/proc"), hw)) == [
+        "nvme-path-readonly"
+    ]  # even root cannot write
     room = launch_nvme_findings(nvme_config(tmp_path), hw, need_bytes=10**18)
     assert codes(room) == ["nvme-no-room"]
     no_aio = launch_nvme_findings(nvme_config(tmp_path), h200s(1, libaio=False))
     assert codes(no_aio) == ["libaio-missing"] and "libaio-dev" in no_aio[0].fix
     assert (
-        launch_nvme_findings({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}, h200s(1, libaio=False))
+        launch_nvme_findings(
+            {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}, h200s(1, libaio=False)
+        )
         == []
     )
 

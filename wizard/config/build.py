@@ -3,7 +3,7 @@
 What the plan decides (stage, offloads, precision, micro-batch, accumulation, ZeRO++) is written as numbers for
 every consumer, so a Trainer or accelerate run that disagrees fails loudly ("mismatch") instead of silently
 training with another batch. What the consumer owns (the Trainer's learning rate, accelerate's DummyOptim
-values) is "auto" exactly where that consumer fills it (FACTS §3 rule 11); plain DeepSpeed fills nothing, so it
+values) is "auto" exactly where that consumer fills it (``wizard.config.lint.auto``); plain DeepSpeed fills nothing, so it
 gets numbers everywhere.
 """
 
@@ -37,7 +37,8 @@ from wizard.config.schema import (
 from wizard.errors import DswizError
 from wizard.strategy import Strategy
 
-# DeepSpeed reads "log_level" from the config since 0.19.3 (FACTS §4); older versions ignore the key.
+# DeepSpeed reads "log_level" from the config since 0.19.3 (0.19.8: deepspeed/runtime/config.py get_log_level;
+# docs/deepspeed-rules.md); older versions ignore the key.
 LOG_LEVEL_MIN_DEEPSPEED = (0, 19, 3)
 # zero_optimization.leaf_module exists since DeepSpeed 0.18.0 (PR #7604); older versions reject the unknown key.
 LEAF_MODULE_MIN_DEEPSPEED = (0, 18, 0)
@@ -121,7 +122,7 @@ def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = No
     )
     clipping: float | Literal["auto"] = AUTO if consumer == "trainer" else options.gradient_clipping
     return DeepSpeedSettings(
-        # accelerate computes train_batch_size with its own process count, which is wrong on CPU (FACTS §5):
+        # accelerate computes train_batch_size with its own process count, which is wrong on CPU (docs/cpu-testing.md):
         # leave it out there and DeepSpeed derives it from micro x accumulation x its world size. Inference needs
         # only the micro-batch (DeepSpeed asserts one of the two batch keys; accumulation defaults to 1).
         train_batch_size=strategy.global_batch_size if consumer != "accelerate" and training else None,
@@ -242,7 +243,8 @@ def accelerate_ds_fields_for(
 
 
 def _fp16() -> FP16:
-    # Dynamic loss scaling with DeepSpeed's defaults, written out so they can be tuned (FACTS §4: OVERFLOW lines).
+    # Dynamic loss scaling with DeepSpeed's defaults, written out so they can be tuned (deepspeed/runtime/fp16/loss_scaler.py logs
+    # its "OVERFLOW! Skipping step" lines; docs/log-formats.md).
     return FP16(
         enabled=True,
         loss_scale=0,
@@ -323,7 +325,7 @@ def _optimizer(options: WriteOptions) -> Optimizer:
     consumer = options.consumer
     params: dict[str, Any] = {
         # The Trainer fills lr/betas/eps/weight_decay from TrainingArguments; accelerate's DummyOptim fills lr and
-        # weight_decay only (FACTS §3 rule 11).
+        # weight_decay only (accelerate 1.15.0 accelerator.py ``_prepare_deepspeed``).
         "lr": AUTO if consumer in ("trainer", "accelerate") else options.lr,
         "betas": AUTO if consumer == "trainer" else list(options.betas),
         "eps": AUTO if consumer == "trainer" else options.eps,

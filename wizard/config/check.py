@@ -1,30 +1,32 @@
-"""The config linter: every rule of FACTS §3 over a DeepSpeed JSON, an accelerate YAML (and the JSON it points
-at), a hostfile, a ``.deepspeed_env`` or a whole config directory. Pure: it reads files, never runs DeepSpeed
+"""The config linter: every rule of docs/deepspeed-rules.md over a DeepSpeed JSON, an accelerate YAML (and the
+JSON it points at), a hostfile, a ``.deepspeed_env`` or a whole config directory. Pure: it reads files, never runs DeepSpeed
 (``wizard.consumer`` runs the consumers' own validation in a subprocess).
 
-Each finding has a stable code. Rule families, one module each:
+Each finding has a stable code. Rule families, one module each in ``wizard/config/lint/``:
   parsing        not-json, not-yaml, duplicate-key, not-an-object, unreadable
-  lint_keys      unknown-key, unknown-key-typo, removed-key, unknown-section-key, deprecated-key,
+  keys           unknown-key, unknown-key-typo, removed-key, unknown-section-key, deprecated-key,
                  section-not-object, shadowed-key
-  lint_types     string-number, string-bool, wrong-type
-  lint_batch     batch-missing, batch-arithmetic, batch-completed, batch-world-size
-  lint_precision fp16-and-bf16, master-weights-stage, fp16-loss-scale, precision-unsupported,
+  types          string-number, string-bool, wrong-type
+  batch          batch-missing, batch-arithmetic, batch-completed, batch-world-size
+  precision      fp16-and-bf16, master-weights-stage, fp16-loss-scale, precision-unsupported,
                  precision-fp16-on-bf16-gpu
-  lint_zero      offload-param-ignored, nvme-becomes-cpu, offload-stage0, zeropp-ignored, hpz-size,
+  zero           offload-param-ignored, nvme-becomes-cpu, offload-stage0, zeropp-ignored, hpz-size,
                  nvme-path-missing, nvme-path-not-writable, nvme-not-on-nvme, no-libaio, libaio-unknown,
                  offload-client-optimizer, offload-optimizer-replaced
-  lint_moe       autoep-stage3-qgz, autoep-stage3-hpz, autoep-stage3-sequence-parallel, autoep-stage3-16bit-save
-  lint_auto      auto-unfilled, auto-default, auto-hidden-size, auto-dummy, auto-needs-consumer
-  lint_runtime   max-grad-norm-in-optimizer, accelerate-dummy-objects, activation-checkpointing-section,
+  moe            autoep-stage3-qgz, autoep-stage3-hpz, autoep-stage3-sequence-parallel, autoep-stage3-16bit-save
+  auto           auto-unfilled, auto-default, auto-hidden-size, auto-dummy, auto-needs-consumer
+  runtime        max-grad-norm-in-optimizer, accelerate-dummy-objects, activation-checkpointing-section,
                  accelerate-steps-per-print, no-steps-per-print, no-log-level
-  lint_accelerate accelerate-not-deepspeed, accelerate-unknown-key, accelerate-unknown-ds-key,
+  accelerate     accelerate-not-deepspeed, accelerate-unknown-key, accelerate-unknown-ds-key,
                  accelerate-num-processes, accelerate-config-file-conflict, accelerate-config-file-missing,
                  accelerate-config-file-relative, accelerate-default-stage, accelerate-zero3-init,
                  accelerate-plugin-on-cpu (+ offload/nvme/precision codes above for plugin fields)
-  lint_launcher  launcher-unknown, launcher-version, launcher-no-hostfile, launcher-no-master, launcher-filter
-  lint_hostfile  hostfile-syntax, hostfile-trailing-text, hostfile-duplicate, hostfile-zero-slots,
+  launcher       launcher-unknown, launcher-version, launcher-no-hostfile, launcher-no-master, launcher-filter
+  hostfile       hostfile-syntax, hostfile-trailing-text, hostfile-duplicate, hostfile-zero-slots,
                  hostfile-empty, hostfile-world-size, hostfile-unequal-slots, env-syntax
                  (the wizard, for a hostfile that is the plan: hostfile-node-count, hostfile-slots)
+The NVMe-path rules behind the zero family's nvme codes live in ``wizard.config.nvme``; ``at_launch`` quiets the
+rules `dswiz launch` takes care of itself (``LintContext.at_launch``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ timestamps, no absolute paths unless passed in), so each one is golden-tested.
 
 - ``render_ds_json``: the DeepSpeed JSON (managed keys in the schema's order, then kept unknown keys).
 - ``render_accelerate_yaml``: accelerate's config, either pointing at the JSON (``deepspeed_config_file``, never
-  with the keys accelerate then refuses, FACTS §3 rule 10) or carrying the plugin settings itself.
+  with the keys accelerate then refuses: accelerate 1.15.0 ``accelerate/utils/dataclasses.py``
+  ``DeepSpeedPlugin._deepspeed_config_checks``) or carrying the plugin settings itself.
 - ``render_hostfile`` / ``render_deepspeed_env``: the launcher's hostfile and the variables other nodes need.
 - ``render_launch_sh``: the exact command, as a script: built by ``wizard.launch_command.build_command`` (what ``dswiz
   launch`` runs), so the two cannot disagree.
@@ -76,7 +77,7 @@ def accelerate_yaml_dict(config: ConfigSet) -> dict[str, Any]:
     out: dict[str, Any] = dict(config.accelerate_fields)
     out["deepspeed_config"] = dict(sorted(ds.items()))
     if config.accelerate_mode == "plugin":
-        # Refused in config-file mode (even "no", FACTS §3 rule 10); in plugin mode it sets DeepSpeed's precision.
+        # Refused in config-file mode (even "no": DeepSpeedPlugin._deepspeed_config_checks); in plugin mode it sets DeepSpeed's precision.
         precision = config.deepspeed.precision
         if precision in ("bf16", "fp16"):
             out["mixed_precision"] = precision

@@ -8,7 +8,7 @@ does not manage -- unknown top-level sections, or keys DeepSpeed knows that dswi
 
 Types are strict where a wrong type is a real bug (the string "8" is not a batch size, ``true`` is not a stage),
 and accept what DeepSpeed accepts otherwise (``5e8`` for a bucket size). ``"auto"`` is accepted only on the keys an
-HF Trainer or accelerate can fill (FACTS §3 rule 11); whether the chosen consumer fills it is the linter's job.
+HF Trainer or accelerate can fill (``wizard.config.lint.auto`` lists them from the sources); whether the chosen consumer fills it is the linter's job.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ LAUNCH_SH_NAME = "launch.sh"
 
 def _number(value: Any) -> Any:
     # JSON has one number type: 5e8 parses as a float, and DeepSpeed accepts it where it wants an int.
-    # A string ("8") or a boolean is never a number here (FACTS §3 rule 12).
+    # A string ("8") or a boolean is never a number here: DeepSpeed compares it as read (get_scalar_param) and fails.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"must be a number, not {type(value).__name__} {value!r}")
     return value

@@ -1,4 +1,5 @@
-"""accelerate's YAML (FACTS §3 rule 10, §5): keys accelerate refuses or ignores, the deepspeed_config_file mode's
+"""accelerate's YAML (accelerate 1.15.0: ``accelerate/commands/config/config_args.py`` ClusterConfig, and
+``accelerate/utils/dataclasses.py`` ``DeepSpeedPlugin._deepspeed_config_checks``): keys accelerate refuses or ignores, the deepspeed_config_file mode's
 conflicts ("the following accelerate config variables will be ignored"), and plugin-mode settings that do not
 do what they say."""
 

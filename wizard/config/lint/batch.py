@@ -1,4 +1,4 @@
-"""Batch arithmetic (FACTS §3 rule 1), done the way DeepSpeedConfig does it (runtime/config.py
+"""Batch arithmetic, done the way DeepSpeed 0.19.8's DeepSpeedConfig does it (deepspeed/runtime/config.py
 _set_batch_related_parameters + _batch_assertion): missing values are completed by floor division, then
 train_batch_size must equal micro x accumulation x world size."""
 

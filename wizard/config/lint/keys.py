@@ -1,5 +1,7 @@
-"""Keys DeepSpeed ignores, rejects or renamed (FACTS §3 rule 3): unknown top-level keys are silently ignored, so a
-typo goes unnoticed; unknown keys inside pydantic-modelled sections are rejected; removed features raise."""
+"""Keys DeepSpeed ignores, rejects or renamed: unknown top-level keys are silently ignored, so a typo goes
+unnoticed (DeepSpeed 0.19.8 ``deepspeed/runtime/config.py`` reads only the keys it knows); unknown keys inside
+pydantic-modelled sections are rejected (``deepspeed/runtime/config_utils.py`` ``DeepSpeedConfigModel``,
+extra="forbid"); removed features raise."""
 
 from __future__ import annotations
 

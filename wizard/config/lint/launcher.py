@@ -1,5 +1,6 @@
 """accelerate's multi-node launcher (``deepspeed_config.deepspeed_multinode_launcher``) and what it requires
-(FACTS §3 rules 8-9; accelerate/utils/launch.py ``prepare_deepspeed_cmd_env``)."""
+(accelerate 1.15.0 accelerate/utils/launch.py ``prepare_deepspeed_cmd_env``; DeepSpeed 0.19.8
+deepspeed/launcher/multinode_runner.py)."""
 
 from __future__ import annotations
 

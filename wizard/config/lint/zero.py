@@ -1,5 +1,8 @@
-"""ZeRO settings DeepSpeed ignores or changes silently (FACTS §3 rule 4), NVMe offload prerequisites (rule 5) and
-offload with the script's own optimizer (rule 7)."""
+"""ZeRO settings DeepSpeed ignores or changes silently (parameters are offloaded only at stage 3,
+``deepspeed/runtime/zero/offload_config.py`` ``DeepSpeedZeroOffloadParamConfig``; stages 1-2 treat any optimizer
+offload device as CPU, ``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.__init__`` ``cpu_offload``; DeepSpeed
+0.19.8), NVMe offload prerequisites (``wizard.config.nvme``) and offload with the script's own optimizer
+(``deepspeed/runtime/engine.py`` ``_configure_optimizer`` raises ZeRORuntimeException)."""
 
 from __future__ import annotations
 
