@@ -1,8 +1,9 @@
 """Checks before a launch. Each returns Findings (what, why, the exact fix); an ERROR stops the launch.
 
 The checks look at this machine (files, ports, the training environment's python, ssh to the other nodes), so
-this module sits at the edge; the decisions they feed (``runner.launch``) stay pure. ``preflight`` runs them all
-for one ``LaunchSpec``.
+this module sits at the edge; the decisions they feed (``wizard.launch_command``) stay pure. ``preflight`` runs
+them all for one ``LaunchSpec``; the config's own rules come from the linter (``wizard.config.check``, told it
+runs for a launch), the hostfile's from ``wizard.config.hostfile`` and NVMe offload's from ``wizard.config.nvme``.
 """
 
 from __future__ import annotations
