@@ -1,7 +1,7 @@
 """`dswiz launch`: preflight, start the job through the DeepSpeed launcher (or accelerate / torchrun), stream it,
 stop it cleanly, and say in words how it ended.
 
-The command is built as data (``runner.launch``), checked (``runner.preflight``), then run and supervised
+The command is built as data (``wizard.launch_command``), checked (``runner.preflight``), then run and supervised
 (``runner.job``). Everything the run produced lands in its run directory (``runner.rundir``).
 """
 
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.configdir import ConfigChoice
-from runner.launch import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
 from wizard.cli_options import defaulted_option, flag_option, python_option
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
+from wizard.launch_command import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
 
 # The steps below import what they need inside (psutil, the job, preflight, the planner): `dswiz launch --help`
 # and a bad flag answer without loading them.
@@ -212,7 +212,7 @@ class ResolvedLaunch:
 def resolve_launch(request: LaunchRequest) -> ResolvedLaunch:
     """Flags + the config folder -> the launch specs. A bad combination is a DswizError before anything happens."""
     from runner import configdir
-    from runner import launch as L
+    from wizard import launch_command as L
 
     choice = configdir.find_configs(request.config) if request.config else configdir.ConfigChoice()
     cfg = resolve_config(request, choice)
@@ -233,7 +233,7 @@ def resolve_config(request: LaunchRequest, choice: ConfigChoice) -> ConfigUse:
     """The launcher, GPUs per node and config argument (flags win over the config folder's launch.sh), and the
     DeepSpeed config: from --config, or named in the script's arguments."""
     from runner import configdir
-    from runner import launch as L
+    from wizard import launch_command as L
 
     launcher = request.launcher or choice.launcher or "deepspeed"
     nproc = request.nproc
@@ -263,7 +263,8 @@ def resolve_config(request: LaunchRequest, choice: ConfigChoice) -> ConfigUse:
 
 def resolve_nodes(request: LaunchRequest, choice: ConfigChoice, launcher: str) -> NodeLayout:
     """The hostfile (flag, else the config folder's), the backend, and the rendezvous address and port."""
-    from runner import launch as L
+    from wizard import launch_command as L
+    from wizard.config.hostfile import launch_hosts
 
     hostfile = request.hostfile or (str(choice.hostfile) if choice.hostfile else None)
     mode = (
@@ -276,7 +277,7 @@ def resolve_nodes(request: LaunchRequest, choice: ConfigChoice, launcher: str) -
     if master_addr is None and hostfile:
         master_addr = choice.master_addr  # launch.sh's: the first host of the plan
     hosts = (
-        L.parse_hostfile(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
+        launch_hosts(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
         if hostfile and Path(hostfile).is_file()
         else []
     )
@@ -567,7 +568,7 @@ def _print_findings(findings: tuple[Finding, ...]) -> None:
 
 
 def _print_dry_run(specs: list[LaunchSpec], ds_config: dict[str, Any] | None, steps_per_print: int) -> None:
-    from runner import launch as L
+    from wizard import launch_command as L
 
     click.echo("# dry run: nothing was checked, started or written")
     click.echo(f"# run directory (not created): {specs[0].run_dir}")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.launch import accelerate_ds_config_file
 from wizard.errors import DswizError
+from wizard.launch_command import accelerate_ds_config_file
 
 DS_CONFIG_NAME = "ds_config.json"
 ACCELERATE_YAML_NAMES = ("accelerate.yaml", "accelerate.yml", "accelerate_config.yaml")
@@ -127,7 +127,7 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
         return {}
     exec_line = next((ln for ln in text.splitlines() if ln.startswith("exec ")), "")
     hints: dict[str, Any] = {}
-    # Written by runner.launch.build_command ("$PYTHON" -m accelerate.commands.launch / deepspeed.launcher.runner);
+    # Written by wizard.launch_command.build_command ("$PYTHON" -m accelerate.commands.launch / deepspeed.launcher.runner);
     # older dswiz versions wrote `accelerate launch` / `deepspeed`.
     words = exec_line.split()
     if (

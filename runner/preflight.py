@@ -1,38 +1,38 @@
 """Checks before a launch. Each returns Findings (what, why, the exact fix); an ERROR stops the launch.
 
 The checks look at this machine (files, ports, the training environment's python, ssh to the other nodes), so
-this module sits at the edge; the decisions they feed (``runner.launch``) stay pure. ``preflight`` runs them all
-for one ``LaunchSpec``.
+this module sits at the edge; the decisions they feed (``wizard.launch_command``) stay pure. ``preflight`` runs
+them all for one ``LaunchSpec``; the config's own rules come from the linter (``wizard.config.check``, told it
+runs for a launch), the hostfile's from ``wizard.config.hostfile`` and NVMe offload's from ``wizard.config.nvme``.
 """
 
 from __future__ import annotations
 
-import ctypes.util
 import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.launch import LaunchSpec, effective_config_arg, parse_hostfile
 from wizard.config.check import lint_path
+from wizard.config.hostfile import launch_hosts
+from wizard.config.launchers import NOSSH_MIN_DEEPSPEED
+from wizard.config.nvme import launch_nvme_findings, offload_sections
 from wizard.config.schema import Consumer
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.hazards import fixed_arch_list, unparsable_arch_entries
 from wizard.hardware.report import HardwareReport
+from wizard.launch_command import LaunchSpec, effective_config_arg
 from wizard.units import fmt_bytes
 
 SSH_LAUNCHERS = ("pdsh", "openmpi", "mpich", "impi", "mvapich")  # reach the other nodes by ssh
-NOSSH_MIN_DEEPSPEED = (0, 14, 5)  # FACTS §3 rule 9
 
 # Printed by the training environment's python: what it is and what it has, without importing torch (fast).
 _PROBE = (
@@ -66,10 +66,6 @@ class PreflightResult:
         return not any(f.severity is Severity.ERROR for f in self.findings)
 
 
-def _f(severity: Severity, code: str, what: str, why: str, fix: str, location: str | None = None) -> Finding:
-    return Finding(severity=severity, code=code, what=what, why=why, fix=fix, location=location)
-
-
 # --------------------------------------------------------------------------------------------- the script
 
 
@@ -77,7 +73,7 @@ def check_script(script: str) -> list[Finding]:
     path = Path(script)
     if not path.exists():
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "script-missing",
                 f"the training script {script} does not exist",
@@ -88,7 +84,7 @@ def check_script(script: str) -> list[Finding]:
         ]
     if not path.is_file():
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "script-not-a-file",
                 f"{script} is not a file",
@@ -99,7 +95,7 @@ def check_script(script: str) -> list[Finding]:
         ]
     if not os.access(path, os.R_OK):
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "script-unreadable",
                 f"{script} cannot be read",
@@ -164,7 +160,7 @@ def check_training_python(python: str, launcher: str) -> tuple[list[Finding], Tr
     env = probe_python(python)
     if env is None:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "python-unusable",
                 f"the training python {python!r} cannot be run",
@@ -178,7 +174,7 @@ def check_training_python(python: str, launcher: str) -> tuple[list[Finding], Tr
     missing = [pkg for pkg in needed_here if getattr(env, pkg) is None]
     if missing:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "python-missing-packages",
                 f"{env.executable} has no {', '.join(missing)}",
@@ -199,7 +195,7 @@ def check_nossh_support(env: TrainingEnv | None) -> list[Finding]:
     if env is None or env.deepspeed is None or _version_tuple(env.deepspeed) >= NOSSH_MIN_DEEPSPEED:
         return []
     return [
-        _f(
+        Finding(
             Severity.ERROR,
             "nossh-too-old",
             f"DeepSpeed {env.deepspeed} has no one-launcher-per-node mode (--no_ssh)",
@@ -213,27 +209,12 @@ def check_nossh_support(env: TrainingEnv | None) -> list[Finding]:
 # ------------------------------------------------------------------------------------------- the config
 
 
-# Linter findings the launch makes moot (it adds steps_per_print/log_level to the launched copy) or checks itself on
-# this machine with its own codes (the NVMe folder and libaio, check_nvme).
-LINT_CODES_HANDLED_BY_LAUNCH = frozenset(
-    {
-        "no-steps-per-print",
-        "no-log-level",
-        "nvme-path-missing",
-        "nvme-path-not-writable",
-        "no-libaio",
-        "libaio-unknown",
-    }
-)
-
-
 def lint_config(
     path: str, *, consumer: Consumer, world_size: int | None, hardware: HardwareReport | None
 ) -> list[Finding]:
     """`dswiz check` on the config (a DeepSpeed JSON, or an accelerate YAML with its JSON): the one call site of
-    the config linter. Findings the launch itself takes care of are left out."""
-    found = lint_path(path, consumer=consumer, world_size=world_size, hardware=hardware)
-    return [f for f in found if f.code not in LINT_CODES_HANDLED_BY_LAUNCH]
+    the config linter, told it runs for a launch (the rules the launch takes care of itself stay quiet)."""
+    return lint_path(path, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=True)
 
 
 def config_consumer(launcher: str, config_arg: str) -> Consumer:
@@ -259,7 +240,7 @@ def check_gpu_count(
     """``requested``: processes this node will start (None: one per visible GPU)."""
     if hardware is None:
         return [
-            _f(
+            Finding(
                 Severity.INFO,
                 "gpu-count-unchecked",
                 "the GPU count was not checked",
@@ -270,7 +251,7 @@ def check_gpu_count(
     if not hardware.gpus:
         reason = f" ({hardware.no_gpu_reason})" if hardware.no_gpu_reason else ""
         return [
-            _f(
+            Finding(
                 Severity.WARNING,
                 "no-gpu",
                 f"no NVIDIA GPU was found{reason}: DeepSpeed will run the ranks on the CPU (gloo)",
@@ -282,7 +263,7 @@ def check_gpu_count(
     if requested is not None and requested > visible:
         where = " (CUDA_VISIBLE_DEVICES)" if visible_devices is not None else ""
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "gpu-count",
                 f"{requested} processes per node were asked for, but {visible} GPU(s) are visible{where}",
@@ -293,7 +274,7 @@ def check_gpu_count(
         ]
     if requested is not None and requested < visible:
         return [
-            _f(
+            Finding(
                 Severity.INFO,
                 "gpu-count-partial",
                 f"using {requested} of the {visible} visible GPUs",
@@ -333,7 +314,7 @@ def check_port(port: int) -> list[Finding]:
     if port_is_free(port):
         return []
     return [
-        _f(
+        Finding(
             Severity.ERROR,
             "port-in-use",
             f"the rendezvous port {port} is already in use on this machine",
@@ -344,104 +325,7 @@ def check_port(port: int) -> list[Finding]:
     ]
 
 
-# ------------------------------------------------------------------------------------ NVMe and host RAM
-
-
-def _offload_sections(ds_config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    zero = ds_config.get("zero_optimization")
-    if not isinstance(zero, Mapping):
-        return []
-    out = []
-    for key in ("offload_optimizer", "offload_param"):
-        section = zero.get(key)
-        if isinstance(section, Mapping):
-            out.append((f"zero_optimization.{key}", section))
-    return out
-
-
-def libaio_present(hardware: HardwareReport | None) -> bool:
-    if hardware is not None and hardware.host.libaio is not None:
-        return hardware.host.libaio
-    return ctypes.util.find_library("aio") is not None
-
-
-def check_nvme(
-    ds_config: Mapping[str, Any], hardware: HardwareReport | None, *, need_bytes: int | None = None
-) -> list[Finding]:
-    """NVMe offload: the path exists, is writable, has room (``need_bytes`` when predicted), libaio is present."""
-    findings: list[Finding] = []
-    nvme = [(loc, s) for loc, s in _offload_sections(ds_config) if str(s.get("device", "")).lower() == "nvme"]
-    for loc, section in nvme:
-        raw = section.get("nvme_path")
-        if not raw:
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-path-missing",
-                    f"{loc}.device is nvme but nvme_path is not set",
-                    "DeepSpeed refuses it: 'nvme_path … cannot be None if remote device is nvme'",
-                    f'set {loc}.nvme_path to a folder on a local NVMe disk, e.g. "/local_nvme"',
-                    f"{loc}.nvme_path",
-                )
-            )
-            continue
-        path = Path(str(raw))
-        if not path.is_dir():
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-path-absent",
-                    f"the NVMe offload folder {path} does not exist",
-                    "DeepSpeed creates its swap files there and fails when it cannot",
-                    f"mkdir -p {shlex.quote(str(path))} (on a local NVMe disk), or change {loc}.nvme_path",
-                    f"{loc}.nvme_path",
-                )
-            )
-            continue
-        if not _writable(path):
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-path-readonly",
-                    f"the NVMe offload folder {path} is not writable",
-                    "DeepSpeed writes the offloaded tensors there",
-                    f"choose a writable folder for {loc}.nvme_path, or fix its permissions",
-                    f"{loc}.nvme_path",
-                )
-            )
-            continue
-        free = shutil.disk_usage(path).free
-        if need_bytes is not None and free < need_bytes:
-            findings.append(
-                _f(
-                    Severity.ERROR,
-                    "nvme-no-room",
-                    f"{path} has {fmt_bytes(free)} free but the offload needs about {fmt_bytes(need_bytes)}",
-                    "the swap files would fill the disk mid-training",
-                    "free space there, or point nvme_path at a bigger disk",
-                    f"{loc}.nvme_path",
-                )
-            )
-    if nvme and not libaio_present(hardware):
-        findings.append(
-            _f(
-                Severity.ERROR,
-                "libaio-missing",
-                "NVMe offload needs DeepSpeed's async_io op, and libaio is not installed",
-                "the op cannot build, so the job fails at start (ds_report shows async_io [NO])",
-                "install libaio (Debian/Ubuntu: sudo apt install libaio-dev), or offload to cpu instead",
-                nvme[0][0] + ".device",
-            )
-        )
-    return findings
-
-
-def _writable(path: Path) -> bool:
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".dswiz-preflight-"):
-            return True
-    except OSError:
-        return False
+# -------------------------------------------------------------------- host RAM (NVMe: wizard.config.nvme)
 
 
 def check_host_ram(
@@ -449,7 +333,7 @@ def check_host_ram(
 ) -> list[Finding]:
     """Host RAM against the predicted CPU-offload need (``need_bytes`` from the planner; None: not predicted)."""
     cpu = [
-        loc for loc, s in _offload_sections(ds_config) if str(s.get("device", "")).lower() in ("cpu", "nvme")
+        loc for loc, s in offload_sections(ds_config) if str(s.get("device", "")).lower() in ("cpu", "nvme")
     ]
     if hardware is None:
         return []
@@ -458,7 +342,7 @@ def check_host_ram(
         return []
     if need_bytes > available:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "host-ram",
                 f"CPU offload needs about {fmt_bytes(need_bytes)} of host RAM; {fmt_bytes(available)} is available",
@@ -469,7 +353,7 @@ def check_host_ram(
         ]
     if need_bytes > 0.85 * available:
         return [
-            _f(
+            Finding(
                 Severity.WARNING,
                 "host-ram-tight",
                 f"CPU offload needs about {fmt_bytes(need_bytes)} of the {fmt_bytes(available)} host RAM available",
@@ -485,7 +369,8 @@ def check_host_ram(
 
 
 def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str, str | None]]:
-    """TORCH_CUDA_ARCH_LIST entries DeepSpeed's op builder cannot parse ("9.0a") are fixed for the job (FACTS §6).
+    """TORCH_CUDA_ARCH_LIST entries DeepSpeed's op builder cannot parse ("9.0a") are fixed for the job:
+    DeepSpeed 0.19.8 ``deepspeed/ops/op_builder/builder.py`` ``compute_capability_args`` sorts them with int().
 
     The repair is the hardware module's (``wizard.hardware.hazards.fixed_arch_list``); "" there means unset.
     """
@@ -497,7 +382,7 @@ def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str
     shown = repr(fixed) if fixed else "unset (DeepSpeed builds for the GPUs it sees)"
     yours = f"export TORCH_CUDA_ARCH_LIST='{fixed}'" if fixed else "unset TORCH_CUDA_ARCH_LIST"
     return [
-        _f(
+        Finding(
             Severity.WARNING,
             "arch-list-unparsable",
             f"TORCH_CUDA_ARCH_LIST={value!r} has entries DeepSpeed cannot parse ({bad}); {shown} for this job",
@@ -516,7 +401,7 @@ def check_hostfile(path: str) -> tuple[list[Finding], list[tuple[str, int]]]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         return [
-            _f(
+            Finding(
                 Severity.ERROR,
                 "hostfile-unreadable",
                 f"the hostfile {path} cannot be read ({e.strerror})",
@@ -526,10 +411,10 @@ def check_hostfile(path: str) -> tuple[list[Finding], list[tuple[str, int]]]:
             )
         ], []
     try:
-        return [], parse_hostfile(text, source=path)
+        return [], launch_hosts(text, source=path)
     except DswizError as e:
         return [
-            _f(Severity.ERROR, "hostfile-invalid", e.problem, "DeepSpeed refuses it", e.fix or "", path)
+            Finding(Severity.ERROR, "hostfile-invalid", e.problem, "DeepSpeed refuses it", e.fix or "", path)
         ], []
 
 
@@ -552,7 +437,7 @@ def check_hosts(
             proc = None
         except OSError as e:
             return [
-                _f(
+                Finding(
                     Severity.ERROR,
                     "ssh-missing",
                     f"ssh cannot be run ({e.strerror})",
@@ -563,7 +448,7 @@ def check_hosts(
         if proc is None or proc.returncode == 255:
             detail = "timed out" if proc is None else (proc.stderr.strip().splitlines() or ["failed"])[-1]
             return [
-                _f(
+                Finding(
                     Severity.ERROR,
                     "host-unreachable",
                     f"{host} is not reachable by ssh in batch mode ({detail})",
@@ -576,45 +461,51 @@ def check_hosts(
         remote = _parse_probe(proc.stdout) if proc.returncode == 0 else None
         if remote is None:
             return [
-                _f(
+                Finding(
                     Severity.ERROR,
                     "host-python-missing",
                     f"{python} does not run on {host}",
-                    "pdsh runs the same python path on every node (FACTS §3 rule 8)",
+                    "pdsh runs the same python path on every node",
                     f"install the training environment at {python} on {host} too (same path on every node)",
                     host,
                 )
             ]
-        out: list[Finding] = []
-        if remote.deepspeed is None:
-            out.append(
-                _f(
-                    Severity.ERROR,
-                    "host-deepspeed-missing",
-                    f"{python} on {host} has no DeepSpeed",
-                    "the ranks on that node could not import it",
-                    f"install DeepSpeed {local.deepspeed if local else ''} into {python} on {host}".rstrip(),
-                    host,
-                )
-            )
-        elif local is not None and local.deepspeed and remote.deepspeed != local.deepspeed:
-            out.append(
-                _f(
-                    Severity.ERROR,
-                    "host-deepspeed-version",
-                    f"{host} has DeepSpeed {remote.deepspeed}, this node {local.deepspeed}",
-                    "ranks of different versions may disagree on the ZeRO partitioning and hang or crash",
-                    f"pip install deepspeed=={local.deepspeed} on {host}",
-                    host,
-                )
-            )
-        return out
+        return _remote_deepspeed_findings(host, python, local, remote)
 
     if not hosts:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         results = list(pool.map(one, hosts))
     return [f for r in results for f in r]
+
+
+def _remote_deepspeed_findings(
+    host: str, python: str, local: TrainingEnv | None, remote: TrainingEnv
+) -> list[Finding]:
+    """DeepSpeed on another node: installed, and the version this node has."""
+    if remote.deepspeed is None:
+        return [
+            Finding(
+                Severity.ERROR,
+                "host-deepspeed-missing",
+                f"{python} on {host} has no DeepSpeed",
+                "the ranks on that node could not import it",
+                f"install DeepSpeed {local.deepspeed if local else ''} into {python} on {host}".rstrip(),
+                host,
+            )
+        ]
+    if local is not None and local.deepspeed and remote.deepspeed != local.deepspeed:
+        return [
+            Finding(
+                Severity.ERROR,
+                "host-deepspeed-version",
+                f"{host} has DeepSpeed {remote.deepspeed}, this node {local.deepspeed}",
+                "ranks of different versions may disagree on the ZeRO partitioning and hang or crash",
+                f"pip install deepspeed=={local.deepspeed} on {host}",
+                host,
+            )
+        ]
+    return []
 
 
 # ------------------------------------------------------------------------------------------------ all of it
@@ -656,7 +547,7 @@ def preflight(
         findings += hf_findings
         if spec.node_rank is not None and hosts and spec.node_rank >= len(hosts):
             findings.append(
-                _f(
+                Finding(
                     Severity.ERROR,
                     "node-rank-range",
                     f"--node-rank {spec.node_rank} but the hostfile lists {len(hosts)} node(s)",
@@ -688,7 +579,7 @@ def preflight(
         )
     if ds_config is not None:
         findings += check_script_code(spec, ds_config)
-        findings += check_nvme(ds_config, hardware, need_bytes=nvme_need_bytes)
+        findings += launch_nvme_findings(ds_config, hardware, need_bytes=nvme_need_bytes)
         findings += check_host_ram(ds_config, hardware, need_bytes=cpu_offload_need_bytes)
     arch_findings, arch_fix = check_arch_list(environ)
     findings += arch_findings

@@ -26,13 +26,15 @@ from typing import Any
 
 from wizard.errors import DswizError
 
+# The parts of the layout the launch command itself names (the builder is pure core and defines them).
+from wizard.launch_command import CONFIG_DIR as CONFIG_DIR
+from wizard.launch_command import CSV_DIR as CSV_DIR
+from wizard.launch_command import CSV_JOB_NAME as CSV_JOB_NAME
+from wizard.launch_command import RANK_LOGS_DIR as RANK_LOGS_DIR
+
 RUN_JSON = "run.json"
-CONFIG_DIR = "config"
 LOGS_DIR = "logs"
 COMBINED_LOG = "logs/combined.log"
-RANK_LOGS_DIR = "logs/ranks"
-CSV_DIR = "csv"
-CSV_JOB_NAME = "dswiz"
 METRICS_JSONL = "metrics.jsonl"
 
 _RUN_ID_RE = re.compile(r"^\d{8}-\d{6}(-\d+)?$")

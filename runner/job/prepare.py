@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import launch, rundir
-from runner.launch import LaunchCommand, LaunchSpec
+from runner import rundir
+from wizard import launch_command as launch
+from wizard.launch_command import LaunchCommand, LaunchSpec
 
 
 @dataclass(frozen=True)

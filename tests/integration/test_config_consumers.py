@@ -1,4 +1,4 @@
-"""The configs dswiz writes, accepted by the real consumers on CPU (FACTS §5): DeepSpeed trains the tiny model under
+"""The configs dswiz writes, accepted by the real consumers on CPU (docs/cpu-testing.md): DeepSpeed trains the tiny model under
 every stage through the real `deepspeed` launcher with 2 ranks (one launch for all configs), `accelerate launch`
 runs a config-file-mode YAML, accelerate's own loader accepts every YAML mode, and DeepSpeed's/accelerate's own
 validation agrees with dswiz's linter."""
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from wizard.config.build import WriteOptions, config_set_from_strategy
-from wizard.config.lint_batch import complete_batch
+from wizard.config.lint.batch import complete_batch
 from wizard.config.render import render_all, render_ds_json
 from wizard.consumer.check import ProbeTarget, consumer_findings_many
 from wizard.findings import Severity

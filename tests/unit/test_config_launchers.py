@@ -13,7 +13,7 @@ from runner import configdir
 from wizard.config.build import WriteOptions, config_set_from_strategy
 from wizard.config.check import lint_path
 from wizard.config.launchers import DEEPSPEED_RUNNER_BACKENDS, MULTINODE_LAUNCHERS
-from wizard.config.lint_hostfile import lint_hostfile_for_topology
+from wizard.config.lint.hostfile import lint_hostfile_for_topology
 from wizard.config.render import render_all
 from wizard.errors import DswizError
 from wizard.hardware import get_hardware

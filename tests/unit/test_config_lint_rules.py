@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from wizard.config.check import lint_config, lint_path
-from wizard.config.lint_batch import complete_batch
+from wizard.config.lint.batch import complete_batch
 from wizard.findings import Finding, Severity
 from wizard.hardware import get_hardware
 from wizard.hardware.report import DiskInfo, HardwareReport, HostInfo

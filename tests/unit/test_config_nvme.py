@@ -92,3 +92,19 @@ def test_on_this_machine_the_directory_must_be_writable(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     assert codes(nvme_path_findings(str(locked / "x"), hw)) == ["nvme-path-not-writable"]
+
+
+def test_for_a_launch_the_linter_leaves_the_path_and_libaio_to_the_launchs_own_check(tmp_path: Path) -> None:
+    from wizard.config.check import lint_config
+    from wizard.config.nvme import launch_nvme_findings
+
+    cfg = {
+        "train_micro_batch_size_per_gpu": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}},
+    }
+    quiet = {"nvme-path-missing", "nvme-path-not-writable", "no-libaio", "libaio-unknown"}
+    quiet |= {"no-steps-per-print", "no-log-level"}  # the launch adds both to the copy it starts
+    assert quiet & {f.code for f in lint_config(cfg)} >= {"nvme-path-missing", "no-steps-per-print"}
+    assert not quiet & {f.code for f in lint_config(cfg, at_launch=True)}
+    assert codes(launch_nvme_findings(cfg, machine(disk("/")))) == ["nvme-path-missing"]

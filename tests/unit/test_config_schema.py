@@ -1,5 +1,5 @@
 """The typed settings and their construction from a Strategy: strict where a wrong type is a bug, "auto" exactly
-where the chosen consumer fills it (FACTS §3 rule 11), numbers for plain DeepSpeed."""
+where the chosen consumer fills it (wizard.config.lint.auto), numbers for plain DeepSpeed."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from wizard.config.build import (
     supports_log_level,
 )
 from wizard.config.check import lint_config
-from wizard.config.lint_auto import ACCELERATE_FILLS, TRAINER_FILLS, auto_paths
+from wizard.config.lint.auto import ACCELERATE_FILLS, TRAINER_FILLS, auto_paths
 from wizard.config.render import ds_config_dict
-from wizard.config.schema import ConfigSet, DeepSpeedSettings, ZeroOptimization
+from wizard.config.schema import DeepSpeedSettings, ZeroOptimization
 from wizard.errors import DswizError
 from wizard.strategy import Strategy
 
@@ -79,7 +79,7 @@ def test_auto_only_where_the_consumer_fills_it(consumer: str, fills: frozenset[s
 
 def test_accelerate_config_leaves_train_batch_size_to_deepspeed() -> None:
     cfg = ds_config_dict(settings_from_strategy(OFFLOAD, WriteOptions(consumer="accelerate")))
-    assert "train_batch_size" not in cfg  # accelerate's own count is wrong on CPU (FACTS §5)
+    assert "train_batch_size" not in cfg  # accelerate's own count is wrong on CPU (docs/cpu-testing.md)
     assert cfg["optimizer"]["params"]["betas"] == [0.9, 0.999]  # accelerate does not fill betas/eps
 
 
@@ -133,11 +133,11 @@ def test_impossible_requests_are_clear_errors(
     assert message in info.value.problem and info.value.fix
 
 
-def test_constructors_on_the_models() -> None:
+def test_config_set_and_settings_from_a_strategy() -> None:
     strategy = Strategy(zero_stage=1, nodes=2, gpus_per_node=4)
-    config = ConfigSet.from_strategy(strategy, WriteOptions(consumer="trainer"))
+    config = config_set_from_strategy(strategy, WriteOptions(consumer="trainer"))
     assert config.consumer == "trainer" and config.topology.world_size == 8
     assert config.topology.hosts == ("worker-0", "worker-1") and config.node_env == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID"
     }
-    assert DeepSpeedSettings.from_strategy(strategy) == config_set_from_strategy(strategy).deepspeed
+    assert settings_from_strategy(strategy) == config_set_from_strategy(strategy).deepspeed

@@ -48,7 +48,7 @@ CORE_MODULES = (
     "wizard.checkpoints",
     "wizard.hints",
     "wizard.replan",
-    "runner.launch",
+    "wizard.launch_command",
     "runner.rundir",
     "runner.configdir",
     "runner.phases",

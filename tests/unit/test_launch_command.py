@@ -13,9 +13,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from runner import launch
-from runner.launch import LaunchSpec, build_command
+from wizard import launch_command as launch
+from wizard.config.hostfile import launch_hosts
 from wizard.errors import DswizError
+from wizard.launch_command import LaunchSpec, build_command
 
 RUN = "/runs/r1"
 
@@ -240,7 +241,7 @@ def test_config_named_in_the_script_arguments_is_found() -> None:
 
 
 def test_hostfile_parsing_by_deepspeeds_rule() -> None:
-    assert launch.parse_hostfile("# cluster\nnodeA slots=1\n\nnodeB   slots=8  # big\n") == [
+    assert launch_hosts("# cluster\nnodeA slots=1\n\nnodeB   slots=8  # big\n") == [
         ("nodeA", 1),
         ("nodeB", 8),
     ]
@@ -251,7 +252,7 @@ def test_hostfile_parsing_by_deepspeeds_rule() -> None:
         ("nodeA slots=0\n", "slots=0"),
     ]:
         with pytest.raises(DswizError) as err:
-            launch.parse_hostfile(bad)
+            launch_hosts(bad)
         assert problem in err.value.problem
 
 

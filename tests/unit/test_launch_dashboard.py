@@ -14,7 +14,7 @@ from runner.job.prepare import PreparedRun
 from runner.job.session import session_processes
 from runner.job.supervisor import Job
 from runner.job.terminal import TerminalSink
-from runner.launch import LaunchCommand, LaunchSpec
+from wizard.launch_command import LaunchCommand, LaunchSpec
 
 FAKE = textwrap.dedent(
     """

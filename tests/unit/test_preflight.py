@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from runner import preflight as pf
-from runner.launch import LaunchSpec
+from wizard.config.nvme import launch_nvme_findings
 from wizard.findings import Severity
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
+from wizard.launch_command import LaunchSpec
 
 GiB = 1024**3
 
@@ -102,18 +103,22 @@ def nvme_config(path: object, where: str = "offload_optimizer") -> dict:  # type
 
 def test_nvme_offload_checks(tmp_path: Path) -> None:
     hw = h200s(1, libaio=True)
-    assert pf.check_nvme(nvme_config(tmp_path), hw) == []
-    assert codes(pf.check_nvme(nvme_config(None), hw)) == ["nvme-path-missing"]
-    absent = pf.check_nvme(nvme_config(tmp_path / "absent", "offload_param"), hw)
+    assert launch_nvme_findings(nvme_config(tmp_path), hw) == []
+    assert codes(launch_nvme_findings(nvme_config(None), hw)) == ["nvme-path-missing"]
+    absent = launch_nvme_findings(nvme_config(tmp_path / "absent", "offload_param"), hw)
     assert codes(absent) == ["nvme-path-absent"] and "mkdir -p" in absent[0].fix
     assert absent[0].location == "zero_optimization.offload_param.nvme_path"
-    assert codes(pf.check_nvme(nvme_config("/proc"), hw)) == ["nvme-path-readonly"]  # even root cannot write
-    room = pf.check_nvme(nvme_config(tmp_path), hw, need_bytes=10**18)
+    assert codes(launch_nvme_findings(nvme_config("/proc"), hw)) == [
+        "nvme-path-readonly"
+    ]  # even root cannot write
+    room = launch_nvme_findings(nvme_config(tmp_path), hw, need_bytes=10**18)
     assert codes(room) == ["nvme-no-room"]
-    no_aio = pf.check_nvme(nvme_config(tmp_path), h200s(1, libaio=False))
+    no_aio = launch_nvme_findings(nvme_config(tmp_path), h200s(1, libaio=False))
     assert codes(no_aio) == ["libaio-missing"] and "libaio-dev" in no_aio[0].fix
     assert (
-        pf.check_nvme({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}, h200s(1, libaio=False))
+        launch_nvme_findings(
+            {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}, h200s(1, libaio=False)
+        )
         == []
     )
 

@@ -20,9 +20,9 @@ from runner.job.session import forwarded_signals, session_processes
 from runner.job.sink import RunOutcome
 from runner.job.stopping import StopEscalation, StopReason, StopStage
 from runner.job.supervisor import Job
-from runner.launch import LaunchCommand, LaunchSpec
 from runner.phases import Phase
 from runner.verdict import Status
+from wizard.launch_command import LaunchCommand, LaunchSpec
 
 FAKE_LAUNCHER = textwrap.dedent(
     """

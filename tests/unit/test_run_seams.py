@@ -13,7 +13,6 @@ from runner import configdir, rundir
 from runner.cli_launch import load_plan_sidecar, plan_use
 from runner.job.prepare import PreparedRun
 from runner.job.supervisor import Job
-from runner.launch import LaunchCommand, LaunchSpec
 from runner.metrics.plan import PlanInfo
 from runner.metrics.target import target_from_run_dir
 from runner.preflight import check_script_code
@@ -25,6 +24,7 @@ from wizard.config.sidecar import SIDECAR_NAME, dump_sidecar
 from wizard.hardware import get_hardware
 from wizard.hardware.report import HardwareReport
 from wizard.hints import code_hints
+from wizard.launch_command import LaunchCommand, LaunchSpec
 from wizard.model import load_model_spec
 from wizard.replan import make_sidecar
 

@@ -3,7 +3,7 @@
 What the plan decides (stage, offloads, precision, micro-batch, accumulation, ZeRO++) is written as numbers for
 every consumer, so a Trainer or accelerate run that disagrees fails loudly ("mismatch") instead of silently
 training with another batch. What the consumer owns (the Trainer's learning rate, accelerate's DummyOptim
-values) is "auto" exactly where that consumer fills it (FACTS §3 rule 11); plain DeepSpeed fills nothing, so it
+values) is "auto" exactly where that consumer fills it (``wizard.config.lint.auto``); plain DeepSpeed fills nothing, so it
 gets numbers everywhere.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems
+from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems, parse_version
 from wizard.config.schema import (
     AUTO,
     BF16,
@@ -37,7 +37,8 @@ from wizard.config.schema import (
 from wizard.errors import DswizError
 from wizard.strategy import Strategy
 
-# DeepSpeed reads "log_level" from the config since 0.19.3 (FACTS §4); older versions ignore the key.
+# DeepSpeed reads "log_level" from the config since 0.19.3 (0.19.8: deepspeed/runtime/config.py get_log_level;
+# docs/deepspeed-rules.md); older versions ignore the key.
 LOG_LEVEL_MIN_DEEPSPEED = (0, 19, 3)
 # zero_optimization.leaf_module exists since DeepSpeed 0.18.0 (PR #7604); older versions reject the unknown key.
 LEAF_MODULE_MIN_DEEPSPEED = (0, 18, 0)
@@ -96,13 +97,7 @@ def _at_least(deepspeed_version: str | None, minimum: tuple[int, int, int]) -> b
     """Whether the target DeepSpeed is at least ``minimum`` (unknown: assume a current one)."""
     if deepspeed_version is None:
         return True
-    parts: list[int] = []
-    for piece in deepspeed_version.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    while len(parts) < 3:
-        parts.append(0)
-    return tuple(parts) >= minimum
+    return (parse_version(deepspeed_version) or (0, 0, 0)) >= minimum
 
 
 def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = None) -> DeepSpeedSettings:
@@ -127,7 +122,7 @@ def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = No
     )
     clipping: float | Literal["auto"] = AUTO if consumer == "trainer" else options.gradient_clipping
     return DeepSpeedSettings(
-        # accelerate computes train_batch_size with its own process count, which is wrong on CPU (FACTS §5):
+        # accelerate computes train_batch_size with its own process count, which is wrong on CPU (docs/cpu-testing.md):
         # leave it out there and DeepSpeed derives it from micro x accumulation x its world size. Inference needs
         # only the micro-batch (DeepSpeed asserts one of the two batch keys; accumulation defaults to 1).
         train_batch_size=strategy.global_batch_size if consumer != "accelerate" and training else None,
@@ -248,7 +243,8 @@ def accelerate_ds_fields_for(
 
 
 def _fp16() -> FP16:
-    # Dynamic loss scaling with DeepSpeed's defaults, written out so they can be tuned (FACTS §4: OVERFLOW lines).
+    # Dynamic loss scaling with DeepSpeed's defaults, written out so they can be tuned (deepspeed/runtime/fp16/loss_scaler.py logs
+    # its "OVERFLOW! Skipping step" lines; docs/log-formats.md).
     return FP16(
         enabled=True,
         loss_scale=0,
@@ -257,6 +253,15 @@ def _fp16() -> FP16:
         hysteresis=2,
         min_loss_scale=1,
     )
+
+
+def _offload_common(device: str, options: WriteOptions) -> dict[str, Any]:
+    """The keys both offload sections take: the device, the swap directory (NVMe only), pinned buffers."""
+    return {
+        "device": device,
+        "nvme_path": options.nvme_path if device == "nvme" else None,
+        "pin_memory": options.pin_memory,
+    }
 
 
 def _zero(strategy: Strategy, options: WriteOptions) -> ZeroOptimization:
@@ -272,17 +277,12 @@ def _zero(strategy: Strategy, options: WriteOptions) -> ZeroOptimization:
     if strategy.offload_optimizer != "none":
         nvme = strategy.offload_optimizer == "nvme"
         values["offload_optimizer"] = OffloadOptimizer(
-            device=strategy.offload_optimizer,
-            nvme_path=options.nvme_path if nvme else None,
-            pin_memory=options.pin_memory,
-            buffer_count=4 if nvme else None,
+            **_offload_common(strategy.offload_optimizer, options), buffer_count=4 if nvme else None
         )
     if strategy.offload_param != "none":
         nvme = strategy.offload_param == "nvme"
         values["offload_param"] = OffloadParam(
-            device=strategy.offload_param,
-            nvme_path=options.nvme_path if nvme else None,
-            pin_memory=options.pin_memory,
+            **_offload_common(strategy.offload_param, options),
             buffer_count=5 if nvme else None,
             buffer_size=100_000_000 if nvme else None,
             max_in_cpu=1_000_000_000 if nvme else None,
@@ -325,7 +325,7 @@ def _optimizer(options: WriteOptions) -> Optimizer:
     consumer = options.consumer
     params: dict[str, Any] = {
         # The Trainer fills lr/betas/eps/weight_decay from TrainingArguments; accelerate's DummyOptim fills lr and
-        # weight_decay only (FACTS §3 rule 11).
+        # weight_decay only (accelerate 1.15.0 accelerator.py ``_prepare_deepspeed``).
         "lr": AUTO if consumer in ("trainer", "accelerate") else options.lr,
         "betas": AUTO if consumer == "trainer" else list(options.betas),
         "eps": AUTO if consumer == "trainer" else options.eps,

@@ -1,30 +1,32 @@
-"""The config linter: every rule of FACTS §3 over a DeepSpeed JSON, an accelerate YAML (and the JSON it points
-at), a hostfile, a ``.deepspeed_env`` or a whole config directory. Pure: it reads files, never runs DeepSpeed
+"""The config linter: every rule of docs/deepspeed-rules.md over a DeepSpeed JSON, an accelerate YAML (and the
+JSON it points at), a hostfile, a ``.deepspeed_env`` or a whole config directory. Pure: it reads files, never runs DeepSpeed
 (``wizard.consumer`` runs the consumers' own validation in a subprocess).
 
-Each finding has a stable code. Rule families, one module each:
+Each finding has a stable code. Rule families, one module each in ``wizard/config/lint/``:
   parsing        not-json, not-yaml, duplicate-key, not-an-object, unreadable
-  lint_keys      unknown-key, unknown-key-typo, removed-key, unknown-section-key, deprecated-key,
+  keys           unknown-key, unknown-key-typo, removed-key, unknown-section-key, deprecated-key,
                  section-not-object, shadowed-key
-  lint_types     string-number, string-bool, wrong-type
-  lint_batch     batch-missing, batch-arithmetic, batch-completed, batch-world-size
-  lint_precision fp16-and-bf16, master-weights-stage, fp16-loss-scale, precision-unsupported,
+  types          string-number, string-bool, wrong-type
+  batch          batch-missing, batch-arithmetic, batch-completed, batch-world-size
+  precision      fp16-and-bf16, master-weights-stage, fp16-loss-scale, precision-unsupported,
                  precision-fp16-on-bf16-gpu
-  lint_zero      offload-param-ignored, nvme-becomes-cpu, offload-stage0, zeropp-ignored, hpz-size,
+  zero           offload-param-ignored, nvme-becomes-cpu, offload-stage0, zeropp-ignored, hpz-size,
                  nvme-path-missing, nvme-path-not-writable, nvme-not-on-nvme, no-libaio, libaio-unknown,
                  offload-client-optimizer, offload-optimizer-replaced
-  lint_moe       autoep-stage3-qgz, autoep-stage3-hpz, autoep-stage3-sequence-parallel, autoep-stage3-16bit-save
-  lint_auto      auto-unfilled, auto-default, auto-hidden-size, auto-dummy, auto-needs-consumer
-  lint_runtime   max-grad-norm-in-optimizer, accelerate-dummy-objects, activation-checkpointing-section,
+  moe            autoep-stage3-qgz, autoep-stage3-hpz, autoep-stage3-sequence-parallel, autoep-stage3-16bit-save
+  auto           auto-unfilled, auto-default, auto-hidden-size, auto-dummy, auto-needs-consumer
+  runtime        max-grad-norm-in-optimizer, accelerate-dummy-objects, activation-checkpointing-section,
                  accelerate-steps-per-print, no-steps-per-print, no-log-level
-  lint_accelerate accelerate-not-deepspeed, accelerate-unknown-key, accelerate-unknown-ds-key,
+  accelerate     accelerate-not-deepspeed, accelerate-unknown-key, accelerate-unknown-ds-key,
                  accelerate-num-processes, accelerate-config-file-conflict, accelerate-config-file-missing,
                  accelerate-config-file-relative, accelerate-default-stage, accelerate-zero3-init,
                  accelerate-plugin-on-cpu (+ offload/nvme/precision codes above for plugin fields)
-  lint_launcher  launcher-unknown, launcher-version, launcher-no-hostfile, launcher-no-master, launcher-filter
-  lint_hostfile  hostfile-syntax, hostfile-trailing-text, hostfile-duplicate, hostfile-zero-slots,
+  launcher       launcher-unknown, launcher-version, launcher-no-hostfile, launcher-no-master, launcher-filter
+  hostfile       hostfile-syntax, hostfile-trailing-text, hostfile-duplicate, hostfile-zero-slots,
                  hostfile-empty, hostfile-world-size, hostfile-unequal-slots, env-syntax
                  (the wizard, for a hostfile that is the plan: hostfile-node-count, hostfile-slots)
+The NVMe-path rules behind the zero family's nvme codes live in ``wizard.config.nvme``; ``at_launch`` quiets the
+rules `dswiz launch` takes care of itself (``LintContext.at_launch``).
 """
 
 from __future__ import annotations
@@ -33,18 +35,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wizard.config.lint_accelerate import lint_accelerate_dict
-from wizard.config.lint_auto import check_auto
-from wizard.config.lint_base import ERROR, LintContext, finding
-from wizard.config.lint_batch import check_batch
-from wizard.config.lint_hostfile import lint_deepspeed_env_text, lint_hostfile_text
-from wizard.config.lint_keys import check_keys
-from wizard.config.lint_launcher import yaml_launcher
-from wizard.config.lint_moe import check_moe
-from wizard.config.lint_precision import check_precision
-from wizard.config.lint_runtime import check_runtime
-from wizard.config.lint_types import check_types
-from wizard.config.lint_zero import check_zero
+from wizard.config.lint.accelerate import lint_accelerate_dict
+from wizard.config.lint.auto import check_auto
+from wizard.config.lint.base import ERROR, LintContext, finding
+from wizard.config.lint.batch import check_batch
+from wizard.config.lint.hostfile import lint_deepspeed_env_text, lint_hostfile_text
+from wizard.config.lint.keys import check_keys
+from wizard.config.lint.launcher import yaml_launcher
+from wizard.config.lint.moe import check_moe
+from wizard.config.lint.precision import check_precision
+from wizard.config.lint.runtime import check_runtime
+from wizard.config.lint.types import check_types
+from wizard.config.lint.zero import check_zero
 from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
@@ -77,8 +79,9 @@ def lint_config(
     hardware: HardwareReport | None = None,
     gpus_per_node: int | None = None,
     check_local_paths: bool | None = None,
+    at_launch: bool = False,
 ) -> list[Finding]:
-    """Lint a DeepSpeed config dict. Locations are key paths."""
+    """Lint a DeepSpeed config dict. Locations are key paths. ``at_launch``: for `dswiz launch` (LintContext)."""
     if not isinstance(cfg, dict):
         return [
             finding(
@@ -89,7 +92,7 @@ def lint_config(
                 'write it as { "train_micro_batch_size_per_gpu": 1, ... }',
             )
         ]
-    ctx = _context(consumer, world_size, hardware, gpus_per_node, check_local_paths)
+    ctx = _context(consumer, world_size, hardware, gpus_per_node, check_local_paths, at_launch)
     out: list[Finding] = []
     for rule in RULES:
         out += rule(cfg, ctx)
@@ -103,12 +106,21 @@ def lint_path(
     world_size: int | None = None,
     hardware: HardwareReport | None = None,
     launcher: str | None = None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     """Lint a DeepSpeed JSON, an accelerate YAML (+ its JSON), a hostfile, a .deepspeed_env, or a directory
-    holding them (what `dswiz config` writes). Never raises for a bad file: that is a finding."""
+    holding them (what `dswiz config` writes). Never raises for a bad file: that is a finding. ``at_launch``: for
+    `dswiz launch`, which takes care of some rules itself (LintContext.at_launch)."""
     path = Path(path)
     if path.is_dir():
-        return _lint_dir(path, consumer=consumer, world_size=world_size, hardware=hardware, launcher=launcher)
+        return _lint_dir(
+            path,
+            consumer=consumer,
+            world_size=world_size,
+            hardware=hardware,
+            launcher=launcher,
+            at_launch=at_launch,
+        )
     text, problem = _read(path)
     if problem is not None:
         return [problem]
@@ -120,8 +132,18 @@ def lint_path(
     if kind == "deepspeed_env":
         return sort_findings(lint_deepspeed_env_text(text, name=path.name))
     if kind == "accelerate":
-        return _lint_yaml(path, text, consumer=consumer, world_size=world_size, hardware=hardware)
-    return _lint_json(path, text, prefix="", consumer=consumer, world_size=world_size, hardware=hardware)
+        return _lint_yaml(
+            path, text, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=at_launch
+        )
+    return _lint_json(
+        path,
+        text,
+        prefix="",
+        consumer=consumer,
+        world_size=world_size,
+        hardware=hardware,
+        at_launch=at_launch,
+    )
 
 
 def detect_kind(path: Path, text: str) -> FileKind:
@@ -143,6 +165,7 @@ def _context(
     hardware: HardwareReport | None,
     gpus_per_node: int | None,
     check_local_paths: bool | None,
+    at_launch: bool = False,
 ) -> LintContext:
     if check_local_paths is None:
         # A config planned for described hardware is for another machine: its paths mean nothing here.
@@ -153,6 +176,7 @@ def _context(
         hardware=hardware,
         gpus_per_node=gpus_per_node,
         check_local_paths=check_local_paths,
+        at_launch=at_launch,
     )
 
 
@@ -188,11 +212,12 @@ def _lint_json(
     consumer: Consumer | None,
     world_size: int | None,
     hardware: HardwareReport | None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     cfg, problem = parse_json(text)
     if problem is not None:
         return [_parse_finding(problem, path.name, "not-json")]
-    found = lint_config(cfg, consumer=consumer, world_size=world_size, hardware=hardware)
+    found = lint_config(cfg, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=at_launch)
     if prefix:
         found = [replace(f, location=f"{prefix}: {f.location}" if f.location else prefix) for f in found]
     return [f if f.location else replace(f, location=path.name) for f in found]
@@ -206,11 +231,12 @@ def _lint_yaml(
     world_size: int | None,
     hardware: HardwareReport | None,
     already_linted: Path | None = None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     raw, problem = parse_yaml(text)
     if problem is not None:
         return [_parse_finding(problem, path.name, "not-yaml")]
-    ctx = _context(consumer or "accelerate", world_size, hardware, None, None)
+    ctx = _context(consumer or "accelerate", world_size, hardware, None, None, at_launch)
     result = lint_accelerate_dict(
         raw, name=path.name, lines=yaml_key_lines(text), base_dir=path.parent, ctx=ctx
     )
@@ -232,6 +258,7 @@ def _lint_yaml(
                 consumer=consumer or "accelerate",
                 world_size=world_size if world_size is not None else result.world_size,
                 hardware=hardware,
+                at_launch=at_launch,
             )
     return sort_findings(_unique(out))
 
@@ -243,6 +270,7 @@ def _lint_dir(
     world_size: int | None,
     hardware: HardwareReport | None,
     launcher: str | None,
+    at_launch: bool = False,
 ) -> list[Finding]:
     files = {
         n: directory / n for n in (DS_CONFIG_NAME, ACCELERATE_YAML_NAME, HOSTFILE_NAME, DEEPSPEED_ENV_NAME)
@@ -263,11 +291,11 @@ def _lint_dir(
     if HOSTFILE_NAME in present and launcher is None and ACCELERATE_YAML_NAME in present:
         launcher = _yaml_launcher(present[ACCELERATE_YAML_NAME])  # the hostfile's rules depend on it
     if HOSTFILE_NAME in present and world_size is None:
-        from wizard.config.lint_hostfile import parse_hostfile
+        from wizard.config.hostfile import parse_hostfile
 
-        slots = sum(
-            parse_hostfile(present[HOSTFILE_NAME].read_text(encoding="utf-8", errors="replace")).values()
-        )
+        slots = parse_hostfile(
+            present[HOSTFILE_NAME].read_text(encoding="utf-8", errors="replace")
+        ).total_slots
         world_size = slots or None
     for name, path in present.items():
         text, unreadable = _read(path)
@@ -275,7 +303,13 @@ def _lint_dir(
             out.append(unreadable)
         elif name == DS_CONFIG_NAME:
             out += _lint_json(
-                path, text, prefix=name, consumer=consumer, world_size=world_size, hardware=hardware
+                path,
+                text,
+                prefix=name,
+                consumer=consumer,
+                world_size=world_size,
+                hardware=hardware,
+                at_launch=at_launch,
             )
         elif name == ACCELERATE_YAML_NAME:
             out += _lint_yaml(
@@ -285,6 +319,7 @@ def _lint_dir(
                 world_size=world_size,
                 hardware=hardware,
                 already_linted=present.get(DS_CONFIG_NAME),  # its JSON is usually the one beside it
+                at_launch=at_launch,
             )
         elif name == HOSTFILE_NAME:
             out += lint_hostfile_text(text, name=name, world_size=world_size, launcher=launcher)

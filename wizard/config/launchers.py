@@ -1,4 +1,5 @@
-"""How a multi-node job is started, and what each way requires (FACTS §3 rules 8-9).
+"""How a multi-node job is started, and what each way requires (DeepSpeed 0.19.8 ``deepspeed/launcher/
+multinode_runner.py``: one ``*Runner`` class and its ``get_cmd`` per backend; docs/deepspeed-rules.md).
 
 The names are accelerate's ``deepspeed_multinode_launcher`` values (``accelerate/utils/constants.py``
 DEEPSPEED_MULTINODE_LAUNCHERS) plus Intel MPI, which DeepSpeed 0.19.8's runner also accepts:

@@ -39,6 +39,14 @@ def _at(line: int | None) -> str:
     return f" on line {line}" if line else ""
 
 
+def _duplicate(e: DuplicateKey, consequence: str, scope: str) -> ParseProblem:
+    return ParseProblem(
+        f'duplicate key "{e.key}"{_at(e.line)} {consequence}',
+        f'keep one "{e.key}" entry{scope} and delete the other',
+        e.line,
+    )
+
+
 def parse_json(text: str) -> tuple[Any, ParseProblem | None]:
     """(value, None) or (None, problem). Duplicate keys are a problem, as DeepSpeed refuses them too."""
 
@@ -53,10 +61,8 @@ def parse_json(text: str) -> tuple[Any, ParseProblem | None]:
     try:
         return json.loads(text, object_pairs_hook=pairs_hook), None
     except DuplicateKey as e:
-        return None, ParseProblem(
-            f'duplicate key "{e.key}"{_at(e.line)} (DeepSpeed refuses: "Duplicate keys in DeepSpeed config")',
-            f'keep one "{e.key}" entry in that object and delete the other',
-            e.line,
+        return None, _duplicate(
+            e, '(DeepSpeed refuses: "Duplicate keys in DeepSpeed config")', " in that object"
         )
     except json.JSONDecodeError as e:
         return None, ParseProblem(
@@ -96,11 +102,7 @@ def parse_yaml(text: str) -> tuple[Any, ParseProblem | None]:
     try:
         return yaml.load(text, Loader=_StrictLoader), None
     except DuplicateKey as e:
-        return None, ParseProblem(
-            f'duplicate key "{e.key}"{_at(e.line)} (YAML keeps only the last one, silently)',
-            f'keep one "{e.key}" entry and delete the other',
-            e.line,
-        )
+        return None, _duplicate(e, "(YAML keeps only the last one, silently)", "")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

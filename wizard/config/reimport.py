@@ -28,7 +28,7 @@ from wizard.errors import DswizError
 from wizard.strategy import Mode, Strategy
 
 _MISSING: Any = object()
-# Spelled-out batch numbers must agree with the new batch, changed by the user or not (FACTS §3 rule 1).
+# Spelled-out batch numbers must agree with the new batch, changed by the user or not (DeepSpeedConfig._batch_assertion).
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 # accelerate YAML keys naming the files dswiz writes: always the new paths.
 WRITTEN_FILE_KEYS = ("deepspeed_config_file", "deepspeed_hostfile")

@@ -3,9 +3,10 @@ timestamps, no absolute paths unless passed in), so each one is golden-tested.
 
 - ``render_ds_json``: the DeepSpeed JSON (managed keys in the schema's order, then kept unknown keys).
 - ``render_accelerate_yaml``: accelerate's config, either pointing at the JSON (``deepspeed_config_file``, never
-  with the keys accelerate then refuses, FACTS §3 rule 10) or carrying the plugin settings itself.
+  with the keys accelerate then refuses: accelerate 1.15.0 ``accelerate/utils/dataclasses.py``
+  ``DeepSpeedPlugin._deepspeed_config_checks``) or carrying the plugin settings itself.
 - ``render_hostfile`` / ``render_deepspeed_env``: the launcher's hostfile and the variables other nodes need.
-- ``render_launch_sh``: the exact command, as a script: built by ``runner.launch.build_command`` (what ``dswiz
+- ``render_launch_sh``: the exact command, as a script: built by ``wizard.launch_command.build_command`` (what ``dswiz
   launch`` runs), so the two cannot disagree.
 """
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from typing import Any
 
 import yaml
 
-from runner.launch import LaunchCommand, LaunchSpec, build_command
 from wizard.config.launchers import PER_NODE_LAUNCHERS
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
@@ -29,6 +30,7 @@ from wizard.config.schema import (
     DeepSpeedSettings,
     _Section,
 )
+from wizard.launch_command import LaunchCommand, LaunchSpec, build_command
 
 
 def section_to_dict(section: _Section) -> dict[str, Any]:
@@ -75,7 +77,7 @@ def accelerate_yaml_dict(config: ConfigSet) -> dict[str, Any]:
     out: dict[str, Any] = dict(config.accelerate_fields)
     out["deepspeed_config"] = dict(sorted(ds.items()))
     if config.accelerate_mode == "plugin":
-        # Refused in config-file mode (even "no", FACTS §3 rule 10); in plugin mode it sets DeepSpeed's precision.
+        # Refused in config-file mode (even "no": DeepSpeedPlugin._deepspeed_config_checks); in plugin mode it sets DeepSpeed's precision.
         precision = config.deepspeed.precision
         if precision in ("bf16", "fp16"):
             out["mixed_precision"] = precision
@@ -155,70 +157,62 @@ def render_deepspeed_env(config: ConfigSet) -> str:
 
 
 def launch_spec(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$SCRIPT") -> LaunchSpec:
-    """The launch of these configs as ``dswiz launch`` describes it (``runner.launch.LaunchSpec``), reading the files
-    where they are (no run directory). ``$DIR``/``$SCRIPT``/``$PYTHON``/``$NODE_RANK`` stay shell variables."""
+    """The launch of these configs as ``dswiz launch`` describes it (``wizard.launch_command.LaunchSpec``), reading
+    the files where they are (no run directory). ``$DIR``/``$SCRIPT``/``$PYTHON``/``$NODE_RANK`` stay shell
+    variables."""
     topo = config.topology
     every_node = runs_on_every_node(config)
-    env = tuple(sorted(config.node_env.items()))
+    # What every launch.sh shares: the script with the user's arguments, the training python, the configs read in
+    # place, each node's environment, and the rank logs left to the launcher's own output.
+    common = LaunchSpec(
+        script=script,
+        run_dir="",
+        script_args=("$@",),
+        python="$PYTHON",
+        each_rank_log=False,
+        env=tuple(sorted(config.node_env.items())),
+        copy_configs=False,
+    )
     if config.consumer == "accelerate":
-        return LaunchSpec(
-            script=script,
-            run_dir="",
-            script_args=("$@",),
+        return replace(
+            common,
             launcher="accelerate",
-            python="$PYTHON",
             accelerate_config=f"{config_dir}/{ACCELERATE_YAML_NAME}",
             config_arg="",  # accelerate hands the DeepSpeed config over through its YAML
             node_rank_var="NODE_RANK" if every_node else None,
-            each_rank_log=False,
-            env=env,
-            copy_configs=False,
         )
     # DeepSpeed's own scripts take --deepspeed_config FILE; the HF Trainer takes --deepspeed FILE.
-    config_arg = "deepspeed" if config.consumer == "trainer" else "deepspeed_config"
+    ds = replace(
+        common,
+        ds_config=f"{config_dir}/{DS_CONFIG_NAME}",
+        config_arg="deepspeed" if config.consumer == "trainer" else "deepspeed_config",
+        master_port=topo.master_port,
+    )
     if topo.multi_node and topo.launcher == "standard":
         # torchrun on every node, no DeepSpeed runner (wizard/config/launchers.py)
-        return LaunchSpec(
-            script=script,
-            run_dir="",
-            script_args=("$@",),
+        return replace(
+            ds,
             launcher="torchrun",
-            python="$PYTHON",
-            ds_config=f"{config_dir}/{DS_CONFIG_NAME}",
-            config_arg=config_arg,
             nproc=topo.gpus_per_node,
             hostfile=f"{config_dir}/{HOSTFILE_NAME}",
             num_nodes=topo.nodes,
             node_rank_var="NODE_RANK",
             master_addr=topo.master_addr,
-            master_port=topo.master_port,
-            each_rank_log=False,
-            env=env,
-            copy_configs=False,
         )
-    return LaunchSpec(
-        script=script,
-        run_dir="",
-        script_args=("$@",),
+    return replace(
+        ds,
         launcher="deepspeed",
-        python="$PYTHON",
-        ds_config=f"{config_dir}/{DS_CONFIG_NAME}",
-        config_arg=config_arg,
         nproc=None if topo.multi_node else topo.gpus_per_node,  # several nodes: the hostfile's slots
         hostfile=f"{config_dir}/{HOSTFILE_NAME}" if topo.multi_node else None,
         multinode_launcher=topo.launcher if topo.multi_node else "pdsh",
         node_rank_var="NODE_RANK" if every_node else None,
         master_addr=topo.master_addr if topo.multi_node else None,
-        master_port=topo.master_port,
-        each_rank_log=False,
-        env=env,
-        copy_configs=False,
         deepspeed_env_file=f"{config_dir}/{DEEPSPEED_ENV_NAME}",
     )
 
 
 def launch_command(config: ConfigSet) -> LaunchCommand:
-    """What ``launch.sh`` runs: ``runner.launch.build_command``, the builder ``dswiz launch`` uses."""
+    """What ``launch.sh`` runs: ``wizard.launch_command.build_command``, the builder ``dswiz launch`` uses."""
     return build_command(launch_spec(config))
 
 

@@ -8,20 +8,16 @@ does not manage -- unknown top-level sections, or keys DeepSpeed knows that dswi
 
 Types are strict where a wrong type is a real bug (the string "8" is not a batch size, ``true`` is not a stage),
 and accept what DeepSpeed accepts otherwise (``5e8`` for a bucket size). ``"auto"`` is accepted only on the keys an
-HF Trainer or accelerate can fill (FACTS §3 rule 11); whether the chosen consumer fills it is the linter's job.
+HF Trainer or accelerate can fill (``wizard.config.lint.auto`` lists them from the sources); whether the chosen consumer fills it is the linter's job.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
 from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher
-
-if TYPE_CHECKING:
-    from wizard.config.build import WriteOptions
-    from wizard.strategy import Strategy
 
 Consumer = Literal["deepspeed", "accelerate", "trainer"]
 CONSUMERS: tuple[Consumer, ...] = ("deepspeed", "accelerate", "trainer")
@@ -42,7 +38,7 @@ LAUNCH_SH_NAME = "launch.sh"
 
 def _number(value: Any) -> Any:
     # JSON has one number type: 5e8 parses as a float, and DeepSpeed accepts it where it wants an int.
-    # A string ("8") or a boolean is never a number here (FACTS §3 rule 12).
+    # A string ("8") or a boolean is never a number here: DeepSpeed compares it as read (get_scalar_param) and fails.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"must be a number, not {type(value).__name__} {value!r}")
     return value
@@ -198,13 +194,6 @@ class DeepSpeedSettings(_Section):
     wall_clock_breakdown: StrictBool | None = None
     csv_monitor: CsvMonitor | None = None
 
-    @classmethod
-    def from_strategy(cls, strategy: Strategy, options: WriteOptions | None = None) -> DeepSpeedSettings:
-        """The DeepSpeed JSON for a planned strategy, shaped for ``options.consumer`` (see build.py)."""
-        from wizard.config.build import settings_from_strategy
-
-        return settings_from_strategy(strategy, options)
-
     @property
     def stage(self) -> int:
         zero = self.zero_optimization
@@ -266,10 +255,3 @@ class ConfigSet(BaseModel):
     node_env: dict[str, str] = Field(default_factory=dict)
     # What the script must do for these settings to take effect, in words (shown in launch.sh and by the CLI).
     script_notes: tuple[str, ...] = ()
-
-    @classmethod
-    def from_strategy(cls, strategy: Strategy, options: WriteOptions | None = None) -> ConfigSet:
-        """Everything to write for a planned strategy: settings, topology, consumer-side choices (build.py)."""
-        from wizard.config.build import config_set_from_strategy
-
-        return config_set_from_strategy(strategy, options)

@@ -254,14 +254,14 @@ def _write_options(choices: Choices) -> Any:
     """The config writers' options for the choices; for an imported file, the options it implies with the
     choices on top (wizard.config.reimport)."""
     from wizard.config.build import WriteOptions
-    from wizard.config.lint_hostfile import parse_hostfile
+    from wizard.config.hostfile import parse_hostfile
     from wizard.config.reimport import options_from_config
 
     s = choices.strategy
     assert s is not None
     hosts: tuple[str, ...] = ()
     if s.nodes > 1 and choices.hostfile_text.strip():
-        hosts = tuple(parse_hostfile(choices.hostfile_text))
+        hosts = parse_hostfile(choices.hostfile_text).host_names
     wanted: dict[str, Any] = {
         "hosts": hosts,
         "master_addr": choices.master_addr or None,
@@ -496,7 +496,7 @@ def launcher_problems(launcher: str, hw: HardwareReport | None) -> list[str]:
 def check_hostfile(text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
     """Findings for the hostfile being edited: DeepSpeed's rules (FACTS §3 rules 8-9) and, since this hostfile is
     the plan's topology, one line per node with slots = GPUs per node."""
-    from wizard.config.lint_hostfile import lint_hostfile_for_topology
+    from wizard.config.lint.hostfile import lint_hostfile_for_topology
 
     return lint_hostfile_for_topology(text, nodes=nodes, gpus_per_node=gpus_per_node, launcher=launcher)
 

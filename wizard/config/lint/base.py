@@ -25,6 +25,9 @@ class LintContext:
     gpus_per_node: int | None = None
     # Paths (nvme_path) are checked on this machine's filesystem only when the config is for this machine.
     check_local_paths: bool = True
+    # Linted for `dswiz launch`: it adds steps_per_print and log_level to the copy it launches and checks the NVMe
+    # folder and libaio on this machine itself (wizard.config.nvme.launch_nvme_findings), so those rules stay quiet.
+    at_launch: bool = False
 
     @property
     def effective_world_size(self) -> int | None:

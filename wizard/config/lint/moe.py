@@ -1,4 +1,4 @@
-"""Mixture-of-experts against the ZeRO stage, as the installed DeepSpeed decides it (FACTS §3 rule 7, made precise).
+"""Mixture-of-experts against the ZeRO stage, as the installed DeepSpeed decides it (docs/deepspeed-rules.md).
 
 DeepSpeed 0.19.8 ``engine._validate_zero3_moe_compatibility`` refuses only its *own* MoE layers at stage 3: a
 native ``deepspeed.moe.layer.MoE`` ("Native DeepSpeed MoE is not supported with ZeRO Stage 3. Use AutoEP or choose
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, WARNING, LintContext, as_int, finding, section, stage_of
+from wizard.config.lint.base import ERROR, WARNING, LintContext, as_int, finding, section, stage_of
 from wizard.findings import Finding
 
 
@@ -23,43 +23,47 @@ def check_moe(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     if ep.get("enabled") is not True or stage_of(cfg) != 3:
         return []
     zero = section(cfg, "zero_optimization")
-    out: list[Finding] = []
-    if zero.get("zero_quantized_gradients") is True:
-        out.append(
-            finding(
-                ERROR,
-                "autoep-stage3-qgz",
-                "AutoEP (expert_parallel) at ZeRO stage 3 with zero_quantized_gradients",
-                'DeepSpeed stops at start: "AutoEP with ZeRO Stage 3 does not support zero_quantized_gradients yet"',
-                "set zero_optimization.zero_quantized_gradients to false (or use stage 2 with AutoEP)",
-                "zero_optimization.zero_quantized_gradients",
-            )
-        )
     hpz = as_int(zero.get("zero_hpz_partition_size"))
-    if hpz is not None and hpz > 1:
-        out.append(
-            finding(
-                ERROR,
-                "autoep-stage3-hpz",
-                f"AutoEP (expert_parallel) at ZeRO stage 3 with zero_hpz_partition_size {hpz}",
-                'DeepSpeed stops at start: "AutoEP with ZeRO Stage 3 does not support hpZeRO secondary tensor '
-                'groups yet"',
-                "remove zero_optimization.zero_hpz_partition_size (or set it to 1)",
-                "zero_optimization.zero_hpz_partition_size",
-            )
-        )
     sp = as_int(cfg.get("sequence_parallel_size"))
-    if sp is not None and sp > 1:
-        out.append(
-            finding(
-                ERROR,
-                "autoep-stage3-sequence-parallel",
-                f"AutoEP (expert_parallel) at ZeRO stage 3 with sequence_parallel_size {sp}",
-                'DeepSpeed stops at start: "AutoEP with ZeRO Stage 3 does not support sequence parallelism yet"',
-                "set sequence_parallel_size to 1, or use AutoEP at stage 1/2",
-                "sequence_parallel_size",
-            )
+    # What AutoEP at stage 3 refuses at start: (active, code, the setting, what DeepSpeed does not support, fix, key)
+    refused = (
+        (
+            zero.get("zero_quantized_gradients") is True,
+            "autoep-stage3-qgz",
+            "zero_quantized_gradients",
+            "zero_quantized_gradients",
+            "set zero_optimization.zero_quantized_gradients to false (or use stage 2 with AutoEP)",
+            "zero_optimization.zero_quantized_gradients",
+        ),
+        (
+            hpz is not None and hpz > 1,
+            "autoep-stage3-hpz",
+            f"zero_hpz_partition_size {hpz}",
+            "hpZeRO secondary tensor groups",
+            "remove zero_optimization.zero_hpz_partition_size (or set it to 1)",
+            "zero_optimization.zero_hpz_partition_size",
+        ),
+        (
+            sp is not None and sp > 1,
+            "autoep-stage3-sequence-parallel",
+            f"sequence_parallel_size {sp}",
+            "sequence parallelism",
+            "set sequence_parallel_size to 1, or use AutoEP at stage 1/2",
+            "sequence_parallel_size",
+        ),
+    )
+    out = [
+        finding(
+            ERROR,
+            code,
+            f"AutoEP (expert_parallel) at ZeRO stage 3 with {setting}",
+            f'DeepSpeed stops at start: "AutoEP with ZeRO Stage 3 does not support {unsupported} yet"',
+            fix,
+            location,
         )
+        for active, code, setting, unsupported, fix, location in refused
+        if active
+    ]
     if zero.get("stage3_gather_16bit_weights_on_model_save") is True:
         out.append(
             finding(

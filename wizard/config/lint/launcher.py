@@ -1,5 +1,6 @@
 """accelerate's multi-node launcher (``deepspeed_config.deepspeed_multinode_launcher``) and what it requires
-(FACTS §3 rules 8-9; accelerate/utils/launch.py ``prepare_deepspeed_cmd_env``)."""
+(accelerate 1.15.0 accelerate/utils/launch.py ``prepare_deepspeed_cmd_env``; DeepSpeed 0.19.8
+deepspeed/launcher/multinode_runner.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from wizard.config.launchers import (
     MULTINODE_LAUNCHERS,
     launcher_problems,
 )
-from wizard.config.lint_base import ERROR, LintContext, as_int, did_you_mean, finding
+from wizard.config.lint.base import ERROR, LintContext, as_int, did_you_mean, finding
 from wizard.findings import Finding
 
 

@@ -1,4 +1,4 @@
-""" "auto" values (FACTS §3 rule 11): only some consumers fill them, each a fixed set of keys (exact spellings from
+""" "auto" values: only some consumers fill them, each a fixed set of keys (exact spellings from
 transformers/integrations/deepspeed.py trainer_config_process/finalize and accelerate/accelerator.py
 _prepare_deepspeed). Plain DeepSpeed fills none: "auto" on a top-level number fails, and inside a section it is
 dropped silently (DeepSpeedConfigModel), so e.g. bf16.enabled "auto" trains in fp32."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, finding, is_auto, stage_of, walk
+from wizard.config.lint.base import ERROR, INFO, WARNING, LintContext, finding, is_auto, stage_of, walk
 from wizard.findings import Finding
 
 _BATCH = {

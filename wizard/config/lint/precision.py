@@ -1,11 +1,12 @@
-"""Precision (FACTS §3 rules 2 and 6): fp16 and bf16 together, master-weight options outside ZeRO, dynamic loss
+"""Precision (DeepSpeed 0.19.8 deepspeed/runtime/config.py ``DeepSpeedConfig._initialize_params``: "bfloat16 and
+fp16 modes cannot be simultaneously enabled"; docs/deepspeed-rules.md): fp16 and bf16 together, master-weight options outside ZeRO, dynamic loss
 scaling that DeepSpeed refuses, and precision the GPUs cannot run (from the compute capability, not torch)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, WARNING, LintContext, as_int, enabled, finding, section, stage_of
+from wizard.config.lint.base import ERROR, WARNING, LintContext, as_int, enabled, finding, section, stage_of
 from wizard.findings import Finding
 
 
@@ -86,7 +87,7 @@ def _loss_scaling(cfg: dict[str, Any]) -> list[Finding]:
 
 
 def precision_vs_hardware(ctx: LintContext, *, fp16: bool, bf16: bool) -> list[Finding]:
-    """fp16/bf16 against the lowest compute capability of the GPUs (FACTS §3 rule 6)."""
+    """fp16/bf16 against the lowest compute capability of the GPUs (docs/deepspeed-rules.md)."""
     hw = ctx.hardware
     if hw is None or not hw.gpus or not (fp16 or bf16):
         return []

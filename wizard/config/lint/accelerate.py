@@ -1,4 +1,5 @@
-"""accelerate's YAML (FACTS §3 rule 10, §5): keys accelerate refuses or ignores, the deepspeed_config_file mode's
+"""accelerate's YAML (accelerate 1.15.0: ``accelerate/commands/config/config_args.py`` ClusterConfig, and
+``accelerate/utils/dataclasses.py`` ``DeepSpeedPlugin._deepspeed_config_checks``): keys accelerate refuses or ignores, the deepspeed_config_file mode's
 conflicts ("the following accelerate config variables will be ignored"), and plugin-mode settings that do not
 do what they say."""
 
@@ -10,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from wizard.config import accelerate_keys
-from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, as_int, did_you_mean, finding
-from wizard.config.lint_launcher import lint_accelerate_launcher
-from wizard.config.lint_precision import precision_vs_hardware
+from wizard.config.lint.base import ERROR, INFO, WARNING, LintContext, as_int, did_you_mean, finding
+from wizard.config.lint.launcher import lint_accelerate_launcher
+from wizard.config.lint.precision import precision_vs_hardware
 from wizard.findings import Finding
 
 # accelerate refuses these in the YAML when deepspeed_config_file is set (utils/dataclasses.py
@@ -71,20 +72,7 @@ def lint_accelerate_dict(
                 at("distributed_type"),
             )
         )
-    for key in raw:
-        if key not in accelerate_keys.TOP_LEVEL_KEYS:
-            guess = did_you_mean(str(key), accelerate_keys.TOP_LEVEL_KEYS)
-            out.append(
-                finding(
-                    ERROR,
-                    "accelerate-unknown-key",
-                    f"unknown accelerate config key {key!r}"
-                    + (f': did you mean "{guess}"?' if guess else ""),
-                    'accelerate launch stops: "The config file ... had unknown keys"',
-                    f"rename it to {guess}" if guess else f"delete {key}",
-                    at(str(key)),
-                )
-            )
+    out += _unknown_keys(raw, at, section=None)
     ds = raw.get("deepspeed_config")
     if ds is None:
         ds = {}
@@ -100,44 +88,8 @@ def lint_accelerate_dict(
             )
         )
         return AccelerateLint(out, None, None)
-    for key in ds:
-        if key not in accelerate_keys.DEEPSPEED_CONFIG_KEYS:
-            guess = did_you_mean(str(key), accelerate_keys.DEEPSPEED_CONFIG_KEYS)
-            out.append(
-                finding(
-                    ERROR if guess else WARNING,
-                    "accelerate-unknown-ds-key",
-                    f"unknown key {key!r} in deepspeed_config"
-                    + (f': did you mean "{guess}"?' if guess else ""),
-                    "accelerate silently ignores it, so the setting has no effect",
-                    f"rename it to {guess}" if guess else f"delete {key}",
-                    at(f"deepspeed_config.{key}"),
-                )
-            )
-    machines = as_int(raw.get("num_machines", 1))
-    processes = as_int(raw.get("num_processes"))
-    if "num_processes" not in raw:
-        out.append(
-            finding(
-                WARNING,
-                "accelerate-num-processes",
-                "num_processes is not set",
-                'accelerate launch stops: "You need to manually pass in `--num_processes` using this config yaml"',
-                "set num_processes to the total number of GPUs (all machines)",
-                at("distributed_type"),
-            )
-        )
-    elif processes is not None and machines and processes % machines:
-        out.append(
-            finding(
-                WARNING,
-                "accelerate-num-processes",
-                f"num_processes {processes} is not a multiple of num_machines {machines}",
-                "accelerate starts num_processes / num_machines processes on each machine",
-                "num_processes is the total over all machines: machines x GPUs per machine",
-                at("num_processes"),
-            )
-        )
+    out += _unknown_keys(ds, at, section="deepspeed_config")
+    out += _num_processes(raw, at)
     out += lint_accelerate_launcher(raw, ds, at, ctx)
     if "deepspeed_config_file" in ds:
         out += _config_file_mode(raw, ds, at)
@@ -146,7 +98,71 @@ def lint_accelerate_dict(
     else:
         out += _plugin_mode(raw, ds, at, ctx)
         json_path = None
-    return AccelerateLint(out, json_path, processes)
+    return AccelerateLint(out, json_path, as_int(raw.get("num_processes")))
+
+
+def _unknown_keys(mapping: dict[str, Any], at: Any, *, section: str | None) -> list[Finding]:
+    """Keys accelerate does not know: at the top level it refuses the file; under deepspeed_config it ignores them
+    (a likely typo is an error there, anything else a warning)."""
+    known = accelerate_keys.DEEPSPEED_CONFIG_KEYS if section else accelerate_keys.TOP_LEVEL_KEYS
+    out = []
+    for key in mapping:
+        if key in known:
+            continue
+        guess = did_you_mean(str(key), known)
+        suggestion = f': did you mean "{guess}"?' if guess else ""
+        fix = f"rename it to {guess}" if guess else f"delete {key}"
+        if section is None:
+            out.append(
+                finding(
+                    ERROR,
+                    "accelerate-unknown-key",
+                    f"unknown accelerate config key {key!r}{suggestion}",
+                    'accelerate launch stops: "The config file ... had unknown keys"',
+                    fix,
+                    at(str(key)),
+                )
+            )
+        else:
+            out.append(
+                finding(
+                    ERROR if guess else WARNING,
+                    "accelerate-unknown-ds-key",
+                    f"unknown key {key!r} in {section}{suggestion}",
+                    "accelerate silently ignores it, so the setting has no effect",
+                    fix,
+                    at(f"{section}.{key}"),
+                )
+            )
+    return out
+
+
+def _num_processes(raw: dict[str, Any], at: Any) -> list[Finding]:
+    machines = as_int(raw.get("num_machines", 1))
+    processes = as_int(raw.get("num_processes"))
+    if "num_processes" not in raw:
+        return [
+            finding(
+                WARNING,
+                "accelerate-num-processes",
+                "num_processes is not set",
+                'accelerate launch stops: "You need to manually pass in `--num_processes` using this config yaml"',
+                "set num_processes to the total number of GPUs (all machines)",
+                at("distributed_type"),
+            )
+        ]
+    if processes is not None and machines and processes % machines:
+        return [
+            finding(
+                WARNING,
+                "accelerate-num-processes",
+                f"num_processes {processes} is not a multiple of num_machines {machines}",
+                "accelerate starts num_processes / num_machines processes on each machine",
+                "num_processes is the total over all machines: machines x GPUs per machine",
+                at("num_processes"),
+            )
+        ]
+    return []
 
 
 def _config_file_mode(raw: dict[str, Any], ds: dict[str, Any], at: Any) -> list[Finding]:
@@ -273,7 +289,8 @@ def _plugin_mode(raw: dict[str, Any], ds: dict[str, Any], at: Any, ctx: LintCont
         )
     for name, device in (("offload_optimizer", opt), ("offload_param", param)):
         path = ds.get(f"{name}_nvme_path")
-        if device == "nvme" and stage == 3 and (not isinstance(path, str) or path in ("", "none")):
+        missing = not isinstance(path, str) or path in ("", "none")
+        if device == "nvme" and stage == 3 and missing and not ctx.at_launch:  # the launch reports it itself
             out.append(
                 finding(
                     ERROR,

@@ -1,90 +1,64 @@
-"""The launcher's files (FACTS §3 rules 8-9): the hostfile (deepspeed/launcher/runner.py _parse_hostfile) and
-``.deepspeed_env`` (runner.py main: every line is split on '=')."""
+"""The launcher's files as findings: the hostfile (parsed by ``wizard.config.hostfile``, DeepSpeed's rule) and
+``.deepspeed_env`` (DeepSpeed 0.19.8 ``deepspeed/launcher/runner.py`` ``main`` splits every line on '=')."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
 
+from wizard.config.hostfile import HostfileProblem, parse_hostfile
 from wizard.config.launchers import EQUAL_SLOTS_LAUNCHERS
-from wizard.config.lint_base import ERROR, INFO, WARNING, finding
+from wizard.config.lint.base import ERROR, INFO, WARNING, finding
 from wizard.findings import Finding
 
-# DeepSpeed's own pattern, applied with re.search to the stripped line: nothing is required after the digits.
-HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def parse_hostfile(text: str) -> dict[str, int]:
-    """host -> slots for the lines DeepSpeed accepts (comments and blank lines skipped)."""
-    hosts: dict[str, int] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        m = HOSTFILE_LINE.search(line)
-        if line and not line.startswith("#") and m and m.group(1) not in hosts:
-            hosts[m.group(1)] = int(m.group(2))
-    return hosts
+def _problem_finding(p: HostfileProblem, name: str) -> Finding:
+    where = f"{name}:{p.line_number}"
+    if p.kind == "syntax":
+        return finding(
+            ERROR,
+            "hostfile-syntax",
+            f"hostfile line {p.line_number} is not 'HOST slots=N': {p.line!r}",
+            'DeepSpeed stops: "Hostfile contains a bad entry"',
+            "write one node per line as `hostname slots=8` (slots = GPUs on that node)",
+            where,
+        )
+    if p.kind == "trailing-text":
+        return finding(
+            WARNING,
+            "hostfile-trailing-text",
+            f"hostfile line {p.line_number} has text after slots=: {p.trailing!r}",
+            "DeepSpeed ignores it; other tools reading the hostfile (mpirun, pdsh) may not",
+            f"keep only `{p.host} slots={p.slots}` on that line",
+            where,
+        )
+    if p.kind == "duplicate":
+        return finding(
+            ERROR,
+            "hostfile-duplicate",
+            f"host {p.host} appears twice in the hostfile",
+            f'DeepSpeed stops: "Hostfile contains multiple entries for {p.host}"',
+            f"keep one line for {p.host} with the total slots of that node",
+            where,
+        )
+    return finding(
+        WARNING,
+        "hostfile-zero-slots",
+        f"host {p.host} has slots=0",
+        "no process runs there: the node is listed but unused",
+        f"set slots to the number of GPUs on {p.host}, or delete the line",
+        where,
+    )
 
 
 def lint_hostfile_text(
     text: str, *, name: str = "hostfile", world_size: int | None = None, launcher: str | None = None
 ) -> list[Finding]:
-    out: list[Finding] = []
-    hosts: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        where = f"{name}:{number}"
-        if not line or line.startswith("#"):
-            continue
-        m = HOSTFILE_LINE.search(line)
-        if not m:
-            out.append(
-                finding(
-                    ERROR,
-                    "hostfile-syntax",
-                    f"hostfile line {number} is not 'HOST slots=N': {line!r}",
-                    'DeepSpeed stops: "Hostfile contains a bad entry"',
-                    "write one node per line as `hostname slots=8` (slots = GPUs on that node)",
-                    where,
-                )
-            )
-            continue
-        host, slots = m.group(1), int(m.group(2))
-        if line[m.end() :].strip() and not line[m.end() :].strip().startswith("#"):
-            out.append(
-                finding(
-                    WARNING,
-                    "hostfile-trailing-text",
-                    f"hostfile line {number} has text after slots=: {line[m.end() :].strip()!r}",
-                    "DeepSpeed ignores it; other tools reading the hostfile (mpirun, pdsh) may not",
-                    f"keep only `{host} slots={slots}` on that line",
-                    where,
-                )
-            )
-        if host in hosts:
-            out.append(
-                finding(
-                    ERROR,
-                    "hostfile-duplicate",
-                    f"host {host} appears twice in the hostfile",
-                    f'DeepSpeed stops: "Hostfile contains multiple entries for {host}"',
-                    f"keep one line for {host} with the total slots of that node",
-                    where,
-                )
-            )
-            continue
-        if slots == 0:
-            out.append(
-                finding(
-                    WARNING,
-                    "hostfile-zero-slots",
-                    f"host {host} has slots=0",
-                    "no process runs there: the node is listed but unused",
-                    f"set slots to the number of GPUs on {host}, or delete the line",
-                    where,
-                )
-            )
-        hosts[host] = slots
+    parsed = parse_hostfile(text)
+    out = [_problem_finding(p, name) for p in parsed.problems]
+    hosts = parsed.slots
     if not hosts and not out:
         out.append(
             finding(
@@ -98,7 +72,7 @@ def lint_hostfile_text(
         )
     if not hosts:
         return out
-    total = sum(hosts.values())
+    total = parsed.total_slots
     if world_size is not None and total != world_size:
         out.append(
             finding(
@@ -140,7 +114,7 @@ def lint_hostfile_for_topology(
         for f in lint_hostfile_text(text, name=name, launcher=launcher)
         if f.code != "hostfile-unequal-slots"
     ]
-    hosts = parse_hostfile(text)
+    hosts = parse_hostfile(text).slots
     if not hosts:
         return out
     if len(hosts) != nodes:

@@ -1,11 +1,16 @@
 """The launch command as data: ``build_command(spec) -> (argv, env_changes)``. Pure: no files read, nothing run.
 
+Part of the wizard core because two layers build the same command: ``dswiz config`` writes it into launch.sh
+(``wizard.config.render``) and ``dswiz launch`` runs it (``runner.process``), so the two cannot disagree.
+
 Like accelerate's ``prepare_deepspeed_cmd_env``, the command is built first and executed elsewhere
 (``runner.process``), so it can be printed (``dswiz launch --dry-run``), tested, and recorded in run.json.
 
 The DeepSpeed launcher is run as ``<python> -u -m deepspeed.launcher.runner`` with the *training environment's*
 python: dswiz and DeepSpeed need not share an environment. The runner starts ``launch.py`` and the ranks with
-that same interpreter (``sys.executable``; FACTS §4).
+that same interpreter (DeepSpeed 0.19.8: ``deepspeed/launcher/runner.py`` ``main`` builds
+``[sys.executable, "-u", "-m", "deepspeed.launcher.launch", ...]``, and ``launcher/launch.py`` ``main`` starts
+each rank with ``sys.executable``).
 
 The configs the job sees are copies in the run directory (``config_copy_path``), made observable by
 ``observable_ds_config`` (steps_per_print, log_level, a csv monitor into the run dir); the originals are never
@@ -22,13 +27,20 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from runner import rundir
 from wizard.errors import DswizError
+
+# The run directory's layout as far as the launched command sees it (the rest of the layout: runner.rundir).
+CONFIG_DIR = "config"
+RANK_LOGS_DIR = "logs/ranks"
+CSV_DIR = "csv"
+CSV_JOB_NAME = "dswiz"
 
 LAUNCHERS = ("deepspeed", "accelerate", "torchrun")
 # DeepSpeed's --launcher backends (deepspeed/launcher/constants.py) plus "nossh": one launcher per node, no ssh.
 MULTINODE_LAUNCHERS = ("pdsh", "openmpi", "mpich", "impi", "mvapich", "slurm", "nossh")
-MPI_LAUNCHERS = ("openmpi", "mpich", "impi", "mvapich")  # reject include/exclude filters (FACTS §3 rule 9)
+# Reject --include/--exclude: DeepSpeed 0.19.8 deepspeed/launcher/multinode_runner.py, the get_cmd of
+# OpenMPIRunner, MPICHRunner, IMPIRunner and MVAPICHRunner ("backend does not support worker include/exclusion").
+MPI_LAUNCHERS = ("openmpi", "mpich", "impi", "mvapich")
 DEFAULT_MASTER_PORT = 29500  # deepspeed.constants.TORCH_DISTRIBUTED_DEFAULT_PORT
 DEFAULT_STEPS_PER_PRINT = 10
 _CONFIG_ARG_RE = re.compile(r"^[A-Za-z][\w-]*$")
@@ -103,21 +115,21 @@ def config_copy_path(spec: LaunchSpec, original: str) -> str:
     spec copies no configs)."""
     if not spec.copy_configs:
         return original
-    return str(PurePath(spec.run_dir, rundir.CONFIG_DIR, PurePath(original).name))
+    return str(PurePath(spec.run_dir, CONFIG_DIR, PurePath(original).name))
 
 
 def rank_logs_dir(spec: LaunchSpec) -> str:
-    return str(PurePath(spec.run_dir, rundir.RANK_LOGS_DIR))
+    return str(PurePath(spec.run_dir, RANK_LOGS_DIR))
 
 
 def csv_dir(spec: LaunchSpec) -> str:
-    return str(PurePath(spec.run_dir, rundir.CSV_DIR))
+    return str(PurePath(spec.run_dir, CSV_DIR))
 
 
 def deepspeed_env_path(spec: LaunchSpec) -> str:
     if spec.deepspeed_env_file is not None:
         return spec.deepspeed_env_file
-    return str(PurePath(spec.run_dir, rundir.CONFIG_DIR, "deepspeed_env"))
+    return str(PurePath(spec.run_dir, CONFIG_DIR, "deepspeed_env"))
 
 
 def node_rank_word(spec: LaunchSpec) -> str:
@@ -146,8 +158,9 @@ def observable_ds_config(
 ) -> tuple[dict[str, Any], list[str]]:
     """A copy of ``config`` whose job can be watched, and the list of changes in words.
 
-    Since DeepSpeed 0.17.6 ranks log at WARNING and ``steps_per_print`` defaults to None (FACTS §4), so nothing
-    shows unless both are set. A value the user chose is kept. The csv monitor always points into the run dir
+    DeepSpeed's ranks log at WARNING and ``steps_per_print`` defaults to None (0.19.8 ``deepspeed/runtime/
+    constants.py``: ``STEPS_PER_PRINT_DEFAULT = None``, ``LOG_LEVEL_DEFAULT = None``), so nothing shows unless
+    both are set. A value the user chose is kept. The csv monitor always points into the run dir
     (the monitor reads it there). The input dict is not modified.
     """
     out = dict(config)
@@ -158,12 +171,12 @@ def observable_ds_config(
     if "log_level" not in out:
         out["log_level"] = "info"  # read since DeepSpeed 0.19.3; older versions ignore unknown top-level keys
         changes.append('log_level: "info" (DeepSpeed logs throughput only at info)')
-    wanted = {"enabled": True, "output_path": csv_output_path, "job_name": rundir.CSV_JOB_NAME}
+    wanted = {"enabled": True, "output_path": csv_output_path, "job_name": CSV_JOB_NAME}
     current = out.get("csv_monitor")
     if not isinstance(current, dict) or any(current.get(k) != v for k, v in wanted.items()):
         merged = {**(current if isinstance(current, dict) else {}), **wanted}
         out["csv_monitor"] = merged
-        changes.append(f"csv_monitor: into {csv_output_path}/{rundir.CSV_JOB_NAME}")
+        changes.append(f"csv_monitor: into {csv_output_path}/{CSV_JOB_NAME}")
     return out, changes
 
 
@@ -212,8 +225,8 @@ def accelerate_ds_config_file(yaml_text: str) -> str | None:
 def deepspeed_env_text(existing: list[str], env: dict[str, str]) -> str:
     """The ``.deepspeed_env`` the ssh/MPI launchers export on every node: the user's lines, then ours.
 
-    DeepSpeed exports only NCCL/PYTHON/MV2/UCX-prefixed variables and this file to other nodes (FACTS §3 rule 8),
-    so a fix such as TORCH_CUDA_ARCH_LIST has to travel through it.
+    DeepSpeed exports only variables with a few prefixes (0.19.8 ``deepspeed/launcher/runner.py``: ``EXPORT_ENVS``
+    MLFLOW/PYTHON/MV2/UCX plus the accelerator's, NCCL on CUDA) and this file to other nodes, so a fix such as TORCH_CUDA_ARCH_LIST has to travel through it.
     """
     lines = [ln.rstrip("\n") for text in existing for ln in text.splitlines() if "=" in ln]
     lines += [f"{k}={v}" for k, v in sorted(env.items())]
@@ -284,7 +297,7 @@ def validate(spec: LaunchSpec) -> None:
             )
         if spec.ssh_multinode and spec.multinode_launcher in MPI_LAUNCHERS:
             raise DswizError(
-                f"the {spec.multinode_launcher} launcher rejects {name} (FACTS §3 rule 9)",
+                f"the {spec.multinode_launcher} launcher rejects {name} (DeepSpeed's MPI backends take no filter)",
                 "drop the filter and list exactly the hosts and slots to use in the hostfile",
             )
     if spec.config_arg and not _CONFIG_ARG_RE.match(spec.config_arg):
@@ -431,30 +444,3 @@ def _torchrun_argv(spec: LaunchSpec) -> list[str]:
     if spec.master_port is not None:
         argv += ["--master_port", str(spec.master_port)]
     return argv + _script_part(spec)
-
-
-def parse_hostfile(text: str, *, source: str = "hostfile") -> list[tuple[str, int]]:
-    """``[(host, slots), …]`` from hostfile text, by DeepSpeed's rule (``^(\\S+)\\s+slots=(\\d+)``, no duplicate
-    hosts, not empty; ``#`` comments and blank lines skipped). Raises DswizError naming the bad line."""
-    hosts: list[tuple[str, int]] = []
-    seen: set[str] = set()
-    for n, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"^(\S+)\s+slots=(\d+)\s*(#.*)?$", line)
-        if not m:
-            raise DswizError(
-                f"{source}:{n}: {line!r} is not a hostfile line",
-                "write one '<host> slots=<gpus>' per line, e.g. 'worker-1 slots=8'",
-            )
-        host, slots = m.group(1), int(m.group(2))
-        if host in seen:
-            raise DswizError(f"{source}:{n}: host {host!r} is listed twice", "keep one line per host")
-        if slots < 1:
-            raise DswizError(f"{source}:{n}: host {host!r} has slots=0", "give every host at least one slot")
-        seen.add(host)
-        hosts.append((host, slots))
-    if not hosts:
-        raise DswizError(f"{source} lists no hosts", "write one '<host> slots=<gpus>' per line")
-    return hosts

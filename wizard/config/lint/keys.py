@@ -1,12 +1,14 @@
-"""Keys DeepSpeed ignores, rejects or renamed (FACTS §3 rule 3): unknown top-level keys are silently ignored, so a
-typo goes unnoticed; unknown keys inside pydantic-modelled sections are rejected; removed features raise."""
+"""Keys DeepSpeed ignores, rejects or renamed: unknown top-level keys are silently ignored, so a typo goes
+unnoticed (DeepSpeed 0.19.8 ``deepspeed/runtime/config.py`` reads only the keys it knows); unknown keys inside
+pydantic-modelled sections are rejected (``deepspeed/runtime/config_utils.py`` ``DeepSpeedConfigModel``,
+extra="forbid"); removed features raise."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from wizard.config import ds_keys
-from wizard.config.lint_base import ERROR, WARNING, LintContext, did_you_mean, finding
+from wizard.config.lint.base import ERROR, WARNING, LintContext, did_you_mean, finding
 from wizard.findings import Finding
 
 

@@ -1,4 +1,4 @@
-"""Batch arithmetic (FACTS §3 rule 1), done the way DeepSpeedConfig does it (runtime/config.py
+"""Batch arithmetic, done the way DeepSpeed 0.19.8's DeepSpeedConfig does it (deepspeed/runtime/config.py
 _set_batch_related_parameters + _batch_assertion): missing values are completed by floor division, then
 train_batch_size must equal micro x accumulation x world size."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, LintContext, as_int, finding, is_auto
+from wizard.config.lint.base import ERROR, INFO, LintContext, as_int, finding, is_auto
 from wizard.findings import Finding
 
 TRAIN, MICRO, GAS = "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"

@@ -1,15 +1,16 @@
-"""ZeRO settings DeepSpeed ignores or changes silently (FACTS §3 rule 4), NVMe offload prerequisites (rule 5) and
-offload with the script's own optimizer (rule 7)."""
+"""ZeRO settings DeepSpeed ignores or changes silently (parameters are offloaded only at stage 3,
+``deepspeed/runtime/zero/offload_config.py`` ``DeepSpeedZeroOffloadParamConfig``; stages 1-2 treat any optimizer
+offload device as CPU, ``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.__init__`` ``cpu_offload``; DeepSpeed
+0.19.8), NVMe offload prerequisites (``wizard.config.nvme``) and offload with the script's own optimizer
+(``deepspeed/runtime/engine.py`` ``_configure_optimizer`` raises ZeRORuntimeException)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, WARNING, LintContext, as_int, finding, section, stage_of
+from wizard.config.lint.base import INFO, WARNING, LintContext, as_int, finding, section, stage_of
+from wizard.config.nvme import offload_nvme_findings
 from wizard.findings import Finding
-from wizard.hardware.report import DiskInfo
 
 
 def check_zero(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
@@ -56,7 +57,13 @@ def check_zero(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     out += _zeropp(zero, stage, ctx)
     for name, device in (("offload_optimizer", opt_dev), ("offload_param", par_dev)):
         if device == "nvme" and stage == 3:  # below stage 3 the rules above already say it is not used
-            out += _nvme(section(zero, name), f"zero_optimization.{name}", ctx)
+            out += offload_nvme_findings(
+                section(zero, name),
+                f"zero_optimization.{name}",
+                ctx.hardware,
+                check_local_paths=ctx.check_local_paths,
+                at_launch=ctx.at_launch,
+            )
     out += _client_optimizer(cfg, stage, opt_dev, ctx)
     return out
 
@@ -91,104 +98,6 @@ def _zeropp(zero: dict[str, Any], stage: int, ctx: LintContext) -> list[Finding]
             )
         )
     return out
-
-
-def _nvme(offload: dict[str, Any], where: str, ctx: LintContext) -> list[Finding]:
-    path = offload.get("nvme_path")
-    if not isinstance(path, str) or not path.strip():
-        return [
-            finding(
-                ERROR,
-                "nvme-path-missing",
-                f"{where} offloads to nvme without an nvme_path",
-                'DeepSpeed stops: "nvme_path" in DeepSpeed Config cannot be None if remote device is nvme',
-                f'add "nvme_path": "/local_nvme/dswiz" to {where.split(".")[-1]} (a directory on a local NVMe drive)',
-                f"{where}.device",
-            )
-        ]
-    out: list[Finding] = []
-    hw = ctx.hardware
-    if ctx.check_local_paths:
-        out += writable_findings(path, f"{where}.nvme_path")
-    if hw is not None:
-        disk = disk_for(path, hw.host.disks)
-        if disk is not None and not disk.nvme:
-            out.append(
-                finding(
-                    WARNING,
-                    "nvme-not-on-nvme",
-                    f"nvme_path {path} is on {disk.device} ({disk.fstype}), not an NVMe drive",
-                    "offload streams optimizer state every step: a SATA/network disk makes each step many times "
-                    "slower",
-                    "point nvme_path at a directory on a local NVMe drive (dswiz detect lists them)",
-                    f"{where}.nvme_path",
-                )
-            )
-    libaio = hw.host.libaio if hw is not None else None
-    if libaio is False:
-        out.append(
-            finding(
-                ERROR,
-                "no-libaio",
-                "NVMe offload needs libaio, which this machine lacks",
-                "DeepSpeed's async_io op (ds_report: async_io [NO]) cannot build without it, so the job fails",
-                "install libaio (Debian/Ubuntu: apt install libaio-dev), or offload to cpu instead",
-                f"{where}.device",
-            )
-        )
-    elif libaio is None:
-        out.append(
-            finding(
-                INFO,
-                "libaio-unknown",
-                "NVMe offload needs DeepSpeed's async_io op (libaio); not checked here",
-                "without libaio the op cannot build and the job fails at start",
-                "run `ds_report` on the training machine and look for async_io [OKAY] (or pass --hardware)",
-                f"{where}.device",
-            )
-        )
-    return out
-
-
-def writable_findings(path: str, where: str) -> list[Finding]:
-    target = Path(os.path.expanduser(path))
-    probe = target
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        return [
-            finding(
-                ERROR,
-                "nvme-path-not-writable",
-                f"nvme_path {path}: {probe} is a file, not a directory",
-                "DeepSpeed creates its swap directory there and fails",
-                "point nvme_path at a directory",
-                where,
-            )
-        ]
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return [
-            finding(
-                ERROR,
-                "nvme-path-not-writable",
-                f"nvme_path {path} is not writable here ({probe} is not writable by you)",
-                "DeepSpeed creates swap files under nvme_path and fails at the first optimizer step",
-                f"create it and make it yours (sudo mkdir -p {path} && sudo chown $USER {path}), or choose another",
-                where,
-            )
-        ]
-    return []
-
-
-def disk_for(path: str, disks: tuple[DiskInfo, ...]) -> DiskInfo | None:
-    absolute = os.path.abspath(os.path.expanduser(path))
-    best: DiskInfo | None = None
-    for disk in disks:
-        mount = disk.mountpoint.rstrip("/") or "/"
-        inside = absolute == mount or absolute.startswith(mount + "/") or mount == "/"
-        if inside and (best is None or len(mount) > len(best.mountpoint.rstrip("/") or "/")):
-            best = disk
-    return best
 
 
 def _client_optimizer(cfg: dict[str, Any], stage: int, opt_dev: Any, ctx: LintContext) -> list[Finding]:

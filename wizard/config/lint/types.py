@@ -1,4 +1,5 @@
-"""Values of the wrong type on keys dswiz manages (FACTS §3 rule 12): numbers written as strings ("8") make the
+"""Values of the wrong type on keys dswiz manages (DeepSpeed 0.19.8 reads top-level values as they are,
+``deepspeed/runtime/config_utils.py`` ``get_scalar_param``): numbers written as strings ("8") make the
 HF Trainer report a "mismatch" and plain DeepSpeed fail ('>' between str and int); booleans written as strings
 ("false") are truthy; anything else that is not what DeepSpeed reads."""
 
@@ -10,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from wizard.config import ds_keys
-from wizard.config.lint_base import ERROR, LintContext, finding, is_auto, section
+from wizard.config.lint.base import ERROR, LintContext, finding, is_auto, section
 from wizard.config.load import is_union_tag, split_managed
 from wizard.config.schema import DeepSpeedSettings
 from wizard.findings import Finding

@@ -1,12 +1,15 @@
 """What the job will do at run time that the user may not expect: optimizer/scheduler pairing rules of the
-consumers (FACTS §3 rule 12), gradient clipping in the wrong place, sections that do less than their name says,
-and whether the running job will be observable (FACTS §4)."""
+consumers (accelerate 1.15.0 ``accelerate/accelerator.py`` ``Accelerator._prepare_deepspeed``: DummyOptim /
+DummyScheduler against the config's sections), gradient clipping in the wrong place, sections that do less than
+their name says, and whether the running job will be observable (DeepSpeed 0.19.8 ``deepspeed/runtime/
+constants.py``: steps_per_print and log_level default to None; accelerate's ``DeepSpeedPlugin.__post_init__``
+sets steps_per_print to infinity)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint_base import ERROR, INFO, LintContext, finding, section
+from wizard.config.lint.base import ERROR, INFO, LintContext, finding, section
 from wizard.findings import Finding
 
 
@@ -70,7 +73,11 @@ def _observability(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                 "steps_per_print",
             )
         ]
-    out = []
+    if (
+        ctx.at_launch
+    ):  # the launch adds steps_per_print and log_level to the copy it starts (observable_ds_config)
+        return []
+    out: list[Finding] = []
     if cfg.get("steps_per_print") is None:
         out.append(
             finding(

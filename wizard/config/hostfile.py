@@ -1,0 +1,98 @@
+"""The hostfile, parsed once: the hosts, their slots, and every problem in it, by DeepSpeed's rule.
+
+DeepSpeed 0.19.8 ``deepspeed/launcher/runner.py`` ``_parse_hostfile``: each stripped line is searched with
+``^(\\S+)\\s+slots=(\\d+)``; blank lines and ``#`` comments are skipped; another line is "a bad entry", a host
+listed twice stops the launch, and no host at all is "empty or not formatted correctly".
+
+Every surface reads this one parse and shows its problems its own way: ``dswiz check`` and the wizard report
+them as findings (``wizard.config.lint.hostfile``); a launch refuses the first one (``launch_hosts``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from wizard.errors import DswizError
+
+# DeepSpeed's own pattern, applied with re.search to the stripped line: nothing is required after the digits.
+HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
+
+# syntax: not "HOST slots=N"; trailing-text: more than a comment after the slots (DeepSpeed ignores it, mpirun or
+# pdsh reading the same file may not); duplicate: a host listed again; zero-slots: a host with no rank.
+ProblemKind = Literal["syntax", "trailing-text", "duplicate", "zero-slots"]
+
+
+@dataclass(frozen=True)
+class HostfileProblem:
+    kind: ProblemKind
+    line_number: int  # counted from 1
+    line: str  # stripped
+    host: str | None = None
+    slots: int | None = None
+    trailing: str = ""  # the text after slots= (trailing-text)
+
+
+@dataclass(frozen=True)
+class Hostfile:
+    """``hosts``: every host once, in file order (a repeated host keeps its first line); ``problems``: in line
+    order, a duplicate's later lines among them."""
+
+    hosts: tuple[tuple[str, int], ...]
+    problems: tuple[HostfileProblem, ...]
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        return tuple(host for host, _ in self.hosts)
+
+    @property
+    def slots(self) -> dict[str, int]:
+        return dict(self.hosts)
+
+    @property
+    def total_slots(self) -> int:
+        return sum(slots for _, slots in self.hosts)
+
+
+def parse_hostfile(text: str) -> Hostfile:
+    hosts: dict[str, int] = {}
+    problems: list[HostfileProblem] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = HOSTFILE_LINE.search(line)
+        if not m:
+            problems.append(HostfileProblem("syntax", number, line))
+            continue
+        host, slots = m.group(1), int(m.group(2))
+        trailing = line[m.end() :].strip()
+        if trailing and not trailing.startswith("#"):
+            problems.append(HostfileProblem("trailing-text", number, line, host, slots, trailing))
+        if host in hosts:
+            problems.append(HostfileProblem("duplicate", number, line, host, slots))
+            continue
+        if slots == 0:
+            problems.append(HostfileProblem("zero-slots", number, line, host, slots))
+        hosts[host] = slots
+    return Hostfile(tuple(hosts.items()), tuple(problems))
+
+
+def launch_hosts(text: str, *, source: str = "hostfile") -> list[tuple[str, int]]:
+    """``[(host, slots), …]`` for a launch, which accepts only a clean hostfile: raises DswizError naming the first
+    bad line (text after the slots counts as bad: the launch hands the file to ssh/MPI tools too)."""
+    parsed = parse_hostfile(text)
+    for p in parsed.problems:
+        where = f"{source}:{p.line_number}"
+        if p.kind in ("syntax", "trailing-text"):
+            raise DswizError(
+                f"{where}: {p.line!r} is not a hostfile line",
+                "write one '<host> slots=<gpus>' per line, e.g. 'worker-1 slots=8'",
+            )
+        if p.kind == "duplicate":
+            raise DswizError(f"{where}: host {p.host!r} is listed twice", "keep one line per host")
+        raise DswizError(f"{where}: host {p.host!r} has slots=0", "give every host at least one slot")
+    if not parsed.hosts:
+        raise DswizError(f"{source} lists no hosts", "write one '<host> slots=<gpus>' per line")
+    return list(parsed.hosts)
