@@ -124,15 +124,12 @@ def test_config_bad_choices_are_clear_errors(tmp_path: Path, args: tuple[str, ..
     assert not (tmp_path / "x").exists()
 
 
-def test_config_with_model_uses_the_planner_or_says_it_is_missing(tmp_path: Path) -> None:
+def test_config_with_model_uses_the_planner(tmp_path: Path) -> None:
     proc = dswiz(
         "config", "--yes", "--model", "gpt2", "--hardware", "8xA100-80GB", "--out", str(tmp_path / "m")
     )
-    if (ROOT / "wizard" / "planner.py").exists():
-        assert proc.returncode == 0, proc.stderr
-        assert "strategy: ZeRO-" in proc.stdout
-    else:
-        assert proc.returncode == 2 and "needs the planner" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "strategy: ZeRO-" in proc.stdout
 
 
 def test_check_exit_codes_and_grouping() -> None:
