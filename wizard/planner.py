@@ -28,7 +28,7 @@ from wizard.memory import (
     phases_for,
 )
 from wizard.model import ModelSpec
-from wizard.strategy import OFFLOAD_DEVICES, Mode, OffloadDevice, Precision, Strategy
+from wizard.strategy import OFFLOAD_DEVICES, Mode, OffloadDevice, Precision, Strategy, strategy_label
 from wizard.throughput import ThroughputEstimate, estimate_throughput
 from wizard.units import fmt_bytes
 
@@ -113,19 +113,6 @@ class Plan:
 
 
 # ----------------------------------------------------------------------------------------------- labels
-
-
-def strategy_label(s: Strategy) -> str:
-    parts = [f"ZeRO-{s.zero_stage}"]
-    if s.offload_optimizer != "none":
-        parts.append(f"optimizer->{s.offload_optimizer}")
-    if s.offload_param != "none":
-        parts.append(f"params->{s.offload_param}")
-    if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights:
-        parts.append("ZeRO++")
-    if s.activation_checkpointing:
-        parts.append("ckpt")
-    return " ".join(parts)
 
 
 def _gib(n: float) -> str:

@@ -11,20 +11,11 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from wizard.strategy import Strategy
-from wizard.tui.core_bridge import MaxBatchLine
+from wizard.planner import MaxBatchRow
+from wizard.strategy import offload_cell
 
 
-def _offload(s: Strategy) -> str:
-    opt, par = s.offload_optimizer, s.offload_param
-    if opt == "none" and par == "none":
-        return "-"
-    if opt == par:
-        return f"opt+param {opt}"
-    return ", ".join(([f"opt {opt}"] if opt != "none" else []) + ([f"param {par}"] if par != "none" else []))
-
-
-def _cells(line: MaxBatchLine | None, fastest: float | None) -> list[Text]:
+def _cells(line: MaxBatchRow | None, fastest: float | None) -> list[Text]:
     if line is None:
         return [Text(""), Text("")]
     if line.max_micro_batch == 0 or line.tokens_per_sec is None:
@@ -39,10 +30,10 @@ def _cells(line: MaxBatchLine | None, fastest: float | None) -> list[Text]:
     return [batch, rate]
 
 
-def max_batch_renderable(lines: Sequence[MaxBatchLine]) -> Table | Text:
+def max_batch_renderable(lines: Sequence[MaxBatchRow]) -> Table | Text:
     if not lines:
         return Text("No prediction yet: fill in the Model step first.", style="dim")
-    groups: dict[tuple[object, ...], dict[bool, MaxBatchLine]] = {}
+    groups: dict[tuple[object, ...], dict[bool, MaxBatchRow]] = {}
     for line in lines:
         s = line.strategy
         key = (s.zero_stage, s.offload_optimizer, s.offload_param, s.zero_quantized_weights, s.precision)
@@ -56,7 +47,7 @@ def max_batch_renderable(lines: Sequence[MaxBatchLine]) -> Table | Text:
     for (stage, *_), pair in groups.items():
         first = next(iter(pair.values())).strategy
         label = "0 (DDP)" if stage == 0 else f"{stage}{'++' if first.zero_quantized_weights else ''}"
-        row = [Text(label), Text(_offload(first))]
+        row = [Text(label), Text(offload_cell(first))]
         for on in (False, True) if ckpt else (False,):
             row += _cells(pair.get(on), fastest)
         table.add_row(*row)
@@ -66,8 +57,8 @@ def max_batch_renderable(lines: Sequence[MaxBatchLine]) -> Table | Text:
 class MaxBatchView(Static):
     """The table above, for the strategy screen."""
 
-    lines: tuple[MaxBatchLine, ...] = ()
+    lines: tuple[MaxBatchRow, ...] = ()
 
-    def show_lines(self, lines: Sequence[MaxBatchLine]) -> None:
+    def show_lines(self, lines: Sequence[MaxBatchRow]) -> None:
         self.lines = tuple(lines)
         self.update(max_batch_renderable(self.lines))

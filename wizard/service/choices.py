@@ -1,6 +1,6 @@
 """What the user has chosen so far, shared by the full-screen wizard and the line prompts.
 
-Plain data: no decisions are made here (those come from the planner through ``core_bridge``), only the answers
+Plain data: no decisions are made here (those come from the planner through ``wizard.service``), only the answers
 and the one invariant the wizard promises to keep -- the batch arithmetic (global = micro x accumulation x world).
 """
 
@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.strategy import Mode, Strategy
+
+if TYPE_CHECKING:  # the loader pulls in pydantic: only an imported file needs it at run time
+    from wizard.config.load import LoadedConfig
 
 LAUNCHERS: tuple[str, ...] = MULTINODE_LAUNCHERS
 CONSUMERS: tuple[str, ...] = ("deepspeed", "accelerate", "trainer")
@@ -39,9 +42,7 @@ class Choices:
     nvme_path: str = ""  # NVMe offload's directory (nvme_path); asked only when something goes to NVMe
     out_dir: Path = DEFAULT_OUT_DIR
     imported_from: Path | None = None
-    imported: Any = (
-        None  # the LoadedConfig of --from FILE: written back changed only where the choices changed
-    )
+    imported: LoadedConfig | None = None  # --from FILE: written back changed only where the choices changed
     imported_ds_text: str | None = None  # its DeepSpeed JSON as it was on disk (key order, indentation)
     written: list[Path] = field(default_factory=list)
 
