@@ -21,11 +21,20 @@ if TYPE_CHECKING:
     from wizard.config.schema import ConfigSet
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
-    from wizard.planner import Plan, PlanRequest
+    from wizard.planner import Candidate, Plan, PlanRequest
     from wizard.prompts import Prompter
     from wizard.strategy import Precision, Strategy
 
 DEVICES = ("none", "cpu", "nvme")
+
+
+def _choice(flag: str, *dest: str, choices: tuple[str, ...], default: str, help: str) -> Any:
+    """A --flag with fixed choices and a default shown in --help."""
+    return click.option(
+        flag, *dest, type=click.Choice(choices), default=default, show_default=True, help=help
+    )
+
+
 # Flags the line prompts ask about themselves (used with --yes only).
 _STRATEGY_FLAGS = (
     "model",
@@ -87,19 +96,17 @@ _STRATEGY_FLAGS = (
     default=None,
     help="ZeRO++ at stage 3 (quantized weights and gradients, hpZ within each node). Default: the plan's choice.",
 )
-@click.option(
+@_choice(
     "--for",
     "consumer",
-    type=click.Choice(("deepspeed", "accelerate", "trainer")),
+    choices=("deepspeed", "accelerate", "trainer"),
     default="deepspeed",
-    show_default=True,
     help="Who reads the config: plain DeepSpeed, accelerate launch, or the HF Trainer.",
 )
-@click.option(
+@_choice(
     "--accelerate-mode",
-    type=click.Choice(("config-file", "plugin")),
+    choices=("config-file", "plugin"),
     default="config-file",
-    show_default=True,
     help="accelerate YAML pointing at ds_config.json, or carrying the settings itself.",
 )
 @click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes.")
@@ -108,11 +115,10 @@ _STRATEGY_FLAGS = (
 @click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True)
 @click.option("--nvme-path", metavar="DIR", help="Directory on a local NVMe drive for NVMe offload.")
-@click.option(
+@_choice(
     "--optimizer",
-    type=click.Choice(("auto", "deepspeed", "script")),
+    choices=("auto", "deepspeed", "script"),
     default="auto",
-    show_default=True,
     help="Who builds the optimizer: DeepSpeed (config) or the script; auto = DeepSpeed's when offloading.",
 )
 @click.option(
@@ -158,15 +164,11 @@ def config(
     hardware = _hardware(flags)
     planned = plan_for_flags(flags, hardware)
     strategy = resolve_strategy(flags, hardware, planned)
-    options = write_options(flags, out_dir, hardware)
+    options = write_options(flags, out_dir, hardware, planned.model if planned else None)
     from wizard.config.build import config_set_from_strategy
 
     config_set = config_set_from_strategy(strategy, options)
-    extra = {}
-    if planned is not None:
-        from wizard.config.sidecar import SIDECAR_NAME, dump_sidecar
-
-        extra[SIDECAR_NAME] = dump_sidecar(_sidecar(planned, flags, hardware, strategy))
+    extra = dict([_sidecar(planned, flags, strategy)]) if planned is not None else {}
     written = write_config_set(config_set, out_dir, force=force, extra=extra)
     _report(config_set, strategy, written, out_dir, hardware)
     return 0
@@ -220,6 +222,14 @@ class Planned:
     model: ModelSpec
     request: PlanRequest
     plan: Plan
+
+    def candidate_for(self, strategy: Strategy) -> Candidate:
+        """The plan's candidate for ``strategy`` (and the prediction it carries); when explicit flags changed the
+        plan's choice, the planner's evaluation of exactly that strategy, once."""
+        from wizard import planner
+
+        ranked = next((c for c in self.plan.candidates if c.strategy == strategy), None)
+        return ranked or planner.evaluate(self.plan.hardware, self.model, strategy, self.request)
 
 
 def plan_for_flags(flags: dict[str, Any], hardware: HardwareReport | None) -> Planned | None:
@@ -357,10 +367,16 @@ def _hosts(flags: dict[str, Any]) -> tuple[str, ...]:
     return tuple(h.strip() for h in text.split(",") if h.strip())
 
 
-def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport | None) -> WriteOptions:
-    from wizard.config.build import WriteOptions
+def write_options(
+    flags: dict[str, Any], out_dir: Path, hardware: HardwareReport | None, model: ModelSpec | None
+) -> WriteOptions:
+    """The flags as the config writers' options (wizard.service.files.write_options, as the wizard)."""
+    from wizard.service import files
 
-    return WriteOptions(
+    return files.write_options(
+        out_dir=out_dir,
+        model=model,
+        deepspeed_version=files.installed_deepspeed_version(hardware),
         consumer=flags["consumer"],
         nvme_path=flags["nvme_path"],
         hosts=_hosts(flags),
@@ -370,35 +386,9 @@ def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport
         lr=flags["lr"],
         torch_adam=flags["torch_adam"],
         steps_per_print=flags["steps_per_print"],
-        deepspeed_version=_target_deepspeed_version(hardware),
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
-        config_dir=str(out_dir.resolve()),
         save_16bit_model=flags.get("save_16bit") is not False,
-        moe_leaf_modules=moe_leaf_modules(flags.get("model")),
     )
-
-
-def moe_leaf_modules(model: str | None) -> tuple[str, ...]:
-    """The MoE block ZeRO-3 must fetch whole, from the model's type (Mixtral, Qwen2-MoE); () for dense models."""
-    if model is None:
-        return ()
-    from wizard.model import load_model_spec
-
-    spec = load_model_spec(model)
-    return (spec.moe_layer_cls_name,) if spec.is_moe and spec.moe_layer_cls_name else ()
-
-
-def _target_deepspeed_version(hardware: HardwareReport | None) -> str | None:
-    """The DeepSpeed that will read the config (decides whether log_level is written): the hardware report's,
-    else the one installed next to dswiz (from package metadata, without importing it), else unknown."""
-    if hardware is not None and hardware.software.deepspeed:
-        return hardware.software.deepspeed
-    from importlib import metadata
-
-    try:
-        return metadata.version("deepspeed")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _config_args(flags: dict[str, Any]) -> list[str]:
@@ -430,19 +420,17 @@ def _config_args(flags: dict[str, Any]) -> list[str]:
     return args
 
 
-def _sidecar(
-    planned: Planned, flags: dict[str, Any], hardware: HardwareReport | None, strategy: Strategy
-) -> Any:
-    from wizard.replan import make_sidecar
+def _sidecar(planned: Planned, flags: dict[str, Any], strategy: Strategy) -> tuple[str, str]:
+    """(name, text) of the plan sidecar for the strategy written, with the prediction the plan made for it."""
+    from wizard.service.files import sidecar_text
 
-    assert hardware is not None
-    return make_sidecar(
+    return sidecar_text(
         model_arg=planned.model_arg,
         model=planned.model,
         hardware_arg=flags["hardware"],
-        hardware=hardware,
+        hardware=planned.plan.hardware,
         request=planned.request,
-        strategy=strategy,
+        candidate=planned.candidate_for(strategy),
         config_args=_config_args(flags),
     )
 
@@ -493,23 +481,16 @@ def _report(
     from wizard.commands.check import print_findings
     from wizard.config.check import lint_path
     from wizard.findings import Severity
+    from wizard.strategy import strategy_label
 
     s = strategy
-    offload = []
-    if s.offload_optimizer != "none":
-        offload.append(f"optimizer->{s.offload_optimizer}")
-    if s.offload_param != "none":
-        offload.append(f"params->{s.offload_param}")
     batch = (
         f"micro-batch {s.micro_batch_size} x accumulation {s.gradient_accumulation_steps} x {s.world_size} GPU(s) "
         f"= global batch {s.global_batch_size}"
         if s.mode == "train"
         else f"inference, micro-batch {s.micro_batch_size} per forward x {s.world_size} GPU(s)"
     )
-    click.echo(
-        f"strategy: ZeRO-{s.zero_stage}{' + offload ' + ', '.join(offload) if offload else ''}, {s.precision}, "
-        f"{batch}; for {config_set.consumer}"
-    )
+    click.echo(f"strategy: {strategy_label(s)}, {s.precision}, {batch}; for {config_set.consumer}")
     for path, backup in written:
         click.echo(f"  wrote {path}" + (f" (previous kept as {backup.name})" if backup else ""))
     findings = lint_path(
@@ -536,14 +517,8 @@ def _report(
 
 
 def script_hint_lines(config_set: ConfigSet, out_dir: Path) -> list[str]:
-    """The code change the training script needs for this consumer and config (wizard.hints), as printed."""
+    """The code change the training script needs for this consumer and config (wizard.service.files)."""
     from wizard.config.render import ds_config_dict
-    from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
-    from wizard.hints import config_hint_lines
+    from wizard.service.files import code_hint_lines
 
-    return config_hint_lines(
-        config_set.consumer,
-        ds_config_dict(config_set.deepspeed),
-        config_file=str(out_dir / DS_CONFIG_NAME),
-        accelerate_config=str(out_dir / ACCELERATE_YAML_NAME),
-    )
+    return code_hint_lines(config_set.consumer, ds_config_dict(config_set.deepspeed), out_dir)
