@@ -149,7 +149,8 @@ def _ask_model(a: _Asking) -> ModelSpec:
     while True:
         pick = ""
         if presets:
-            options: list[Option] = [(n, n, None) for n in presets] + [("other (path or numbers)", "", None)]
+            options: list[Option] = [(n, n, None) for n in presets]
+            options.append(("other (path or numbers)", "", None))
             pick = a.p.select("model-preset", "Model", options)
         text = pick or a.p.text("model", "Model: preset, path to config.json, or numbers")
         try:

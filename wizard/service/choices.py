@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
+from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS, MultinodeLauncher
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.strategy import Mode, Strategy
 
 if TYPE_CHECKING:  # the loader pulls in pydantic: only an imported file needs it at run time
     from wizard.config.load import LoadedConfig
+    from wizard.config.schema import Consumer
 
-LAUNCHERS: tuple[str, ...] = MULTINODE_LAUNCHERS
-CONSUMERS: tuple[str, ...] = ("deepspeed", "accelerate", "trainer")
+LAUNCHERS: tuple[MultinodeLauncher, ...] = MULTINODE_LAUNCHERS
+CONSUMERS: tuple[Consumer, ...] = ("deepspeed", "accelerate", "trainer")
 DEFAULT_OUT_DIR = Path("dswiz-config")
 
 
@@ -34,8 +35,10 @@ class Choices:
     strategy: Strategy | None = None
     gradient_clipping: float = 1.0
     save_16bit: bool = True  # stage 3 training: gather the 16-bit weights into one file on save
-    consumer: str = "deepspeed"  # who reads the config: deepspeed, accelerate or trainer
-    launcher: str = DEFAULT_LAUNCHER  # how a multi-node job is started (wizard/config/launchers.py)
+    consumer: Consumer = "deepspeed"  # who reads the config: deepspeed, accelerate or trainer
+    launcher: MultinodeLauncher = (
+        DEFAULT_LAUNCHER  # how a multi-node job is started (wizard/config/launchers.py)
+    )
     hostfile_text: str = ""
     master_addr: str = ""
     master_port: int = 29500

@@ -13,14 +13,14 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from wizard.config.build import WriteOptions, inference_note
 from wizard.config.check import lint_path
-from wizard.config.launchers import PER_NODE_LAUNCHERS
+from wizard.config.launchers import PER_NODE_LAUNCHERS, MultinodeLauncher
 from wizard.config.load import LoadedConfig
 from wizard.config.reimport import options_from_config
-from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
+from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME, AccelerateMode, Consumer
 from wizard.config.sidecar import SIDECAR_NAME, PlanSidecar, dump_sidecar
 from wizard.findings import Finding
 from wizard.fsio import WriteResult, atomic_write_text
@@ -31,6 +31,28 @@ from wizard.planner import Candidate, PlanRequest
 from wizard.replan import make_sidecar
 from wizard.strategy import Strategy
 
+if TYPE_CHECKING:  # typed **kwargs; typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
+
+
+class WriteAnswers(TypedDict, total=False):
+    """What a front door asked about the files (``WriteOptions`` fields); a field left out keeps its default, or
+    for an imported file, the file's value."""
+
+    consumer: Consumer
+    nvme_path: str | None
+    hosts: tuple[str, ...]
+    master_addr: str | None
+    master_port: int
+    launcher: MultinodeLauncher
+    optimizer: Literal["auto", "deepspeed", "script"]
+    lr: float
+    torch_adam: bool
+    steps_per_print: int
+    accelerate_mode: AccelerateMode
+    gradient_clipping: float
+    save_16bit_model: bool
+
 
 def write_options(
     *,
@@ -38,9 +60,9 @@ def write_options(
     model: ModelSpec | None,
     deepspeed_version: str | None,
     imported: LoadedConfig | None = None,
-    **answers: Any,
+    **answers: Unpack[WriteAnswers],
 ) -> WriteOptions:
-    """The config writers' options: the answers (any ``WriteOptions`` field), the MoE block of ``model``, and the
+    """The config writers' options: the answers, the MoE block of ``model``, and the
     folder the files go to -- absolute, because accelerate opens the JSON and hostfile by that path relative to
     where it is launched. For an imported file (``--from``), the options it implies with the answers on top."""
     wanted: dict[str, Any] = {

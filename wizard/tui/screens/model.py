@@ -62,6 +62,8 @@ class ModelStep(StepScreen):
             self.query_one("#model", Input).value = event.value
 
     def _show_model(self) -> None:
+        if self.wizard.model is None:
+            return
         desc = self.wizard.service.describe_model(self.wizard.model)
         self.query_one("#model-summary", Static).update(Text(desc, style="green"))
 

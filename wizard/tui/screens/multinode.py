@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static, TextArea
 
+from wizard.config.launchers import MultinodeLauncher
 from wizard.errors import DswizError
 from wizard.findings import Severity, has_errors
 from wizard.service import LAUNCHERS, parse_positive
@@ -74,7 +75,7 @@ class MultiNodeStep(StepScreen):
         self.query_one(f"#launcher-{c.launcher}", RadioButton).value = True
         self._check()
 
-    def _launcher(self) -> str:
+    def _launcher(self) -> MultinodeLauncher:
         for name in LAUNCHERS:
             if self.query_one(f"#launcher-{name}", RadioButton).value:
                 return name

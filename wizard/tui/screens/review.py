@@ -78,8 +78,8 @@ class ReviewStep(StepScreen):
 
     @on(RadioSet.Changed, "#consumer")
     def _consumer_changed(self, event: RadioSet.Changed) -> None:
-        pressed = event.pressed.id or ""
-        self.wizard.choices.consumer = pressed.removeprefix("consumer-") or self.wizard.choices.consumer
+        c = self.wizard.choices
+        c.consumer = next((n for n in CONSUMERS if event.pressed.id == f"consumer-{n}"), c.consumer)
         self._show_files()
 
     def _show_hints(self) -> None:

@@ -133,7 +133,7 @@ class StrategyStep(StepScreen):
             rows = self.wizard.service.max_batch_table(self.wizard.choices, self.wizard.model)
         except DswizError as e:
             self.set_status(e.problem, error=True)
-            rows = []
+            rows = ()
         self.query_one("#max-batch", MaxBatchView).show_lines(rows)
 
     def action_toggle_max_batch(self) -> None:
