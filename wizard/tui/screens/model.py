@@ -6,13 +6,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
 
 from wizard.errors import DswizError
 from wizard.service import parse_positive
 from wizard.strategy import Mode
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.fields import labelled
 
 
 class ModelStep(StepScreen):
@@ -34,12 +35,11 @@ class ModelStep(StepScreen):
                 placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model"
             )
         with Horizontal(classes="row"):
-            with Vertical(classes="field"):
-                yield Label("Sequence length (tokens)", classes="field-label")
-                yield Input(id="seq-len", type="integer")
-            with Vertical(classes="field"):
-                yield Label("Target global batch (samples/step; empty: planner picks)", classes="field-label")
-                yield Input(id="global-batch", type="integer")
+            yield labelled("Sequence length (tokens)", Input(id="seq-len", type="integer"))
+            yield labelled(
+                "Target global batch (samples/step; empty: planner picks)",
+                Input(id="global-batch", type="integer"),
+            )
         yield Label("Planning for", classes="field-label")
         with RadioSet(id="mode"):
             yield RadioButton("Training", id="mode-train", value=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static, TextArea
 
 from wizard.config.launchers import MultinodeLauncher
@@ -14,6 +14,7 @@ from wizard.errors import DswizError
 from wizard.findings import Severity, has_errors
 from wizard.service import LAUNCHERS, parse_positive
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.fields import labelled, radio_set
 from wizard.tui.widgets.findings_view import findings_text
 
 
@@ -33,29 +34,16 @@ class MultiNodeStep(StepScreen):
 
     def body(self) -> ComposeResult:
         with Horizontal(classes="row"):
-            with Vertical(classes="field"):
-                yield Label("Nodes", classes="field-label")
-                yield Input(id="nodes", type="integer")
-            with Vertical(classes="field"):
-                yield Label("GPUs per node", classes="field-label")
-                yield Input(id="gpus", type="integer")
-            with Vertical(classes="field"):
-                yield Label("Master address", classes="field-label")
-                yield Input(id="master-addr", placeholder="the first host")
-            with Vertical(classes="field"):
-                yield Label("Master port", classes="field-label")
-                yield Input(id="master-port", type="integer")
+            yield labelled("Nodes", Input(id="nodes", type="integer"))
+            yield labelled("GPUs per node", Input(id="gpus", type="integer"))
+            yield labelled("Master address", Input(id="master-addr", placeholder="the first host"))
+            yield labelled("Master port", Input(id="master-port", type="integer"))
         yield Static("", id="world")
         with Horizontal(classes="row", id="multi"):
-            with Vertical(classes="field"):
-                yield Label("Hostfile", classes="field-label")
-                yield TextArea("", id="hostfile")
-            with Vertical(classes="field"):
-                yield Label("Launcher", classes="field-label")
-                with RadioSet(id="launcher"):
-                    for name in LAUNCHERS:
-                        yield RadioButton(name, id=f"launcher-{name}")
-                yield Static("", id="launcher-note")
+            yield labelled("Hostfile", TextArea("", id="hostfile"))
+            yield labelled(
+                "Launcher", radio_set("launcher", "launcher", LAUNCHERS), Static("", id="launcher-note")
+            )
         yield Label("Hostfile check", classes="section-title")
         yield Static("", id="hostfile-findings")
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static, Switch
 
 from wizard.errors import DswizError
 from wizard.service import parse_positive
 from wizard.strategy import PRECISIONS, Strategy
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.fields import labelled, radio_set
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.units import fmt_bytes
 
@@ -52,9 +53,7 @@ class PrecisionStep(StepScreen):
 
     def body(self) -> ComposeResult:
         yield Label("Precision", classes="field-label")
-        with RadioSet(id="precision"):
-            for p in PRECISIONS:
-                yield RadioButton(p, id=f"prec-{p}")
+        yield radio_set("precision", "prec", PRECISIONS)
         yield Static("", id="prec-why")
         with Horizontal(classes="row"):
             for key, label in (
@@ -62,9 +61,7 @@ class PrecisionStep(StepScreen):
                 ("gas", "Accumulation steps"),
                 ("clip", "Clipping"),
             ):
-                with Vertical(classes="field"):
-                    yield Label(label, classes="field-label")
-                    yield Input(id=key, type="number" if key == "clip" else "integer")
+                yield labelled(label, Input(id=key, type="number" if key == "clip" else "integer"))
         yield Static("", id="batch")
         for key, label in SWITCHES:
             with Horizontal(classes="switch-row"):

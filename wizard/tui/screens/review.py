@@ -20,6 +20,7 @@ from wizard.findings import has_errors
 from wizard.service import CONSUMERS
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen
+from wizard.tui.widgets.fields import radio_set
 from wizard.tui.widgets.findings_view import findings_text
 
 LEXERS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh": "bash"}
@@ -60,9 +61,7 @@ class ReviewStep(StepScreen):
             yield Button("Write files", id="write", variant="success")
         yield Static("", id="written")
         yield Label("Used by", classes="field-label")
-        with RadioSet(id="consumer"):
-            for name in CONSUMERS:
-                yield RadioButton(name, id=f"consumer-{name}")
+        yield radio_set("consumer", "consumer", CONSUMERS)
         yield Label("Your script", classes="section-title")
         yield Static("", id="hints")
         yield Label("Findings", classes="section-title")

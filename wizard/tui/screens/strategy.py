@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Collapsible, DataTable, Input, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
@@ -19,6 +19,7 @@ from wizard.planner import Candidate
 from wizard.strategy import OFFLOAD_DEVICES, Strategy, strategy_description
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.strategy_text import fmt_rate, group_label, with_stage
+from wizard.tui.widgets.fields import labelled, radio_set
 from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.tui.widgets.nvme_path_field import NvmePathField
@@ -53,21 +54,9 @@ class StrategyStep(StepScreen):
         yield MemoryBar("CPU", id="bar-cpu")
         yield MemoryBar("NVMe", id="bar-nvme")
         with Horizontal(classes="row", id="manual"):
-            with Vertical(classes="field"):
-                yield Label("ZeRO stage", classes="field-label")
-                with RadioSet(id="stage"):
-                    for st in STAGES:
-                        yield RadioButton(str(st), id=f"stage-{st}")
-            with Vertical(classes="field"):
-                yield Label("Optimizer offload", classes="field-label")
-                with RadioSet(id="opt"):
-                    for dev in OFFLOAD_DEVICES:
-                        yield RadioButton(dev, id=f"opt-{dev}")
-            with Vertical(classes="field"):
-                yield Label("Parameter offload", classes="field-label")
-                with RadioSet(id="param"):
-                    for dev in OFFLOAD_DEVICES:
-                        yield RadioButton(dev, id=f"param-{dev}")
+            yield labelled("ZeRO stage", radio_set("stage", "stage", STAGES))
+            yield labelled("Optimizer offload", radio_set("opt", "opt", OFFLOAD_DEVICES))
+            yield labelled("Parameter offload", radio_set("param", "param", OFFLOAD_DEVICES))
         yield Static("", id="not-offered")
         yield NvmePathField(id="nvme")
         yield Label("Why", classes="section-title")
