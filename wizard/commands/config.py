@@ -267,34 +267,50 @@ def resolve_strategy(
 ) -> Strategy:
     """The plan's strategy (or the defaults), with every explicit flag applied; refused when invalid."""
     from wizard.errors import DswizError
-    from wizard.strategy import Strategy
 
     if planned is None and flags["model"] is not None:
         planned = plan_for_flags(flags, hardware)
-    if planned is not None:
-        base = recommended_strategy(planned)
-    else:
-        base = Strategy(
-            zero_stage=3 if flags.get("mode") == "inference" else 2,  # ZeRO inference is stage 3 only
-            mode=flags.get("mode") or "train",
-            precision=_default_precision(hardware),
-            nodes=hardware.nodes if hardware is not None else 1,
-            gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
-        )
-    changes: dict[str, Any] = {}
-    for flag, field in (
-        ("stage", "zero_stage"),
-        ("offload_optimizer", "offload_optimizer"),
-        ("offload_param", "offload_param"),
-        ("precision", "precision"),
-        ("micro_batch", "micro_batch_size"),
-        ("grad_accum", "gradient_accumulation_steps"),
-        ("activation_checkpointing", "activation_checkpointing"),
-        ("nodes", "nodes"),
-        ("gpus_per_node", "gpus_per_node"),
-    ):
-        if flags[flag] is not None:
-            changes[field] = flags[flag]
+    base = recommended_strategy(planned) if planned is not None else _default_strategy(flags, hardware)
+    strategy = _with_flags(base, flags)
+    strategy = _with_global_batch(strategy, flags)
+    problems = strategy.problems()
+    if problems:
+        raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    _check_save_16bit(strategy, flags)
+    return strategy
+
+
+def _default_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> Strategy:
+    """Without --model: stage 2 (3 for inference) on the hardware's topology, its best precision."""
+    from wizard.strategy import Strategy
+
+    return Strategy(
+        zero_stage=3 if flags.get("mode") == "inference" else 2,  # ZeRO inference is stage 3 only
+        mode=flags.get("mode") or "train",
+        precision=_default_precision(hardware),
+        nodes=hardware.nodes if hardware is not None else 1,
+        gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
+    )
+
+
+_STRATEGY_FIELDS = (
+    ("stage", "zero_stage"),
+    ("offload_optimizer", "offload_optimizer"),
+    ("offload_param", "offload_param"),
+    ("precision", "precision"),
+    ("micro_batch", "micro_batch_size"),
+    ("grad_accum", "gradient_accumulation_steps"),
+    ("activation_checkpointing", "activation_checkpointing"),
+    ("nodes", "nodes"),
+    ("gpus_per_node", "gpus_per_node"),
+)
+
+
+def _with_flags(base: Strategy, flags: dict[str, Any]) -> Strategy:
+    """Every strategy flag given, on top of ``base``; the host list sets the nodes; --zeropp switches ZeRO++."""
+    changes: dict[str, Any] = {
+        field: flags[flag] for flag, field in _STRATEGY_FIELDS if flags[flag] is not None
+    }
     hosts = _hosts(flags)
     if hosts and flags["nodes"] is None:
         changes["nodes"] = len(hosts)
@@ -306,41 +322,53 @@ def resolve_strategy(
             zero_quantized_gradients=on and strategy.mode == "train",
             zero_hpz_partition_size=strategy.gpus_per_node if on else 1,
         )
-    if flags["global_batch"] is not None and strategy.mode == "inference":
+    return strategy
+
+
+def _with_global_batch(strategy: Strategy, flags: dict[str, Any]) -> Strategy:
+    """--global-batch: the micro-batch for inference (samples per forward), the accumulation for training."""
+    from wizard.errors import DswizError
+
+    target = flags["global_batch"]
+    if target is None:
+        return strategy
+    if strategy.mode == "inference":
         per_forward = strategy.world_size
-        if flags["global_batch"] % per_forward:
+        if target % per_forward:
             raise DswizError(
-                f"--global-batch {flags['global_batch']} is not a multiple of the {per_forward} GPU(s)",
+                f"--global-batch {target} is not a multiple of the {per_forward} GPU(s)",
                 f"use a multiple of {per_forward} (inference: samples per forward across all GPUs)",
             )
-        strategy = strategy.with_(micro_batch_size=flags["global_batch"] // per_forward)
-    elif flags["global_batch"] is not None:
-        per_step = strategy.micro_batch_size * strategy.world_size
-        if flags["global_batch"] % per_step:
-            raise DswizError(
-                f"--global-batch {flags['global_batch']} is not a multiple of micro-batch x GPUs "
-                f"= {strategy.micro_batch_size} x {strategy.world_size}",
-                f"use a multiple of {per_step}, or change --micro-batch",
-            )
-        accumulation = flags["global_batch"] // per_step
-        if flags["grad_accum"] is not None and flags["grad_accum"] != accumulation:
-            raise DswizError(
-                f"--global-batch {flags['global_batch']} needs {accumulation} accumulation steps, "
-                f"but --grad-accum says {flags['grad_accum']}",
-                "give --global-batch or --grad-accum, not both",
-            )
-        strategy = strategy.with_(gradient_accumulation_steps=accumulation)
-    problems = strategy.problems()
-    if problems:
-        raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
-    if flags.get("save_16bit") is not None and (strategy.zero_stage != 3 or strategy.mode != "train"):
-        if strategy.mode == "inference":
-            why, fix = "inference saves no model", "drop the flag for --mode inference"
-        else:
-            why = f"this is stage {strategy.zero_stage}"
-            fix = "drop the flag: below stage 3 every rank holds the whole 16-bit model and saves it as it is"
-        raise DswizError(f"--save-16bit/--no-save-16bit only apply to stage 3 training ({why})", fix)
-    return strategy
+        return strategy.with_(micro_batch_size=target // per_forward)
+    per_step = strategy.micro_batch_size * strategy.world_size
+    if target % per_step:
+        raise DswizError(
+            f"--global-batch {target} is not a multiple of micro-batch x GPUs "
+            f"= {strategy.micro_batch_size} x {strategy.world_size}",
+            f"use a multiple of {per_step}, or change --micro-batch",
+        )
+    accumulation = target // per_step
+    if flags["grad_accum"] is not None and flags["grad_accum"] != accumulation:
+        raise DswizError(
+            f"--global-batch {target} needs {accumulation} accumulation steps, "
+            f"but --grad-accum says {flags['grad_accum']}",
+            "give --global-batch or --grad-accum, not both",
+        )
+    return strategy.with_(gradient_accumulation_steps=accumulation)
+
+
+def _check_save_16bit(strategy: Strategy, flags: dict[str, Any]) -> None:
+    """--save-16bit/--no-save-16bit only mean something for stage 3 training."""
+    from wizard.errors import DswizError
+
+    if flags.get("save_16bit") is None or (strategy.zero_stage == 3 and strategy.mode == "train"):
+        return
+    if strategy.mode == "inference":
+        why, fix = "inference saves no model", "drop the flag for --mode inference"
+    else:
+        why = f"this is stage {strategy.zero_stage}"
+        fix = "drop the flag: below stage 3 every rank holds the whole 16-bit model and saves it as it is"
+    raise DswizError(f"--save-16bit/--no-save-16bit only apply to stage 3 training ({why})", fix)
 
 
 def _default_precision(hardware: HardwareReport | None) -> Precision:
@@ -441,9 +469,8 @@ def write_config_set(
     """Write every file (the config set's, then ``extra`` name -> text) atomically. Existing different files are
     refused up front (nothing is written) unless ``force``, which keeps a backup of each."""
     from wizard.config.render import render_all
-    from wizard.config.schema import LAUNCH_SH_NAME
     from wizard.errors import DswizError
-    from wizard.fsio import atomic_write_text
+    from wizard.service.files import write_files
 
     files = {**render_all(config_set), **(extra or {})}
     if out_dir.exists() and not out_dir.is_dir():
@@ -454,12 +481,7 @@ def write_config_set(
             f"{out_dir} already has {', '.join(clashes)} with other content",
             "pass --force to replace them (each old file is kept as a .bak-<time> backup), or choose another --out",
         )
-    written = []
-    for name, text in files.items():
-        mode = 0o755 if name == LAUNCH_SH_NAME else None
-        result = atomic_write_text(out_dir / name, text, force=force, mode=mode)
-        written.append((result.path, result.backup))
-    return written
+    return [(r.path, r.backup) for r in write_files(out_dir, files, force=force)]
 
 
 def _differs(path: Path, text: str) -> bool:
