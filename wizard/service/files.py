@@ -15,12 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from wizard.config.build import WriteOptions, inference_note
-from wizard.config.check import lint_path
 from wizard.config.launchers import PER_NODE_LAUNCHERS, MultinodeLauncher
-from wizard.config.load import LoadedConfig
-from wizard.config.reimport import options_from_config
-from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME, AccelerateMode, Consumer
 from wizard.config.sidecar import SIDECAR_NAME, PlanSidecar, dump_sidecar
 from wizard.findings import Finding
 from wizard.fsio import WriteResult, atomic_write_text
@@ -31,8 +26,14 @@ from wizard.planner import Candidate, PlanRequest
 from wizard.replan import make_sidecar
 from wizard.strategy import Strategy
 
-if TYPE_CHECKING:  # typed **kwargs; typing.Unpack is Python 3.11+
-    from typing_extensions import Unpack
+# wizard.config's schema, build, load, reimport and check build pydantic models when imported (~0.5 s): imported
+# where first used, so a front door that has not got to its files yet does not wait for them.
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typed **kwargs; typing.Unpack is Python 3.11+
+
+    from wizard.config.build import WriteOptions
+    from wizard.config.load import LoadedConfig
+    from wizard.config.schema import AccelerateMode, Consumer
 
 
 class WriteAnswers(TypedDict, total=False):
@@ -65,6 +66,9 @@ def write_options(
     """The config writers' options: the answers, the MoE block of ``model``, and the
     folder the files go to -- absolute, because accelerate opens the JSON and hostfile by that path relative to
     where it is launched. For an imported file (``--from``), the options it implies with the answers on top."""
+    from wizard.config.build import WriteOptions
+    from wizard.config.reimport import options_from_config
+
     wanted: dict[str, Any] = {
         **answers,
         "deepspeed_version": deepspeed_version,
@@ -123,6 +127,9 @@ def code_hint_lines(
 ) -> list[str]:
     """What the user's script must change for the consumer and this DeepSpeed config: the explanation and a short
     diff (wizard.hints); for inference, how the script runs it."""
+    from wizard.config.build import inference_note
+    from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
+
     if strategy is not None and strategy.mode == "inference":
         return [f"script ({consumer}): {inference_note(consumer, strategy.micro_batch_size)}"]
     return config_hint_lines(
@@ -135,6 +142,8 @@ def code_hint_lines(
 
 def ds_config_of(files: Mapping[str, str]) -> dict[str, Any] | None:
     """The DeepSpeed JSON among rendered files (None when missing or unreadable)."""
+    from wizard.config.schema import DS_CONFIG_NAME
+
     try:
         value = json.loads(files.get(DS_CONFIG_NAME, "{}"))
     except ValueError:
@@ -153,6 +162,8 @@ def lint_files(
     """The linter's findings for the files about to be written: exactly what ``dswiz check DIR`` would say once
     they are written to ``out_dir`` (the same ``wizard.config.check.lint_path``, run on a scratch copy in which
     the files' absolute paths to ``out_dir`` -- accelerate's deepspeed_config_file -- point at the copy)."""
+    from wizard.config.check import lint_path
+
     target = str(out_dir.resolve()) if out_dir is not None else None
     with tempfile.TemporaryDirectory(prefix="dswiz-review-") as scratch:
         for name, text in files.items():

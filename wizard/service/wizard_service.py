@@ -11,21 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wizard import planner
-from wizard.config.build import WriteOptions, config_set_from_strategy
 from wizard.config.launchers import LAUNCHER_NOTES, launcher_problems
-from wizard.config.lint_hostfile import lint_hostfile_for_topology, parse_hostfile
-from wizard.config.load import LoadedConfig, load_path
-from wizard.config.nvme import nvme_path_findings, suggest_nvme_path
-from wizard.config.reimport import (
-    config_set_from_import,
-    ds_json_like,
-    options_from_config,
-    strategy_from_config,
-)
-from wizard.config.render import render_all
-from wizard.config.schema import DS_CONFIG_NAME
 from wizard.errors import DswizError
 from wizard.findings import Finding
 from wizard.fsio import WriteResult
@@ -37,6 +26,13 @@ from wizard.service import files as written
 from wizard.service.choices import DEFAULT_OUT_DIR, Choices
 from wizard.strategy import PRECISIONS, Strategy
 from wizard.units import fmt_bytes
+
+# The config writers, loader and linter (wizard.config's schema, build, load, reimport, render, nvme, lint_*) build
+# pydantic models when imported (~0.5 s): each is imported where it is first used, so the wizard's first frame and
+# `dswiz --plain`'s first question are not kept waiting.
+if TYPE_CHECKING:
+    from wizard.config.build import WriteOptions
+    from wizard.config.load import LoadedConfig
 
 HardwareSource = Callable[[str | None], HardwareReport]
 
@@ -155,6 +151,8 @@ class WizardService:
 
     def write_options(self, choices: Choices, model: ModelSpec | None) -> WriteOptions:
         """The config writers' options for the choices (wizard.service.files.write_options, as `dswiz config`)."""
+        from wizard.config.lint_hostfile import parse_hostfile
+
         s = choices.strategy
         hosts: tuple[str, ...] = ()
         if s is not None and s.nodes > 1 and choices.hostfile_text.strip():
@@ -182,6 +180,11 @@ class WizardService:
 
         An imported file (``--from``) is written back changed only where the choices changed it: its unknown
         sections, unmanaged keys, key order and indentation stay (wizard.config.reimport)."""
+        from wizard.config.build import config_set_from_strategy
+        from wizard.config.reimport import config_set_from_import, ds_json_like
+        from wizard.config.render import render_all
+        from wizard.config.schema import DS_CONFIG_NAME
+
         if choices.strategy is None:
             raise DswizError("no strategy chosen yet", "go back to the Strategy step")
         options = self.write_options(choices, model)
@@ -230,6 +233,8 @@ class WizardService:
     @staticmethod
     def import_config(path: Path) -> LoadedConfig:
         """Read an existing DeepSpeed JSON / accelerate YAML."""
+        from wizard.config.load import load_path
+
         if not path.is_file():
             raise DswizError(
                 f"{path} does not exist", "give the path of a DeepSpeed JSON or accelerate YAML file"
@@ -240,6 +245,8 @@ class WizardService:
     def apply_import(choices: Choices, imported: LoadedConfig) -> None:
         """Put an imported config's decisions into the choices, and keep the import so that writing changes only
         what the user changes (render_files)."""
+        from wizard.config.reimport import options_from_config, strategy_from_config
+
         config = imported.config
         options = options_from_config(config)
         choices.imported = imported
@@ -274,6 +281,8 @@ class WizardService:
     def check_hostfile(text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
         """Findings for the hostfile being edited: the linter's hostfile rules (docs/deepspeed-rules.md) and, since
         this hostfile is the plan's topology, one line per node with slots = GPUs per node."""
+        from wizard.config.lint_hostfile import lint_hostfile_for_topology
+
         return lint_hostfile_for_topology(text, nodes=nodes, gpus_per_node=gpus_per_node, launcher=launcher)
 
     @staticmethod
@@ -284,12 +293,16 @@ class WizardService:
 
     @staticmethod
     def suggest_nvme_path(hardware: HardwareReport | None) -> str | None:
+        from wizard.config.nvme import suggest_nvme_path
+
         return suggest_nvme_path(hardware)
 
     @staticmethod
     def check_nvme_path(choices: Choices, need_bytes: int | None) -> list[Finding]:
         """Findings for the NVMe offload directory: absolute, local, on NVMe, room for ``need_bytes`` (the
         planner's prediction per node), and writable when the hardware is this machine."""
+        from wizard.config.nvme import nvme_path_findings
+
         return nvme_path_findings(choices.nvme_path, choices.hardware, need_bytes=need_bytes)
 
 
