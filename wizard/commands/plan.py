@@ -342,12 +342,9 @@ def _print_max_batch(rows: list[Any], result: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from wizard.service.tables import max_batch_pairs
+
     console = Console(highlight=False)
-    by_key: dict[tuple[Any, ...], dict[bool, Any]] = {}
-    for r in rows:
-        s = r.strategy
-        key = (s.zero_stage, s.offload_optimizer, s.offload_param, s.zero_quantized_weights, s.precision)
-        by_key.setdefault(key, {})[s.activation_checkpointing] = r
     with_ckpt = any(r.strategy.activation_checkpointing for r in rows)
     table = Table(
         title="Largest micro-batch per strategy (accumulation 1)",
@@ -364,12 +361,9 @@ def _print_max_batch(rows: list[Any], result: Plan) -> None:
     if with_ckpt:
         table.add_column("batch ckpt", justify="right")
         table.add_column("tok/s ckpt", justify="right")
-    for (stage, *_), pair in by_key.items():
-        first = next(iter(pair.values()))
-        label = "0 (DDP)" if stage == 0 else f"{stage}{'++' if first.strategy.zero_quantized_weights else ''}"
-        cells = [label, offload_cell(first.strategy)]
-        for ck in (False, True) if with_ckpt else (False,):
-            r = pair.get(ck)
+    for pair in max_batch_pairs(rows):
+        cells = [pair.stage, pair.offload]
+        for r in pair.rows(with_ckpt):
             cells += _max_batch_cells(r)
         table.add_row(*cells)
     console.print(table)
