@@ -2,7 +2,7 @@
 
 ``WizardService`` (wizard_service.py) answers the wizard's questions with the core's real types; ``Choices``
 (choices.py) holds the user's answers; ``files`` builds, checks and writes the config set the same way for every
-door. Imports no terminal library.
+door; ``tables`` lays out the max-batch table for `dswiz plan` and the wizard. Imports no terminal library.
 """
 
 from wizard.service.choices import CONSUMERS, DEFAULT_OUT_DIR, LAUNCHERS, Choices, parse_positive

@@ -4,7 +4,7 @@ It decides nothing itself: hardware comes from ``wizard.hardware``, model specs 
 predictions from ``wizard.planner`` (the real ``Plan`` / ``Candidate`` / ``MaxBatchRow``), files and findings from
 ``wizard.config`` through ``wizard.service.files``. It imports no terminal library.
 
-One seam: what "this machine" is (``detect``), so a test does not depend on the machine that runs it.
+One seam: what "this machine" is (``hardware_source``), so a test does not depend on the machine that runs it.
 """
 
 from __future__ import annotations
