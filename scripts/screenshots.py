@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from wizard.hardware import get_hardware  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
-from wizard.tui import core_bridge  # noqa: E402
 from wizard.tui.factory import build_app  # noqa: E402
 
 SIZE = (120, 40)
@@ -39,8 +39,8 @@ STEPS = ("1-hardware", "2-model", "3-strategy", "4-precision", "5-multinode", "6
 def load_hardware(fixture: str | None, spec: str) -> HardwareReport:
     """The fixture file when there is one, else the described spec."""
     if fixture and (FIXTURES / fixture).is_file():
-        return core_bridge.get_hardware(str(FIXTURES / fixture))
-    return core_bridge.get_hardware(spec)
+        return get_hardware(str(FIXTURES / fixture))
+    return get_hardware(spec)
 
 
 async def shoot(name: str, hw: HardwareReport, model: str, out: Path) -> list[Path]:

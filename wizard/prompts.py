@@ -1,22 +1,24 @@
 """``dswiz --plain`` / ``dswiz config`` without ``--yes``: the wizard's decisions as line prompts.
 
-Same steps, same core calls (``wizard.tui.core_bridge``) and same writers as the full-screen wizard; only the way
-of asking differs. The questions go through a ``Prompter`` so tests can script the answers (questionary itself is
+Same steps, same service (``wizard.service``) and same writers as the full-screen wizard; only the way of asking
+differs. The questions go through a ``Prompter`` so tests can script the answers (questionary itself is
 not what is under test).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
 from wizard.errors import DswizError
-from wizard.findings import has_errors
-from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy
-from wizard.tui import core_bridge
-from wizard.tui.choices import LAUNCHERS, Choices, parse_positive
+from wizard.findings import Finding, has_errors
+from wizard.hardware.report import HardwareReport
+from wizard.model import ModelSpec
+from wizard.planner import Candidate, Plan
+from wizard.service import LAUNCHERS, Choices, WizardService, initial_choices, parse_positive
+from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_description
 from wizard.units import fmt_bytes
 
 # (title, value, reason it is not offered or None)
@@ -66,19 +68,29 @@ def _ask_int(
             say(f"  {e}")
 
 
-def _candidate_line(c: core_bridge.CandidateView) -> str:
-    s = c.strategy
-    off = "".join(
-        f", {what}→{dev}"
-        for what, dev in (("opt", s.offload_optimizer), ("param", s.offload_param))
-        if dev != "none"
-    )
-    tps = "?" if c.tokens_per_sec is None else f"{c.tokens_per_sec:,.0f}"
+def _candidate_line(c: Candidate) -> str:
+    p = c.predicted
     return (
-        f"ZeRO-{s.zero_stage}{off}, {s.precision}, micro {s.micro_batch_size}×{s.gradient_accumulation_steps}"
-        f"{', checkpointing' if s.activation_checkpointing else ''}: "
-        f"GPU {fmt_bytes(c.gpu_bytes)}, CPU {fmt_bytes(c.cpu_bytes)}, {tps} tokens/s"
+        f"{strategy_description(c.strategy)}: GPU {fmt_bytes(p.gpu_bytes)}, CPU {fmt_bytes(p.cpu_bytes)}, "
+        f"{p.tokens_per_sec:,.0f} tokens/s"
     )
+
+
+@dataclass
+class _Asking:
+    """One run of the questions: who asks, the service that answers, the answers so far, where to say things."""
+
+    p: Prompter
+    service: WizardService
+    c: Choices
+    say: Callable[[str], None]
+
+    def ask_int(self, key: str, message: str, default: int | None) -> int | None:
+        return _ask_int(self.p, key, message, default, self.say)
+
+    def show(self, findings: Sequence[Finding]) -> None:
+        for f in findings:
+            self.say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
 
 
 def run_prompts(
@@ -87,78 +99,83 @@ def run_prompts(
     hardware_spec: str | None = None,
     from_file: Path | None = None,
     out_dir: Path | None = None,
-    core: ModuleType | Any = core_bridge,
+    service: WizardService | None = None,
     say: Callable[[str], None] = print,
 ) -> int:
     """Ask, plan, write. Returns 0 when files were written, 1 when the user stopped before writing."""
-    from wizard.tui.factory import initial_choices
+    service = service or WizardService()
+    c = initial_choices(service, hardware_spec=hardware_spec, from_file=from_file, out_dir=out_dir)
+    a = _Asking(prompter or QuestionaryPrompter(), service, c, say)
+    _ask_hardware(a, hardware_spec)
+    model = _ask_model(a)
+    plan = service.plan(c, model)
+    s = _ask_strategy(a, model, plan)
+    s = _ask_precision_and_batch(a, model, s)
+    s = _ask_multi_node(a, s)
+    c.strategy = s
+    c.global_batch = s.global_batch_size
+    say(
+        f"global batch {s.global_batch_size} = micro {s.micro_batch_size} × accumulation "
+        f"{s.gradient_accumulation_steps} × world {s.world_size}"
+    )
+    return _review_and_write(a, model, plan)
 
-    p = prompter or QuestionaryPrompter()
-    c = initial_choices(hardware_spec=hardware_spec, from_file=from_file, out_dir=out_dir, core=core)
 
-    # 1. Hardware
-    spec = hardware_spec
+def _ask_hardware(a: _Asking, spec: str | None) -> HardwareReport:
+    """Step 1: this machine or the one asked for; asked again until it has GPUs to plan for."""
     while True:
         try:
-            hw = core.get_hardware(spec)
+            hw: HardwareReport | None = a.service.get_hardware(spec)
         except DswizError as e:
-            say(f"  {e}")
+            a.say(f"  {e}")
             hw = None
         if hw is not None and hw.gpus:
             break
         if hw is not None:
-            say(f"No GPU here ({hw.no_gpu_reason or 'none found'}): describe the hardware to plan for.")
-        spec = (
-            p.text("hardware", "Hardware to plan for (e.g. 8xA100-80GB, 2x8xH100, profile.yaml)").strip()
-            or None
-        )
-    c.hardware, c.hardware_spec = hw, spec
-    say(f"Hardware: {hw.nodes} node(s) × {hw.gpus_per_node} × {hw.gpus[0].name}")
+            a.say(f"No GPU here ({hw.no_gpu_reason or 'none found'}): describe the hardware to plan for.")
+        answer = a.p.text("hardware", "Hardware to plan for (e.g. 8xA100-80GB, 2x8xH100, profile.yaml)")
+        spec = answer.strip() or None
+    a.c.hardware, a.c.hardware_spec = hw, spec
+    a.say(f"Hardware: {hw.nodes} node(s) × {hw.gpus_per_node} × {hw.gpus[0].name}")
     for h in hw.hazards:
-        say(f"  {h.severity.value}: {h.what}\n    fix: {h.fix}")
+        a.say(f"  {h.severity.value}: {h.what}\n    fix: {h.fix}")
+    return hw
 
-    # 2. Model
-    presets = core.model_presets()
+
+def _ask_model(a: _Asking) -> ModelSpec:
+    """Step 2: the model (asked again until it loads), training or inference, sequence length, batch."""
+    c = a.c
+    presets = a.service.model_presets()
     while True:
+        pick = ""
         if presets:
-            pick = p.select(
-                "model-preset",
-                "Model",
-                [(n, n, None) for n in presets] + [("other (path or numbers)", "", None)],
-            )
-        else:
-            pick = ""
-        text = pick or p.text("model", "Model: preset, path to config.json, or numbers")
+            options: list[Option] = [(n, n, None) for n in presets]
+            options.append(("other (path or numbers)", "", None))
+            pick = a.p.select("model-preset", "Model", options)
+        text = pick or a.p.text("model", "Model: preset, path to config.json, or numbers")
         try:
-            model = core.load_model(text)
+            model = a.service.load_model(text)
             break
         except DswizError as e:
-            say(f"  {e}")
+            a.say(f"  {e}")
     c.model_text = text
-    c.mode = p.select(
-        "mode",
-        "Training or inference?",
-        [
-            ("training", "train", None),
-            (
-                "inference (ZeRO-3: no optimizer; parameter offload runs models larger than the GPUs)",
-                "inference",
-                None,
-            ),
-        ],
-        default=c.mode,
-    )
-    c.seq_len = _ask_int(p, "seq-len", "Sequence length", c.seq_len, say) or c.seq_len
+    inference = "inference (ZeRO-3: no optimizer; parameter offload runs models larger than the GPUs)"
+    modes: list[Option] = [("training", "train", None), (inference, "inference", None)]
+    c.mode = a.p.select("mode", "Training or inference?", modes, default=c.mode)
+    c.seq_len = a.ask_int("seq-len", "Sequence length", c.seq_len) or c.seq_len
     batch_question = (
         "Global batch (empty: planner picks)"
         if c.mode == "train"
         else "Samples per forward, all GPUs (empty: planner picks)"
     )
-    c.global_batch = _ask_int(p, "global-batch", batch_question, None, say)
-    say(core.describe_model(model))
+    c.global_batch = a.ask_int("global-batch", batch_question, None)
+    a.say(a.service.describe_model(model))
+    return model
 
-    # 3. Strategy
-    plan = core.plan(c, model)
+
+def _ask_strategy(a: _Asking, model: ModelSpec, plan: Plan) -> Strategy:
+    """Step 3: a planned candidate (or the imported strategy), then stage and offload by hand if wanted."""
+    c = a.c
     options: list[Option] = [
         (
             ("★ " if cand is plan.best else "  ") + _candidate_line(cand),
@@ -168,208 +185,191 @@ def run_prompts(
         for i, cand in enumerate(plan.candidates)
     ]
     for line in plan.advice:
-        say(line)
+        a.say(line)
     if all(why for _, _, why in options):
         raise DswizError(
             "nothing fits on this hardware", "lower the sequence length or batch, or plan for more GPUs"
         )
     planned = (plan.best or plan.candidates[0]).strategy
     imported = c.strategy
-    if imported is not None and p.confirm(
+    if imported is not None and a.p.confirm(
         "keep-imported",
         f"Keep the imported strategy (ZeRO-{imported.zero_stage}, {imported.precision})?",
         default=True,
     ):
         s = imported.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
     else:
-        chosen = plan.candidates[p.select("candidate", "Strategy (best first)", options, default=0)]
+        chosen = plan.candidates[a.p.select("candidate", "Strategy (best first)", options, default=0)]
         s = chosen.strategy
         for reason in chosen.reasons:
-            say(f"  • {reason}")
-    if p.confirm("by-hand", "Change ZeRO stage / offload by hand?", default=False):
-        s = _strategy_by_hand(p, core, c, model, s, say, plan)
-    if "nvme" in (s.offload_optimizer, s.offload_param):
+            a.say(f"  • {reason}")
+    if a.p.confirm("by-hand", "Change ZeRO stage / offload by hand?", default=False):
+        s = _strategy_by_hand(a.p, a.service, c, model, s, a.say, plan)
+    if s.offloads_to_nvme:
         c.strategy = s
-        _ask_nvme_path(p, core, c, model, say)
+        _ask_nvme_path(a.p, a.service, c, model, a.say)
+    return s
 
-    # 4. Precision & batch
-    supported = core.precisions_supported(c.hardware)
-    precision = p.select(
-        "precision", "Precision", [(x, x, supported[x]) for x in PRECISIONS], default=s.precision
-    )
-    micro = _ask_int(p, "micro", "Micro-batch per GPU", s.micro_batch_size, say) or 1
+
+def _ask_precision_and_batch(a: _Asking, model: ModelSpec, s: Strategy) -> Strategy:
+    """Step 4: precision, micro-batch; for training accumulation, clipping and checkpointing; ZeRO++ and the
+    16-bit save at stage 3."""
+    c = a.c
+    supported = a.service.precisions_supported(c.hardware)
+    precisions: list[Option] = [(x, x, supported[x]) for x in PRECISIONS]
+    precision = a.p.select("precision", "Precision", precisions, default=s.precision)
+    micro = a.ask_int("micro", "Micro-batch per GPU", s.micro_batch_size) or 1
     s = s.with_(precision=precision, micro_batch_size=micro)
     if s.mode == "train":  # inference has no gradients to accumulate, clip or checkpoint for
-        gas = _ask_int(p, "gas", "Gradient accumulation steps", s.gradient_accumulation_steps, say) or 1
+        gas = a.ask_int("gas", "Gradient accumulation steps", s.gradient_accumulation_steps) or 1
         c.gradient_clipping = float(
-            p.text("clip", "Gradient clipping (0: none)", f"{c.gradient_clipping:g}") or 0
+            a.p.text("clip", "Gradient clipping (0: none)", f"{c.gradient_clipping:g}") or 0
         )
-        ckpt = p.confirm("ckpt", "Activation checkpointing?", default=s.activation_checkpointing)
+        ckpt = a.p.confirm("ckpt", "Activation checkpointing?", default=s.activation_checkpointing)
         s = s.with_(gradient_accumulation_steps=gas, activation_checkpointing=ckpt)
-    if s.zero_stage == 3 and p.confirm(
+    if s.zero_stage == 3 and a.p.confirm(
         "zeropp", "Use ZeRO++ (quantized weights and gradients)?", default=False
     ):
         s = s.with_(zero_quantized_weights=True, zero_quantized_gradients=s.mode == "train")
     if s.zero_stage == 3 and s.mode == "train":
-        c.save_16bit = p.confirm(
+        c.save_16bit = a.p.confirm(
             "save-16bit",
-            f"Gather the 16-bit weights into one file on save? ({core.save_16bit_cost(model)})",
+            f"Gather the 16-bit weights into one file on save? ({a.service.save_16bit_cost(model)})",
             default=c.save_16bit,
         )
+    return s
 
-    # 5. Multi-node
-    if s.nodes > 1 or p.confirm("multi-node", "Train on more than one node?", default=False):
-        nodes = _ask_int(p, "nodes", "Nodes", max(2, s.nodes), say) or 2
-        gpus = _ask_int(p, "gpus-per-node", "GPUs per node", s.gpus_per_node, say) or 1
-        s = s.with_(nodes=nodes, gpus_per_node=gpus)
-        c.launcher = p.select(
-            "launcher",
-            "Launcher",
-            [
-                (f"{n}: {core.LAUNCHER_NOTES[n]}", n, _first(core.launcher_problems(n, c.hardware)))
-                for n in LAUNCHERS
-            ],
-            default=c.launcher,
+
+def _ask_multi_node(a: _Asking, s: Strategy) -> Strategy:
+    """Step 5: nodes, GPUs per node, launcher, the hostfile (asked again until valid), master address and port."""
+    c = a.c
+    if not (s.nodes > 1 or a.p.confirm("multi-node", "Train on more than one node?", default=False)):
+        return s
+    nodes = a.ask_int("nodes", "Nodes", max(2, s.nodes)) or 2
+    gpus = a.ask_int("gpus-per-node", "GPUs per node", s.gpus_per_node) or 1
+    s = s.with_(nodes=nodes, gpus_per_node=gpus)
+    launchers: list[Option] = [
+        (f"{n}: {a.service.LAUNCHER_NOTES[n]}", n, _first(a.service.launcher_problems(n, c.hardware)))
+        for n in LAUNCHERS
+    ]
+    c.launcher = a.p.select("launcher", "Launcher", launchers, default=c.launcher)
+    default_hosts = "; ".join(ln.strip() for ln in a.service.default_hostfile(nodes, gpus).splitlines())
+    while True:
+        hosts = a.p.text("hostfile", "Hostfile lines, separated by ';' (host slots=N)", default_hosts)
+        c.hostfile_text = "".join(f"{h.strip()}\n" for h in hosts.split(";") if h.strip())
+        findings = a.service.check_hostfile(
+            c.hostfile_text, nodes=nodes, gpus_per_node=gpus, launcher=c.launcher
         )
-        default_hosts = "; ".join(ln.strip() for ln in core.default_hostfile(nodes, gpus).splitlines())
-        while True:
-            hosts = p.text(
-                "hostfile",
-                "Hostfile lines, separated by ';' (host slots=N)",
-                default_hosts,
-            )
-            c.hostfile_text = "".join(f"{h.strip()}\n" for h in hosts.split(";") if h.strip())
-            findings = core.check_hostfile(
-                c.hostfile_text, nodes=nodes, gpus_per_node=gpus, launcher=c.launcher
-            )
-            for f in findings:
-                say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
-            if has_errors(findings):
-                continue
-            c.strategy = s
-            try:
-                core.render_files(c)  # the config writers' own checks (one host per node, no duplicates)
-            except DswizError as e:
-                say(f"  {e.problem}")
-                continue
-            break
-        c.master_addr = p.text("master-addr", "Master address (empty: first host)", c.master_addr).strip()
-        c.master_port = _ask_int(p, "master-port", "Master port", c.master_port, say) or c.master_port
-    c.strategy = s
-    c.global_batch = s.global_batch_size
-    say(
-        f"global batch {s.global_batch_size} = micro {s.micro_batch_size} × accumulation "
-        f"{s.gradient_accumulation_steps} × world {s.world_size}"
-    )
+        a.show(findings)
+        if has_errors(findings):
+            continue
+        c.strategy = s
+        try:
+            # The config writers' own checks (one host per node, no duplicates); no model: no plan sidecar.
+            a.service.render_files(c, None)
+        except DswizError as e:
+            a.say(f"  {e.problem}")
+            continue
+        break
+    c.master_addr = a.p.text("master-addr", "Master address (empty: first host)", c.master_addr).strip()
+    c.master_port = a.ask_int("master-port", "Master port", c.master_port) or c.master_port
+    return s
 
-    # 6. Review & write
-    c.consumer = p.select(
-        "consumer",
-        "Who reads the config?",
-        [
-            ("deepspeed (deepspeed.initialize, --deepspeed_config)", "deepspeed", None),
-            ("accelerate (accelerate launch --config_file)", "accelerate", None),
-            ("trainer (HF Trainer, --deepspeed)", "trainer", None),
-        ],
-        default=c.consumer,
+
+def _review_and_write(a: _Asking, model: ModelSpec, plan: Plan) -> int:
+    """Step 6: who reads the config, where it goes, the linter's findings, consent to overwrite, the write, and
+    what to change in the script and run next."""
+    c = a.c
+    consumers: list[Option] = [
+        ("deepspeed (deepspeed.initialize, --deepspeed_config)", "deepspeed", None),
+        ("accelerate (accelerate launch --config_file)", "accelerate", None),
+        ("trainer (HF Trainer, --deepspeed)", "trainer", None),
+    ]
+    c.consumer = a.p.select("consumer", "Who reads the config?", consumers, default=c.consumer)
+    c.out_dir = Path(a.p.text("out-dir", "Write to directory", str(c.out_dir)).strip() or str(c.out_dir))
+    files = a.service.render_files(
+        c, model, plan
+    )  # the accelerate YAML names the files by their absolute path
+    a.show(
+        a.service.lint_files(files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=c.out_dir)
     )
-    c.out_dir = Path(p.text("out-dir", "Write to directory", str(c.out_dir)).strip() or str(c.out_dir))
-    files = core.render_files(c)  # the accelerate YAML names the files by their absolute path there
-    for f in core.lint_files(
-        files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=c.out_dir
-    ):
-        say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
-    on_disk = core.existing_files(c.out_dir, files)
+    on_disk = a.service.existing_files(c.out_dir, files)
     changed = [n for n, old in on_disk.items() if old != files[n]]
     force = False
     if changed:
-        force = p.confirm(
+        force = a.p.confirm(
             "overwrite",
             f"{', '.join(changed)} exist in {c.out_dir} with other content. Overwrite (backups kept)?",
             default=False,
         )
         if not force:
-            say("Nothing written.")
+            a.say("Nothing written.")
             return 1
-    results = core.write_files(c.out_dir, files, force=force)
-    for r in results:
-        say(f"wrote {r.path}" + (f" (old one kept as {r.backup.name})" if r.backup else ""))
-    for line in core.code_hint_lines(c, files):
-        say(line)
-    say(f"Next: {core.launch_command(c.out_dir, choices=c)}")
+    for r in a.service.write_files(c.out_dir, files, force=force):
+        a.say(f"wrote {r.path}" + (f" (old one kept as {r.backup.name})" if r.backup else ""))
+    for line in a.service.code_hint_lines(c, files):
+        a.say(line)
+    a.say(f"Next: {a.service.launch_command(c)}")
     return 0
 
 
 def _strategy_by_hand(
-    p: Prompter, core: Any, c: Choices, model: Any, s: Strategy, say: Callable[[str], None], plan_view: Any
+    p: Prompter,
+    service: WizardService,
+    c: Choices,
+    model: ModelSpec,
+    s: Strategy,
+    say: Callable[[str], None],
+    plan: Plan | None,
 ) -> Strategy:
-    hw = c.hardware
+    """Stage, then optimizer and parameter offload, each option disabled with the reason it cannot work; then the
+    planner's row for that combination, or its evaluation of exactly this strategy."""
+
+    def why_not(strategy: Strategy) -> str | None:
+        return _first(service.option_problems(strategy, c, model))
+
     stage = p.select(
         "stage",
         "ZeRO stage",
         [
-            (
-                str(st),
-                st,
-                _first(
-                    core.option_problems(
-                        s.with_(zero_stage=st, offload_param="none", offload_optimizer="none"),
-                        hw,
-                        model=model,
-                        choices=c,
-                    )
-                ),
-            )
+            (str(st), st, why_not(s.with_(zero_stage=st, offload_param="none", offload_optimizer="none")))
             for st in (0, 1, 2, 3)
         ],
         default=s.zero_stage,
     )
     s = s.with_(zero_stage=stage, offload_param="none", offload_optimizer="none")
-    opt = p.select(
-        "offload-optimizer",
-        "Optimizer offload",
-        [
-            (d, d, _first(core.option_problems(s.with_(offload_optimizer=d), hw, model=model, choices=c)))
-            for d in OFFLOAD_DEVICES
-        ],
-        default="none",
-    )
-    s = s.with_(offload_optimizer=opt)
-    par = p.select(
-        "offload-param",
-        "Parameter offload",
-        [
-            (d, d, _first(core.option_problems(s.with_(offload_param=d), hw, model=model, choices=c)))
-            for d in OFFLOAD_DEVICES
-        ],
-        default="none",
-    )
-    s = s.with_(offload_param=par)
-    like = core.best_candidate_like(plan_view, s)
+    for key, message, field in (
+        ("offload-optimizer", "Optimizer offload", "offload_optimizer"),
+        ("offload-param", "Parameter offload", "offload_param"),
+    ):
+        options: list[Option] = [(d, d, why_not(s.with_(**{field: d}))) for d in OFFLOAD_DEVICES]
+        s = s.with_(**{field: p.select(key, message, options, default="none")})
+    like = service.best_candidate_like(plan, s)
     if like is not None:  # the planner's micro-batch / accumulation for this combination
         say("  " + _candidate_line(like))
-        chosen: Strategy = like.strategy
-        return chosen
+        return like.strategy
     try:
-        say("  " + _candidate_line(core.evaluate(c, model, s)))
+        say("  " + _candidate_line(service.evaluate(c, model, s)))
     except DswizError as e:
         say(f"  {e.problem}")
     return s
 
 
-def _ask_nvme_path(p: Prompter, core: Any, c: Choices, model: Any, say: Callable[[str], None]) -> None:
+def _ask_nvme_path(
+    p: Prompter, service: WizardService, c: Choices, model: ModelSpec, say: Callable[[str], None]
+) -> None:
     """NVMe offload: where the swap files go, asked until the checks find no error (warnings are shown)."""
     assert c.strategy is not None
     try:
-        need = core.evaluate(c, model, c.strategy).nvme_bytes
+        need: int | None = service.evaluate(c, model, c.strategy).predicted.nvme_bytes
     except DswizError:
         need = None
-    default = c.nvme_path or core.suggest_nvme_path(c.hardware) or ""
+    default = c.nvme_path or service.suggest_nvme_path(c.hardware) or ""
     while True:
         c.nvme_path = p.text(
             "nvme-path", "NVMe offload directory (a local NVMe drive, same path on every node)", default
         )
-        findings = core.check_nvme_path(c, need)
+        findings = service.check_nvme_path(c, need)
         for f in findings:
             say(f"  {f.severity.value}: {f.what}\n    fix: {f.fix}")
         if not has_errors(findings):

@@ -18,7 +18,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner.throughput import flops_per_token, peak_flops
-from wizard.strategy import Strategy
+from wizard.strategy import Strategy, strategy_label
 from wizard.units import fmt_bytes
 
 
@@ -36,14 +36,16 @@ def make_sidecar(
     hardware_arg: str | None,
     hardware: HardwareReport,
     request: planner.PlanRequest,
-    strategy: Strategy,
+    candidate: planner.Candidate,
     config_args: Sequence[str] = (),
 ) -> PlanSidecar:
-    """What ``dswiz config`` records about the plan behind the files it writes."""
+    """What ``dswiz config`` and the wizard record about the plan behind the files they write: the chosen
+    candidate, with the prediction the planner made for it (no second evaluation)."""
+    strategy = candidate.strategy
     seq_len = request.resolved_seq_len(model)
     predicted = None
     if hardware.gpus:
-        p = predict(hardware, model, strategy, request).predicted
+        p = candidate.predicted
         predicted = PredictedNumbers(
             peak_gpu_bytes=int(p.gpu_bytes),
             host_bytes=int(p.cpu_bytes),
@@ -87,7 +89,7 @@ def _kind(s: Strategy) -> tuple[object, ...]:
 
 
 def _words(s: Strategy) -> str:
-    return f"{planner.strategy_label(s)} ({s.precision})"
+    return f"{strategy_label(s)} ({s.precision})"
 
 
 def _batch(s: Strategy) -> str:

@@ -41,8 +41,13 @@ class Strategy:
 
     @property
     def global_batch_size(self) -> int:
-        """DeepSpeed's train_batch_size = micro x accumulation x world size (FACTS §3 rule 1)."""
+        """DeepSpeed's train_batch_size = micro x accumulation x world size (DeepSpeed 0.19.8
+        runtime/config.py, DeepSpeedConfig._batch_assertion: it refuses any other train_batch_size)."""
         return self.micro_batch_size * self.gradient_accumulation_steps * self.world_size
+
+    @property
+    def offloads_to_nvme(self) -> bool:
+        return "nvme" in (self.offload_optimizer, self.offload_param)
 
     def with_(self, **changes: Any) -> Strategy:
         return replace(self, **changes)
@@ -103,3 +108,43 @@ class Strategy:
     def from_dict(cls, d: dict[str, Any]) -> Strategy:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# ----------------------------------------------------------------------------------------------- words
+
+
+def strategy_label(s: Strategy) -> str:
+    """The short name of a strategy, as plans, advice and tables print it: "ZeRO-3 optimizer->cpu ZeRO++ ckpt"."""
+    parts = [f"ZeRO-{s.zero_stage}"]
+    parts += [f"{what}->{device}" for what, device in _offloads(s)]
+    if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights:
+        parts.append("ZeRO++")
+    if s.activation_checkpointing:
+        parts.append("ckpt")
+    return " ".join(parts)
+
+
+def strategy_description(s: Strategy) -> str:
+    """The long form, with precision and batch: "ZeRO-3, optimizer→cpu, bf16, micro 4 × GAS 2, checkpointing"."""
+    parts = [f"ZeRO-{s.zero_stage}"]
+    parts += [f"{what}→{device}" for what, device in _offloads(s)]
+    parts.append(s.precision)
+    parts.append(f"micro {s.micro_batch_size} × GAS {s.gradient_accumulation_steps}")
+    if s.activation_checkpointing:
+        parts.append("checkpointing")
+    return ", ".join(parts)
+
+
+def offload_cell(s: Strategy) -> str:
+    """Where a strategy offloads, for a table cell: "-", "opt cpu", "opt+param nvme", "opt cpu, param nvme"."""
+    opt, par = s.offload_optimizer, s.offload_param
+    if opt == "none" and par == "none":
+        return "-"
+    if opt == par:
+        return f"opt+param {opt}"
+    return ", ".join(([f"opt {opt}"] if opt != "none" else []) + ([f"param {par}"] if par != "none" else []))
+
+
+def _offloads(s: Strategy) -> list[tuple[str, OffloadDevice]]:
+    pairs: list[tuple[str, OffloadDevice]] = [("optimizer", s.offload_optimizer), ("params", s.offload_param)]
+    return [(what, device) for what, device in pairs if device != "none"]

@@ -1,23 +1,24 @@
-"""Shared fixtures for the wizard's tests: the core the app drives, and helpers to walk the steps."""
+"""Shared fixtures for the wizard's tests: the service the app drives, and helpers to walk the steps."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_core import CoreOnFixedMachine
+from fake_core import service_on_fixed_machine
+
+from wizard.service import WizardService
 
 SIZE = (120, 40)
 
 
 @pytest.fixture
-def core() -> Any:
-    return CoreOnFixedMachine()
+def service() -> WizardService:
+    return service_on_fixed_machine()
 
 
 @pytest.fixture(autouse=True)

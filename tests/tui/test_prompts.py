@@ -44,10 +44,10 @@ class ScriptedPrompter:
         return bool(self._answer(key, default))
 
 
-def test_plain_single_node_writes_config(core: Any, tmp_path: Path) -> None:
+def test_plain_single_node_writes_config(service: Any, tmp_path: Path) -> None:
     said: list[str] = []
     p = ScriptedPrompter({"model-preset": "llama-7b", "candidate": 1, "micro": "2", "gas": "3"})
-    rc = run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=said.append)
+    rc = run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=said.append)
     assert rc == 0
     ds = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
     assert f"ZeRO-{ds['zero_optimization']['stage']}," in p.titles["candidate"][1]  # the second candidate
@@ -56,16 +56,16 @@ def test_plain_single_node_writes_config(core: Any, tmp_path: Path) -> None:
     assert "multi-node" in p.asked and "hostfile" not in p.asked
 
 
-def test_plain_no_gpu_asks_for_described_hardware(core: Any, tmp_path: Path) -> None:
+def test_plain_no_gpu_asks_for_described_hardware(service: Any, tmp_path: Path) -> None:
     said: list[str] = []
     p = ScriptedPrompter({"hardware": ["nonsense", "1xA100-80GB"], "model-preset": "gpt2-medium"})
-    assert run_prompts(prompter=p, core=core, say=said.append) == 0
+    assert run_prompts(prompter=p, service=service, say=said.append) == 0
     assert any("No GPU here" in s for s in said)
     assert any("unknown GPU model 'nonsense'" in s for s in said)  # the hardware module's own message
     assert p.asked.count("hardware") == 2
 
 
-def test_plain_by_hand_offers_only_valid_offloads(core: Any, tmp_path: Path) -> None:
+def test_plain_by_hand_offers_only_valid_offloads(service: Any, tmp_path: Path) -> None:
     p = ScriptedPrompter(
         {
             "model-preset": "llama-7b",
@@ -75,14 +75,14 @@ def test_plain_by_hand_offers_only_valid_offloads(core: Any, tmp_path: Path) -> 
             "offload-param": "none",
         }
     )
-    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=lambda s: None) == 0
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=lambda s: None) == 0
     assert "parameter offload only works at ZeRO stage 3" in p.disabled["offload-param"]["cpu"]
     assert "NVMe optimizer offload only works at stage 3" in p.disabled["offload-optimizer"]["nvme"]
     ds = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage"] == 2
 
 
-def test_plain_multi_node_validates_the_hostfile(core: Any, tmp_path: Path) -> None:
+def test_plain_multi_node_validates_the_hostfile(service: Any, tmp_path: Path) -> None:
     said: list[str] = []
     p = ScriptedPrompter(
         {
@@ -91,38 +91,38 @@ def test_plain_multi_node_validates_the_hostfile(core: Any, tmp_path: Path) -> N
             "launcher": "openmpi",
         }
     )
-    assert run_prompts(prompter=p, hardware_spec="2x8xA100-80GB", core=core, say=said.append) == 0
+    assert run_prompts(prompter=p, hardware_spec="2x8xA100-80GB", service=service, say=said.append) == 0
     assert p.asked.count("hostfile") == 2  # the first answer had one host for two nodes
     lines = (tmp_path / "dswiz-config" / "hostfile").read_text().splitlines()
     assert [ln for ln in lines if ln and not ln.startswith("#")] == ["gpu-a slots=8", "gpu-b slots=8"]
 
 
-def test_plain_refuses_to_overwrite_without_consent(core: Any, tmp_path: Path) -> None:
+def test_plain_refuses_to_overwrite_without_consent(service: Any, tmp_path: Path) -> None:
     out = tmp_path / "dswiz-config"
     out.mkdir()
     (out / "ds_config.json").write_text("{}\n")
     p = ScriptedPrompter({"model-preset": "llama-7b", "overwrite": False})
-    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=lambda s: None) == 1
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=lambda s: None) == 1
     assert (out / "ds_config.json").read_text() == "{}\n"
     p = ScriptedPrompter({"model-preset": "llama-7b", "overwrite": True})
-    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=lambda s: None) == 0
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=lambda s: None) == 0
     assert [b.read_text() for b in out.glob("ds_config.json.bak-*")] == ["{}\n"]
 
 
-def test_plain_bad_number_is_asked_again(core: Any, tmp_path: Path) -> None:
+def test_plain_bad_number_is_asked_again(service: Any, tmp_path: Path) -> None:
     said: list[str] = []
     p = ScriptedPrompter({"model-preset": "llama-7b", "seq-len": ["long", "0", "4096"]})
-    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=said.append) == 0
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=said.append) == 0
     assert p.asked.count("seq-len") == 3
     assert any("must be a whole number" in s for s in said) and any("at least 1" in s for s in said)
 
 
-def test_plain_from_missing_file_is_a_clear_error(core: Any, tmp_path: Path) -> None:
+def test_plain_from_missing_file_is_a_clear_error(service: Any, tmp_path: Path) -> None:
     with pytest.raises(DswizError, match="does not exist"):
-        run_prompts(prompter=ScriptedPrompter({}), from_file=tmp_path / "nope.json", core=core)
+        run_prompts(prompter=ScriptedPrompter({}), from_file=tmp_path / "nope.json", service=service)
 
 
-def test_plain_from_file_keeps_the_imported_strategy(core: Any, tmp_path: Path) -> None:
+def test_plain_from_file_keeps_the_imported_strategy(service: Any, tmp_path: Path) -> None:
     existing = tmp_path / "old.json"
     existing.write_text(
         json.dumps({"train_micro_batch_size_per_gpu": 3, "zero_optimization": {"stage": 3}}) + "\n"
@@ -130,7 +130,7 @@ def test_plain_from_file_keeps_the_imported_strategy(core: Any, tmp_path: Path) 
     p = ScriptedPrompter({"model-preset": "llama-7b"})
     assert (
         run_prompts(
-            prompter=p, hardware_spec="8xA100-80GB", from_file=existing, core=core, say=lambda s: None
+            prompter=p, hardware_spec="8xA100-80GB", from_file=existing, service=service, say=lambda s: None
         )
         == 0
     )
@@ -140,25 +140,25 @@ def test_plain_from_file_keeps_the_imported_strategy(core: Any, tmp_path: Path) 
     assert (tmp_path / "ds_config.json").read_text() == existing.read_text()
 
 
-def test_plain_by_hand_without_a_planned_row_asks_the_planner_for_that_strategy(core: Any) -> None:
+def test_plain_by_hand_without_a_planned_row_asks_the_planner_for_that_strategy(service: Any) -> None:
     """No plan row to copy (e.g. the plan was made for other settings): the line prompts show the planner's own
     evaluation of exactly the hand-picked strategy."""
     from wizard.prompts import _strategy_by_hand
+    from wizard.service import Choices
     from wizard.strategy import Strategy
-    from wizard.tui.choices import Choices
 
-    choices = Choices(hardware=core.get_hardware("2xA100-80GB,ram=256GiB"), seq_len=1024)
-    model = core.load_model("gpt2-medium")
+    choices = Choices(hardware=service.get_hardware("2xA100-80GB,ram=256GiB"), seq_len=1024)
+    model = service.load_model("gpt2-medium")
     p = ScriptedPrompter({"stage": 3, "offload-optimizer": "cpu", "offload-param": "cpu"})
     said: list[str] = []
     base = Strategy(gpus_per_node=2, micro_batch_size=4)
-    s = _strategy_by_hand(p, core, choices, model, base, said.append, None)
+    s = _strategy_by_hand(p, service, choices, model, base, said.append, None)
     assert (s.zero_stage, s.offload_optimizer, s.offload_param) == (3, "cpu", "cpu")
-    expected = core.evaluate(choices, model, s)
-    assert expected.fits and f"{expected.tokens_per_sec:,.0f}" in said[-1]
+    expected = service.evaluate(choices, model, s)
+    assert expected.fits and f"{expected.predicted.tokens_per_sec:,.0f}" in said[-1]
 
 
-def test_plain_nvme_offload_asks_for_a_checked_directory(core: Any, tmp_path: Path) -> None:
+def test_plain_nvme_offload_asks_for_a_checked_directory(service: Any, tmp_path: Path) -> None:
     said: list[str] = []
     answers = {
         "model-preset": "llama-70b",
@@ -169,7 +169,7 @@ def test_plain_nvme_offload_asks_for_a_checked_directory(core: Any, tmp_path: Pa
     }
     spec = "8xA100-80GB,nvme=3.5TB,libaio=true,ram=4TiB"
     p = ScriptedPrompter({**answers, "nvme-path": ["offload", "/local_nvme/run7"]})
-    assert run_prompts(prompter=p, hardware_spec=spec, core=core, say=said.append) == 0
+    assert run_prompts(prompter=p, hardware_spec=spec, service=service, say=said.append) == 0
     assert p.asked.count("nvme-path") == 2 and any("nvme_path offload is relative" in s for s in said)
     zero = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["zero_optimization"]
     assert zero["offload_optimizer"] == {
@@ -179,16 +179,16 @@ def test_plain_nvme_offload_asks_for_a_checked_directory(core: Any, tmp_path: Pa
     }
     # no answer: the default, on the described NVMe drive
     p = ScriptedPrompter({**answers, "overwrite": True})
-    assert run_prompts(prompter=p, hardware_spec=spec, core=core, say=lambda s: None) == 0
+    assert run_prompts(prompter=p, hardware_spec=spec, service=service, say=lambda s: None) == 0
     zero = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())["zero_optimization"]
     assert zero["offload_optimizer"]["nvme_path"] == "/local_nvme/dswiz-offload"
 
 
-def test_plain_multi_node_launcher_choice_reaches_launch_sh(core: Any, tmp_path: Path) -> None:
+def test_plain_multi_node_launcher_choice_reaches_launch_sh(service: Any, tmp_path: Path) -> None:
     p = ScriptedPrompter(
         {"model-preset": "llama-7b", "hostfile": "gpu-a slots=8; gpu-b slots=8", "launcher": "standard"}
     )
-    assert run_prompts(prompter=p, hardware_spec="2x8xA100-80GB", core=core, say=lambda s: None) == 0
+    assert run_prompts(prompter=p, hardware_spec="2x8xA100-80GB", service=service, say=lambda s: None) == 0
     assert set(p.titles["launcher"]) == {
         "pdsh",
         "openmpi",

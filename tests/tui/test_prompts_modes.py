@@ -13,10 +13,10 @@ from test_prompts import ScriptedPrompter
 from wizard.prompts import run_prompts
 
 
-def test_inference_plans_stage_3_and_writes_no_training_keys(core: Any, tmp_path: Path) -> None:
+def test_inference_plans_stage_3_and_writes_no_training_keys(service: Any, tmp_path: Path) -> None:
     said: list[str] = []
     p = ScriptedPrompter({"model-preset": "llama-7b", "mode": "inference"})
-    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=said.append) == 0
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=said.append) == 0
     assert all(title.lstrip("★ ").startswith("ZeRO-3") for title in p.titles["candidate"].values())
     assert not {"gas", "clip", "ckpt", "save-16bit"} & set(p.asked)  # training-only questions are not asked
     ds = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
@@ -25,7 +25,7 @@ def test_inference_plans_stage_3_and_writes_no_training_keys(core: Any, tmp_path
     assert any(line.startswith("script (deepspeed): inference:") for line in said)
 
 
-def test_stage_3_training_asks_about_the_16bit_save_with_its_cost(core: Any, tmp_path: Path) -> None:
+def test_stage_3_training_asks_about_the_16bit_save_with_its_cost(service: Any, tmp_path: Path) -> None:
     p = ScriptedPrompter(
         {
             "model-preset": "llama-7b",
@@ -37,7 +37,7 @@ def test_stage_3_training_asks_about_the_16bit_save_with_its_cost(core: Any, tmp
             "consumer": "accelerate",
         }
     )
-    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=lambda s: None) == 0
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=lambda s: None) == 0
     assert "save-16bit" in p.asked
     ds = json.loads((tmp_path / "dswiz-config" / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
@@ -47,13 +47,13 @@ def test_stage_3_training_asks_about_the_16bit_save_with_its_cost(core: Any, tmp
 
 def test_the_16bit_cost_is_the_models_16bit_size() -> None:
     from wizard.model import load_model_spec
-    from wizard.tui.core_bridge import save_16bit_cost
+    from wizard.service import WizardService
 
-    text = save_16bit_cost(load_model_spec("llama-7b"))
+    text = WizardService.save_16bit_cost(load_model_spec("llama-7b"))
     assert "12.6 GiB of 16-bit weights in host RAM" in text and "one module at a time" in text
 
 
-def test_the_chosen_consumer_gets_its_script_change(core: Any, tmp_path: Path) -> None:
+def test_the_chosen_consumer_gets_its_script_change(service: Any, tmp_path: Path) -> None:
     said: list[str] = []
     p = ScriptedPrompter(
         {
@@ -65,7 +65,7 @@ def test_the_chosen_consumer_gets_its_script_change(core: Any, tmp_path: Path) -
             "consumer": "accelerate",
         }
     )
-    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", core=core, say=said.append) == 0
+    assert run_prompts(prompter=p, hardware_spec="8xA100-80GB", service=service, say=said.append) == 0
     # Optimizer offload puts DeepSpeed's optimizer in the config: accelerate's script needs DummyOptim.
     assert any(line.startswith("script (accelerate):") for line in said)
     assert any(line.startswith("+") and "DummyOptim" in line for line in said)

@@ -53,32 +53,40 @@ def goto(step: int, model: str = "llama-7b") -> Any:
     return run_before
 
 
-def test_hardware_h200(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec=H200_SPEC, core=core), terminal_size=SIZE, run_before=goto(0))
+def test_hardware_h200(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=H200_SPEC, service=service), terminal_size=SIZE, run_before=goto(0)
+    )
 
 
-def test_hardware_described(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=goto(0))
+def test_hardware_described(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=goto(0)
+    )
 
 
-def test_hardware_no_gpu(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(core=core), terminal_size=SIZE, run_before=goto(0))
+def test_hardware_no_gpu(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(build_app(service=service), terminal_size=SIZE, run_before=goto(0))
 
 
-def test_model(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=goto(1))
+def test_model(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=goto(1)
+    )
 
 
-def test_strategy(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=goto(2))
+def test_strategy(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=goto(2)
+    )
 
 
-def test_strategy_h200(snap_compare: Any, core: Any) -> None:
-    app = build_app(hardware_spec=H200_SPEC, core=core)
+def test_strategy_h200(snap_compare: Any, service: Any) -> None:
+    app = build_app(hardware_spec=H200_SPEC, service=service)
     assert snap_compare(app, terminal_size=SIZE, run_before=goto(2, model="mistral-7b"))
 
 
-def test_strategy_max_batch(snap_compare: Any, core: Any) -> None:
+def test_strategy_max_batch(snap_compare: Any, service: Any) -> None:
     """The max-batch table opened with m."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
@@ -86,10 +94,12 @@ def test_strategy_max_batch(snap_compare: Any, core: Any) -> None:
         await pilot.press("m")
         await pilot.pause()
 
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=run_before
+    )
 
 
-def test_strategy_nvme_directory(snap_compare: Any, core: Any) -> None:
+def test_strategy_nvme_directory(snap_compare: Any, service: Any) -> None:
     """Stage 3 with the optimizer on NVMe: the directory field, its default on the NVMe drive and its check."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
@@ -101,36 +111,44 @@ def test_strategy_nvme_directory(snap_compare: Any, core: Any) -> None:
         no_blink(pilot)
         await pilot.pause()
 
-    app = build_app(hardware_spec=NVME_NODE, core=core)
+    app = build_app(hardware_spec=NVME_NODE, service=service)
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_precision_and_batch(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=goto(3))
+def test_precision_and_batch(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=goto(3)
+    )
 
 
-def test_multi_node(snap_compare: Any, core: Any) -> None:
-    app = build_app(hardware_spec="2x8xA100-80GB", core=core)
+def test_multi_node(snap_compare: Any, service: Any) -> None:
+    app = build_app(hardware_spec="2x8xA100-80GB", service=service)
     assert snap_compare(app, terminal_size=SIZE, run_before=goto(4))
 
 
-def test_review(snap_compare: Any, core: Any) -> None:
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=goto(5))
+def test_review(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=goto(5)
+    )
 
 
-def test_help_dialog(snap_compare: Any, core: Any) -> None:
+def test_help_dialog(snap_compare: Any, service: Any) -> None:
     async def run_before(pilot: Pilot[Any]) -> None:
         await goto(2)(pilot)
         await pilot.press("question_mark")
         await pilot.pause()
 
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=run_before
+    )
 
 
-def test_quit_confirmation(snap_compare: Any, core: Any) -> None:
+def test_quit_confirmation(snap_compare: Any, service: Any) -> None:
     async def run_before(pilot: Pilot[Any]) -> None:
         await goto(1)(pilot)
         await pilot.press("q")
         await pilot.pause()
 
-    assert snap_compare(build_app(hardware_spec=A100, core=core), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=run_before
+    )

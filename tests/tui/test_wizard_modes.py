@@ -20,8 +20,8 @@ from wizard.tui.screens.review import ReviewStep
 pytestmark = pytest.mark.anyio
 
 
-async def test_inference_drives_the_planner_and_the_writers(core: Any, tmp_path: Path) -> None:
-    app = build_app(hardware_spec="8xA100-80GB", core=core)
+async def test_inference_drives_the_planner_and_the_writers(service: Any, tmp_path: Path) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -47,8 +47,10 @@ async def test_inference_drives_the_planner_and_the_writers(core: Any, tmp_path:
     assert not {"optimizer", "scheduler", "gradient_accumulation_steps", "gradient_clipping"} & set(ds)
 
 
-async def test_the_16bit_save_switch_shows_its_cost_and_reaches_the_file(core: Any, tmp_path: Path) -> None:
-    app = build_app(hardware_spec="8xA100-80GB", core=core)
+async def test_the_16bit_save_switch_shows_its_cost_and_reaches_the_file(
+    service: Any, tmp_path: Path
+) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -70,9 +72,9 @@ async def test_the_16bit_save_switch_shows_its_cost_and_reaches_the_file(core: A
 
 
 async def test_review_consumer_choice_changes_the_files_and_the_script_change(
-    core: Any, tmp_path: Path
+    service: Any, tmp_path: Path
 ) -> None:
-    app = build_app(hardware_spec="8xA100-80GB", core=core)
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)

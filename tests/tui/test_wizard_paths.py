@@ -38,9 +38,9 @@ async def write(pilot: Any) -> None:
 
 @pytest.mark.parametrize(("spec", "world"), [("1xA100-80GB", 1), ("8xA100-80GB", 8)])
 async def test_single_node_path_writes_a_consistent_config(
-    core: Any, tmp_path: Path, spec: str, world: int
+    service: Any, tmp_path: Path, spec: str, world: int
 ) -> None:
-    app = build_app(hardware_spec=spec, core=core)
+    app = build_app(hardware_spec=spec, service=service)
     async with app.run_test(size=SIZE) as pilot:
         await walk_to_review(pilot)
         await write(pilot)
@@ -52,8 +52,8 @@ async def test_single_node_path_writes_a_consistent_config(
     assert Path("dswiz-config/ds_config.json") in app.return_value
 
 
-async def test_choosing_a_row_and_editing_batch_reach_the_file(core: Any, tmp_path: Path) -> None:
-    app = build_app(hardware_spec="8xA100-80GB", core=core)
+async def test_choosing_a_row_and_editing_batch_reach_the_file(service: Any, tmp_path: Path) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -80,8 +80,8 @@ async def test_choosing_a_row_and_editing_batch_reach_the_file(core: Any, tmp_pa
     assert written["train_batch_size"] == 120
 
 
-async def test_manual_stage_updates_bars_and_disables_invalid_offload(core: Any) -> None:
-    app = build_app(hardware_spec="8xA100-80GB", core=core)
+async def test_manual_stage_updates_bars_and_disables_invalid_offload(service: Any) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -91,7 +91,7 @@ async def test_manual_stage_updates_bars_and_disables_invalid_offload(core: Any)
 
         def bars_show_current() -> bool:
             current = screen.current
-            return screen.query_one("#bar-gpu").used == (current.gpu_bytes if current else None)
+            return screen.query_one("#bar-gpu").used == (current.predicted.gpu_bytes if current else None)
 
         await click_visible(pilot, "#stage-2")
         assert app.choices.strategy.zero_stage == 2 and bars_show_current()
@@ -107,8 +107,8 @@ async def test_manual_stage_updates_bars_and_disables_invalid_offload(core: Any)
         assert (app.choices.strategy.zero_stage, app.choices.strategy.offload_param) == (2, "none")
 
 
-async def test_multi_node_path_writes_the_hostfile(core: Any, tmp_path: Path) -> None:
-    app = build_app(hardware_spec="2x8xA100-80GB", core=core)
+async def test_multi_node_path_writes_the_hostfile(service: Any, tmp_path: Path) -> None:
+    app = build_app(hardware_spec="2x8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -143,8 +143,8 @@ async def test_multi_node_path_writes_the_hostfile(core: Any, tmp_path: Path) ->
     )
 
 
-async def test_no_gpu_says_so_and_plans_for_described_hardware(core: Any) -> None:
-    app = build_app(core=core)  # this machine: the fake detection finds no GPU
+async def test_no_gpu_says_so_and_plans_for_described_hardware(service: Any) -> None:
+    app = build_app(service=service)  # this machine: the fake detection finds no GPU
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         banner = str(app.screen.query_one("#hw-nogpu").render())
@@ -160,7 +160,7 @@ async def test_no_gpu_says_so_and_plans_for_described_hardware(core: Any) -> Non
         assert app.step == 1
 
 
-async def test_import_existing_file_shows_diff_and_keeps_backup(core: Any, tmp_path: Path) -> None:
+async def test_import_existing_file_shows_diff_and_keeps_backup(service: Any, tmp_path: Path) -> None:
     existing = tmp_path / "run1" / "ds_config.json"
     existing.parent.mkdir()
     original = (
@@ -170,7 +170,7 @@ async def test_import_existing_file_shows_diff_and_keeps_backup(core: Any, tmp_p
         + "\n"
     )
     existing.write_text(original)
-    app = build_app(hardware_spec="8xA100-80GB", from_file=existing, core=core)
+    app = build_app(hardware_spec="8xA100-80GB", from_file=existing, service=service)
     assert app.choices.strategy.zero_stage == 3  # imported before the first frame
     async with app.run_test(size=SIZE) as pilot:
         await walk_to_review(pilot)
@@ -186,8 +186,8 @@ async def test_import_existing_file_shows_diff_and_keeps_backup(core: Any, tmp_p
     assert json.loads(existing.read_text())["zero_optimization"]["stage"] == 3
 
 
-async def test_quit_asks_before_discarding_choices(core: Any) -> None:
-    app = build_app(hardware_spec="8xA100-80GB", core=core)
+async def test_quit_asks_before_discarding_choices(service: Any) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -205,8 +205,8 @@ async def test_quit_asks_before_discarding_choices(core: Any) -> None:
     assert app.return_value == []
 
 
-async def test_back_keeps_answers_and_help_opens(core: Any) -> None:
-    app = build_app(hardware_spec="8xA100-80GB", core=core)
+async def test_back_keeps_answers_and_help_opens(service: Any) -> None:
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -225,12 +225,12 @@ async def test_back_keeps_answers_and_help_opens(core: Any) -> None:
         assert app.step == 1
 
 
-async def test_strategy_screen_max_batch_table_and_machine_limits(core: Any) -> None:
+async def test_strategy_screen_max_batch_table_and_machine_limits(service: Any) -> None:
     """The real planner behind the screen: m opens the max-batch table (stage 0 = DDP next to ZeRO-1/2/3), and
     NVMe offload is disabled with the planner's own reason (hardware_problems: no NVMe disk described)."""
     from wizard.tui.widgets.max_batch_view import MaxBatchView, max_batch_renderable
 
-    app = build_app(hardware_spec="2xA100-80GB,ram=256GiB", core=core)
+    app = build_app(hardware_spec="2xA100-80GB,ram=256GiB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -241,7 +241,7 @@ async def test_strategy_screen_max_batch_table_and_machine_limits(core: Any) -> 
         assert box.collapsed
         await pilot.press("m")
         assert not box.collapsed
-        lines = core.max_batch_table(app.choices, app.model)
+        lines = service.max_batch_table(app.choices, app.model)
         assert {line.strategy.zero_stage for line in lines} == {0, 1, 2, 3}
         shown = screen.query_one("#max-batch", MaxBatchView)
         assert shown.lines == lines
@@ -265,9 +265,9 @@ async def test_strategy_screen_max_batch_table_and_machine_limits(core: Any) -> 
     ],
 )
 async def test_the_chosen_launcher_reaches_the_files(
-    core: Any, tmp_path: Path, launcher: str, in_launch_sh: str
+    service: Any, tmp_path: Path, launcher: str, in_launch_sh: str
 ) -> None:
-    app = build_app(hardware_spec="2x8xA100-80GB", core=core)
+    app = build_app(hardware_spec="2x8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -277,7 +277,7 @@ async def test_the_chosen_launcher_reaches_the_files(
         assert not app.screen.query_one("#launcher").disabled  # two nodes: the launcher matters
         await click_visible(pilot, f"#launcher-{launcher}")
         note = str(app.screen.query_one("#launcher-note").render())
-        assert note.startswith(core.LAUNCHER_NOTES[launcher][:20])
+        assert note.startswith(service.LAUNCHER_NOTES[launcher][:20])
         app.screen.query_one("#hostfile").text = "gpu-a slots=8\ngpu-b slots=8\n"
         await pilot.pause()
         await next_step(pilot)
@@ -291,8 +291,8 @@ async def test_the_chosen_launcher_reaches_the_files(
     assert in_launch_sh in (out / "launch.sh").read_text()
 
 
-async def test_one_node_has_no_launcher_to_choose(core: Any) -> None:
-    app = build_app(hardware_spec=str(A100X8), core=core)
+async def test_one_node_has_no_launcher_to_choose(service: Any) -> None:
+    app = build_app(hardware_spec=str(A100X8), service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -303,8 +303,8 @@ async def test_one_node_has_no_launcher_to_choose(core: Any) -> None:
         assert "started locally" in str(app.screen.query_one("#launcher-note").render())
 
 
-async def test_nvme_offload_asks_where_and_checks_it(core: Any, tmp_path: Path) -> None:
-    app = build_app(hardware_spec="8xA100-80GB,nvme=3.5TB,libaio=true,ram=4TiB", core=core)
+async def test_nvme_offload_asks_where_and_checks_it(service: Any, tmp_path: Path) -> None:
+    app = build_app(hardware_spec="8xA100-80GB,nvme=3.5TB,libaio=true,ram=4TiB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -338,9 +338,9 @@ async def test_nvme_offload_asks_where_and_checks_it(core: Any, tmp_path: Path) 
     assert zero["offload_optimizer"]["nvme_path"] == "/local_nvme/run7"
 
 
-async def test_nvme_is_not_offered_on_the_real_h200(core: Any) -> None:
+async def test_nvme_is_not_offered_on_the_real_h200(service: Any) -> None:
     """The H200's own report: no NVMe drive, no libaio -- NVMe offload is disabled with the planner's reason."""
-    app = build_app(hardware_spec=str(H200), core=core)
+    app = build_app(hardware_spec=str(H200), service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -377,12 +377,12 @@ FOREIGN = """{
 
 
 async def test_import_keeps_unknown_sections_and_changes_only_what_the_user_changed(
-    core: Any, tmp_path: Path
+    service: Any, tmp_path: Path
 ) -> None:
     existing = tmp_path / "run1" / "ds_config.json"
     existing.parent.mkdir()
     existing.write_text(FOREIGN)
-    app = build_app(hardware_spec=str(A100X8), from_file=existing, core=core)
+    app = build_app(hardware_spec=str(A100X8), from_file=existing, service=service)
     async with app.run_test(size=SIZE) as pilot:
         await walk_to_review(pilot)
         title = str(app.screen.query_one(".file-title").render())
@@ -414,8 +414,8 @@ async def test_import_keeps_unknown_sections_and_changes_only_what_the_user_chan
     assert written["train_batch_size"] == 3 * 4 * 8
 
 
-async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(core: Any) -> None:
-    app = build_app(hardware_spec=str(H200), core=core)
+async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(service: Any) -> None:
+    app = build_app(hardware_spec=str(H200), service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)
@@ -431,8 +431,8 @@ async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(core: A
         assert app.step == 4 and app.choices.strategy.micro_batch_size == 200
 
 
-async def test_more_nodes_fill_the_hostfile_with_placeholders_to_edit(core: Any) -> None:
-    app = build_app(hardware_spec=str(H200), core=core)
+async def test_more_nodes_fill_the_hostfile_with_placeholders_to_edit(service: Any) -> None:
+    app = build_app(hardware_spec=str(H200), service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await next_step(pilot)

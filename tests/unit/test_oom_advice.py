@@ -50,7 +50,7 @@ def sidecar_for(
         hardware_arg=hardware,
         hardware=hw,
         request=req,
-        strategy=strategy,
+        candidate=predict(hw, spec, strategy, req),
     )
 
 
@@ -78,12 +78,22 @@ def test_the_verdict_names_the_config_that_fits_and_its_command_writes_it(
     spec = load_model_spec(MODEL)
     request = planner.PlanRequest(seq_len=1024)
     recorded = make_sidecar(
-        model_arg=MODEL, model=spec, hardware_arg=None, hardware=H200, request=request, strategy=Strategy()
+        model_arg=MODEL,
+        model=spec,
+        hardware_arg=None,
+        hardware=H200,
+        request=request,
+        candidate=predict(H200, spec, Strategy(), request),
     )
     failed = strategy_of_config(recorded, launched)
     assert (failed.zero_stage, failed.micro_batch_size, failed.global_batch_size) == (2, 2048, 2048)
     sidecar = make_sidecar(
-        model_arg=MODEL, model=spec, hardware_arg=None, hardware=H200, request=request, strategy=failed
+        model_arg=MODEL,
+        model=spec,
+        hardware_arg=None,
+        hardware=H200,
+        request=request,
+        candidate=predict(H200, spec, failed, request),
     )
     out_dir = str(tmp_path / "cfg-oom")
     verdict = decide(

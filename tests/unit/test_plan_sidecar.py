@@ -39,7 +39,7 @@ def planned(model: str = "gpt2-medium", hardware: str = "1xA100-80GB", **request
         hardware_arg=hardware,
         hardware=hw,
         request=req,
-        strategy=plan.best.strategy,
+        candidate=plan.best,
         config_args=("--for", "accelerate"),
     )
     return sidecar, plan
@@ -128,7 +128,7 @@ def test_offload_needs_come_from_the_prediction() -> None:
         hardware_arg="1xA100-80GB",
         hardware=sidecar.hardware,
         request=planner.PlanRequest(seq_len=1024),
-        strategy=offloaded.strategy,
+        candidate=offloaded,
     )
     assert with_offload.predicted is not None
     host, nvme = offload_needs(with_offload)

@@ -110,7 +110,7 @@ def write_planned_folder(tmp_path: Path, hardware: str, **strategy_changes: obje
         hardware_arg=hardware,
         hardware=hw,
         request=request,
-        strategy=pick.strategy,
+        candidate=pick,
     )
     folder = tmp_path / "cfg"
     folder.mkdir()

@@ -21,11 +21,20 @@ if TYPE_CHECKING:
     from wizard.config.schema import ConfigSet
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
-    from wizard.planner import Plan, PlanRequest
+    from wizard.planner import Candidate, Plan, PlanRequest
     from wizard.prompts import Prompter
     from wizard.strategy import Precision, Strategy
 
 DEVICES = ("none", "cpu", "nvme")
+
+
+def _choice(flag: str, *dest: str, choices: tuple[str, ...], default: str, help: str) -> Any:
+    """A --flag with fixed choices and a default shown in --help."""
+    return click.option(
+        flag, *dest, type=click.Choice(choices), default=default, show_default=True, help=help
+    )
+
+
 # Flags the line prompts ask about themselves (used with --yes only).
 _STRATEGY_FLAGS = (
     "model",
@@ -87,19 +96,17 @@ _STRATEGY_FLAGS = (
     default=None,
     help="ZeRO++ at stage 3 (quantized weights and gradients, hpZ within each node). Default: the plan's choice.",
 )
-@click.option(
+@_choice(
     "--for",
     "consumer",
-    type=click.Choice(("deepspeed", "accelerate", "trainer")),
+    choices=("deepspeed", "accelerate", "trainer"),
     default="deepspeed",
-    show_default=True,
     help="Who reads the config: plain DeepSpeed, accelerate launch, or the HF Trainer.",
 )
-@click.option(
+@_choice(
     "--accelerate-mode",
-    type=click.Choice(("config-file", "plugin")),
+    choices=("config-file", "plugin"),
     default="config-file",
-    show_default=True,
     help="accelerate YAML pointing at ds_config.json, or carrying the settings itself.",
 )
 @click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes.")
@@ -108,11 +115,10 @@ _STRATEGY_FLAGS = (
 @click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True)
 @click.option("--nvme-path", metavar="DIR", help="Directory on a local NVMe drive for NVMe offload.")
-@click.option(
+@_choice(
     "--optimizer",
-    type=click.Choice(("auto", "deepspeed", "script")),
+    choices=("auto", "deepspeed", "script"),
     default="auto",
-    show_default=True,
     help="Who builds the optimizer: DeepSpeed (config) or the script; auto = DeepSpeed's when offloading.",
 )
 @click.option(
@@ -158,15 +164,11 @@ def config(
     hardware = _hardware(flags)
     planned = plan_for_flags(flags, hardware)
     strategy = resolve_strategy(flags, hardware, planned)
-    options = write_options(flags, out_dir, hardware)
+    options = write_options(flags, out_dir, hardware, planned.model if planned else None)
     from wizard.config.build import config_set_from_strategy
 
     config_set = config_set_from_strategy(strategy, options)
-    extra = {}
-    if planned is not None:
-        from wizard.config.sidecar import SIDECAR_NAME, dump_sidecar
-
-        extra[SIDECAR_NAME] = dump_sidecar(_sidecar(planned, flags, hardware, strategy))
+    extra = dict([_sidecar(planned, flags, strategy)]) if planned is not None else {}
     written = write_config_set(config_set, out_dir, force=force, extra=extra)
     _report(config_set, strategy, written, out_dir, hardware)
     return 0
@@ -221,6 +223,14 @@ class Planned:
     request: PlanRequest
     plan: Plan
 
+    def candidate_for(self, strategy: Strategy) -> Candidate:
+        """The plan's candidate for ``strategy`` (and the prediction it carries); when explicit flags changed the
+        plan's choice, the planner's evaluation of exactly that strategy, once."""
+        from wizard import planner
+
+        ranked = next((c for c in self.plan.candidates if c.strategy == strategy), None)
+        return ranked or planner.evaluate(self.plan.hardware, self.model, strategy, self.request)
+
 
 def plan_for_flags(flags: dict[str, Any], hardware: HardwareReport | None) -> Planned | None:
     """The planner's answer for --model on this hardware (None without --model): the one place `dswiz config`
@@ -257,34 +267,50 @@ def resolve_strategy(
 ) -> Strategy:
     """The plan's strategy (or the defaults), with every explicit flag applied; refused when invalid."""
     from wizard.errors import DswizError
-    from wizard.strategy import Strategy
 
     if planned is None and flags["model"] is not None:
         planned = plan_for_flags(flags, hardware)
-    if planned is not None:
-        base = recommended_strategy(planned)
-    else:
-        base = Strategy(
-            zero_stage=3 if flags.get("mode") == "inference" else 2,  # ZeRO inference is stage 3 only
-            mode=flags.get("mode") or "train",
-            precision=_default_precision(hardware),
-            nodes=hardware.nodes if hardware is not None else 1,
-            gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
-        )
-    changes: dict[str, Any] = {}
-    for flag, field in (
-        ("stage", "zero_stage"),
-        ("offload_optimizer", "offload_optimizer"),
-        ("offload_param", "offload_param"),
-        ("precision", "precision"),
-        ("micro_batch", "micro_batch_size"),
-        ("grad_accum", "gradient_accumulation_steps"),
-        ("activation_checkpointing", "activation_checkpointing"),
-        ("nodes", "nodes"),
-        ("gpus_per_node", "gpus_per_node"),
-    ):
-        if flags[flag] is not None:
-            changes[field] = flags[flag]
+    base = recommended_strategy(planned) if planned is not None else _default_strategy(flags, hardware)
+    strategy = _with_flags(base, flags)
+    strategy = _with_global_batch(strategy, flags)
+    problems = strategy.problems()
+    if problems:
+        raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    _check_save_16bit(strategy, flags)
+    return strategy
+
+
+def _default_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> Strategy:
+    """Without --model: stage 2 (3 for inference) on the hardware's topology, its best precision."""
+    from wizard.strategy import Strategy
+
+    return Strategy(
+        zero_stage=3 if flags.get("mode") == "inference" else 2,  # ZeRO inference is stage 3 only
+        mode=flags.get("mode") or "train",
+        precision=_default_precision(hardware),
+        nodes=hardware.nodes if hardware is not None else 1,
+        gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
+    )
+
+
+_STRATEGY_FIELDS = (
+    ("stage", "zero_stage"),
+    ("offload_optimizer", "offload_optimizer"),
+    ("offload_param", "offload_param"),
+    ("precision", "precision"),
+    ("micro_batch", "micro_batch_size"),
+    ("grad_accum", "gradient_accumulation_steps"),
+    ("activation_checkpointing", "activation_checkpointing"),
+    ("nodes", "nodes"),
+    ("gpus_per_node", "gpus_per_node"),
+)
+
+
+def _with_flags(base: Strategy, flags: dict[str, Any]) -> Strategy:
+    """Every strategy flag given, on top of ``base``; the host list sets the nodes; --zeropp switches ZeRO++."""
+    changes: dict[str, Any] = {
+        field: flags[flag] for flag, field in _STRATEGY_FIELDS if flags[flag] is not None
+    }
     hosts = _hosts(flags)
     if hosts and flags["nodes"] is None:
         changes["nodes"] = len(hosts)
@@ -296,41 +322,53 @@ def resolve_strategy(
             zero_quantized_gradients=on and strategy.mode == "train",
             zero_hpz_partition_size=strategy.gpus_per_node if on else 1,
         )
-    if flags["global_batch"] is not None and strategy.mode == "inference":
+    return strategy
+
+
+def _with_global_batch(strategy: Strategy, flags: dict[str, Any]) -> Strategy:
+    """--global-batch: the micro-batch for inference (samples per forward), the accumulation for training."""
+    from wizard.errors import DswizError
+
+    target = flags["global_batch"]
+    if target is None:
+        return strategy
+    if strategy.mode == "inference":
         per_forward = strategy.world_size
-        if flags["global_batch"] % per_forward:
+        if target % per_forward:
             raise DswizError(
-                f"--global-batch {flags['global_batch']} is not a multiple of the {per_forward} GPU(s)",
+                f"--global-batch {target} is not a multiple of the {per_forward} GPU(s)",
                 f"use a multiple of {per_forward} (inference: samples per forward across all GPUs)",
             )
-        strategy = strategy.with_(micro_batch_size=flags["global_batch"] // per_forward)
-    elif flags["global_batch"] is not None:
-        per_step = strategy.micro_batch_size * strategy.world_size
-        if flags["global_batch"] % per_step:
-            raise DswizError(
-                f"--global-batch {flags['global_batch']} is not a multiple of micro-batch x GPUs "
-                f"= {strategy.micro_batch_size} x {strategy.world_size}",
-                f"use a multiple of {per_step}, or change --micro-batch",
-            )
-        accumulation = flags["global_batch"] // per_step
-        if flags["grad_accum"] is not None and flags["grad_accum"] != accumulation:
-            raise DswizError(
-                f"--global-batch {flags['global_batch']} needs {accumulation} accumulation steps, "
-                f"but --grad-accum says {flags['grad_accum']}",
-                "give --global-batch or --grad-accum, not both",
-            )
-        strategy = strategy.with_(gradient_accumulation_steps=accumulation)
-    problems = strategy.problems()
-    if problems:
-        raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
-    if flags.get("save_16bit") is not None and (strategy.zero_stage != 3 or strategy.mode != "train"):
-        if strategy.mode == "inference":
-            why, fix = "inference saves no model", "drop the flag for --mode inference"
-        else:
-            why = f"this is stage {strategy.zero_stage}"
-            fix = "drop the flag: below stage 3 every rank holds the whole 16-bit model and saves it as it is"
-        raise DswizError(f"--save-16bit/--no-save-16bit only apply to stage 3 training ({why})", fix)
-    return strategy
+        return strategy.with_(micro_batch_size=target // per_forward)
+    per_step = strategy.micro_batch_size * strategy.world_size
+    if target % per_step:
+        raise DswizError(
+            f"--global-batch {target} is not a multiple of micro-batch x GPUs "
+            f"= {strategy.micro_batch_size} x {strategy.world_size}",
+            f"use a multiple of {per_step}, or change --micro-batch",
+        )
+    accumulation = target // per_step
+    if flags["grad_accum"] is not None and flags["grad_accum"] != accumulation:
+        raise DswizError(
+            f"--global-batch {target} needs {accumulation} accumulation steps, "
+            f"but --grad-accum says {flags['grad_accum']}",
+            "give --global-batch or --grad-accum, not both",
+        )
+    return strategy.with_(gradient_accumulation_steps=accumulation)
+
+
+def _check_save_16bit(strategy: Strategy, flags: dict[str, Any]) -> None:
+    """--save-16bit/--no-save-16bit only mean something for stage 3 training."""
+    from wizard.errors import DswizError
+
+    if flags.get("save_16bit") is None or (strategy.zero_stage == 3 and strategy.mode == "train"):
+        return
+    if strategy.mode == "inference":
+        why, fix = "inference saves no model", "drop the flag for --mode inference"
+    else:
+        why = f"this is stage {strategy.zero_stage}"
+        fix = "drop the flag: below stage 3 every rank holds the whole 16-bit model and saves it as it is"
+    raise DswizError(f"--save-16bit/--no-save-16bit only apply to stage 3 training ({why})", fix)
 
 
 def _default_precision(hardware: HardwareReport | None) -> Precision:
@@ -357,10 +395,16 @@ def _hosts(flags: dict[str, Any]) -> tuple[str, ...]:
     return tuple(h.strip() for h in text.split(",") if h.strip())
 
 
-def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport | None) -> WriteOptions:
-    from wizard.config.build import WriteOptions
+def write_options(
+    flags: dict[str, Any], out_dir: Path, hardware: HardwareReport | None, model: ModelSpec | None
+) -> WriteOptions:
+    """The flags as the config writers' options (wizard.service.files.write_options, as the wizard)."""
+    from wizard.service import files
 
-    return WriteOptions(
+    return files.write_options(
+        out_dir=out_dir,
+        model=model,
+        deepspeed_version=files.installed_deepspeed_version(hardware),
         consumer=flags["consumer"],
         nvme_path=flags["nvme_path"],
         hosts=_hosts(flags),
@@ -370,35 +414,9 @@ def write_options(flags: dict[str, Any], out_dir: Path, hardware: HardwareReport
         lr=flags["lr"],
         torch_adam=flags["torch_adam"],
         steps_per_print=flags["steps_per_print"],
-        deepspeed_version=_target_deepspeed_version(hardware),
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
-        config_dir=str(out_dir.resolve()),
         save_16bit_model=flags.get("save_16bit") is not False,
-        moe_leaf_modules=moe_leaf_modules(flags.get("model")),
     )
-
-
-def moe_leaf_modules(model: str | None) -> tuple[str, ...]:
-    """The MoE block ZeRO-3 must fetch whole, from the model's type (Mixtral, Qwen2-MoE); () for dense models."""
-    if model is None:
-        return ()
-    from wizard.model import load_model_spec
-
-    spec = load_model_spec(model)
-    return (spec.moe_layer_cls_name,) if spec.is_moe and spec.moe_layer_cls_name else ()
-
-
-def _target_deepspeed_version(hardware: HardwareReport | None) -> str | None:
-    """The DeepSpeed that will read the config (decides whether log_level is written): the hardware report's,
-    else the one installed next to dswiz (from package metadata, without importing it), else unknown."""
-    if hardware is not None and hardware.software.deepspeed:
-        return hardware.software.deepspeed
-    from importlib import metadata
-
-    try:
-        return metadata.version("deepspeed")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _config_args(flags: dict[str, Any]) -> list[str]:
@@ -430,19 +448,17 @@ def _config_args(flags: dict[str, Any]) -> list[str]:
     return args
 
 
-def _sidecar(
-    planned: Planned, flags: dict[str, Any], hardware: HardwareReport | None, strategy: Strategy
-) -> Any:
-    from wizard.replan import make_sidecar
+def _sidecar(planned: Planned, flags: dict[str, Any], strategy: Strategy) -> tuple[str, str]:
+    """(name, text) of the plan sidecar for the strategy written, with the prediction the plan made for it."""
+    from wizard.service.files import sidecar_text
 
-    assert hardware is not None
-    return make_sidecar(
+    return sidecar_text(
         model_arg=planned.model_arg,
         model=planned.model,
         hardware_arg=flags["hardware"],
-        hardware=hardware,
+        hardware=planned.plan.hardware,
         request=planned.request,
-        strategy=strategy,
+        candidate=planned.candidate_for(strategy),
         config_args=_config_args(flags),
     )
 
@@ -453,9 +469,8 @@ def write_config_set(
     """Write every file (the config set's, then ``extra`` name -> text) atomically. Existing different files are
     refused up front (nothing is written) unless ``force``, which keeps a backup of each."""
     from wizard.config.render import render_all
-    from wizard.config.schema import LAUNCH_SH_NAME
     from wizard.errors import DswizError
-    from wizard.fsio import atomic_write_text
+    from wizard.service.files import write_files
 
     files = {**render_all(config_set), **(extra or {})}
     if out_dir.exists() and not out_dir.is_dir():
@@ -466,12 +481,7 @@ def write_config_set(
             f"{out_dir} already has {', '.join(clashes)} with other content",
             "pass --force to replace them (each old file is kept as a .bak-<time> backup), or choose another --out",
         )
-    written = []
-    for name, text in files.items():
-        mode = 0o755 if name == LAUNCH_SH_NAME else None
-        result = atomic_write_text(out_dir / name, text, force=force, mode=mode)
-        written.append((result.path, result.backup))
-    return written
+    return [(r.path, r.backup) for r in write_files(out_dir, files, force=force)]
 
 
 def _differs(path: Path, text: str) -> bool:
@@ -493,23 +503,16 @@ def _report(
     from wizard.commands.check import print_findings
     from wizard.config.check import lint_path
     from wizard.findings import Severity
+    from wizard.strategy import strategy_label
 
     s = strategy
-    offload = []
-    if s.offload_optimizer != "none":
-        offload.append(f"optimizer->{s.offload_optimizer}")
-    if s.offload_param != "none":
-        offload.append(f"params->{s.offload_param}")
     batch = (
         f"micro-batch {s.micro_batch_size} x accumulation {s.gradient_accumulation_steps} x {s.world_size} GPU(s) "
         f"= global batch {s.global_batch_size}"
         if s.mode == "train"
         else f"inference, micro-batch {s.micro_batch_size} per forward x {s.world_size} GPU(s)"
     )
-    click.echo(
-        f"strategy: ZeRO-{s.zero_stage}{' + offload ' + ', '.join(offload) if offload else ''}, {s.precision}, "
-        f"{batch}; for {config_set.consumer}"
-    )
+    click.echo(f"strategy: {strategy_label(s)}, {s.precision}, {batch}; for {config_set.consumer}")
     for path, backup in written:
         click.echo(f"  wrote {path}" + (f" (previous kept as {backup.name})" if backup else ""))
     findings = lint_path(
@@ -536,14 +539,8 @@ def _report(
 
 
 def script_hint_lines(config_set: ConfigSet, out_dir: Path) -> list[str]:
-    """The code change the training script needs for this consumer and config (wizard.hints), as printed."""
+    """The code change the training script needs for this consumer and config (wizard.service.files)."""
     from wizard.config.render import ds_config_dict
-    from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
-    from wizard.hints import config_hint_lines
+    from wizard.service.files import code_hint_lines
 
-    return config_hint_lines(
-        config_set.consumer,
-        ds_config_dict(config_set.deepspeed),
-        config_file=str(out_dir / DS_CONFIG_NAME),
-        accelerate_config=str(out_dir / ACCELERATE_YAML_NAME),
-    )
+    return code_hint_lines(config_set.consumer, ds_config_dict(config_set.deepspeed), out_dir)

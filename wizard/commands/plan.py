@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from wizard.errors import DswizError
+from wizard.strategy import offload_cell
 
 if TYPE_CHECKING:
     from wizard.hardware.report import HardwareReport
@@ -249,18 +250,6 @@ def _g(n: int | None) -> str:
     return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
 
 
-def _offload_cell(s: Any) -> str:
-    opt, par = s.offload_optimizer, s.offload_param
-    if opt == "none" and par == "none":
-        return "-"
-    if opt == par:
-        return f"opt+param {opt}"
-    parts = [f"opt {opt}"] if opt != "none" else []
-    if par != "none":
-        parts.append(f"param {par}")
-    return ", ".join(parts)
-
-
 def _mark(text: str, bad: bool) -> str:
     return f"[red]{text}[/]" if bad else text
 
@@ -306,7 +295,7 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
         row = [
             str(i),
             f"{s.zero_stage}{'++' if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights else ''}",
-            _offload_cell(s),
+            offload_cell(s),
         ]
         if training:
             row.append("yes" if s.activation_checkpointing else "-")
@@ -353,12 +342,9 @@ def _print_max_batch(rows: list[Any], result: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from wizard.service.tables import max_batch_pairs
+
     console = Console(highlight=False)
-    by_key: dict[tuple[Any, ...], dict[bool, Any]] = {}
-    for r in rows:
-        s = r.strategy
-        key = (s.zero_stage, s.offload_optimizer, s.offload_param, s.zero_quantized_weights, s.precision)
-        by_key.setdefault(key, {})[s.activation_checkpointing] = r
     with_ckpt = any(r.strategy.activation_checkpointing for r in rows)
     table = Table(
         title="Largest micro-batch per strategy (accumulation 1)",
@@ -375,12 +361,9 @@ def _print_max_batch(rows: list[Any], result: Plan) -> None:
     if with_ckpt:
         table.add_column("batch ckpt", justify="right")
         table.add_column("tok/s ckpt", justify="right")
-    for (stage, *_), pair in by_key.items():
-        first = next(iter(pair.values()))
-        label = "0 (DDP)" if stage == 0 else f"{stage}{'++' if first.strategy.zero_quantized_weights else ''}"
-        cells = [label, _offload_cell(first.strategy)]
-        for ck in (False, True) if with_ckpt else (False,):
-            r = pair.get(ck)
+    for pair in max_batch_pairs(rows):
+        cells = [pair.stage, pair.offload]
+        for r in pair.rows(with_ckpt):
             cells += _max_batch_cells(r)
         table.add_row(*cells)
     console.print(table)

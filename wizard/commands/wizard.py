@@ -19,7 +19,6 @@ def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> i
             "the full-screen wizard needs an interactive terminal",
             "run `dswiz --plain` for line prompts, or `dswiz config --yes …` for no questions at all",
         )
-    from wizard.tui import core_bridge
     from wizard.tui.factory import build_app
 
     app = build_app(hardware_spec=hardware, from_file=from_path)
@@ -28,9 +27,8 @@ def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> i
         print("Wrote:")
         for path in written:
             print(f"  {path}")
-        out = app.choices.out_dir
         files = {p.name: p.read_text(encoding="utf-8") for p in map(Path, written) if p.suffix == ".json"}
-        for line in core_bridge.script_hint_lines(files, out):
+        for line in app.service.code_hint_lines(app.choices, files):
             print(line)
-        print(f"Next: {core_bridge.launch_command(out, choices=app.choices)}")
+        print(f"Next: {app.service.launch_command(app.choices)}")
     return 0

@@ -26,7 +26,6 @@ from wizard.planner.types import (
     Plan,
     PlanRequest,
     Prediction,
-    strategy_label,
 )
 
 __all__ = [
@@ -47,5 +46,4 @@ __all__ = [
     "plan",
     "plan_to_json",
     "precision_problem",
-    "strategy_label",
 ]

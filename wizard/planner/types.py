@@ -9,7 +9,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers
-from wizard.strategy import Mode, Precision, Strategy
+from wizard.strategy import Mode, Precision, Strategy, strategy_label
 
 DEFAULT_SEQ_LEN = 2048
 
@@ -55,19 +55,6 @@ class Prediction:
     breakdown: tuple[tuple[str, int], ...] = ()  # GPU bytes by part at the peak
     cpu_breakdown: tuple[tuple[str, int], ...] = ()
     time_parts: tuple[tuple[str, float], ...] = ()  # seconds per step by cause
-
-
-def strategy_label(s: Strategy) -> str:
-    parts = [f"ZeRO-{s.zero_stage}"]
-    if s.offload_optimizer != "none":
-        parts.append(f"optimizer->{s.offload_optimizer}")
-    if s.offload_param != "none":
-        parts.append(f"params->{s.offload_param}")
-    if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights:
-        parts.append("ZeRO++")
-    if s.activation_checkpointing:
-        parts.append("ckpt")
-    return " ".join(parts)
 
 
 @dataclass(frozen=True)

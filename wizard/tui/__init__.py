@@ -1,2 +1,2 @@
-"""The full-screen wizard (Textual). ``core_bridge`` and ``choices`` import no terminal library, so the line-prompt
-mode (``wizard.prompts``) reuses them; everything else here is the Textual front end."""
+"""The full-screen wizard (Textual): the App, one module per step, widgets. It asks ``wizard.service`` for every
+answer, the same service the line prompts (``wizard.prompts``) use."""

@@ -4,8 +4,7 @@ quitting with unsaved choices, and detects the hardware in a worker so the first
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import App
@@ -13,9 +12,9 @@ from textual.binding import Binding, BindingType
 
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
-from wizard.tui import core_bridge
-from wizard.tui.choices import Choices
-from wizard.tui.core_bridge import PlanView
+from wizard.model import ModelSpec
+from wizard.planner import Plan
+from wizard.service import Choices, WizardService
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from wizard.tui.screens.hardware import HardwareStep
@@ -58,16 +57,16 @@ class WizardApp(App[list[Path]]):
         self,
         *,
         choices: Choices,
-        core: ModuleType | Any = core_bridge,
+        service: WizardService,
         detect: bool = True,
-        model: Any = None,
+        model: ModelSpec | None = None,
     ) -> None:
         super().__init__()
         self.choices = choices
-        self.core = core
+        self.service = service
         self.detect = detect and choices.hardware is None
-        self.model: Any = model  # the planner's ModelSpec, once the Model step loaded it
-        self.plan: PlanView | None = None
+        self.model = model  # the planner's ModelSpec, once the Model step loaded it
+        self.plan: Plan | None = None
         self.detecting = False
         self.step = 0
 
@@ -84,7 +83,7 @@ class WizardApp(App[list[Path]]):
     @work(thread=True, exclusive=True, group="hardware")
     def detect_hardware(self, spec: str | None) -> None:
         try:
-            report: HardwareReport | DswizError = self.core.get_hardware(spec)
+            report: HardwareReport | DswizError = self.service.get_hardware(spec)
         except DswizError as e:
             report = e
         self.call_from_thread(self._hardware_ready, spec, report)

@@ -1,21 +1,9 @@
-"""What the Strategy step says about a strategy, and how a hand-made change is kept valid (no Textual here)."""
+"""The Strategy step's small words and how a hand-made stage change is kept valid (no Textual here); the
+strategy's own label is wizard.strategy's."""
 
 from __future__ import annotations
 
 from wizard.strategy import Strategy
-
-
-def describe(s: Strategy) -> str:
-    parts = [f"ZeRO-{s.zero_stage}"]
-    if s.offload_optimizer != "none":
-        parts.append(f"optimizer→{s.offload_optimizer}")
-    if s.offload_param != "none":
-        parts.append(f"params→{s.offload_param}")
-    parts.append(s.precision)
-    parts.append(f"micro {s.micro_batch_size} × GAS {s.gradient_accumulation_steps}")
-    if s.activation_checkpointing:
-        parts.append("checkpointing")
-    return ", ".join(parts)
 
 
 def fmt_rate(tps: float | None) -> str:
@@ -34,10 +22,6 @@ def with_stage(s: Strategy, stage: int) -> Strategy:
             break
         new = new.with_(**reset)
     return new
-
-
-def uses_nvme(s: Strategy) -> bool:
-    return "nvme" in (s.offload_optimizer, s.offload_param)
 
 
 def group_label(group: str) -> str:

@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
 from wizard.errors import DswizError
+from wizard.strategy import Strategy
 from wizard.tui.widgets.step_bar import STEP_TITLES, StepBar
 
 if TYPE_CHECKING:
@@ -63,6 +64,11 @@ class StepScreen(Screen[None]):
 
     def save(self) -> None:
         """Store what is on screen into the choices; raise DswizError to stay on this step."""
+
+    def option_problems(self, s: Strategy) -> list[str]:
+        """Why ``s`` cannot be offered on this hardware with this model (empty: it can)."""
+        w = self.wizard
+        return w.service.option_problems(s, w.choices, w.model)
 
     def set_status(self, message: str, *, error: bool = False) -> None:
         self.query_one("#status", Static).update(Text(message, style="bold red" if error else "dim"))

@@ -6,13 +6,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
 
 from wizard.errors import DswizError
+from wizard.service import parse_positive
 from wizard.strategy import Mode
-from wizard.tui.choices import parse_positive
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.fields import labelled
 
 
 class ModelStep(StepScreen):
@@ -26,7 +27,7 @@ class ModelStep(StepScreen):
     )
 
     def body(self) -> ComposeResult:
-        presets = self.wizard.core.model_presets()
+        presets = self.wizard.service.model_presets()
         yield Label("Model: preset, path to config.json, or numbers", classes="field-label")
         with Horizontal(classes="row"):
             yield Select([(p, p) for p in presets], prompt="preset…", id="model-preset", disabled=not presets)
@@ -34,12 +35,11 @@ class ModelStep(StepScreen):
                 placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model"
             )
         with Horizontal(classes="row"):
-            with Vertical(classes="field"):
-                yield Label("Sequence length (tokens)", classes="field-label")
-                yield Input(id="seq-len", type="integer")
-            with Vertical(classes="field"):
-                yield Label("Target global batch (samples/step; empty: planner picks)", classes="field-label")
-                yield Input(id="global-batch", type="integer")
+            yield labelled("Sequence length (tokens)", Input(id="seq-len", type="integer"))
+            yield labelled(
+                "Target global batch (samples/step; empty: planner picks)",
+                Input(id="global-batch", type="integer"),
+            )
         yield Label("Planning for", classes="field-label")
         with RadioSet(id="mode"):
             yield RadioButton("Training", id="mode-train", value=True)
@@ -62,7 +62,9 @@ class ModelStep(StepScreen):
             self.query_one("#model", Input).value = event.value
 
     def _show_model(self) -> None:
-        desc = self.wizard.core.describe_model(self.wizard.model)
+        if self.wizard.model is None:
+            return
+        desc = self.wizard.service.describe_model(self.wizard.model)
         self.query_one("#model-summary", Static).update(Text(desc, style="green"))
 
     def save(self) -> None:
@@ -71,14 +73,14 @@ class ModelStep(StepScreen):
         seq_len = parse_positive(self.query_one("#seq-len", Input).value, "sequence length")
         batch = parse_positive(self.query_one("#global-batch", Input).value, "global batch", allow_empty=True)
         mode: Mode = "inference" if self.query_one("#mode-inference", RadioButton).value else "train"
-        model = self.wizard.core.load_model(text)
+        model = self.wizard.service.load_model(text)
         changed = (text, seq_len, batch, mode) != (c.model_text, c.seq_len, c.global_batch, c.mode)
         c.model_text, c.mode, c.global_batch = text, mode, batch
         c.seq_len = seq_len if seq_len is not None else c.seq_len
         self.wizard.model = model
         self._show_model()
         if changed or self.wizard.plan is None:
-            self.wizard.plan = self.wizard.core.plan(c, model)
+            self.wizard.plan = self.wizard.service.plan(c, model)
             plan = self.wizard.plan
             if not plan.candidates:
                 raise DswizError("the planner found no candidate", "check the model numbers and the hardware")

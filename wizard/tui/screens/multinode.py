@@ -6,13 +6,15 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static, TextArea
 
+from wizard.config.launchers import MultinodeLauncher
 from wizard.errors import DswizError
 from wizard.findings import Severity, has_errors
-from wizard.tui.choices import LAUNCHERS, parse_positive
+from wizard.service import LAUNCHERS, parse_positive
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.fields import labelled, radio_set
 from wizard.tui.widgets.findings_view import findings_text
 
 
@@ -32,29 +34,16 @@ class MultiNodeStep(StepScreen):
 
     def body(self) -> ComposeResult:
         with Horizontal(classes="row"):
-            with Vertical(classes="field"):
-                yield Label("Nodes", classes="field-label")
-                yield Input(id="nodes", type="integer")
-            with Vertical(classes="field"):
-                yield Label("GPUs per node", classes="field-label")
-                yield Input(id="gpus", type="integer")
-            with Vertical(classes="field"):
-                yield Label("Master address", classes="field-label")
-                yield Input(id="master-addr", placeholder="the first host")
-            with Vertical(classes="field"):
-                yield Label("Master port", classes="field-label")
-                yield Input(id="master-port", type="integer")
+            yield labelled("Nodes", Input(id="nodes", type="integer"))
+            yield labelled("GPUs per node", Input(id="gpus", type="integer"))
+            yield labelled("Master address", Input(id="master-addr", placeholder="the first host"))
+            yield labelled("Master port", Input(id="master-port", type="integer"))
         yield Static("", id="world")
         with Horizontal(classes="row", id="multi"):
-            with Vertical(classes="field"):
-                yield Label("Hostfile", classes="field-label")
-                yield TextArea("", id="hostfile")
-            with Vertical(classes="field"):
-                yield Label("Launcher", classes="field-label")
-                with RadioSet(id="launcher"):
-                    for name in LAUNCHERS:
-                        yield RadioButton(name, id=f"launcher-{name}")
-                yield Static("", id="launcher-note")
+            yield labelled("Hostfile", TextArea("", id="hostfile"))
+            yield labelled(
+                "Launcher", radio_set("launcher", "launcher", LAUNCHERS), Static("", id="launcher-note")
+            )
         yield Label("Hostfile check", classes="section-title")
         yield Static("", id="hostfile-findings")
 
@@ -69,12 +58,12 @@ class MultiNodeStep(StepScreen):
             self.query_one("#master-addr", Input).value = c.master_addr
             self.query_one("#master-port", Input).value = str(c.master_port)
             if not c.hostfile_text and s.nodes > 1:
-                c.hostfile_text = self.wizard.core.default_hostfile(s.nodes, s.gpus_per_node)
+                c.hostfile_text = self.wizard.service.default_hostfile(s.nodes, s.gpus_per_node)
             self.query_one("#hostfile", TextArea).text = c.hostfile_text
         self.query_one(f"#launcher-{c.launcher}", RadioButton).value = True
         self._check()
 
-    def _launcher(self) -> str:
+    def _launcher(self) -> MultinodeLauncher:
         for name in LAUNCHERS:
             if self.query_one(f"#launcher-{name}", RadioButton).value:
                 return name
@@ -94,10 +83,10 @@ class MultiNodeStep(StepScreen):
             return []
         self.set_status("")
         self.query_one("#launcher", RadioSet).disabled = nodes == 1
-        note = Text(self.wizard.core.LAUNCHER_NOTES.get(launcher, ""), style="dim")
+        note = Text(self.wizard.service.LAUNCHER_NOTES.get(launcher, ""), style="dim")
         if nodes == 1:
             note = Text("One node: started locally, no multi-node launcher.", style="dim")
-        for problem in self.wizard.core.launcher_problems(launcher, self.wizard.choices.hardware):
+        for problem in self.wizard.service.launcher_problems(launcher, self.wizard.choices.hardware):
             note.append(f"\n{problem}", style="bold red")
         self.query_one("#launcher-note", Static).update(note)
         s = self.wizard.choices.strategy
@@ -117,14 +106,14 @@ class MultiNodeStep(StepScreen):
             return []
         area = self.query_one("#hostfile", TextArea)
         text = area.text
-        placeholder = self.wizard.core.default_hostfile(nodes, gpus)
+        placeholder = self.wizard.service.default_hostfile(nodes, gpus)
         if not text.strip() or text == self._placeholder:
             # nothing typed yet (or only the last placeholder): one placeholder line per node to edit
             with self.prevent(TextArea.Changed):
                 area.text = text = placeholder
         self._placeholder = placeholder
         try:
-            findings = self.wizard.core.check_hostfile(
+            findings = self.wizard.service.check_hostfile(
                 text, nodes=nodes, gpus_per_node=gpus, launcher=launcher
             )
         except DswizError as e:
@@ -146,7 +135,7 @@ class MultiNodeStep(StepScreen):
         port = parse_positive(self.query_one("#master-port", Input).value, "master port") or 29500
         if port > 65535:
             raise DswizError(f"port {port} is out of range", "choose a port between 1024 and 65535")
-        problems = self.wizard.core.launcher_problems(launcher, self.wizard.choices.hardware)
+        problems = self.wizard.service.launcher_problems(launcher, self.wizard.choices.hardware)
         if nodes > 1 and problems:
             raise DswizError(problems[0], "choose another launcher")
         findings = self._check()
@@ -160,7 +149,9 @@ class MultiNodeStep(StepScreen):
         c.master_port = port
         c.hostfile_text = self.query_one("#hostfile", TextArea).text if nodes > 1 else ""
         try:
-            self.wizard.core.render_files(c)  # the config writers' own checks (hosts vs nodes, duplicates)
+            self.wizard.service.render_files(
+                c, self.wizard.model, self.wizard.plan
+            )  # the config writers' own checks (hosts vs nodes, duplicates)
         except DswizError:
             c.strategy, c.global_batch, c.launcher, c.master_addr, c.master_port, c.hostfile_text = before
             raise

@@ -7,13 +7,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static, Switch
 
 from wizard.errors import DswizError
+from wizard.service import parse_positive
 from wizard.strategy import PRECISIONS, Strategy
-from wizard.tui.choices import parse_positive
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.fields import labelled, radio_set
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.units import fmt_bytes
 
@@ -52,9 +53,7 @@ class PrecisionStep(StepScreen):
 
     def body(self) -> ComposeResult:
         yield Label("Precision", classes="field-label")
-        with RadioSet(id="precision"):
-            for p in PRECISIONS:
-                yield RadioButton(p, id=f"prec-{p}")
+        yield radio_set("precision", "prec", PRECISIONS)
         yield Static("", id="prec-why")
         with Horizontal(classes="row"):
             for key, label in (
@@ -62,9 +61,7 @@ class PrecisionStep(StepScreen):
                 ("gas", "Accumulation steps"),
                 ("clip", "Clipping"),
             ):
-                with Vertical(classes="field"):
-                    yield Label(label, classes="field-label")
-                    yield Input(id=key, type="number" if key == "clip" else "integer")
+                yield labelled(label, Input(id=key, type="number" if key == "clip" else "integer"))
         yield Static("", id="batch")
         for key, label in SWITCHES:
             with Horizontal(classes="switch-row"):
@@ -80,7 +77,7 @@ class PrecisionStep(StepScreen):
         s = c.strategy
         if s is None:
             return
-        supported = self.wizard.core.precisions_supported(c.hardware)
+        supported = self.wizard.service.precisions_supported(c.hardware)
         for p in PRECISIONS:
             button = self.query_one(f"#prec-{p}", RadioButton)
             button.disabled = supported[p] is not None and p != s.precision
@@ -117,13 +114,8 @@ class PrecisionStep(StepScreen):
             zero_hpz_partition_size=s.gpus_per_node if self.query_one("#hpz", Switch).value else 1,
         )
 
-    def _problems(self, s: Strategy) -> list[str]:
-        w = self.wizard
-        return w.core.option_problems(s, w.choices.hardware, model=w.model, choices=w.choices)
-
     def _update(self, s: Strategy) -> None:
         self.query_one("#batch", Static).update(batch_text(s))
-        hw = self.wizard.choices.hardware
         notes = []
         for key, change in (
             ("ckpt", {"activation_checkpointing": True}),
@@ -134,7 +126,7 @@ class PrecisionStep(StepScreen):
             switch = self.query_one(f"#{key}", Switch)
             # Checkpointing is refused only where it cannot act (inference); the machine's limits do not change.
             changed = s.with_(**change)
-            check = changed.problems() if key == "ckpt" else self._problems(changed)
+            check = changed.problems() if key == "ckpt" else self.option_problems(changed)
             problems = [] if switch.value else check
             switch.disabled = bool(problems)
             if problems:
@@ -148,33 +140,33 @@ class PrecisionStep(StepScreen):
             elif save16.disabled:
                 save16.value = self.wizard.choices.save_16bit
         save16.disabled = not applies
-        cost = self.wizard.core.save_16bit_cost(self.wizard.model) if applies else ""
+        cost = self.wizard.service.save_16bit_cost(self.wizard.model) if applies else ""
         self.query_one("#save16-cost", Static).update(Text(cost, style="dim"))
         cand = None
         if self.wizard.model is not None:
             try:
-                cand = self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, s)
+                cand = self.wizard.service.evaluate(self.wizard.choices, self.wizard.model, s)
             except DswizError as e:
                 self.set_status(e.problem, error=True)
-        cap = self.wizard.core.capacity(hw, self.wizard.plan)
+        cap = self.wizard.service.capacity(self.wizard.choices)
         gpu, cpu = self.query_one("#bar-gpu", MemoryBar), self.query_one("#bar-cpu", MemoryBar)
-        gpu.used, gpu.capacity = (cand.gpu_bytes if cand else None), cap.gpu
-        cpu.used, cpu.capacity = (cand.cpu_bytes if cand else None), cap.cpu
+        gpu.used, gpu.capacity = (cand.predicted.gpu_bytes if cand else None), cap.gpu
+        cpu.used, cpu.capacity = (cand.predicted.cpu_bytes if cand else None), cap.cpu
 
     def _confirm_if_over(self, s: Strategy) -> None:
         """The planner predicts ``s`` does not fit: say so once; Next again keeps it (the user may know better)."""
         w = self.wizard
         if w.model is None or self._accepted_over == s:
             return
-        cand = w.core.evaluate(w.choices, w.model, s)
+        cand = w.service.evaluate(w.choices, w.model, s)
         if cand.fits:
             return
-        cap = w.core.capacity(w.choices.hardware, w.plan)
+        cap = w.service.capacity(w.choices)
         over = [
             f"{tier} {fmt_bytes(used)} of {fmt_bytes(capacity)}"
             for tier, used, capacity in (
-                ("GPU", cand.gpu_bytes, cap.gpu),
-                ("host RAM", cand.cpu_bytes, cap.cpu),
+                ("GPU", cand.predicted.gpu_bytes, cap.gpu),
+                ("host RAM", cand.predicted.cpu_bytes, cap.cpu),
             )
             if used is not None and capacity is not None and used > capacity
         ]
@@ -207,7 +199,7 @@ class PrecisionStep(StepScreen):
             ) from None
         if clip < 0:
             raise DswizError("clipping cannot be negative", "type e.g. 1.0, or 0 for none")
-        problems = self._problems(s)
+        problems = self.option_problems(s)
         if problems:
             raise DswizError(problems[0], "change the highlighted option")
         self._confirm_if_over(s)

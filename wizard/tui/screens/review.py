@@ -17,9 +17,10 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
 from wizard.findings import has_errors
-from wizard.tui.choices import CONSUMERS
+from wizard.service import CONSUMERS
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen
+from wizard.tui.widgets.fields import radio_set
 from wizard.tui.widgets.findings_view import findings_text
 
 LEXERS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh": "bash"}
@@ -60,9 +61,7 @@ class ReviewStep(StepScreen):
             yield Button("Write files", id="write", variant="success")
         yield Static("", id="written")
         yield Label("Used by", classes="field-label")
-        with RadioSet(id="consumer"):
-            for name in CONSUMERS:
-                yield RadioButton(name, id=f"consumer-{name}")
+        yield radio_set("consumer", "consumer", CONSUMERS)
         yield Label("Your script", classes="section-title")
         yield Static("", id="hints")
         yield Label("Findings", classes="section-title")
@@ -78,13 +77,13 @@ class ReviewStep(StepScreen):
 
     @on(RadioSet.Changed, "#consumer")
     def _consumer_changed(self, event: RadioSet.Changed) -> None:
-        pressed = event.pressed.id or ""
-        self.wizard.choices.consumer = pressed.removeprefix("consumer-") or self.wizard.choices.consumer
+        c = self.wizard.choices
+        c.consumer = next((n for n in CONSUMERS if event.pressed.id == f"consumer-{n}"), c.consumer)
         self._show_files()
 
     def _show_hints(self) -> None:
         """The script change for the chosen consumer: its explanation in words, the diff highlighted."""
-        lines = self.wizard.core.code_hint_lines(self.wizard.choices, self.files)
+        lines = self.wizard.service.code_hint_lines(self.wizard.choices, self.files)
         text = Text()
         for line in lines:
             style = ""
@@ -102,8 +101,8 @@ class ReviewStep(StepScreen):
         box = self.query_one("#files", Vertical)
         box.remove_children()
         try:
-            self.files = self.wizard.core.render_files(c)
-            findings = self.wizard.core.lint_files(
+            self.files = self.wizard.service.render_files(c, self.wizard.model, self.wizard.plan)
+            findings = self.wizard.service.lint_files(
                 self.files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=self._out_dir()
             )
         except DswizError as e:
@@ -112,7 +111,7 @@ class ReviewStep(StepScreen):
             return
         self.query_one("#findings", Static).update(findings_text(findings))
         self._show_hints()
-        self.on_disk = self.wizard.core.existing_files(self._out_dir(), self.files)
+        self.on_disk = self.wizard.service.existing_files(self._out_dir(), self.files)
         widgets: list[Static] = []
         for name, text in self.files.items():
             old = self.on_disk.get(name)
@@ -164,7 +163,7 @@ class ReviewStep(StepScreen):
     def _write(self, *, force: bool) -> None:
         c = self.wizard.choices
         try:
-            results = self.wizard.core.write_files(c.out_dir, self.files, force=force)
+            results = self.wizard.service.write_files(c.out_dir, self.files, force=force)
         except DswizError as e:
             self.set_status(f"{e.problem} — {e.fix}" if e.fix else e.problem, error=True)
             return
@@ -177,7 +176,7 @@ class ReviewStep(StepScreen):
             )
             lines.append(f"  {r.path}{note}\n")
         lines.append("Next, start training with a live dashboard:\n", style="bold")
-        lines.append(f"  {self.wizard.core.launch_command(c.out_dir, choices=c)}", style="bold cyan")
+        lines.append(f"  {self.wizard.service.launch_command(c)}", style="bold cyan")
         self.query_one("#written", Static).update(lines)
         self._show_files()
         self.set_status("written")

@@ -10,15 +10,16 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Collapsible, DataTable, Input, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
-from wizard.findings import Severity
-from wizard.strategy import OFFLOAD_DEVICES, Strategy
-from wizard.tui.core_bridge import CandidateView, CoreUnavailable
+from wizard.findings import Finding, Severity
+from wizard.planner import Candidate
+from wizard.strategy import OFFLOAD_DEVICES, Strategy, strategy_description
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.strategy_text import describe, fmt_rate, group_label, uses_nvme, with_stage
+from wizard.tui.strategy_text import fmt_rate, group_label, with_stage
+from wizard.tui.widgets.fields import labelled, radio_set
 from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.tui.widgets.nvme_path_field import NvmePathField
@@ -40,7 +41,7 @@ class StrategyStep(StepScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.current: CandidateView | None = None
+        self.current: Candidate | None = None
 
     def body(self) -> ComposeResult:
         yield Static("", id="advice")
@@ -53,21 +54,9 @@ class StrategyStep(StepScreen):
         yield MemoryBar("CPU", id="bar-cpu")
         yield MemoryBar("NVMe", id="bar-nvme")
         with Horizontal(classes="row", id="manual"):
-            with Vertical(classes="field"):
-                yield Label("ZeRO stage", classes="field-label")
-                with RadioSet(id="stage"):
-                    for st in STAGES:
-                        yield RadioButton(str(st), id=f"stage-{st}")
-            with Vertical(classes="field"):
-                yield Label("Optimizer offload", classes="field-label")
-                with RadioSet(id="opt"):
-                    for dev in OFFLOAD_DEVICES:
-                        yield RadioButton(dev, id=f"opt-{dev}")
-            with Vertical(classes="field"):
-                yield Label("Parameter offload", classes="field-label")
-                with RadioSet(id="param"):
-                    for dev in OFFLOAD_DEVICES:
-                        yield RadioButton(dev, id=f"param-{dev}")
+            yield labelled("ZeRO stage", radio_set("stage", "stage", STAGES))
+            yield labelled("Optimizer offload", radio_set("opt", "opt", OFFLOAD_DEVICES))
+            yield labelled("Parameter offload", radio_set("param", "param", OFFLOAD_DEVICES))
         yield Static("", id="not-offered")
         yield NvmePathField(id="nvme")
         yield Label("Why", classes="section-title")
@@ -111,10 +100,10 @@ class StrategyStep(StepScreen):
                 s.precision,
                 f"{s.micro_batch_size}×{s.gradient_accumulation_steps}",
                 "yes" if s.activation_checkpointing else "",
-                fmt_bytes(c.gpu_bytes),
-                fmt_bytes(c.cpu_bytes),
-                fmt_bytes(c.nvme_bytes) if c.nvme_bytes else "-",
-                fmt_rate(c.tokens_per_sec),
+                fmt_bytes(c.predicted.gpu_bytes),
+                fmt_bytes(c.predicted.cpu_bytes),
+                fmt_bytes(c.predicted.nvme_bytes) if c.predicted.nvme_bytes else "-",
+                fmt_rate(c.predicted.tokens_per_sec),
                 Text("yes", style="green") if c.fits else Text("no", style="red"),
                 key=str(i),
             )
@@ -130,28 +119,26 @@ class StrategyStep(StepScreen):
             table.move_cursor(row=plan.candidates.index(match))
         self.show(match or self._evaluate(chosen), strategy=chosen)
         try:
-            lines = self.wizard.core.max_batch_table(self.wizard.choices, self.wizard.model)
+            rows = self.wizard.service.max_batch_table(self.wizard.choices, self.wizard.model)
         except DswizError as e:
-            self.set_status(e.problem, error=not isinstance(e, CoreUnavailable))
-            lines = ()
-        self.query_one("#max-batch", MaxBatchView).show_lines(lines)
+            self.set_status(e.problem, error=True)
+            rows = ()
+        self.query_one("#max-batch", MaxBatchView).show_lines(rows)
 
     def action_toggle_max_batch(self) -> None:
         box = self.query_one("#max-batch-box", Collapsible)
         box.collapsed = not box.collapsed
 
-    def _evaluate(self, strategy: Strategy | None) -> CandidateView | None:
+    def _evaluate(self, strategy: Strategy | None) -> Candidate | None:
         if strategy is None or self.wizard.model is None:
             return None
         try:
-            return self.wizard.core.evaluate(self.wizard.choices, self.wizard.model, strategy)
-        except CoreUnavailable as e:  # no prediction for this exact combination: say so, not an error
-            self.set_status(e.problem)
+            return self.wizard.service.evaluate(self.wizard.choices, self.wizard.model, strategy)
         except DswizError as e:
             self.set_status(e.problem, error=True)
         return None
 
-    def show(self, cand: CandidateView | None, strategy: Strategy | None = None) -> None:
+    def show(self, cand: Candidate | None, strategy: Strategy | None = None) -> None:
         """Display ``strategy`` (default: the candidate's) as the chosen one, with the planner's prediction
         ``cand`` when it has one: summary, bars, reasons, and the manual controls."""
         self.current = cand
@@ -159,19 +146,18 @@ class StrategyStep(StepScreen):
         if strategy is None:
             return
         self.wizard.choices.strategy = strategy
-        cap = self.wizard.core.capacity(self.wizard.choices.hardware, self.wizard.plan)
-        summary = Text(describe(strategy), style="bold")
+        cap = self.wizard.service.capacity(self.wizard.choices)
+        summary = Text(strategy_description(strategy), style="bold")
         if cand is not None:
-            summary.append(f"   {fmt_rate(cand.tokens_per_sec)} tokens/s")
-            if cand.mfu is not None:
-                summary.append(f"   MFU {cand.mfu:.0%}")
+            summary.append(f"   {fmt_rate(cand.predicted.tokens_per_sec)} tokens/s")
+            summary.append(f"   MFU {cand.predicted.mfu:.0%}")
             if not cand.fits:
                 summary.append("   does not fit", style="bold red")
         self.query_one("#chosen", Static).update(summary)
         for tier, used, capacity in (
-            ("gpu", cand.gpu_bytes if cand else None, cap.gpu),
-            ("cpu", cand.cpu_bytes if cand else None, cap.cpu),
-            ("nvme", cand.nvme_bytes if cand else None, cap.nvme),
+            ("gpu", cand.predicted.gpu_bytes if cand else None, cap.gpu),
+            ("cpu", cand.predicted.cpu_bytes if cand else None, cap.cpu),
+            ("nvme", cand.predicted.nvme_bytes if cand else None, cap.nvme),
         ):
             bar = self.query_one(f"#bar-{tier}", MemoryBar)
             bar.used, bar.capacity = used, capacity
@@ -179,10 +165,6 @@ class StrategyStep(StepScreen):
         self.query_one("#reasons", Static).update(reasons)
         self._sync_controls(strategy)
         self._sync_nvme(strategy)
-
-    def _problems(self, s: Strategy) -> list[str]:
-        w = self.wizard
-        return w.core.option_problems(s, w.choices.hardware, model=w.model, choices=w.choices)
 
     def _sync_controls(self, s: Strategy) -> None:
         not_offered: list[str] = []
@@ -194,7 +176,7 @@ class StrategyStep(StepScreen):
         for group, values, change, current in groups:
             for value in values:
                 button = self.query_one(f"#{group}-{value}", RadioButton)
-                problems = [] if value == current else self._problems(change(value))
+                problems = [] if value == current else self.option_problems(change(value))
                 button.disabled = bool(problems)
                 button.tooltip = "; ".join(problems) or None
                 if value == current and not button.value:
@@ -209,19 +191,19 @@ class StrategyStep(StepScreen):
         """The NVMe directory field, shown while anything is offloaded to NVMe (default: on the NVMe drive with
         the most room), checked against the planner's predicted NVMe bytes."""
         field = self.query_one("#nvme", NvmePathField)
-        field.display = uses_nvme(s)
+        field.display = s.offloads_to_nvme
         if not field.display:
             return
         c = self.wizard.choices
         if not c.nvme_path:
-            c.nvme_path = self.wizard.core.suggest_nvme_path(c.hardware) or ""
+            c.nvme_path = self.wizard.service.suggest_nvme_path(c.hardware) or ""
         if field.value != c.nvme_path:
             field.set_value(c.nvme_path)
         self._check_nvme()
 
-    def _check_nvme(self) -> list:
-        need = self.current.nvme_bytes if self.current is not None else None
-        findings = self.wizard.core.check_nvme_path(self.wizard.choices, need)
+    def _check_nvme(self) -> list[Finding]:
+        need = self.current.predicted.nvme_bytes if self.current is not None else None
+        findings = self.wizard.service.check_nvme_path(self.wizard.choices, need)
         self.query_one("#nvme", NvmePathField).show_findings(findings)
         return findings
 
@@ -253,7 +235,7 @@ class StrategyStep(StepScreen):
         self.set_status("")
         # The planner's best candidate for this stage/offload combination, when it ranked one; else its
         # prediction for exactly this strategy. Without either the hand-made choice still counts.
-        like = self.wizard.core.best_candidate_like(self.wizard.plan, new)
+        like = self.wizard.service.best_candidate_like(self.wizard.plan, new)
         if like is not None:
             self.show(like)
         else:
@@ -266,7 +248,7 @@ class StrategyStep(StepScreen):
         problems = s.problems()
         if problems:
             raise DswizError(problems[0], "choose another stage or offload")
-        if uses_nvme(s):
+        if s.offloads_to_nvme:
             error = next((f for f in self._check_nvme() if f.severity is Severity.ERROR), None)
             if error is not None:
                 raise DswizError(f"NVMe directory: {error.what}", error.fix)

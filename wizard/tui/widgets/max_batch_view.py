@@ -11,20 +11,11 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from wizard.strategy import Strategy
-from wizard.tui.core_bridge import MaxBatchLine
+from wizard.planner import MaxBatchRow
+from wizard.service.tables import max_batch_pairs
 
 
-def _offload(s: Strategy) -> str:
-    opt, par = s.offload_optimizer, s.offload_param
-    if opt == "none" and par == "none":
-        return "-"
-    if opt == par:
-        return f"opt+param {opt}"
-    return ", ".join(([f"opt {opt}"] if opt != "none" else []) + ([f"param {par}"] if par != "none" else []))
-
-
-def _cells(line: MaxBatchLine | None, fastest: float | None) -> list[Text]:
+def _cells(line: MaxBatchRow | None, fastest: float | None) -> list[Text]:
     if line is None:
         return [Text(""), Text("")]
     if line.max_micro_batch == 0 or line.tokens_per_sec is None:
@@ -39,26 +30,19 @@ def _cells(line: MaxBatchLine | None, fastest: float | None) -> list[Text]:
     return [batch, rate]
 
 
-def max_batch_renderable(lines: Sequence[MaxBatchLine]) -> Table | Text:
+def max_batch_renderable(lines: Sequence[MaxBatchRow]) -> Table | Text:
     if not lines:
         return Text("No prediction yet: fill in the Model step first.", style="dim")
-    groups: dict[tuple[object, ...], dict[bool, MaxBatchLine]] = {}
-    for line in lines:
-        s = line.strategy
-        key = (s.zero_stage, s.offload_optimizer, s.offload_param, s.zero_quantized_weights, s.precision)
-        groups.setdefault(key, {})[s.activation_checkpointing] = line
     fitting = [x.tokens_per_sec for x in lines if x.fits and x.tokens_per_sec is not None]
     fastest = max(fitting) if fitting else None
     ckpt = any(x.strategy.activation_checkpointing for x in lines)
     table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False, header_style="bold")
     for name in ("stage", "offload", "batch", "tokens/s") + (("batch ckpt", "tokens/s ckpt") if ckpt else ()):
         table.add_column(name, justify="left" if name in ("stage", "offload") else "right", no_wrap=True)
-    for (stage, *_), pair in groups.items():
-        first = next(iter(pair.values())).strategy
-        label = "0 (DDP)" if stage == 0 else f"{stage}{'++' if first.zero_quantized_weights else ''}"
-        row = [Text(label), Text(_offload(first))]
-        for on in (False, True) if ckpt else (False,):
-            row += _cells(pair.get(on), fastest)
+    for pair in max_batch_pairs(lines):
+        row = [Text(pair.stage), Text(pair.offload)]
+        for line in pair.rows(ckpt):
+            row += _cells(line, fastest)
         table.add_row(*row)
     return table
 
@@ -66,8 +50,8 @@ def max_batch_renderable(lines: Sequence[MaxBatchLine]) -> Table | Text:
 class MaxBatchView(Static):
     """The table above, for the strategy screen."""
 
-    lines: tuple[MaxBatchLine, ...] = ()
+    lines: tuple[MaxBatchRow, ...] = ()
 
-    def show_lines(self, lines: Sequence[MaxBatchLine]) -> None:
+    def show_lines(self, lines: Sequence[MaxBatchRow]) -> None:
         self.lines = tuple(lines)
         self.update(max_batch_renderable(self.lines))

@@ -1,5 +1,5 @@
 """Where NVMe offload writes its swap files: a path field and what the checks say about it. Shown only while
-something is offloaded to NVMe; the screen that owns it runs the checks (``core_bridge.check_nvme_path``)."""
+something is offloaded to NVMe; the screen that owns it runs the checks (``WizardService.check_nvme_path``)."""
 
 from __future__ import annotations
 

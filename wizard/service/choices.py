@@ -1,6 +1,6 @@
 """What the user has chosen so far, shared by the full-screen wizard and the line prompts.
 
-Plain data: no decisions are made here (those come from the planner through ``core_bridge``), only the answers
+Plain data: no decisions are made here (those come from the planner through ``wizard.service``), only the answers
 and the one invariant the wizard promises to keep -- the batch arithmetic (global = micro x accumulation x world).
 """
 
@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
+from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS, MultinodeLauncher
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.strategy import Mode, Strategy
 
-LAUNCHERS: tuple[str, ...] = MULTINODE_LAUNCHERS
-CONSUMERS: tuple[str, ...] = ("deepspeed", "accelerate", "trainer")
+if TYPE_CHECKING:  # the loader pulls in pydantic: only an imported file needs it at run time
+    from wizard.config.load import LoadedConfig
+    from wizard.config.schema import Consumer
+
+LAUNCHERS: tuple[MultinodeLauncher, ...] = MULTINODE_LAUNCHERS
+CONSUMERS: tuple[Consumer, ...] = ("deepspeed", "accelerate", "trainer")
 DEFAULT_OUT_DIR = Path("dswiz-config")
 
 
@@ -31,17 +35,17 @@ class Choices:
     strategy: Strategy | None = None
     gradient_clipping: float = 1.0
     save_16bit: bool = True  # stage 3 training: gather the 16-bit weights into one file on save
-    consumer: str = "deepspeed"  # who reads the config: deepspeed, accelerate or trainer
-    launcher: str = DEFAULT_LAUNCHER  # how a multi-node job is started (wizard/config/launchers.py)
+    consumer: Consumer = "deepspeed"  # who reads the config: deepspeed, accelerate or trainer
+    launcher: MultinodeLauncher = (
+        DEFAULT_LAUNCHER  # how a multi-node job is started (wizard/config/launchers.py)
+    )
     hostfile_text: str = ""
     master_addr: str = ""
     master_port: int = 29500
     nvme_path: str = ""  # NVMe offload's directory (nvme_path); asked only when something goes to NVMe
     out_dir: Path = DEFAULT_OUT_DIR
     imported_from: Path | None = None
-    imported: Any = (
-        None  # the LoadedConfig of --from FILE: written back changed only where the choices changed
-    )
+    imported: LoadedConfig | None = None  # --from FILE: written back changed only where the choices changed
     imported_ds_text: str | None = None  # its DeepSpeed JSON as it was on disk (key order, indentation)
     written: list[Path] = field(default_factory=list)
 

@@ -1,0 +1,338 @@
+"""The one service the wizard's front doors call: the full-screen wizard's screens and the line prompts.
+
+It decides nothing itself: hardware comes from ``wizard.hardware``, model specs from ``wizard.model``, candidates and
+predictions from ``wizard.planner`` (the real ``Plan`` / ``Candidate`` / ``MaxBatchRow``), files and findings from
+``wizard.config`` through ``wizard.service.files``. It imports no terminal library.
+
+One seam: what "this machine" is (``hardware_source``), so a test does not depend on the machine that runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wizard import planner
+from wizard.config.launchers import LAUNCHER_NOTES, launcher_problems
+from wizard.errors import DswizError
+from wizard.findings import Finding
+from wizard.fsio import WriteResult
+from wizard.hardware import get_hardware
+from wizard.hardware.report import HardwareReport
+from wizard.model import ModelSpec, load_model_spec, preset_names
+from wizard.planner import Candidate, Capacities, MaxBatchRow, Plan, PlanRequest
+from wizard.service import files as written
+from wizard.service.choices import DEFAULT_OUT_DIR, Choices
+from wizard.strategy import PRECISIONS, Strategy
+from wizard.units import fmt_bytes
+
+# The config writers, loader and linter (wizard.config's schema, build, load, reimport, render, nvme, lint_*) build
+# pydantic models when imported (~0.5 s): each is imported where it is first used, so the wizard's first frame and
+# `dswiz --plain`'s first question are not kept waiting.
+if TYPE_CHECKING:
+    from wizard.config.build import WriteOptions
+    from wizard.config.load import LoadedConfig
+
+HardwareSource = Callable[[str | None], HardwareReport]
+
+
+class WizardService:
+    """What the wizard asks of dswiz, for one session. ``hardware_source(spec)`` reads a described machine or, for
+    ``None``, detects this one (``wizard.hardware.get_hardware`` unless a test fixes it)."""
+
+    LAUNCHER_NOTES: Mapping[str, str] = LAUNCHER_NOTES
+
+    def __init__(self, hardware_source: HardwareSource = get_hardware) -> None:
+        self._hardware_source = hardware_source
+
+    # ------------------------------------------------------------ hardware and model
+
+    def get_hardware(self, spec: str | None) -> HardwareReport:
+        """Detect this machine (``None``) or describe one ("8xA100-80GB", "2x8xH100", a YAML profile)."""
+        return self._hardware_source(spec)
+
+    def model_presets(self) -> list[str]:
+        return sorted(preset_names())
+
+    def load_model(self, text: str) -> ModelSpec:
+        if not text.strip():
+            raise DswizError("no model given", "type a preset name, a path to a config.json, or numbers")
+        return load_model_spec(text.strip())
+
+    def describe_model(self, model: ModelSpec) -> str:
+        """One line about the ModelSpec the planner will use, then its notes."""
+        total = model.total_params
+        size = f"{total / 1e9:.2f} B" if total >= 1e8 else f"{total / 1e6:.1f} M"
+        parts = [
+            f"{model.name}: {size} parameters",
+            f"{model.layers} layers, hidden {model.hidden}, {model.heads} heads, vocab {model.vocab}",
+        ]
+        if model.num_experts:
+            parts.append(f"{model.num_experts} experts ({model.experts_per_token} per token)")
+        if not model.exact:
+            parts.append("shape guessed from the parameter count")
+        return "; ".join(parts) + "".join(f"\n  {n}" for n in model.notes)
+
+    @staticmethod
+    def save_16bit_cost(model: ModelSpec | None) -> str:
+        """What gathering the 16-bit weights on save costs, in words and bytes from the model spec (DeepSpeed 0.19.8
+        engine._zero3_consolidated_16bit_state_dict: one module at a time is gathered on the GPU and copied to rank
+        0's host RAM, which ends up holding the whole 16-bit model; save_16bit_model then writes it as one file)."""
+        if model is None:
+            return "rank 0 collects the whole 16-bit model in host RAM and writes it to disk as one file"
+        gpu = f"; the GPU holds one module at a time ({fmt_bytes(2 * model.largest_layer_params)})"
+        return (
+            f"at each save rank 0 collects all {fmt_bytes(2 * model.total_params)} of 16-bit weights in host RAM "
+            f"and writes them to disk as one file{gpu}; without it, dswiz consolidate rebuilds the weights from "
+            "the ZeRO shards"
+        )
+
+    # ------------------------------------------------------------ planning
+
+    @staticmethod
+    def request(choices: Choices) -> PlanRequest:
+        return PlanRequest(seq_len=choices.seq_len, global_batch=choices.global_batch, mode=choices.mode)
+
+    def plan(self, choices: Choices, model: ModelSpec) -> Plan:
+        return planner.plan(_hardware(choices), model, self.request(choices))
+
+    def evaluate(self, choices: Choices, model: ModelSpec, strategy: Strategy) -> Candidate:
+        """The planner's prediction for a strategy the user edited by hand (``wizard.planner.evaluate``): any stage,
+        offloads, micro-batch, accumulation or checkpointing, judged like a planned candidate."""
+        return planner.evaluate(_hardware(choices), model, strategy, self.request(choices))
+
+    def max_batch_table(self, choices: Choices, model: ModelSpec | None) -> tuple[MaxBatchRow, ...]:
+        """For each stage / offload / checkpointing choice, the largest micro-batch that fits and its tokens/s."""
+        if choices.hardware is None or model is None:
+            return ()
+        return tuple(planner.max_batch_table(choices.hardware, model, self.request(choices)))
+
+    def chosen_candidate(self, choices: Choices, model: ModelSpec, plan: Plan | None) -> Candidate:
+        """The candidate for the chosen strategy: the plan's own when it ranked exactly this one, else the
+        planner's evaluation of it (a hand-made choice)."""
+        strategy = choices.strategy
+        if strategy is None:
+            raise DswizError("no strategy chosen yet", "go back to the Strategy step")
+        ranked = next((c for c in (plan.candidates if plan else ()) if c.strategy == strategy), None)
+        return ranked or self.evaluate(choices, model, strategy)
+
+    @staticmethod
+    def best_candidate_like(plan: Plan | None, strategy: Strategy) -> Candidate | None:
+        """The planner's highest-ranked candidate with the same stage, offloads and precision as ``strategy`` (its
+        micro-batch and accumulation are the planner's for that combination); None when the plan has none."""
+
+        def key(s: Strategy) -> tuple[object, ...]:
+            return (s.zero_stage, s.offload_optimizer, s.offload_param, s.precision)
+
+        return next((c for c in (plan.candidates if plan else ()) if key(c.strategy) == key(strategy)), None)
+
+    def capacity(self, choices: Choices) -> Capacities:
+        """What each memory tier holds, as the planner judges "fits" against it (None: unknown)."""
+        if choices.hardware is None:
+            return Capacities(None, None, None)
+        return planner.capacities(choices.hardware, self.request(choices))
+
+    @staticmethod
+    def precisions_supported(hardware: HardwareReport | None) -> dict[str, str | None]:
+        """precision -> None when the GPUs compute in it, else the planner's reason (wizard.planner)."""
+        return {p: planner.precision_problem(hardware, p) if hardware else None for p in PRECISIONS}
+
+    def option_problems(self, strategy: Strategy, choices: Choices, model: ModelSpec | None) -> list[str]:
+        """Why ``strategy`` cannot be offered: the combination rules (``Strategy.problems``) plus the machine's
+        (``wizard.planner.hardware_problems``: NVMe offload without a disk or libaio, a precision the GPUs lack,
+        more nodes than described, and with a model, host RAM too small for the offload)."""
+        out = list(strategy.problems())
+        if choices.hardware is not None:
+            out += planner.hardware_problems(choices.hardware, strategy, self.request(choices), model=model)
+        return out
+
+    # ------------------------------------------------------------ files
+
+    def write_options(self, choices: Choices, model: ModelSpec | None) -> WriteOptions:
+        """The config writers' options for the choices (wizard.service.files.write_options, as `dswiz config`)."""
+        from wizard.config.hostfile import parse_hostfile
+
+        s = choices.strategy
+        hosts: tuple[str, ...] = ()
+        if s is not None and s.nodes > 1 and choices.hostfile_text.strip():
+            hosts = parse_hostfile(choices.hostfile_text).host_names
+        return written.write_options(
+            out_dir=choices.out_dir,
+            model=model,
+            deepspeed_version=choices.hardware.software.deepspeed if choices.hardware else None,
+            imported=choices.imported,
+            hosts=hosts,
+            master_addr=choices.master_addr or None,
+            master_port=choices.master_port,
+            gradient_clipping=choices.gradient_clipping,
+            launcher=choices.launcher,
+            nvme_path=choices.nvme_path.strip() or None,
+            consumer=choices.consumer,
+            save_16bit_model=choices.save_16bit,
+        )
+
+    def render_files(
+        self, choices: Choices, model: ModelSpec | None, plan: Plan | None = None
+    ) -> dict[str, str]:
+        """file name -> content, in the order the review screen shows them (the config writers' order), then the
+        plan sidecar (dswiz-plan.json) when a model was planned: ``dswiz launch`` compares the run with it.
+
+        An imported file (``--from``) is written back changed only where the choices changed it: its unknown
+        sections, unmanaged keys, key order and indentation stay (wizard.config.reimport)."""
+        from wizard.config.build import config_set_from_strategy
+        from wizard.config.reimport import config_set_from_import, ds_json_like
+        from wizard.config.render import render_all
+        from wizard.config.schema import DS_CONFIG_NAME
+
+        if choices.strategy is None:
+            raise DswizError("no strategy chosen yet", "go back to the Strategy step")
+        options = self.write_options(choices, model)
+        if choices.imported is None:
+            files: dict[str, str] = render_all(config_set_from_strategy(choices.strategy, options))
+        else:
+            config = config_set_from_import(choices.imported.config, choices.strategy, options)
+            files = render_all(config)
+            if choices.imported_ds_text is not None:
+                files[DS_CONFIG_NAME] = ds_json_like(config.deepspeed, choices.imported_ds_text)
+        if model is not None and choices.hardware is not None and choices.model_text.strip():
+            name, text = written.sidecar_text(
+                model_arg=choices.model_text.strip(),
+                model=model,
+                hardware_arg=choices.hardware_spec,
+                hardware=choices.hardware,
+                request=self.request(choices),
+                candidate=self.chosen_candidate(choices, model, plan),
+            )
+            files[name] = text
+        return files
+
+    @staticmethod
+    def code_hint_lines(choices: Choices, files: Mapping[str, str]) -> list[str]:
+        """What the user's script must change for the chosen consumer and these files (wizard.service.files)."""
+        ds_config = written.ds_config_of(files)
+        if ds_config is None and (choices.strategy is None or choices.strategy.mode == "train"):
+            return []
+        return written.code_hint_lines(choices.consumer, ds_config or {}, choices.out_dir, choices.strategy)
+
+    lint_files = staticmethod(written.lint_files)
+    existing_files = staticmethod(written.existing_files)
+
+    @staticmethod
+    def write_files(out_dir: Path, files: Mapping[str, str], *, force: bool) -> list[WriteResult]:
+        return written.write_files(out_dir, files, force=force)
+
+    @staticmethod
+    def launch_command(choices: Choices, script: str = "train.py") -> str:
+        return written.launch_command(
+            choices.out_dir, script, strategy=choices.strategy, launcher=choices.launcher
+        )
+
+    # ------------------------------------------------------------ an imported file (dswiz --from FILE)
+
+    @staticmethod
+    def import_config(path: Path) -> LoadedConfig:
+        """Read an existing DeepSpeed JSON / accelerate YAML."""
+        from wizard.config.load import load_path
+
+        if not path.is_file():
+            raise DswizError(
+                f"{path} does not exist", "give the path of a DeepSpeed JSON or accelerate YAML file"
+            )
+        return load_path(path)
+
+    @staticmethod
+    def apply_import(choices: Choices, imported: LoadedConfig) -> None:
+        """Put an imported config's decisions into the choices, and keep the import so that writing changes only
+        what the user changes (render_files)."""
+        from wizard.config.reimport import options_from_config, strategy_from_config
+
+        config = imported.config
+        options = options_from_config(config)
+        choices.imported = imported
+        choices.imported_ds_text = _read_text(imported.ds_config_path)
+        choices.gradient_clipping = options.gradient_clipping
+        choices.nvme_path = options.nvme_path or ""
+        choices.launcher = options.launcher
+        choices.consumer = options.consumer
+        choices.save_16bit = options.save_16bit_model
+        topo = config.topology
+        if topo.nodes > 1:
+            hostfile = config.accelerate_ds_fields.get("deepspeed_hostfile")
+            text = _read_text(Path(hostfile)) if isinstance(hostfile, str) else None
+            choices.hostfile_text = text or "".join(f"{h} slots={topo.gpus_per_node}\n" for h in topo.hosts)
+            choices.master_addr = topo.master_addr or ""
+            choices.master_port = topo.master_port
+        # The file's stage, offloads, precision, micro-batch and accumulation are kept; its world size may be
+        # another machine's, so the target global batch is left to the planner and the topology to the hardware
+        # step.
+        choices.strategy = strategy_from_config(config, mode=choices.mode)
+
+    # ------------------------------------------------------------ multi-node and NVMe offload
+
+    @staticmethod
+    def launcher_problems(launcher: str, hardware: HardwareReport | None) -> list[str]:
+        """Why ``launcher`` cannot start this job's nodes (the DeepSpeed version the hardware report found)."""
+        return launcher_problems(
+            launcher, deepspeed_version=hardware.software.deepspeed if hardware else None
+        )
+
+    @staticmethod
+    def check_hostfile(text: str, *, nodes: int, gpus_per_node: int, launcher: str) -> list[Finding]:
+        """Findings for the hostfile being edited: the linter's hostfile rules (docs/deepspeed-rules.md) and, since
+        this hostfile is the plan's topology, one line per node with slots = GPUs per node."""
+        from wizard.config.lint.hostfile import lint_hostfile_for_topology
+
+        return lint_hostfile_for_topology(text, nodes=nodes, gpus_per_node=gpus_per_node, launcher=launcher)
+
+    @staticmethod
+    def default_hostfile(nodes: int, gpus_per_node: int) -> str:
+        """A starting point the user edits: placeholder host names, one line per node (the config writers' own
+        placeholders, which the written hostfile then marks as such)."""
+        return "".join(f"worker-{i} slots={gpus_per_node}\n" for i in range(nodes))
+
+    @staticmethod
+    def suggest_nvme_path(hardware: HardwareReport | None) -> str | None:
+        from wizard.config.nvme import suggest_nvme_path
+
+        return suggest_nvme_path(hardware)
+
+    @staticmethod
+    def check_nvme_path(choices: Choices, need_bytes: int | None) -> list[Finding]:
+        """Findings for the NVMe offload directory: absolute, local, on NVMe, room for ``need_bytes`` (the
+        planner's prediction per node), and writable when the hardware is this machine."""
+        from wizard.config.nvme import nvme_path_findings
+
+        return nvme_path_findings(choices.nvme_path, choices.hardware, need_bytes=need_bytes)
+
+
+def _hardware(choices: Choices) -> HardwareReport:
+    if choices.hardware is None:
+        raise DswizError("no hardware yet", "go back to the Hardware step")
+    return choices.hardware
+
+
+def _read_text(path: Path | None) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8") if path is not None else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def initial_choices(
+    service: WizardService,
+    *,
+    hardware: HardwareReport | None = None,
+    hardware_spec: str | None = None,
+    from_file: Path | None = None,
+    out_dir: Path | None = None,
+) -> Choices:
+    """The answers a session starts from: the hardware asked for, and an imported file's decisions (``--from``),
+    whose folder is then the default output folder."""
+    choices = Choices(hardware_spec=hardware_spec, hardware=hardware, out_dir=out_dir or DEFAULT_OUT_DIR)
+    if from_file is not None:
+        service.apply_import(choices, service.import_config(from_file))
+        choices.imported_from = from_file
+        if out_dir is None:
+            choices.out_dir = from_file.parent
+    return choices
