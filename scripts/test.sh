@@ -6,4 +6,5 @@ bash scripts/setup.sh
 . .venv/bin/activate
 echo "== ruff"; ruff format --check . && ruff check .
 echo "== mypy"; mypy
+echo "== import contracts"; lint-imports --no-cache
 echo "== pytest"; pytest "$@"

@@ -15,8 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 UI_AND_TORCH = ("textual", "rich", "questionary", "torch", "deepspeed", "accelerate", "transformers")
 
-# Packages whose every module is core. Front doors (cli, commands, tui, prompts, monitor) are excluded.
-CORE_PACKAGES = ("wizard.config", "runner.metrics")
+# Packages whose every module is below the front doors (the service, the core, the runner's engine). Front doors
+# (cli, commands, tui, prompts, monitor) are excluded.
+CORE_PACKAGES = (
+    "wizard.config",
+    "wizard.config.lint",
+    "wizard.planner",
+    "wizard.service",
+    "runner.metrics",
+    "runner.job",
+)
 CORE_MODULES = (
     "wizard.errors",
     "wizard.findings",
