@@ -1,10 +1,10 @@
 """The launch command as data: ``build_command(spec) -> (argv, env_changes)``. Pure: no files read, nothing run.
 
 Part of the wizard core because two layers build the same command: ``dswiz config`` writes it into launch.sh
-(``wizard.config.render``) and ``dswiz launch`` runs it (``runner.process``), so the two cannot disagree.
+(``wizard.config.render``) and ``dswiz launch`` runs it (``runner.job``), so the two cannot disagree.
 
 Like accelerate's ``prepare_deepspeed_cmd_env``, the command is built first and executed elsewhere
-(``runner.process``), so it can be printed (``dswiz launch --dry-run``), tested, and recorded in run.json.
+(``runner.job``), so it can be printed (``dswiz launch --dry-run``), tested, and recorded in run.json.
 
 The DeepSpeed launcher is run as ``<python> -u -m deepspeed.launcher.runner`` with the *training environment's*
 python: dswiz and DeepSpeed need not share an environment. The runner starts ``launch.py`` and the ranks with
