@@ -77,14 +77,13 @@ def make_sidecar(
 
 def _kind(s: Strategy) -> tuple[object, ...]:
     """What a strategy is apart from its batch numbers."""
-    zeropp = s.zero_quantized_weights or s.zero_hpz_partition_size > 1
     return (
         s.zero_stage,
         s.offload_optimizer,
         s.offload_param,
         s.precision,
         s.activation_checkpointing,
-        zeropp,
+        s.uses_zeropp,
     )
 
 

@@ -52,6 +52,11 @@ class Strategy:
     def with_(self, **changes: Any) -> Strategy:
         return replace(self, **changes)
 
+    @property
+    def uses_zeropp(self) -> bool:
+        """ZeRO++: quantized weights or a secondary (hpZ) partition inside the node."""
+        return self.zero_quantized_weights or self.zero_hpz_partition_size > 1
+
     def problems(self) -> list[str]:
         """Combinations DeepSpeed rejects or silently changes, in words (empty when valid).
 
@@ -72,7 +77,7 @@ class Strategy:
             # Training: stage 3 sets up its NVMe swapper from offload_optimizer. ZeRO-Inference has no optimizer
             # (DeepSpeedZeRoOffload swaps the parameters alone).
             out.append("NVMe parameter offload needs the optimizer offloaded too (cpu or nvme)")
-        if (self.zero_quantized_weights or self.zero_hpz_partition_size > 1) and self.zero_stage != 3:
+        if self.uses_zeropp and self.zero_stage != 3:
             out.append("ZeRO++ (quantized weights, hpZ) only acts at stage 3")
         if self.zero_hpz_partition_size > 1 and self.zero_hpz_partition_size != self.gpus_per_node:
             out.append("hpZ partition size should equal the number of GPUs per node")
@@ -117,7 +122,7 @@ def strategy_label(s: Strategy) -> str:
     """The short name of a strategy, as plans, advice and tables print it: "ZeRO-3 optimizer->cpu ZeRO++ ckpt"."""
     parts = [f"ZeRO-{s.zero_stage}"]
     parts += [f"{what}->{device}" for what, device in _offloads(s)]
-    if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights:
+    if s.uses_zeropp:
         parts.append("ZeRO++")
     if s.activation_checkpointing:
         parts.append("ckpt")
@@ -133,6 +138,13 @@ def strategy_description(s: Strategy) -> str:
     if s.activation_checkpointing:
         parts.append("checkpointing")
     return ", ".join(parts)
+
+
+def stage_cell(s: Strategy) -> str:
+    """The stage for a table cell: "0 (DDP)" (plain data parallelism, the baseline), "2", "3++" (with ZeRO++)."""
+    if s.zero_stage == 0:
+        return "0 (DDP)"
+    return f"{s.zero_stage}{'++' if s.uses_zeropp else ''}"
 
 
 def offload_cell(s: Strategy) -> str:

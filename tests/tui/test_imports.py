@@ -23,8 +23,8 @@ def test_wizard_app_and_prompts_import_no_torch() -> None:
     assert not {"torch", "deepspeed", "transformers", "accelerate"} & loaded
 
 
-def test_bridge_and_prompts_keep_textual_out() -> None:
-    # The line-prompt mode shares the bridge and choices; neither may pull in the full-screen toolkit.
+def test_service_and_prompts_keep_textual_out() -> None:
+    # The line-prompt mode shares the service and the choices; neither may pull in the full-screen toolkit.
     code = "import sys; import wizard.prompts; print('textual' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"

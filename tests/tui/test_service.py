@@ -52,3 +52,34 @@ def test_dswiz_config_plans_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert result.exit_code == 0, result.output
     sidecar = json.loads((out / "dswiz-plan.json").read_text())
     assert sidecar["predicted"]["peak_gpu_bytes"] > 0
+
+
+@pytest.mark.parametrize(
+    ("consumer", "says"),
+    [
+        ("deepspeed", "deepspeed.initialize("),
+        ("accelerate", "script (accelerate): no change"),
+        ("trainer", "TrainingArguments("),
+    ],
+)
+def test_after_the_wizard_the_terminal_says_what_review_said(
+    service: WizardService, tmp_path: Path, consumer: str, says: str
+) -> None:
+    # The lines printed after the full-screen wizard writes are the Review step's code hints for the chosen
+    # consumer (the service's code_hint_lines), then the next command.
+    from wizard.commands.wizard import written_summary
+
+    choices = Choices(hardware=service.get_hardware("1xA100-80GB"), seq_len=1024, out_dir=tmp_path)
+    model = load_model_spec("gpt2-medium")
+    plan = service.plan(choices, model)
+    assert plan.best is not None
+    choices.strategy, choices.consumer = plan.best.strategy, consumer
+    files = service.render_files(choices, model, plan)
+    results = service.write_files(tmp_path, files, force=False)
+    paths = [r.path for r in results]
+    lines = written_summary(service, choices, paths)
+    assert lines[0] == "Wrote:" and all(f"  {p}" in lines for p in paths)
+    hints = service.code_hint_lines(choices, {p.name: p.read_text() for p in paths if p.suffix == ".json"})
+    assert hints and lines[1 + len(paths) : -1] == hints
+    assert hints[0].startswith(f"script ({consumer}):") and says in "\n".join(hints)
+    assert lines[-1] == f"Next: {service.launch_command(choices)}"

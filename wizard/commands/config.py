@@ -268,8 +268,6 @@ def resolve_strategy(
     """The plan's strategy (or the defaults), with every explicit flag applied; refused when invalid."""
     from wizard.errors import DswizError
 
-    if planned is None and flags["model"] is not None:
-        planned = plan_for_flags(flags, hardware)
     base = recommended_strategy(planned) if planned is not None else _default_strategy(flags, hardware)
     strategy = _with_flags(base, flags)
     strategy = _with_global_batch(strategy, flags)
@@ -404,7 +402,7 @@ def write_options(
     return files.write_options(
         out_dir=out_dir,
         model=model,
-        deepspeed_version=files.installed_deepspeed_version(hardware),
+        hardware=hardware,
         consumer=flags["consumer"],
         nvme_path=flags["nvme_path"],
         hosts=_hosts(flags),
@@ -524,7 +522,9 @@ def _report(
         print_findings(serious, f"check of {out_dir}")
     for note in config_set.script_notes:
         click.echo(f"note: {note}")
-    if config_set.topology.multi_node and any(h.startswith("worker-") for h in config_set.topology.hosts):
+    from wizard.config.hostfile import has_placeholders
+
+    if config_set.topology.multi_node and has_placeholders(config_set.topology.hosts):
         click.echo(
             f"note: replace the placeholder host names in {out_dir / 'hostfile'} (or pass --hostfile-hosts)"
         )

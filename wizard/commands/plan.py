@@ -294,7 +294,7 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
         s, p = c.strategy, c.predicted
         row = [
             str(i),
-            f"{s.zero_stage}{'++' if s.zero_hpz_partition_size > 1 or s.zero_quantized_weights else ''}",
+            f"{s.zero_stage}{'++' if s.uses_zeropp else ''}",
             offload_cell(s),
         ]
         if training:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wizard.errors import DswizError
+
+if TYPE_CHECKING:
+    from wizard.service import Choices, WizardService
 
 
 def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> int:
@@ -24,11 +28,16 @@ def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> i
     app = build_app(hardware_spec=hardware, from_file=from_path)
     written = app.run()
     if written:
-        print("Wrote:")
-        for path in written:
-            print(f"  {path}")
-        files = {p.name: p.read_text(encoding="utf-8") for p in map(Path, written) if p.suffix == ".json"}
-        for line in app.service.code_hint_lines(app.choices, files):
+        for line in written_summary(app.service, app.choices, [Path(p) for p in written]):
             print(line)
-        print(f"Next: {app.service.launch_command(app.choices)}")
     return 0
+
+
+def written_summary(service: WizardService, choices: Choices, written: list[Path]) -> list[str]:
+    """What the terminal shows once the full-screen wizard has written: the files, the change the script needs for
+    the chosen consumer (the Review step's words), and the command to run next."""
+    lines = ["Wrote:", *(f"  {path}" for path in written)]
+    files = {p.name: p.read_text(encoding="utf-8") for p in written if p.suffix == ".json"}
+    lines += service.code_hint_lines(choices, files)
+    lines.append(f"Next: {service.launch_command(choices)}")
+    return lines

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from wizard.config.hostfile import placeholder_hosts
 from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems, parse_version
 from wizard.config.schema import (
     AUTO,
@@ -165,7 +166,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
                 f"the same host is named twice: {', '.join(twice)}",
                 "name each node once (DeepSpeed refuses duplicate hostfile entries)",
             )
-        hosts = hosts or tuple(f"worker-{i}" for i in range(strategy.nodes))
+        hosts = hosts or placeholder_hosts(strategy.nodes)
     elif hosts and len(hosts) > 1:
         raise DswizError(
             f"{len(hosts)} hosts given for a one-node plan",

@@ -35,6 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from wizard.config.hostfile import parse_hostfile
 from wizard.config.lint.accelerate import lint_accelerate_dict
 from wizard.config.lint.auto import check_auto
 from wizard.config.lint.base import ERROR, LintContext, finding
@@ -291,8 +292,6 @@ def _lint_dir(
     if HOSTFILE_NAME in present and launcher is None and ACCELERATE_YAML_NAME in present:
         launcher = _yaml_launcher(present[ACCELERATE_YAML_NAME])  # the hostfile's rules depend on it
     if HOSTFILE_NAME in present and world_size is None:
-        from wizard.config.hostfile import parse_hostfile
-
         slots = parse_hostfile(
             present[HOSTFILE_NAME].read_text(encoding="utf-8", errors="replace")
         ).total_slots

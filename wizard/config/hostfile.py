@@ -19,6 +19,23 @@ from wizard.errors import DswizError
 # DeepSpeed's own pattern, applied with re.search to the stripped line: nothing is required after the digits.
 HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
 
+# Host names dswiz writes when the user has not named the nodes yet; the written hostfile says to replace them.
+PLACEHOLDER_PREFIX = "worker-"
+
+
+def placeholder_hosts(nodes: int) -> tuple[str, ...]:
+    return tuple(f"{PLACEHOLDER_PREFIX}{i}" for i in range(nodes))
+
+
+def has_placeholders(hosts: tuple[str, ...]) -> bool:
+    return any(h.startswith(PLACEHOLDER_PREFIX) for h in hosts)
+
+
+def hostfile_lines(hosts: tuple[str, ...], slots: int) -> list[str]:
+    """``HOST slots=N``, one line per host, as DeepSpeed's launcher reads them."""
+    return [f"{host} slots={slots}" for host in hosts]
+
+
 # syntax: not "HOST slots=N"; trailing-text: more than a comment after the slots (DeepSpeed ignores it, mpirun or
 # pdsh reading the same file may not); duplicate: a host listed again; zero-slots: a host with no rank.
 ProblemKind = Literal["syntax", "trailing-text", "duplicate", "zero-slots"]

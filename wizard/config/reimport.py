@@ -22,7 +22,7 @@ from wizard.config.build import WriteOptions, config_set_from_strategy
 from wizard.config.launchers import MULTINODE_LAUNCHERS
 from wizard.config.load import settings_from_dict
 from wizard.config.parse import parse_json
-from wizard.config.render import ds_config_dict
+from wizard.config.render import ds_config_dict, render_ds_json
 from wizard.config.schema import ConfigSet, DeepSpeedSettings
 from wizard.errors import DswizError
 from wizard.strategy import Mode, Strategy
@@ -218,8 +218,6 @@ def _base(imported: ConfigSet, strategy: Strategy, options: WriteOptions) -> Con
 def ds_json_like(settings: DeepSpeedSettings, original_text: str) -> str:
     """The DeepSpeed JSON for ``settings`` written the way ``original_text`` is: byte for byte when nothing
     changed, else in the original's key order and indentation (new keys last)."""
-    from wizard.config.render import render_ds_json
-
     original, problem = parse_json(original_text)
     data = ds_config_dict(settings)
     if problem is not None or not isinstance(original, dict):

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from wizard.config.hostfile import PLACEHOLDER_PREFIX, has_placeholders, hostfile_lines
 from wizard.config.launchers import PER_NODE_LAUNCHERS
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
@@ -144,9 +145,11 @@ def render_hostfile(config: ConfigSet) -> str:
     """``host slots=N`` per node (DeepSpeed's launcher/runner.py format); '#' lines are comments to it."""
     topo = config.topology
     lines = [f"# DeepSpeed hostfile written by dswiz: {topo.nodes} nodes x {topo.gpus_per_node} GPUs"]
-    if any(h.startswith("worker-") for h in topo.hosts):
-        lines.append("# worker-N are placeholders: replace them with your nodes' ssh host names")
-    lines += [f"{host} slots={topo.gpus_per_node}" for host in topo.hosts]
+    if has_placeholders(topo.hosts):
+        lines.append(
+            f"# {PLACEHOLDER_PREFIX}N are placeholders: replace them with your nodes' ssh host names"
+        )
+    lines += hostfile_lines(topo.hosts, topo.gpus_per_node)
     return "\n".join(lines) + "\n"
 
 

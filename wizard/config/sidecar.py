@@ -280,7 +280,7 @@ def config_command(
     words += ["--grad-accum", str(strategy.gradient_accumulation_steps)]
     ckpt = strategy.activation_checkpointing
     words.append("--activation-checkpointing" if ckpt else "--no-activation-checkpointing")
-    zeropp = strategy.zero_quantized_weights or strategy.zero_hpz_partition_size > 1
+    zeropp = strategy.uses_zeropp
     words.append("--zeropp" if zeropp else "--no-zeropp")
     if strategy.nodes != hw.nodes:
         words += ["--nodes", str(strategy.nodes)]

@@ -82,7 +82,7 @@ def max_batch_to_json(rows: list[MaxBatchRow]) -> list[dict[str, Any]]:
             "offload_param": r.strategy.offload_param,
             "precision": r.strategy.precision,
             "activation_checkpointing": r.strategy.activation_checkpointing,
-            "zeropp": bool(r.strategy.zero_quantized_weights or r.strategy.zero_hpz_partition_size > 1),
+            "zeropp": r.strategy.uses_zeropp,
             "max_micro_batch": r.max_micro_batch,
             "capped": r.capped,
             "tokens_per_sec": None if r.tokens_per_sec is None else float(round(r.tokens_per_sec, 1)),

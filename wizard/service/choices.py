@@ -53,18 +53,6 @@ class Choices:
     def world_size(self) -> int:
         return self.strategy.world_size if self.strategy else 1
 
-    def set_batch(self, *, micro: int | None = None, accumulation: int | None = None) -> None:
-        """Change micro-batch or accumulation; the global batch follows (never the other way round silently)."""
-        if self.strategy is None:
-            return
-        changes: dict[str, int] = {}
-        if micro is not None:
-            changes["micro_batch_size"] = max(1, micro)
-        if accumulation is not None:
-            changes["gradient_accumulation_steps"] = max(1, accumulation)
-        self.strategy = self.strategy.with_(**changes)
-        self.global_batch = self.strategy.global_batch_size
-
     def set_topology(self, *, nodes: int, gpus_per_node: int) -> None:
         """Nodes or GPUs per node changed: keep micro-batch and accumulation, the global batch follows."""
         if self.strategy is None:

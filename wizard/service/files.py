@@ -59,11 +59,12 @@ def write_options(
     *,
     out_dir: Path,
     model: ModelSpec | None,
-    deepspeed_version: str | None,
+    hardware: HardwareReport | None,
     imported: LoadedConfig | None = None,
     **answers: Unpack[WriteAnswers],
 ) -> WriteOptions:
-    """The config writers' options: the answers, the MoE block of ``model``, and the
+    """The config writers' options: the answers, the MoE block of ``model``, the DeepSpeed that will read the
+    config (``installed_deepspeed_version``), and the
     folder the files go to -- absolute, because accelerate opens the JSON and hostfile by that path relative to
     where it is launched. For an imported file (``--from``), the options it implies with the answers on top."""
     from wizard.config.build import WriteOptions
@@ -71,7 +72,7 @@ def write_options(
 
     wanted: dict[str, Any] = {
         **answers,
-        "deepspeed_version": deepspeed_version,
+        "deepspeed_version": installed_deepspeed_version(hardware),
         "moe_leaf_modules": moe_leaf_modules(model),
         "config_dir": str(out_dir.resolve()),
     }

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wizard.planner import MaxBatchRow
-from wizard.strategy import offload_cell
+from wizard.strategy import offload_cell, stage_cell
 
 
 @dataclass(frozen=True)
@@ -28,15 +28,10 @@ def max_batch_pairs(rows: Iterable[MaxBatchRow]) -> list[MaxBatchPair]:
     groups: dict[tuple[object, ...], dict[bool, MaxBatchRow]] = {}
     for row in rows:
         s = row.strategy
-        key = (s.zero_stage, s.offload_optimizer, s.offload_param, s.zero_quantized_weights, s.precision)
+        key = (s.zero_stage, s.offload_optimizer, s.offload_param, s.uses_zeropp, s.precision)
         groups.setdefault(key, {})[s.activation_checkpointing] = row
     out = []
     for pair in groups.values():
         first = next(iter(pair.values())).strategy
-        stage = (
-            "0 (DDP)"
-            if first.zero_stage == 0
-            else f"{first.zero_stage}{'++' if first.zero_quantized_weights else ''}"
-        )
-        out.append(MaxBatchPair(stage, offload_cell(first), pair.get(False), pair.get(True)))
+        out.append(MaxBatchPair(stage_cell(first), offload_cell(first), pair.get(False), pair.get(True)))
     return out

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wizard import planner
+from wizard.config.hostfile import hostfile_lines, placeholder_hosts
 from wizard.config.launchers import LAUNCHER_NOTES, launcher_problems
 from wizard.errors import DswizError
 from wizard.findings import Finding
@@ -27,7 +28,7 @@ from wizard.service.choices import DEFAULT_OUT_DIR, Choices
 from wizard.strategy import PRECISIONS, Strategy
 from wizard.units import fmt_bytes
 
-# The config writers, loader and linter (wizard.config's schema, build, load, reimport, render, nvme, lint_*) build
+# The config writers, loader and linter (wizard.config's schema, build, load, reimport, render, nvme, lint/) build
 # pydantic models when imported (~0.5 s): each is imported where it is first used, so the wizard's first frame and
 # `dswiz --plain`'s first question are not kept waiting.
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class WizardService:
         return written.write_options(
             out_dir=choices.out_dir,
             model=model,
-            deepspeed_version=choices.hardware.software.deepspeed if choices.hardware else None,
+            hardware=choices.hardware,
             imported=choices.imported,
             hosts=hosts,
             master_addr=choices.master_addr or None,
@@ -260,7 +261,7 @@ class WizardService:
         if topo.nodes > 1:
             hostfile = config.accelerate_ds_fields.get("deepspeed_hostfile")
             text = _read_text(Path(hostfile)) if isinstance(hostfile, str) else None
-            choices.hostfile_text = text or "".join(f"{h} slots={topo.gpus_per_node}\n" for h in topo.hosts)
+            choices.hostfile_text = text or _hostfile_text(topo.hosts, topo.gpus_per_node)
             choices.master_addr = topo.master_addr or ""
             choices.master_port = topo.master_port
         # The file's stage, offloads, precision, micro-batch and accumulation are kept; its world size may be
@@ -289,7 +290,7 @@ class WizardService:
     def default_hostfile(nodes: int, gpus_per_node: int) -> str:
         """A starting point the user edits: placeholder host names, one line per node (the config writers' own
         placeholders, which the written hostfile then marks as such)."""
-        return "".join(f"worker-{i} slots={gpus_per_node}\n" for i in range(nodes))
+        return _hostfile_text(placeholder_hosts(nodes), gpus_per_node)
 
     @staticmethod
     def suggest_nvme_path(hardware: HardwareReport | None) -> str | None:
@@ -336,3 +337,7 @@ def initial_choices(
         if out_dir is None:
             choices.out_dir = from_file.parent
     return choices
+
+
+def _hostfile_text(hosts: tuple[str, ...], slots: int) -> str:
+    return "".join(line + "\n" for line in hostfile_lines(hosts, slots))
