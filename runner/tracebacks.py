@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_RANK_PREFIX_RE = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
+from runner.metrics.parse import TORCH_RANK_PREFIX_RE
+
 _FRAME_RE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred:",
@@ -77,7 +78,7 @@ class TracebackCollector:
         text: str, *, default_rank: int | None = None, stream: object = None
     ) -> tuple[object, int | None]:
         """The traceback a line belongs to: its stream and rank (torch's ``[rankN]: `` prefix wins)."""
-        m = _RANK_PREFIX_RE.match(text)
+        m = TORCH_RANK_PREFIX_RE.match(text)
         return (stream, int(m.group("rank")) if m else default_rank)
 
     def reading(self, key: tuple[object, int | None]) -> bool:
@@ -91,7 +92,7 @@ class TracebackCollector:
         line = text.rstrip("\r\n")
         key = self.key_of(line, default_rank=default_rank, stream=stream)
         rank = key[1]
-        m = _RANK_PREFIX_RE.match(line)
+        m = TORCH_RANK_PREFIX_RE.match(line)
         if m:
             line = line[m.end() :]
         current = self._open.get(key)

@@ -10,6 +10,7 @@ from typing import IO
 from runner import rundir
 from runner.job.sink import RunOutcome
 from runner.logfold import ConfigDumpFolder, Folded, FoldedInterrupt, InterruptTracebackFolder, Output, Shown
+from runner.metrics.tail import rank_log_files, rank_of_log_file
 from runner.phases import Phase
 from runner.verdict import Status
 
@@ -82,8 +83,9 @@ class TerminalSink:
             return "the run directory's logs"
         if rank is None:
             return str(self._run_dir / rundir.COMBINED_LOG)
-        ranks = sorted((self._run_dir / rundir.RANK_LOGS_DIR).glob(f"*_rank{rank}.log"))
-        return str(ranks[-1] if ranks else self._run_dir / rundir.RANK_LOGS_DIR)
+        rank_dir = self._run_dir / rundir.RANK_LOGS_DIR
+        files = [f for f in rank_log_files(rank_dir) if rank_of_log_file(f) == rank]
+        return str(files[-1] if files else rank_dir)
 
     def on_status(self, status: Status) -> None:
         self._write(f"[dswiz] {status.line()}")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.metrics.parse import LogEvent, parse_line
-from runner.metrics.tail import FileTail, rank_of_log_file
+from runner.metrics.tail import FileLines, FileTail, RankLogTail, rank_of_log_file
 
 RESCAN_SECONDS = 2.0
 DEFAULT_BACKFILL = 2 * 1024 * 1024
@@ -40,7 +40,8 @@ def read_head_events(path: Path, rank: int | None, limit: int = HEAD_BYTES) -> l
 
 
 class LogSource:
-    """Follows ``files`` (fixed) and every ``*.log`` under ``rank_dirs`` (rescanned every few seconds)."""
+    """Follows ``files`` (fixed) and every ``*.log`` under ``rank_dirs`` (``RankLogTail``, rescanned every few
+    seconds)."""
 
     def __init__(
         self,
@@ -56,30 +57,41 @@ class LogSource:
         # metrics.jsonl), not a possibly huge log from its start.
         self._attach = attach
         self._tails: dict[Path, tuple[FileTail, int | None]] = {}
-        self._rank_dirs = list(rank_dirs or [])
-        self._clock = clock
-        self._last_scan = -1e9
         self.recent_lines: deque[str] = deque(maxlen=keep_lines)
         self._pending_head: list[LogEvent] = []
         for f in files:
             self._add(f, None)
         for f, rank in sorted((ranked_files or {}).items()):
             self._add(f, rank)
+        self._rank_logs = [
+            RankLogTail(
+                d,
+                start_at_end=attach,
+                backfill_bytes=DEFAULT_BACKFILL,
+                rescan_seconds=RESCAN_SECONDS,
+                skip=self._tails,  # a file named one by one keeps the rank it was given
+                clock=clock,
+            )
+            for d in dict.fromkeys(rank_dirs or [])
+        ]
 
     @property
     def bytes_read(self) -> int:
         """Log bytes read so far, all files (attaching to a 1 GB log reads the backfill, not the gigabyte)."""
-        return sum(tail.bytes_read for tail, _ in self._tails.values())
+        fixed = sum(tail.bytes_read for tail, _ in self._tails.values())
+        return fixed + sum(r.bytes_read for r in self._rank_logs)
 
     @property
     def paths(self) -> list[Path]:
-        return sorted(self._tails)
+        return sorted([*self._tails, *(p for r in self._rank_logs for p in r.paths)])
 
     def _add(self, path: Path, rank: int | None) -> None:
         if path in self._tails:
             return
-        tail = FileTail(path, start_at_end=self._attach, backfill_bytes=DEFAULT_BACKFILL)
-        self._tails[path] = (tail, rank)
+        self._tails[path] = (FileTail(path, start_at_end=self._attach, backfill_bytes=DEFAULT_BACKFILL), rank)
+        self._read_head(path, rank)
+
+    def _read_head(self, path: Path, rank: int | None) -> None:
         if self._attach:
             self._pending_head.extend(read_head_events(path, rank))
 
@@ -88,28 +100,23 @@ class LogSource:
         out, self._pending_head = self._pending_head, []
         return out
 
-    def _scan(self) -> None:
-        now = self._clock()
-        if now - self._last_scan < RESCAN_SECONDS:
-            return
-        self._last_scan = now
-        for d in self._rank_dirs:
-            try:
-                found = sorted(d.glob("*.log"))
-            except OSError:
-                continue
-            for path in found:
-                self._add(path, rank_of_log_file(path))
+    def _read_all(self) -> list[FileLines]:
+        """What every file gave since the last poll, files in name order (fixed and per-rank files mixed)."""
+        for rank_logs in self._rank_logs:
+            for path in rank_logs.scan():
+                self._read_head(path, rank_of_log_file(path))
+        read = [FileLines(path, rank, tuple(tail.poll())) for path, (tail, rank) in self._tails.items()]
+        read += [f for rank_logs in self._rank_logs for f in rank_logs.read()]
+        return sorted(read, key=lambda f: f.path)
 
     def poll(self) -> list[LogEvent]:
-        self._scan()
+        read = self._read_all()
         events: list[LogEvent] = self.take_head_events()
-        for path in sorted(self._tails):
-            tail, rank = self._tails[path]
-            for line in tail.poll():
+        for f in read:
+            for line in f.lines:
                 if line.strip():
-                    self.recent_lines.append(line if rank is None else f"[r{rank}] {line}")
-                event = parse_line(line, default_rank=rank)
+                    self.recent_lines.append(line if f.rank is None else f"[r{f.rank}] {line}")
+                event = parse_line(line, default_rank=f.rank)
                 if event is not None:
                     events.append(event)
         return events
@@ -117,3 +124,5 @@ class LogSource:
     def close(self) -> None:
         for tail, _ in self._tails.values():
             tail.close()
+        for rank_logs in self._rank_logs:
+            rank_logs.close()

@@ -82,7 +82,9 @@ _PREFIX_RE = re.compile(
     r"\[(?P<src>[^:\]]+):(?P<line>\d+):(?P<fn>[^\]]+)\] (?P<msg>.*)$"
 )
 _DIST_RANK_RE = re.compile(r"^\[Rank (?P<rank>-?\d+)\] (?P<msg>.*)$")
-_TORCH_RANK_RE = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?(?P<msg>.*)$")
+# torch puts "[rankN]: " in front of every line of an uncaught exception once the process group exists
+# (torch/distributed/distributed_c10d.py, _distributed_excepthook); runner.tracebacks reads it too.
+TORCH_RANK_PREFIX_RE = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan"
 
 _THROUGHPUT_RE = re.compile(
@@ -150,9 +152,9 @@ def _parse_segment(text: str, default_rank: int | None) -> LogEvent | None:
     level: str | None = None
     source: str | None = None
     msg = text
-    m = _TORCH_RANK_RE.match(msg)
+    m = TORCH_RANK_PREFIX_RE.match(msg)
     if m:
-        rank, msg = int(m.group("rank")), m.group("msg")
+        rank, msg = int(m.group("rank")), msg[m.end() :]
     m = _PREFIX_RE.match(msg)
     if m:
         timestamp = _parse_timestamp(m.group("ts"))

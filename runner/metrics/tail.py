@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -171,27 +174,83 @@ class FileTail:
         return out
 
 
-class RankLogTail:
-    """Every ``*.log`` in a folder of per-rank logs, followed from its start as files appear: ``poll()`` returns
-    ``(rank, line)`` pairs (rank None for a file not named ``…_rank<N>.log``), files in name order."""
+def rank_log_files(directory: Path) -> list[Path]:
+    """Every ``*.log`` in a folder of per-rank logs, in name order ([] while the folder cannot be read)."""
+    try:
+        return sorted(directory.glob("*.log"))
+    except OSError:
+        return []
 
-    def __init__(self, directory: Path | str) -> None:
+
+@dataclass(frozen=True)
+class FileLines:
+    """The lines one file of a ``RankLogTail`` gave in one read."""
+
+    path: Path
+    rank: int | None  # from the file's name; None for a file not named ``…_rank<N>.log``
+    lines: tuple[str, ...]
+
+
+class RankLogTail:
+    """Every ``*.log`` in a folder of per-rank logs, followed as files appear: ``poll()`` returns ``(rank, line)``
+    pairs, files in name order.
+
+    The launch follows each file from its start and looks for new files at every poll (the defaults). The monitor
+    attaches to a job already running: ``start_at_end=True`` reads only the last ``backfill_bytes`` of each file
+    (history comes from metrics.jsonl), and ``rescan_seconds`` spaces out the folder scans. ``skip``: files the
+    caller follows itself (a rank log named by PID, with its rank known another way).
+    """
+
+    def __init__(
+        self,
+        directory: Path | str,
+        *,
+        start_at_end: bool = False,
+        backfill_bytes: int = 0,
+        rescan_seconds: float = 0.0,
+        skip: Collection[Path] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory = Path(directory)
+        self._start_at_end = start_at_end
+        self._backfill = backfill_bytes
+        self._rescan = rescan_seconds
+        self._skip = frozenset(skip)
+        self._clock = clock
+        self._last_scan: float | None = None
         self._tails: dict[Path, FileTail] = {}
 
+    @property
+    def paths(self) -> list[Path]:
+        return sorted(self._tails)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(tail.bytes_read for tail in self._tails.values())
+
+    def scan(self) -> list[Path]:
+        """Start following the files that appeared since the last scan (none when the last one was less than
+        ``rescan_seconds`` ago); returns them, in name order."""
+        now = self._clock()
+        if self._last_scan is not None and now - self._last_scan < self._rescan:
+            return []
+        self._last_scan = now
+        new = [p for p in rank_log_files(self.directory) if p not in self._tails and p not in self._skip]
+        for path in new:
+            self._tails[path] = FileTail(path, start_at_end=self._start_at_end, backfill_bytes=self._backfill)
+        return new
+
+    def read(self, *, final: bool = False) -> list[FileLines]:
+        """What each followed file gave since the last read, files in name order (no scan: see ``poll``)."""
+        return [
+            FileLines(path, rank_of_log_file(path), tuple(self._tails[path].poll(final=final)))
+            for path in sorted(self._tails)
+        ]
+
     def poll(self, *, final: bool = False) -> list[tuple[int | None, str]]:
-        try:
-            found = sorted(self.directory.glob("*.log"))
-        except OSError:
-            found = []
-        for path in found:
-            if path not in self._tails:
-                self._tails[path] = FileTail(path)
-        out: list[tuple[int | None, str]] = []
-        for path in sorted(self._tails):
-            rank = rank_of_log_file(path)
-            out += [(rank, line) for line in self._tails[path].poll(final=final)]
-        return out
+        """Scan, then read: ``(rank, line)`` pairs. ``final=True``: the unterminated last lines too."""
+        self.scan()
+        return [(f.rank, line) for f in self.read(final=final) for line in f.lines]
 
     def close(self) -> None:
         for tail in self._tails.values():

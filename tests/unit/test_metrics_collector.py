@@ -17,6 +17,7 @@ from runner import rundir
 from runner.metrics.attach import resolve_target, target_from_pid
 from runner.metrics.collector import Collector
 from runner.metrics.history import iter_metrics
+from runner.metrics.logsource import LogSource
 from tests.fakes.fake_nvml import FakeNvml, hgx_h200
 from wizard.errors import DswizError
 from wizard.hardware.gpu_sampler import GpuSampler
@@ -208,3 +209,23 @@ def test_gpu_states_keep_the_jobs_gpus_and_do_not_guess_in_containers() -> None:
         (1, None),
         (2, None),
     ]
+
+
+def test_log_source_attaches_to_rank_logs_once_each_and_reads_the_head_of_long_ones(tmp_path: Path) -> None:
+    """The monitor's rank logs come from RankLogTail: the end of each file, the setup lines from the head of a
+    long one, and a file named one by one (attach by PID) is followed once, with the rank it was given."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    long_log = ranks / "20261130-010000_rank1.log"
+    long_log.write_text("dist_world_size=2\n" + ("filler\n" * 400_000) + "last of rank 1\n")
+    named = ranks / "20261130-010000_rank0.log"
+    named.write_text("first of rank 0\n")
+    source = LogSource([], [ranks], ranked_files={named: 7}, attach=True, keep_lines=10**6, clock=lambda: 0.0)
+    events = source.poll()
+    assert [(e.kind, e.rank) for e in events] == [("world", 1)]  # from the head: the tail no longer shows it
+    lines = list(source.recent_lines)
+    assert lines[0] == "[r7] first of rank 0" and lines[-1] == "[r1] last of rank 1"
+    assert sum(line.startswith("[r7]") for line in lines) == 1 and "[r1] dist_world_size=2" not in lines
+    assert source.paths == [named, long_log] and source.bytes_read < 3 * 1024 * 1024
+    assert source.poll() == [] and source.take_head_events() == []
+    source.close()

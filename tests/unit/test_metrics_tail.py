@@ -93,3 +93,31 @@ def test_the_rank_of_a_log_file_is_in_its_name_only() -> None:
     assert rank_of_log_file("/run/logs/ranks/20261130-010000_rank12.log") == 12
     assert rank_of_log_file(Path("combined.log")) is None
     assert rank_of_log_file("x_rank3.log.1") is None
+
+
+def test_rank_logs_attach_reads_each_files_end_backfill_reads_from_the_start(tmp_path: Path) -> None:
+    """The monitor's rank-log reader: attaching reads only each file's last bytes; the launch's reads it all."""
+    append(tmp_path / "20261130-010000_rank0.log", "".join(f"line {i:05d}\n" for i in range(1000)))
+    attached = RankLogTail(tmp_path, start_at_end=True, backfill_bytes=25)
+    assert attached.poll() == [(0, "line 00998"), (0, "line 00999")]
+    assert attached.bytes_read == 25  # the torn first line is dropped
+    backfilled = RankLogTail(tmp_path)
+    assert len(backfilled.poll()) == 1000 and backfilled.bytes_read == 11_000
+
+
+def test_rank_logs_rescan_the_folder_at_most_every_interval_and_skip_the_callers_files(
+    tmp_path: Path,
+) -> None:
+    now = [0.0]
+    known = tmp_path / "pid_rank9.log"
+    append(known, "followed by the caller\n")
+    tail = RankLogTail(tmp_path, rescan_seconds=2.0, skip={known}, clock=lambda: now[0])
+    assert (
+        tail.scan() == [] and tail.paths == []
+    )  # the first scan happens at once: nothing but the skipped file
+    append(tmp_path / "20261130-010000_rank1.log", "r1 a\n")
+    now[0] = 1.9
+    assert tail.poll() == []  # not rescanned yet
+    now[0] = 2.0
+    assert tail.poll() == [(1, "r1 a")]
+    assert [f.path.name for f in tail.read()] == ["20261130-010000_rank1.log"] and tail.read()[0].lines == ()
