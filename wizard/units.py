@@ -47,3 +47,8 @@ def fmt_bytes(n: int | float | None, *, precision: int = 1) -> str:
         if value >= size:
             return f"{sign}{value / size:.{precision}f} {unit}"
     return f"{sign}{int(value)} B"
+
+
+def fmt_percent(share: float) -> str:
+    """0.05 -> '5 %': a share of something (a margin, MFU, a speed-up), to the whole percent."""
+    return f"{share * 100:.0f} %"

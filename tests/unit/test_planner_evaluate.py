@@ -15,6 +15,7 @@ from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo
 from wizard.model import load_model_spec
 from wizard.planner import (
     PlanRequest,
+    candidate_for,
     evaluate,
     hardware_problems,
     max_batch_table,
@@ -129,6 +130,17 @@ def test_evaluate_reproduces_the_planned_candidates() -> None:
         )
         assert e.predicted == c.predicted
         assert e.reasons[0] == c.reasons[0]  # the same "fits: ..." / "does not fit: ..." first line
+
+
+def test_candidate_for_is_the_plans_own_else_exactly_that_strategy_evaluated() -> None:
+    hw = get_hardware("A100-40GB,ram=128GiB")
+    req = PlanRequest(seq_len=1024)
+    p = plan(hw, GPT2_MEDIUM, req)
+    assert p.best is not None
+    assert candidate_for(p, p.best.strategy) is p.best  # the recommendation keeps its comparisons
+    hand_made = p.best.strategy.with_(micro_batch_size=1, gradient_accumulation_steps=3)
+    assert all(c.strategy != hand_made for c in p.candidates)
+    assert candidate_for(p, hand_made) == evaluate(hw, GPT2_MEDIUM, hand_made, req)
 
 
 def test_evaluate_a_hand_edited_micro_batch() -> None:

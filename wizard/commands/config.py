@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from wizard.config.schema import ConfigSet
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
-    from wizard.planner import Candidate, Plan, PlanRequest
+    from wizard.planner import Plan, PlanRequest
     from wizard.prompts import Prompter
     from wizard.strategy import Precision, Strategy
 
@@ -222,14 +222,6 @@ class Planned:
     model: ModelSpec
     request: PlanRequest
     plan: Plan
-
-    def candidate_for(self, strategy: Strategy) -> Candidate:
-        """The plan's candidate for ``strategy`` (and the prediction it carries); when explicit flags changed the
-        plan's choice, the planner's evaluation of exactly that strategy, once."""
-        from wizard import planner
-
-        ranked = next((c for c in self.plan.candidates if c.strategy == strategy), None)
-        return ranked or planner.evaluate(self.plan.hardware, self.model, strategy, self.request)
 
 
 def plan_for_flags(flags: dict[str, Any], hardware: HardwareReport | None) -> Planned | None:
@@ -448,6 +440,7 @@ def _config_args(flags: dict[str, Any]) -> list[str]:
 
 def _sidecar(planned: Planned, flags: dict[str, Any], strategy: Strategy) -> tuple[str, str]:
     """(name, text) of the plan sidecar for the strategy written, with the prediction the plan made for it."""
+    from wizard import planner
     from wizard.service.files import sidecar_text
 
     return sidecar_text(
@@ -456,7 +449,7 @@ def _sidecar(planned: Planned, flags: dict[str, Any], strategy: Strategy) -> tup
         hardware_arg=flags["hardware"],
         hardware=planned.plan.hardware,
         request=planned.request,
-        candidate=planned.candidate_for(strategy),
+        candidate=planner.candidate_for(planned.plan, strategy),
         config_args=_config_args(flags),
     )
 

@@ -7,8 +7,9 @@ Pure: no I/O, no terminal. The modules, from the ground up:
   throughput   the time model: seconds per step by cause, tokens/s, MFU
   types        the request, predictions, candidates, the plan
   feasibility  what this machine can run at all (capacities, precisions, NVMe, host RAM)
-  explain      the reasons, comparisons and advice, in words
-  search       strategy enumeration, sizing, ranking: plan, evaluate, max_batch_table
+  explain      the reasons, comparisons and advice, in words (numbers in, English out; imports no search)
+  search       strategy enumeration, sizing, ranking: plan, evaluate, candidate_for, max_batch_table; the what-if
+               searches behind the advice
   serialize    the stable JSON of ``dswiz plan --json``
 This module re-exports the public API; import from ``wizard.planner``.
 """
@@ -16,7 +17,7 @@ This module re-exports the public API; import from ``wizard.planner``.
 from __future__ import annotations
 
 from wizard.planner.feasibility import capacities, hardware_problems, precision_problem
-from wizard.planner.search import evaluate, max_batch_table, max_micro_batch, plan
+from wizard.planner.search import candidate_for, evaluate, max_batch_table, max_micro_batch, plan
 from wizard.planner.serialize import candidate_to_json, max_batch_to_json, plan_to_json
 from wizard.planner.types import (
     DEFAULT_SEQ_LEN,
@@ -36,6 +37,7 @@ __all__ = [
     "Plan",
     "PlanRequest",
     "Prediction",
+    "candidate_for",
     "candidate_to_json",
     "capacities",
     "evaluate",

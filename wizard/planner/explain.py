@@ -4,33 +4,23 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
-
-from wizard.errors import DswizError
-from wizard.hardware.report import HardwareReport
-from wizard.model import ModelSpec
-from wizard.planner import calibration as cal
-from wizard.planner.memory import MemoryEstimate, kv_cache_bytes_per_token
-from wizard.planner.throughput import ThroughputEstimate, estimate_throughput
-from wizard.planner.types import Candidate, PlanContext, PlanRequest
+from wizard.planner.memory import MemoryEstimate
+from wizard.planner.throughput import ThroughputEstimate
+from wizard.planner.types import Candidate, GenerationCost, PlanContext, WhatIfs
 from wizard.strategy import Strategy
-from wizard.units import fmt_bytes
-
-# The search, asked again with one thing changed: the ranked candidates, best first (raises DswizError for a
-# global batch the GPUs cannot divide).
-Rank = Callable[[HardwareReport, ModelSpec, PlanRequest], list[Candidate]]
-
-
-def percent(x: float) -> str:
-    return f"{x * 100:.0f} %"
+from wizard.units import fmt_bytes, fmt_percent
 
 
 def intrinsic_reasons(
-    ctx: PlanContext, c: Candidate, mem: MemoryEstimate, tp: ThroughputEstimate
+    ctx: PlanContext,
+    c: Candidate,
+    mem: MemoryEstimate,
+    tp: ThroughputEstimate,
+    generation: GenerationCost | None = None,
 ) -> list[str]:
     """One candidate's reasons on its own: fits or by how much not, the batch, the memory at the peak, what its
-    stage shards, the speed and where the step's time goes, and what an inference or MoE prediction assumes."""
+    stage shards, the speed and where the step's time goes, and what an inference (``generation``: what generating
+    would add) or MoE prediction assumes."""
     s, m = c.strategy, ctx.model
     out: list[str] = []
     if ctx.gpu_cap is None:
@@ -39,12 +29,16 @@ def intrinsic_reasons(
         out.append(
             f"does not fit: needs {fmt_bytes(mem.device)} per GPU, {fmt_bytes(-c.headroom_bytes)} more than the "
             f"{fmt_bytes(ctx.gpu_cap)} card allows"
-            + (f" with the {percent(ctx.request.safety_margin)} margin" if ctx.request.safety_margin else "")
+            + (
+                f" with the {fmt_percent(ctx.request.safety_margin)} margin"
+                if ctx.request.safety_margin
+                else ""
+            )
         )
     else:
         out.append(
             f"fits: {fmt_bytes(mem.device)} of {fmt_bytes(ctx.gpu_cap)} per GPU ({fmt_bytes(c.headroom_bytes)} spare, "
-            f"{percent(ctx.request.safety_margin)} margin kept)"
+            f"{fmt_percent(ctx.request.safety_margin)} margin kept)"
         )
     if ctx.cpu_cap is None and (s.offload_optimizer != "none" or s.offload_param != "none"):
         out.append(
@@ -83,9 +77,9 @@ def intrinsic_reasons(
         )
     top = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in tp.parts[:3])
     per = "per step" if s.mode == "train" else "per forward"
-    out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {percent(tp.mfu)}; {per}: {top}")
-    if s.mode == "inference":
-        out += _inference_reasons(ctx, s)
+    out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {fmt_percent(tp.mfu)}; {per}: {top}")
+    if generation is not None:
+        out += _inference_reasons(ctx, s, generation)
     if tp.peak_source != "catalog":
         out.append(f"GPU peak {tp.peak_flops_per_gpu / 1e12:.0f} TFLOP/s taken from the {tp.peak_source}")
     if m.is_moe:
@@ -101,11 +95,10 @@ def intrinsic_reasons(
     return out
 
 
-def _inference_reasons(ctx: PlanContext, s: Strategy) -> list[str]:
+def _inference_reasons(ctx: PlanContext, s: Strategy, generation: GenerationCost) -> list[str]:
     """What an inference prediction assumes, and what generation would add, in numbers."""
-    m = ctx.model
-    kv = kv_cache_bytes_per_token(m) * ctx.seq_len
-    decode = estimate_throughput(ctx.hardware, m, s, 1).step_seconds
+    kv = generation.kv_cache_bytes_per_sample
+    decode = generation.seconds_per_new_token
     return [
         f"counts one forward over micro-batch x {ctx.seq_len} tokens that scores every position (evaluation); "
         f"generation's KV cache is not counted: it adds {fmt_bytes(kv)} per sample at {ctx.seq_len} tokens",
@@ -213,14 +206,14 @@ def _comparisons(best: Candidate, others: list[Candidate]) -> list[str]:
         loss = 1 - c.predicted.tokens_per_sec / best.predicted.tokens_per_sec
         if loss < -0.005:
             out.append(
-                f"{g} is predicted ~{percent(-loss)} faster (micro-batch {c.strategy.micro_batch_size}): within the "
+                f"{g} is predicted ~{fmt_percent(-loss)} faster (micro-batch {c.strategy.micro_batch_size}): within the "
                 "model's accuracy, so the simpler strategy is recommended"
             )
         elif loss > 0.005:
             why = ""
             if g == "activation checkpointing" and c.strategy.micro_batch_size > s.micro_batch_size:
                 why = f", even at micro-batch {c.strategy.micro_batch_size}"
-            out.append(f"{g} would cost ~{percent(loss)} throughput{why}")
+            out.append(f"{g} would cost ~{fmt_percent(loss)} throughput{why}")
         else:
             out.append(f"{g} is as fast (within 1 %)")
     return out[:5]
@@ -256,74 +249,41 @@ def recommendation_reasons(best: Candidate, others: list[Candidate]) -> tuple[st
     return (*best.reasons, *_comparisons(best, others), *([ds] if ds else []))
 
 
-def advice(ctx: PlanContext, cands: list[Candidate], rank: Rank) -> list[str]:
-    """What would make it fit when nothing does: more GPUs, a larger card, more host RAM, an NVMe disk, a shorter
-    sequence, each in numbers. ``rank`` is the search itself (the planner's ranked candidates), asked again with
-    the one thing changed."""
-    hw, model, req = ctx.hardware, ctx.model, ctx.request
-    out: list[str] = []
+def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
+    """What would make it fit when nothing does -- more GPUs, a larger card, more host RAM, an NVMe disk, a shorter
+    sequence -- in numbers, from what the search found when asked again (``wizard.planner.search.what_ifs``)."""
+    hw = ctx.hardware
     if not hw.gpus:
         reason = f" ({hw.no_gpu_reason})" if hw.no_gpu_reason else ""
-        out.append(
+        return [
             f"no NVIDIA GPU here{reason}: plan for the machine you will train on, "
             "e.g. --hardware 8xA100-80GB or --hardware 2x8xH100"
+        ]
+    out: list[str] = []
+    if what_ifs.more_gpus is not None:
+        bigger, c = what_ifs.more_gpus
+        out.append(
+            f"{bigger.nodes} nodes x {hw.gpus_per_node} GPUs ({bigger.total_gpus} GPUs) would fit: {c.label}, "
+            f"{fmt_bytes(c.predicted.gpu_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s"
         )
-        return out
-    gpn = hw.gpus_per_node
-    # More GPUs: double the node count (or the GPUs of one node) until something fits.
-    for factor in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
-        bigger = replace(hw, nodes=hw.nodes * factor) if gpn else hw
-        if req.global_batch is not None and req.global_batch % bigger.total_gpus:
-            continue
-        try:
-            more = rank(bigger, model, req)
-        except DswizError:
-            continue
-        if more and more[0].fits:
-            c = more[0]
-            out.append(
-                f"{bigger.nodes} nodes x {gpn} GPUs ({bigger.total_gpus} GPUs) would fit: {c.label}, "
-                f"{fmt_bytes(c.predicted.gpu_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s"
-            )
-            break
     else:
         out.append("even 1024x the GPUs would not fit this model at this sequence length")
-    # What the most frugal strategy needs per GPU.
-    gpu_short = [c for c in cands if c.limits == ("gpu",)]
-    if gpu_short:
-        frugal = min(gpu_short, key=lambda c: c.predicted.gpu_bytes)
-        need = frugal.predicted.gpu_bytes / (1 - req.safety_margin)
-        out.append(f"a GPU with at least {fmt_bytes(need)} would fit {frugal.label} at micro-batch 1")
-    # Host RAM for offload.
-    cpu_short = [c for c in cands if c.limits == ("cpu",)]
-    if cpu_short and ctx.cpu_cap is not None:
-        c = min(cpu_short, key=lambda c: c.predicted.cpu_bytes)
-        need = c.predicted.cpu_bytes / (1 - cal.HOST_SAFETY_MARGIN)
+    if what_ifs.larger_gpu is not None:
+        need, c = what_ifs.larger_gpu
+        out.append(f"a GPU with at least {fmt_bytes(need)} would fit {c.label} at micro-batch 1")
+    if what_ifs.more_host_ram is not None and ctx.cpu_cap is not None:
+        need, c = what_ifs.more_host_ram
         out.append(
             f"{fmt_bytes(need - ctx.cpu_cap)} more host RAM per node ({fmt_bytes(need)} in all) would fit {c.label}"
         )
-    # NVMe offload.
-    if req.allow_offload:  # inference too: NVMe parameter offload runs a model larger than GPUs and RAM
-        nvme_try = replace(req, nvme_bytes=1 << 60, allow_nvme=True)
-        with_nvme = rank(hw, model, nvme_try)
-        fitting = [c for c in with_nvme if c.fits and c.predicted.nvme_bytes]
-        if fitting:
-            c = fitting[0]
-            out.append(
-                f"an NVMe disk with {fmt_bytes(c.predicted.nvme_bytes)} free per node (and libaio) would fit {c.label}"
-            )
-    # Shorter sequences.
-    seq = ctx.seq_len // 2
-    while seq >= 128:
-        shorter = rank(hw, model, replace(req, seq_len=seq))
-        if shorter and shorter[0].fits:
-            c = shorter[0]
-            out.append(
-                f"sequence length {seq} would fit: {c.label}, micro-batch {c.strategy.micro_batch_size}"
-            )
-            break
-        seq //= 2
-    else:
-        if ctx.seq_len > 128:
-            out.append("a shorter sequence alone would not help: the model states themselves do not fit")
+    if what_ifs.with_nvme is not None:
+        c = what_ifs.with_nvme
+        out.append(
+            f"an NVMe disk with {fmt_bytes(c.predicted.nvme_bytes)} free per node (and libaio) would fit {c.label}"
+        )
+    if what_ifs.shorter_seq is not None:
+        seq, c = what_ifs.shorter_seq
+        out.append(f"sequence length {seq} would fit: {c.label}, micro-batch {c.strategy.micro_batch_size}")
+    elif ctx.seq_len > 128:
+        out.append("a shorter sequence alone would not help: the model states themselves do not fit")
     return out

@@ -7,11 +7,10 @@ from __future__ import annotations
 from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
-from wizard.planner.explain import percent
 from wizard.planner.memory import host_bytes
 from wizard.planner.types import Capacities, PlanRequest
 from wizard.strategy import Precision, Strategy
-from wizard.units import fmt_bytes
+from wizard.units import fmt_bytes, fmt_percent
 
 
 def capacities(hardware: HardwareReport, request: PlanRequest | None = None) -> Capacities:
@@ -99,7 +98,7 @@ def _host_ram_problem(
         return None
     return (
         f"host RAM too small for this offload: needs {fmt_bytes(need)} per node, {fmt_bytes(cpu_cap)} available "
-        f"({percent(cal.HOST_SAFETY_MARGIN)} kept free)"
+        f"({fmt_percent(cal.HOST_SAFETY_MARGIN)} kept free)"
     )
 
 

@@ -25,11 +25,21 @@ from wizard.planner.memory import (
     deepspeed_estimate,
     estimate_memory,
     fragmentation,
+    kv_cache_bytes_per_token,
     max_micro_batch_for_capacity,
     phases_for,
 )
 from wizard.planner.throughput import ThroughputEstimate, estimate_throughput
-from wizard.planner.types import Candidate, MaxBatchRow, Plan, PlanContext, PlanRequest, Prediction
+from wizard.planner.types import (
+    Candidate,
+    GenerationCost,
+    MaxBatchRow,
+    Plan,
+    PlanContext,
+    PlanRequest,
+    Prediction,
+    WhatIfs,
+)
 from wizard.strategy import OFFLOAD_DEVICES, OffloadDevice, Precision, Strategy
 
 
@@ -176,8 +186,20 @@ def _candidate(ctx: PlanContext, sized: _Sized, problems: tuple[str, ...] = ()) 
         limits=limits,
         deepspeed_estimate=deepspeed_estimate(ctx.model, s),
     )
-    reasons = [f"not possible here: {p}" for p in problems] + intrinsic_reasons(ctx, c, mem, sized.throughput)
+    generation = _generation_cost(ctx, s) if s.mode == "inference" else None
+    reasons = [f"not possible here: {p}" for p in problems] + intrinsic_reasons(
+        ctx, c, mem, sized.throughput, generation
+    )
     return replace(c, reasons=tuple(reasons))
+
+
+def _generation_cost(ctx: PlanContext, s: Strategy) -> GenerationCost:
+    """What generating would add to an inference strategy: its KV cache per sample, and one decoding forward (a
+    sequence of one new token) of the micro-batch."""
+    return GenerationCost(
+        kv_cache_bytes_per_sample=kv_cache_bytes_per_token(ctx.model) * ctx.seq_len,
+        seconds_per_new_token=estimate_throughput(ctx.hardware, ctx.model, s, 1).step_seconds,
+    )
 
 
 def _complexity(s: Strategy) -> int:
@@ -251,8 +273,83 @@ def _rank(
     return ctx, _prefer_simpler(out), notes
 
 
-def _ranked_candidates(hardware: HardwareReport, model: ModelSpec, request: PlanRequest) -> list[Candidate]:
-    return _rank(hardware, model, request)[1]
+def _ranked(hardware: HardwareReport, model: ModelSpec, request: PlanRequest) -> list[Candidate]:
+    """The ranked candidates alone, or none for an indivisible global batch: a what-if that cannot be asked."""
+    try:
+        return _rank(hardware, model, request)[1]
+    except DswizError:
+        return []
+
+
+_MORE_GPU_FACTORS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def _more_gpus(ctx: PlanContext) -> tuple[HardwareReport, Candidate] | None:
+    """The first doubling of the nodes (or, without a node shape, the hardware as it is) whose best fits."""
+    hw, req = ctx.hardware, ctx.request
+    for factor in _MORE_GPU_FACTORS:
+        bigger = replace(hw, nodes=hw.nodes * factor) if hw.gpus_per_node else hw
+        if req.global_batch is not None and req.global_batch % bigger.total_gpus:
+            continue
+        more = _ranked(bigger, ctx.model, req)
+        if more and more[0].fits:
+            return bigger, more[0]
+    return None
+
+
+def _larger_gpu(ctx: PlanContext, cands: list[Candidate]) -> tuple[float, Candidate] | None:
+    """The card size (bytes, the margin added back) that fits the most frugal candidate short only of GPU memory."""
+    gpu_short = [c for c in cands if c.limits == ("gpu",)]
+    if not gpu_short:
+        return None
+    frugal = min(gpu_short, key=lambda c: c.predicted.gpu_bytes)
+    return frugal.predicted.gpu_bytes / (1 - ctx.request.safety_margin), frugal
+
+
+def _more_host_ram(ctx: PlanContext, cands: list[Candidate]) -> tuple[float, Candidate] | None:
+    """The host RAM per node (bytes, the host margin added back) that fits the most frugal candidate short only of
+    host RAM; None when the RAM is unknown."""
+    cpu_short = [c for c in cands if c.limits == ("cpu",)]
+    if not cpu_short or ctx.cpu_cap is None:
+        return None
+    c = min(cpu_short, key=lambda c: c.predicted.cpu_bytes)
+    return c.predicted.cpu_bytes / (1 - cal.HOST_SAFETY_MARGIN), c
+
+
+def _with_nvme(ctx: PlanContext) -> Candidate | None:
+    """The best candidate that fits with its offload on an NVMe disk as large as it needs (inference too: NVMe
+    parameter offload runs a model larger than GPUs and RAM)."""
+    if not ctx.request.allow_offload:
+        return None
+    nvme_try = replace(ctx.request, nvme_bytes=1 << 60, allow_nvme=True)
+    fitting = [c for c in _ranked(ctx.hardware, ctx.model, nvme_try) if c.fits and c.predicted.nvme_bytes]
+    return fitting[0] if fitting else None
+
+
+def _shorter_seq(ctx: PlanContext) -> tuple[int, Candidate] | None:
+    """The longest sequence length, halving down to 128 tokens, whose best fits."""
+    seq = ctx.seq_len // 2
+    while seq >= 128:
+        shorter = _ranked(ctx.hardware, ctx.model, replace(ctx.request, seq_len=seq))
+        if shorter and shorter[0].fits:
+            return seq, shorter[0]
+        seq //= 2
+    return None
+
+
+def what_ifs(ctx: PlanContext, cands: list[Candidate]) -> WhatIfs:
+    """When nothing fits: the search asked again with one thing changed (more GPUs, an NVMe disk, a shorter
+    sequence), and what a larger card or more host RAM would need for the closest candidates. Nothing to ask
+    without GPUs."""
+    if not ctx.hardware.gpus:
+        return WhatIfs()
+    return WhatIfs(
+        more_gpus=_more_gpus(ctx),
+        larger_gpu=_larger_gpu(ctx, cands),
+        more_host_ram=_more_host_ram(ctx, cands),
+        with_nvme=_with_nvme(ctx),
+        shorter_seq=_shorter_seq(ctx),
+    )
 
 
 def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None = None) -> Plan:
@@ -264,7 +361,7 @@ def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None
     if cands and cands[0].fits:
         cands[0] = replace(cands[0], reasons=recommendation_reasons(cands[0], cands[1:]))
     else:
-        advice_lines = tuple(advice(ctx, cands, _ranked_candidates))
+        advice_lines = tuple(advice(ctx, what_ifs(ctx, cands)))
     return Plan(
         hardware=hardware,
         model=model,
@@ -297,6 +394,13 @@ def evaluate(
     )
     problems = (*s.problems(), *hardware_problems(hardware, s, request))
     return _candidate(ctx, _Sized(s, max_b, mem, tp, _limits(ctx, mem)), problems)
+
+
+def candidate_for(plan: Plan, strategy: Strategy) -> Candidate:
+    """The candidate for ``strategy`` with the prediction it carries: the plan's own when it ranked exactly this
+    strategy, else the planner's evaluation of exactly that strategy (a hand-made choice), once."""
+    ranked = next((c for c in plan.candidates if c.strategy == strategy), None)
+    return ranked or evaluate(plan.hardware, plan.model, strategy, plan.request)
 
 
 def max_batch_table(

@@ -1,5 +1,6 @@
 """The planner's data: what is asked (``PlanRequest``), what each strategy is predicted to need (``Prediction``,
-``Candidate``, ``MaxBatchRow``), the ranked answer (``Plan``) and what each memory tier holds (``Capacities``)."""
+``Candidate``, ``MaxBatchRow``), the ranked answer (``Plan``), what each memory tier holds (``Capacities``), and the
+numbers the reasons and advice are worded from (``GenerationCost``, ``WhatIfs``)."""
 
 from __future__ import annotations
 
@@ -137,3 +138,29 @@ class PlanContext:
     @property
     def cpu_budget(self) -> int | None:
         return None if self.cpu_cap is None else int(self.cpu_cap * (1 - cal.HOST_SAFETY_MARGIN))
+
+
+@dataclass(frozen=True)
+class GenerationCost:
+    """What generating text would add to an inference prediction, which counts one scoring forward."""
+
+    kv_cache_bytes_per_sample: int  # the KV cache of one sample at the planned sequence length
+    seconds_per_new_token: float  # one decoding forward of the micro-batch
+
+
+@dataclass(frozen=True)
+class WhatIfs:
+    """What would make a plan fit when nothing does: the search asked again with one thing changed, and the
+    candidates closest to fitting. None: that change does not help (or was not tried)."""
+
+    more_gpus: tuple[HardwareReport, Candidate] | None = (
+        None  # the first node count doubled that fits, its best
+    )
+    larger_gpu: tuple[float, Candidate] | None = (
+        None  # bytes per card that fit the most frugal GPU-short candidate
+    )
+    more_host_ram: tuple[float, Candidate] | None = (
+        None  # host RAM per node that fits the most frugal RAM-short one
+    )
+    with_nvme: Candidate | None = None  # the best candidate that fits once an NVMe disk holds its offload
+    shorter_seq: tuple[int, Candidate] | None = None  # the longest halved sequence length that fits, its best

@@ -115,8 +115,9 @@ class WizardService:
         strategy = choices.strategy
         if strategy is None:
             raise DswizError("no strategy chosen yet", "go back to the Strategy step")
-        ranked = next((c for c in (plan.candidates if plan else ()) if c.strategy == strategy), None)
-        return ranked or self.evaluate(choices, model, strategy)
+        if plan is None:
+            return self.evaluate(choices, model, strategy)
+        return planner.candidate_for(plan, strategy)
 
     @staticmethod
     def best_candidate_like(plan: Plan | None, strategy: Strategy) -> Candidate | None:
