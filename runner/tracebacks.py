@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from runner.metrics.parse import TORCH_RANK_PREFIX_RE
+# torch puts "[rankN]: " in front of every line of an uncaught exception once the process group exists
+# (torch/distributed/distributed_c10d.py, _distributed_excepthook); runner.metrics.parse strips it too.
+TORCH_RANK_PREFIX_RE = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 
 _FRAME_RE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _CHAIN_MARKERS = (

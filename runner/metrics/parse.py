@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runner.tracebacks import TORCH_RANK_PREFIX_RE
+
 # kind -> the keys its ``values`` may carry (documentation and a test guard; values may omit unknown ones).
 EVENT_KEYS: dict[str, tuple[str, ...]] = {
     "log": ("level", "source", "message"),
@@ -82,9 +84,6 @@ _PREFIX_RE = re.compile(
     r"\[(?P<src>[^:\]]+):(?P<line>\d+):(?P<fn>[^\]]+)\] (?P<msg>.*)$"
 )
 _DIST_RANK_RE = re.compile(r"^\[Rank (?P<rank>-?\d+)\] (?P<msg>.*)$")
-# torch puts "[rankN]: " in front of every line of an uncaught exception once the process group exists
-# (torch/distributed/distributed_c10d.py, _distributed_excepthook); runner.tracebacks reads it too.
-TORCH_RANK_PREFIX_RE = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan"
 
 _THROUGHPUT_RE = re.compile(
