@@ -18,7 +18,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import Candidate, Plan
 from wizard.service import LAUNCHERS, Choices, WizardService, initial_choices, parse_positive
-from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_description
+from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_description, strategy_label
 from wizard.units import fmt_bytes
 
 # (title, value, reason it is not offered or None)
@@ -194,7 +194,7 @@ def _ask_strategy(a: _Asking, model: ModelSpec, plan: Plan) -> Strategy:
     imported = c.strategy
     if imported is not None and a.p.confirm(
         "keep-imported",
-        f"Keep the imported strategy (ZeRO-{imported.zero_stage}, {imported.precision})?",
+        f"Keep the imported strategy ({strategy_label(imported)}, {imported.precision})?",
         default=True,
     ):
         s = imported.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
