@@ -265,8 +265,7 @@ def _ask_multi_node(a: _Asking, s: Strategy) -> Strategy:
             continue
         c.strategy = s
         try:
-            # The config writers' own checks (one host per node, no duplicates); no model: no plan sidecar.
-            a.service.render_files(c, None)
+            a.service.config_set(c, None)  # the config writers' own checks (one host per node, no duplicates)
         except DswizError as e:
             a.say(f"  {e.problem}")
             continue

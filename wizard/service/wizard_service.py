@@ -34,6 +34,7 @@ from wizard.units import fmt_bytes
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.config.load import LoadedConfig
+    from wizard.config.schema import ConfigSet
 
 HardwareSource = Callable[[str | None], HardwareReport]
 
@@ -174,6 +175,19 @@ class WizardService:
             save_16bit_model=choices.save_16bit,
         )
 
+    def config_set(self, choices: Choices, model: ModelSpec | None) -> ConfigSet:
+        """The config writers' model of the files for the choices; DswizError when the writers refuse them (hosts
+        that do not match the nodes, a host named twice, ...). Nothing is rendered or planned."""
+        from wizard.config.build import config_set_from_strategy
+        from wizard.config.reimport import config_set_from_import
+
+        if choices.strategy is None:
+            raise DswizError("no strategy chosen yet", "go back to the Strategy step")
+        options = self.write_options(choices, model)
+        if choices.imported is None:
+            return config_set_from_strategy(choices.strategy, options)
+        return config_set_from_import(choices.imported.config, choices.strategy, options)
+
     def render_files(
         self, choices: Choices, model: ModelSpec | None, plan: Plan | None = None
     ) -> dict[str, str]:
@@ -182,21 +196,14 @@ class WizardService:
 
         An imported file (``--from``) is written back changed only where the choices changed it: its unknown
         sections, unmanaged keys, key order and indentation stay (wizard.config.reimport)."""
-        from wizard.config.build import config_set_from_strategy
-        from wizard.config.reimport import config_set_from_import, ds_json_like
+        from wizard.config.reimport import ds_json_like
         from wizard.config.render import render_all
         from wizard.config.schema import DS_CONFIG_NAME
 
-        if choices.strategy is None:
-            raise DswizError("no strategy chosen yet", "go back to the Strategy step")
-        options = self.write_options(choices, model)
-        if choices.imported is None:
-            files: dict[str, str] = render_all(config_set_from_strategy(choices.strategy, options))
-        else:
-            config = config_set_from_import(choices.imported.config, choices.strategy, options)
-            files = render_all(config)
-            if choices.imported_ds_text is not None:
-                files[DS_CONFIG_NAME] = ds_json_like(config.deepspeed, choices.imported_ds_text)
+        config = self.config_set(choices, model)
+        files: dict[str, str] = render_all(config)
+        if choices.imported is not None and choices.imported_ds_text is not None:
+            files[DS_CONFIG_NAME] = ds_json_like(config.deepspeed, choices.imported_ds_text)
         if model is not None and choices.hardware is not None and choices.model_text.strip():
             name, text = written.sidecar_text(
                 model_arg=choices.model_text.strip(),

@@ -149,9 +149,7 @@ class MultiNodeStep(StepScreen):
         c.master_port = port
         c.hostfile_text = self.query_one("#hostfile", TextArea).text if nodes > 1 else ""
         try:
-            self.wizard.service.render_files(
-                c, self.wizard.model, self.wizard.plan
-            )  # the config writers' own checks (hosts vs nodes, duplicates)
+            self.wizard.service.config_set(c, self.wizard.model)  # the writers' own checks (hosts vs nodes)
         except DswizError:
             c.strategy, c.global_batch, c.launcher, c.master_addr, c.master_port, c.hostfile_text = before
             raise
