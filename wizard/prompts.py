@@ -18,7 +18,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import Candidate, Plan
 from wizard.service import LAUNCHERS, Choices, WizardService, initial_choices, parse_positive
-from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_description, strategy_label
+from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_label
 from wizard.units import fmt_bytes
 
 # (title, value, reason it is not offered or None)
@@ -69,10 +69,11 @@ def _ask_int(
 
 
 def _candidate_line(c: Candidate) -> str:
-    p = c.predicted
+    # Compact (the short label, "micro 4×2"): a prompt line is one terminal line, 80 columns included.
+    s, p = c.strategy, c.predicted
     return (
-        f"{strategy_description(c.strategy)}: GPU {fmt_bytes(p.gpu_bytes)}, CPU {fmt_bytes(p.cpu_bytes)}, "
-        f"{p.tokens_per_sec:,.0f} tokens/s"
+        f"{strategy_label(s)}, {s.precision}, micro {s.micro_batch_size}×{s.gradient_accumulation_steps}: "
+        f"GPU {fmt_bytes(p.gpu_bytes)}, CPU {fmt_bytes(p.cpu_bytes)}, {p.tokens_per_sec:,.0f} tokens/s"
     )
 
 
