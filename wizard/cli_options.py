@@ -21,6 +21,11 @@ def flag_option(*names: str, help: str) -> Callable[[F], F]:
     return click.option(*names, is_flag=True, help=help)
 
 
+def choice_option(*names: str, choices: tuple[str, ...], default: str, help: str) -> Callable[[F], F]:
+    """One of fixed choices, with a default that ``--help`` shows."""
+    return click.option(*names, type=click.Choice(choices), default=default, show_default=True, help=help)
+
+
 def defaulted_option(name: str, kind: type[Any], default: Any, metavar: str, help: str) -> Callable[[F], F]:
     """A number with a default that ``--help`` shows."""
     return click.option(name, type=kind, default=default, show_default=True, metavar=metavar, help=help)

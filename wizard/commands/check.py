@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from wizard.cli_options import python_option
+
 if TYPE_CHECKING:
     from wizard.config.schema import Consumer
     from wizard.findings import Finding
@@ -38,12 +40,7 @@ LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
     "--hardware", metavar="SPEC|FILE", help="Check against described hardware (8xA100-80GB, a profile)."
 )
 @click.option("--launcher", type=click.Choice(LAUNCHERS), help="Multi-node launcher (hostfile limits).")
-@click.option(
-    "--python",
-    "python",
-    metavar="PY",
-    help="Interpreter of the training environment for the consumers' own checks (default: this one).",
-)
+@python_option("Interpreter of the training environment for the consumers' own checks (default: this one).")
 @click.option("--no-consumer-check", is_flag=True, help="Skip DeepSpeed's/accelerate's own validation.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 @click.pass_context

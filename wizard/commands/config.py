@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from wizard.cli_options import choice_option
+
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.config.schema import ConfigSet
@@ -26,13 +28,6 @@ if TYPE_CHECKING:
     from wizard.strategy import Precision, Strategy
 
 DEVICES = ("none", "cpu", "nvme")
-
-
-def _choice(flag: str, *dest: str, choices: tuple[str, ...], default: str, help: str) -> Any:
-    """A --flag with fixed choices and a default shown in --help."""
-    return click.option(
-        flag, *dest, type=click.Choice(choices), default=default, show_default=True, help=help
-    )
 
 
 # Flags the line prompts ask about themselves (used with --yes only).
@@ -96,14 +91,14 @@ _STRATEGY_FLAGS = (
     default=None,
     help="ZeRO++ at stage 3 (quantized weights and gradients, hpZ within each node). Default: the plan's choice.",
 )
-@_choice(
+@choice_option(
     "--for",
     "consumer",
     choices=("deepspeed", "accelerate", "trainer"),
     default="deepspeed",
     help="Who reads the config: plain DeepSpeed, accelerate launch, or the HF Trainer.",
 )
-@_choice(
+@choice_option(
     "--accelerate-mode",
     choices=("config-file", "plugin"),
     default="config-file",
@@ -115,7 +110,7 @@ _STRATEGY_FLAGS = (
 @click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True)
 @click.option("--nvme-path", metavar="DIR", help="Directory on a local NVMe drive for NVMe offload.")
-@_choice(
+@choice_option(
     "--optimizer",
     choices=("auto", "deepspeed", "script"),
     default="auto",

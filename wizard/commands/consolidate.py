@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from wizard.cli_options import python_option
+
 if TYPE_CHECKING:
     from runner.consolidate_run import WorkerResult
     from wizard.checkpoints import ZeroCheckpoint
@@ -25,12 +27,9 @@ if TYPE_CHECKING:
 @click.option(
     "--force", is_flag=True, help="Replace an existing OUT (the old one is kept as OUT.bak-<time>)."
 )
-@click.option(
-    "--python",
-    "python",
-    metavar="PY",
-    help="The training environment's python (with torch and DeepSpeed). Default: this one if it has them, "
-    "else the one the `deepspeed` launcher uses.",
+@python_option(
+    "The training environment's python (with torch and DeepSpeed). Default: this one if it has them, "
+    "else the one the `deepspeed` launcher uses."
 )
 @click.option(
     "--safe-serialization/--no-safe-serialization",

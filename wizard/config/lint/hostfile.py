@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from wizard.config.hostfile import HostfileProblem, parse_hostfile
+from wizard.config.hostfile import Hostfile, HostfileProblem, parse_hostfile
 from wizard.config.launchers import EQUAL_SLOTS_LAUNCHERS
 from wizard.config.lint.base import ERROR, INFO, WARNING, finding
 from wizard.findings import Finding
@@ -56,7 +56,12 @@ def _problem_finding(p: HostfileProblem, name: str) -> Finding:
 def lint_hostfile_text(
     text: str, *, name: str = "hostfile", world_size: int | None = None, launcher: str | None = None
 ) -> list[Finding]:
-    parsed = parse_hostfile(text)
+    return _lint_hostfile(parse_hostfile(text), name=name, world_size=world_size, launcher=launcher)
+
+
+def _lint_hostfile(
+    parsed: Hostfile, *, name: str, world_size: int | None, launcher: str | None
+) -> list[Finding]:
     out = [_problem_finding(p, name) for p in parsed.problems]
     hosts = parsed.slots
     if not hosts and not out:
@@ -109,12 +114,13 @@ def lint_hostfile_for_topology(
     so anything else would not be what was typed. (``dswiz check`` only warns about the slot total: a hostfile
     may legitimately list more hosts than one job uses.)"""
     one_per_node = f"write {nodes} lines, one per node (node 0 first): `hostname slots={gpus_per_node}`"
+    parsed = parse_hostfile(text)
     out = [
         replace(f, fix=one_per_node) if f.code == "hostfile-empty" else f
-        for f in lint_hostfile_text(text, name=name, launcher=launcher)
+        for f in _lint_hostfile(parsed, name=name, world_size=None, launcher=launcher)
         if f.code != "hostfile-unequal-slots"
     ]
-    hosts = parse_hostfile(text).slots
+    hosts = parsed.slots
     if not hosts:
         return out
     if len(hosts) != nodes:
