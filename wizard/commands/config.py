@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from wizard.cli_options import choice_option
+from wizard.fsio import KEEP_BACKUPS
 
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
@@ -122,7 +123,12 @@ _STRATEGY_FLAGS = (
 @click.option("--torch-adam", is_flag=True, help="DeepSpeed's optimizer as torch AdamW (no JIT build).")
 @click.option("--steps-per-print", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Directory to write the files to.")
-@click.option("--force", is_flag=True, help="Replace files that exist (each old one kept as a .bak-<time>).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help=f"Replace files that exist: each old one is kept as NAME.bak-<time>, and only the last {KEEP_BACKUPS} "
+    "backups of each file are kept (older ones are deleted). Your other files in the folder are not touched.",
+)
 @click.option(
     "--from",
     "from_file",
@@ -465,7 +471,8 @@ def write_config_set(
     if clashes and not force:
         raise DswizError(
             f"{out_dir} already has {', '.join(clashes)} with other content",
-            "pass --force to replace them (each old file is kept as a .bak-<time> backup), or choose another --out",
+            f"pass --force to replace them (each old file is kept as a .bak-<time> backup, the last {KEEP_BACKUPS} "
+            "kept), or choose another --out",
         )
     return [(r.path, r.backup) for r in write_files(out_dir, files, force=force)]
 

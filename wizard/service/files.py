@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from wizard.config.launchers import PER_NODE_LAUNCHERS, MultinodeLauncher
 from wizard.config.sidecar import SIDECAR_NAME, PlanSidecar, dump_sidecar
 from wizard.findings import Finding
-from wizard.fsio import WriteResult, atomic_write_text
+from wizard.fsio import WriteResult, settle_file_set, write_file_set
 from wizard.hardware.report import HardwareReport
 from wizard.hints import config_hint_lines
 from wizard.model import ModelSpec
@@ -189,15 +189,16 @@ def lint_files(
 
 
 def write_files(out_dir: Path, files: Mapping[str, str], *, force: bool) -> list[WriteResult]:
-    """Each file atomically (launch.sh executable); with ``force`` an existing different file is kept as a backup."""
-    return [
-        atomic_write_text(out_dir / name, text, force=force, mode=0o755 if name.endswith(".sh") else None)
-        for name, text in files.items()
-    ]
+    """The files as one set (wizard.fsio.write_file_set: all new or all old after a kill; launch.sh executable);
+    with ``force`` an existing different file is kept as a backup (the last few of each are kept)."""
+    modes = {name: 0o755 for name in files if name.endswith(".sh")}
+    return write_file_set(out_dir, files, force=force, modes=modes)
 
 
 def existing_files(out_dir: Path, names: Iterable[str]) -> dict[str, str]:
-    """What is already on disk under those names, for the diff (unreadable files count as absent)."""
+    """What is already on disk under those names, for the diff (unreadable files count as absent); a write that
+    was killed half-way is finished or undone first, so the diff is against one whole set."""
+    settle_file_set(out_dir)
     out = {}
     for name in names:
         try:
