@@ -43,7 +43,9 @@ from wizard.errors import DswizError
 KEEP_BACKUPS = 3  # backups kept per file name (``NAME.bak-<time>``); older ones are deleted by the next write
 STAGING_PREFIX = ".dswiz-staging-"  # being written: nothing decided yet (a leftover is deleted)
 COMMIT_PREFIX = ".dswiz-commit-"  # complete and decided: a leftover is moved in by the next write or read
-MANIFEST_NAME = ".dswiz-manifest.json"  # inside a staging/commit folder: {"files": {name: backup name or null}}
+MANIFEST_NAME = (
+    ".dswiz-manifest.json"  # inside a staging/commit folder: {"files": {name: backup name or null}}
+)
 _OURS = (STAGING_PREFIX, COMMIT_PREFIX, MANIFEST_NAME)
 LOCK_WAIT_S = 10.0  # a write takes milliseconds; longer means another dswiz is stuck holding the folder
 _COPY_SUFFIX = ".copy"  # a backup being copied, inside the commit folder
@@ -60,14 +62,21 @@ class WriteResult:
 
 
 def backup_path(path: Path) -> Path:
-    """``ds_config.json`` -> ``ds_config.json.bak-20261130-013500`` (a new name each time, never clobbered)."""
+    """``ds_config.json`` -> ``ds_config.json.bak-20261130-013500`` (``-1``, ``-2``, ... within one second), a new
+    name each time, never clobbered, and sorting after every backup already there (a pruned name is not reused:
+    ``prune_backups`` keeps the newest by name)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    candidate = path.with_name(f"{path.name}.bak-{stamp}")
-    n = 1
-    while candidate.exists():
-        candidate = path.with_name(f"{path.name}.bak-{stamp}-{n}")
-        n += 1
-    return candidate
+    taken = [n for n in (_backup_key(path.name, e) for e in _listdir(path.parent)) if n is not None]
+    later = [key[2] for key in taken if key[:2] >= tuple(stamp.split("-"))]
+    if not later and not path.with_name(f"{path.name}.bak-{stamp}").exists():
+        return path.with_name(f"{path.name}.bak-{stamp}")
+    return path.with_name(f"{path.name}.bak-{stamp}-{max(later, default=0) + 1}")
+
+
+def _backup_key(name: str, entry: str) -> tuple[str, str, int] | None:
+    """The sort key of ``NAME.bak-<date>-<time>[-n]`` (None for anything else)."""
+    m = _BACKUP.fullmatch(entry[len(name) :]) if entry.startswith(name) else None
+    return (m.group(1), m.group(2), int(m.group(3) or 0)) if m else None
 
 
 def write_file_set(
@@ -117,9 +126,7 @@ def write_file_set(
                 ) from e
         for name in clashes:
             prune_backups(folder, name, keep_backups)
-    return [
-        WriteResult(path=folder / n, backup=backups.get(n), unchanged=n in unchanged) for n in files
-    ]
+    return [WriteResult(path=folder / n, backup=backups.get(n), unchanged=n in unchanged) for n in files]
 
 
 def settle_file_set(folder: Path | str) -> None:
@@ -140,11 +147,7 @@ def settle_file_set(folder: Path | str) -> None:
 
 def prune_backups(folder: Path, name: str, keep: int) -> list[Path]:
     """Delete all but the newest ``keep`` ``NAME.bak-<time>[-n]`` files in ``folder``; returns those deleted."""
-    found = []
-    for entry in _listdir(folder):
-        if entry.startswith(name) and (m := _BACKUP.fullmatch(entry[len(name) :])):
-            found.append(((m.group(1), m.group(2), int(m.group(3) or 0)), entry))
-    found.sort()
+    found = sorted((key, e) for e in _listdir(folder) if (key := _backup_key(name, e)) is not None)
     doomed = [folder / entry for _, entry in found[: max(0, len(found) - keep)]]
     for path in doomed:
         with contextlib.suppress(FileNotFoundError):
@@ -155,12 +158,16 @@ def prune_backups(folder: Path, name: str, keep: int) -> list[Path]:
 # ------------------------------------------------------------------------------------------------ the steps
 
 
-def _stage(folder: Path, files: Mapping[str, str], backups: Mapping[str, Path], modes: Mapping[str, int]) -> Path:
+def _stage(
+    folder: Path, files: Mapping[str, str], backups: Mapping[str, Path], modes: Mapping[str, int]
+) -> Path:
     """Steps 1 and 2: the files in a staging folder, fsynced, then the rename that commits them."""
     try:
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
     except OSError as e:
-        raise DswizError(f"cannot write in {folder}: {e.strerror}", "choose a writable output directory") from e
+        raise DswizError(
+            f"cannot write in {folder}: {e.strerror}", "choose a writable output directory"
+        ) from e
     try:
         umask = _umask()
         for name, text in files.items():
@@ -295,7 +302,9 @@ def _locked(folder: Path) -> Iterator[None]:
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
-        raise DswizError(f"cannot open {folder}: {e.strerror}", "choose a folder you can read and write") from e
+        raise DswizError(
+            f"cannot open {folder}: {e.strerror}", "choose a folder you can read and write"
+        ) from e
     try:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:

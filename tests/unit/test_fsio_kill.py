@@ -92,11 +92,16 @@ def kill_every_step(folder: Path, old: Mapping[str, str] | None) -> list[str]:
         if not run_killed_at(step, lambda: write_files(folder, NEW, force=True)):
             break
         raw = set_on_disk(folder, names)
-        if raw not in ({} if old is None else dict(old), dict(NEW)):  # mid-move: the commit marks it as decided
+        if raw not in (
+            {} if old is None else dict(old),
+            dict(NEW),
+        ):  # mid-move: the commit marks it as decided
             assert any(e.startswith(COMMIT_PREFIX) for e in os.listdir(folder)), f"step {step}: unmarked mix"
             mixed.append(step)
         try:
-            choice: ConfigChoice | None = find_configs(folder)  # the reader: finishes or undoes what the kill left
+            choice: ConfigChoice | None = find_configs(
+                folder
+            )  # the reader: finishes or undoes what the kill left
         except DswizError:
             choice = None  # nothing written yet: no config in the folder
         on_disk = set_on_disk(folder, names)
@@ -106,7 +111,9 @@ def kill_every_step(folder: Path, old: Mapping[str, str] | None) -> list[str]:
         assert leftovers(folder) == [], f"kill at step {step}: left {leftovers(folder)}"
         assert (folder / USER_FILE[0]).read_text() == USER_FILE[1]
         if choice is not None and on_disk == dict(NEW):
-            assert choice.launcher == "deepspeed" and choice.master_port == 29511  # launch.sh read is the new one
+            assert (
+                choice.launcher == "deepspeed" and choice.master_port == 29511
+            )  # launch.sh read is the new one
         results = write_files(folder, NEW, force=True)  # the next write
         assert set_on_disk(folder, names) == dict(NEW) and leftovers(folder) == []
         assert stat.S_IMODE((folder / "launch.sh").stat().st_mode) == 0o755
@@ -118,7 +125,9 @@ def kill_every_step(folder: Path, old: Mapping[str, str] | None) -> list[str]:
         assert all(r.path.read_text() == NEW[r.path.name] for r in results)
     else:
         pytest.fail("the writer never finished")
-    print(f"{len(seen)} kill points: {seen.count('old')} old, {seen.count('new')} new; mixed until read: {mixed}")
+    print(
+        f"{len(seen)} kill points: {seen.count('old')} old, {seen.count('new')} new; mixed until read: {mixed}"
+    )
     return seen
 
 
