@@ -24,11 +24,11 @@ from pathlib import Path
 
 from _common import ROOT, md_heading, md_table
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # the script runs from bench/: the repository first
 
-from runner.metrics import rotation  # noqa: E402 (after the path: the script runs from bench/)
-from runner.metrics.history import Downsampler, MetricsLog, load_history  # noqa: E402
-from runner.metrics.snapshot import Snapshot  # noqa: E402
+from runner.metrics import rotation
+from runner.metrics.history import Downsampler, MetricsLog, load_history
+from runner.metrics.snapshot import Snapshot
 
 FIXTURE = ROOT / "tests" / "fixtures" / "metrics" / "cpu_2rank" / "metrics.jsonl"
 
