@@ -11,6 +11,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,11 +53,13 @@ def leftovers(folder: Path) -> list[str]:
     )
 
 
-def run_killed_at(step: int, target: Callable[[], Any]) -> bool:
-    """Run ``target`` in a forked child that SIGKILLs itself at its ``step``-th mutating call; True when the
-    child was killed (False: it finished before reaching that step)."""
+def run_killed_at(step: int, target: Callable[[], Any], counted: tuple[str, ...] = MUTATING) -> bool:
+    """Run ``target`` in a forked child that SIGKILLs itself at its ``step``-th call of the ``counted`` os
+    functions; True when the child was killed (False: it finished before reaching that step). The child failing
+    otherwise fails the test."""
     pid = os.fork()
     if pid == 0:  # the child: count, then die exactly as the OOM killer would make it
+        code = 1
         try:
             calls = [0]
 
@@ -69,13 +72,19 @@ def run_killed_at(step: int, target: Callable[[], Any]) -> bool:
 
                 return wrapper
 
-            for name in MUTATING:
+            for name in counted:
                 setattr(os, name, counting(getattr(os, name)))
             target()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
         finally:
-            os._exit(0)
+            os._exit(code)
     _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    if os.WIFSIGNALED(status):
+        return os.WTERMSIG(status) == signal.SIGKILL
+    assert os.WEXITSTATUS(status) == 0, f"the writer failed before step {step} (its traceback is above)"
+    return False
 
 
 def kill_every_step(folder: Path, old: Mapping[str, str] | None) -> list[str]:

@@ -5,17 +5,21 @@ rotation or merge loses nothing but thinned lines and duplicates nothing."""
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
-import signal
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from runner.metrics import rotation
 from runner.metrics.history import Downsampler, MetricsLog, iter_metrics, load_history
 from runner.metrics.snapshot import Snapshot
+from tests.unit.test_fsio_kill import run_killed_at
 
+WRITES = (
+    "open",
+    "fsync",
+    "replace",
+    "rename",
+    "unlink",
+)  # every file-system change on the metrics writer's path
 ROTATE, ARCHIVE = 4 * 1024, 64 * 1024  # small limits: many rotations and merges in a short test
 
 
@@ -76,31 +80,6 @@ def test_a_later_writer_continues_the_same_history(tmp_path: Path) -> None:
     write_run(tmp_path, 3000, 6000)
     steps = [s.step for s in iter_metrics(tmp_path / "metrics.jsonl")]
     assert steps[0] == 0 and steps[-1] == 5999 and steps == sorted(set(steps))
-
-
-def run_killed_at(step: int, target: Callable[[], Any]) -> bool:
-    """``target`` in a forked child that SIGKILLs itself at its ``step``-th file-system change."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            calls = [0]
-
-            def counting(real: Callable[..., Any]) -> Callable[..., Any]:
-                def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    calls[0] += 1
-                    if calls[0] == step:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    return real(*args, **kwargs)
-
-                return wrapper
-
-            for name in ("open", "fsync", "replace", "rename", "unlink"):
-                setattr(os, name, counting(getattr(os, name)))
-            target()
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status)
 
 
 def test_a_kill_at_any_step_of_a_rotation_and_merge_keeps_the_history(tmp_path: Path) -> None:
