@@ -100,7 +100,10 @@ def write_file_set(
             raise ValueError(f"not a plain file name: {name!r}")
     _make_folder(folder)
     with _locked(folder):
-        _settle_locked(folder)
+        try:
+            _settle_locked(folder)
+        except OSError as e:
+            raise _cannot_settle(folder, e) from e
         _remove_old_temps(folder, files)
         unchanged = {name for name, text in files.items() if _holds(folder / name, text)}
         clashes = [n for n in files if n not in unchanged and (folder / n).exists()]
@@ -122,7 +125,8 @@ def write_file_set(
             except OSError as e:
                 raise DswizError(
                     f"moving the new files into {folder} failed: {e.strerror}",
-                    "fix the cause, then run any dswiz command on the folder: it finishes the move",
+                    "fix the cause, then run the command again (or `dswiz launch --config` on the folder): "
+                    "it finishes the move",
                 ) from e
         for name in clashes:
             prune_backups(folder, name, keep_backups)
@@ -139,10 +143,15 @@ def settle_file_set(folder: Path | str) -> None:
         with _locked(folder):
             _settle_locked(folder)
     except OSError as e:
-        raise DswizError(
-            f"{folder} holds a config write that was interrupted, and it cannot be finished: {e.strerror}",
-            f"make {folder} writable and run the command again, or write the folder anew with `dswiz config`",
-        ) from e
+        raise _cannot_settle(folder, e) from e
+
+
+def _cannot_settle(folder: Path, e: OSError) -> DswizError:
+    return DswizError(
+        f"{folder} holds a config write that was interrupted, and it cannot be finished: {e.strerror}",
+        f"make {folder} writable and run the command again, or delete the {STAGING_PREFIX}* / {COMMIT_PREFIX}* "
+        "folder in it and write the set anew with `dswiz config`",
+    )
 
 
 def prune_backups(folder: Path, name: str, keep: int) -> list[Path]:
@@ -273,7 +282,7 @@ def _remove_old_temps(folder: Path, names: Mapping[str, str]) -> None:
     for entry in _listdir(folder):
         m = _OLD_TEMP.fullmatch(entry)
         if m and m.group("name") in names and (folder / entry).is_file():
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 os.unlink(folder / entry)
 
 

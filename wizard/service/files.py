@@ -7,6 +7,7 @@ written config set does not depend on the door it came through.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tempfile
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from wizard.config.launchers import PER_NODE_LAUNCHERS, MultinodeLauncher
 from wizard.config.sidecar import SIDECAR_NAME, PlanSidecar, dump_sidecar
+from wizard.errors import DswizError
 from wizard.findings import Finding
 from wizard.fsio import WriteResult, settle_file_set, write_file_set
 from wizard.hardware.report import HardwareReport
@@ -197,8 +199,10 @@ def write_files(out_dir: Path, files: Mapping[str, str], *, force: bool) -> list
 
 def existing_files(out_dir: Path, names: Iterable[str]) -> dict[str, str]:
     """What is already on disk under those names, for the diff (unreadable files count as absent); a write that
-    was killed half-way is finished or undone first, so the diff is against one whole set."""
-    settle_file_set(out_dir)
+    was killed half-way is finished or undone first, so the diff is against one whole set (where that cannot be
+    done, the write says why: this only shows what is there)."""
+    with contextlib.suppress(DswizError):
+        settle_file_set(out_dir)
     out = {}
     for name in names:
         try:
