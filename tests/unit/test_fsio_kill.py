@@ -6,10 +6,13 @@ staging folder, and the old content in a backup."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -23,6 +26,7 @@ from wizard.errors import DswizError
 from wizard.fsio import COMMIT_PREFIX, STAGING_PREFIX
 from wizard.service.files import write_files
 
+ROOT = Path(__file__).resolve().parents[2]
 # Every call that changes the file system on the writer's path (tempfile and shutil look these up on `os` too).
 MUTATING = ("open", "write", "fsync", "fchmod", "mkdir", "rename", "replace", "link", "unlink", "rmdir")
 
@@ -40,6 +44,7 @@ NEW = {
     "dswiz-plan.json": '{"new": true}\n',
     ".deepspeed_env": "NCCL_DEBUG=WARN\n",
 }
+NAMES = {**OLD, **NEW}
 USER_FILE = ("train.py", "print('the user wrote this')\n")
 
 
@@ -91,7 +96,7 @@ def kill_every_step(folder: Path, old: Mapping[str, str] | None) -> list[str]:
     """Write OLD (when given), then NEW with --force semantics killed at each step; returns "old"/"new" per kill."""
     seen: list[str] = []
     mixed: list[int] = []
-    names = {**OLD, **NEW}
+    names = NAMES
     for step in range(1, 500):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
@@ -166,3 +171,50 @@ def test_a_kill_at_any_step_of_a_forced_rewrite_leaves_the_old_or_the_new_set(fo
     seen = kill_every_step(folder, old=OLD)
     assert len(seen) > 20 and "old" in seen and "new" in seen
     assert seen == sorted(seen, key=("old", "new").index)
+
+
+KILLED_CLI = """
+import os, signal, sys
+from wizard.cli import main
+real, calls = os.replace, [0]
+def replace(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == int(os.environ["KILL_AT_REPLACE"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kwargs)
+os.replace = replace
+sys.argv = ["dswiz", *sys.argv[1:]]
+main()
+"""
+
+
+def dswiz(*args: str, kill_at_replace: int = 0) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KILL_AT_REPLACE": str(kill_at_replace)}
+    argv = [sys.executable, "-c", KILLED_CLI, *args]
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_dswiz_config_killed_mid_move_then_launch_reads_the_new_set(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert dswiz("config", "--yes", "--out", str(out)).returncode == 0
+    (out / USER_FILE[0]).write_text(USER_FILE[1])
+    before = (out / "ds_config.json").read_text()
+    old_set = set_on_disk(out, NAMES)
+    new = ("config", "--yes", "--micro-batch", "8", "--master-port", "29511", "--out", str(out), "--force")
+    killed = dswiz(*new, kill_at_replace=2)  # the first file is in place, the others are not
+    assert killed.returncode == -signal.SIGKILL
+    assert any(e.startswith(COMMIT_PREFIX) for e in os.listdir(out))
+    raw = set_on_disk(out, NAMES)
+    dry = dswiz("launch", "--dry-run", "--config", str(out), "train.py")  # the reader finishes the move
+    assert dry.returncode == 0, dry.stderr
+    assert leftovers(out) == [] and "Traceback" not in dry.stderr
+    assert json.loads((out / "ds_config.json").read_text())["train_micro_batch_size_per_gpu"] == 8
+    assert "--master_port 29511" in (out / "launch.sh").read_text() and "29511" in dry.stdout
+    assert raw not in (
+        old_set,
+        set_on_disk(out, NAMES),
+    )  # on disk, a mix (marked by the commit folder) till read
+    again = dswiz(*new)  # the same command again: the set is already there
+    assert again.returncode == 0, again.stderr
+    assert leftovers(out) == [] and (out / USER_FILE[0]).read_text() == USER_FILE[1]
+    assert [p.read_text() for p in out.glob("ds_config.json.bak-*")] == [before]
