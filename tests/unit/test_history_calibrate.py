@@ -76,7 +76,10 @@ def test_families_are_corrected_separately_and_others_borrow_half() -> None:
 def test_corrections_never_leave_their_bounds_and_point_toward_the_measurements(
     ratios: list[float], mem_ratios: list[float]
 ) -> None:
-    runs = [_run(1000.0, 1000.0 * r, meas_mem=int((10 << 30) * m)) for r, m in zip(ratios, mem_ratios * 12)]
+    runs = [
+        _run(1000.0, 1000.0 * r, meas_mem=int((10 << 30) * m))
+        for r, m in zip(ratios, mem_ratios * 12, strict=False)
+    ]
     fc = corrections(runs, HW.key).for_family("z2-opt:none-param:none")
     t, m = fc.tokens_per_sec.value, fc.peak_gpu_bytes.value
     assert TOKENS_BOUNDS[0] <= t <= TOKENS_BOUNDS[1]

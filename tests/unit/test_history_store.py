@@ -107,7 +107,7 @@ def test_export_import_merges_by_id_and_keeps_the_later_end(tmp_path: Path) -> N
     dst.put(_record(3))
     out = tmp_path / "export.jsonl"
     assert src.export(out) == 2
-    lines = out.read_text().splitlines() + ["not json", '{"no": "id"}', ""]
+    lines = [*out.read_text().splitlines(), "not json", '{"no": "id"}', ""]
     res = dst.import_lines(lines)
     assert (res.added, res.updated, res.skipped) == (1, 1, 2)
     assert {r.model["name"] for r in dst.runs()} == {"m1", "m2", "m3"}
