@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wizard.history.record import Figures, Hardware, RunRecord
+from wizard.history.record import Figures, Hardware, Measurement
 from wizard.history.store import HistoryStore
 
 
@@ -20,8 +20,8 @@ def _dswiz(*args: str, env_db: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _seed(db: Path) -> RunRecord:
-    rec = RunRecord(
+def _seed(db: Path) -> Measurement:
+    rec = Measurement(
         hardware=Hardware(gpu_name="NVIDIA H200", gpu_memory_bytes=141 << 30, gpus_per_node=1),
         model={"name": "llama-7b"},
         strategy={"stage": 3, "offload_optimizer": "cpu"},

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wizard.history.calibrate import MEMORY_BOUNDS, PRIOR_RUNS, TOKENS_BOUNDS, corrections
-from wizard.history.record import Figures, Hardware, RunRecord
+from wizard.history.record import Figures, Hardware, Measurement
 
 HW = Hardware(gpu_name="NVIDIA H200", gpu_memory_bytes=141 * 1024**3, gpus_per_node=1)
 Z2 = {"stage": 2, "offload_optimizer": "none", "offload_param": "none"}
@@ -24,8 +24,8 @@ def _run(
     pred_mem: int = 10 << 30,
     meas_mem: int = 10 << 30,
     hw: Hardware = HW,
-) -> RunRecord:
-    return RunRecord(
+) -> Measurement:
+    return Measurement(
         hardware=hw,
         model={"name": "m"},
         strategy=strategy,

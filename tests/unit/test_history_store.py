@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wizard.errors import DswizError
-from wizard.history.record import Figures, Hardware, RunRecord
+from wizard.history.record import Figures, Hardware, Measurement
 from wizard.history.store import SCHEMA_VERSION, HistoryStore
 
 H200 = Hardware(gpu_name="NVIDIA H200", gpu_memory_bytes=141 * 1024**3, gpus_per_node=1, nodes=1)
 
 
-def _record(i: int = 0, *, hw: Hardware = H200, outcome: str = "success", **kw: object) -> RunRecord:
-    return RunRecord(
+def _record(i: int = 0, *, hw: Hardware = H200, outcome: str = "success", **kw: object) -> Measurement:
+    return Measurement(
         hardware=hw,
         model={"name": f"m{i}", "parameters": 1e9},
         strategy={"stage": 2, "offload_optimizer": "none", "micro_batch": 4},
@@ -72,8 +72,8 @@ def test_a_record_survives_the_writer_being_killed(tmp_path: Path) -> None:
     code = (
         "import os, signal, sys; sys.path.insert(0, sys.argv[2]);"
         "from wizard.history.store import HistoryStore;"
-        "from wizard.history.record import RunRecord, Hardware;"
-        "s = HistoryStore(sys.argv[1]); s.put(RunRecord(hardware=Hardware(gpu_name='X'), model={}, strategy={},"
+        "from wizard.history.record import Measurement, Hardware;"
+        "s = HistoryStore(sys.argv[1]); s.put(Measurement(hardware=Hardware(gpu_name='X'), model={}, strategy={},"
         " id='killed-run'));"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
@@ -151,7 +151,7 @@ _fields = st.sampled_from(
 @given(base=st.just(_record().to_json()), edits=st.dictionaries(_fields, _json, max_size=5))
 def test_a_record_reads_back_from_any_json(base: dict, edits: dict) -> None:
     data = {**base, **edits}
-    rec = RunRecord.from_json(data)
+    rec = Measurement.from_json(data)
     if rec is not None:
-        assert RunRecord.from_json(rec.to_json()) == rec  # what we read we can write and read again
+        assert Measurement.from_json(rec.to_json()) == rec  # what we read we can write and read again
         json.dumps(rec.to_json(), allow_nan=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from wizard.errors import DswizError
-from wizard.history.record import RunRecord
+from wizard.history.record import Measurement
 from wizard.history.store import ENV_PATH, HistoryStore, default_path
 from wizard.units import fmt_bytes
 
@@ -74,7 +74,7 @@ def history(
     return 0
 
 
-def _line(r: RunRecord) -> str:
+def _line(r: Measurement) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
     model = str(r.model.get("name") or "model")
     tps = _versus(r.predicted.tokens_per_sec, r.measured.tokens_per_sec, lambda v: f"{v:,.0f}")

@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from wizard.history.record import RunRecord
+from wizard.history.record import Measurement
 
 PRIOR_RUNS = 2.0  # the prior counts as this many runs
 BORROW_WEIGHT = 0.5  # a family without runs takes this share of the hardware-wide correction
@@ -72,18 +72,18 @@ class Corrections:
         return text
 
 
-def corrections(records: Iterable[RunRecord], hardware_key: str) -> Corrections:
+def corrections(records: Iterable[Measurement], hardware_key: str) -> Corrections:
     usable = [r for r in records if r.hardware.key == hardware_key and r.outcome == "success"]
     if not usable:
         return Corrections(hardware_key=hardware_key, families={})
-    by_family: dict[str, list[RunRecord]] = {}
+    by_family: dict[str, list[Measurement]] = {}
     for r in usable:
         by_family.setdefault(r.family, []).append(r)
     families = {fam: _family(runs) for fam, runs in by_family.items()}
     return Corrections(hardware_key=hardware_key, families=families, overall=_family(usable))
 
 
-def _family(runs: list[RunRecord]) -> FamilyCorrection:
+def _family(runs: list[Measurement]) -> FamilyCorrection:
     return FamilyCorrection(
         _factor([_pair(r.predicted.tokens_per_sec, r.measured.tokens_per_sec) for r in runs], TOKENS_BOUNDS),
         _factor([_pair(r.predicted.peak_gpu_bytes, r.measured.peak_gpu_bytes) for r in runs], MEMORY_BOUNDS),

@@ -101,7 +101,7 @@ class Figures:
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class Measurement:
     hardware: Hardware
     model: Mapping[str, Any]  # the model spec the planner used (name, parameters, layers, hidden, ...)
     strategy: Mapping[str, Any]  # stage, offloads, micro-batch, accumulation, checkpointing, precision
@@ -120,7 +120,7 @@ class RunRecord:
         """The strategy family the calibration corrects as one: ZeRO stage and where the states live."""
         return strategy_family(self.strategy)
 
-    def ended(self, outcome: str, measured: Figures, *, at: float | None = None) -> RunRecord:
+    def ended(self, outcome: str, measured: Figures, *, at: float | None = None) -> Measurement:
         return replace(self, outcome=outcome, measured=measured, ended_at=time.time() if at is None else at)
 
     def to_json(self) -> dict[str, Any]:
@@ -140,7 +140,7 @@ class RunRecord:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> RunRecord | None:
+    def from_json(cls, data: Any) -> Measurement | None:
         """None when ``data`` is not a record at all (no id); wrong-typed fields read as empty."""
         if not isinstance(data, Mapping):
             return None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wizard.errors import DswizError
-from wizard.history.record import RunRecord
+from wizard.history.record import Measurement
 
 SCHEMA_VERSION = 1
 EXPORT_FORMAT = "dswiz-history"
@@ -120,16 +120,16 @@ class HistoryStore:
         finally:
             con.close()
 
-    def put(self, record: RunRecord) -> None:
+    def put(self, record: Measurement) -> None:
         """Insert or replace the record with this id (a launch calls it at start and again at the end)."""
         with self._write() as con:
             _upsert(con, record)
 
-    def get(self, run_id: str) -> RunRecord | None:
+    def get(self, run_id: str) -> Measurement | None:
         rows = self._select("SELECT record FROM runs WHERE id = ?", (run_id,))
         return rows[0] if rows else None
 
-    def runs(self, *, hardware_key: str | None = None, limit: int | None = None) -> list[RunRecord]:
+    def runs(self, *, hardware_key: str | None = None, limit: int | None = None) -> list[Measurement]:
         """Newest first."""
         sql = "SELECT record FROM runs"
         args: tuple[object, ...] = ()
@@ -141,7 +141,7 @@ class HistoryStore:
             sql += f" LIMIT {int(limit)}"
         return self._select(sql, args)
 
-    def _select(self, sql: str, args: tuple[object, ...]) -> list[RunRecord]:
+    def _select(self, sql: str, args: tuple[object, ...]) -> list[Measurement]:
         try:
             con = self._connect()
             try:
@@ -193,7 +193,7 @@ class HistoryStore:
         added = updated = skipped = 0
         with self._write() as con:
             for line in it:
-                rec = RunRecord.from_json(_decode_json(line)) if line.strip() else None
+                rec = Measurement.from_json(_decode_json(line)) if line.strip() else None
                 if rec is None:
                     skipped += line.strip() != ""
                     continue
@@ -210,7 +210,7 @@ class HistoryStore:
         return ImportResult(added, updated, skipped)
 
 
-def _upsert(con: sqlite3.Connection, record: RunRecord) -> None:
+def _upsert(con: sqlite3.Connection, record: Measurement) -> None:
     con.execute(
         "INSERT OR REPLACE INTO runs (id, started_at, ended_at, outcome, source, hardware_key, family, record)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -236,5 +236,5 @@ def _decode_json(text: str) -> object:
         return None
 
 
-def _decode(text: object) -> RunRecord | None:
-    return RunRecord.from_json(_decode_json(text)) if isinstance(text, str) else None
+def _decode(text: object) -> Measurement | None:
+    return Measurement.from_json(_decode_json(text)) if isinstance(text, str) else None
