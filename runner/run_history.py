@@ -10,6 +10,7 @@ growth, the first optimizer step); tokens/s and step time are the medians of the
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,11 +19,13 @@ from typing import Any
 from runner.metrics.history import iter_metrics
 from runner.metrics.snapshot import Snapshot
 from runner.rundir import METRICS_JSONL, STATUS_INTERRUPTED, RunRecord
+from wizard.config.sidecar import PlanSidecar
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
-from wizard.history.record import Figures, Hardware, Measurement
+from wizard.history.record import SOURCES, Figures, Hardware, Measurement
 from wizard.history.store import HistoryStore, default_path
 
+SOURCE_ENV = "DSWIZ_HISTORY_SOURCE"
 WARMUP_SHARE = 0.25
 WARMUP_MIN_STEPS = 2
 
@@ -52,25 +55,62 @@ def hardware_fingerprint(hw: HardwareReport) -> Hardware:
 
 
 def entry_at_start(
-    run: RunRecord,
-    hardware: Hardware,
     *,
-    model: Mapping[str, Any] | None = None,
-    strategy: Mapping[str, Any] | None = None,
-    predicted: Figures | None = None,
-    seq_len: int | None = None,
+    run_id: str,
+    run_dir: Path,
+    hardware: Hardware,
+    sidecar: PlanSidecar | None = None,
+    applies: bool = False,
+    script: str = "",
+    source: str | None = None,
 ) -> Measurement:
-    """The entry a launch writes when its job starts. The run id is the run directory's: one entry per run."""
+    """The entry a launch writes when its job starts; the run id is the run directory's (one entry per run).
+
+    The plan's prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for
+    other hardware says nothing about this run. ``source`` defaults to ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe``
+    sets it for the launches it starts), else "launch"."""
+    model: dict[str, Any] = {"name": Path(script).name or "script"}
+    strategy: dict[str, Any] = {}
+    predicted = Figures()
+    seq_len = None
+    if sidecar is not None:
+        m = sidecar.model
+        model = {
+            "name": m.name,
+            "arg": sidecar.model_arg,
+            "parameters": m.total_params,
+            "layers": m.layers,
+            "hidden": m.hidden,
+            "type": m.model_type,
+        }
+        s = sidecar.strategy
+        strategy = {
+            "stage": s.zero_stage,
+            "offload_optimizer": s.offload_optimizer,
+            "offload_param": s.offload_param,
+            "precision": s.precision,
+            "micro_batch": s.micro_batch_size,
+            "grad_accum": s.gradient_accumulation_steps,
+            "activation_checkpointing": s.activation_checkpointing,
+            "mode": s.mode,
+            "world_size": s.world_size,
+        }
+        seq_len = sidecar.seq_len
+        if applies and sidecar.predicted is not None:
+            predicted = Figures(
+                tokens_per_sec=sidecar.predicted.tokens_per_sec,
+                peak_gpu_bytes=sidecar.predicted.peak_gpu_bytes,
+            )
+    chosen = source or os.environ.get(SOURCE_ENV, "") or "launch"
     return Measurement(
-        id=run.run_id,
+        id=run_id,
         hardware=hardware,
-        model=dict(model or {"name": Path(run.script).name or "script"}),
-        strategy=dict(strategy or {}),
-        predicted=predicted or Figures(),
+        model=model,
+        strategy=strategy,
+        predicted=predicted,
         seq_len=seq_len,
-        run_dir=run.run_dir,
-        started_at=run.started_at,
-        source="launch",
+        run_dir=str(run_dir),
+        source=chosen if chosen in SOURCES else "launch",
     )
 
 
