@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from wizard.history.record import Measurement
 
+# A run stopped by the user (or by `dswiz probe` once it has its timed steps) measured as much as one that ended.
+MEASURED_OUTCOMES = ("success", "interrupted")
 PRIOR_RUNS = 2.0  # the prior counts as this many runs
 BORROW_WEIGHT = 0.5  # a family without runs takes this share of the hardware-wide correction
 TOKENS_BOUNDS = (0.5, 1.5)  # throughput corrections outside this are a broken measurement, not the machine
@@ -73,7 +75,7 @@ class Corrections:
 
 
 def corrections(records: Iterable[Measurement], hardware_key: str) -> Corrections:
-    usable = [r for r in records if r.hardware.key == hardware_key and r.outcome == "success"]
+    usable = [r for r in records if r.hardware.key == hardware_key and r.outcome in MEASURED_OUTCOMES]
     if not usable:
         return Corrections(hardware_key=hardware_key, families={})
     by_family: dict[str, list[Measurement]] = {}
