@@ -61,7 +61,7 @@ def test_probe_top_two_measures_both_and_writes_the_faster(tmp_path: Path, priva
             "200",
             "--seq-len",
             "64",
-        ],  # fmt: skip
+        ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")},
         stdin=subprocess.DEVNULL,
