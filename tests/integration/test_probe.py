@@ -24,6 +24,7 @@ TRAIN = ROOT / "runner" / "examples" / "train_tiny.py"
 TINY = "layers=2,hidden=128,heads=4,vocab=512"  # what train_tiny.py builds by default
 
 
+@pytest.mark.timeout(1500)  # two launches to their timed steps on a 2-core machine
 def test_probe_top_two_measures_both_and_writes_the_faster(tmp_path: Path, private_run_history: Path) -> None:
     proc = subprocess.run(
         [
