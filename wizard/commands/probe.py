@@ -17,7 +17,7 @@ import click
 from wizard.cli_options import python_option
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option(
     "--model", metavar="NAME|PATH|NUMBERS", help="The model to plan for (preset, config.json, params=7e9)."
 )
