@@ -27,4 +27,9 @@ rm -f "$dir"/slurmd-n1.pid "$dir"/slurmd-n2.pid "$dir"/slurmctld.pid "$dir"/mung
 for pid in $(pgrep -x slurmstepd 2> /dev/null); do
   grep -qs "$dir" "/proc/$pid/environ" "/proc/$pid/cmdline" && kill -KILL "$pid" 2> /dev/null
 done
+if grep -q "# dswiz slurm-up.sh" /etc/hosts 2> /dev/null; then
+  # /etc/hosts may be a bind mount (containers): rewrite it in place rather than replacing the file
+  kept=$(grep -v "# dswiz slurm-up.sh" /etc/hosts)
+  printf '%s\n' "$kept" > /etc/hosts
+fi
 echo "slurm-down: stopped ${#pids[@]} daemon(s)" >&2

@@ -76,6 +76,12 @@ EOF
 mv "$conf.new" "$conf"
 export SLURM_CONF=$conf
 
+# Jobs name their first host as MASTER_ADDR (scontrol show hostnames): n1 and n2 must resolve, to this host.
+if ! getent hosts n1 > /dev/null || ! getent hosts n2 > /dev/null; then
+  [ -w /etc/hosts ] || fail "n1/n2 do not resolve and /etc/hosts is not writable"
+  echo "127.0.0.1 n1 n2 # dswiz slurm-up.sh" >> /etc/hosts
+fi
+
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2> /dev/null; }
 
 key="$dir/munge/munge.key"

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from wizard.config.build import WriteOptions
     from wizard.config.load import LoadedConfig
-    from wizard.config.schema import AccelerateMode, Consumer
+    from wizard.config.schema import AccelerateMode, Consumer, SlurmJob
 
 
 class WriteAnswers(TypedDict, total=False):
@@ -53,6 +53,7 @@ class WriteAnswers(TypedDict, total=False):
     accelerate_mode: AccelerateMode
     gradient_clipping: float
     save_16bit_model: bool
+    slurm: SlurmJob
 
 
 def write_options(
