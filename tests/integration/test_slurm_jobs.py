@@ -143,9 +143,9 @@ def test_scancel_mid_run_leaves_no_process_and_a_verdict(slurm: dict[str, str], 
     run_dir = tmp_path / "state" / "dswiz" / "runs" / f"slurm-{job}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        if (run_dir / "run.json").is_file() and len(rundir.read_run_record(run_dir).rank_pids) == 2:
-            if "'loss'" in output(tmp_path, job):
-                break
+        started = (run_dir / "run.json").is_file() and len(rundir.read_run_record(run_dir).rank_pids) == 2
+        if started and "'loss'" in output(tmp_path, job):
+            break
         time.sleep(1)
     else:
         subprocess.run(["scancel", job], env=env, check=False)

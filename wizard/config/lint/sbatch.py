@@ -25,7 +25,8 @@ from typing import Any
 
 from wizard.config.hostfile import parse_hostfile
 from wizard.config.lint.base import ERROR, WARNING, as_int, finding
-from wizard.config.parse import parse_json
+from wizard.config.lint.launcher import yaml_launcher
+from wizard.config.parse import parse_json, parse_yaml
 from wizard.config.sbatch import check_time
 from wizard.errors import DswizError
 from wizard.findings import Finding
@@ -112,10 +113,13 @@ class PlanBeside:
     nodes: int | None = None
     slots: int | None = None  # the hostfile's slots on its first host
     world_size: int | None = None  # from the DeepSpeed JSON's train_batch_size / (micro x accumulation)
+    launcher: str | None = (
+        None  # the multi-node launcher accelerate.yaml names (dswiz launch starts that one)
+    )
 
 
 def plan_beside(directory: Path) -> PlanBeside:
-    nodes = slots = world = None
+    nodes = slots = world = launcher = None
     hostfile = directory / "hostfile"
     if hostfile.is_file():
         parsed = parse_hostfile(hostfile.read_text(encoding="utf-8", errors="replace"))
@@ -126,7 +130,11 @@ def plan_beside(directory: Path) -> PlanBeside:
         cfg, problem = parse_json(ds.read_text(encoding="utf-8", errors="replace"))
         if problem is None and isinstance(cfg, dict):
             world = _world_from_batch(cfg)
-    return PlanBeside(nodes, slots, world)
+    accelerate = directory / "accelerate.yaml"
+    if accelerate.is_file():
+        raw, problem = parse_yaml(accelerate.read_text(encoding="utf-8", errors="replace"))
+        launcher = yaml_launcher(raw) if problem is None else None
+    return PlanBeside(nodes, slots, world, launcher)
 
 
 def _world_from_batch(cfg: dict[str, Any]) -> int | None:
@@ -228,7 +236,9 @@ def _launch_findings(script: BatchScript, plan: PlanBeside, at: Any) -> list[Fin
     nodes = script.count("nodes") or plan.nodes or 1
     ranks = script.count("gpus-per-node") or plan.slots
     tasks = script.count("ntasks-per-node")
-    if re.search(r"--launcher[ =]slurm\b", body) and ranks and (tasks or 1) < ranks:
+    named = re.search(r"--launcher[ =](\w+)", body)  # DeepSpeed's runner in the script, else dswiz launch's
+    launcher = named.group(1) if named else plan.launcher
+    if launcher == "slurm" and ranks and (tasks or 1) < ranks:
         out.append(
             finding(
                 ERROR,
@@ -240,7 +250,7 @@ def _launch_findings(script: BatchScript, plan: PlanBeside, at: Any) -> list[Fin
                 at("ntasks-per-node"),
             )
         )
-    if nodes > 1 and re.search(r"--launcher[ =]pdsh\b", body):
+    if nodes > 1 and launcher == "pdsh":
         out.append(
             finding(
                 WARNING,
