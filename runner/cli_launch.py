@@ -244,6 +244,8 @@ def _in_slurm_allocation(request: LaunchRequest, choice: ConfigChoice, cfg: Conf
         nproc=cfg.nproc,
         write=not request.dry_run,
     )
+    if defaults.note:
+        click.echo(f"[dswiz] {defaults.note}")
     return dataclasses.replace(
         request,
         hostfile=defaults.hostfile or request.hostfile,

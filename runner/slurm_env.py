@@ -131,6 +131,7 @@ class LaunchDefaults:
     node_rank: int | None = None
     master_addr: str | None = None
     run_dir: str | None = None
+    note: str = ""  # the allocation in words, for the launch's output
 
 
 def _slots(config_hostfile: Path | None, nproc: int | None, allocation: SlurmAllocation) -> int:
@@ -186,7 +187,11 @@ def launch_defaults(
         hostfile = str(path)
     if multi and given.get("master_addr") is None:
         master = environ.get("MASTER_ADDR") or allocation.hosts[0]
+    rank_words = (
+        f"node rank {rank} of {allocation.nodes}" if rank is not None else f"{allocation.nodes} node(s)"
+    )
     return LaunchDefaults(
+        note=f"Slurm job {allocation.job_id}: {rank_words} ({', '.join(allocation.hosts)})",
         hostfile=hostfile,
         node_rank=rank if given.get("node_rank") is None else None,
         master_addr=master,
