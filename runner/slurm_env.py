@@ -27,12 +27,10 @@ from runner import rundir
 from wizard.config.hostfile import hostfile_lines, parse_hostfile
 from wizard.errors import DswizError
 from wizard.fsio import atomic_write_text
+from wizard.launch_command import runs_per_node
 
 _BRACKET_RE = re.compile(r"\[([^\]]*)\]")
 _RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
-# Launchers started once per node, each told its rank (wizard.launch_command's node-rank rule).
-PER_NODE_MODES = ("nossh",)
-PER_NODE_LAUNCHERS = ("torchrun", "accelerate")
 
 
 @dataclass(frozen=True)
@@ -168,7 +166,7 @@ def launch_defaults(
     if allocation is None:
         return LaunchDefaults()
     multi = allocation.nodes > 1
-    per_node = launcher in PER_NODE_LAUNCHERS or (mode or "pdsh") in PER_NODE_MODES
+    per_node = runs_per_node(launcher, mode)
     rank = allocation.node_rank if multi and per_node else None
     run_dir = None
     if given.get("run_dir") is None:

@@ -134,6 +134,14 @@ def deepspeed_env_path(spec: LaunchSpec) -> str:
     return str(PurePath(spec.run_dir, CONFIG_DIR, "deepspeed_env"))
 
 
+def runs_per_node(launcher: str, multinode_launcher: str | None) -> bool:
+    """Whether a multi-node launch runs once on every node, each told its rank (torchrun, accelerate's
+    --machine_rank, DeepSpeed's runner with --no_ssh), rather than once on the first host."""
+    return launcher in ("torchrun", "accelerate") or (
+        launcher == "deepspeed" and multinode_launcher == "nossh"
+    )
+
+
 def node_rank_word(spec: LaunchSpec) -> str:
     """This node's rank as a command word: the number, or the shell variable that holds it."""
     if spec.node_rank is not None:
@@ -322,9 +330,9 @@ def validate(spec: LaunchSpec) -> None:
         )
     if spec.node_rank is not None and spec.node_rank < 0:
         raise DswizError(f"--node-rank {spec.node_rank} is negative", "node ranks count from 0")
-    needs_node_rank = spec.multinode and (
-        spec.launcher == "torchrun" or (spec.launcher == "deepspeed" and spec.multinode_launcher == "nossh")
-    )
+    # accelerate may take its --machine_rank from the YAML instead
+    per_node = runs_per_node(spec.launcher, spec.multinode_launcher) and spec.launcher != "accelerate"
+    needs_node_rank = spec.multinode and per_node
     if needs_node_rank:
         if spec.node_rank is None and spec.node_rank_var is None:
             raise DswizError(

@@ -33,18 +33,19 @@ DEVICES = ("none", "cpu", "nvme")
 # ------------------------------------------------------------------------ cluster: launcher and job.sbatch
 def cluster_options(command: F) -> F:
     """--launcher and the Slurm batch-script flags (wizard/config/launchers.py, wizard/config/sbatch.py)."""
-    from wizard.config.launchers import DEFAULT_LAUNCHER, LAUNCHER_NOTES, MULTINODE_LAUNCHERS
+    from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
 
-    notes = "; ".join(f"{name}: {LAUNCHER_NOTES[name]}" for name in MULTINODE_LAUNCHERS)
     for option in reversed(
         (
-            choice_option(
+            click.option(
                 "--launcher",
                 "--launcher-mode",
+                "--multinode-launcher",
                 "launcher",
-                choices=MULTINODE_LAUNCHERS,
-                default=DEFAULT_LAUNCHER,
-                help=f"How a multi-node job starts its nodes ({notes}).",
+                type=click.Choice(MULTINODE_LAUNCHERS),
+                help=f"How a multi-node job starts its nodes (default {DEFAULT_LAUNCHER}: ssh from the first "
+                "host); openmpi/mpich/impi/mvapich: mpirun; slurm: srun inside the allocation; nossh and "
+                "standard (torchrun): once per node, no ssh (job.sbatch starts them with srun).",
             ),
             flag_option(
                 "--sbatch", help="Write job.sbatch for one node too (multi-node plans always get one)."
@@ -72,6 +73,7 @@ def cluster_options(command: F) -> F:
 
 def cluster_answers(flags: dict[str, Any]) -> dict[str, Any]:
     """The cluster flags as write options: the launcher and the checked SlurmJob (DswizError names a bad one)."""
+    from wizard.config.launchers import DEFAULT_LAUNCHER
     from wizard.config.sbatch import slurm_job
 
     slurm = slurm_job(
@@ -81,12 +83,12 @@ def cluster_answers(flags: dict[str, Any]) -> dict[str, Any]:
         cpus_per_task=flags["slurm_cpus_per_task"],
         gpus=flags["slurm_gpus"],
     )
-    return {"launcher": flags["launcher"], "slurm": slurm}
+    return {"launcher": flags["launcher"] or DEFAULT_LAUNCHER, "slurm": slurm}
 
 
 def cluster_config_args(flags: dict[str, Any]) -> list[str]:
     """The cluster flags not at their default, to write the same files again."""
-    args = ["--launcher", flags["launcher"]] if flags["launcher"] != "pdsh" else []
+    args = ["--launcher", flags["launcher"]] if flags["launcher"] else []
     args += ["--sbatch"] if flags["sbatch"] else []
     for name in ("slurm_time", "slurm_partition", "slurm_cpus_per_task"):
         if flags[name] is not None:
@@ -117,6 +119,7 @@ _STRATEGY_FLAGS = (
     "hostfile_hosts",
     "master_addr",
     "nvme_path",
+    "launcher",
     "slurm_time",
     "slurm_partition",
     "slurm_cpus_per_task",
