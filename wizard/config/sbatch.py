@@ -41,12 +41,13 @@ _TIME_RE = re.compile(
 _NO_LIMIT = ("UNLIMITED", "INFINITE")
 # A partition name as it can stand in `#SBATCH --partition=NAME` (a comma separates alternatives).
 _PARTITION_RE = re.compile(r"^[A-Za-z0-9_.\-]+(,[A-Za-z0-9_.\-]+)*$")
-# Environment every node's ranks get: a rank that dies ends the collective with an error instead of a hang, so
-# the job ends (and scancel's SIGTERM is not stuck behind a collective) (torch ProcessGroupNCCL).
+# Environment every node's ranks get: NCCL's async error handling in TearDown mode (1), what torchrun gives its
+# workers (torch/distributed/elastic/agent/server/local_elastic_agent.py), so a dead rank ends the job the same
+# way under DeepSpeed's runner (torch's default, 3, skips the clean-up: ProcessGroupNCCL.hpp).
 JOB_ENV = (("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),)
 MASTER_ADDR_LINE = 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"'
 MASTER_PORT_LINE = (
-    'export MASTER_PORT="${MASTER_PORT:-$("$PYTHON" -c '
+    'export MASTER_PORT="${MASTER_PORT:-$("$PYTHON_FOR_PORT" -c '
     '\'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])\')}"'
 )
 
@@ -218,7 +219,7 @@ def render_sbatch(config: ConfigSet, launch_sh_spec: LaunchSpec) -> str:
             "# The rendezvous: the allocation's first host (this batch step runs there), a port free on it now.",
             'PYTHON_FOR_PORT="${PYTHON:-python3}"',
             MASTER_ADDR_LINE,
-            MASTER_PORT_LINE.replace('"$PYTHON"', '"$PYTHON_FOR_PORT"'),
+            MASTER_PORT_LINE,
         ]
     launch = " ".join(dswiz_launch_words(config))
     if job_layout(topo).per_node_srun:
