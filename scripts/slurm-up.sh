@@ -67,7 +67,9 @@ SlurmdParameters=config_overrides
 SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=60
-KillWait=5
+# scancel: SIGTERM, then SIGKILL after KillWait s; 30 is Slurm's default, time for dswiz launch to stop the
+# ranks and write its verdict.
+KillWait=30
 Waittime=0
 NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=${DSWIZ_SLURMD_PORT1:-16818} CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=${DSWIZ_SLURMD_PORT2:-16819} CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
