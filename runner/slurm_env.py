@@ -8,11 +8,12 @@ Slurm sets (sbatch(1), srun(1) "OUTPUT ENVIRONMENT VARIABLES", Slurm 22.05): ``S
 
 What a launch takes from them (flags given on the command line always win):
 
-- several nodes: a hostfile of the allocation's hosts (``slurm-<job>-node<K>.hostfile`` under the runs folder),
+- several nodes: a hostfile of the allocation's hosts (``<run directory>.hostfile``, beside it),
   with the slots of the config folder's hostfile (else ``--nproc``, else the GPUs Slurm gave the node, else 1);
 - a launcher that runs on every node (nossh, torchrun, accelerate): ``--node-rank`` = ``SLURM_NODEID``;
 - ``--master-addr``: ``MASTER_ADDR`` when the job sets it (job.sbatch does), else the allocation's first host;
-- the run directory: ``slurm-<job>`` (``-node<K>`` per node), so the job's runs are found by its id.
+- the run directory: ``<time>-slurm<job>`` (``-node<K>`` per node): still in time order for ``dswiz monitor``'s
+  "latest run", and found by the job's id (``dswiz monitor`` takes the run id).
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ def _slots(config_hostfile: Path | None, nproc: int | None, allocation: SlurmAll
     return nproc or allocation.gpus_on_node or 1
 
 
-def _free_run_dir(name: str) -> str:
+def _free_run_dir(suffix: str) -> str:
     root = rundir.runs_root()
+    name = f"{rundir.new_run_id(root)}-{suffix}"  # the time first: run ids sort by time
     candidate, n = name, 1
     while (root / candidate).exists():  # a second launch in the same allocation (salloc), or a requeue
         candidate = f"{name}-{n}"
@@ -171,7 +173,7 @@ def launch_defaults(
     run_dir = None
     if given.get("run_dir") is None:
         suffix = f"-node{allocation.node_rank}" if rank is not None else ""
-        run_dir = _free_run_dir(f"slurm-{allocation.job_id}{suffix}")
+        run_dir = _free_run_dir(f"slurm{allocation.job_id}{suffix}")
     hostfile = master = None
     if multi and given.get("hostfile") is None:
         # beside the run directory: one per launch, so a second launch in the allocation never clashes

@@ -117,8 +117,15 @@ def output(cwd: Path, job: str) -> str:
     return (cwd / f"dswiz-{job}.out").read_text(errors="replace")
 
 
-def record(tmp: Path, name: str) -> rundir.RunRecord:
-    return rundir.read_run_record(tmp / "state" / "dswiz" / "runs" / name)
+def run_dir_of(tmp: Path, job: str, node: str = "") -> Path:
+    """The run directory dswiz launch made for the job (``<time>-slurm<job>[-node<K>]``, runner/slurm_env.py)."""
+    found = sorted((tmp / "state" / "dswiz" / "runs").glob(f"*-slurm{job}{node}"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def record(tmp: Path, job: str, node: str = "") -> rundir.RunRecord:
+    return rundir.read_run_record(run_dir_of(tmp, job, node))
 
 
 def test_sbatch_of_a_two_rank_job_runs_to_a_success_verdict(slurm: dict[str, str], tmp_path: Path) -> None:
@@ -127,7 +134,7 @@ def test_sbatch_of_a_two_rank_job_runs_to_a_success_verdict(slurm: dict[str, str
     for _attempt in range(2):  # DeepSpeed's rare abort at exit on CPU (docs/cpu-testing.md): once more
         job = submit(env, tmp_path, sbatch, "--steps", "6")
         wait_until_gone(env, job)
-        final = record(tmp_path, f"slurm-{job}")
+        final = record(tmp_path, job)
         if final.verdict is not None and final.verdict.kind == "success":
             break
     out = output(tmp_path, job)
@@ -140,10 +147,12 @@ def test_scancel_mid_run_leaves_no_process_and_a_verdict(slurm: dict[str, str], 
     env = _job_env(slurm, tmp_path)
     sbatch = write_configs(env, tmp_path / "cfg", "--gpus-per-node", "2", "--sbatch")
     job = submit(env, tmp_path, sbatch, "--steps", "100000", "--sleep-per-step", "0.05")
-    run_dir = tmp_path / "state" / "dswiz" / "runs" / f"slurm-{job}"
+    runs = tmp_path / "state" / "dswiz" / "runs"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        started = (run_dir / "run.json").is_file() and len(rundir.read_run_record(run_dir).rank_pids) == 2
+        found = list(runs.glob(f"*-slurm{job}/run.json"))
+        run_dir = found[0].parent if found else runs / "not-yet"
+        started = bool(found) and len(rundir.read_run_record(run_dir).rank_pids) == 2
         if started and "'loss'" in output(tmp_path, job):
             break
         time.sleep(1)
@@ -175,14 +184,14 @@ def test_two_node_ranks_on_two_slurmd_of_this_host(slurm: dict[str, str], tmp_pa
     for _attempt in range(2):  # the abort at exit is more frequent with two nodes (docs/cpu-testing.md)
         job = submit(env, tmp_path, sbatch, "--steps", "6")
         wait_until_gone(env, job)
-        node0, node1 = record(tmp_path, f"slurm-{job}-node0"), record(tmp_path, f"slurm-{job}-node1")
+        node0, node1 = record(tmp_path, job, "-node0"), record(tmp_path, job, "-node1")
         if all(r.verdict is not None and r.verdict.kind == "success" for r in (node0, node1)):
             break
     out = output(tmp_path, job)
     assert "0: [dswiz] verdict: success: 6 steps in" in out, out[-3000:]
     assert "1: [dswiz] verdict: success" in out
     assert "nnodes=2, num_local_procs=1, node_rank=0" in out and "node_rank=1" in out
-    hostfile = tmp_path / "state" / "dswiz" / "runs" / f"slurm-{job}-node1.hostfile"
+    hostfile = Path(f"{run_dir_of(tmp_path, job, '-node1')}.hostfile")
     assert hostfile.read_text().splitlines()[1:] == ["n1 slots=1", "n2 slots=1"]  # from SLURM_JOB_NODELIST
     assert "--node_rank" in node1.command and node1.command[node1.command.index("--node_rank") + 1] == "1"
     assert processes_of_job(job) == []

@@ -3,6 +3,7 @@ against what `scontrol show hostnames` prints (Slurm 22.05) when scontrol is ins
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -95,7 +96,8 @@ def test_a_per_node_launch_gets_its_rank_hosts_master_and_run_dir(state: Path, t
     )
     assert got.node_rank == 1 and got.master_addr == "n1"
     assert got.note == "Slurm job 7: node rank 1 of 2 (n1, n2)"
-    assert got.run_dir == str(state / "slurm-7-node1")
+    assert got.run_dir is not None and Path(got.run_dir).parent == state
+    assert re.fullmatch(r"\d{8}-\d{6}-slurm7-node1", Path(got.run_dir).name)
     assert got.hostfile is not None
     written = parse_hostfile(Path(got.hostfile).read_text())
     assert written.hosts == (("n1", 4), ("n2", 4))  # the allocation's hosts, the plan's slots
