@@ -94,3 +94,16 @@ def test_a_bad_slurm_time_names_the_formats(bad: str) -> None:
 def test_a_bad_partition_is_refused(bad: str) -> None:
     with pytest.raises(DswizError):
         check_partition(bad)
+
+
+def test_the_wizards_multi_node_step_writes_job_sbatch_for_its_launcher(tmp_path: Path) -> None:
+    """The wizard and the line prompts render through the service (WizardService.render_files): a multi-node
+    plan gets a job.sbatch for the launcher chosen in the Multi-node step, naming the folder it is written to."""
+    from wizard.service import Choices, WizardService
+
+    choices = Choices(strategy=TWO_BY_FOUR, launcher="standard", out_dir=tmp_path / "run1")
+    files = WizardService().render_files(choices, model=None)
+    text = files[SBATCH_NAME]
+    assert "#SBATCH --nodes=2\n" in text and "torch.distributed.run" in text
+    assert f"DIR={tmp_path / 'run1'}\n" in text
+    assert SBATCH_NAME not in WizardService().render_files(replace(choices, strategy=Strategy()), model=None)
