@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import choice_option
+from wizard.cli_options import F, choice_option, flag_option
 from wizard.fsio import KEEP_BACKUPS
 
 if TYPE_CHECKING:
@@ -29,6 +29,75 @@ if TYPE_CHECKING:
     from wizard.strategy import Precision, Strategy
 
 DEVICES = ("none", "cpu", "nvme")
+
+
+# ------------------------------------------------------------------------ cluster: launcher and job.sbatch
+def cluster_options(command: F) -> F:
+    """--launcher and the Slurm batch-script flags (wizard/config/launchers.py, wizard/config/sbatch.py)."""
+    from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
+
+    for option in reversed(
+        (
+            click.option(
+                "--launcher",
+                "--launcher-mode",
+                "--multinode-launcher",
+                "launcher",
+                type=click.Choice(MULTINODE_LAUNCHERS),
+                help=f"How a multi-node job starts its nodes (default {DEFAULT_LAUNCHER}: ssh from the first "
+                "host); openmpi/mpich/impi/mvapich: mpirun; slurm: srun inside the allocation; nossh and "
+                "standard (torchrun): once per node, no ssh (job.sbatch starts them with srun).",
+            ),
+            flag_option(
+                "--sbatch", help="Write job.sbatch for one node too (multi-node plans always get one)."
+            ),
+            click.option(
+                "--slurm-time", metavar="TIME", help="job.sbatch --time: minutes, H:MM:SS or D-HH:MM:SS."
+            ),
+            click.option("--slurm-partition", metavar="NAME", help="job.sbatch --partition."),
+            click.option(
+                "--slurm-cpus-per-task",
+                type=click.IntRange(min=1),
+                help="job.sbatch --cpus-per-task. Default: one core per rank the task starts.",
+            ),
+            click.option(
+                "--slurm-gpus/--no-slurm-gpus",
+                default=True,
+                show_default=True,
+                help="job.sbatch asks for --gpus-per-node (no: CPU ranks, or a cluster without GPU GRES).",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def cluster_answers(flags: dict[str, Any]) -> dict[str, Any]:
+    """The cluster flags as write options: the launcher and the checked SlurmJob (DswizError names a bad one)."""
+    from wizard.config.launchers import DEFAULT_LAUNCHER
+    from wizard.config.sbatch import slurm_job
+
+    slurm = slurm_job(
+        wanted=flags["sbatch"],
+        time=flags["slurm_time"],
+        partition=flags["slurm_partition"],
+        cpus_per_task=flags["slurm_cpus_per_task"],
+        gpus=flags["slurm_gpus"],
+    )
+    return {"launcher": flags["launcher"] or DEFAULT_LAUNCHER, "slurm": slurm}
+
+
+def cluster_config_args(flags: dict[str, Any]) -> list[str]:
+    """The cluster flags not at their default, to write the same files again."""
+    args = ["--launcher", flags["launcher"]] if flags["launcher"] else []
+    args += ["--sbatch"] if flags["sbatch"] else []
+    for name in ("slurm_time", "slurm_partition", "slurm_cpus_per_task"):
+        if flags[name] is not None:
+            args += ["--" + name.replace("_", "-"), str(flags[name])]
+    return args + ([] if flags["slurm_gpus"] else ["--no-slurm-gpus"])
+
+
+# ------------------------------------------------------------------------------------------------ the command
 
 
 # Flags the line prompts ask about themselves (used with --yes only).
@@ -51,6 +120,10 @@ _STRATEGY_FLAGS = (
     "hostfile_hosts",
     "master_addr",
     "nvme_path",
+    "launcher",
+    "slurm_time",
+    "slurm_partition",
+    "slurm_cpus_per_task",
 )
 
 
@@ -111,6 +184,7 @@ _STRATEGY_FLAGS = (
 @click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True)
 @click.option("--nvme-path", metavar="DIR", help="Directory on a local NVMe drive for NVMe offload.")
+@cluster_options
 @choice_option(
     "--optimizer",
     choices=("auto", "deepspeed", "script"),
@@ -407,6 +481,7 @@ def write_options(
         steps_per_print=flags["steps_per_print"],
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         save_16bit_model=flags.get("save_16bit") is not False,
+        **cluster_answers(flags),
     )
 
 
@@ -436,7 +511,7 @@ def _config_args(flags: dict[str, Any]) -> list[str]:
         args.append("--torch-adam")
     if flags.get("save_16bit") is False:
         args.append("--no-save-16bit")
-    return args
+    return args + cluster_config_args(flags)
 
 
 def _sidecar(planned: Planned, flags: dict[str, Any], strategy: Strategy) -> tuple[str, str]:
@@ -531,6 +606,8 @@ def _report(
     click.echo("next:")
     click.echo(f"  dswiz launch --config {out_dir} train.py      (preflight, live dashboard, clean stop)")
     click.echo(f"  bash {out_dir / 'launch.sh'} train.py         (the same launch, by hand)")
+    if (out_dir / "job.sbatch").is_file():
+        click.echo(f"  sbatch {out_dir / 'job.sbatch'} train.py      (the same, as a Slurm batch job)")
 
 
 def script_hint_lines(config_set: ConfigSet, out_dir: Path) -> list[str]:

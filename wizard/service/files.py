@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from wizard.config.build import WriteOptions
     from wizard.config.load import LoadedConfig
-    from wizard.config.schema import AccelerateMode, Consumer
+    from wizard.config.schema import AccelerateMode, Consumer, SlurmJob
 
 
 class WriteAnswers(TypedDict, total=False):
@@ -55,6 +55,7 @@ class WriteAnswers(TypedDict, total=False):
     accelerate_mode: AccelerateMode
     gradient_clipping: float
     save_16bit_model: bool
+    slurm: SlurmJob
 
 
 def write_options(
