@@ -114,7 +114,6 @@ def run_prompts(
     s = _ask_precision_and_batch(a, model, s)
     s = _ask_multi_node(a, s)
     c.strategy = s
-    c.global_batch = s.global_batch_size
     say(
         f"global batch {s.global_batch_size} = micro {s.micro_batch_size} × accumulation "
         f"{s.gradient_accumulation_steps} × world {s.world_size}"

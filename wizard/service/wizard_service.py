@@ -25,7 +25,7 @@ from wizard.model import ModelSpec, load_model_spec, preset_names
 from wizard.planner import Candidate, Capacities, MaxBatchRow, Plan, PlanRequest
 from wizard.service import files as written
 from wizard.service.choices import DEFAULT_OUT_DIR, Choices
-from wizard.strategy import PRECISIONS, Strategy
+from wizard.strategy import PRECISIONS, Mode, Precision, Strategy
 from wizard.units import fmt_bytes
 
 # The config writers, loader and linter (wizard.config's schema, build, load, reimport, render, nvme, lint/) build
@@ -98,6 +98,35 @@ class WizardService:
 
     def plan(self, choices: Choices, model: ModelSpec) -> Plan:
         return planner.plan(_hardware(choices), model, self.request(choices))
+
+    def start_plan(self, choices: Choices, model: ModelSpec) -> Plan:
+        """Plan for ``model`` and start the strategy from the plan: the recommendation (or, when nothing fits, the
+        closest candidate, so the Strategy step shows why); an imported config keeps its own choices, on this
+        hardware's topology. The user's target global batch is left as they typed it."""
+        plan = self.plan(choices, model)
+        if not plan.candidates:
+            raise DswizError("the planner found no candidate", "check the model numbers and the hardware")
+        planned = (plan.best or plan.candidates[0]).strategy
+        if choices.strategy is None or choices.imported_from is None:
+            choices.strategy = planned
+        else:
+            choices.strategy = choices.strategy.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
+        return plan
+
+    def start_unplanned(self, choices: Choices) -> None:
+        """No model: nothing can be predicted, the strategy is chosen by hand from ``unplanned_strategy`` (or the
+        imported file's)."""
+        hw = choices.hardware
+        if choices.strategy is None or choices.imported_from is None:
+            choices.strategy = unplanned_strategy(hw, choices.mode)
+        elif hw is not None:
+            choices.strategy = choices.strategy.with_(nodes=hw.nodes, gpus_per_node=max(1, hw.gpus_per_node))
+
+    def seq_len_for(self, choices: Choices, model: ModelSpec | None) -> int | None:
+        """The sequence length the planner uses: the one typed, else the model's context (at most 2048)."""
+        if model is None:
+            return choices.seq_len
+        return self.request(choices).resolved_seq_len(model)
 
     def evaluate(self, choices: Choices, model: ModelSpec, strategy: Strategy) -> Candidate:
         """The planner's prediction for a strategy the user edited by hand (``wizard.planner.evaluate``): any stage,
@@ -315,6 +344,29 @@ class WizardService:
         return nvme_path_findings(choices.nvme_path, choices.hardware, need_bytes=need_bytes)
 
 
+def best_precision(hardware: HardwareReport | None) -> Precision:
+    """bf16 where every GPU computes in it, else fp16, else fp32 (no GPU: bf16, which DeepSpeed's CPU accelerator
+    runs)."""
+    if hardware is None or not hardware.gpus:
+        return "bf16"
+    if all(g.supports_bf16 for g in hardware.gpus):
+        return "bf16"
+    return "fp16" if all(g.supports_fp16 for g in hardware.gpus) else "fp32"
+
+
+def unplanned_strategy(hardware: HardwareReport | None, mode: Mode) -> Strategy:
+    """The strategy without a model to plan for (`dswiz config --yes` without --model, the wizard with the model
+    left empty): stage 2 (3 for inference, ZeRO inference is stage 3 only) on the hardware's topology, its best
+    precision, micro-batch 1 and no accumulation."""
+    return Strategy(
+        zero_stage=3 if mode == "inference" else 2,
+        mode=mode,
+        precision=best_precision(hardware),
+        nodes=hardware.nodes if hardware is not None else 1,
+        gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
+    )
+
+
 def _hardware(choices: Choices) -> HardwareReport:
     if choices.hardware is None:
         raise DswizError("no hardware yet", "go back to the Hardware step")
@@ -335,10 +387,13 @@ def initial_choices(
     hardware_spec: str | None = None,
     from_file: Path | None = None,
     out_dir: Path | None = None,
+    model_text: str = "",
 ) -> Choices:
-    """The answers a session starts from: the hardware asked for, and an imported file's decisions (``--from``),
-    whose folder is then the default output folder."""
-    choices = Choices(hardware_spec=hardware_spec, hardware=hardware, out_dir=out_dir or DEFAULT_OUT_DIR)
+    """The answers a session starts from: the hardware and model asked for, and an imported file's decisions
+    (``--from``), whose folder is then the default output folder."""
+    choices = Choices(
+        hardware_spec=hardware_spec, hardware=hardware, out_dir=out_dir or DEFAULT_OUT_DIR, model_text=model_text
+    )
     if from_file is not None:
         service.apply_import(choices, service.import_config(from_file))
         choices.imported_from = from_file

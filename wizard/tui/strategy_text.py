@@ -1,8 +1,11 @@
-"""The Strategy step's small words and how a hand-made stage change is kept valid (no Textual here); the
-strategy's own label is wizard.strategy's."""
+"""The Strategy step's small words (rich text, no Textual): the advice above the table, and how a hand-made stage
+change is kept valid; the strategy's own label is wizard.strategy's."""
 
 from __future__ import annotations
 
+from rich.text import Text
+
+from wizard.planner import Plan
 from wizard.strategy import Strategy
 
 
@@ -26,3 +29,16 @@ def with_stage(s: Strategy, stage: int) -> Strategy:
 
 def group_label(group: str) -> str:
     return {"stage": "stage", "opt": "optimizer offload", "param": "parameter offload"}[group]
+
+
+def advice_text(plan: Plan) -> Text:
+    """Above the table: when nothing fits, the planner's "what would fit" advice as `dswiz plan` prints it, one
+    line each; then the plan's notes."""
+    text = Text()
+    if plan.best is None:
+        text.append("Nothing fits as asked. What would:", style="bold red")
+        for line in plan.advice:
+            text.append(f"\n  - {line}")
+    for note in plan.notes:
+        text.append(f"\n{note}" if text.plain else note, style="dim")
+    return text

@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
-from wizard.findings import has_errors
+from wizard.findings import Severity
 from wizard.service import CONSUMERS
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen
@@ -39,7 +39,7 @@ def unified_diff(name: str, old: str, new: str) -> str:
 
 class ReviewStep(StepScreen):
     STEP = 5
-    AUTO_FOCUS = "#write"
+    AUTO_FOCUS = "#out-dir"
     HELP = (
         "The files dswiz will write, exactly. Where a file already exists, the diff shows what changes; writing "
         "over it asks first and keeps the old one as `NAME.bak-<time>`. Findings come from the same linter as "
@@ -52,16 +52,19 @@ class ReviewStep(StepScreen):
         super().__init__()
         self.files: dict[str, str] = {}
         self.on_disk: dict[str, str] = {}
-        self.has_errors = False
+        self.error_count = 0
+        self.written_files: dict[str, str] | None = None  # what the last write wrote, to tell Enter what to do
 
     def body(self) -> ComposeResult:
-        yield Label("Write to directory", classes="field-label")
+        yield Label("Write to directory (Enter writes)", classes="field-label")
         with Horizontal(classes="row"):
             yield Input(id="out-dir")
-            yield Button("Write files", id="write", variant="success")
-        yield Static("", id="written")
+            write = Button("Write files", id="write", variant="success")
+            write.can_focus = False  # Enter in the folder field (or on "Used by") writes; Tab goes to Used by
+            yield write
         yield Label("Used by", classes="field-label")
         yield radio_set("consumer", "consumer", CONSUMERS)
+        yield Static("", id="written")
         yield Label("Your script", classes="section-title")
         yield Static("", id="hints")
         yield Label("Findings", classes="section-title")
@@ -126,22 +129,47 @@ class ReviewStep(StepScreen):
                 diff = unified_diff(name, old, text)
                 widgets.append(Static(Syntax(diff, "diff", theme=THEME), classes="file diff"))
         box.mount_all(widgets)
-        self.has_errors = has_errors(findings)
+        self.error_count = sum(f.severity is Severity.ERROR for f in findings)
 
     def _out_dir(self) -> Path:
         return Path(self.query_one("#out-dir", Input).value.strip() or str(self.wizard.choices.out_dir))
 
-    @on(Input.Submitted, "#out-dir")
-    def _dir_changed(self) -> None:
+    def go_on(self) -> None:
+        """Enter (in the folder field, on "Used by", on Done) writes the files; once they are written, Done."""
         self.wizard.choices.out_dir = self._out_dir()
         self._show_files()
+        if self.wizard.choices.written and self.written_files == self.files:
+            super().go_on()
+            return
+        self._write_pressed()
 
     @on(Button.Pressed, "#write")
     def _write_pressed(self) -> None:
-        self.wizard.choices.out_dir = out = self._out_dir()
+        self.wizard.choices.out_dir = self._out_dir()
         self._show_files()
         if not self.files:
             return
+        if not self.error_count:
+            self._confirm_overwrite()
+            return
+
+        def answered(write_anyway: bool | None) -> None:
+            if write_anyway:
+                self._confirm_overwrite()
+
+        n = self.error_count
+        self.app.push_screen(
+            ConfirmScreen(
+                f"The check found {n} error{'s' if n != 1 else ''} (listed under Findings): DeepSpeed or "
+                "accelerate would refuse these files or not do what they say. Write them anyway?",
+                yes="Write anyway",
+                no="Go back and fix",
+            ),
+            answered,
+        )
+
+    def _confirm_overwrite(self) -> None:
+        out = self.wizard.choices.out_dir
         changed = [n for n, old in self.on_disk.items() if old != self.files.get(n)]
         if not changed:
             self._write(force=False)
@@ -168,6 +196,7 @@ class ReviewStep(StepScreen):
             self.set_status(f"{e.problem} — {e.fix}" if e.fix else e.problem, error=True)
             return
         c.written = [r.path for r in results]
+        self.written_files = dict(self.files)
         lines = Text()
         lines.append("Wrote\n", style="bold green")
         for r in results:

@@ -18,8 +18,8 @@ from wizard.findings import Finding, Severity
 from wizard.planner import Candidate
 from wizard.strategy import OFFLOAD_DEVICES, Strategy, strategy_description
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.strategy_text import fmt_rate, group_label, with_stage
-from wizard.tui.widgets.fields import labelled, radio_set
+from wizard.tui.strategy_text import advice_text, fmt_rate, group_label, with_stage
+from wizard.tui.widgets.fields import ChoiceSet, ChoiceTable, labelled, radio_set
 from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.tui.widgets.nvme_path_field import NvmePathField
@@ -45,7 +45,7 @@ class StrategyStep(StepScreen):
 
     def body(self) -> ComposeResult:
         yield Static("", id="advice")
-        yield DataTable(id="candidates", cursor_type="row", zebra_stripes=True)
+        yield ChoiceTable(id="candidates", cursor_type="row", zebra_stripes=True)
         with Collapsible(title="Largest micro-batch per strategy (m)", collapsed=True, id="max-batch-box"):
             yield MaxBatchView(id="max-batch")
         yield Label("Chosen", classes="section-title")
@@ -85,10 +85,19 @@ class StrategyStep(StepScreen):
         plan = self.wizard.plan
         table = self.query_one("#candidates", DataTable)
         table.clear()
-        if plan is None:
-            self.query_one("#advice", Static).update("No plan yet: fill in the Model step first.")
-            return
         chosen = self.wizard.choices.strategy
+        table.display = plan is not None
+        if plan is None:
+            self.query_one("#advice", Static).update(
+                Text(
+                    "No model, so nothing is predicted: choose the ZeRO stage and offloads below "
+                    "(or name a model in the Model step for the planner's ranking).",
+                    style="yellow",
+                )
+            )
+            self.show(None, strategy=chosen)
+            self.query_one("#stage", RadioSet).focus()
+            return
         for i, c in enumerate(plan.candidates):
             s = c.strategy
             mark = "★" if c is plan.best else ""
@@ -107,13 +116,7 @@ class StrategyStep(StepScreen):
                 Text("yes", style="green") if c.fits else Text("no", style="red"),
                 key=str(i),
             )
-        advice = Text()
-        if plan.best is None:
-            advice.append("Nothing fits as asked. ", style="bold red")
-        advice.append(" ".join(plan.advice))
-        for note in plan.notes:
-            advice.append(f"\n{note}" if advice.plain else note, style="dim")
-        self.query_one("#advice", Static).update(advice)
+        self.query_one("#advice", Static).update(advice_text(plan))
         match = next((c for c in plan.candidates if c.strategy == chosen), None)
         if match is not None:
             table.move_cursor(row=plan.candidates.index(match))
@@ -179,10 +182,12 @@ class StrategyStep(StepScreen):
                 problems = [] if value == current else self.option_problems(change(value))
                 button.disabled = bool(problems)
                 button.tooltip = "; ".join(problems) or None
-                if value == current and not button.value:
-                    button.value = True
+                if value == current:
+                    self.query_one(f"#{group}", ChoiceSet).choose(button)
                 if problems:
                     not_offered.append(f"{group_label(group)} {value}: {problems[0]}")
+        for group, *_ in groups:
+            self.query_one(f"#{group}", ChoiceSet).sync_cursor()
         text = Text("Not offered:\n", style="bold dim") if not_offered else Text()
         text.append("\n".join(f"  {line}" for line in not_offered), style="dim")
         self.query_one("#not-offered", Static).update(text)
