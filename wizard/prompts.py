@@ -7,13 +7,13 @@ not what is under test).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from wizard.errors import DswizError
-from wizard.findings import Finding, has_errors
+from wizard.findings import Finding, Severity, has_errors
 from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import Candidate, Plan
@@ -142,13 +142,17 @@ def run_prompts(
     service: WizardService | None = None,
     say: Callable[[str], None] = print,
     model_text: str = "",
+    prefill: Mapping[str, Any] | None = None,
 ) -> int:
     """Ask, plan, write. Returns 0 when files were written, 1 when the user stopped before writing.
-    ``model_text`` (``--model``) is the model question's default."""
+    ``model_text`` (``--model``) and ``prefill`` (``Choices`` fields: `dswiz config`'s flags) are the questions'
+    defaults."""
     service = service or WizardService()
     c = initial_choices(
         service, hardware_spec=hardware_spec, from_file=from_file, out_dir=out_dir, model_text=model_text
     )
+    for name, value in (prefill or {}).items():
+        setattr(c, name, value)
     a = _Asking(prompter or QuestionaryPrompter(), service, c, say)
     _ask_hardware(a, hardware_spec)
     model = _ask_model(a)
@@ -254,9 +258,10 @@ def _ask_strategy(a: _Asking, model: ModelSpec, plan: Plan) -> Strategy:
         )
     planned = (plan.best or plan.candidates[0]).strategy
     imported = c.strategy
+    given = "imported" if c.imported_from is not None else "given"
     if imported is not None and a.p.confirm(
         "keep-imported",
-        f"Keep the imported strategy ({strategy_label(imported)}, {imported.precision})?",
+        f"Keep the {given} strategy ({strategy_label(imported)}, {imported.precision})?",
         default=True,
     ):
         s = imported.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
@@ -351,9 +356,19 @@ def _review_and_write(a: _Asking, model: ModelSpec | None, plan: Plan | None) ->
     files = a.service.render_files(
         c, model, plan
     )  # the accelerate YAML names the files by their absolute path
-    a.show(
-        a.service.lint_files(files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=c.out_dir)
+    findings = a.service.lint_files(
+        files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=c.out_dir, consumer=c.consumer
     )
+    a.show(findings)
+    errors = sum(f.severity is Severity.ERROR for f in findings)
+    if errors and not a.p.confirm(
+        "write-errors",
+        f"The check found {errors} error(s) above: DeepSpeed or accelerate would refuse these files. "
+        "Write them anyway?",
+        default=False,
+    ):
+        a.say("Nothing written.")
+        return 1
     on_disk = a.service.existing_files(c.out_dir, files)
     changed = [n for n, old in on_disk.items() if old != files[n]]
     force = False

@@ -106,7 +106,12 @@ class ReviewStep(StepScreen):
         try:
             self.files = self.wizard.service.render_files(c, self.wizard.model, self.wizard.plan)
             findings = self.wizard.service.lint_files(
-                self.files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=self._out_dir()
+                self.files,
+                c.world_size,
+                hardware=c.hardware,
+                launcher=c.launcher,
+                out_dir=self._out_dir(),
+                consumer=c.consumer,
             )
         except DswizError as e:
             self.files = {}
