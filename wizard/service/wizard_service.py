@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wizard import planner
 from wizard.config.hostfile import hostfile_lines, placeholder_hosts
@@ -25,6 +25,7 @@ from wizard.model import ModelSpec, load_model_spec, preset_names
 from wizard.planner import Candidate, Capacities, MaxBatchRow, Plan, PlanRequest
 from wizard.service import files as written
 from wizard.service.choices import DEFAULT_OUT_DIR, Choices
+from wizard.service.key_diff import KeyChange, key_diff
 from wizard.strategy import PRECISIONS, Mode, Precision, Strategy
 from wizard.units import fmt_bytes
 
@@ -244,6 +245,36 @@ class WizardService:
             )
             files[name] = text
         return files
+
+    @staticmethod
+    def import_key_diffs(choices: Choices, files: Mapping[str, str]) -> dict[str, tuple[str, list[KeyChange]]]:
+        """For `--from FILE`: file name -> (the imported file it is compared with, the key-level diff), for the
+        DeepSpeed JSON and, when a YAML was imported, the accelerate YAML. Empty without an import."""
+        import json
+
+        import yaml
+
+        from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
+
+        imported = choices.imported
+        if imported is None:
+            return {}
+        pairs: list[tuple[str, Path | None, str | None, Callable[[str], Any]]] = [
+            (DS_CONFIG_NAME, imported.ds_config_path, choices.imported_ds_text, json.loads)
+        ]
+        if imported.kind == "accelerate":
+            pairs.append((ACCELERATE_YAML_NAME, imported.path, _read_text(imported.path), yaml.safe_load))
+        out: dict[str, tuple[str, list[KeyChange]]] = {}
+        for name, path, old_text, parse in pairs:
+            if path is None or old_text is None or name not in files:
+                continue
+            try:
+                old, new = parse(old_text), parse(files[name])
+            except ValueError:
+                continue
+            if isinstance(old, dict) and isinstance(new, dict):
+                out[name] = (str(path), key_diff(old, new))
+        return out
 
     @staticmethod
     def code_hint_lines(choices: Choices, files: Mapping[str, str]) -> list[str]:

@@ -18,6 +18,7 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 from wizard.errors import DswizError
 from wizard.findings import Severity
 from wizard.service import CONSUMERS
+from wizard.service.key_diff import KeyChange, summary
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen
 from wizard.tui.widgets.fields import radio_set
@@ -35,6 +36,23 @@ def unified_diff(name: str, old: str, new: str) -> str:
     return "".join(
         difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{name} (on disk)", f"{name} (new)")
     )
+
+
+def import_diff_text(imported: str, rows: list[KeyChange]) -> Text:
+    """The key-level diff against the imported file: a count of what is kept, then each key changed, removed or
+    added with its values."""
+    text = Text.assemble(("Against the imported ", "bold"), (imported, "bold"), f": {summary(rows)}")
+    marks = {"changed": ("~", "yellow"), "removed": ("-", "red"), "added": ("+", "green")}
+    for row in rows:
+        if row.state == "kept":
+            continue
+        mark, style = marks[row.state]
+        if row.state == "changed":
+            values = f"{row.old!r} → {row.new!r}"
+        else:
+            values = repr(row.old if row.state == "removed" else row.new)
+        text.append(f"\n  {mark} {row.key}: {values}", style=style)
+    return text
 
 
 class ReviewStep(StepScreen):
@@ -120,8 +138,11 @@ class ReviewStep(StepScreen):
         self.query_one("#findings", Static).update(findings_text(findings))
         self._show_hints()
         self.on_disk = self.wizard.service.existing_files(self._out_dir(), self.files)
+        against_import = self.wizard.service.import_key_diffs(c, self.files)
         widgets: list[Static] = []
         for name, text in self.files.items():
+            if name in against_import:
+                widgets.append(Static(import_diff_text(*against_import[name]), classes="import-diff"))
             old = self.on_disk.get(name)
             state = (
                 "new file" if old is None else ("unchanged" if old == text else "changes the file on disk")
