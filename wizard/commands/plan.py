@@ -179,16 +179,26 @@ def _g(n: int | None) -> str:
     return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
 
 
+def _console() -> Any:
+    """Rich's console; piped, it does not wrap lines at 80 columns (a wrapped table or line breaks words apart
+    for whatever reads it): lines stay whole."""
+    import sys
+
+    from rich.console import Console
+
+    piped = not sys.stdout.isatty()
+    return Console(highlight=False, soft_wrap=piped, width=1000 if piped else None)
+
+
 def _mark(text: str, bad: bool) -> str:
     return f"[red]{text}[/]" if bad else text
 
 
 def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = _console()
     req = result.request
     batch = f", global batch {req.global_batch}" if req.global_batch else ""
     console.print(f"[bold]{_model_line(result.model)}[/] on {_hardware_line(result.hardware)}")
@@ -273,7 +283,7 @@ def _print_max_batch(rows: list[Any], result: Plan) -> None:
 
     from wizard.service.tables import max_batch_pairs
 
-    console = Console(highlight=False)
+    console = _console()
     with_ckpt = any(r.strategy.activation_checkpointing for r in rows)
     table = Table(
         title="Largest micro-batch per strategy (accumulation 1)",
