@@ -34,7 +34,9 @@ class Keys:
 
 def config_yes(out: Path, *args: str) -> dict[str, str]:
     """`dswiz config --yes ARGS --out OUT`, in process; the files it wrote, by name."""
-    rc = cli.main(args=["config", "--yes", *args, "--out", str(out)], prog_name="dswiz", standalone_mode=False)
+    rc = cli.main(
+        args=["config", "--yes", *args, "--out", str(out)], prog_name="dswiz", standalone_mode=False
+    )
     assert rc == 0
     return files_in(out)
 
@@ -80,7 +82,13 @@ async def test_accelerate_guide_config_in_twelve_keys(service: Any, tmp_path: Pa
         assert app.choices.written, str(app.screen.query_one("#status").render())
     assert keys.count <= 12
     s = app.choices.strategy
-    assert (s.zero_stage, s.offload_optimizer, s.offload_param, s.precision, s.world_size) == (3, "cpu", "cpu", "fp16", 2)
+    assert (s.zero_stage, s.offload_optimizer, s.offload_param, s.precision, s.world_size) == (
+        3,
+        "cpu",
+        "cpu",
+        "fp16",
+        2,
+    )
     assert files_in(tmp_path / "dswiz-config") == config_yes(
         tmp_path / "cli",
         *("--hardware", "2xRTX3090", "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"),

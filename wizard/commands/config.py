@@ -143,7 +143,9 @@ def config(
     config_set = config_set_from_strategy(strategy, options)
     extra = dict([_sidecar(planned, flags, strategy)]) if planned is not None else {}
     files = rendered_files(config_set, extra)
-    findings = _check_before_writing(files, config_set, strategy, out_dir, hardware, force_errors=force_errors)
+    findings = _check_before_writing(
+        files, config_set, strategy, out_dir, hardware, force_errors=force_errors
+    )
     written = write_config_set(files, out_dir, force=force)
     _report(config_set, strategy, written, out_dir, findings)
     return 0
@@ -172,7 +174,9 @@ def _check_before_writing(
     )
     errors = sum(f.severity is Severity.ERROR for f in findings)
     if errors and not force_errors:
-        print_findings([f for f in findings if f.severity is not Severity.INFO], f"check of the files for {out_dir}")
+        print_findings(
+            [f for f in findings if f.severity is not Severity.INFO], f"check of the files for {out_dir}"
+        )
         raise DswizError(
             f"the check found {errors} error{'s' if errors != 1 else ''} in the files: nothing was written",
             "change the flags as each fix says, or pass --force-errors to write them anyway",
@@ -496,9 +500,7 @@ def rendered_files(config_set: ConfigSet, extra: dict[str, str] | None = None) -
     return {**render_all(config_set), **(extra or {})}
 
 
-def write_config_set(
-    files: dict[str, str], out_dir: Path, *, force: bool
-) -> list[tuple[Path, Path | None]]:
+def write_config_set(files: dict[str, str], out_dir: Path, *, force: bool) -> list[tuple[Path, Path | None]]:
     """Write every file atomically. Existing different files are refused up front (nothing is written) unless
     ``force``, which keeps a backup of each."""
     from wizard.service.files import write_files

@@ -55,5 +55,9 @@ def _same(a: Any, b: Any) -> bool:
 def summary(rows: list[KeyChange]) -> str:
     """ "40 keys kept, 1 changed, 2 added, 1 removed" (the states that occur)."""
     counts = {state: sum(r.state == state for r in rows) for state in ("kept", "changed", "added", "removed")}
-    parts = [f"{n} {'key' if n == 1 else 'keys'} kept" if s == "kept" else f"{n} {s}" for s, n in counts.items() if n]
+    parts = [
+        f"{n} {'key' if n == 1 else 'keys'} kept" if s == "kept" else f"{n} {s}"
+        for s, n in counts.items()
+        if n
+    ]
     return ", ".join(parts) or "no keys"

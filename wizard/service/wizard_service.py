@@ -111,7 +111,9 @@ class WizardService:
         if choices.strategy is None or choices.imported_from is None:
             choices.strategy = planned
         else:
-            choices.strategy = choices.strategy.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
+            choices.strategy = choices.strategy.with_(
+                nodes=planned.nodes, gpus_per_node=planned.gpus_per_node
+            )
         return plan
 
     def start_unplanned(self, choices: Choices) -> None:
@@ -247,7 +249,9 @@ class WizardService:
         return files
 
     @staticmethod
-    def import_key_diffs(choices: Choices, files: Mapping[str, str]) -> dict[str, tuple[str, list[KeyChange]]]:
+    def import_key_diffs(
+        choices: Choices, files: Mapping[str, str]
+    ) -> dict[str, tuple[str, list[KeyChange]]]:
         """For `--from FILE`: file name -> (the imported file it is compared with, the key-level diff), for the
         DeepSpeed JSON and, when a YAML was imported, the accelerate YAML. Empty without an import."""
         import json
@@ -423,7 +427,10 @@ def initial_choices(
     """The answers a session starts from: the hardware and model asked for, and an imported file's decisions
     (``--from``), whose folder is then the default output folder."""
     choices = Choices(
-        hardware_spec=hardware_spec, hardware=hardware, out_dir=out_dir or DEFAULT_OUT_DIR, model_text=model_text
+        hardware_spec=hardware_spec,
+        hardware=hardware,
+        out_dir=out_dir or DEFAULT_OUT_DIR,
+        model_text=model_text,
     )
     if from_file is not None:
         service.apply_import(choices, service.import_config(from_file))

@@ -71,7 +71,9 @@ class ModelStep(StepScreen):
         w = self.wizard
         desc = w.service.describe_model(w.model)
         seq = w.service.seq_len_for(w.choices, w.model)
-        desc += f"\nplanned at sequence length {seq}" + ("" if w.choices.seq_len else " (the model's context, ≤ 2048)")
+        desc += f"\nplanned at sequence length {seq}" + (
+            "" if w.choices.seq_len else " (the model's context, ≤ 2048)"
+        )
         self.query_one("#model-summary", Static).update(Text(desc, style="green"))
 
     def save(self) -> None:

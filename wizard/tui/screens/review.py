@@ -71,7 +71,9 @@ class ReviewStep(StepScreen):
         self.files: dict[str, str] = {}
         self.on_disk: dict[str, str] = {}
         self.error_count = 0
-        self.written_files: dict[str, str] | None = None  # what the last write wrote, to tell Enter what to do
+        self.written_files: dict[str, str] | None = (
+            None  # what the last write wrote, to tell Enter what to do
+        )
 
     def body(self) -> ComposeResult:
         yield Label("Write to directory (Enter writes)", classes="field-label")
