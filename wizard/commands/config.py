@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from wizard.model import ModelSpec
     from wizard.planner import Plan, PlanRequest
     from wizard.prompts import Prompter
-    from wizard.strategy import Precision, Strategy
+    from wizard.strategy import Strategy
 
 DEVICES = ("none", "cpu", "nvme")
 

@@ -278,7 +278,6 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
 def _print_max_batch(rows: list[Any], result: Plan) -> None:
     """The max-batch table: one line per stage and offload choice, without and with checkpointing side by side."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     from wizard.service.tables import max_batch_pairs

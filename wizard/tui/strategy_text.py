@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from wizard.planner import Plan
-from wizard.strategy import Strategy
+from wizard.planner import Candidate, Plan
+from wizard.strategy import Strategy, offload_cell, stage_cell
 
 
 def fmt_rate(tps: float | None) -> str:
@@ -42,3 +42,25 @@ def advice_text(plan: Plan) -> Text:
     for note in plan.notes:
         text.append(f"\n{note}" if text.plain else note, style="dim")
     return text
+
+
+def gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f}"
+
+
+def candidate_cells(c: Candidate, *, best: bool) -> dict[str, str | Text]:
+    """One row of the candidates table, by column (the columns `dswiz plan` prints, in its words)."""
+    s, p = c.strategy, c.predicted
+    return {
+        "": "★" if best else "",
+        "ZeRO": stage_cell(s),
+        "offload": offload_cell(s),
+        "ckpt": "yes" if s.activation_checkpointing else "-",
+        "prec": s.precision,
+        "batch": f"{s.micro_batch_size}x{s.gradient_accumulation_steps}",
+        "GPU GiB": Text(gib(p.gpu_bytes), style="red" if "gpu" in c.limits else ""),
+        "CPU GiB": Text(gib(p.cpu_bytes), style="red" if "cpu" in c.limits else ""),
+        "NVMe GiB": gib(p.nvme_bytes) if p.nvme_bytes else "-",
+        "tok/s": fmt_rate(p.tokens_per_sec),
+        "fits": Text("yes", style="green") if c.fits else Text("no", style="red"),
+    }

@@ -45,12 +45,13 @@ class StepScreen(Screen[None]):
         with VerticalScroll(id="body"):
             yield from self.body()
         with Horizontal(id="nav"):
-            back = Button("← Back", id="back", disabled=self.STEP == 0)
+            # compact (one line, no border): on 24 rows the step's own fields get the room
+            back = Button("← Back", id="back", disabled=self.STEP == 0, compact=True)
             back.can_focus = False  # Tab from the last field lands on Next; Back is ctrl+p (or b, or a click)
             yield back
             yield Static("", id="status")
             last = len(STEP_TITLES) - 1 == self.STEP
-            yield Button("Done" if last else "Next →", id="next", variant="primary")
+            yield Button("Done" if last else "Next →", id="next", variant="primary", compact=True)
         yield Footer()
 
     def body(self) -> ComposeResult:  # pragma: no cover - every step overrides it

@@ -7,7 +7,7 @@ from typing import ClassVar
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Markdown, Static
 
@@ -38,7 +38,7 @@ class HelpScreen(ModalScreen[None]):
         self.step_help = step_help
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog", classes="help"):
+        with VerticalScroll(id="dialog", classes="help"):  # scrolls on a small terminal (pagedown, the wheel)
             yield Markdown(f"## {self.step_title}\n\n{self.step_help}\n\n## Keys\n\n{KEYS_HELP}")
             yield Button("Close", id="close", variant="primary")
 

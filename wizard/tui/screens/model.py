@@ -66,18 +66,22 @@ class ModelStep(StepScreen):
             self.query_one("#model", Input).value = event.value
 
     def _show_model(self) -> None:
-        if self.wizard.model is None:
-            return
         w = self.wizard
-        desc = w.service.describe_model(w.model)
-        seq = w.service.seq_len_for(w.choices, w.model)
+        model = w.model
+        summary = self.query_one("#model-summary", Static)
+        if model is None:
+            summary.update(
+                Text("No model: you choose the strategy by hand; nothing is predicted.", style="dim")
+            )
+            return
+        desc = w.service.describe_model(model)
+        seq = w.service.seq_len_for(w.choices, model)
         desc += f"\nplanned at sequence length {seq}" + (
             "" if w.choices.seq_len else " (the model's context, ≤ 2048)"
         )
-        self.query_one("#model-summary", Static).update(Text(desc, style="green"))
+        summary.update(Text(desc, style="green"))
 
     def save(self) -> None:
-        c = self.wizard.choices
         text = self.query_one("#model", Input).value.strip()
         seq_len = parse_positive(
             self.query_one("#seq-len", Input).value, "sequence length", allow_empty=True, example=2048

@@ -15,10 +15,10 @@ from textual.widgets import Collapsible, DataTable, Input, Label, RadioButton, R
 
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
-from wizard.planner import Candidate
+from wizard.planner import Candidate, Plan
 from wizard.strategy import OFFLOAD_DEVICES, Strategy, strategy_description
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.strategy_text import advice_text, fmt_rate, group_label, with_stage
+from wizard.tui.strategy_text import advice_text, candidate_cells, fmt_rate, group_label, with_stage
 from wizard.tui.widgets.fields import ChoiceSet, ChoiceTable, labelled, radio_set
 from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
@@ -34,7 +34,7 @@ class StrategyStep(StepScreen):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("m", "toggle_max_batch", "Max batch")]
     HELP = (
         "The planner's candidates, best first: predicted peak memory per GPU, host RAM and NVMe against what "
-        "the machine has, and predicted tokens/s. Press **Enter** on a row to choose it. Or pick the ZeRO stage "
+        "the machine has, and predicted tokens/s. **Enter** on a row chooses it and goes on. Or pick the ZeRO stage "
         "and offloads by hand below: the prediction updates at once. Options that cannot work are greyed out and "
         "the reason is listed under them. Press **m** for the largest micro-batch of every strategy."
     )
@@ -62,29 +62,19 @@ class StrategyStep(StepScreen):
         yield Label("Why", classes="section-title")
         yield Static("", id="reasons")
 
-    def on_mount(self) -> None:
-        table = self.query_one("#candidates", DataTable)
-        for col in (
-            "",
-            "stage",
-            "optimizer",
-            "params",
-            "prec",
-            "micro×GAS",
-            "ckpt",
-            "GPU",
-            "CPU",
-            "NVMe",
-            "tokens/s",
-            "fits",
-        ):
-            table.add_column(col, key=col or "mark")
-        super().on_mount()
+    def _columns(self, plan: Plan) -> list[str]:
+        """The table's columns, narrow enough for 80 terminal columns: precision only when the candidates differ
+        in it, NVMe only when one uses it."""
+        cols = ["", "ZeRO", "offload", "ckpt", "batch", "GPU GiB", "CPU GiB"]
+        if any(c.predicted.nvme_bytes for c in plan.candidates):
+            cols.append("NVMe GiB")
+        if len({c.strategy.precision for c in plan.candidates}) > 1:
+            cols.insert(4, "prec")
+        return [*cols, "tok/s", "fits"]
 
     def refresh_from_state(self) -> None:
         plan = self.wizard.plan
         table = self.query_one("#candidates", DataTable)
-        table.clear()
         chosen = self.wizard.choices.strategy
         table.display = plan is not None
         if plan is None:
@@ -98,28 +88,25 @@ class StrategyStep(StepScreen):
             self.show(None, strategy=chosen)
             self.query_one("#stage", RadioSet).focus()
             return
-        for i, c in enumerate(plan.candidates):
-            s = c.strategy
-            mark = "★" if c is plan.best else ""
-            table.add_row(
-                mark,
-                str(s.zero_stage),
-                s.offload_optimizer,
-                s.offload_param,
-                s.precision,
-                f"{s.micro_batch_size}×{s.gradient_accumulation_steps}",
-                "yes" if s.activation_checkpointing else "",
-                fmt_bytes(c.predicted.gpu_bytes),
-                fmt_bytes(c.predicted.cpu_bytes),
-                fmt_bytes(c.predicted.nvme_bytes) if c.predicted.nvme_bytes else "-",
-                fmt_rate(c.predicted.tokens_per_sec),
-                Text("yes", style="green") if c.fits else Text("no", style="red"),
-                key=str(i),
+        table.clear(columns=True)
+        columns = self._columns(plan)
+        rows = [candidate_cells(c, best=c is plan.best) for c in plan.candidates]
+        for col in columns:  # widths from the content: every cell whole
+            width = max(
+                [
+                    len(col),
+                    *(Text(r[col]).cell_len if isinstance(r[col], str) else r[col].cell_len for r in rows),
+                ]
             )
+            table.add_column(col, key=col or "mark", width=width)
+        for i, cells in enumerate(rows):
+            table.add_row(*(cells[col] for col in columns), key=str(i))
         self.query_one("#advice", Static).update(advice_text(plan))
         match = next((c for c in plan.candidates if c.strategy == chosen), None)
         if match is not None:
             table.move_cursor(row=plan.candidates.index(match))
+        # the notes above the table stay in view (focusing the table would scroll them off)
+        self.call_after_refresh(self.query_one("#body").scroll_home, animate=False)
         self.show(match or self._evaluate(chosen), strategy=chosen)
         try:
             rows = self.wizard.service.max_batch_table(self.wizard.choices, self.wizard.model)
