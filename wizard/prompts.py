@@ -353,6 +353,14 @@ def _review_and_write(a: _Asking, model: ModelSpec | None, plan: Plan | None) ->
     ]
     c.consumer = a.p.select("consumer", "Who reads the config?", consumers, default=c.consumer)
     c.out_dir = Path(a.p.text("out-dir", "Write to directory", str(c.out_dir)).strip() or str(c.out_dir))
+    refused = a.service.accelerate_keys_refused(c)
+    if refused and a.p.confirm(
+        "drop-refused",
+        f"accelerate refuses {', '.join(refused)} next to deepspeed_config_file: write accelerate.yaml "
+        "without them?",
+        default=True,
+    ):
+        a.service.drop_accelerate_keys_refused(c)
     files = a.service.render_files(
         c, model, plan
     )  # the accelerate YAML names the files by their absolute path

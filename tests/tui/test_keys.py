@@ -94,3 +94,70 @@ async def test_accelerate_guide_config_in_twelve_keys(service: Any, tmp_path: Pa
         *("--hardware", "2xRTX3090", "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"),
         *("--precision", "fp16", "--save-16bit", "--for", "accelerate"),
     )
+
+
+class CountingPrompter:
+    """The line prompts answered by a script, counting the keys a person would press in questionary: a select
+    is the moves between offered options from the default plus Enter; a text is Enter when the default is kept,
+    else deleting the default, typing the answer and Enter; a confirm is one key."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.keys = 0
+        self.prompts = 0
+
+    def text(self, key: str, message: str, default: str = "") -> str:
+        answer = str(self.answers.get(key, default))
+        self.prompts += 1
+        self.keys += 1 if answer == default else len(default) + len(answer) + 1
+        return answer
+
+    def select(self, key: str, message: str, options: Any, default: Any = None) -> Any:
+        offered = [value for _, value, why in options if why is None]
+        answer = self.answers.get(key, default if default in offered else offered[0])
+        start = offered.index(default) if default in offered else 0
+        self.prompts += 1
+        self.keys += abs(offered.index(answer) - start) + 1
+        return answer
+
+    def confirm(self, key: str, message: str, default: bool = True) -> bool:
+        self.prompts += 1
+        self.keys += 1
+        return bool(self.answers.get(key, default))
+
+
+def test_accelerate_guide_config_in_plain_prompts(service: Any, tmp_path: Path) -> None:
+    from wizard.prompts import run_prompts
+
+    p = CountingPrompter(
+        {
+            "model-preset": None,  # none: the strategy by hand
+            "stage": 3,
+            "offload-optimizer": "cpu",
+            "offload-param": "cpu",
+            "precision": "fp16",
+            "consumer": "accelerate",
+        }
+    )
+    assert run_prompts(prompter=p, hardware_spec="2xRTX3090", service=service, say=lambda _: None) == 0
+    print(f"plain: {p.prompts} prompts, {p.keys} keys")
+    assert p.keys <= 20
+    assert files_in(tmp_path / "dswiz-config") == config_yes(
+        tmp_path / "cli",
+        *("--hardware", "2xRTX3090", "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"),
+        *("--precision", "fp16", "--save-16bit", "--for", "accelerate"),
+    )
+
+
+def test_recommended_config_in_plain_prompts(service: Any, tmp_path: Path) -> None:
+    from wizard.prompts import run_prompts
+
+    p = CountingPrompter({})
+    rc = run_prompts(
+        prompter=p, hardware_spec="8xA100-80GB", model_text="llama-7b", service=service, say=lambda _: None
+    )
+    assert rc == 0
+    print(f"plain recommended: {p.prompts} prompts, {p.keys} keys")
+    assert files_in(tmp_path / "dswiz-config") == config_yes(
+        tmp_path / "cli", "--model", "llama-7b", "--hardware", "8xA100-80GB"
+    )

@@ -341,6 +341,44 @@ class WizardService:
         # step.
         choices.strategy = strategy_from_config(config, mode=choices.mode)
 
+    @staticmethod
+    def accelerate_keys_refused(choices: Choices) -> list[str]:
+        """The imported accelerate YAML's keys that accelerate refuses next to deepspeed_config_file (the linter's
+        list, wizard.config.lint.accelerate, and any top-level mixed_precision); [] when there are none."""
+        from wizard.config.lint.accelerate import ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+
+        imported = choices.imported
+        if imported is None or imported.config.accelerate_mode != "config_file":
+            return []
+        config = imported.config
+        refused = [
+            f"deepspeed_config.{k}"
+            for k in ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+            if k in config.accelerate_ds_fields
+        ]
+        return refused + (["mixed_precision"] if "mixed_precision" in config.accelerate_fields else [])
+
+    @staticmethod
+    def drop_accelerate_keys_refused(choices: Choices) -> None:
+        """Write the imported YAML back without the keys accelerate refuses (their values are in the DeepSpeed
+        JSON, which is what accelerate reads in config-file mode)."""
+        import dataclasses
+
+        from wizard.config.lint.accelerate import ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+
+        imported = choices.imported
+        if imported is None:
+            return
+        config = imported.config
+        ds_fields = {
+            k: v
+            for k, v in config.accelerate_ds_fields.items()
+            if k not in ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+        }
+        fields = {k: v for k, v in config.accelerate_fields.items() if k != "mixed_precision"}
+        kept = config.model_copy(update={"accelerate_ds_fields": ds_fields, "accelerate_fields": fields})
+        choices.imported = dataclasses.replace(imported, config=kept)
+
     # ------------------------------------------------------------ multi-node and NVMe offload
 
     @staticmethod

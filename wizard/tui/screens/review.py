@@ -71,6 +71,7 @@ class ReviewStep(StepScreen):
         self.files: dict[str, str] = {}
         self.on_disk: dict[str, str] = {}
         self.error_count = 0
+        self.asked_refused = False  # the user answered whether to drop the keys accelerate refuses
         self.written_files: dict[str, str] | None = (
             None  # what the last write wrote, to tell Enter what to do
         )
@@ -177,6 +178,8 @@ class ReviewStep(StepScreen):
         self._show_files()
         if not self.files:
             return
+        if self._offer_to_drop_refused_keys():
+            return
         if not self.error_count:
             self._confirm_overwrite()
             return
@@ -195,6 +198,30 @@ class ReviewStep(StepScreen):
             ),
             answered,
         )
+
+    def _offer_to_drop_refused_keys(self) -> bool:
+        """An imported accelerate YAML with keys accelerate refuses beside deepspeed_config_file: offer to write it
+        without them (asked once). True while the question is open."""
+        refused = self.wizard.service.accelerate_keys_refused(self.wizard.choices)
+        if not refused or self.asked_refused:
+            return False
+        self.asked_refused = True
+
+        def answered(drop: bool | None) -> None:
+            if drop:
+                self.wizard.service.drop_accelerate_keys_refused(self.wizard.choices)
+            self._write_pressed()
+
+        self.app.push_screen(
+            ConfirmScreen(
+                f"accelerate refuses {', '.join(refused)} next to deepspeed_config_file (the DeepSpeed JSON holds "
+                "those settings). Write accelerate.yaml without them?",
+                yes="Remove them",
+                no="Keep them",
+            ),
+            answered,
+        )
+        return True
 
     def _confirm_overwrite(self) -> None:
         out = self.wizard.choices.out_dir
