@@ -23,7 +23,6 @@ from wizard.tui.widgets.fields import ChoiceSet, ChoiceTable, labelled, radio_se
 from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.tui.widgets.nvme_path_field import NvmePathField
-from wizard.units import fmt_bytes
 
 STAGES = (0, 1, 2, 3)
 
@@ -88,19 +87,7 @@ class StrategyStep(StepScreen):
             self.show(None, strategy=chosen)
             self.query_one("#stage", RadioSet).focus()
             return
-        table.clear(columns=True)
-        columns = self._columns(plan)
-        rows = [candidate_cells(c, best=c is plan.best) for c in plan.candidates]
-        for col in columns:  # widths from the content: every cell whole
-            width = max(
-                [
-                    len(col),
-                    *(Text(r[col]).cell_len if isinstance(r[col], str) else r[col].cell_len for r in rows),
-                ]
-            )
-            table.add_column(col, key=col or "mark", width=width)
-        for i, cells in enumerate(rows):
-            table.add_row(*(cells[col] for col in columns), key=str(i))
+        self._fill_table(table, plan)
         self.query_one("#advice", Static).update(advice_text(plan))
         match = next((c for c in plan.candidates if c.strategy == chosen), None)
         if match is not None:
@@ -109,11 +96,28 @@ class StrategyStep(StepScreen):
         self.call_after_refresh(self.query_one("#body").scroll_home, animate=False)
         self.show(match or self._evaluate(chosen), strategy=chosen)
         try:
-            rows = self.wizard.service.max_batch_table(self.wizard.choices, self.wizard.model)
+            max_batch = self.wizard.service.max_batch_table(self.wizard.choices, self.wizard.model)
         except DswizError as e:
             self.set_status(e.problem, error=True)
-            rows = ()
-        self.query_one("#max-batch", MaxBatchView).show_lines(rows)
+            max_batch = ()
+        self.query_one("#max-batch", MaxBatchView).show_lines(max_batch)
+
+    def _fill_table(self, table: DataTable[object], plan: Plan) -> None:
+        """One row per candidate; each column as wide as its widest cell, so every cell shows whole."""
+        table.clear(columns=True)
+        columns = self._columns(plan)
+        rows = [
+            {
+                col: Text(v) if isinstance(v, str) else v
+                for col, v in candidate_cells(c, best=c is plan.best).items()
+            }
+            for c in plan.candidates
+        ]
+        for col in columns:
+            width = max([len(col), *(r[col].cell_len for r in rows)])
+            table.add_column(col, key=col or "mark", width=width)
+        for i, cells in enumerate(rows):
+            table.add_row(*(cells[col] for col in columns), key=str(i))
 
     def action_toggle_max_batch(self) -> None:
         box = self.query_one("#max-batch-box", Collapsible)
