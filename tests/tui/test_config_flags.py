@@ -57,8 +57,9 @@ def test_config_plans_with_the_margin_it_is_given(tmp_path: Path) -> None:
 def test_errors_stop_the_write_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "x"
     args = ("config", "--yes", "--hardware", "2xV100-32GB", "--precision", "bf16", "--out", str(out))
-    with pytest.raises(DswizError, match="1 error in the files: nothing was written"):
+    with pytest.raises(DswizError, match="1 error in the files: nothing was written") as refused:
         run(*args)
+    assert refused.value.exit_code == 1
     assert "precision-unsupported" in capsys.readouterr().out and not out.exists()
     assert run(*args, "--force-errors") == 0
     assert json.loads((out / "ds_config.json").read_text())["bf16"]["enabled"] is True

@@ -32,6 +32,13 @@ class Keys:
             self.count += 1
 
 
+# accelerate's DeepSpeed guide, "custom config", as `dswiz config --yes` flags
+GUIDE_FLAGS = (
+    *("--hardware", "2xRTX3090", "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"),
+    *("--precision", "fp16", "--save-16bit", "--for", "accelerate"),
+)
+
+
 def config_yes(out: Path, *args: str) -> dict[str, str]:
     """`dswiz config --yes ARGS --out OUT`, in process; the files it wrote, by name."""
     rc = cli.main(
@@ -89,11 +96,7 @@ async def test_accelerate_guide_config_in_twelve_keys(service: Any, tmp_path: Pa
         "fp16",
         2,
     )
-    assert files_in(tmp_path / "dswiz-config") == config_yes(
-        tmp_path / "cli",
-        *("--hardware", "2xRTX3090", "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"),
-        *("--precision", "fp16", "--save-16bit", "--for", "accelerate"),
-    )
+    assert files_in(tmp_path / "dswiz-config") == config_yes(tmp_path / "cli", *GUIDE_FLAGS)
 
 
 class CountingPrompter:
@@ -142,11 +145,7 @@ def test_accelerate_guide_config_in_plain_prompts(service: Any, tmp_path: Path) 
     assert run_prompts(prompter=p, hardware_spec="2xRTX3090", service=service, say=lambda _: None) == 0
     print(f"plain: {p.prompts} prompts, {p.keys} keys")
     assert p.keys <= 20
-    assert files_in(tmp_path / "dswiz-config") == config_yes(
-        tmp_path / "cli",
-        *("--hardware", "2xRTX3090", "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"),
-        *("--precision", "fp16", "--save-16bit", "--for", "accelerate"),
-    )
+    assert files_in(tmp_path / "dswiz-config") == config_yes(tmp_path / "cli", *GUIDE_FLAGS)
 
 
 def test_recommended_config_in_plain_prompts(service: Any, tmp_path: Path) -> None:

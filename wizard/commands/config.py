@@ -180,6 +180,7 @@ def _check_before_writing(
         raise DswizError(
             f"the check found {errors} error{'s' if errors != 1 else ''} in the files: nothing was written",
             "change the flags as each fix says, or pass --force-errors to write them anyway",
+            exit_code=1,  # as `dswiz check` when it finds an error
         )
     return findings
 

@@ -107,12 +107,14 @@ class WizardApp(App[list[Path]]):
             self.action_move(1)
 
     def skip_answered_steps(self) -> None:
-        """``dswiz --hardware H``: the Hardware step is answered, open on Model; ``--model M`` too: plan and open on
-        Strategy with the recommendation selected. A problem (no GPU, a model that does not load) stays on the
+        """``dswiz --hardware H``: the Hardware step is answered, open on Model; ``--model M`` (on H or on this
+        machine's GPUs): plan and open on Strategy with the recommendation selected. A problem (no GPU, a model that does not load) stays on the
         step that asks about it, with the problem shown there."""
         hw = self.choices.hardware
-        if self.step != 0 or hw is None or not hw.gpus or self.choices.hardware_spec is None:
+        if self.step != 0 or hw is None or not hw.gpus:
             return
+        if self.choices.hardware_spec is None and not self.choices.model_text:
+            return  # this machine, detected: the Hardware step shows what was found
         if not self.choices.model_text:
             self.goto(1)
             return
