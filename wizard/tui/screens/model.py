@@ -28,19 +28,17 @@ class ModelStep(StepScreen):
 
     def body(self) -> ComposeResult:
         presets = self.wizard.service.model_presets()
-        yield Label("Model: preset, path to config.json, or numbers", classes="field-label")
+        yield Label("Model: preset, config.json or numbers (empty: strategy by hand)", classes="field-label")
         with Horizontal(classes="row"):
             yield Select([(p, p) for p in presets], prompt="preset…", id="model-preset", disabled=not presets)
-            yield Input(
-                placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model"
-            )
+            yield Input(placeholder="llama-7b | ./config.json | params=7e9", id="model")
         with Horizontal(classes="row"):
             yield labelled(
                 "Sequence length (tokens)",
-                Input(id="seq-len", type="integer", placeholder="empty: the model's context, ≤ 2048"),
+                Input(id="seq-len", type="integer", placeholder="empty: from the model"),
             )
             yield labelled(
-                "Target global batch (samples/step; empty: planner picks)",
+                "Global batch (empty: planner picks)",
                 Input(id="global-batch", type="integer"),
             )
         yield Label("Planning for", classes="field-label")
