@@ -127,7 +127,8 @@ _STRATEGY_FLAGS = (
     "--from",
     "from_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Without --yes: start the questions from an existing DeepSpeed JSON or accelerate YAML.",
+    help="Start from an existing DeepSpeed JSON or accelerate YAML: without --yes the questions start from it; "
+    "with --yes it is written again changed only by the strategy flags given (its train_batch_size kept).",
 )
 @click.pass_context
 def config(
@@ -156,6 +157,8 @@ def config(
     if out_dir is None:
         raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
     flags["mode"] = flags["mode"] or "train"
+    if from_file is not None:
+        return write_from_file(ctx, from_file, flags, out_dir, force=force)
     hardware = _hardware(flags)
     planned = plan_for_flags(flags, hardware)
     strategy = resolve_strategy(flags, hardware, planned)
@@ -166,6 +169,51 @@ def config(
     extra = dict([_sidecar(planned, flags, strategy)]) if planned is not None else {}
     written = write_config_set(config_set, out_dir, force=force, extra=extra)
     _report(config_set, strategy, written, out_dir, hardware)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- --yes --from FILE
+
+
+def write_from_file(
+    ctx: click.Context, from_file: Path, flags: dict[str, Any], out_dir: Path, *, force: bool
+) -> int:
+    """--yes --from FILE: the file's decisions on the topology asked for (--nodes/--gpus-per-node, else
+    --hardware, else the file's own), its train_batch_size kept, the strategy flags given on top; written back
+    changed only where those changed it (wizard.config.reimport). A train_batch_size that cannot be kept is
+    refused unless a batch flag says what to write instead."""
+    from wizard.errors import DswizError
+    from wizard.service.wizard_service import WizardService, initial_choices
+
+    service = WizardService()
+    hardware = _hardware(flags) if flags["hardware"] is not None else None
+    choices = initial_choices(service, hardware=hardware, from_file=from_file, out_dir=out_dir)
+    assert choices.strategy is not None  # an import always has one
+    own = choices.strategy
+    nodes = flags["nodes"] or (hardware.nodes if hardware is not None else own.nodes)
+    gpus = flags["gpus_per_node"] or (
+        max(1, hardware.gpus_per_node) if hardware is not None else own.gpus_per_node
+    )
+    placed, batch = service.imported_on_topology(choices, nodes, gpus)
+    given = {k: v for k, v in flags.items() if k not in ("nodes", "gpus_per_node")}
+    strategy = _with_global_batch(_with_flags(placed, {**given, "nodes": None, "gpus_per_node": None}), flags)
+    batch_flags = any(flags[k] is not None for k in ("micro_batch", "grad_accum", "global_batch"))
+    if batch is not None and not batch.kept and not batch_flags:
+        raise DswizError(
+            batch.text,
+            f"pass --global-batch {batch.global_batch} to accept it, or --micro-batch / --grad-accum",
+        )
+    problems = strategy.problems()
+    if problems:
+        raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    if ctx.get_parameter_source("consumer") is not click.core.ParameterSource.DEFAULT:
+        choices.consumer = flags["consumer"]
+    choices.strategy = strategy
+    files = service.render_files(choices, None)
+    written = _write_files(files, out_dir, force=force)
+    if batch is not None and strategy.global_batch_size == batch.file_global:
+        click.echo(f"note: {batch.text}")
+    _report(service.config_set(choices, None), strategy, written, out_dir, hardware)
     return 0
 
 
@@ -455,10 +503,14 @@ def write_config_set(
     """Write every file (the config set's, then ``extra`` name -> text) atomically. Existing different files are
     refused up front (nothing is written) unless ``force``, which keeps a backup of each."""
     from wizard.config.render import render_all
+
+    return _write_files({**render_all(config_set), **(extra or {})}, out_dir, force=force)
+
+
+def _write_files(files: dict[str, str], out_dir: Path, *, force: bool) -> list[tuple[Path, Path | None]]:
     from wizard.errors import DswizError
     from wizard.service.files import write_files
 
-    files = {**render_all(config_set), **(extra or {})}
     if out_dir.exists() and not out_dir.is_dir():
         raise DswizError(f"{out_dir} is a file, not a directory", "choose another --out")
     clashes = [name for name, text in files.items() if _differs(out_dir / name, text)]

@@ -34,6 +34,7 @@ from wizard.units import fmt_bytes
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.config.load import LoadedConfig
+    from wizard.config.reimport import BatchOnTopology
     from wizard.config.schema import ConfigSet
 
 HardwareSource = Callable[[str | None], HardwareReport]
@@ -276,6 +277,20 @@ class WizardService:
         # another machine's, so the target global batch is left to the planner and the topology to the hardware
         # step.
         choices.strategy = strategy_from_config(config, mode=choices.mode)
+
+    @staticmethod
+    def imported_on_topology(
+        choices: Choices, nodes: int, gpus_per_node: int
+    ) -> tuple[Strategy, BatchOnTopology | None]:
+        """The imported strategy on the planned topology with the file's train_batch_size kept (the accumulation
+        derived for the new world size), or the change said when it cannot be kept (wizard.config.reimport)."""
+        from wizard.config.reimport import on_topology
+
+        if choices.strategy is None or choices.imported is None:
+            raise DswizError("no imported config", "start with --from FILE")
+        return on_topology(
+            choices.imported.config, choices.strategy, nodes=nodes, gpus_per_node=gpus_per_node
+        )
 
     # ------------------------------------------------------------ multi-node and NVMe offload
 

@@ -90,5 +90,8 @@ class ModelStep(StepScreen):
             if c.strategy is None or c.imported_from is None:
                 c.strategy = planned
             else:
-                c.strategy = c.strategy.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
+                # Its train_batch_size kept: the accumulation derived for this topology (wizard.config.reimport).
+                c.strategy, _ = self.wizard.service.imported_on_topology(
+                    c, planned.nodes, planned.gpus_per_node
+                )
             c.global_batch = c.strategy.global_batch_size
