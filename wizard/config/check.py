@@ -268,12 +268,14 @@ def guess_consumer(path: Path) -> ConsumerGuess:
     text, unreadable = _read(path) if path.is_file() else ("", None)
     kind = detect_kind(path, text) if unreadable is None and path.is_file() else None
     if kind == "accelerate":
-        return ConsumerGuess("accelerate", "an accelerate YAML")
+        return ConsumerGuess("accelerate", "it is an accelerate YAML")
     if kind != "deepspeed":
         return ConsumerGuess(None, "not a DeepSpeed JSON or accelerate YAML")
     cfg, problem = parse_json(text)
     if problem is not None:
-        if template_placeholders(text) is None and isinstance(parse_hjson(text), dict):
+        if template_placeholders(text) is not None:
+            return ConsumerGuess(None, "it is a template: its placeholders name no reader")
+        if isinstance(parse_hjson(text), dict):
             return ConsumerGuess("deepspeed", "it has comments (hjson), which only plain DeepSpeed reads")
         return ConsumerGuess(None, "it is not readable JSON")
     paths = auto_paths(cfg) if isinstance(cfg, dict) else []
