@@ -134,3 +134,16 @@ def test_yes_from_refuses_a_batch_it_cannot_keep_without_a_batch_flag(tmp_path: 
     accepted = CliRunner().invoke(cli, [*base, "--global-batch", "48"])
     assert accepted.exit_code == 0, accepted.output
     assert json.loads((out / DS_CONFIG_NAME).read_text())["train_batch_size"] == 48
+
+
+def test_who_reads_an_imported_json_is_guessed_from_its_auto_values(tmp_path: Path) -> None:
+    service = WizardService()
+    trainer = initial_choices(
+        service, from_file=CORPUS / "llama-factory/examples/deepspeed/ds_z3_config.json", out_dir=tmp_path
+    )
+    plain = initial_choices(
+        service,
+        from_file=CORPUS / "deepspeedexamples/training/BingBertSquad/deepspeed_bsz24_config.json",
+        out_dir=tmp_path,
+    )
+    assert (trainer.consumer, plain.consumer) == ("trainer", "deepspeed")

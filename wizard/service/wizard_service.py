@@ -265,6 +265,12 @@ class WizardService:
         choices.nvme_path = options.nvme_path or ""
         choices.launcher = options.launcher
         choices.consumer = options.consumer
+        if imported.kind == "deepspeed":
+            # A bare JSON does not say who reads it: "auto" values only the HF Trainer fills say the Trainer
+            # (wizard.config.check.guess_consumer, as `dswiz check` guesses it).
+            from wizard.config.check import guess_consumer
+
+            choices.consumer = guess_consumer(imported.path).consumer or options.consumer
         choices.save_16bit = options.save_16bit_model
         topo = config.topology
         if topo.nodes > 1:
