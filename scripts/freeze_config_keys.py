@@ -28,6 +28,7 @@ SECTION_MODELS = {
     "tensorboard": "deepspeed.monitor.config:TensorBoardConfig",
     "wandb": "deepspeed.monitor.config:WandbConfig",
     "comet": "deepspeed.monitor.config:CometConfig",
+    "compile": "deepspeed.compile.config:CompileConfig",
 }
 # Read outside DeepSpeedConfig (deepspeed/__init__.py initialize(), HF zero.init path).
 EXTRA_TOP_LEVEL = ("sequence_parallel_size", "data_parallel_size")
@@ -96,6 +97,14 @@ def main() -> None:
     for section, ref in SECTION_MODELS.items():
         sections[section], deprecated[section] = _model_keys(ref)
 
+    import torch
+
+    # engine.py _do_sanity_check: a config optimizer is DeepSpeed's own (lower-cased name) or a torch.optim
+    # attribute of exactly that name; anything else is "not a supported DeepSpeed Optimizer".
+    torch_optimizers = sorted(
+        n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type) and n[0].isupper()
+    )
+
     def short(msg: str) -> str:
         return msg.split(" See https://")[0].strip()
 
@@ -118,6 +127,11 @@ def main() -> None:
         f"REMOVED_TOP_LEVEL_KEYS: dict[str, str] = {json.dumps({k: short(v) for k, v in removed_top.items()}, indent=4)}",
         "",
         f"REMOVED_ZERO_KEYS: dict[str, str] = {json.dumps({k: short(v) for k, v in removed_zero.items()}, indent=4)}",
+        "",
+        "# Optimizer types DeepSpeed builds from the config (runtime/config.py DEEPSPEED_OPTIMIZERS, lower-cased),",
+        f"# and torch.optim's classes (torch {torch.__version__.split('+')[0]}), matched by exact name (engine.py _do_sanity_check).",
+        f"DEEPSPEED_OPTIMIZERS: frozenset[str] = frozenset({json.dumps(sorted(ds_config.DEEPSPEED_OPTIMIZERS))})",
+        f"TORCH_OPTIMIZERS: frozenset[str] = frozenset({json.dumps(torch_optimizers)})",
         "",
         "# Keys accepted inside each section (field names and their aliases).",
         "SECTION_KEYS: dict[str, frozenset[str]] = {",

@@ -264,7 +264,13 @@ def _ask_strategy(a: _Asking, model: ModelSpec, plan: Plan) -> Strategy:
         f"Keep the {given} strategy ({strategy_label(imported)}, {imported.precision})?",
         default=True,
     ):
-        s = imported.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
+        s, batch = a.service.imported_on_topology(c, planned.nodes, planned.gpus_per_node)
+        if batch is not None:
+            a.say(f"  {batch.text}")
+            if not batch.kept and not a.p.confirm(
+                "batch-change", f"Write train_batch_size {batch.global_batch} instead?", default=False
+            ):
+                a.say(f"  then set micro-batch and accumulation below so that they make {batch.file_global}")
     else:
         chosen = plan.candidates[a.p.select("candidate", "Strategy (best first)", options, default=0)]
         s = chosen.strategy

@@ -165,7 +165,8 @@ async def test_import_existing_file_shows_diff_and_keeps_backup(service: Any, tm
     existing.parent.mkdir()
     original = (
         json.dumps(
-            {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}}
+            # 16 cannot be kept on 8 GPUs at micro-batch 3 (16 = 3 x ? x 8): the Review shows the change.
+            {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 3, "zero_optimization": {"stage": 3}}
         )
         + "\n"
     )

@@ -3,12 +3,15 @@ history that cannot be written never breaks the launch."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from runner.metrics.history import MetricsLog
 from runner.metrics.snapshot import GpuState, Snapshot
 from runner.run_history import entry_at_end, entry_at_start, hardware_fingerprint, measured, outcome, record
 from runner.rundir import STATUS_FINISHED, STATUS_INTERRUPTED, RunRecord, RunVerdict
+from wizard.config.sidecar import PlanSidecar, read_sidecar
 from wizard.hardware.described import describe
 from wizard.history.record import Figures
 from wizard.history.store import HistoryStore
@@ -64,6 +67,19 @@ def test_outcomes(tmp_path: Path) -> None:
     assert outcome(_run(tmp_path, status="running")) == "running"
 
 
+def _sidecar(tmp_path: Path, hardware: str) -> PlanSidecar:
+    out = tmp_path / "cfg"
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "config", "--yes", "--model", "gpt2", "--hardware", hardware,
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    sidecar = read_sidecar(out)
+    assert sidecar is not None and sidecar.predicted is not None
+    return sidecar
+
+
 def test_start_then_end_is_one_entry_with_prediction_and_measurement(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -73,27 +89,31 @@ def test_start_then_end_is_one_entry_with_prediction_and_measurement(tmp_path: P
     log.close()
     hw = hardware_fingerprint(describe("2xA100-80GB"))
     assert hw.gpus_per_node == 2 and "A100" in hw.gpu_name and hw.key.endswith("1x2")
-    start = entry_at_start(
-        _run(run_dir, status="running", run_dir=str(run_dir)),
-        hw,
-        strategy={"stage": 2},
-        predicted=Figures(tokens_per_sec=600.0, peak_gpu_bytes=5 << 30),
+    sidecar = _sidecar(tmp_path, "2xA100-80GB")
+    start = entry_at_start(run_id="r1", run_dir=run_dir, hardware=hw, sidecar=sidecar, applies=True)
+    assert (
+        start.strategy["stage"] == sidecar.strategy.zero_stage and start.model["name"] == sidecar.model.name
     )
+    assert start.predicted.tokens_per_sec == sidecar.predicted.tokens_per_sec  # type: ignore[union-attr]
+    other = entry_at_start(run_id="r2", run_dir=run_dir, hardware=hw, sidecar=sidecar, applies=False)
+    assert other.predicted == Figures()  # a plan for other hardware predicts nothing about this run
     db = tmp_path / "h.sqlite3"
     assert record(start, db) is None
-    assert HistoryStore(db).get(start.id).outcome == "running"  # type: ignore[union-attr]
+    assert HistoryStore(db).get("r1").outcome == "running"  # type: ignore[union-attr]
     end = entry_at_end(
         start, _run(run_dir, run_dir=str(run_dir), verdict=RunVerdict("success", "ok"), ended_at=9.0)
     )
     assert record(end, db) is None
-    got = HistoryStore(db).get(start.id)
+    got = HistoryStore(db).get("r1")
     assert got is not None and got.outcome == "success" and got.measured.tokens_per_sec == 500.0
-    assert got.predicted.tokens_per_sec == 600.0 and len(HistoryStore(db).runs()) == 1
+    assert len(HistoryStore(db).runs()) == 1
 
 
 def test_a_broken_history_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     bad = tmp_path / "not-a-db"
     bad.write_bytes(b"x" * 4096)
-    start = entry_at_start(_run(tmp_path), hardware_fingerprint(describe("1xH100-80GB")))
+    start = entry_at_start(
+        run_id="x", run_dir=tmp_path, hardware=hardware_fingerprint(describe("1xH100-80GB"))
+    )
     warning = record(start, bad)
     assert warning is not None and warning.startswith("warning: run history not updated")

@@ -31,7 +31,8 @@ LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
     "--for",
     "consumer",
     type=click.Choice(CONSUMER_CHOICES),
-    help='Who reads the config: "auto" values and some rules depend on it.',
+    help='Who reads the config: "auto" values and some rules depend on it. Default: guessed from the file '
+    '(an accelerate YAML: accelerate; "auto" values only the Trainer fills: trainer; no "auto": deepspeed).',
 )
 @click.option(
     "--world-size", type=click.IntRange(min=1), help="Data-parallel ranks (total GPUs) to check against."
@@ -69,24 +70,46 @@ def check(
         from wizard.hardware import get_hardware
 
         report = get_hardware(hardware)
+    guess = None
+    if consumer is None:
+        from wizard.config.check import guess_consumer
+
+        guess = guess_consumer(file)
+        consumer = guess.consumer
     findings = lint_path(file, consumer=consumer, world_size=world_size, hardware=report, launcher=launcher)
     if not no_consumer_check:
-        findings += _consumer_findings(file, consumer=consumer, world_size=world_size, python=python)
+        from wizard.consumer.check import merge_with_own
+
+        found = _consumer_findings(file, consumer=consumer, world_size=world_size, python=python)
+        findings = merge_with_own(findings, found)
     findings = sort_findings(findings)
+    reader = _reader_line(consumer, guess.reason if guess is not None else None)
     if as_json:
         import json
 
         counts = {s: sum(1 for f in findings if f.severity.value == s) for s in ("error", "warning", "info")}
         payload = {
             "file": str(file),
+            "consumer": consumer,
+            "consumer_guessed": guess.reason if guess is not None else None,
             "ok": not has_errors(findings),
             "counts": counts,
             "findings": [f.to_dict() for f in findings],
         }
         click.echo(json.dumps(payload, indent=2))
     else:
+        click.echo(reader)
         print_findings(findings, str(file))
     return 1 if has_errors(findings) else 0
+
+
+def _reader_line(consumer: Consumer | None, guessed: str | None) -> str:
+    """Whom the findings are for: the --for given, or what was guessed from the file and why."""
+    if guessed is None:
+        return f"checked for: {consumer}"
+    if consumer is None:
+        return f"checked for: no particular consumer ({guessed}); pass --for deepspeed|accelerate|trainer"
+    return f"checked for: {consumer}, guessed because {guessed} (pass --for to choose)"
 
 
 def _consumer_findings(

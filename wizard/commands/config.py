@@ -185,7 +185,8 @@ _NOT_PREFILLED = (
     "--from",
     "from_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Without --yes: start the questions from an existing DeepSpeed JSON or accelerate YAML.",
+    help="Start from an existing DeepSpeed JSON or accelerate YAML: without --yes the questions start from it; "
+    "with --yes it is written again changed only by the strategy flags given (its train_batch_size kept).",
 )
 @click.pass_context
 def config(
@@ -217,6 +218,9 @@ def config(
         )
     if out_dir is None:
         raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
+    flags["mode"] = flags["mode"] or "train"
+    if from_file is not None:
+        return write_from_file(ctx, from_file, flags, out_dir, force=force, force_errors=force_errors)
     hardware = _hardware(flags)
     planned = plan_for_flags(flags, hardware, force_errors=force_errors)
     strategy = resolve_strategy(flags, hardware, planned)
@@ -266,6 +270,61 @@ def _check_before_writing(
             exit_code=1,  # as `dswiz check` when it finds an error
         )
     return findings
+
+
+# ------------------------------------------------------------------------------------------- --yes --from FILE
+
+
+def write_from_file(
+    ctx: click.Context,
+    from_file: Path,
+    flags: dict[str, Any],
+    out_dir: Path,
+    *,
+    force: bool,
+    force_errors: bool,
+) -> int:
+    """--yes --from FILE: the file's decisions on the topology asked for (--nodes/--gpus-per-node, else
+    --hardware, else the file's own), its train_batch_size kept, the strategy flags given on top; written back
+    changed only where those changed it (wizard.config.reimport). A train_batch_size that cannot be kept is
+    refused unless a batch flag says what to write instead."""
+    from wizard.errors import DswizError
+    from wizard.service.wizard_service import WizardService, initial_choices
+
+    service = WizardService()
+    hardware = _hardware(flags) if flags["hardware"] is not None else None
+    choices = initial_choices(service, hardware=hardware, from_file=from_file, out_dir=out_dir)
+    assert choices.strategy is not None  # an import always has one
+    own = choices.strategy
+    nodes = flags["nodes"] or (hardware.nodes if hardware is not None else own.nodes)
+    gpus = flags["gpus_per_node"] or (
+        max(1, hardware.gpus_per_node) if hardware is not None else own.gpus_per_node
+    )
+    placed, batch = service.imported_on_topology(choices, nodes, gpus)
+    given = {k: v for k, v in flags.items() if k not in ("nodes", "gpus_per_node")}
+    strategy = _with_global_batch(_with_flags(placed, {**given, "nodes": None, "gpus_per_node": None}), flags)
+    batch_flags = any(flags[k] is not None for k in ("micro_batch", "grad_accum", "global_batch"))
+    if batch is not None and not batch.kept and not batch_flags:
+        raise DswizError(
+            batch.text,
+            f"pass --global-batch {batch.global_batch} to accept it, or --micro-batch / --grad-accum",
+        )
+    problems = strategy.problems()
+    if problems:
+        raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    if ctx.get_parameter_source("consumer") is not click.core.ParameterSource.DEFAULT:
+        choices.consumer = flags["consumer"]
+    choices.strategy = strategy
+    files = service.render_files(choices, None)
+    config_set = service.config_set(choices, None)
+    findings = _check_before_writing(
+        files, config_set, strategy, out_dir, hardware, force_errors=force_errors
+    )
+    written = write_config_set(files, out_dir, force=force)
+    if batch is not None and strategy.global_batch_size == batch.file_global:
+        click.echo(f"note: {batch.text}")
+    _report(config_set, strategy, written, out_dir, findings)
+    return 0
 
 
 # ------------------------------------------------------------------------------------------- without --yes

@@ -3,7 +3,8 @@ JSON it points at), a hostfile, a ``.deepspeed_env`` or a whole config directory
 (``wizard.consumer`` runs the consumers' own validation in a subprocess).
 
 Each finding has a stable code. Rule families, one module each in ``wizard/config/lint/``:
-  parsing        not-json, not-yaml, duplicate-key, not-an-object, unreadable
+  parsing        not-json, not-yaml, duplicate-key, not-an-object, unreadable, template-placeholders,
+                 json-comments (lint/text.py: templates and hjson)
   keys           unknown-key, unknown-key-typo, removed-key, unknown-section-key, deprecated-key,
                  section-not-object, shadowed-key
   types          string-number, string-bool, wrong-type
@@ -34,13 +35,19 @@ rules `dswiz launch` takes care of itself (``LintContext.at_launch``).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from wizard.config.hostfile import parse_hostfile
 from wizard.config.lint.accelerate import lint_accelerate_dict
-from wizard.config.lint.auto import check_auto
+from wizard.config.lint.auto import (
+    ACCELERATE_DEFAULTS,
+    ACCELERATE_FILLS,
+    TRAINER_FILLS,
+    auto_paths,
+    check_auto,
+)
 from wizard.config.lint.base import ERROR, LintContext, finding
 from wizard.config.lint.batch import check_batch
 from wizard.config.lint.hostfile import lint_deepspeed_env_text, lint_hostfile_text
@@ -50,6 +57,7 @@ from wizard.config.lint.moe import check_moe
 from wizard.config.lint.precision import check_precision
 from wizard.config.lint.runtime import check_runtime
 from wizard.config.lint.sbatch import lint_sbatch_text, looks_like_sbatch, plan_beside
+from wizard.config.lint.text import hjson_finding, parse_hjson, template_finding, template_placeholders
 from wizard.config.lint.types import check_types
 from wizard.config.lint.zero import check_zero
 from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
@@ -225,12 +233,73 @@ def _lint_json(
     at_launch: bool = False,
 ) -> list[Finding]:
     cfg, problem = parse_json(text)
+    read_as: list[Finding] = []
     if problem is not None:
-        return [_parse_finding(problem, path.name, "not-json")]
-    found = lint_config(cfg, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=at_launch)
+        cfg, read_as = _relaxed_json(text, problem, path.name, consumer)
+        if cfg is None:
+            return read_as
+    found = read_as + lint_config(
+        cfg, consumer=consumer, world_size=world_size, hardware=hardware, at_launch=at_launch
+    )
     if prefix:
         found = [replace(f, location=f"{prefix}: {f.location}" if f.location else prefix) for f in found]
     return [f if f.location else replace(f, location=path.name) for f in found]
+
+
+def _relaxed_json(
+    text: str, problem: ParseProblem, name: str, consumer: Consumer | None
+) -> tuple[Any, list[Finding]]:
+    """Strict JSON refused the text: a template is reported as one (nothing else can be checked), hjson is read as
+    DeepSpeed reads a path (and is an error only for the consumers that read it with json.load)."""
+    placeholders = template_placeholders(text)
+    if placeholders is not None:
+        return None, [template_finding(placeholders, name)]
+    if problem.what.startswith("duplicate key"):
+        return None, [_parse_finding(problem, name, "not-json")]
+    relaxed = parse_hjson(text)
+    if not isinstance(relaxed, dict):
+        return None, [_parse_finding(problem, name, "not-json")]
+    return relaxed, [hjson_finding(consumer, name)]
+
+
+@dataclass(frozen=True)
+class ConsumerGuess:
+    """Who reads a file when `dswiz check` is not told (--for), and why that reader."""
+
+    consumer: Consumer | None
+    reason: str
+
+
+def guess_consumer(path: Path) -> ConsumerGuess:
+    """The consumer a file is written for, read from the file: an accelerate YAML is accelerate's; a JSON whose
+    "auto" values only the HF Trainer (or accelerate) fills is theirs; a JSON without "auto" is plain DeepSpeed's.
+    None (no guess) when the file says nothing or names "auto" keys neither fills (another program reads it)."""
+    text, unreadable = _read(path) if path.is_file() else ("", None)
+    kind = detect_kind(path, text) if unreadable is None and path.is_file() else None
+    if kind == "accelerate":
+        return ConsumerGuess("accelerate", "it is an accelerate YAML")
+    if kind != "deepspeed":
+        return ConsumerGuess(None, "not a DeepSpeed JSON or accelerate YAML")
+    cfg, problem = parse_json(text)
+    if problem is not None:
+        if template_placeholders(text) is not None:
+            return ConsumerGuess(None, "it is a template: its placeholders name no reader")
+        if isinstance(parse_hjson(text), dict):
+            return ConsumerGuess("deepspeed", "it has comments (hjson), which only plain DeepSpeed reads")
+        return ConsumerGuess(None, "it is not readable JSON")
+    paths = auto_paths(cfg) if isinstance(cfg, dict) else []
+    if not paths:
+        return ConsumerGuess("deepspeed", 'no value is "auto", so it reads as a plain DeepSpeed config')
+    shown = f'{len(paths)} value(s) are "auto"'
+    if all(p in TRAINER_FILLS for p in paths):
+        return ConsumerGuess("trainer", f"{shown}, all of which the HF Trainer fills")
+    if all(p in ACCELERATE_FILLS or p in ACCELERATE_DEFAULTS for p in paths):
+        return ConsumerGuess("accelerate", f"{shown}, all of which accelerate fills")
+    others = [p for p in paths if p not in TRAINER_FILLS and p not in ACCELERATE_FILLS]
+    return ConsumerGuess(
+        None,
+        f"{shown}, and {others[0]} is one neither the HF Trainer nor accelerate fills (another program reads it)",
+    )
 
 
 def _lint_yaml(

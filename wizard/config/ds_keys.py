@@ -87,6 +87,32 @@ REMOVED_ZERO_KEYS: dict[str, str] = {
     "zeropp_loco_param": "LoCo-Zero++ has been removed; 'zero_optimization.zeropp_loco_param' is no longer supported. Remove this key to use standard ZeRO++ quantized gradients without LoCo error feedback.",
 }
 
+# Optimizer types DeepSpeed builds from the config (runtime/config.py DEEPSPEED_OPTIMIZERS, lower-cased),
+# and torch.optim's classes (torch 2.13.0), matched by exact name (engine.py _do_sanity_check).
+DEEPSPEED_OPTIMIZERS: frozenset[str] = frozenset(
+    ["adagrad", "adam", "adamw", "lamb", "lion", "muadam", "muadamw", "muon", "musgd"]
+)
+TORCH_OPTIMIZERS: frozenset[str] = frozenset(
+    [
+        "ASGD",
+        "Adadelta",
+        "Adafactor",
+        "Adagrad",
+        "Adam",
+        "AdamW",
+        "Adamax",
+        "LBFGS",
+        "Muon",
+        "NAdam",
+        "Optimizer",
+        "RAdam",
+        "RMSprop",
+        "Rprop",
+        "SGD",
+        "SparseAdam",
+    ]
+)
+
 # Keys accepted inside each section (field names and their aliases).
 SECTION_KEYS: dict[str, frozenset[str]] = {
     "zero_optimization": frozenset(
@@ -198,6 +224,28 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
             "project",
             "samples_log_interval",
             "workspace",
+        ]
+    ),
+    "compile": frozenset(
+        [
+            "autoep_non_moe",
+            "debug_log",
+            "deepcompile",
+            "double_buffer",
+            "free_activation",
+            "free_activation_threshold",
+            "keep_all_input_tensors",
+            "keep_int_input_tensors",
+            "offload_activation",
+            "offload_activation_pin_memory",
+            "offload_opt_states",
+            "offload_parameters",
+            "passes",
+            "symmetric_memory",
+            "sync_after_allgather",
+            "sync_after_reduce",
+            "sync_before_allgather",
+            "sync_before_reduce",
         ]
     ),
 }

@@ -14,15 +14,15 @@ micro x accumulation x world), and the accelerate YAML points at the files dswiz
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 from wizard.config.build import WriteOptions, config_set_from_strategy
 from wizard.config.launchers import MULTINODE_LAUNCHERS
+from wizard.config.lint.batch import complete_batch, data_parallel_world
 from wizard.config.load import settings_from_dict
 from wizard.config.parse import parse_json
-from wizard.config.render import ds_config_dict, render_ds_json
+from wizard.config.render import ds_config_dict, dumps_spelled, read_json_spelled, render_ds_json
 from wizard.config.schema import ConfigSet, DeepSpeedSettings
 from wizard.errors import DswizError
 from wizard.strategy import Mode, Strategy
@@ -50,8 +50,8 @@ def _count(value: Any) -> int | None:
 
 def strategy_from_config(config: ConfigSet, *, mode: Mode = "train") -> Strategy:
     """The decisions in a loaded config. Values the file leaves to a consumer ("auto") or to DeepSpeed's
-    defaults become dswiz's defaults: micro-batch 1, bf16; accumulation is derived from train_batch_size when the
-    file gives it with the micro-batch and the topology (as DeepSpeed would)."""
+    defaults become dswiz's defaults: micro-batch 1, bf16; a batch the file gives in part is completed for its
+    topology as DeepSpeed completes it (deepspeed/runtime/config.py _set_batch_related_parameters)."""
     ds = config.deepspeed
     zero = ds.zero_optimization
     topo = config.topology
@@ -59,11 +59,11 @@ def strategy_from_config(config: ConfigSet, *, mode: Mode = "train") -> Strategy
     def device(section: Any) -> Any:
         return section.device if section is not None and section.device is not None else "none"
 
-    micro = _count(ds.train_micro_batch_size_per_gpu) or 1
-    accumulation = _count(ds.gradient_accumulation_steps)
-    total = _count(ds.train_batch_size)
-    if accumulation is None and total is not None and total % (micro * topo.world_size) == 0:
-        accumulation = total // (micro * topo.world_size)
+    total, given_micro, given_accumulation = file_batch(config)
+    completed = _complete(config, total, given_micro, given_accumulation, topo.world_size)
+    micro, accumulation = (given_micro or 1), given_accumulation
+    if completed is not None:  # as DeepSpeed completes it: a missing micro-batch is train_batch_size / world
+        micro, accumulation = completed[1], completed[2]
     precision = ds.precision
     if precision == "auto":  # left to the Trainer / accelerate: the section that says "auto" is the intent
         precision = "fp16" if ds.fp16 is not None and ds.fp16.enabled == "auto" else "bf16"
@@ -82,6 +82,75 @@ def strategy_from_config(config: ConfigSet, *, mode: Mode = "train") -> Strategy
         gpus_per_node=topo.gpus_per_node,
         mode=mode,
     )
+
+
+def file_batch(config: ConfigSet) -> tuple[int | None, int | None, int | None]:
+    """train_batch_size, micro-batch and accumulation as the file spells them (None: absent or "auto")."""
+    ds = config.deepspeed
+    return (
+        _count(ds.train_batch_size),
+        _count(ds.train_micro_batch_size_per_gpu),
+        _count(ds.gradient_accumulation_steps),
+    )
+
+
+def _complete(
+    config: ConfigSet, total: int | None, micro: int | None, accumulation: int | None, ranks: int
+) -> tuple[int, int, int] | None:
+    if total is None and micro is None:
+        return None
+    world, _ = data_parallel_world(ds_config_dict(config.deepspeed), ranks)
+    result = complete_batch(total, micro, accumulation, world) if world is not None else "no world"
+    return result if isinstance(result, tuple) else None
+
+
+@dataclass(frozen=True)
+class BatchOnTopology:
+    """What moving an imported config to another topology does to the global batch it names."""
+
+    kept: bool  # train_batch_size stays as the file says
+    file_global: int
+    global_batch: int  # what is written
+    text: str  # one line for the user
+
+
+def on_topology(
+    config: ConfigSet, strategy: Strategy, *, nodes: int, gpus_per_node: int
+) -> tuple[Strategy, BatchOnTopology | None]:
+    """The imported strategy on ``nodes`` x ``gpus_per_node`` GPUs, keeping the file's train_batch_size: the
+    accumulation (or a micro-batch the file leaves out) is derived for the new world size, as DeepSpeed would.
+    When the numbers cannot be kept, the strategy keeps its micro-batch and accumulation and the result says
+    that train_batch_size changes (the caller shows it and asks). None: the file names no global batch, or the
+    user already chose other batch numbers."""
+    moved = strategy.with_(nodes=nodes, gpus_per_node=gpus_per_node)
+    total, micro, accumulation = file_batch(config)
+    own = strategy_from_config(config, mode=strategy.mode)
+    mine = (strategy.micro_batch_size, strategy.gradient_accumulation_steps)
+    if (
+        total is None
+        or strategy.mode != "train"
+        or mine != (own.micro_batch_size, own.gradient_accumulation_steps)
+    ):
+        return moved, None
+    tries = [(micro, accumulation), (micro, None)] + (
+        [(None, accumulation), (None, None)] if micro is None else []
+    )
+    for m, g in tries:
+        done = _complete(config, total, m, g, moved.world_size)
+        if done is not None:
+            kept = moved.with_(micro_batch_size=done[1], gradient_accumulation_steps=done[2])
+            text = (
+                f"train_batch_size {total} kept on {kept.world_size} GPU(s): micro-batch {done[1]} x "
+                f"accumulation {done[2]}"
+            )
+            return kept, BatchOnTopology(True, total, total, text)
+    new = moved.global_batch_size
+    text = (
+        f"train_batch_size {total} cannot be kept on {moved.world_size} GPU(s) with micro-batch "
+        f"{moved.micro_batch_size}: it becomes {new} (= {moved.micro_batch_size} x "
+        f"{moved.gradient_accumulation_steps} x {moved.world_size})"
+    )
+    return moved, BatchOnTopology(False, total, new, text)
 
 
 def nvme_path_of(settings: DeepSpeedSettings) -> str | None:
@@ -154,6 +223,8 @@ def merge_settings(
     for key in BATCH_KEYS:
         if _count(file.get(key)) is not None and key in fresh:
             merged[key] = fresh[key]
+    if base is not None:
+        _keep_tuning(file, merged, stage=new.stage)
     if base is None:
         for key in DECIDED_KEYS:
             if key not in fresh:
@@ -164,6 +235,23 @@ def merge_settings(
                 if key not in fresh_zero:
                     zero.pop(key, None)
     return settings_from_dict(merged, source="the edited config")
+
+
+# The 16-bit save is a decision at stage 3 (--save-16bit, the wizard's question); below it, one of the stage3_* keys.
+SAVE_16BIT_KEYS = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save")
+
+
+def _keep_tuning(file: dict[str, Any], merged: dict[str, Any], *, stage: int) -> None:
+    """zero_optimization keys the file sets that are not decisions (overlap_comm, bucket sizes, stage3_*...) keep
+    the file's value when another choice changed what dswiz would write for them: changing the stage must not
+    flip overlap_comm. The stage3_* keys stay as a group below stage 3 (DeepSpeed ignores them there)."""
+    zero, written = file.get("zero_optimization"), merged.get("zero_optimization")
+    if not isinstance(zero, dict) or not isinstance(written, dict):
+        return
+    decided = {"stage", *DECIDED_ZERO_KEYS, *(SAVE_16BIT_KEYS if stage == 3 else ())}
+    for key, value in zero.items():
+        if key not in decided:
+            written[key] = value
 
 
 def config_set_from_import(imported: ConfigSet, strategy: Strategy, options: WriteOptions) -> ConfigSet:
@@ -200,7 +288,8 @@ def _base(imported: ConfigSet, strategy: Strategy, options: WriteOptions) -> Con
     new topology: then every new value counts as a change). A DeepSpeed JSON says nothing about the topology, so
     its base is on the new one; an accelerate YAML names its machines and processes."""
     own = strategy_from_config(imported, mode=strategy.mode)
-    on_new = replace(own, nodes=strategy.nodes, gpus_per_node=strategy.gpus_per_node)
+    # The file's decisions on the new topology, its train_batch_size kept as placing it there keeps it.
+    on_new, _ = on_topology(imported, own, nodes=strategy.nodes, gpus_per_node=strategy.gpus_per_node)
     options = options_from_config(
         imported,
         consumer=options.consumer,
@@ -224,7 +313,26 @@ def ds_json_like(settings: DeepSpeedSettings, original_text: str) -> str:
         return render_ds_json(settings)
     if data == original:
         return original_text
-    return json.dumps(_order_like(data, original), indent=_indent(original_text), ensure_ascii=False) + "\n"
+    spelled = read_json_spelled(original_text)  # parse_json accepted it: the same text, floats as spelled
+    text = dumps_spelled(_order_like(data, spelled), indent=_indent(original_text)) + "\n"
+    return _blank_lines_like(text, original_text)
+
+
+def _blank_lines_like(text: str, original_text: str) -> str:
+    """The original's blank lines before a key line put back before the same line (files group their sections
+    with them)."""
+    lines = original_text.splitlines()
+    after_blank = {
+        lines[i].strip()
+        for i in range(1, len(lines))
+        if not lines[i - 1].strip() and lines[i].lstrip().startswith('"')
+    }
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.strip() in after_blank and out and out[-1].strip():
+            out.append("")
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def _order_like(data: Any, template: Any) -> Any:
@@ -240,6 +348,7 @@ def _same_number(a: Any, b: Any) -> bool:
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
 
+    # 1e9 read as 1000000000 (an int in dswiz's model) is the file's 1e9: the template keeps its spelling.
     return number(a) and number(b) and a == b
 
 

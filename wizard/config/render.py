@@ -67,6 +67,45 @@ def render_ds_json(settings: DeepSpeedSettings) -> str:
     return json.dumps(ds_config_dict(settings), indent=2, ensure_ascii=False) + "\n"
 
 
+class SpelledFloat(float):
+    """A JSON number as the file spelled it (1e9, 5e-5), so that writing the file back keeps the spelling
+    (json.dumps would write 1000000000.0)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> SpelledFloat:
+        value = super().__new__(cls, text)
+        value.text = text
+        return value
+
+
+def read_json_spelled(text: str) -> Any:
+    """Parse JSON keeping how each float is spelled (``SpelledFloat``); json.JSONDecodeError on bad JSON."""
+    return json.loads(text, parse_float=SpelledFloat)
+
+
+def dumps_spelled(data: Any, indent: int | str = 2) -> str:
+    """json.dumps(data, indent=indent, ensure_ascii=False), but a ``SpelledFloat`` is written as it was spelled."""
+    pad = indent if isinstance(indent, str) else " " * indent
+
+    def write(value: Any, depth: int) -> str:
+        if isinstance(value, SpelledFloat):
+            return value.text
+        if isinstance(value, dict) and value:
+            inner = pad * (depth + 1)
+            items = [
+                f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {write(v, depth + 1)}"
+                for k, v in value.items()
+            ]
+            return "{\n" + ",\n".join(items) + "\n" + pad * depth + "}"
+        if isinstance(value, list) and value:
+            inner = pad * (depth + 1)
+            return "[\n" + ",\n".join(inner + write(v, depth + 1) for v in value) + "\n" + pad * depth + "]"
+        return json.dumps(value, ensure_ascii=False)
+
+    return write(data, 0)
+
+
 def accelerate_yaml_dict(config: ConfigSet) -> dict[str, Any]:
     """accelerate's ClusterConfig fields for a DeepSpeed job (``accelerate launch --config_file``): the kept
     fields, plus what ``config.deepspeed`` decides in plugin mode, plus zero3_init_flag."""

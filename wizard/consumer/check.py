@@ -190,5 +190,50 @@ def _unique_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# One cause, one finding: a consumer's own message (a fragment of it) -> dswiz's codes that already report that cause
+# with a fix. When dswiz found one of them, the consumer's finding is folded into it.
+SAME_CAUSE: tuple[tuple[str, frozenset[str]], ...] = (
+    ("has been removed", frozenset({"removed-key"})),
+    ("train_batch_size is not equal", frozenset({"batch-arithmetic"})),
+    ("has to be greater than 0", frozenset({"batch-arithmetic"})),
+    ("Either train_batch_size or train_micro_batch_size_per_gpu", frozenset({"batch-missing"})),
+    ("cannot be simultaneously enabled", frozenset({"fp16-and-bf16"})),
+    ("Extra inputs are not permitted", frozenset({"unknown-section-key"})),
+    ("Duplicate keys", frozenset({"duplicate-key"})),
+    ("Please specify the ZeRO optimization config", frozenset({"no-zero-optimization"})),
+    ("max_grad_norm", frozenset({"max-grad-norm-in-optimizer"})),
+    ("cannot be None if remote device is nvme", frozenset({"nvme-path-missing"})),
+    ("Input should be a valid", frozenset({"string-number", "string-bool", "wrong-type"})),
+    ("had unknown keys", frozenset({"accelerate-unknown-key"})),
+    ("When using `deepspeed_config_file`", frozenset({"accelerate-config-file-conflict"})),
+    ("is not a supported DeepSpeed Optimizer", frozenset({"optimizer-unsupported"})),
+    ("cannot read the file", frozenset({"not-json", "template-placeholders", "duplicate-key"})),
+    ("is deprecated", frozenset({"deprecated-key"})),
+)
+
+
+def merge_with_own(own: list[Finding], from_consumer: list[Finding]) -> list[Finding]:
+    """dswiz's findings plus the consumers' own, one finding per cause: a consumer's error or warning that one of
+    dswiz's findings already explains (``SAME_CAUSE``) is dropped, and that finding says the consumer agrees."""
+    codes = {f.code for f in own}
+    out = list(own)
+    if "template-placeholders" in codes:
+        # What a consumer makes of unfilled placeholders (hjson reads bare words as strings) is the template's
+        # consequence, not another cause.
+        return out + [f for f in from_consumer if f.severity is Severity.INFO]
+    for found in from_consumer:
+        explained = next(
+            (covered for fragment, covered in SAME_CAUSE if fragment in found.what and covered & codes), None
+        )
+        if explained is None or found.severity is Severity.INFO:
+            out.append(found)
+            continue
+        name = found.what.split(" rejects")[0].split(" warns")[0]
+        for i, f in enumerate(out):
+            if f.code in explained and "own check" not in f.why:
+                out[i] = replace(f, why=f"{f.why} ({name}'s own check says the same)")
+    return out
+
+
 def _finding(severity: Severity, code: str, what: str, why: str, fix: str, location: str) -> Finding:
     return Finding(severity=severity, code=code, what=what, why=why, fix=fix, location=location)

@@ -63,10 +63,13 @@ def _world_size(cfg: dict[str, Any], given: int | None) -> int:
         return given
     train, micro = cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu")
     gas = cfg.get("gradient_accumulation_steps", 1)
+    sp = cfg.get("sequence_parallel_size", 1)
+    sp = sp if isinstance(sp, int) and not isinstance(sp, bool) and sp > 0 else 1
     numbers = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (train, micro, gas))
     if numbers and train % (micro * gas) == 0:
-        return train // (micro * gas)  # the world size the config was written for
-    return 1
+        # The ranks the config was written for: DeepSpeedConfig divides them by sequence_parallel_size.
+        return train // (micro * gas) * sp
+    return sp
 
 
 def check_deepspeed(
@@ -113,12 +116,8 @@ def check_accelerate(path: str, world_size: int | None, consumer: str | None, ou
         try:
             args, defaults, mp_from_config = _validate_launch_command(args)
             if not args.use_deepspeed:
-                out["errors"].append(
-                    {
-                        "source": "accelerate",
-                        "message": "accelerate launch would not use DeepSpeed with this config",
-                    }
-                )
+                # DDP, FSDP...: accelerate accepted it (above); there is no DeepSpeed config to check.
+                out["not_deepspeed"] = True
                 return
             # What launch_command does before the DeepSpeed launcher (commands/launch.py).
             fields = list(defaults.deepspeed_config.keys()) if defaults else []
@@ -141,7 +140,8 @@ def check_accelerate(path: str, world_size: int | None, consumer: str | None, ou
             return
         finally:
             for w in caught:
-                out["warnings"].append({"source": "accelerate", "message": str(w.message)})
+                if "is already in use" not in str(w.message):  # a port busy now says nothing about the config
+                    out["warnings"].append({"source": "accelerate", "message": str(w.message)})
     processes = getattr(args, "num_processes", None)
     ws = world_size or (processes if isinstance(processes, int) and processes > 0 else None)
     check_deepspeed(dict(cfg), ws, consumer or "accelerate", out)
@@ -154,13 +154,57 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
         "errors": [],
         "warnings": [],
     }
+    consumer = request.get("consumer")
     if request["kind"] == "accelerate":
-        check_accelerate(request["path"], request.get("world_size"), request.get("consumer"), out)
-    else:
-        with open(request["path"], encoding="utf-8") as fh:
-            cfg = json.load(fh)
-        check_deepspeed(cfg, request.get("world_size"), request.get("consumer"), out)
+        check_accelerate(request["path"], request.get("world_size"), consumer, out)
+        return out
+    try:
+        cfg = read_config(request["path"], consumer)
+    except Exception as e:  # the consumer cannot read it: that is the finding, not a crash of the probe
+        out["errors"].append(
+            {"source": _reader(consumer), "message": f"cannot read the file: {type(e).__name__}: {e}"}
+        )
+        return out
+    if consumer in ("trainer", "accelerate") and not check_plugin(cfg, out):
+        return out
+    check_deepspeed(cfg, request.get("world_size"), consumer, out)
     return out
+
+
+def _reader(consumer: str | None) -> str:
+    return "accelerate" if consumer in ("trainer", "accelerate") else "deepspeed"
+
+
+def read_config(path: str, consumer: str | None) -> Any:
+    """The file as its consumer reads it: DeepSpeed opens a path with hjson (runtime/config.py DeepSpeedConfig),
+    the HF Trainer and accelerate with json.load (accelerate/utils/deepspeed.py HfDeepSpeedConfig)."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if consumer in ("trainer", "accelerate"):
+        return json.loads(text)
+    try:
+        import hjson
+    except ImportError:
+        return json.loads(text)
+    return hjson.loads(text)
+
+
+def check_plugin(cfg: Any, out: dict[str, Any]) -> bool:
+    """accelerate's DeepSpeedPlugin on the config (what the HF Trainer and accelerate build from a DeepSpeed JSON;
+    it refuses one without zero_optimization). False when it refused."""
+    try:
+        import accelerate
+        from accelerate.utils import DeepSpeedPlugin
+    except ImportError:
+        out["missing"].append("accelerate")
+        return True
+    out["versions"]["accelerate"] = accelerate.__version__
+    try:
+        DeepSpeedPlugin(hf_ds_config=copy.deepcopy(cfg))
+    except Exception as e:
+        out["errors"].append({"source": "accelerate", "message": f"{type(e).__name__}: {e}"})
+        return False
+    return True
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ from wizard.units import fmt_bytes
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.config.load import LoadedConfig
+    from wizard.config.reimport import BatchOnTopology
     from wizard.config.schema import ConfigSet
 
 HardwareSource = Callable[[str | None], HardwareReport]
@@ -111,9 +112,7 @@ class WizardService:
         if choices.strategy is None or choices.imported_from is None:
             choices.strategy = planned
         else:
-            choices.strategy = choices.strategy.with_(
-                nodes=planned.nodes, gpus_per_node=planned.gpus_per_node
-            )
+            choices.strategy = self.on_topology(choices, planned.nodes, planned.gpus_per_node)
         return plan
 
     def start_unplanned(self, choices: Choices) -> None:
@@ -123,7 +122,7 @@ class WizardService:
         if choices.strategy is None or choices.imported_from is None:
             choices.strategy = unplanned_strategy(hw, choices.mode)
         elif hw is not None:
-            choices.strategy = choices.strategy.with_(nodes=hw.nodes, gpus_per_node=max(1, hw.gpus_per_node))
+            choices.strategy = self.on_topology(choices, hw.nodes, max(1, hw.gpus_per_node))
 
     def seq_len_for(self, choices: Choices, model: ModelSpec | None) -> int | None:
         """The sequence length the planner uses: the one typed, else the model's context (at most 2048)."""
@@ -328,6 +327,12 @@ class WizardService:
         choices.nvme_path = options.nvme_path or ""
         choices.launcher = options.launcher
         choices.consumer = options.consumer
+        if imported.kind == "deepspeed":
+            # A bare JSON does not say who reads it: "auto" values only the HF Trainer fills say the Trainer
+            # (wizard.config.check.guess_consumer, as `dswiz check` guesses it).
+            from wizard.config.check import guess_consumer
+
+            choices.consumer = guess_consumer(imported.path).consumer or options.consumer
         choices.save_16bit = options.save_16bit_model
         topo = config.topology
         if topo.nodes > 1:
@@ -378,6 +383,29 @@ class WizardService:
         fields = {k: v for k, v in config.accelerate_fields.items() if k != "mixed_precision"}
         kept = config.model_copy(update={"accelerate_ds_fields": ds_fields, "accelerate_fields": fields})
         choices.imported = dataclasses.replace(imported, config=kept)
+
+    def on_topology(self, choices: Choices, nodes: int, gpus_per_node: int) -> Strategy:
+        """The chosen strategy moved to a topology: an imported file's train_batch_size kept where it can be."""
+        assert choices.strategy is not None
+        if choices.imported is None:
+            return choices.strategy.with_(nodes=nodes, gpus_per_node=gpus_per_node)
+        return self.imported_on_topology(choices, nodes, gpus_per_node)[0]
+
+    @staticmethod
+    def imported_on_topology(
+        choices: Choices, nodes: int, gpus_per_node: int
+    ) -> tuple[Strategy, BatchOnTopology | None]:
+        """The imported strategy on the planned topology with the file's train_batch_size kept (the accumulation
+        derived for the new world size), or the change said when it cannot be kept (wizard.config.reimport)."""
+        from wizard.config.reimport import on_topology
+
+        if choices.strategy is None:
+            raise DswizError("no strategy to place", "choose or import a strategy first")
+        if choices.imported is None:  # a strategy given by flags: nothing of a file's to keep
+            return choices.strategy.with_(nodes=nodes, gpus_per_node=gpus_per_node), None
+        return on_topology(
+            choices.imported.config, choices.strategy, nodes=nodes, gpus_per_node=gpus_per_node
+        )
 
     # ------------------------------------------------------------ multi-node and NVMe offload
 

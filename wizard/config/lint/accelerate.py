@@ -31,6 +31,21 @@ ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE = (
 )
 
 
+# accelerate's DistributedType values (accelerate/utils/dataclasses.py) a YAML names, in words.
+_BACKENDS = {
+    "NO": "one process",
+    "MULTI_GPU": "DDP",
+    "MULTI_CPU": "DDP on CPUs",
+    "MULTI_XPU": "DDP on XPUs",
+    "MULTI_NPU": "DDP on NPUs",
+    "MULTI_MLU": "DDP on MLUs",
+    "MULTI_HPU": "DDP on HPUs",
+    "FSDP": "PyTorch FSDP",
+    "MEGATRON_LM": "Megatron-LM",
+    "XLA": "XLA / TPU",
+}
+
+
 @dataclass(frozen=True)
 class AccelerateLint:
     findings: list[Finding]
@@ -60,19 +75,31 @@ def lint_accelerate_dict(
             None,
             None,
         )
-    out: list[Finding] = []
-    if raw.get("distributed_type") != "DEEPSPEED":
+    out: list[Finding] = _unknown_keys(raw, at, section=None)  # accelerate refuses these whatever the backend
+    kind = raw.get("distributed_type")
+    if kind != "DEEPSPEED":
+        # DDP, FSDP, Megatron-LM, one process...: a valid accelerate config, only not one DeepSpeed reads.
+        backend = _BACKENDS.get(str(kind), "a backend other than DeepSpeed")
+        settings = raw.get("deepspeed_config")
+        ignored = isinstance(settings, dict) and bool(
+            settings
+        )  # `accelerate config` writes {} for other backends
         out.append(
             finding(
-                ERROR,
+                WARNING if ignored else INFO,
                 "accelerate-not-deepspeed",
-                f"distributed_type is {raw.get('distributed_type')!r}, not DEEPSPEED",
-                "accelerate launch will not use DeepSpeed with this config",
-                "set distributed_type: DEEPSPEED",
+                f"distributed_type is {kind!r} ({backend}): not a DeepSpeed config"
+                + (", yet it has DeepSpeed settings" if ignored else ""),
+                "accelerate launches it without DeepSpeed"
+                + (" and ignores the deepspeed_config section" if ignored else "")
+                + "; dswiz's DeepSpeed rules do not apply to it",
+                "set distributed_type: DEEPSPEED if DeepSpeed should run it, or delete deepspeed_config"
+                if ignored
+                else "nothing to do for this backend; for DeepSpeed, `dswiz config --for accelerate` writes a YAML",
                 at("distributed_type"),
             )
         )
-    out += _unknown_keys(raw, at, section=None)
+        return AccelerateLint(out, None, as_int(raw.get("num_processes")))
     ds = raw.get("deepspeed_config")
     if ds is None:
         ds = {}

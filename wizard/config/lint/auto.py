@@ -16,7 +16,10 @@ _BATCH = {
     "gradient_accumulation_steps",
     "gradient_clipping",
 }
-_PRECISION = {"fp16.enabled", "bf16.enabled"}
+# "bfloat16" is bf16's old name: neither fills it, but accelerate's DeepSpeedPlugin.set_mixed_precision (which the
+# Trainer goes through too) adds "bf16": {"enabled": true} for a bf16 run, which DeepSpeed reads before "bfloat16";
+# otherwise the "auto" is dropped (DeepSpeedConfigModel) and bf16 stays off, as asked.
+_PRECISION = {"fp16.enabled", "bf16.enabled", "bfloat16.enabled"}
 _HIDDEN_SIZE = {
     "zero_optimization.reduce_bucket_size",
     "zero_optimization.stage3_prefetch_bucket_size",
@@ -150,13 +153,16 @@ def _deepspeed_why(path: str) -> str:
 
 def _unknown_consumer(paths: list[str]) -> list[Finding]:
     anywhere = TRAINER_FILLS | ACCELERATE_FILLS
+    # No consumer named: the file may be for a program that fills its own "auto" keys (DeepSpeedExamples' SGLang
+    # ZeRO-Inference configs are), so this is a warning until --for names the reader.
     out = [
         finding(
-            ERROR,
+            WARNING,
             "auto-unfilled",
             f'{path} is "auto", which neither the HF Trainer nor accelerate fills',
-            'it reaches DeepSpeed as the string "auto" (a failure, or its default silently)',
-            f"write the value itself for {path.split('.')[-1]}",
+            'unless the program that reads this config fills it, it reaches DeepSpeed as the string "auto" '
+            "(a failure, or its default silently)",
+            f"write the value itself for {path.split('.')[-1]}, or pass --for to check it against its reader",
             path,
         )
         for path in paths

@@ -1,6 +1,10 @@
 """Batch arithmetic, done the way DeepSpeed 0.19.8's DeepSpeedConfig does it (deepspeed/runtime/config.py
 _set_batch_related_parameters + _batch_assertion): missing values are completed by floor division, then
-train_batch_size must equal micro x accumulation x world size."""
+train_batch_size must equal micro x accumulation x world size -- the data-parallel world: DeepSpeedConfig divides
+the ranks by ``sequence_parallel_size`` (``DeepSpeedConfig.__init__``, the no-mpu path that deepspeed.initialize, the
+HF Trainer and accelerate take), and with ``data_parallel_size`` beside it deepspeed.initialize builds a mesh whose
+data-parallel group is that size. Tensor parallelism (``tensor_parallel.autotp_size``) does not change that world
+in 0.19.8's DeepSpeedConfig."""
 
 from __future__ import annotations
 
@@ -77,16 +81,29 @@ def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                     name,
                 )
             ]
-    world = ctx.effective_world_size
+    sp = _sequence_parallel(cfg)
+    ranks = ctx.effective_world_size
+    if ranks is None:
+        return _check_without_world_size(train, micro, gas, sp)
+    world, why_not = data_parallel_world(cfg, ranks)
     if world is None:
-        return _check_without_world_size(train, micro, gas)
+        return [
+            finding(
+                ERROR,
+                "batch-arithmetic",
+                why_not,
+                "DeepSpeed splits the ranks into sequence-parallel groups of that size; a remainder cannot run",
+                f"use a multiple of {sp} GPUs, or change sequence_parallel_size",
+                "sequence_parallel_size",
+            )
+        ]
     result = complete_batch(train, micro, gas, world)
     if isinstance(result, str):
         return [
             finding(
                 ERROR,
                 "batch-arithmetic",
-                f"batch sizes do not add up for {world} GPU(s): {result}",
+                f"batch sizes do not add up for {_ranks_text(ranks, world)}: {result}",
                 "DeepSpeed asserts train_batch_size == micro x accumulation x world size; missing values are "
                 "completed by floor division first, which can round to a size that breaks it",
                 _batch_fix(train, micro, gas, world),
@@ -100,7 +117,7 @@ def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
             finding(
                 INFO,
                 "batch-completed",
-                f"DeepSpeed will set {', '.join(filled)} itself: {t} = {m} x {g} x {world} GPU(s)",
+                f"DeepSpeed will set {', '.join(filled)} itself: {t} = {m} x {g} x {_ranks_text(ranks, world)}",
                 "values left out are derived from the others and the world size",
                 "nothing to do, unless you meant other numbers",
                 filled[0],
@@ -109,7 +126,33 @@ def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     return []
 
 
-def _check_without_world_size(train: int | None, micro: int | None, gas: int | None) -> list[Finding]:
+def _sequence_parallel(cfg: dict[str, Any]) -> int:
+    sp = as_int(cfg.get("sequence_parallel_size"))
+    return sp if sp is not None and sp >= 1 else 1
+
+
+def data_parallel_world(cfg: dict[str, Any], ranks: int) -> tuple[int | None, str]:
+    """The world size DeepSpeed's batch assertion uses for ``ranks`` processes, or None and why it has none."""
+    sp = _sequence_parallel(cfg)
+    dp = as_int(cfg.get("data_parallel_size"))
+    if sp > 1 and dp is not None and dp >= 1:
+        if dp * sp != ranks:
+            return None, f"data_parallel_size {dp} x sequence_parallel_size {sp} is not the {ranks} GPU(s)"
+        return dp, ""
+    if ranks % sp:
+        return None, f"{ranks} GPU(s) do not divide into sequence_parallel_size {sp}"
+    return ranks // sp, ""
+
+
+def _ranks_text(ranks: int, world: int) -> str:
+    if ranks == world:
+        return f"{world} GPU(s)"
+    return f"{world} data-parallel rank(s) ({ranks} GPUs / sequence parallel {ranks // world})"
+
+
+def _check_without_world_size(
+    train: int | None, micro: int | None, gas: int | None, sp: int = 1
+) -> list[Finding]:
     if train is None or micro is None or min(train, micro, gas or 1) <= 0:
         return []  # zero or negative sizes: reported once the world size is known, and by DeepSpeed itself
     per_world = micro * (gas if gas is not None else 1)
@@ -126,11 +169,12 @@ def _check_without_world_size(train: int | None, micro: int | None, gas: int | N
         ]
     if gas is not None:
         ranks = train // per_world
+        gpus = f"{ranks * sp} GPU(s) ({ranks} data-parallel x sequence_parallel_size {sp})" if sp > 1 else ""
         return [
             finding(
                 INFO,
                 "batch-world-size",
-                f"these batch sizes only fit {ranks} GPU(s) ({train} = {micro} x {gas} x {ranks})",
+                f"these batch sizes only fit {gpus or f'{ranks} GPU(s)'} ({train} = {micro} x {gas} x {ranks})",
                 "train_batch_size pins the world size; DeepSpeed asserts on any other number of ranks",
                 "remove train_batch_size to let it follow the GPU count, or pass --world-size to check yours",
                 TRAIN,

@@ -1,5 +1,5 @@
 """Keys DeepSpeed ignores, rejects or renamed: unknown top-level keys are silently ignored, so a typo goes
-unnoticed (DeepSpeed 0.19.8 ``deepspeed/runtime/config.py`` reads only the keys it knows); unknown keys inside
+unnoticed (DeepSpeed 0.19.8 ``deepspeed/runtime/config.py`` reads only the keys it knows); keys starting with "_" are comments (see ``is_comment_key``); unknown keys inside
 pydantic-modelled sections are rejected (``deepspeed/runtime/config_utils.py`` ``DeepSpeedConfigModel``,
 extra="forbid"); removed features raise."""
 
@@ -15,7 +15,7 @@ from wizard.findings import Finding
 def check_keys(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     out: list[Finding] = []
     for key in cfg:
-        if key in ds_keys.TOP_LEVEL_KEYS:
+        if key in ds_keys.TOP_LEVEL_KEYS or is_comment_key(key):
             continue
         if key in ds_keys.REMOVED_TOP_LEVEL_KEYS:
             out.append(
@@ -127,7 +127,7 @@ def _check_section(cfg: dict[str, Any], path: str, allowed: frozenset[str]) -> l
                 )
             )
         elif key not in allowed:
-            guess = did_you_mean(key, allowed - deprecated)
+            guess = None if is_comment_key(key) else did_you_mean(key, allowed - deprecated)
             out.append(
                 finding(
                     ERROR,
@@ -139,6 +139,13 @@ def _check_section(cfg: dict[str, Any], path: str, allowed: frozenset[str]) -> l
                 )
             )
     return out
+
+
+def is_comment_key(key: str) -> bool:
+    """A top-level key starting with "_" ("_comment", "_read_the_docs") is a note to readers: DeepSpeed ignores
+    unknown top-level keys, and renaming it to a real key would change the config. Inside a section DeepSpeed's
+    models still refuse it (extra="forbid"), so there it is reported, without a rename."""
+    return str(key).startswith("_")
 
 
 def _deprecated_fix(key: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from wizard.config import ds_keys
 from wizard.config.lint.base import ERROR, INFO, LintContext, finding, section
 from wizard.findings import Finding
 
@@ -27,6 +28,7 @@ def check_runtime(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                 "optimizer.params.max_grad_norm",
             )
         )
+    out += _optimizer_type(cfg)
     has_opt = isinstance(cfg.get("optimizer"), dict)
     has_sched = isinstance(cfg.get("scheduler"), dict)
     if ctx.consumer == "accelerate" and (has_opt or has_sched):
@@ -57,6 +59,41 @@ def check_runtime(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
         )
     out += _observability(cfg, ctx)
     return out
+
+
+# Optimizers earlier DeepSpeed releases built from the config and 0.19.8 no longer has (deepspeed/runtime/fp16/onebit
+# is gone): the same refusal, with the history in the message.
+_REMOVED_OPTIMIZERS = {"onebitadam": "OneBitAdam", "zerooneadam": "ZeroOneAdam", "onebitlamb": "OneBitLamb"}
+
+
+def _optimizer_type(cfg: dict[str, Any]) -> list[Finding]:
+    """DeepSpeed 0.19.8 ``engine.py`` ``_do_sanity_check``: a config optimizer must be one of DeepSpeed's (any case)
+    or a torch.optim class of exactly that name, else "<name> is not a supported DeepSpeed Optimizer"."""
+    name = section(cfg, "optimizer").get("type")
+    if not isinstance(name, str) or name.lower() in ds_keys.DEEPSPEED_OPTIMIZERS:
+        return []
+    if name in ds_keys.TORCH_OPTIMIZERS:
+        return []
+    removed = _REMOVED_OPTIMIZERS.get(name.lower())
+    history = (
+        f"the 1-bit optimizers ({removed} among them) are not part of DeepSpeed {ds_keys.FROZEN_FROM_DEEPSPEED}; "
+        if removed
+        else ""
+    )
+    return [
+        finding(
+            ERROR,
+            "optimizer-unsupported",
+            f'optimizer type "{name}" is not an optimizer DeepSpeed {ds_keys.FROZEN_FROM_DEEPSPEED} can build',
+            f'{history}deepspeed.initialize stops: "{name} is not a supported DeepSpeed Optimizer" (it takes '
+            "DeepSpeed's own optimizers or a torch.optim class of exactly that name)",
+            'use "AdamW" (or "Lamb"), or pin the older DeepSpeed this config was written for'
+            if removed
+            else f"use one of {', '.join(sorted(ds_keys.DEEPSPEED_OPTIMIZERS))} or a torch.optim class name "
+            "(case matters: SGD, not sgd)",
+            "optimizer.type",
+        )
+    ]
 
 
 def _observability(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint.base import INFO, WARNING, LintContext, as_int, finding, section, stage_of
+from wizard.config.lint.base import ERROR, INFO, WARNING, LintContext, as_int, finding, section, stage_of
 from wizard.config.nvme import offload_nvme_findings
 from wizard.findings import Finding
 
@@ -17,6 +17,8 @@ def check_zero(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     stage = stage_of(cfg)
     if stage is None:
         return []  # not a readable stage: the type rules report it
+    if ctx.consumer in ("trainer", "accelerate") and "zero_optimization" not in cfg:
+        return [_zero_section_required(ctx.consumer)]
     zero = section(cfg, "zero_optimization")
     opt_dev = section(cfg, "zero_optimization", "offload_optimizer").get("device")
     par_dev = section(cfg, "zero_optimization", "offload_param").get("device")
@@ -66,6 +68,20 @@ def check_zero(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
             )
     out += _client_optimizer(cfg, stage, opt_dev, ctx)
     return out
+
+
+def _zero_section_required(consumer: str) -> Finding:
+    """accelerate 1.15.0 ``utils/dataclasses.py`` ``DeepSpeedPlugin.__post_init__`` (the HF Trainer builds one too)
+    refuses a DeepSpeed config without the section, where plain DeepSpeed would run stage 0."""
+    who = "the HF Trainer (through accelerate's DeepSpeedPlugin)" if consumer == "trainer" else "accelerate"
+    return finding(
+        ERROR,
+        "no-zero-optimization",
+        "the config has no zero_optimization section",
+        f'{who} stops: "Please specify the ZeRO optimization config in the DeepSpeed config."',
+        'add "zero_optimization": {"stage": 0} (or the stage you want)',
+        "zero_optimization",
+    )
 
 
 def _zeropp(zero: dict[str, Any], stage: int, ctx: LintContext) -> list[Finding]:
