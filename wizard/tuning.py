@@ -108,4 +108,4 @@ def make_finetune(
         raise DswizError(
             f"LoRA targets {targets!r} are not module names", "e.g. --lora-targets q_proj,v_proj"
         )
-    return FineTune(mode, r, a, tuple(targets), double_quant)  # type: ignore[arg-type]
+    return FineTune(mode, r, a, tuple(targets), double_quant)
