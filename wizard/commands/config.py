@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import choice_option
+from wizard.cli_options import MODEL_HELP, choice_option, finetune_from_flags, finetune_options, model_option
 
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
@@ -55,9 +55,8 @@ _STRATEGY_FLAGS = (
 
 @click.command()
 @click.option("--yes", "-y", is_flag=True, help="Write without asking (the flags and the plan decide).")
-@click.option(
-    "--model", metavar="NAME|PATH|NUMBERS", help="Plan for this model (preset, config.json, params=7e9)."
-)
+@model_option("--model", required=False, help="Plan for this model. " + MODEL_HELP)
+@finetune_options
 @click.option(
     "--hardware", metavar="SPEC|FILE", help="Plan for described hardware (8xA100-80GB, 2x8xH100, profile)."
 )
@@ -228,7 +227,7 @@ def plan_for_flags(flags: dict[str, Any], hardware: HardwareReport | None) -> Pl
     from wizard import planner
     from wizard.model import load_model_spec
 
-    spec = load_model_spec(flags["model"])
+    spec = planner.with_finetune(load_model_spec(flags["model"]), finetune_from_flags(flags))
     request = planner.PlanRequest(
         seq_len=flags["seq_len"], global_batch=flags["global_batch"], mode=flags.get("mode") or "train"
     )

@@ -194,9 +194,10 @@ def trainable_params(m: ModelSpec) -> int:
 
 def with_finetune(m: ModelSpec, ft: FineTune) -> ModelSpec:
     """The model trained this way; DswizError for targets the model does not have (checked here, once)."""
+    if ft.uses_lora:  # PEFT's default targets written out: the label, the hints and the sidecar name them
+        ft = replace(ft, lora_targets=lora_target_names(m, ft))
+        lora_params(replace(m, finetune=ft))
     out = replace(m, finetune=ft)
-    if ft.uses_lora:
-        lora_params(out)
     if ft.quantized and m.is_moe:
         note = "QLoRA: the fused MoE experts are not nn.Linear in transformers 5, so they stay 16-bit"
         out = replace(out, notes=(*out.notes, note))
