@@ -165,7 +165,9 @@ def test_qlora_70b_on_one_48gb_l40s() -> None:
     assert best["predicted"]["gpu_bytes"] < 48e9
     text = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT).stdout
     assert "Recommended:" in text and "QLoRA" in text and "4-bit" in text
-    lora = subprocess.run(
-        [*args[:5], "lora", *args[6:]], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert lora.returncode == 1 and "Nothing fits" in lora.stdout  # a 16-bit 70B base alone is 128 GiB
+    # LoRA keeps a 16-bit base (128 GiB): only ZeRO-3 with the base offloaded to host RAM fits the card
+    lora = [*args[:7], "lora", "--hardware", "1xL40S,ram=256GiB", "--json"]
+    best_lora = json.loads(subprocess.run(lora, capture_output=True, text=True, timeout=120, cwd=ROOT).stdout)
+    assert best_lora["candidates"][0]["strategy"]["offload_param"] == "cpu"
+    small_host = [*lora[:-2], "1xL40S,ram=64GiB"]
+    assert subprocess.run(small_host, capture_output=True, text=True, timeout=120, cwd=ROOT).returncode == 1

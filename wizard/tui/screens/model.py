@@ -1,5 +1,6 @@
-"""Step 2 — Model: a preset, a local config.json or numbers; sequence length; target global batch; training or
-inference. Next loads the model spec and asks the planner for candidates."""
+"""Step 2 — Model: a preset, a hub id, a checkpoint folder, a local config.json or numbers; sequence length; target
+global batch; training or inference; full fine-tuning, LoRA or QLoRA (with the rank). Next loads the model spec and
+asks the planner for candidates."""
 
 from __future__ import annotations
 
@@ -14,25 +15,36 @@ from wizard.service import parse_positive
 from wizard.strategy import Mode
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.fields import labelled
+from wizard.tuning import FineTune, make_finetune
+
+_FINETUNE_BUTTONS = (
+    ("full", "Full fine-tuning"),
+    ("lora", "LoRA (frozen 16-bit base)"),
+    ("qlora", "QLoRA (4-bit base)"),
+)
 
 
 class ModelStep(StepScreen):
     STEP = 1
     AUTO_FOCUS = "#model"
     HELP = (
-        "Which model to plan for. A **preset** name (e.g. `llama-7b`), the path of a local Hugging Face "
-        "`config.json` (nothing is downloaded), or numbers (`params=7e9 layers=32 hidden=4096 ...`). "
+        "Which model to plan for. A **preset** name (e.g. `llama-7b`), a Hugging Face **hub id** "
+        "(`meta-llama/Llama-3.1-8B`: the local cache first, else only its `config.json` is fetched), a checkpoint "
+        "folder, a `config.json`, or numbers (`params=7e9 layers=32 hidden=4096 ...`). **Fine-tuning**: every "
+        "weight, or LoRA adapters (PEFT) on a frozen base -- 16-bit, or 4-bit NF4 with QLoRA. "
         "**Sequence length** and **global batch** (samples per optimizer step; empty lets the planner choose) "
         "drive activation memory and throughput."
     )
 
     def body(self) -> ComposeResult:
         presets = self.wizard.service.model_presets()
-        yield Label("Model: preset, path to config.json, or numbers", classes="field-label")
+        yield Label(
+            "Model: preset, hub id, checkpoint folder, config.json, or numbers", classes="field-label"
+        )
         with Horizontal(classes="row"):
             yield Select([(p, p) for p in presets], prompt="preset…", id="model-preset", disabled=not presets)
             yield Input(
-                placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model"
+                placeholder="llama-7b  |  org/name  |  ./config.json  |  params=7e9 layers=32", id="model"
             )
         with Horizontal(classes="row"):
             yield labelled("Sequence length (tokens)", Input(id="seq-len", type="integer"))
@@ -44,6 +56,12 @@ class ModelStep(StepScreen):
         with RadioSet(id="mode"):
             yield RadioButton("Training", id="mode-train", value=True)
             yield RadioButton("Inference (ZeRO-Inference, stage 3)", id="mode-inference")
+        yield Label("Fine-tuning", classes="field-label")
+        with Horizontal(classes="row"):
+            with RadioSet(id="finetune"):
+                for mode, label in _FINETUNE_BUTTONS:
+                    yield RadioButton(label, id=f"finetune-{mode}", value=mode == "full")
+            yield labelled("LoRA rank", Input(id="lora-rank", type="integer", value="8"))
         yield Static("", id="model-summary")
 
     def refresh_from_state(self) -> None:
@@ -54,6 +72,10 @@ class ModelStep(StepScreen):
         self.query_one("#mode-inference", RadioButton).value = c.mode == "inference"
         self.query_one("#mode-train", RadioButton).value = c.mode == "train"
         if self.wizard.model is not None:
+            tuning = self.wizard.model.finetune
+            for mode, _ in _FINETUNE_BUTTONS:
+                self.query_one(f"#finetune-{mode}", RadioButton).value = tuning.mode == mode
+            self.query_one("#lora-rank", Input).value = str(tuning.lora_rank)
             self._show_model()
 
     @on(Select.Changed, "#model-preset")
@@ -73,8 +95,11 @@ class ModelStep(StepScreen):
         seq_len = parse_positive(self.query_one("#seq-len", Input).value, "sequence length")
         batch = parse_positive(self.query_one("#global-batch", Input).value, "global batch", allow_empty=True)
         mode: Mode = "inference" if self.query_one("#mode-inference", RadioButton).value else "train"
-        model = self.wizard.service.load_model(text)
+        tuning = self._finetune()
+        model = self.wizard.service.load_model(text, tuning if mode == "train" else FineTune())
+        before = self.wizard.model.finetune if self.wizard.model is not None else None
         changed = (text, seq_len, batch, mode) != (c.model_text, c.seq_len, c.global_batch, c.mode)
+        changed = changed or before != model.finetune
         c.model_text, c.mode, c.global_batch = text, mode, batch
         c.seq_len = seq_len if seq_len is not None else c.seq_len
         self.wizard.model = model
@@ -92,3 +117,8 @@ class ModelStep(StepScreen):
             else:
                 c.strategy = c.strategy.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
             c.global_batch = c.strategy.global_batch_size
+
+    def _finetune(self) -> FineTune:
+        mode = next(m for m, _ in _FINETUNE_BUTTONS if self.query_one(f"#finetune-{m}", RadioButton).value)
+        rank = parse_positive(self.query_one("#lora-rank", Input).value, "LoRA rank", allow_empty=True)
+        return make_finetune(mode, rank=rank)
