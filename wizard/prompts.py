@@ -19,6 +19,7 @@ from wizard.model import ModelSpec
 from wizard.planner import Candidate, Plan
 from wizard.service import LAUNCHERS, Choices, WizardService, initial_choices, parse_positive
 from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_label
+from wizard.tuning import DEFAULT_LORA_RANK, make_finetune
 from wizard.units import fmt_bytes
 
 # (title, value, reason it is not offered or None)
@@ -143,6 +144,24 @@ def _ask_hardware(a: _Asking, spec: str | None) -> HardwareReport:
     return hw
 
 
+def _ask_finetune(a: _Asking, text: str, model: ModelSpec) -> ModelSpec:
+    """Full fine-tuning, LoRA or QLoRA (with the rank), asked again until the model takes it."""
+    modes: list[Option] = [
+        ("full fine-tuning (every weight trains)", "full", None),
+        ("LoRA (PEFT adapters on a frozen 16-bit base)", "lora", None),
+        ("QLoRA (adapters on a frozen 4-bit NF4 base, bitsandbytes)", "qlora", None),
+    ]
+    while True:
+        mode = a.p.select("finetune", "Fine-tuning", modes, default="full")
+        if mode == "full":
+            return model
+        try:
+            rank = a.ask_int("lora-rank", "LoRA rank", DEFAULT_LORA_RANK)
+            return a.service.load_model(text, make_finetune(mode, rank=rank))
+        except DswizError as e:
+            a.say(f"  {e}")
+
+
 def _ask_model(a: _Asking) -> ModelSpec:
     """Step 2: the model (asked again until it loads), training or inference, sequence length, batch."""
     c = a.c
@@ -153,7 +172,9 @@ def _ask_model(a: _Asking) -> ModelSpec:
             options: list[Option] = [(n, n, None) for n in presets]
             options.append(("other (path or numbers)", "", None))
             pick = a.p.select("model-preset", "Model", options)
-        text = pick or a.p.text("model", "Model: preset, path to config.json, or numbers")
+        text = pick or a.p.text(
+            "model", "Model: preset, hub id (org/name), checkpoint folder, config.json, or numbers"
+        )
         try:
             model = a.service.load_model(text)
             break
@@ -163,6 +184,8 @@ def _ask_model(a: _Asking) -> ModelSpec:
     inference = "inference (ZeRO-3: no optimizer; parameter offload runs models larger than the GPUs)"
     modes: list[Option] = [("training", "train", None), (inference, "inference", None)]
     c.mode = a.p.select("mode", "Training or inference?", modes, default=c.mode)
+    if c.mode == "train":
+        model = _ask_finetune(a, text, model)
     c.seq_len = a.ask_int("seq-len", "Sequence length", c.seq_len) or c.seq_len
     batch_question = (
         "Global batch (empty: planner picks)"

@@ -51,3 +51,22 @@ async def test_a_bad_rank_is_refused_with_the_fix(service: Any) -> None:
         await type_into(pilot, "#lora-rank", "0")
         await next_step(pilot)
         assert "LoRA rank must be at least 1" in status(pilot)
+
+
+def test_line_prompts_ask_the_fine_tuning_mode_again_until_it_fits_the_model(
+    service: Any, tmp_path: Path
+) -> None:
+    from test_prompts import ScriptedPrompter
+
+    from wizard.prompts import run_prompts
+
+    said: list[str] = []
+    answers = {"model-preset": "gpt2", "finetune": "lora", "lora-rank": ["0", "16"], "candidate": 0}
+    p = ScriptedPrompter(answers)
+    assert run_prompts(prompter=p, hardware_spec="1xL40S", service=service, say=said.append) == 0
+    assert any("LoRA r=16 (c_attn)" in line for line in said)
+    sidecar = json.loads((tmp_path / "dswiz-config" / "dswiz-plan.json").read_text())
+    assert sidecar["model"]["spec"]["finetune"] == {
+        "mode": "lora", "lora_rank": 16, "lora_alpha": 8, "lora_targets": ["c_attn"], "double_quant": True
+    }  # fmt: skip
+    assert "get_peft_model(model, LoraConfig(r=16" in (tmp_path / "dswiz-config" / "launch.sh").read_text()
