@@ -57,11 +57,11 @@ class ModelStep(StepScreen):
             yield RadioButton("Training", id="mode-train", value=True)
             yield RadioButton("Inference (ZeRO-Inference, stage 3)", id="mode-inference")
         yield Label("Fine-tuning", classes="field-label")
+        with RadioSet(id="finetune"):
+            for mode, label in _FINETUNE_BUTTONS:
+                yield RadioButton(label, id=f"finetune-{mode}", value=mode == "full")
         with Horizontal(classes="row"):
-            with RadioSet(id="finetune"):
-                for mode, label in _FINETUNE_BUTTONS:
-                    yield RadioButton(label, id=f"finetune-{mode}", value=mode == "full")
-            yield labelled("LoRA rank", Input(id="lora-rank", type="integer", value="8"))
+            yield labelled("LoRA rank (LoRA / QLoRA)", Input(id="lora-rank", type="integer", value="8"))
         yield Static("", id="model-summary")
 
     def refresh_from_state(self) -> None:
