@@ -42,7 +42,7 @@ def test_the_bitsandbytes_config_is_what_transformers_accepts(stage: int, storag
     assert config.load_in_4bit and config.bnb_4bit_quant_type == "nf4" and config.bnb_4bit_use_double_quant
     assert config.bnb_4bit_compute_dtype == torch.bfloat16
     assert config.bnb_4bit_quant_storage == (storage or torch.uint8)  # transformers' default storage: uint8
-    assert list(inspect.signature(peft.prepare_model_for_kbit_training).parameters)[0] == "model"
+    assert next(iter(inspect.signature(peft.prepare_model_for_kbit_training).parameters)) == "model"
 
 
 def test_the_config_set_carries_the_notes_for_every_consumer() -> None:

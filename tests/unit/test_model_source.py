@@ -122,7 +122,7 @@ def test_a_folder_whose_headers_disagree_uses_them(tmp_path: Path) -> None:
 
 
 def test_a_folder_without_config_and_a_broken_safetensors(tmp_path: Path) -> None:
-    with pytest.raises(DswizError, match="directory without a config.json"):
+    with pytest.raises(DswizError, match=r"directory without a config\.json"):
         load_model_spec(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     (tmp_path / "model.safetensors").write_bytes(b"\xff" * 16)
