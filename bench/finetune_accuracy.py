@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import md_heading, md_table  # noqa: E402
+from _common import load_bench_script, md_heading, md_table  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import ModelSpec, spec_from_config  # noqa: E402
@@ -72,12 +72,7 @@ SMOKE_GRID = [("tiny-llama", "lora", None), ("tiny-llama", "qlora", None)]
 @functools.cache
 def _plan_accuracy() -> Any:
     """bench/plan_accuracy.py's helpers (this machine as the planner sees it, the cap, the peaks, versions, save)."""
-    spec = importlib.util.spec_from_file_location("plan_accuracy", ROOT / "bench" / "plan_accuracy.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["plan_accuracy"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("plan_accuracy")
 
 
 @dataclass(frozen=True)

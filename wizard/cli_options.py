@@ -57,19 +57,11 @@ def finetune_options(f: F) -> F:
             help="full: every weight trains; lora: PEFT adapters on a frozen 16-bit base; qlora: adapters on a "
             "frozen 4-bit NF4 base (bitsandbytes, double quantization).",
         ),
-        click.option(
-            "--lora-rank",
-            type=click.IntRange(1, 65536),
-            default=DEFAULT_LORA_RANK,
-            show_default=True,
-            help="LoRA rank r (peft.LoraConfig's default).",
-        ),
-        click.option(
+        _lora_number("--lora-rank", DEFAULT_LORA_RANK, "LoRA rank r (peft.LoraConfig's default)."),
+        _lora_number(
             "--lora-alpha",
-            type=click.IntRange(1, 65536),
-            default=DEFAULT_LORA_ALPHA,
-            show_default=True,
-            help="LoRA alpha (scales the update by alpha/r; no effect on memory).",
+            DEFAULT_LORA_ALPHA,
+            "LoRA alpha (scales the update by alpha/r; no effect on memory).",
         ),
         click.option(
             "--lora-targets",
@@ -81,6 +73,10 @@ def finetune_options(f: F) -> F:
     for option in reversed(options):
         f = option(f)
     return f
+
+
+def _lora_number(name: str, default: int, help: str) -> Callable[[F], F]:
+    return click.option(name, type=click.IntRange(1, 65536), default=default, show_default=True, help=help)
 
 
 def finetune_from_flags(flags: dict[str, Any]) -> FineTune:

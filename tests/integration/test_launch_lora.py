@@ -5,14 +5,12 @@ and the frozen base does not move."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from runner import rundir
+from tests.integration.test_plan_to_verdict import dswiz
 from wizard.config.sidecar import read_sidecar
 from wizard.planner import trainable_params
 
@@ -23,19 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "runner" / "examples" / "train_lora_tiny.py"
 TINY_LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
               "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 64}  # fmt: skip
-
-
-def dswiz(tmp: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", *args],
-        cwd=tmp,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp / "state")},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @pytest.mark.timeout(

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import huggingface_hub
 import huggingface_hub.constants
@@ -59,17 +60,15 @@ def test_the_layout_is_what_huggingface_hub_finds(hub_cache: Path) -> None:
     assert found == str(snap / "config.json")
 
 
+def cache_config_and_index(hub_cache: Path, index: dict[str, Any]) -> None:
+    files = {"config.json": LLAMA, "model.safetensors.index.json": index}
+    make_hub_cache(hub_cache, REPO, {name: json.dumps(d).encode() for name, d in files.items()})
+
+
 def test_hub_id_from_the_cache_offline(hub_cache: Path) -> None:
     spec_numbers = load_model_spec("layers=2,hidden=256,heads=4,vocab=1000,ffn=688")
     index = {"metadata": {"total_size": 2 * spec_numbers.total_params}, "weight_map": {}}
-    make_hub_cache(
-        hub_cache,
-        REPO,
-        {
-            "config.json": json.dumps(LLAMA).encode(),
-            "model.safetensors.index.json": json.dumps(index).encode(),
-        },
-    )
+    cache_config_and_index(hub_cache, index)
     spec = load_model_spec(REPO)
     assert spec.name == REPO and spec.source.startswith(f"hub:{REPO}@{COMMIT}")
     assert spec.total_params == spec_numbers.total_params and spec.notes == ()  # the index agrees
@@ -77,14 +76,7 @@ def test_hub_id_from_the_cache_offline(hub_cache: Path) -> None:
 
 def test_an_index_with_another_count_wins_with_a_note(hub_cache: Path) -> None:
     index = {"metadata": {"total_parameters": 1_234_567, "total_size": 2_469_134}}
-    make_hub_cache(
-        hub_cache,
-        REPO,
-        {
-            "config.json": json.dumps(LLAMA).encode(),
-            "model.safetensors.index.json": json.dumps(index).encode(),
-        },
-    )
+    cache_config_and_index(hub_cache, index)
     spec = load_model_spec(REPO)
     assert spec.total_params == 1_234_567
     assert "shard index count 1,234,567 parameters (BF16)" in spec.notes[-1]

@@ -84,21 +84,10 @@ def linear_layers(m: ModelSpec) -> tuple[LinearLayer, ...]:
     h, L, f, V = m.hidden, m.layers, m.ffn_hidden, m.vocab
     q, kv = m.heads * m.head_dim, m.kv_dim
     if m.model_type == "gpt2":
-        return (
-            LinearLayer("attn.c_attn", h, 3 * h, L, "attn_in"),
-            LinearLayer("attn.c_proj", h, h, L, "attn_out"),
-            LinearLayer("mlp.c_fc", h, f, L, "mlp_in"),
-            LinearLayer("mlp.c_proj", f, h, L, "mlp_mid"),
-            LinearLayer("lm_head", h, V, 1, "final", head=True),
-        )
+        return _fused_qkv(("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj", "lm_head"), h, f, L, V)
     if m.model_type == "gpt_neox":
-        return (
-            LinearLayer("attention.query_key_value", h, 3 * h, L, "attn_in"),
-            LinearLayer("attention.dense", h, h, L, "attn_out"),
-            LinearLayer("mlp.dense_h_to_4h", h, f, L, "mlp_in"),
-            LinearLayer("mlp.dense_4h_to_h", f, h, L, "mlp_mid"),
-            LinearLayer("embed_out", h, V, 1, "final", head=True),
-        )
+        neox = ("attention.query_key_value", "attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")
+        return _fused_qkv((*neox, "embed_out"), h, f, L, V)
     if m.encoder:  # BERT / DeBERTa-v2 masked LM
         names = (
             ("query_proj", "key_proj", "value_proj")
@@ -133,6 +122,20 @@ def linear_layers(m: ModelSpec) -> tuple[LinearLayer, ...]:
         mlp = _swiglu(h, f, dense) if dense else ()
         return (*attn, *moe, *mlp, head)
     return (*attn, *_swiglu(h, f, L), head)
+
+
+def _fused_qkv(
+    names: tuple[str, str, str, str, str], h: int, f: int, L: int, V: int
+) -> tuple[LinearLayer, ...]:
+    """GPT-2 / GPT-NeoX: one fused q/k/v projection, the attention output, a two-layer MLP, the head."""
+    qkv, out, up, down, head = names
+    return (
+        LinearLayer(qkv, h, 3 * h, L, "attn_in"),
+        LinearLayer(out, h, h, L, "attn_out"),
+        LinearLayer(up, h, f, L, "mlp_in"),
+        LinearLayer(down, f, h, L, "mlp_mid"),
+        LinearLayer(head, h, V, 1, "final", head=True),
+    )
 
 
 def _swiglu(h: int, f: int, count: int) -> tuple[LinearLayer, ...]:
