@@ -48,6 +48,20 @@ class FineTune:
         targets = ",".join(self.lora_targets) if self.lora_targets else "PEFT's default targets"
         return f"{'QLoRA' if self.quantized else 'LoRA'} r={self.lora_rank} ({targets})"
 
+    def flag_words(self) -> list[str]:
+        """The ``--finetune``/``--lora-*`` flags (wizard.cli_options) that ask for this again; none for full."""
+        if not self.uses_lora:
+            return []
+        words = [
+            "--finetune",
+            self.mode,
+            "--lora-rank",
+            str(self.lora_rank),
+            "--lora-alpha",
+            str(self.lora_alpha),
+        ]
+        return words + (["--lora-targets", ",".join(self.lora_targets)] if self.lora_targets else [])
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["lora_targets"] = list(self.lora_targets)

@@ -171,3 +171,40 @@ def test_qlora_70b_on_one_48gb_l40s() -> None:
     assert best_lora["candidates"][0]["strategy"]["offload_param"] == "cpu"
     small_host = [*lora[:-2], "1xL40S,ram=64GiB"]
     assert subprocess.run(small_host, capture_output=True, text=True, timeout=120, cwd=ROOT).returncode == 1
+
+
+def test_launchs_oom_replan_keeps_qlora_and_its_command_writes_it_again(tmp_path: Path) -> None:
+    """The plan sidecar carries the fine-tuning mode: after a CUDA OOM, launch's re-plan (wizard.replan) plans QLoRA
+    again, and the `dswiz config` command it advises writes QLoRA again."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from wizard import planner
+    from wizard.cli import cli
+    from wizard.config.build import WriteOptions, config_set_from_strategy
+    from wizard.config.render import ds_config_dict
+    from wizard.config.sidecar import read_sidecar
+    from wizard.hardware import get_hardware
+    from wizard.replan import make_sidecar, oom_advice, predict
+
+    hw = get_hardware("1xL40S")
+    spec = ft.with_finetune(load_model_spec("llama-7b"), make_finetune("qlora", rank=16))
+    req = planner.PlanRequest(seq_len=2048)
+    best = planner.plan(hw, spec, req).best
+    assert best is not None
+    failed = best.strategy.with_(micro_batch_size=best.strategy.micro_batch_size + 8)
+    sidecar = make_sidecar(
+        model_arg="llama-7b", model=spec, hardware_arg="1xL40S", hardware=hw, request=req,
+        candidate=predict(hw, spec, failed, req),
+    )  # fmt: skip
+    ds = ds_config_dict(config_set_from_strategy(failed, WriteOptions()).deepspeed)
+    lines = oom_advice(sidecar, ds, config_dir=str(tmp_path / "cfg"))
+    assert lines, "a smaller micro-batch of the same QLoRA job fits"
+    line = next(ln for ln in lines if "dswiz config" in ln)
+    command = shlex.split(line[line.index("dswiz config") :])
+    assert command[command.index("--finetune") + 1] == "qlora" and "--lora-rank" in command
+    result = CliRunner().invoke(cli, command[1:])
+    assert result.exit_code == 0, result.output
+    again = read_sidecar(tmp_path / "cfg")
+    assert again is not None and again.model.finetune == spec.finetune
