@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +139,63 @@ def test_dswiz_plan_takes_a_hub_id_with_hf_home(tmp_path: Path) -> None:
     )
     assert missing.returncode != 0 and "HF_HUB_OFFLINE is set" in missing.stderr + missing.stdout
     assert "Traceback" not in missing.stderr
+
+
+_LOAD = """import sys
+from wizard.errors import DswizError
+from wizard.model import load_model_spec
+try:
+    load_model_spec(sys.argv[1])
+except DswizError as e:
+    print(e.problem)
+    print(e.fix)
+    sys.exit(3)
+"""
+
+
+class _Hub(BaseHTTPRequestHandler):
+    """A stand-in for huggingface.co (HF_ENDPOINT): answers the way the hub does, by error code header."""
+
+    def _answer(self) -> None:
+        code, error = (401, "GatedRepo") if "/gated/" in self.path else (404, "RepoNotFound")
+        self.send_response(code)
+        self.send_header("X-Error-Code", error)
+        self.send_header(
+            "X-Error-Message", "Access to this model is restricted" if code == 401 else "not found"
+        )
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("repo", "problem", "fix"),
+    [
+        ("org-x/gated", "is gated and this account has no access", "set HF_TOKEN"),
+        (
+            "org-x/missing",
+            "no model org-x/missing on the Hugging Face hub",
+            "for a private repo set HF_TOKEN",
+        ),
+    ],
+)
+def test_online_errors_of_the_hub_name_the_fix(tmp_path: Path, repo: str, problem: str, fix: str) -> None:
+    """huggingface_hub's own download and error mapping against a local endpoint (no network here)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(ROOT),
+               "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}"}  # fmt: skip
+        env.pop("HF_HUB_OFFLINE", None)
+        out = subprocess.run(
+            [sys.executable, "-c", _LOAD, repo], env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        server.shutdown()
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert problem in out.stdout and fix in out.stdout
