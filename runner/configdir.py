@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wizard.errors import DswizError
+from wizard.fsio import settle_file_set
 from wizard.launch_command import accelerate_ds_config_file
 
 DS_CONFIG_NAME = "ds_config.json"
@@ -41,14 +42,17 @@ class ConfigChoice:
 
 
 def find_configs(path: str | Path) -> ConfigChoice:
-    """Resolve ``--config``. Raises DswizError when nothing usable is there."""
+    """Resolve ``--config``. Raises DswizError when nothing usable is there. A `dswiz config` write that was killed
+    half-way in that folder is finished or undone first (wizard.fsio.settle_file_set): one whole set is read."""
     p = Path(path)
     if p.is_file():
+        settle_file_set(p.parent)
         return _from_file(p)
     if not p.is_dir():
         raise DswizError(
             f"--config {path}: no such file or folder", "pass the folder `dswiz config` wrote, or a file"
         )
+    settle_file_set(p)
     ds = p / DS_CONFIG_NAME if (p / DS_CONFIG_NAME).is_file() else _single(p, "*.json")
     yml = next((p / n for n in ACCELERATE_YAML_NAMES if (p / n).is_file()), None) or _single(p, "*.yaml")
     if ds is None and yml is None:

@@ -11,6 +11,7 @@ when unset); ``--run-dir`` chooses another. Layout::
     <run>/logs/ranks/         DeepSpeed --enable_each_rank_log output (<timestamp>_rank<N>.log)
     <run>/csv/                DeepSpeed csv monitor output (csv_monitor.output_path); job_name "dswiz"
     <run>/metrics.jsonl       one JSON snapshot per interval (the monitor's history; appended)
+    <run>/metrics.*.x*.jsonl  older history: archived past 4 MiB, thinned to stay bounded (runner.metrics.rotation)
 """
 
 from __future__ import annotations

@@ -3,12 +3,16 @@ name, the metavar and how a default is shown. Front-door code only (imports clic
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from wizard.tuning import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, FINETUNE_MODES, FineTune, make_finetune
+
+if TYPE_CHECKING:  # the planner and the model are imported when a command plans, not when `--help` is drawn
+    from wizard.model import ModelSpec
+    from wizard.planner import PlanRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +37,22 @@ def defaulted_option(name: str, kind: type[Any], default: Any, metavar: str, hel
     return click.option(name, type=kind, default=default, show_default=True, metavar=metavar, help=help)
 
 
+# ------------------------------------------------------------------ planning: the flags `dswiz plan` and `config` share
+
+PRECISION_CHOICES = ("auto", "bf16", "fp16", "fp32")
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    from wizard.units import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 MODEL_HELP = (
     "A preset (llama-7b, gpt2-xl, mixtral-8x7b, ...), a Hugging Face hub id (meta-llama/Llama-3.1-8B: read from "
     "the local HF cache, else only its config.json is fetched; HF_HUB_OFFLINE and HF_TOKEN honoured), a checkpoint "
@@ -40,15 +60,22 @@ MODEL_HELP = (
 )
 
 
-def model_option(*names: str, required: bool, help: str = MODEL_HELP) -> Callable[[F], F]:
+def model_option(*, required: bool) -> Callable[[F], F]:
     """``--model``: what is trained (wizard.model.load_model_spec reads every form)."""
-    return click.option(*names, required=required, metavar="NAME|HUB-ID|PATH|NUMBERS", help=help)
+    return click.option(
+        "--model",
+        "-m",
+        "model_text",
+        required=required,
+        metavar="NAME|HUB-ID|PATH|NUMBERS",
+        help=MODEL_HELP,
+    )
 
 
-def finetune_options(f: F) -> F:
+def finetune_options() -> tuple[Callable[[F], F], ...]:
     """``--finetune full|lora|qlora`` with ``--lora-rank``, ``--lora-alpha``, ``--lora-targets``: which parameters
     train (``finetune_from_flags`` turns them into a wizard.tuning.FineTune)."""
-    options = (
+    return (
         click.option(
             "--finetune",
             type=click.Choice(FINETUNE_MODES),
@@ -70,20 +97,119 @@ def finetune_options(f: F) -> F:
             "architecture (q_proj,v_proj for LLaMA/Mistral/Qwen2, c_attn for GPT-2).",
         ),
     )
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def _lora_number(name: str, default: int, help: str) -> Callable[[F], F]:
     return click.option(name, type=click.IntRange(1, 65536), default=default, show_default=True, help=help)
 
 
-def finetune_from_flags(flags: dict[str, Any]) -> FineTune:
+def finetune_from_flags(flags: Mapping[str, Any]) -> FineTune:
     """The FineTune the --finetune/--lora-* flags describe (DswizError for bad targets)."""
     return make_finetune(
         flags.get("finetune") or "full",
         rank=flags.get("lora_rank"),
         alpha=flags.get("lora_alpha"),
         targets=flags.get("lora_targets") or (),
+    )
+
+
+def hardware_option() -> Callable[[F], F]:
+    return click.option(
+        "--hardware",
+        metavar="SPEC|FILE",
+        help="Plan for described hardware: 8xA100-80GB, 2x8xH100,ram=1TiB,nvme=3.5TB, a YAML profile or a "
+        "saved `dswiz detect --json`. Default: this machine.",
+    )
+
+
+def planning_options(*, model_required: bool) -> Callable[[F], F]:
+    """What the planner is asked (``planning_model``, ``planning_request``): model and how it is fine-tuned,
+    hardware, sequence, batch, precision, mode, what it may use (offload, checkpointing) and the memory it plans
+    against. ``dswiz plan`` and ``dswiz config`` both."""
+    options = [
+        model_option(required=model_required),
+        *finetune_options(),
+        hardware_option(),
+        click.option(
+            "--seq-len",
+            type=click.IntRange(1, 10_000_000),
+            help="Tokens per sample (default: the model's context, at most 2048).",
+        ),
+        click.option(
+            "--global-batch",
+            type=click.IntRange(1, 100_000_000),
+            help="Target global batch (samples per optimizer step); micro-batch x accumulation x GPUs matches it.",
+        ),
+        choice_option(
+            "--precision",
+            choices=PRECISION_CHOICES,
+            default="auto",
+            help="auto: bf16 where the GPUs support it, else fp16, else fp32.",
+        ),
+        click.option(
+            "--mode",
+            type=click.Choice(("train", "inference")),
+            default="train",
+            show_default=True,
+            help="train, or ZeRO-3 inference (no optimizer; parameter offload runs models larger than the GPUs).",
+        ),
+        flag_option("--no-offload", help="Never offload to CPU or NVMe."),
+        flag_option("--no-checkpointing", help="Never use activation checkpointing."),
+        click.option(
+            "--margin",
+            type=click.FloatRange(0, 50),
+            default=5.0,
+            show_default=True,
+            help="Percent of each GPU's memory to keep free.",
+        ),
+        click.option(
+            "--gpu-memory",
+            callback=_size,
+            metavar="SIZE",
+            help="Plan for this much memory per GPU (e.g. 24GiB) instead of the card's total.",
+        ),
+        click.option(
+            "--nvme", callback=_size, metavar="SIZE", help="Assume an NVMe drive of this size for offload."
+        ),
+    ]
+
+    def apply(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def planning_model(params: Mapping[str, Any]) -> ModelSpec:
+    """The model the planning flags name, trained as --finetune/--lora-* say (``planning_options``; --model given)."""
+    from wizard.errors import DswizError
+    from wizard.model import load_model_spec
+    from wizard.planner import with_finetune
+
+    tuning = finetune_from_flags(params)
+    if tuning.uses_lora and params.get("mode") == "inference":
+        raise DswizError(
+            f"--finetune {tuning.mode} trains adapters, --mode inference trains nothing", "drop one of them"
+        )
+    return with_finetune(load_model_spec(params["model_text"]), tuning)
+
+
+def planning_request(params: Mapping[str, Any], *, stages: tuple[int, ...] = ()) -> PlanRequest:
+    """The planner's question from the planning flags (``planning_options``), the same for every command."""
+    from wizard.planner import PlanRequest
+
+    precision = params["precision"]
+    return PlanRequest(
+        seq_len=params["seq_len"],
+        global_batch=params["global_batch"],
+        mode=params["mode"],
+        precisions=() if precision == "auto" else (precision,),
+        stages=tuple(sorted(set(stages))) or (0, 1, 2, 3),
+        allow_offload=not params["no_offload"],
+        allow_nvme=not params["no_offload"],
+        allow_activation_checkpointing=not params["no_checkpointing"],
+        safety_margin=params["margin"] / 100,
+        gpu_memory_bytes=params["gpu_memory"],
+        nvme_bytes=params["nvme"],
     )

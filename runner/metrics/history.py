@@ -1,4 +1,5 @@
-"""Chart history in constant memory, and the run's metrics.jsonl (one snapshot per interval, appended).
+"""Chart history in constant memory, and the run's metrics.jsonl (one snapshot per interval, appended; rotated
+and thinned so it stays bounded, with the whole timeline still read back: runner.metrics.rotation).
 
 ``Downsampler`` keeps at most ``capacity`` points however long the job runs: when full, neighbouring points are
 merged pairwise (averages; the later time and step), and from then on each kept point stands for twice as many
@@ -14,6 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TextIO
 
+from runner.metrics import rotation
 from runner.metrics.snapshot import HistoryPoint, Snapshot
 
 DEFAULT_CAPACITY = 512
@@ -68,19 +70,32 @@ class Downsampler:
 
 class MetricsLog:
     """Appends snapshots to ``metrics.jsonl`` (one JSON object per line, flushed each time: readers see whole
-    lines; a torn last line from a crash is skipped when read)."""
+    lines; a torn last line from a crash is skipped when read). Past ``rotate_bytes`` the file is archived and
+    the archive thinned to stay under ``archive_bytes`` (runner.metrics.rotation)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        rotate_bytes: int = rotation.ROTATE_BYTES,
+        archive_bytes: int = rotation.ARCHIVE_BYTES,
+    ) -> None:
         self.path = path
+        self.rotate_bytes = rotate_bytes
+        self.archive_bytes = archive_bytes
         self._fh: TextIO | None = None
 
     def append(self, snapshot: Snapshot) -> None:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            rotation.tidy(self.path)  # what a writer killed mid-merge left
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._fh = os.fdopen(fd, "a", encoding="utf-8")
         self._fh.write(json.dumps(snapshot.to_json(), sort_keys=True, separators=(",", ":")) + "\n")
         self._fh.flush()
+        if os.fstat(self._fh.fileno()).st_size >= self.rotate_bytes:
+            self.close()
+            rotation.rotate(self.path, archive_bytes=self.archive_bytes)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -89,22 +104,16 @@ class MetricsLog:
 
 
 def iter_metrics(path: Path) -> Iterator[Snapshot]:
-    """Stream a metrics.jsonl (constant memory); malformed lines are skipped."""
-    try:
-        fh = path.open(encoding="utf-8", errors="replace")
-    except OSError:
-        return
-    with fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                yield Snapshot.from_json(data)
+    """Stream a metrics.jsonl with its archived parts, oldest first, evenly thinned where older history is
+    (constant memory); malformed lines are skipped."""
+    for raw in rotation.history_lines(path):
+        line = raw.decode("utf-8", errors="replace")
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            yield Snapshot.from_json(data)
 
 
 SAMPLE_ABOVE_BYTES = 8 * 1024 * 1024
@@ -112,15 +121,25 @@ SAMPLED_LINES = 4096
 
 
 def load_history(path: Path, downsampler: Downsampler) -> Snapshot | None:
-    """Feed a metrics.jsonl into ``downsampler``; return its last snapshot (None when there is none).
+    """Feed a metrics.jsonl (and its archived parts) into ``downsampler``; return its last snapshot (None when
+    there is none).
 
-    A file above SAMPLE_ABOVE_BYTES (days of history) is not parsed line by line: SAMPLED_LINES lines at evenly
-    spaced offsets stand for it (the chart has a few hundred columns), so attaching costs the same at any age."""
+    Archived parts and the live file are read through rotation.history_lines, at most SAMPLED_LINES of them
+    (evenly thinned; the chart has a few hundred columns). A single file above SAMPLE_ABOVE_BYTES (days of
+    history, written before rotation) is not parsed line by line: SAMPLED_LINES lines at evenly spaced offsets
+    stand for it. So attaching costs about the same at any age."""
+    last: Snapshot | None = None
+    if rotation.parts(path):
+        for raw in rotation.history_lines(path, max_lines=SAMPLED_LINES):
+            snap = _parse_snapshot(raw)
+            if snap is not None:
+                downsampler.add(snap.history_point())
+                last = snap
+        return last
     try:
         size = path.stat().st_size
     except OSError:
         return None
-    last: Snapshot | None = None
     if size <= SAMPLE_ABOVE_BYTES:
         for snap in iter_metrics(path):
             downsampler.add(snap.history_point())

@@ -7,6 +7,7 @@ written config set does not depend on the door it came through.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tempfile
@@ -17,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from wizard.config.launchers import PER_NODE_LAUNCHERS, MultinodeLauncher
 from wizard.config.sidecar import SIDECAR_NAME, PlanSidecar, dump_sidecar
+from wizard.errors import DswizError
 from wizard.findings import Finding
-from wizard.fsio import WriteResult, atomic_write_text
+from wizard.fsio import WriteResult, settle_file_set, write_file_set
 from wizard.hardware.report import HardwareReport
 from wizard.hints import config_hint_lines
 from wizard.model import ModelSpec
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
     from wizard.config.build import WriteOptions
     from wizard.config.load import LoadedConfig
-    from wizard.config.schema import AccelerateMode, Consumer
+    from wizard.config.schema import AccelerateMode, Consumer, SlurmJob
 
 
 class WriteAnswers(TypedDict, total=False):
@@ -53,6 +55,7 @@ class WriteAnswers(TypedDict, total=False):
     accelerate_mode: AccelerateMode
     gradient_clipping: float
     save_16bit_model: bool
+    slurm: SlurmJob
 
 
 def write_options(
@@ -160,6 +163,7 @@ def lint_files(
     hardware: HardwareReport | None = None,
     launcher: str | None = None,
     out_dir: Path | None = None,
+    consumer: Consumer | None = None,
 ) -> list[Finding]:
     """The linter's findings for the files about to be written: exactly what ``dswiz check DIR`` would say once
     they are written to ``out_dir`` (the same ``wizard.config.check.lint_path``, run on a scratch copy in which
@@ -172,7 +176,9 @@ def lint_files(
             if target is not None:
                 text = text.replace(target + "/", scratch + "/")
             (Path(scratch) / name).write_text(text, encoding="utf-8")
-        found = lint_path(Path(scratch), world_size=world_size, hardware=hardware, launcher=launcher)
+        found = lint_path(
+            Path(scratch), consumer=consumer, world_size=world_size, hardware=hardware, launcher=launcher
+        )
 
         def back(text: str | None) -> str | None:
             return text.replace(scratch, target) if text is not None and target is not None else text
@@ -190,15 +196,18 @@ def lint_files(
 
 
 def write_files(out_dir: Path, files: Mapping[str, str], *, force: bool) -> list[WriteResult]:
-    """Each file atomically (launch.sh executable); with ``force`` an existing different file is kept as a backup."""
-    return [
-        atomic_write_text(out_dir / name, text, force=force, mode=0o755 if name.endswith(".sh") else None)
-        for name, text in files.items()
-    ]
+    """The files as one set (wizard.fsio.write_file_set: all new or all old after a kill; launch.sh executable);
+    with ``force`` an existing different file is kept as a backup (the last few of each are kept)."""
+    modes = {name: 0o755 for name in files if name.endswith(".sh")}
+    return write_file_set(out_dir, files, force=force, modes=modes)
 
 
 def existing_files(out_dir: Path, names: Iterable[str]) -> dict[str, str]:
-    """What is already on disk under those names, for the diff (unreadable files count as absent)."""
+    """What is already on disk under those names, for the diff (unreadable files count as absent); a write that
+    was killed half-way is finished or undone first, so the diff is against one whole set (where that cannot be
+    done, the write says why: this only shows what is there)."""
+    with contextlib.suppress(DswizError):
+        settle_file_set(out_dir)
     out = {}
     for name in names:
         try:
