@@ -106,3 +106,29 @@ def test_prompts_drop_targets_the_model_lacks_and_ask_again(
     assert prompter.asked.count("finetune") == 2
     spec = json.loads((out / "dswiz-plan.json").read_text())["model"]["spec"]
     assert spec["finetune"]["lora_targets"] == ["c_attn"]  # GPT-2's own, from PEFT
+
+
+def test_probe_hands_the_finetune_flags_to_config() -> None:
+    from wizard.commands.probe import _planning_flags, probe
+
+    argv = [
+        "--model",
+        "gpt2",
+        "--finetune",
+        "qlora",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "c_attn",
+        "train.py",
+    ]
+    ctx = probe.make_context("probe", argv)
+    flags = _planning_flags(ctx, dict(ctx.params))
+    assert flags[flags.index("--finetune") + 1] == "qlora" and flags[flags.index("--lora-rank") + 1] == "16"
+    assert "--lora-alpha" not in flags  # left at its default
+    cctx = config.make_context("config", [*flags, "--yes"])
+    assert (cctx.params["finetune"], cctx.params["lora_rank"], cctx.params["lora_targets"]) == (
+        "qlora",
+        16,
+        "c_attn",
+    )
