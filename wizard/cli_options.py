@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-if TYPE_CHECKING:  # the planner is imported when a command plans, not when `--help` is drawn
+from wizard.tuning import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, FINETUNE_MODES, FineTune, make_finetune
+
+if TYPE_CHECKING:  # the planner and the model are imported when a command plans, not when `--help` is drawn
+    from wizard.model import ModelSpec
     from wizard.planner import PlanRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,15 +53,63 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
         raise click.BadParameter(str(e)) from None
 
 
+MODEL_HELP = (
+    "A preset (llama-7b, gpt2-xl, mixtral-8x7b, ...), a Hugging Face hub id (meta-llama/Llama-3.1-8B: read from "
+    "the local HF cache, else only its config.json is fetched; HF_HUB_OFFLINE and HF_TOKEN honoured), a checkpoint "
+    "folder, a config.json, or numbers like params=7e9 or layers=32,hidden=4096,heads=32,vocab=32000."
+)
+
+
 def model_option(*, required: bool) -> Callable[[F], F]:
+    """``--model``: what is trained (wizard.model.load_model_spec reads every form)."""
     return click.option(
         "--model",
         "-m",
         "model_text",
         required=required,
-        metavar="NAME|CONFIG|NUMBERS",
-        help="A preset (llama-7b, gpt2-xl, mixtral-8x7b, ...), a local config.json, or numbers like "
-        "params=7e9 or layers=32,hidden=4096,heads=32,vocab=32000.",
+        metavar="NAME|HUB-ID|PATH|NUMBERS",
+        help=MODEL_HELP,
+    )
+
+
+def finetune_options() -> tuple[Callable[[F], F], ...]:
+    """``--finetune full|lora|qlora`` with ``--lora-rank``, ``--lora-alpha``, ``--lora-targets``: which parameters
+    train (``finetune_from_flags`` turns them into a wizard.tuning.FineTune)."""
+    return (
+        click.option(
+            "--finetune",
+            type=click.Choice(FINETUNE_MODES),
+            default="full",
+            show_default=True,
+            help="full: every weight trains; lora: PEFT adapters on a frozen 16-bit base; qlora: adapters on a "
+            "frozen 4-bit NF4 base (bitsandbytes, double quantization).",
+        ),
+        _lora_number("--lora-rank", DEFAULT_LORA_RANK, "LoRA rank r (peft.LoraConfig's default)."),
+        _lora_number(
+            "--lora-alpha",
+            DEFAULT_LORA_ALPHA,
+            "LoRA alpha (scales the update by alpha/r; no effect on memory).",
+        ),
+        click.option(
+            "--lora-targets",
+            metavar="NAMES|all-linear",
+            help="Modules to adapt, comma-separated (q_proj,v_proj), or all-linear. Default: PEFT's for the "
+            "architecture (q_proj,v_proj for LLaMA/Mistral/Qwen2, c_attn for GPT-2).",
+        ),
+    )
+
+
+def _lora_number(name: str, default: int, help: str) -> Callable[[F], F]:
+    return click.option(name, type=click.IntRange(1, 65536), default=default, show_default=True, help=help)
+
+
+def finetune_from_flags(flags: Mapping[str, Any]) -> FineTune:
+    """The FineTune the --finetune/--lora-* flags describe (DswizError for bad targets)."""
+    return make_finetune(
+        flags.get("finetune") or "full",
+        rank=flags.get("lora_rank"),
+        alpha=flags.get("lora_alpha"),
+        targets=flags.get("lora_targets") or (),
     )
 
 
@@ -72,10 +123,12 @@ def hardware_option() -> Callable[[F], F]:
 
 
 def planning_options(*, model_required: bool) -> Callable[[F], F]:
-    """What the planner is asked (``planning_request``): model, hardware, sequence, batch, precision, mode, what it
-    may use (offload, checkpointing) and the memory it plans against. ``dswiz plan`` and ``dswiz config`` both."""
+    """What the planner is asked (``planning_model``, ``planning_request``): model and how it is fine-tuned,
+    hardware, sequence, batch, precision, mode, what it may use (offload, checkpointing) and the memory it plans
+    against. ``dswiz plan`` and ``dswiz config`` both."""
     options = [
         model_option(required=model_required),
+        *finetune_options(),
         hardware_option(),
         click.option(
             "--seq-len",
@@ -126,6 +179,20 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
         return f
 
     return apply
+
+
+def planning_model(params: Mapping[str, Any]) -> ModelSpec:
+    """The model the planning flags name, trained as --finetune/--lora-* say (``planning_options``; --model given)."""
+    from wizard.errors import DswizError
+    from wizard.model import load_model_spec
+    from wizard.planner import with_finetune
+
+    tuning = finetune_from_flags(params)
+    if tuning.uses_lora and params.get("mode") == "inference":
+        raise DswizError(
+            f"--finetune {tuning.mode} trains adapters, --mode inference trains nothing", "drop one of them"
+        )
+    return with_finetune(load_model_spec(params["model_text"]), tuning)
 
 
 def planning_request(params: Mapping[str, Any], *, stages: tuple[int, ...] = ()) -> PlanRequest:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
+from wizard.tuning import ALL_LINEAR, FineTune
 
 Consumer = Literal["deepspeed", "accelerate", "trainer"]
 OptimizerSource = Literal["config", "script"]
@@ -386,3 +387,57 @@ def script_findings(consumer: str, ds_config: Mapping[str, Any] | None, script_t
         scheduler = "script"
     found = code_hints(consumer, optimizer, scheduler).findings
     return [f for f in found if f.severity in (Severity.ERROR, Severity.WARNING)]
+
+
+# -- fine-tuning (LoRA / QLoRA) -------------------------------------------------------------------------------
+
+_TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+_WRAP_BEFORE = {
+    "deepspeed": "deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if "
+    "p.requires_grad], ...)",
+    "accelerate": "accelerator.prepare(model, optimizer, ...) (build the optimizer on the trainable parameters)",
+    "trainer": "Trainer(model=model, ...)",
+}
+
+
+def lora_config_code(ft: FineTune) -> str:
+    """The ``peft.LoraConfig`` call for ``ft`` (peft 0.21.2: r, lora_alpha, target_modules, task_type)."""
+    targets = ft.lora_targets[0] if ft.lora_targets == (ALL_LINEAR,) else list(ft.lora_targets)
+    return f'LoraConfig(r={ft.lora_rank}, lora_alpha={ft.lora_alpha}, target_modules={targets!r}, task_type="CAUSAL_LM")'
+
+
+def bnb_config_code(ft: FineTune, precision: str, zero_stage: int) -> str:
+    """The ``transformers.BitsAndBytesConfig`` call of QLoRA: NF4, double quantization, the compute dtype; at
+    ZeRO-3 the packed weights stored in the compute dtype so ZeRO-3 can flatten and partition them with the rest
+    (transformers' docs, "DeepSpeed" / bitsandbytes: ``bnb_4bit_quant_storage``)."""
+    dtype = _TORCH_DTYPES[precision]
+    storage = f", bnb_4bit_quant_storage={dtype}" if zero_stage == 3 else ""
+    return (
+        f'BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", '
+        f"bnb_4bit_use_double_quant={ft.double_quant}, bnb_4bit_compute_dtype={dtype}{storage})"
+    )
+
+
+def finetune_script_notes(ft: FineTune, *, precision: str, zero_stage: int, consumer: str) -> tuple[str, ...]:
+    """One line each: what the script must add for LoRA / QLoRA (nothing for full fine-tuning). Checked against
+    the installed peft/transformers by tests/unit/test_finetune_hints.py (the calls are run on a tiny model)."""
+    if not ft.uses_lora:
+        return ()
+    notes = []
+    if ft.quantized:
+        notes.append(
+            "QLoRA (pip install bitsandbytes): load the base in 4 bit, model = AutoModelForCausalLM.from_pretrained("
+            f"name, quantization_config={bnb_config_code(ft, precision, zero_stage)}, "
+            f"dtype={_TORCH_DTYPES[precision]}), then model = peft.prepare_model_for_kbit_training(model) (freezes "
+            "the base, switches on gradient checkpointing)"
+        )
+        if zero_stage == 3:
+            notes.append(
+                "QLoRA at ZeRO-3: bnb_4bit_quant_storage must equal the compute dtype, or ZeRO-3 cannot partition the "
+                "4-bit weights; the quantization constants stay whole on every GPU"
+            )
+    notes.append(
+        f"{'QLoRA' if ft.quantized else 'LoRA'}: from peft import LoraConfig, get_peft_model; model = "
+        f"get_peft_model(model, {lora_config_code(ft)}) before {_WRAP_BEFORE.get(consumer, _WRAP_BEFORE['deepspeed'])}"
+    )
+    return tuple(notes)

@@ -1,4 +1,5 @@
-"""What model is being trained: a frozen ``ModelSpec`` from a preset name, a local HF config.json, or numbers.
+"""What model is being trained: a frozen ``ModelSpec`` from a preset name, a local HF config.json, a checkpoint
+folder, a hub id (``wizard.model_source``), or numbers; and how (``ModelSpec.finetune``: full, LoRA or QLoRA).
 
 Parameter counts are computed from the architecture the way transformers builds it (tests build the real models
 from config on CPU and compare ``num_parameters()``). Nothing here touches the network or imports torch.
@@ -7,7 +8,6 @@ from config on CPU and compare ``num_parameters()``). Nothing here touches the n
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -15,8 +15,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from wizard import model_source
 from wizard.errors import DswizError
 from wizard.model_presets import ALIASES, PRESETS
+from wizard.tuning import FULL, FineTune
 
 if (
     TYPE_CHECKING
@@ -63,6 +65,7 @@ class ModelSpec:
     source: str = "preset"  # "preset", the config.json path, or "numbers"
     exact: bool = True  # False when the shape was guessed from a parameter count
     notes: tuple[str, ...] = ()
+    finetune: FineTune = FULL  # which parameters train (wizard.planner.finetune does the accounting)
 
     def __post_init__(self) -> None:
         if self.head_dim == 0 and self.heads:
@@ -79,6 +82,7 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["notes"] = list(self.notes)
+        d["finetune"] = self.finetune.to_dict()
         return d
 
     @classmethod
@@ -87,6 +91,7 @@ class ModelSpec:
         known = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in known}
         kw["notes"] = tuple(kw.get("notes") or ())
+        kw["finetune"] = FineTune.from_dict(kw.get("finetune"))
         return cls(**kw)
 
 
@@ -111,18 +116,13 @@ def load_model_spec(text: str) -> ModelSpec:
         return spec_from_numbers(raw)
     path = Path(raw).expanduser()
     if path.is_dir():
-        path = path / "config.json"
-        if not path.is_file():
-            raise DswizError(
-                f"{raw} is a directory without a config.json", "point --model at the model's config.json"
-            )
+        return _spec_from_source(model_source.resolve_folder(path))
     if path.is_file():
         return _spec_from_file(path)
+    if model_source.looks_like_hub_id(raw):
+        return _spec_from_source(model_source.resolve_hub_id(raw))
     if "/" in raw or raw.endswith(".json"):
-        fix = _model_fix()
-        if raw.count("/") == 1 and not raw.startswith((".", "/", "~")):  # looks like a Hub id
-            fix = "dswiz never downloads: save the model's config.json locally and pass its path; or " + fix
-        raise DswizError(f"no such file: {raw}", fix)
+        raise DswizError(f"no such file: {raw}", _model_fix())
     close = difflib.get_close_matches(key, [*PRESETS, *ALIASES], n=3, cutoff=0.6)
     did_you_mean = f"did you mean {' or '.join(close)}? " if close else ""
     raise DswizError(f"unknown model {raw!r}", did_you_mean + _model_fix())
@@ -130,26 +130,37 @@ def load_model_spec(text: str) -> ModelSpec:
 
 def _model_fix() -> str:
     return (
-        f"use a preset ({', '.join(preset_names())}), a local config.json path, "
+        f"use a preset ({', '.join(preset_names())}), a hub id (org/name), a checkpoint folder, a config.json, "
         "or numbers like params=7e9 or layers=32,hidden=4096,heads=32,vocab=32000"
     )
 
 
 def _spec_from_file(path: Path) -> ModelSpec:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise DswizError(f"cannot read {path}: {e}", "check the path and its permissions") from e
-    except json.JSONDecodeError as e:
-        raise DswizError(
-            f"{path} is not valid JSON (line {e.lineno}: {e.msg})", "pass the model's HF config.json"
-        ) from e
-    if not isinstance(data, dict):
-        raise DswizError(f"{path} does not hold a JSON object", "pass the model's HF config.json")
+    data = model_source.read_config_json(path)
+    return _spec_from_source(model_source.ResolvedModel(data, "", str(path)))
+
+
+def _spec_from_source(found: model_source.ResolvedModel) -> ModelSpec:
+    """A ModelSpec from a resolved config; where the checkpoint's own count differs, it wins (with a note)."""
+    data, path = found.config, Path(found.source)
     if "text_config" in data and isinstance(data["text_config"], dict) and "hidden_size" not in data:
         data = {**data["text_config"], "_name_or_path": data.get("_name_or_path")}
-    name = str(data.get("_name_or_path") or _file_model_name(path, data))
-    return spec_from_config(data, name=name, source=str(path))
+    name = found.name or str(data.get("_name_or_path") or _file_model_name(path, data))
+    spec = spec_from_config(data, name=name, source=found.source)
+    facts = found.facts
+    if facts is None or not facts.total_params or facts.total_params == spec.total_params:
+        return spec
+    ratio = facts.total_params / spec.total_params
+    note = (
+        f"the checkpoint's {facts.how} count {facts.total_params:,} parameters ({facts.dtype or 'dtype unknown'}); "
+        f"the architecture gives {spec.total_params:,}: memory uses the checkpoint's count"
+    )
+    return replace(
+        spec,
+        total_params=facts.total_params,
+        active_params=round(spec.active_params * ratio),
+        notes=(*spec.notes, note),
+    )
 
 
 def _file_model_name(path: Path, data: dict[str, Any]) -> str:

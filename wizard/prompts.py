@@ -8,7 +8,7 @@ not what is under test).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +19,7 @@ from wizard.model import ModelSpec
 from wizard.planner import Candidate, Plan
 from wizard.service import LAUNCHERS, Choices, WizardService, initial_choices, parse_positive
 from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_label
+from wizard.tuning import FULL, make_finetune
 from wizard.units import fmt_bytes
 
 # (title, value, reason it is not offered or None)
@@ -195,6 +196,34 @@ def _ask_hardware(a: _Asking, spec: str | None) -> HardwareReport:
     return hw
 
 
+def _ask_finetune(a: _Asking, text: str, model: ModelSpec) -> ModelSpec:
+    """Full fine-tuning, LoRA or QLoRA (with the rank), asked again until the model takes it. The defaults are
+    what was asked before (``dswiz config --finetune ...``); alpha and targets from the flags are kept."""
+    modes: list[Option] = [
+        ("full fine-tuning (every weight trains)", "full", None),
+        ("LoRA (PEFT adapters on a frozen 16-bit base)", "lora", None),
+        ("QLoRA (adapters on a frozen 4-bit NF4 base, bitsandbytes)", "qlora", None),
+    ]
+    asked = a.c.finetune
+    while True:
+        mode = a.p.select("finetune", "Fine-tuning", modes, default=asked.mode)
+        if mode == "full":
+            a.c.finetune = FULL
+            return model  # loaded for full fine-tuning by _ask_model
+        try:
+            rank = a.ask_int("lora-rank", "LoRA rank", asked.lora_rank)
+            wanted = make_finetune(mode, rank=rank, alpha=asked.lora_alpha, targets=asked.lora_targets)
+            tuned = a.service.load_model(text, wanted)
+        except DswizError as e:
+            a.say(f"  {e}")
+            if asked.lora_targets:  # the targets cannot be typed here: the next try uses PEFT's for the model
+                a.say("  asking again with PEFT's default targets for this model")
+                asked = replace(asked, lora_targets=())
+            continue
+        a.c.finetune = wanted
+        return tuned
+
+
 NO_MODEL = "none: choose the strategy by hand (nothing is predicted)"
 
 
@@ -214,7 +243,9 @@ def _ask_model(a: _Asking) -> ModelSpec | None:
         if pick is None:
             model = None
             break
-        text = pick or a.p.text("model", "Model: preset, path to config.json, or numbers", typed)
+        text = pick or a.p.text(
+            "model", "Model: preset, hub id (org/name), checkpoint folder, config.json, or numbers", typed
+        )
         try:
             model = a.service.load_model(text)
             break
@@ -224,8 +255,12 @@ def _ask_model(a: _Asking) -> ModelSpec | None:
     inference = "inference (ZeRO-3: no optimizer; parameter offload runs models larger than the GPUs)"
     modes: list[Option] = [("training", "train", None), (inference, "inference", None)]
     c.mode = a.p.select("mode", "Training or inference?", modes, default=c.mode)
-    if model is None:  # sequence length and batch only steer the planner
+    if model is None:  # sequence length, batch and fine-tuning only steer the planner
         return None
+    if c.mode == "train":
+        model = _ask_finetune(a, text, model)
+    else:
+        c.finetune = FULL  # inference trains nothing
     from_model = a.service.seq_len_for(c, model)
     seq_len = a.ask_int("seq-len", "Sequence length", from_model)
     c.seq_len = None if seq_len == from_model and c.seq_len is None else seq_len  # as `dswiz plan` words it

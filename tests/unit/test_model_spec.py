@@ -296,7 +296,7 @@ def test_numbers_moe() -> None:
     [
         ("lama-7b", "unknown model 'lama-7b'", "did you mean llama-7b"),
         ("", "no model given", "preset"),
-        ("meta-llama/Llama-2-7b-hf", "no such file", "never downloads"),
+        ("./no/such/config.json", "no such file", "hub id"),
         ("params=abc", "is not a number", "params=7e9"),
         ("layerz=3,hidden=64,heads=4,vocab=10", "unknown key 'layerz'", "did you mean layers"),
         ("layers=3", "neither params= nor a full shape", "layers="),

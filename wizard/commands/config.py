@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import F, choice_option, flag_option, planning_options, planning_request
+from wizard.cli_options import (
+    F,
+    choice_option,
+    finetune_from_flags,
+    flag_option,
+    planning_model,
+    planning_options,
+    planning_request,
+)
 from wizard.errors import DswizError
 from wizard.fsio import KEEP_BACKUPS
 
@@ -336,8 +344,9 @@ def is_interactive() -> bool:
 
 
 def prefill_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
-    """The answers the flags give, as the line prompts' defaults (``Choices`` fields): the model and what the
-    planner is asked, who reads the config, the NVMe and master settings, and a strategy when one is asked for."""
+    """The answers the flags give, as the line prompts' defaults (``Choices`` fields): the model, how it is
+    fine-tuned and what the planner is asked, who reads the config, the NVMe and master settings, and a strategy
+    when one is asked for."""
     from wizard.service.wizard_service import unplanned_strategy
 
     prefill: dict[str, Any] = {
@@ -345,6 +354,7 @@ def prefill_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
         "seq_len": flags["seq_len"],
         "global_batch": flags["global_batch"],
         "mode": flags["mode"],
+        "finetune": finetune_from_flags(flags),
         "consumer": flags["consumer"],
         "master_port": flags["master_port"],
     }
@@ -416,9 +426,8 @@ def plan_for_flags(
     assert hardware is not None
     from wizard import planner
     from wizard.commands.plan import check_request
-    from wizard.model import load_model_spec
 
-    spec = load_model_spec(flags["model_text"])
+    spec = planning_model(flags)
     request = planning_request(flags)
     if not hardware.gpus:
         request = dataclasses.replace(request, precisions=())

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import planning_options, planning_request
+from wizard.cli_options import planning_model, planning_options, planning_request
 from wizard.errors import DswizError
 from wizard.strategy import offload_cell
 
@@ -48,6 +48,10 @@ _LEARNED_POSITIONS = ("gpt2", "bert")
 def plan(
     ctx: click.Context,
     model_text: str,
+    finetune: str,
+    lora_rank: int,
+    lora_alpha: int,
+    lora_targets: str | None,
     hardware: str | None,
     seq_len: int | None,
     global_batch: int | None,
@@ -72,15 +76,16 @@ def plan(
       dswiz plan --model ./my-model/config.json --seq-len 4096 --global-batch 512
       dswiz plan --model params=13e9 --hardware 2x8xH100,net=400 --json
       dswiz plan --model gpt2-xl --hardware 2xRTX3090 --max-batch
+      dswiz plan --model meta-llama/Llama-3.1-8B --finetune lora --lora-rank 16 --hardware 1xRTX4090
+      dswiz plan --model llama-70b --finetune qlora --hardware 1xL40S
     Exit code 0 when something fits, 1 when nothing does (the advice says what would).
     """
     from wizard.hardware import get_hardware
-    from wizard.model import load_model_spec
     from wizard.planner import plan as make_plan
 
     if hardware is None and ctx.parent is not None:
         hardware = ctx.parent.params.get("hardware")  # `dswiz --hardware 8xH100 plan ...` means the same
-    model = load_model_spec(model_text)
+    model = planning_model(ctx.params)
     report = get_hardware(hardware)
     if not report.gpus:
         reason = f" ({report.no_gpu_reason})" if report.no_gpu_reason else ""
@@ -169,6 +174,10 @@ def _model_line(model: ModelSpec) -> str:
             f"{_short_count(model.active_params)} active ({model.experts_per_token} of {model.num_experts} experts)"
         )
     parts.append(f"{model.layers} layers, hidden {model.hidden}")
+    if model.finetune.uses_lora:
+        from wizard.planner.finetune import trainable_params
+
+        parts.append(f"{model.finetune.label()}: {_short_count(trainable_params(model))} trainable")
     return f"{model.name} ({', '.join(parts)})"
 
 

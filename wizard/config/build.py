@@ -37,7 +37,9 @@ from wizard.config.schema import (
     ZeroOptimization,
 )
 from wizard.errors import DswizError
+from wizard.hints import finetune_script_notes
 from wizard.strategy import Strategy
+from wizard.tuning import FULL, FineTune
 
 # DeepSpeed reads "log_level" from the config since 0.19.3 (0.19.8: deepspeed/runtime/config.py get_log_level;
 # docs/deepspeed-rules.md); older versions ignore the key.
@@ -79,6 +81,7 @@ class WriteOptions:
     save_16bit_model: bool = True  # stage 3 training: gather the weights on save_16bit_model()
     # Mixture-of-experts blocks ZeRO-3 must fetch whole (ModelSpec.moe_layer_cls_name, e.g. MixtralSparseMoeBlock).
     moe_leaf_modules: tuple[str, ...] = ()
+    finetune: FineTune = FULL  # LoRA / QLoRA: the script change (wizard.hints.finetune_script_notes)
     zero3_init: bool | None = None  # None: at stage 3 for accelerate (the Trainer does it by itself)
     accelerate_mode: AccelerateMode = "config_file"
     # Where the files will live: the accelerate YAML names the JSON and the hostfile by this path, because
@@ -387,6 +390,11 @@ def _script_notes(strategy: Strategy, settings: DeepSpeedSettings, options: Writ
         )
     if strategy.mode == "inference":
         notes.append(inference_note(consumer, micro))
+    else:
+        ft = options.finetune
+        notes += finetune_script_notes(
+            ft, precision=strategy.precision, zero_stage=strategy.zero_stage, consumer=consumer
+        )
     # accelerate applies deepspeed_moe_layer_cls_names itself; DeepSpeed before 0.18 needs the script to.
     needs_call = consumer != "accelerate" and not leaf_modules_in_json(options)
     if strategy.zero_stage == 3 and options.moe_leaf_modules and needs_call:

@@ -267,7 +267,7 @@ def config_command(
     """The ``dswiz config`` words that write ``strategy`` for the same model, hardware and options into ``out_dir``
     (replacing the files there): every strategy field as an explicit flag, so the plan cannot pick otherwise."""
     hw = s.hardware
-    words = [*program, "config", "--yes", "--model", s.model_arg]
+    words = [*program, "config", "--yes", "--model", s.model_arg, *s.model.finetune.flag_words()]
     if s.hardware_arg:
         words += ["--hardware", s.hardware_arg]
     words += ["--seq-len", str(s.seq_len)]

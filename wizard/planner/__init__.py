@@ -3,6 +3,7 @@ and throughput and its reasons in plain words; advice with numbers when nothing 
 
 Pure: no I/O, no terminal. The modules, from the ground up:
   calibration  every measured or sourced constant, with where it comes from
+  finetune     LoRA / QLoRA: trainable parameters as PEFT counts them, 4-bit storage, frozen-layer terms
   memory       the memory model: bytes per GPU, host RAM and NVMe of one step
   throughput   the time model: seconds per step by cause, tokens/s, MFU
   types        the request, predictions, candidates, the plan
@@ -17,6 +18,7 @@ This module re-exports the public API; import from ``wizard.planner``.
 from __future__ import annotations
 
 from wizard.planner.feasibility import capacities, hardware_problems, precision_problem
+from wizard.planner.finetune import trainable_params, with_finetune
 from wizard.planner.search import candidate_for, evaluate, max_batch_table, max_micro_batch, plan
 from wizard.planner.serialize import candidate_to_json, max_batch_to_json, plan_to_json
 from wizard.planner.types import (
@@ -48,4 +50,6 @@ __all__ = [
     "plan",
     "plan_to_json",
     "precision_problem",
+    "trainable_params",
+    "with_finetune",
 ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
+from wizard.planner import finetune as ft
 from wizard.strategy import Strategy
 
 
@@ -103,7 +104,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
             ffn = (ffn * model.moe_layers + dense * (model.layers - model.moe_layers)) / model.layers
     else:
         ffn = r.per_ffn * model.ffn_hidden
-    b = r.per_hidden * h + ffn + r.per_kv * model.kv_dim
+    b = r.per_hidden * h + ffn + r.per_kv * model.kv_dim + ft.layer_activation_delta_per_token(model)
     if model.dropout > 0:
         b += r.dropout_masks * h
     if model.attention == "eager":
@@ -134,14 +135,15 @@ def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: b
 
 
 def _params_on_gpu(model: ModelSpec, s: Strategy) -> int:
-    w, P, N = weight_bytes(s), model.total_params, s.world_size
+    w, N = weight_bytes(s), s.world_size
+    stored, constants = ft.stored_parameter_bytes(model, w), ft.nf4_constant_bytes(model)  # w*P for full
     if s.zero_stage < 3:
-        return w * P
+        return stored + constants
     if s.offload_param != "none":
-        return 0
-    out = w * P // N
+        return constants
+    out = stored // N + constants
     if s.zero_hpz_partition_size > 1:  # ZeRO++ hpZ: a secondary 16-bit partition inside the node
-        out += w * P // s.zero_hpz_partition_size
+        out += stored // s.zero_hpz_partition_size
     return out
 
 
@@ -155,7 +157,7 @@ def _optimizer_on_gpu(model: ModelSpec, s: Strategy) -> int:
     if s.mode == "inference" or s.offload_optimizer != "none":
         return 0
     shards = s.world_size if s.zero_stage >= 1 else 1
-    return _optimizer_bytes_per_param(s) * model.total_params // shards
+    return _optimizer_bytes_per_param(s) * ft.trainable_params(model) // shards
 
 
 def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
@@ -167,14 +169,15 @@ def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
         model.largest_layer_params,
         min(buf.max_live_parameters, model.largest_layer_params + buf.prefetch_elements),
     )
-    return weight_bytes(s) * min(model.total_params, live)
+    return int(ft.stored_bytes_per_param(model, weight_bytes(s)) * min(model.total_params, live))
 
 
 def training_phases(
     model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
 ) -> list[Phase]:
-    """The three candidate peaks of a training step (allocator bytes, without fragmentation)."""
-    w, P, N = weight_bytes(s), model.total_params, s.world_size
+    """The three candidate peaks of a training step (allocator bytes, without fragmentation). Gradients and
+    optimizer states cover the trainable parameters only (``ft.trainable_params``: all of them, or LoRA's)."""
+    w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
     stage = s.zero_stage
     offload_opt = s.offload_optimizer != "none"
     accumulating = s.gradient_accumulation_steps > 1
@@ -185,6 +188,7 @@ def training_phases(
     persistent: list[tuple[str, int]] = [
         ("parameters", _params_on_gpu(model, s)),
         ("optimizer states", _optimizer_on_gpu(model, s)),
+        ("4-bit dequantization buffer", ft.dequantization_buffer_bytes(model, w)),
     ]
     grads_full = 0  # gradient storage at the end of backward
     in_backward_buffers = 0  # buffers that exist only from the first gradient on
@@ -325,7 +329,7 @@ class ModelStateBytes:
 
 def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
     """Per GPU (and per node on the host) at steady state, from the same parts the phases use."""
-    w, P, N, g = weight_bytes(s), model.total_params, s.world_size, s.gpus_per_node
+    w, P, N, g = weight_bytes(s), ft.trainable_params(model), s.world_size, s.gpus_per_node
     offload_opt = s.offload_optimizer != "none"
     if offload_opt or s.mode == "inference":
         grads = 0
@@ -337,7 +341,7 @@ def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
     if offload_opt and s.mode == "train":
         cpu += g * (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // N
     if s.offload_param != "none":
-        cpu += g * w * P // N
+        cpu += g * ft.stored_parameter_bytes(model, w) // N
     return ModelStateBytes(_params_on_gpu(model, s), grads, _optimizer_on_gpu(model, s), cpu)
 
 
@@ -386,7 +390,7 @@ def _step_transient_block(model: ModelSpec, s: Strategy) -> int:
     with the optimizer offloaded, the 16-bit gradient partition staged for the copy to the host."""
     if s.mode != "train":
         return 0
-    w, P, N = weight_bytes(s), model.total_params, s.world_size
+    w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
     if s.offload_optimizer != "none":
         return w * P // N
     if s.zero_stage == 0:
@@ -461,10 +465,11 @@ def max_micro_batch_for_capacity(
 
 def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int], ...]]:
     """Host RAM per node: each rank's process, the model while it loads, and whatever is offloaded."""
-    w, P, N, ranks = weight_bytes(s), model.total_params, s.world_size, s.gpus_per_node
+    w, P, N, ranks = weight_bytes(s), ft.trainable_params(model), s.world_size, s.gpus_per_node
+    stored = ft.stored_parameter_bytes(model, w)
     items: list[tuple[str, int]] = [("processes", ranks * cal.HOST_BYTES_PER_RANK)]
     # Every rank materialises the 16-bit model before DeepSpeed moves it (stage 3 with zero.Init: a partition).
-    load = w * P if s.zero_stage < 3 else w * P // N
+    load = ft.load_bytes(model, w) if s.zero_stage < 3 else stored // N
     if s.offload_param == "nvme":  # zero.Init with remote_device nvme swaps each module out as it is created
         load = w * model.largest_layer_params
     steady = 0
@@ -478,7 +483,7 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
         elif s.offload_optimizer == "nvme":
             steady += cal.NVME_OPTIMIZER_PINNED_BYTES + 4 * P // shards
     if s.offload_param == "cpu":
-        steady += w * P // N
+        steady += stored // N
     elif s.offload_param == "nvme":
         steady += cal.NVME_PARAM_PINNED_BYTES
     if steady:
@@ -491,12 +496,12 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
 
 def nvme_bytes(model: ModelSpec, s: Strategy) -> int:
     """NVMe bytes per node (one swap folder shared by the node's ranks)."""
-    w, P, N, ranks = weight_bytes(s), model.total_params, s.world_size, s.gpus_per_node
+    w, P, N, ranks = weight_bytes(s), ft.trainable_params(model), s.world_size, s.gpus_per_node
     out = 0
     if s.offload_optimizer == "nvme" and s.mode == "train":
         out += ranks * (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // N
     if s.offload_param == "nvme":
-        out += ranks * w * P // N
+        out += ranks * ft.stored_parameter_bytes(model, w) // N
     return out
 
 

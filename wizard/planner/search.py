@@ -16,6 +16,7 @@ from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
+from wizard.planner import finetune as ft
 from wizard.planner.explain import advice, intrinsic_reasons, recommendation_reasons
 from wizard.planner.feasibility import capacities, hardware_problems, nvme_usable, usable_precisions
 from wizard.planner.memory import (
@@ -268,7 +269,10 @@ def _rank(
     _check_global_batch(hardware, request)
     if not hardware.gpus:
         return ctx, [], notes
-    out = [_candidate(ctx, _size(ctx, base)) for base in _strategies(hardware, request, precisions, nvme_ok)]
+    bases = [
+        b for b in _strategies(hardware, request, precisions, nvme_ok) if not ft.strategy_problems(model, b)
+    ]
+    out = [_candidate(ctx, _size(ctx, base)) for base in bases]
     out.sort(key=_rank_key)
     return ctx, _prefer_simpler(out), notes
 
@@ -392,7 +396,7 @@ def evaluate(
     max_b = max_micro_batch_for_capacity(
         phases, fragmentation(model, s, seq_len), s, ctx.gpu_budget, limit=request.max_micro_batch
     )
-    problems = (*s.problems(), *hardware_problems(hardware, s, request))
+    problems = (*s.problems(), *hardware_problems(hardware, s, request), *ft.strategy_problems(model, s))
     return _candidate(ctx, _Sized(s, max_b, mem, tp, _limits(ctx, mem)), problems)
 
 
@@ -417,6 +421,8 @@ def max_batch_table(
     precisions, nvme_ok, _ = _offered(hardware, request, ctx)
     out = []
     for base in _strategies(hardware, request, precisions, nvme_ok):
+        if ft.strategy_problems(model, base):
+            continue
         sized = _size(ctx, base)
         max_b = sized.max_micro_batch
         out.append(

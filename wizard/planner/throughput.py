@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from wizard.hardware.report import GPUInfo, HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
+from wizard.planner import finetune as ft
 from wizard.planner.memory import layer_activation_bytes_per_token, weight_bytes
 from wizard.strategy import Strategy
 
@@ -47,6 +48,8 @@ def flops_per_token(model: ModelSpec, seq_len: int, *, recompute: bool = False, 
     attn = model.layers * model.heads * model.head_dim * seq_len
     if mode == "inference":
         return 2.0 * n + 4.0 * attn
+    if model.finetune.uses_lora:  # a frozen base: no weight gradients (wizard.planner.finetune)
+        return ft.lora_flops_per_token(model, n, attn, recompute)
     if recompute:
         return 8.0 * n + 16.0 * attn
     return 6.0 * n + 12.0 * attn
@@ -146,15 +149,17 @@ def _communication_seconds(
     N, train = s.world_size, s.mode == "train"
     if N <= 1:
         return 0.0, 0.0
-    w, P = weight_bytes(s), model.total_params
+    # Weights are gathered as stored (4-bit for QLoRA); gradients exist for the trainable parameters only.
+    w, P = weight_bytes(s), ft.trainable_params(model)
+    P_stored = ft.stored_parameter_bytes(model, w) / w
     ring = (N - 1) / N
     bus = _world_bus_bytes_per_s(hardware, s, gpu)
     if s.zero_stage == 3:
         intra = intra_node_bus_bytes_per_s(gpu, hardware)
         gather_w = 1.0 if s.zero_quantized_weights else w
-        fwd = ring * gather_w * P / bus
+        fwd = ring * gather_w * P_stored / bus
         bwd_bus = intra if (s.zero_hpz_partition_size > 1 and s.nodes > 1) else bus
-        bwd = ring * gather_w * P / bwd_bus
+        bwd = ring * gather_w * P_stored / bwd_bus
         grads = ring * w * P / bus * (0.25 if s.zero_quantized_gradients else 1.0)
         return (fwd + bwd + grads if train else fwd), 0.0
     if not train:
@@ -171,7 +176,7 @@ def _optimizer_seconds(
     """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps)."""
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
     shards = N if s.zero_stage >= 1 else 1
-    local = model.total_params / shards
+    local = ft.trainable_params(model) / shards
     parts = {"optimizer step": cal.STEP_FIXED_SECONDS}
     if s.offload_optimizer == "none":
         per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
@@ -191,7 +196,7 @@ def _optimizer_seconds(
 def _parameter_fetch_seconds(model: ModelSpec, s: Strategy, pcie: float, compute: float) -> dict[str, float]:
     """Offloaded parameters fetched over PCIe (and from NVMe) every pass; ``compute`` is one micro-step's."""
     train, gas = s.mode == "train", s.gradient_accumulation_steps
-    local_params = weight_bytes(s) * model.total_params / s.world_size
+    local_params = ft.stored_parameter_bytes(model, weight_bytes(s)) / s.world_size
     passes = 2 if train else 1
     fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
     if s.offload_param == "nvme":
@@ -242,6 +247,8 @@ def estimate_throughput(
 
     if train:
         parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie))
+        if model.finetune.quantized:
+            parts["4-bit dequantization"] = ft.dequantization_seconds(model, s, hbm)
     if s.offload_param != "none":
         parts.update(_parameter_fetch_seconds(model, s, pcie, compute))
 

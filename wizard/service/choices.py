@@ -14,6 +14,7 @@ from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS, Multi
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.strategy import Mode, Strategy
+from wizard.tuning import FULL, FineTune
 
 if TYPE_CHECKING:  # the loader pulls in pydantic: only an imported file needs it at run time
     from wizard.config.load import LoadedConfig
@@ -32,6 +33,9 @@ class Choices:
     seq_len: int | None = None  # None: the model's context, at most 2048 (PlanRequest.resolved_seq_len)
     global_batch: int | None = None  # the user's target; None: let the planner pick (never the plan's answer)
     mode: Mode = "train"
+    finetune: FineTune = (
+        FULL  # as asked (--finetune/--lora-*, the Model step); the ModelSpec carries it resolved
+    )
     strategy: Strategy | None = None
     gradient_clipping: float = 1.0
     save_16bit: bool = True  # stage 3 training: gather the 16-bit weights into one file on save

@@ -77,6 +77,7 @@ def write_options(
         **answers,
         "deepspeed_version": installed_deepspeed_version(hardware),
         "moe_leaf_modules": moe_leaf_modules(model),
+        **({"finetune": model.finetune} if model is not None else {}),
         "config_dir": str(out_dir.resolve()),
     }
     if imported is not None:

@@ -27,6 +27,7 @@ from wizard.service import files as written
 from wizard.service.choices import DEFAULT_OUT_DIR, Choices
 from wizard.service.key_diff import KeyChange, key_diff
 from wizard.strategy import PRECISIONS, Mode, Precision, Strategy
+from wizard.tuning import FULL, FineTune
 from wizard.units import fmt_bytes
 
 # The config writers, loader and linter (wizard.config's schema, build, load, reimport, render, nvme, lint/) build
@@ -59,10 +60,13 @@ class WizardService:
     def model_presets(self) -> list[str]:
         return sorted(preset_names())
 
-    def load_model(self, text: str) -> ModelSpec:
+    def load_model(self, text: str, finetune: FineTune = FULL) -> ModelSpec:
+        """The model as typed (preset, hub id, folder, config.json, numbers), trained as ``finetune`` says."""
         if not text.strip():
-            raise DswizError("no model given", "type a preset name, a path to a config.json, or numbers")
-        return load_model_spec(text.strip())
+            raise DswizError(
+                "no model given", "type a preset name, a hub id, a path to a config.json, or numbers"
+            )
+        return planner.with_finetune(load_model_spec(text.strip()), finetune)
 
     def describe_model(self, model: ModelSpec) -> str:
         """One line about the ModelSpec the planner will use, then its notes."""
@@ -76,6 +80,10 @@ class WizardService:
             parts.append(f"{model.num_experts} experts ({model.experts_per_token} per token)")
         if not model.exact:
             parts.append("shape guessed from the parameter count")
+        if model.finetune.uses_lora:
+            parts.append(
+                f"{model.finetune.label()}, {planner.trainable_params(model):,} trainable parameters"
+            )
         return "; ".join(parts) + "".join(f"\n  {n}" for n in model.notes)
 
     @staticmethod

@@ -25,6 +25,7 @@ from wizard.tui.screens.precision import PrecisionStep
 from wizard.tui.screens.review import ReviewStep
 from wizard.tui.screens.strategy import StrategyStep
 from wizard.tui.widgets.step_bar import STEP_TITLES
+from wizard.tuning import FULL, FineTune
 
 STEPS: tuple[type[StepScreen], ...] = (
     HardwareStep,
@@ -132,13 +133,24 @@ class WizardApp(App[list[Path]]):
         if isinstance(screen, StepScreen):
             screen.set_status(f"{e.problem}" + (f" — {e.fix}" if e.fix else ""), error=True)
 
-    def load_and_plan(self, text: str, *, seq_len: int | None, global_batch: int | None, mode: Mode) -> None:
-        """The Model step's answers: load the model and plan for it (or, with no model, start the strategy to be
-        chosen by hand); unchanged answers keep the plan and the strategy chosen since."""
+    def load_and_plan(
+        self,
+        text: str,
+        *,
+        seq_len: int | None,
+        global_batch: int | None,
+        mode: Mode,
+        finetune: FineTune = FULL,
+    ) -> None:
+        """The Model step's answers: load the model, trained as ``finetune`` says (inference trains nothing), and
+        plan for it (or, with no model, start the strategy to be chosen by hand); unchanged answers keep the plan
+        and the strategy chosen since."""
         c = self.choices
-        model = self.service.load_model(text) if text.strip() else None
-        changed = (text, seq_len, global_batch, mode) != (c.model_text, c.seq_len, c.global_batch, c.mode)
-        c.model_text, c.seq_len, c.global_batch, c.mode = text, seq_len, global_batch, mode
+        finetune = finetune if mode == "train" else FULL
+        model = self.service.load_model(text, finetune) if text.strip() else None
+        answers = (text, seq_len, global_batch, mode, finetune)
+        changed = answers != (c.model_text, c.seq_len, c.global_batch, c.mode, c.finetune)
+        c.model_text, c.seq_len, c.global_batch, c.mode, c.finetune = answers
         self.model = model
         if model is None:
             self.plan = None

@@ -1,5 +1,6 @@
-"""Step 2 — Model: a preset, a local config.json or numbers; sequence length; target global batch; training or
-inference. Next loads the model spec and asks the planner for candidates."""
+"""Step 2 — Model: a preset, a hub id, a checkpoint folder, a local config.json or numbers; sequence length; target
+global batch; training or inference; full fine-tuning, LoRA or QLoRA (with the rank). Next loads the model spec and
+asks the planner for candidates."""
 
 from __future__ import annotations
 
@@ -13,25 +14,38 @@ from wizard.service import parse_positive
 from wizard.strategy import Mode
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.fields import ChoiceSet, labelled
+from wizard.tuning import FineTune, make_finetune
+
+# Distinct first letters: in a ChoiceSet the letter picks the option (F, L, Q).
+_FINETUNE_BUTTONS = (
+    ("full", "Full fine-tuning"),
+    ("lora", "LoRA (frozen 16-bit base)"),
+    ("qlora", "QLoRA (4-bit base)"),
+)
 
 
 class ModelStep(StepScreen):
     STEP = 1
     AUTO_FOCUS = "#model"
     HELP = (
-        "Which model to plan for. A **preset** name (e.g. `llama-7b`), the path of a local Hugging Face "
-        "`config.json` (nothing is downloaded), or numbers (`params=7e9 layers=32 hidden=4096 ...`). Left empty, "
-        "nothing is predicted: you choose the strategy by hand, as `dswiz config --yes` without --model. "
+        "Which model to plan for. A **preset** name (e.g. `llama-7b`), a Hugging Face **hub id** "
+        "(`meta-llama/Llama-3.1-8B`: the local cache first, else only its `config.json` is fetched), a checkpoint "
+        "folder, a `config.json`, or numbers (`params=7e9 layers=32 hidden=4096 ...`). Left empty, nothing is "
+        "predicted: you choose the strategy by hand, as `dswiz config --yes` without --model. **Fine-tuning**: "
+        "every weight, or LoRA adapters (PEFT) on a frozen base -- 16-bit, or 4-bit NF4 with QLoRA. "
         "**Sequence length** and **global batch** (samples per optimizer step; empty lets the planner choose) "
         "drive activation memory and throughput."
     )
 
     def body(self) -> ComposeResult:
         presets = self.wizard.service.model_presets()
-        yield Label("Model: preset, config.json or numbers (empty: strategy by hand)", classes="field-label")
+        yield Label(
+            "Model: preset, hub id, folder, config.json or numbers (empty: strategy by hand)",
+            classes="field-label",
+        )
         with Horizontal(classes="row"):
             yield Select([(p, p) for p in presets], prompt="preset…", id="model-preset", disabled=not presets)
-            yield Input(placeholder="llama-7b | ./config.json | params=7e9", id="model")
+            yield Input(placeholder="llama-7b | org/name | ./config.json | params=7e9", id="model")
         with Horizontal(classes="row"):
             yield labelled(
                 "Sequence length (tokens)",
@@ -47,6 +61,16 @@ class ModelStep(StepScreen):
             RadioButton("Inference (ZeRO-Inference, stage 3)", id="mode-inference"),
             id="mode",
         )
+        yield Label("Fine-tuning (training)", classes="field-label")
+        yield ChoiceSet(
+            *(
+                RadioButton(label, id=f"finetune-{mode}", value=mode == "full")
+                for mode, label in _FINETUNE_BUTTONS
+            ),
+            id="finetune",
+        )
+        with Horizontal(classes="row"):
+            yield labelled("LoRA rank (LoRA / QLoRA)", Input(id="lora-rank", type="integer", value="8"))
         yield Static("", id="model-summary")
 
     def refresh_from_state(self) -> None:
@@ -55,6 +79,10 @@ class ModelStep(StepScreen):
         self.query_one("#seq-len", Input).value = "" if c.seq_len is None else str(c.seq_len)
         self.query_one("#global-batch", Input).value = "" if c.global_batch is None else str(c.global_batch)
         self.query_one("#mode", ChoiceSet).choose(self.query_one(f"#mode-{c.mode}", RadioButton))
+        self.query_one("#finetune", ChoiceSet).choose(
+            self.query_one(f"#finetune-{c.finetune.mode}", RadioButton)
+        )
+        self.query_one("#lora-rank", Input).value = str(c.finetune.lora_rank)
         if self.wizard.model is not None:
             self._show_model()
 
@@ -88,5 +116,14 @@ class ModelStep(StepScreen):
             self.query_one("#global-batch", Input).value, "global batch", allow_empty=True, example=256
         )
         mode: Mode = "inference" if self.query_one("#mode-inference", RadioButton).value else "train"
-        self.wizard.load_and_plan(text, seq_len=seq_len, global_batch=batch, mode=mode)
+        self.wizard.load_and_plan(
+            text, seq_len=seq_len, global_batch=batch, mode=mode, finetune=self._finetune()
+        )
         self._show_model()
+
+    def _finetune(self) -> FineTune:
+        """The Full/LoRA/QLoRA choice with the rank; alpha and targets as asked before (kept, not shown)."""
+        asked = self.wizard.choices.finetune
+        mode = next(m for m, _ in _FINETUNE_BUTTONS if self.query_one(f"#finetune-{m}", RadioButton).value)
+        rank = parse_positive(self.query_one("#lora-rank", Input).value, "LoRA rank", allow_empty=True)
+        return make_finetune(mode, rank=rank, alpha=asked.lora_alpha, targets=asked.lora_targets)

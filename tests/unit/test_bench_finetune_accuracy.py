@@ -1,0 +1,75 @@
+"""bench/finetune_accuracy.py without a GPU: the grid it would run on an H200, the planner's recommendation for each,
+the report, and the --smoke run itself (CPU, a tiny LLaMA, real peft; QLoRA recorded as skipped)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fa() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "finetune_accuracy", ROOT / "bench" / "finetune_accuracy.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["finetune_accuracy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_h200_grid_has_a_recommendation_under_every_cap(fa: ModuleType) -> None:
+    hw = fa._plan_accuracy().smoke_hardware(1)
+    grid = fa.build_grid(smoke=False)
+    assert {(c.model, c.finetune) for c in grid} >= {
+        ("llama-7b", "lora"),
+        ("llama-7b", "qlora"),
+        ("llama-33b", "qlora"),
+    }
+    assert {c.cap_gib for c in grid} == set(fa.CAPS)
+    for c in grid:
+        s, predicted = fa.recommend(hw, c, fa.SEQ)
+        assert s is not None and predicted["fits"], c
+        assert predicted["device"] <= fa.card(c)  # what runs under the cap is what the planner sized for it
+        assert s.offload_optimizer == "none"  # moot for adapters: never recommended
+
+
+def test_the_report_shows_errors_against_the_prediction(fa: ModuleType) -> None:
+    c = fa.Config("llama-7b", "lora", 24)
+    row = fa.Row(
+        config=asdict(c), strategy={"zero_stage": 1, "micro_batch_size": 4, "activation_checkpointing": True},
+        predicted={"device": 22 * 2**30, "tokens_per_sec": 11000.0, "trainable_params": 8388608, "fits": True},
+        status="ok", trainable_params=8388608, device_used=20 * 2**30, tokens_per_sec=10000.0,
+    )  # fmt: skip
+    doc = {"date": "2026-12-01", "tag": "1gpu", "seq_len": 2048, "versions": {}, "rows": [asdict(row)]}
+    text = fa.markdown(doc)
+    assert (
+        "20.00 (22.00, +10.0 %)" in text
+        and "10,000 (11,000, +10.0 %)" in text
+        and "ZeRO-1 mbs 4 ckpt" in text
+    )
+
+
+def test_smoke_run_on_cpu(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "finetune_accuracy.py"), "--smoke", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=280, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    [path] = tmp_path.glob("finetune_accuracy-*-smoke.json")
+    rows = {r["config"]["finetune"]: r for r in json.loads(path.read_text())["rows"]}
+    lora = rows["lora"]
+    assert lora["status"] == "ok" and lora["tokens_per_sec"] > 0, lora
+    assert lora["trainable_params"] == lora["predicted"]["trainable_params"]  # PEFT's count = the planner's
+    assert rows["qlora"]["status"] == "skipped" and "bitsandbytes" in rows["qlora"]["error"]
+    assert path.with_suffix(".md").read_text().startswith("# Fine-tune accuracy")

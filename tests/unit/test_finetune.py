@@ -1,0 +1,210 @@
+"""LoRA and QLoRA accounting: trainable parameters equal PEFT's own count on small models built from config (CPU),
+the 4-bit storage follows bitsandbytes' layout, and the planner answers the QLoRA paper's question."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wizard.errors import DswizError
+from wizard.model import ModelSpec, load_model_spec, spec_from_config
+from wizard.planner import finetune as ft
+from wizard.planner.memory import estimate_memory
+from wizard.planner.throughput import flops_per_token
+from wizard.strategy import Strategy
+from wizard.tuning import FineTune, make_finetune
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY: dict[str, dict[str, Any]] = {
+    "gpt2": {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 300, "n_positions": 64},
+    "llama": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 300},
+    "mistral": {"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                "num_key_value_heads": 1, "intermediate_size": 96, "vocab_size": 300},
+    "qwen2": {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300, "tie_word_embeddings": True},
+    "gpt_neox": {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                 "intermediate_size": 256, "vocab_size": 300},
+}  # fmt: skip
+CASES = [
+    ("gpt2", 8, ()),
+    ("gpt2", 4, ("c_proj",)),  # matches attn.c_proj and mlp.c_proj, as PEFT's suffix match does
+    ("gpt2", 16, ("all-linear",)),
+    ("llama", 8, ()),
+    ("llama", 16, ("all-linear",)),
+    ("llama", 4, ("k_proj", "o_proj", "down_proj")),
+    ("mistral", 8, ()),
+    ("mistral", 32, ("all-linear",)),
+    ("qwen2", 8, ()),
+    ("qwen2", 8, ("all-linear",)),
+    ("gpt_neox", 8, ()),
+    ("gpt_neox", 2, ("all-linear",)),
+]
+
+
+def _peft_trainable(cfg: dict[str, Any], rank: int, targets: tuple[str, ...]) -> int:
+    pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kw = {k: v for k, v in cfg.items() if k != "model_type"}
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg["model_type"], **kw))
+    if targets == ("all-linear",):
+        target_modules: Any = "all-linear"
+    else:
+        target_modules = list(targets) or None  # None: PEFT's own per-architecture default
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=target_modules))
+    trainable, _ = lora.get_nb_trainable_parameters()
+    return int(trainable)
+
+
+@pytest.mark.parametrize(("arch", "rank", "targets"), CASES)
+def test_lora_trainable_parameters_equal_peft(arch: str, rank: int, targets: tuple[str, ...]) -> None:
+    spec = ft.with_finetune(
+        spec_from_config(TINY[arch], name=arch, source="test"),
+        make_finetune("lora", rank=rank, targets=targets),
+    )
+    assert ft.trainable_params(spec) == _peft_trainable(TINY[arch], rank, targets)
+
+
+def test_defaults_are_peft_defaults() -> None:
+    peft = pytest.importorskip("peft")
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
+
+    for model_type, targets in ft.PEFT_DEFAULT_TARGETS.items():
+        assert list(targets) == mapping[model_type], model_type
+    config = peft.LoraConfig()
+    assert (config.r, config.lora_alpha) == (FineTune().lora_rank, FineTune().lora_alpha)
+
+
+def test_unknown_targets_and_unmapped_architectures_name_the_fix() -> None:
+    llama = load_model_spec("llama-7b")
+    with pytest.raises(DswizError) as e:
+        ft.with_finetune(llama, make_finetune("lora", targets="q_proj,c_attn"))
+    assert "c_attn not found" in e.value.problem and e.value.fix and "q_proj" in e.value.fix
+    with pytest.raises(DswizError) as e:
+        ft.with_finetune(load_model_spec("qwen1.5-moe-a2.7b"), make_finetune("lora"))
+    assert "no default LoRA target" in e.value.problem
+    with pytest.raises(DswizError, match="--lora-rank"):
+        make_finetune("lora", rank=0)
+    with pytest.raises(DswizError, match="unknown fine-tuning mode"):
+        make_finetune("prefix")
+
+
+def test_nf4_storage_matches_the_qlora_paper() -> None:
+    """arXiv:2305.14314 section 3: constants cost 32/64 = 0.5 bits per weight, 8/64 + 32/(64*256) ~ 0.127 bits
+    with double quantization; the weights themselves 4 bits."""
+    n = 64 * 256 * 1000
+    assert ft.nf4_bytes(n, double_quant=False) * 8 / n == pytest.approx(4.5)
+    assert ft.nf4_bytes(n, double_quant=True) * 8 / n == pytest.approx(4.127, abs=1e-3)
+
+
+def test_frozen_base_carries_no_gradients_or_optimizer_states() -> None:
+    base = load_model_spec("llama-7b")
+    s = Strategy(zero_stage=2, micro_batch_size=1)
+    full = dict(estimate_memory(base, s, 2048).gpu_items)
+    lora = ft.with_finetune(base, make_finetune("lora", rank=16))
+    qlora = ft.with_finetune(base, make_finetune("qlora", rank=16))
+    m_lora, m_q = (
+        dict(estimate_memory(lora, s, 2048).gpu_items),
+        dict(estimate_memory(qlora, s, 2048).gpu_items),
+    )
+    t = ft.trainable_params(lora)
+    assert m_lora["optimizer states"] == 12 * t and full["optimizer states"] == 12 * base.total_params
+    assert m_lora["parameters"] == 2 * (base.total_params + t)
+    # 4-bit base: a little over a quarter of the 16-bit one (embeddings and head stay 16-bit)
+    assert 0.25 < m_q["parameters"] / m_lora["parameters"] < 0.33
+    assert m_q["4-bit dequantization buffer"] == 2 * 4096 * 11008
+    # no weight gradients: a frozen base costs 4N per token instead of 6N (+ attention and the adapters)
+    assert flops_per_token(lora, 2048) < flops_per_token(base, 2048) * 0.72
+
+
+def test_optimizer_offload_is_not_offered_for_adapters() -> None:
+    lora = ft.with_finetune(load_model_spec("llama-7b"), make_finetune("lora"))
+    problems = ft.strategy_problems(lora, Strategy(zero_stage=2, offload_optimizer="cpu"))
+    assert problems and "moot" in problems[0]
+    qlora = ft.with_finetune(lora, make_finetune("qlora"))
+    assert any("4-bit" in p for p in ft.strategy_problems(qlora, Strategy(zero_stage=3, offload_param="cpu")))
+
+
+def test_finetune_survives_the_plan_sidecar_round_trip() -> None:
+    spec = ft.with_finetune(
+        load_model_spec("llama-7b"), make_finetune("qlora", rank=64, targets="all-linear")
+    )
+    back = ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert back == spec
+    old = spec.to_dict()
+    del old["finetune"]  # a sidecar written before fine-tuning modes
+    assert ModelSpec.from_dict(old).finetune == FineTune()
+
+
+def test_qlora_70b_on_one_48gb_l40s() -> None:
+    """The QLoRA paper fine-tuned a 65B model on one 48 GB GPU: dswiz must find how for LLaMA-2-70B on an L40S."""
+    args = [
+        sys.executable,
+        "-m",
+        "wizard",
+        "plan",
+        "--model",
+        "llama-70b",
+        "--finetune",
+        "qlora",
+        "--hardware",
+        "1xL40S",
+    ]
+    out = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    best = doc["candidates"][0]
+    assert best["fits"] and best["strategy"]["activation_checkpointing"]
+    assert best["predicted"]["gpu_bytes"] < 48e9
+    text = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT).stdout
+    assert "Recommended:" in text and "QLoRA" in text and "4-bit" in text
+    # LoRA keeps a 16-bit base (128 GiB): only ZeRO-3 with the base offloaded to host RAM fits the card
+    lora = [*args[:7], "lora", "--hardware", "1xL40S,ram=256GiB", "--json"]
+    best_lora = json.loads(subprocess.run(lora, capture_output=True, text=True, timeout=120, cwd=ROOT).stdout)
+    assert best_lora["candidates"][0]["strategy"]["offload_param"] == "cpu"
+    small_host = [*lora[:-2], "1xL40S,ram=64GiB"]
+    assert subprocess.run(small_host, capture_output=True, text=True, timeout=120, cwd=ROOT).returncode == 1
+
+
+def test_launchs_oom_replan_keeps_qlora_and_its_command_writes_it_again(tmp_path: Path) -> None:
+    """The plan sidecar carries the fine-tuning mode: after a CUDA OOM, launch's re-plan (wizard.replan) plans QLoRA
+    again, and the `dswiz config` command it advises writes QLoRA again."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from wizard import planner
+    from wizard.cli import cli
+    from wizard.config.build import WriteOptions, config_set_from_strategy
+    from wizard.config.render import ds_config_dict
+    from wizard.config.sidecar import read_sidecar
+    from wizard.hardware import get_hardware
+    from wizard.replan import make_sidecar, oom_advice, predict
+
+    hw = get_hardware("1xL40S")
+    spec = ft.with_finetune(load_model_spec("llama-7b"), make_finetune("qlora", rank=16))
+    req = planner.PlanRequest(seq_len=2048)
+    best = planner.plan(hw, spec, req).best
+    assert best is not None
+    failed = best.strategy.with_(micro_batch_size=best.strategy.micro_batch_size + 8)
+    sidecar = make_sidecar(
+        model_arg="llama-7b", model=spec, hardware_arg="1xL40S", hardware=hw, request=req,
+        candidate=predict(hw, spec, failed, req),
+    )  # fmt: skip
+    ds = ds_config_dict(config_set_from_strategy(failed, WriteOptions()).deepspeed)
+    lines = oom_advice(sidecar, ds, config_dir=str(tmp_path / "cfg"))
+    assert lines, "a smaller micro-batch of the same QLoRA job fits"
+    line = next(ln for ln in lines if "dswiz config" in ln)
+    command = shlex.split(line[line.index("dswiz config") :])
+    assert command[command.index("--finetune") + 1] == "qlora" and "--lora-rank" in command
+    result = CliRunner().invoke(cli, command[1:])
+    assert result.exit_code == 0, result.output
+    again = read_sidecar(tmp_path / "cfg")
+    assert again is not None and again.model.finetune == spec.finetune

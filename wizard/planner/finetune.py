@@ -1,0 +1,337 @@
+"""Fine-tuning accounting (pure arithmetic): what LoRA and QLoRA change in the memory and time of a step.
+
+What trains. PEFT (peft 0.21.2, tuners/lora/layer.py ``LoraLayer.update_layer``) adds to every targeted linear layer
+``lora_A`` (fan_in -> r) and ``lora_B`` (r -> fan_out), no biases: ``r * (fan_in + fan_out)`` trainable parameters;
+every base parameter is frozen. Targets match by module-name suffix (peft/tuners/tuners_utils.py,
+``check_target_module_exists``: ``key == target or key.endswith("." + target)``); "all-linear" is every linear layer
+but the output head. The linear layers below are the ``nn.Linear`` / ``Conv1D`` modules transformers 5.24 builds for
+each architecture (fused MoE experts are 3-D parameters, not linear layers: neither targeted nor 4-bit quantized).
+
+How the frozen base is stored. DeepSpeed casts every floating-point parameter to the training dtype
+(deepspeed/runtime/engine.py ``_cast_module_mixed_precision``, 0.19.8) -- the LoRA weights too, with fp32 masters in
+its optimizer. QLoRA: transformers' bitsandbytes integration replaces every linear layer except the output head
+(``get_keys_to_not_convert``) by ``Linear4bit``: 4-bit NF4 weights, two per byte, with one absmax per block of 64
+weights -- fp32, or with double quantization an 8-bit code per block plus one fp32 absmax and offset per 256 blocks
+(bitsandbytes ``quantize_4bit(compress_statistics=True)``; arXiv:2305.14314 section 3). The constants are tensor
+attributes, not parameters: ZeRO-3 partitions the packed weights (stored as the compute dtype with
+``bnb_4bit_quant_storage``) but every GPU keeps all the constants. Each forward (and backward) of a 4-bit layer
+dequantizes its weight into a compute-dtype buffer.
+
+What a frozen layer saves for backward. The weight gradient of ``y = x W`` needs ``x``; the input gradient needs
+only ``W``. PyTorch saves ``x`` only when ``W`` requires grad (autograd's derivatives for mm/addmm), and
+bitsandbytes' ``MatMul4Bit`` saves only the weight. So a linear input that no trainable layer reads is not saved:
+measured on CPU (torch 2.13, a 4-layer LLaMA, bf16, saved_tensors_hooks) 11,672 saved bytes per token per layer
+fully trained, 8,792 with LoRA on q/v, 10,760 on all linear layers; this model predicts 11,672 / 9,304 / 11,784
+(a little high: the frozen norms' weight gradients, also not saved, are not subtracted).
+
+FLOPs. Per parameter and token a forward is 2 FLOPs, the backward 4: 2 for the input gradient, 2 for the weight
+gradient (Kaplan et al. 2020, arXiv:2001.08361 section 2.1; PaLM's 6N, arXiv:2204.02311 appendix B). Frozen weights
+skip the weight gradient, but the input gradient still flows through every layer down to the first adapter: 4N
+instead of 6N (+6 per LoRA parameter); attention's score and value products have no weights and keep all 12*L*h*s.
+Activation checkpointing recomputes the forward: +2N.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from wizard.errors import DswizError
+from wizard.model import ModelSpec
+from wizard.tuning import ALL_LINEAR, FineTune
+
+if TYPE_CHECKING:
+    from wizard.strategy import Strategy
+
+# PEFT's default target modules per model_type (peft 0.21.2 utils/constants.py,
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), for the architectures dswiz models.
+PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
+    "gpt2": ("c_attn",),
+    "llama": ("q_proj", "v_proj"),
+    "mistral": ("q_proj", "v_proj"),
+    "qwen2": ("q_proj", "v_proj"),
+    "mixtral": ("q_proj", "v_proj"),
+    "gpt_neox": ("query_key_value",),
+    "bert": ("query", "value"),
+    "deberta-v2": ("query_proj", "value_proj"),
+}
+NF4_BLOCK = 64  # weights per absmax (bitsandbytes quantize_4bit blocksize)
+DOUBLE_QUANT_BLOCK = 256  # absmax values per second-level block
+DEQUANT_BYTES_PER_WEIGHT = (
+    2.5  # dequantize_4bit reads the packed half byte and writes the compute dtype (2 bytes)
+)
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """One linear module of the architecture, as transformers names it (the path inside its layer)."""
+
+    path: str
+    fan_in: int
+    fan_out: int
+    count: int  # how many the model has (one per layer, or one)
+    reads: str  # the tensor it reads: layers reading the same one share a saved input
+    head: bool = False  # the output head (never quantized, not in "all-linear")
+
+    @property
+    def weights(self) -> int:
+        return self.fan_in * self.fan_out
+
+
+def linear_layers(m: ModelSpec) -> tuple[LinearLayer, ...]:
+    """Every linear module of the model (transformers 5.24's module names, shapes and counts)."""
+    h, L, f, V = m.hidden, m.layers, m.ffn_hidden, m.vocab
+    q, kv = m.heads * m.head_dim, m.kv_dim
+    if m.model_type == "gpt2":
+        return _fused_qkv(("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj", "lm_head"), h, f, L, V)
+    if m.model_type == "gpt_neox":
+        neox = ("attention.query_key_value", "attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")
+        return _fused_qkv((*neox, "embed_out"), h, f, L, V)
+    if m.encoder:  # BERT / DeBERTa-v2 masked LM
+        names = (
+            ("query_proj", "key_proj", "value_proj")
+            if m.model_type == "deberta-v2"
+            else ("query", "key", "value")
+        )
+        return (
+            *(LinearLayer(f"attention.self.{n}", h, h, L, "attn_in") for n in names),
+            LinearLayer("attention.output.dense", h, h, L, "attn_out"),
+            LinearLayer("intermediate.dense", h, f, L, "mlp_in"),
+            LinearLayer("output.dense", f, h, L, "mlp_mid"),
+            LinearLayer("cls.predictions.transform.dense", h, h, 1, "final"),
+            LinearLayer("cls.predictions.decoder", h, V, 1, "final", head=True),
+        )
+    attn = (
+        LinearLayer("self_attn.q_proj", h, q, L, "attn_in"),
+        LinearLayer("self_attn.k_proj", h, kv, L, "attn_in"),
+        LinearLayer("self_attn.v_proj", h, kv, L, "attn_in"),
+        LinearLayer("self_attn.o_proj", q, h, L, "attn_out"),
+    )
+    head = LinearLayer("lm_head", h, V, 1, "final", head=True)
+    if m.model_type == "mixtral":
+        return (*attn, head)  # experts and router: fused parameters, not nn.Linear
+    if m.model_type == "qwen2_moe":
+        fs, dense = m.shared_expert_ffn_hidden, L - m.moe_layers
+        moe = (
+            LinearLayer("mlp.shared_expert.gate_proj", h, fs, m.moe_layers, "mlp_in"),
+            LinearLayer("mlp.shared_expert.up_proj", h, fs, m.moe_layers, "mlp_in"),
+            LinearLayer("mlp.shared_expert.down_proj", fs, h, m.moe_layers, "shared_mid"),
+            LinearLayer("mlp.shared_expert_gate", h, 1, m.moe_layers, "mlp_in"),
+        )
+        mlp = _swiglu(h, f, dense) if dense else ()
+        return (*attn, *moe, *mlp, head)
+    return (*attn, *_swiglu(h, f, L), head)
+
+
+def _fused_qkv(
+    names: tuple[str, str, str, str, str], h: int, f: int, L: int, V: int
+) -> tuple[LinearLayer, ...]:
+    """GPT-2 / GPT-NeoX: one fused q/k/v projection, the attention output, a two-layer MLP, the head."""
+    qkv, out, up, down, head = names
+    return (
+        LinearLayer(qkv, h, 3 * h, L, "attn_in"),
+        LinearLayer(out, h, h, L, "attn_out"),
+        LinearLayer(up, h, f, L, "mlp_in"),
+        LinearLayer(down, f, h, L, "mlp_mid"),
+        LinearLayer(head, h, V, 1, "final", head=True),
+    )
+
+
+def _swiglu(h: int, f: int, count: int) -> tuple[LinearLayer, ...]:
+    return (
+        LinearLayer("mlp.gate_proj", h, f, count, "mlp_in"),
+        LinearLayer("mlp.up_proj", h, f, count, "mlp_in"),
+        LinearLayer("mlp.down_proj", f, h, count, "mlp_mid"),
+    )
+
+
+def _matches(path: str, target: str) -> bool:
+    return path == target or path.endswith("." + target)
+
+
+def lora_target_names(m: ModelSpec, ft: FineTune | None = None) -> tuple[str, ...]:
+    """The target names LoRA uses: the given ones, else PEFT's default for the architecture."""
+    ft = ft or m.finetune
+    if ft.lora_targets:
+        return ft.lora_targets
+    default = PEFT_DEFAULT_TARGETS.get(m.model_type)
+    if default is None:
+        known = ", ".join(sorted({layer.path.rsplit(".", 1)[-1] for layer in linear_layers(m)}))
+        raise DswizError(
+            f"PEFT has no default LoRA target modules for model_type {m.model_type!r}",
+            f"name them: --lora-targets with some of {known}, or all-linear",
+        )
+    return default
+
+
+def lora_layers(m: ModelSpec, ft: FineTune | None = None) -> tuple[LinearLayer, ...]:
+    """The linear layers LoRA adapts; DswizError for a target name that matches none (PEFT raises too)."""
+    ft = ft or m.finetune
+    if not ft.uses_lora:
+        return ()
+    layers = linear_layers(m)
+    targets = lora_target_names(m, ft)
+    if targets == (ALL_LINEAR,):
+        return tuple(layer for layer in layers if not layer.head)
+    unknown = [t for t in targets if not any(_matches(layer.path, t) for layer in layers)]
+    if unknown:
+        known = ", ".join(sorted({layer.path.rsplit(".", 1)[-1] for layer in layers}))
+        raise DswizError(
+            f"LoRA target module(s) {', '.join(unknown)} not found in {m.name} ({m.model_type})",
+            f"use some of {known}, or all-linear",
+        )
+    return tuple(layer for layer in layers if any(_matches(layer.path, t) for t in targets))
+
+
+def lora_params(m: ModelSpec, ft: FineTune | None = None) -> int:
+    """Trainable LoRA parameters, as PEFT's get_nb_trainable_parameters() counts them."""
+    r = (ft or m.finetune).lora_rank
+    return sum(layer.count * r * (layer.fan_in + layer.fan_out) for layer in lora_layers(m, ft))
+
+
+def trainable_params(m: ModelSpec) -> int:
+    """Parameters with gradients and optimizer states: all of them for full fine-tuning, else LoRA's."""
+    return lora_params(m) if m.finetune.uses_lora else m.total_params
+
+
+def with_finetune(m: ModelSpec, ft: FineTune) -> ModelSpec:
+    """The model trained this way; DswizError for targets the model does not have (checked here, once)."""
+    if ft.uses_lora:  # PEFT's default targets written out: the label, the hints and the sidecar name them
+        ft = replace(ft, lora_targets=lora_target_names(m, ft))
+        lora_params(replace(m, finetune=ft))
+    out = replace(m, finetune=ft)
+    if ft.quantized and m.is_moe:
+        note = "QLoRA: the fused MoE experts are not nn.Linear in transformers 5, so they stay 16-bit"
+        out = replace(out, notes=(*out.notes, note))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ storage
+
+
+def quantized_weights(m: ModelSpec) -> int:
+    """Weights QLoRA stores in 4 bit: every linear layer's but the output head's (biases stay 16-bit)."""
+    return (
+        sum(layer.count * layer.weights for layer in linear_layers(m) if not layer.head)
+        if m.finetune.quantized
+        else 0
+    )
+
+
+def nf4_bytes(weights: int, double_quant: bool) -> int:
+    """Bytes of one 4-bit tensor: packed weights + its quantization constants."""
+    blocks = math.ceil(weights / NF4_BLOCK)
+    constants = blocks + 4 * math.ceil(blocks / DOUBLE_QUANT_BLOCK) + 4 if double_quant else 4 * blocks
+    return math.ceil(weights / 2) + constants
+
+
+def nf4_constant_bytes(m: ModelSpec) -> int:
+    """The quantization constants of the whole model (not parameters: never partitioned by ZeRO-3)."""
+    dq = m.finetune.double_quant
+    total = 0
+    for layer in linear_layers(m):
+        if not layer.head and m.finetune.quantized:
+            total += layer.count * (nf4_bytes(layer.weights, dq) - math.ceil(layer.weights / 2))
+    return total
+
+
+def stored_parameter_bytes(m: ModelSpec, w: int) -> int:
+    """All parameters as DeepSpeed holds them at ``w`` bytes each: 4-bit packed weights (QLoRA), the rest and the
+    LoRA weights in the training dtype. Quantization constants excluded (``nf4_constant_bytes``)."""
+    if not m.finetune.uses_lora:
+        return w * m.total_params
+    q = quantized_weights(m)
+    return math.ceil(q / 2) + w * (m.total_params - q + lora_params(m))
+
+
+def stored_bytes_per_param(m: ModelSpec, w: int) -> float:
+    """The average over the model, for what is sized in parameters (ZeRO-3's gathered working set)."""
+    return stored_parameter_bytes(m, w) / max(1, m.total_params)
+
+
+def dequantization_buffer_bytes(m: ModelSpec, w: int) -> int:
+    """QLoRA: the largest 4-bit layer dequantized to the compute dtype while it runs (forward and backward)."""
+    if not m.finetune.quantized:
+        return 0
+    return w * max((layer.weights for layer in linear_layers(m) if not layer.head), default=0)
+
+
+def load_bytes(m: ModelSpec, w: int) -> int:
+    """Host bytes per rank while the model loads: the 16-bit model (full, LoRA); QLoRA quantizes layer by layer
+    as it moves to the GPU (transformers' bitsandbytes path loads with a device map): about one layer at a time."""
+    if m.finetune.quantized:
+        return w * m.largest_layer_params
+    return stored_parameter_bytes(m, w)
+
+
+# ------------------------------------------------------------------------------------------------ activations
+
+
+def layer_activation_delta_per_token(m: ModelSpec) -> float:
+    """Saved bytes per token per layer LoRA/QLoRA change against full training (16-bit): minus the inputs only
+    frozen linear layers read, plus each adapter's r-wide intermediate."""
+    if not m.finetune.uses_lora:
+        return 0.0
+    per_layer = [
+        layer for layer in linear_layers(m) if layer.count == m.layers or layer.count == m.moe_layers
+    ]
+    per_layer = [
+        layer for layer in per_layer if layer.count > 0 and not layer.head and layer.reads != "final"
+    ]
+    adapted = {layer.path for layer in lora_layers(m)}
+    reads: dict[str, int] = {}
+    trained: set[str] = set()
+    for layer in per_layer:
+        reads[layer.reads] = layer.fan_in
+        if layer.path in adapted:
+            trained.add(layer.reads)
+    dropped = sum(dim for slot, dim in reads.items() if slot not in trained)
+    adapters = sum(1 for layer in per_layer if layer.path in adapted)
+    return -2.0 * dropped + 2.0 * adapters * m.finetune.lora_rank
+
+
+# ------------------------------------------------------------------------------------------------ time
+
+
+def lora_flops_per_token(m: ModelSpec, flop_params: int, attention: int, recompute: bool) -> float:
+    """Training FLOPs per token with a frozen base (see the module docstring): 4N + 12*L*h*s + 6*T, and with
+    recomputation one more forward, 2N + 4*L*h*s + 2*T. ``attention`` is L*heads*head_dim*s."""
+    t = lora_params(m)
+    out = 4.0 * flop_params + 12.0 * attention + 6.0 * t
+    if recompute:
+        out += 2.0 * flop_params + 4.0 * attention + 2.0 * t
+    return out
+
+
+def dequantization_seconds(m: ModelSpec, s: Strategy, hbm_bytes_per_s: float) -> float:
+    """QLoRA: every 4-bit weight is dequantized in each forward, backward (and recomputed forward) of every
+    micro-step, a memory-bound pass (DEQUANT_BYTES_PER_WEIGHT) on the GPU's HBM."""
+    q = quantized_weights(m)
+    if not q or s.mode != "train":
+        return 0.0
+    passes = 3 if s.activation_checkpointing else 2
+    return s.gradient_accumulation_steps * passes * q * DEQUANT_BYTES_PER_WEIGHT / hbm_bytes_per_s
+
+
+# ------------------------------------------------------------------------------------------------ DeepSpeed
+
+
+def strategy_problems(m: ModelSpec, s: Strategy) -> list[str]:
+    """What dswiz does not offer with this fine-tuning mode, in words (empty for full fine-tuning)."""
+    ft = m.finetune
+    if not ft.uses_lora or s.mode != "train":
+        return []
+    out = []
+    if s.offload_optimizer != "none":
+        mib = trainable_params(m) * 16 / 2**20
+        out.append(
+            f"optimizer offload is moot with {ft.label().split(' ')[0]}: the optimizer holds only the adapters' "
+            f"states ({mib:,.0f} MiB)"
+        )
+    if ft.quantized and s.offload_param != "none":
+        out.append(
+            "QLoRA keeps its 4-bit base on the GPU: ZeRO-3 parameter offload of bitsandbytes weights is not "
+            "supported (use --finetune lora with parameter offload instead)"
+        )
+    return out
