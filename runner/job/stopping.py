@@ -20,6 +20,7 @@ class StopReason(enum.Enum):
     SIGHUP = "SIGHUP"
     DASHBOARD = "dashboard"  # the dashboard's stop choice
     ORPHANS = "cleanup"  # nobody: the launcher ended by itself and left processes of the job behind
+    STALL = "stall-timeout"  # --stall-timeout: no step for that long
 
     @property
     def interrupted_by(self) -> str | None:
@@ -29,7 +30,7 @@ class StopReason(enum.Enum):
     @property
     def exit_signal(self) -> signal.Signals | None:
         """The signal dswiz's exit code reports (128 + it); the dashboard's stop counts as Ctrl-C."""
-        if self is StopReason.ORPHANS:
+        if self in (StopReason.ORPHANS, StopReason.STALL):
             return None
         return signal.SIGINT if self is StopReason.DASHBOARD else signal.Signals[self.value]
 
@@ -115,7 +116,7 @@ class StopEscalation:
 
 
 def _first_notice(reason: StopReason, grace_s: float) -> str | None:
-    if reason is StopReason.ORPHANS:
+    if reason in (StopReason.ORPHANS, StopReason.STALL):
         return None  # the job's loop said why already
     again = "SIGINT" if reason is StopReason.SIGINT else "Ctrl-C"
     return (
