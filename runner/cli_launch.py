@@ -318,7 +318,7 @@ def resolve_nodes(request: LaunchRequest, choice: ConfigChoice, launcher: str) -
         if hostfile is not None and not request.simulate_nodes:
             master_port = preferred
         else:
-            reservation = reserve_port(preferred)
+            reservation = reserve_port(preferred, hold=not request.dry_run)
             master_port = reservation.port
     return NodeLayout(hostfile, mode, tuple(hosts), num_nodes, master_addr, master_port, reservation)
 

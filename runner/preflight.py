@@ -335,13 +335,18 @@ def ports_dir() -> Path:
     return base / "ports"
 
 
-def _lock_port(port: int, folder: Path) -> IO[str] | None:
-    """The lock of ``port``, or None when another dswiz holds it (or locks cannot be taken here)."""
+def _lock_port(port: int, folder: Path, *, create: bool = True) -> IO[str] | None:
+    """The lock of ``port``, or None when another dswiz holds it (or locks cannot be taken here). ``create=False``
+    writes nothing: a port without a lock file is free of other launches (the caller gets a lock on nothing)."""
     import fcntl
 
+    path = folder / f"{port}.lock"
+    if not create and not path.exists():
+        return open(os.devnull, encoding="ascii")  # closed by the caller
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fh = open(folder / f"{port}.lock", "a", encoding="ascii")  # noqa: SIM115 - held for the whole launch
+        if create:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fh = open(path, "a" if create else "r", encoding="ascii")  # noqa: SIM115 - held for the whole launch
     except OSError:
         return None
     try:
@@ -352,13 +357,22 @@ def _lock_port(port: int, folder: Path) -> IO[str] | None:
     return fh
 
 
-def reserve_port(preferred: int, *, folder: Path | None = None, tries: int = 20) -> PortReservation:
+def reserve_port(
+    preferred: int, *, folder: Path | None = None, tries: int = 20, hold: bool = True
+) -> PortReservation:
     """``preferred`` when it is free and no other dswiz holds it, else a free port the system hands out; reserved
-    either way (``PortReservation``). Without a usable lock folder the port is only checked free."""
+    either way (``PortReservation``). Without a usable lock folder the port is only checked free. ``hold=False``
+    (a dry run) chooses the same way but writes and holds nothing."""
     folder = folder or ports_dir()
     candidates = itertools.chain([preferred], (free_port() for _ in range(tries)))
     for port in candidates:
-        lock = _lock_port(port, folder)
+        lock = _lock_port(port, folder, create=hold)
+        if lock is not None and not hold:
+            lock.close()
+            lock = None
+            if port_is_free(port):
+                return PortReservation(port)
+            continue
         if lock is None and folder.is_dir() and os.access(folder, os.W_OK):
             continue  # another dswiz launch holds it
         if port_is_free(port):

@@ -138,6 +138,7 @@ class Job:
         term_grace_s: float = 5.0,
         status_every_s: float = 10.0,
         stall_timeout_s: float | None = None,
+        stall_notice_s: float = STALL_NOTICE_S,
         optimizer_op: str | None = None,
         oom_advisor: OomAdvisor | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -146,6 +147,7 @@ class Job:
         self.sink = _GuardedSink(sink)
         self.status_every_s = status_every_s
         self.stall_timeout_s = stall_timeout_s
+        self.stall_notice_s = stall_notice_s
         self.oom_advisor = oom_advisor
         self.state = JobState.CREATED
         self._clock = clock
@@ -199,7 +201,7 @@ class Job:
     def _status(self, now: float) -> Status:
         status = self.observer.status(now)
         idle = now - self._last_step_at
-        if self._last_step is not None and idle >= STALL_NOTICE_S:
+        if self._last_step is not None and idle >= self.stall_notice_s:
             status = replace(status, stalled_for=idle)
         return status
 
@@ -301,7 +303,7 @@ class Job:
             self.sink.on_status(self._status(now))
 
     def _check_stall(self, now: float) -> None:
-        """No new step for a while: said on the stream at STALL_NOTICE_S (and each time as long again); with
+        """No new step for a while: said on the stream after ``stall_notice_s`` (and each time as long again); with
         --stall-timeout the job is stopped. Counted from the last step seen only: a job that never printed a step
         is never called stalled."""
         if self._last_step is None or self._stop.reason is not None:
@@ -313,7 +315,7 @@ class Job:
                 f"{self._stall.words()}: stopping the job (--stall-timeout {self.stall_timeout_s:g})"
             )
             self._stop.request(StopReason.STALL)
-        elif idle - self._stall_said_at >= STALL_NOTICE_S:
+        elif idle - self._stall_said_at >= self.stall_notice_s:
             self._stall_said_at = idle
             self.sink.on_notice(Stall(idle, self._last_step, 0).words())
 
