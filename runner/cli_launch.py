@@ -385,6 +385,8 @@ def check_lost_runs(run_folder: Path, *, stop: bool, grace_s: float) -> None:
     from runner.job.leftovers import find_lost_runs, stop_command, stop_leftovers
 
     for lost in find_lost_runs([run_folder, rundir.runs_root()]):
+        if not lost.leftover_pids and lost.record.status != rundir.STATUS_RUNNING:
+            continue  # said before: it has its verdict and nothing is left
         click.echo(f"warning: {lost.describe()}", err=True)
         if not lost.leftover_pids:
             stop_leftovers(lost, grace_s)  # nothing to stop: its run.json gets the verdict it lacks

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from runner import rundir
 from runner.job import reaper
@@ -118,3 +119,35 @@ def test_stop_leftovers_refuses_a_run_that_is_not_lost(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "supervisor lost" in proc.stderr
+
+
+def test_the_next_launch_names_a_lost_run_and_stops_its_leftovers_when_asked(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runner.cli_launch import check_lost_runs
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the default runs folder is looked at too
+
+    runs = tmp_path / "runs"
+    pid, ticks = dead_supervisor()
+    token = "test-token-launch-" + str(os.getpid())
+    leftover = subprocess.Popen(["sleep", "60"], env={**os.environ, reaper.TOKEN_ENV: token})
+    try:
+        write_run(runs / "20261201-010000", supervisor_pid=pid, supervisor_start=ticks, job_token=token)
+        write_run(runs / "20261201-020000", status="finished", exit_code=0)  # not lost: not named
+        check_lost_runs(runs, stop=False, grace_s=1.0)  # not a terminal: says what to run, stops nothing
+        err = capsys.readouterr().err
+        assert f"run 20261201-010000 ({runs / '20261201-010000'}): supervisor lost" in err
+        assert f"still run: pid {leftover.pid}" in err and "20261201-020000" not in err
+        assert f"fix: `dswiz monitor {runs / '20261201-010000'} --stop-leftovers`" in err
+        assert leftover.poll() is None
+        check_lost_runs(runs, stop=True, grace_s=1.0)  # --stop-leftovers
+        assert "stopped 1 leftover process(es)" in capsys.readouterr().err
+        leftover.wait(timeout=5)
+    finally:
+        leftover.kill()
+    assert rundir.read_run_record(runs / "20261201-010000").status == "supervisor_lost"
+    check_lost_runs(runs, stop=False, grace_s=1.0)  # once it has its verdict, it is not named again
+    assert capsys.readouterr().err == ""
