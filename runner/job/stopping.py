@@ -1,5 +1,6 @@
 """Stopping a job, as a state machine: SIGINT to every process of the job, SIGTERM after ``grace_s``, SIGKILL after
 ``term_grace_s`` more, then SIGKILL once a second for whatever appeared meanwhile. A second request skips the wait.
+Processes that outlived their launcher start at SIGTERM.
 
 Pure: ``StopEscalation.tick(now)`` says which signal to send next; the job sends it (``runner.job.session``).
 """
@@ -89,6 +90,9 @@ class StopEscalation:
         if reason is None:
             return None
         waited = now - self._since
+        if self.stage is StopStage.NOT_STOPPING and reason is StopReason.ORPHANS:
+            # what outlived its launcher is not the job's training any more: no Ctrl-C courtesy, SIGTERM at once
+            return self._advance(StopStage.SIGTERM_SENT, now, signal.SIGTERM, None)
         if self.stage is StopStage.NOT_STOPPING:
             return self._advance(
                 StopStage.SIGINT_SENT, now, signal.SIGINT, _first_notice(reason, self.grace_s)
