@@ -201,7 +201,7 @@ def rundir_deleted(work: Path) -> Result:
     code, verdict = launch.finish()
     took = time.monotonic() - t
     left = len(launch.left())
-    note = "the job went on to its end (300 steps); time = from the rmtree to dswiz's exit"
+    note = "time = from the rmtree to dswiz's exit"
     return Result("run directory deleted mid-run", left, code, verdict, took, note)
 
 
@@ -213,7 +213,7 @@ def concurrent(work: Path) -> Result:
     ports = [rundir.read_run_record(x.run_dir).command for x in (first, second)]
     used = [c[c.index("--master_port") + 1] for c in ports]
     left = len(first.left()) + len(second.left())
-    verdict = f"{a[1]} | {b[1]}"
+    verdict = f"{a[1]} / {b[1]}"
     return Result("two launches 1 s apart", left, a[0] if a[0] != 0 else b[0], verdict, None, f"ports {used}")
 
 
