@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from runner.job.sink import RunOutcome
     from runner.job.supervisor import Job
     from runner.job.terminal import TerminalSink
+    from runner.preflight import PortReservation
     from runner.verdict import OomAdvisor
     from wizard.config.sidecar import PlanSidecar
     from wizard.history.record import Measurement
@@ -103,6 +104,18 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
     "--grace", float, 5.0, "S", "Seconds between SIGINT and SIGTERM (and SIGTERM and SIGKILL) when stopping."
 )
 @defaulted_option("--status-every", float, 10.0, "S", "Seconds between status lines.")
+@click.option(
+    "--stall-timeout",
+    type=float,
+    metavar="S",
+    help="Stop the job when no new step comes for S seconds (counted from the last step seen: a job that never "
+    "prints a step is never stopped); the verdict names the stall, exit code 124. Default: off (a stall is only "
+    "reported, after 60 s).",
+)
+@flag_option(
+    "--stop-leftovers",
+    help="First stop the processes left running by earlier runs whose dswiz was killed (supervisor lost).",
+)
 @defaulted_option(
     "--steps-per-print",
     int,
@@ -153,6 +166,8 @@ class LaunchRequest:
     run_dir: str | None = None
     grace: float = 5.0
     status_every: float = 10.0
+    stall_timeout: float | None = None
+    stop_leftovers: bool = False
     steps_per_print: int = DEFAULT_STEPS_PER_PRINT
     ssh_timeout: int = 10
     dry_run: bool = False
@@ -161,10 +176,16 @@ class LaunchRequest:
 
 def run_launch(request: LaunchRequest) -> int:
     """Resolve the config and the nodes, preflight, start, watch; the exit code says how the job ended."""
+    if request.stall_timeout is not None and not request.stall_timeout > 0:
+        raise DswizError(
+            f"--stall-timeout {request.stall_timeout} is not a number of seconds",
+            "pass seconds greater than 0, e.g. --stall-timeout 600",
+        )
     resolved = resolve_launch(request)
     if request.dry_run:
         _print_dry_run(list(resolved.specs), resolved.ds_config, request.steps_per_print)
         return 0
+    check_lost_runs(Path(resolved.spec.run_dir).parent, stop=request.stop_leftovers, grace_s=request.grace)
     checked = run_preflight(resolved)
     job, sink = start_job(checked)
     entry = None if request.no_history else history_entry(checked, job)
@@ -225,6 +246,8 @@ class NodeLayout:
     num_nodes: int | None
     master_addr: str | None
     master_port: int
+    # held while this object lives (the whole launch): other dswiz launches here pick another port
+    reservation: PortReservation | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def multinode(self) -> bool:
@@ -345,16 +368,20 @@ def resolve_nodes(request: LaunchRequest, choice: ConfigChoice, launcher: str) -
     num_nodes = request.num_nodes
     if launcher == "torchrun" and hosts and num_nodes is None:
         num_nodes = len(hosts)
-    master_port = request.master_port
+    master_port, reservation = request.master_port, None
     if master_port is None:
         # Nodes must agree on the port, so multi-node keeps the planned (or DeepSpeed's default) one; a job on
-        # this machine alone takes another free port when that one is busy.
-        from runner.preflight import choose_port
+        # this machine alone takes another free port when that one is busy or held by another dswiz launch, and
+        # holds it for the whole launch (runner.preflight.reserve_port).
+        from runner.preflight import reserve_port
 
         preferred = choice.master_port or L.DEFAULT_MASTER_PORT
-        multinode = hostfile is not None
-        master_port = preferred if multinode and not request.simulate_nodes else choose_port(preferred)
-    return NodeLayout(hostfile, mode, tuple(hosts), num_nodes, master_addr, master_port)
+        if hostfile is not None and not request.simulate_nodes:
+            master_port = preferred
+        else:
+            reservation = reserve_port(preferred, hold=not request.dry_run)
+            master_port = reservation.port
+    return NodeLayout(hostfile, mode, tuple(hosts), num_nodes, master_addr, master_port, reservation)
 
 
 def _check_simulated_nodes(hostfile: str | None, mode: str, node_rank: int | None) -> None:
@@ -409,6 +436,27 @@ def _this_node_spec(
 
 
 # ------------------------------------------------------------------------------------------ step 2: preflight
+
+
+def check_lost_runs(run_folder: Path, *, stop: bool, grace_s: float) -> None:
+    """Earlier runs (here and under the default runs folder) whose dswiz died: said, and their leftover processes
+    stopped with --stop-leftovers, or when the user says so at the prompt; otherwise the command that stops them
+    is printed (they may hold the GPUs this launch needs)."""
+    from runner import rundir
+    from runner.job.leftovers import find_lost_runs, stop_command, stop_leftovers
+
+    for lost in find_lost_runs([run_folder, rundir.runs_root()]):
+        if not lost.leftover_pids and lost.record.status != rundir.STATUS_RUNNING:
+            continue  # said before: it has its verdict and nothing is left
+        click.echo(f"warning: {lost.describe()}", err=True)
+        if not lost.leftover_pids:
+            stop_leftovers(lost, grace_s)  # nothing to stop: its run.json gets the verdict it lacks
+            continue
+        interactive = sys.stdin.isatty() and sys.stdout.isatty()
+        if stop or (interactive and click.confirm("  stop them now?", default=False, err=True)):
+            click.echo(f"  {stop_leftovers(lost, grace_s)}", err=True)
+        else:
+            click.echo(f"  fix: `{stop_command(lost)}` (or launch with --stop-leftovers)", err=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,6 +548,7 @@ def start_job(checked: CheckedLaunch) -> tuple[Job, TerminalSink]:
         grace_s=request.grace,
         term_grace_s=request.grace,
         status_every_s=request.status_every,
+        stall_timeout_s=request.stall_timeout,
         optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(checked.hardware.gpus)),
         oom_advisor=oom_advisor(checked.sidecar, resolved.choice.folder),
     )

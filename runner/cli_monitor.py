@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -24,7 +25,13 @@ from wizard.errors import DswizError
     metavar="S",
     help="Seconds between samples.",
 )
-def monitor(target: str | None, as_json: bool, interval: float) -> int:
+@click.option(
+    "--stop-leftovers",
+    is_flag=True,
+    help="For a run whose dswiz was killed (supervisor lost): stop the processes of its job still running, "
+    "write its verdict, and exit.",
+)
+def monitor(target: str | None, as_json: bool, interval: float, stop_leftovers: bool) -> int:
     """Watch a running job: GPU memory and utilisation, throughput, loss, alerts.
 
     \b
@@ -40,13 +47,53 @@ def monitor(target: str | None, as_json: bool, interval: float) -> int:
     from runner.metrics.attach import resolve_target
 
     job = resolve_target(target)
+    if stop_leftovers:
+        return stop_lost_run(job.run_dir)
     if as_json:
-        return stream_json(job, interval)
-    from runner.monitor.factory import build_live_app
+        code = stream_json(job, interval)
+    else:
+        from runner.monitor.factory import build_live_app
 
-    app = build_live_app(job, interval=interval)
-    app.run()
+        app = build_live_app(job, interval=interval)
+        app.run()
+        code = 0
+    if not as_json:  # the JSON stream says it before its summary
+        say_if_lost(job.run_dir, as_json=False)
+    return code
+
+
+def stop_lost_run(run_dir: Path | None) -> int:
+    """--stop-leftovers: stop what is left of a run whose dswiz died; refuse for any other run."""
+    from runner.job.leftovers import lost_run, stop_leftovers
+
+    lost = lost_run(run_dir) if run_dir is not None else None
+    if lost is None:
+        raise DswizError(
+            "--stop-leftovers is for a run whose dswiz was killed (supervisor lost); this one is not",
+            "a running dswiz launch stops its job itself (Ctrl-C in its terminal, or SIGTERM to it)",
+        )
+    click.echo(lost.describe())
+    click.echo(stop_leftovers(lost, grace_s=5.0))
     return 0
+
+
+def say_if_lost(run_dir: Path | None, *, as_json: bool) -> None:
+    """After watching: a run whose dswiz died is said, with its leftover processes and how to stop them."""
+    if run_dir is None:
+        return
+    from runner.job.leftovers import lost_run, stop_command
+
+    lost = lost_run(run_dir)
+    if lost is None:
+        return
+    fix = stop_command(lost) if lost.leftover_pids else None
+    if as_json:
+        event = {"event": "supervisor_lost", "run_dir": str(run_dir), "message": lost.describe()}
+        _emit({**event, "leftover_pids": list(lost.leftover_pids), "fix": fix})
+    else:
+        click.echo(lost.describe(), err=True)
+        if fix:
+            click.echo(f"  fix: `{fix}`", err=True)
 
 
 def stream_json(job: object, interval: float) -> int:
@@ -70,6 +117,7 @@ def stream_json(job: object, interval: float) -> int:
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     finally:
         collector.stop()
+    say_if_lost(job.run_dir, as_json=True)
     _emit(summary.to_json())
     return 0
 

@@ -8,6 +8,7 @@ runs for a launch), the hostfile's from ``wizard.config.hostfile`` and NVMe offl
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -18,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from runner import rundir
 from wizard.config.check import lint_path
 from wizard.config.hostfile import launch_hosts
 from wizard.config.launchers import NOSSH_MIN_DEEPSPEED
@@ -305,9 +307,79 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def choose_port(preferred: int) -> int:
-    """``preferred`` when it is free, else a free port the system hands out."""
-    return preferred if port_is_free(preferred) else free_port()
+@dataclass
+class PortReservation:
+    """A rendezvous port this dswiz holds for the whole launch: an flock on ``<ports dir>/<port>.lock`` that every
+    other dswiz on this machine respects, held until ``release()`` or until this process ends, however it ends
+    (the kernel drops the lock). The port being free when checked is not enough: the ranks bind it seconds later
+    (~10 s on CPU), and a second launch in between would pick the same one."""
+
+    port: int
+    _lock: IO[str] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock is not None
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+
+def ports_dir() -> Path:
+    """Where the port locks live: the user's runtime folder when there is one (tmpfs, per boot), else dswiz's state
+    folder."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) / "dswiz" if runtime and os.path.isdir(runtime) else rundir.state_dir()
+    return base / "ports"
+
+
+def _lock_port(port: int, folder: Path, *, create: bool = True) -> IO[str] | None:
+    """The lock of ``port``, or None when another dswiz holds it (or locks cannot be taken here). ``create=False``
+    writes nothing: a port without a lock file is free of other launches (the caller gets a lock on nothing)."""
+    import fcntl
+
+    path = folder / f"{port}.lock"
+    if not create and not path.exists():
+        return open(os.devnull, encoding="ascii")  # closed by the caller
+    try:
+        if create:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fh = open(path, "a" if create else "r", encoding="ascii")  # noqa: SIM115 - held for the whole launch
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    return fh
+
+
+def reserve_port(
+    preferred: int, *, folder: Path | None = None, tries: int = 20, hold: bool = True
+) -> PortReservation:
+    """``preferred`` when it is free and no other dswiz holds it, else a free port the system hands out; reserved
+    either way (``PortReservation``). Without a usable lock folder the port is only checked free. ``hold=False``
+    (a dry run) chooses the same way but writes and holds nothing."""
+    folder = folder or ports_dir()
+    candidates = itertools.chain([preferred], (free_port() for _ in range(tries)))
+    for port in candidates:
+        lock = _lock_port(port, folder, create=hold)
+        if lock is not None and not hold:
+            lock.close()
+            lock = None
+            if port_is_free(port):
+                return PortReservation(port)
+            continue
+        if lock is None and folder.is_dir() and os.access(folder, os.W_OK):
+            continue  # another dswiz launch holds it
+        if port_is_free(port):
+            return PortReservation(port, lock)
+        if lock is not None:
+            lock.close()
+    return PortReservation(free_port())
 
 
 def check_port(port: int) -> list[Finding]:

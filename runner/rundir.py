@@ -71,7 +71,10 @@ RUN_JSON_VERSION = 1
 # RunRecord.status values
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"  # the job ended by itself (verdict says how)
-STATUS_INTERRUPTED = "interrupted"  # dswiz stopped it (Ctrl-C, SIGTERM, SIGHUP)
+STATUS_INTERRUPTED = "interrupted"  # dswiz stopped it (Ctrl-C, SIGTERM, SIGHUP, --stall-timeout)
+# dswiz died before writing the end: written by its reaper (runner/job/reaper.py, which cannot import this module
+# and spells it itself), or seen later from a "running" record whose supervisor process is gone.
+STATUS_SUPERVISOR_LOST = "supervisor_lost"
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,14 @@ class RunRecord:
     verdict: RunVerdict | None = None
     # What the plan predicted (runner.metrics.plan.PlanInfo reads it): from the config folder's dswiz-plan.json.
     plan: dict[str, Any] | None = None
+    # Who supervises the run: dswiz's pid and its start time (clock ticks after boot, /proc/PID/stat field 22) on
+    # the boot ``boot_id``: a pid alone can be reused. ``job_token`` is in every job process's environment
+    # (DSWIZ_JOB_TOKEN); ``reaper_pid`` the process that stops the job if dswiz dies.
+    supervisor_pid: int | None = None
+    supervisor_start: int | None = None
+    boot_id: str | None = None
+    job_token: str | None = None
+    reaper_pid: int | None = None
     version: int = RUN_JSON_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,6 +187,44 @@ class RunRecord:
         kw["rank_pids"] = {int(k): int(v) for k, v in (d.get("rank_pids") or {}).items()}
         kw["verdict"] = RunVerdict.from_dict(d["verdict"]) if d.get("verdict") else None
         return cls(**kw)
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (/proc/PID/stat field 22); None when it is not running."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+        return int(raw[raw.rfind(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def supervisor_alive(record: RunRecord) -> bool | None:
+    """Is the dswiz that supervises ``record`` still running? None when that cannot be told here (another host,
+    or a record from a dswiz that did not write its pid)."""
+    if record.supervisor_pid is None or record.supervisor_start is None:
+        return None
+    import socket  # only here: most readers never ask
+
+    if record.hostname and record.hostname != socket.gethostname():
+        return None
+    if record.boot_id and record.boot_id != boot_id():
+        return False  # the machine rebooted since
+    return process_start_ticks(record.supervisor_pid) == record.supervisor_start
+
+
+def effective_status(record: RunRecord) -> str:
+    """run.json's status, except that a "running" run whose dswiz is gone is ``STATUS_SUPERVISOR_LOST``."""
+    if record.status == STATUS_RUNNING and supervisor_alive(record) is False:
+        return STATUS_SUPERVISOR_LOST
+    return record.status
 
 
 def write_run_record(run_dir: Path | str, record: RunRecord) -> Path:

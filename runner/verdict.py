@@ -22,6 +22,9 @@ from wizard.units import fmt_bytes
 VERDICT_KINDS = (
     "success",
     "interrupted",
+    "stalled",  # stopped by --stall-timeout
+    "supervisor_lost",  # dswiz died first; written by its reaper (runner/job/reaper.py)
+    "supervisor_error",  # dswiz failed inside and stopped the job
     "cuda_oom",
     "nccl_timeout",
     "host_oom",
@@ -37,6 +40,7 @@ HOST_OOM_FREE_FRACTION = 0.05  # host memory this low just before a SIGKILL: the
 _NATIVE_ABORT_RE = re.compile(
     r"^(?:\[rank\d+\]:\s?)?(terminate called (?:without an active exception|after throwing)|Fatal Python error:)"
 )
+STALL_EXIT_CODE = 124
 _SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
@@ -61,6 +65,7 @@ class Status:
     elapsed: float
     phase: Phase
     phase_elapsed: float = 0.0
+    stalled_for: float | None = None  # seconds without a new step, once that is long enough to say
 
     def line(self) -> str:
         if self.step is None and self.samples_per_sec is None and self.loss is None:
@@ -70,8 +75,23 @@ class Status:
             parts.append(f"{self.samples_per_sec:,.1f} samples/s")
         if self.loss is not None:
             parts.append(f"loss {self.loss:.4g}")
+        if self.stalled_for is not None:
+            parts.append(f"no step for {self.stalled_for:.0f} s")
         parts.append(f"{_clock(self.elapsed)} elapsed")
         return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """No new step for ``idle_s`` seconds after step ``last_step`` (``timeout_s``: the --stall-timeout that
+    stopped the job)."""
+
+    idle_s: float
+    last_step: int | None
+    timeout_s: float
+
+    def words(self) -> str:
+        return f"no step for {self.idle_s:.0f} s (last step {self.last_step})"
 
 
 def _clock(seconds: float) -> str:
@@ -209,6 +229,7 @@ class EndFacts:
     ds_config: Mapping[str, Any] | None
     oom_advisor: OomAdvisor | None
     elapsed: float
+    stall: Stall | None = None
 
     @property
     def exceptions(self) -> list[RankException]:
@@ -238,15 +259,34 @@ def decide(
     oom_advisor: OomAdvisor | None = None,
     elapsed: float = 0.0,
     leftover_killed: int = 0,
+    stall: Stall | None = None,
 ) -> RunVerdict:
-    """The verdict, most specific first (``VERDICT_RULES``): interruption, CUDA OOM, NCCL timeout, SIGKILL (host
-    OOM?), a rank's exception, an fp16 overflow storm, success, or a plain failure with the exit code."""
-    facts = EndFacts(obs, launcher_returncodes, interrupted_by, deaths, ds_config, oom_advisor, elapsed)
+    """The verdict, most specific first (``VERDICT_RULES``): a stall timeout, interruption, CUDA OOM, NCCL timeout,
+    SIGKILL (host OOM?), a rank's exception, an fp16 overflow storm, success, or a plain failure with the exit
+    code."""
+    facts = EndFacts(
+        obs, launcher_returncodes, interrupted_by, deaths, ds_config, oom_advisor, elapsed, stall
+    )
     verdict = next(v for rule in VERDICT_RULES if (v := rule(facts)) is not None)
     if leftover_killed:
         leftover = f"{leftover_killed} process(es) of the job outlived the launcher and were killed"
         verdict = replace(verdict, advice=(*verdict.advice, leftover))
     return verdict
+
+
+def _stalled(f: EndFacts) -> RunVerdict | None:
+    if f.stall is None:
+        return None
+    return RunVerdict(
+        kind="stalled",
+        summary=f"stalled: {f.stall.words()}; stopped by --stall-timeout {f.stall.timeout_s:g} after "
+        f"{_clock(f.elapsed)}; no process of the job is left",
+        advice=(
+            "a hung rank: a stuck collective, a dead peer, a data loader or a file that never answers; "
+            "`py-spy dump --pid <rank pid>` during the stall shows where each rank waits",
+            "if steps legitimately take that long (evaluation, checkpoint saves), raise --stall-timeout",
+        ),
+    )
 
 
 def _interrupted(f: EndFacts) -> RunVerdict | None:
@@ -432,6 +472,7 @@ def _plain_failure(f: EndFacts) -> RunVerdict:
 
 # Most specific first: the first rule that speaks is the verdict (the last always does).
 VERDICT_RULES: tuple[Callable[[EndFacts], RunVerdict | None], ...] = (
+    _stalled,
     _interrupted,
     _cuda_oom,
     _nccl_timeout,
@@ -466,9 +507,12 @@ def _overflow_storm(obs: JobObserver) -> int:
 def exit_code(
     verdict: RunVerdict, launcher_returncodes: Sequence[int | None], signal_number: int | None
 ) -> int:
-    """dswiz's exit code: 0 on success, 128+N when stopped by signal N, else the job's own code."""
+    """dswiz's exit code: 0 on success, 128+N when stopped by signal N, 124 when stopped by --stall-timeout (as
+    timeout(1) does), else the job's own code."""
     if verdict.kind == "interrupted" and signal_number is not None:
         return 128 + signal_number
+    if verdict.kind == "stalled":
+        return STALL_EXIT_CODE
     codes = [rc for rc in launcher_returncodes if rc not in (0, None)]
     if verdict.kind in ("host_oom", "killed"):
         return 128 + 9
@@ -479,3 +523,19 @@ def exit_code(
     if rc < 0:
         return 128 + (-rc)
     return rc if rc < 256 else 1
+
+
+def supervisor_error_verdict(error: str, *, step: int | None, elapsed: float, left: int) -> RunVerdict:
+    """dswiz itself failed while supervising and stopped the job (``left``: processes still there after it)."""
+    at = f" at step {step}" if step is not None else ""
+    end = (
+        "no process of the job is left" if not left else f"{left} process(es) of the job could not be stopped"
+    )
+    return RunVerdict(
+        kind="supervisor_error",
+        summary=f"dswiz failed while supervising ({error}); it stopped the job{at} after {_clock(elapsed)}; {end}",
+        advice=(
+            "this is a bug in dswiz: please report it with logs/combined.log and the lines under evidence",
+            "the job's own output is in logs/ of the run directory",
+        ),
+    )

@@ -426,12 +426,23 @@ def _deepspeed_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--include", spec.include]
     if spec.exclude:
         argv += ["--exclude", spec.exclude]
-    if spec.master_addr:
-        argv += ["--master_addr", spec.master_addr]
-    argv += master_port_words(spec, "--master_port")
+    argv += _master_args(spec)
     if spec.each_rank_log:
         argv += ["--enable_each_rank_log", rank_logs_dir(spec)]
     return argv + _script_part(spec)
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def _master_args(spec: LaunchSpec) -> list[str]:
+    """--master_addr/--master_port (the DeepSpeed runner's and torchrun's spelling). On one node the rendezvous
+    address is loopback, said explicitly: DeepSpeed's runner sets 127.0.0.1 itself only when no hostfile is found
+    (deepspeed/launcher/runner.py, main, 0.19.8: a stray /job/hostfile would send it to ssh `hostname -I`).
+    Ranks then connect over loopback; torch's TCPStore still listens on every interface (docs/reliability.md)."""
+    addr = spec.master_addr or (None if spec.multinode else LOOPBACK)
+    argv = ["--master_addr", addr] if addr else []
+    return argv + master_port_words(spec, "--master_port")
 
 
 def _accelerate_argv(spec: LaunchSpec) -> list[str]:
@@ -456,7 +467,4 @@ def _torchrun_argv(spec: LaunchSpec) -> list[str]:
     argv += ["--nproc_per_node", str(spec.nproc or 1)]
     if spec.multinode:
         argv += ["--nnodes", str(spec.num_nodes), "--node_rank", node_rank_word(spec)]
-    if spec.master_addr:
-        argv += ["--master_addr", spec.master_addr]
-    argv += master_port_words(spec, "--master_port")
-    return argv + _script_part(spec)
+    return argv + _master_args(spec) + _script_part(spec)

@@ -1,5 +1,6 @@
 """Stopping a job, as a state machine: SIGINT to every process of the job, SIGTERM after ``grace_s``, SIGKILL after
 ``term_grace_s`` more, then SIGKILL once a second for whatever appeared meanwhile. A second request skips the wait.
+Processes that outlived their launcher start at SIGTERM.
 
 Pure: ``StopEscalation.tick(now)`` says which signal to send next; the job sends it (``runner.job.session``).
 """
@@ -20,6 +21,7 @@ class StopReason(enum.Enum):
     SIGHUP = "SIGHUP"
     DASHBOARD = "dashboard"  # the dashboard's stop choice
     ORPHANS = "cleanup"  # nobody: the launcher ended by itself and left processes of the job behind
+    STALL = "stall-timeout"  # --stall-timeout: no step for that long
 
     @property
     def interrupted_by(self) -> str | None:
@@ -29,7 +31,7 @@ class StopReason(enum.Enum):
     @property
     def exit_signal(self) -> signal.Signals | None:
         """The signal dswiz's exit code reports (128 + it); the dashboard's stop counts as Ctrl-C."""
-        if self is StopReason.ORPHANS:
+        if self in (StopReason.ORPHANS, StopReason.STALL):
             return None
         return signal.SIGINT if self is StopReason.DASHBOARD else signal.Signals[self.value]
 
@@ -88,6 +90,9 @@ class StopEscalation:
         if reason is None:
             return None
         waited = now - self._since
+        if self.stage is StopStage.NOT_STOPPING and reason is StopReason.ORPHANS:
+            # what outlived its launcher is not the job's training any more: no Ctrl-C courtesy, SIGTERM at once
+            return self._advance(StopStage.SIGTERM_SENT, now, signal.SIGTERM, None)
         if self.stage is StopStage.NOT_STOPPING:
             return self._advance(
                 StopStage.SIGINT_SENT, now, signal.SIGINT, _first_notice(reason, self.grace_s)
@@ -115,7 +120,7 @@ class StopEscalation:
 
 
 def _first_notice(reason: StopReason, grace_s: float) -> str | None:
-    if reason is StopReason.ORPHANS:
+    if reason in (StopReason.ORPHANS, StopReason.STALL):
         return None  # the job's loop said why already
     again = "SIGINT" if reason is StopReason.SIGINT else "Ctrl-C"
     return (

@@ -11,25 +11,47 @@ from __future__ import annotations
 
 import collections
 import enum
+import os
 import queue
+import secrets
 import signal
 import socket
 import subprocess
 import threading
 import time
+import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import IO
 
 from runner import rundir
+from runner.job import reaper
 from runner.job.prepare import PreparedRun
-from runner.job.session import session_processes, signal_job, start_in_new_session
+from runner.job.session import (
+    ReaperLink,
+    session_processes,
+    signal_job,
+    start_in_new_session,
+    start_reaper,
+)
 from runner.job.sink import JobSink, RunOutcome
 from runner.job.stopping import StopEscalation, StopReason
 from runner.job.watchers import DeathWatch, LauncherLine, LineQueue, rank_of_process, start_pipe_reader
+from runner.metrics.alerts import AlertThresholds
 from runner.metrics.tail import RankLogTail
-from runner.rundir import LauncherProcess, RunRecord
-from runner.verdict import JobObserver, OomAdvisor, RankDeath, Status, decide, exit_code
+from runner.phases import Phase
+from runner.rundir import LauncherProcess, RunRecord, RunVerdict
+from runner.verdict import (
+    JobObserver,
+    OomAdvisor,
+    RankDeath,
+    Stall,
+    Status,
+    decide,
+    exit_code,
+    supervisor_error_verdict,
+)
 from wizard import __version__
 from wizard.checkpoints import checkpoint_hint, output_dirs_from_args
 from wizard.errors import DswizError
@@ -40,6 +62,9 @@ _RANK_RESOLVE_S = 5.0  # how long to retry reading a new rank's RANK variable be
 _ORPHAN_GRACE_S = 3.0  # processes left after the launcher ended by itself: this long to exit, then stopped
 _UNSEEN_PIPE_S = 2.0  # launchers gone, nobody left, a pipe still open: stop waiting for it after this long
 _DRAIN_BATCH = 2000  # launcher lines handled per tick at most, so stops and status lines are not held up
+# No new step for this long is said on the stream (and again each time as long again): the dashboard's stall alert
+# starts at the same time (runner/metrics/alerts.py).
+STALL_NOTICE_S = AlertThresholds().stall_min_seconds
 
 
 class JobState(enum.Enum):
@@ -56,8 +81,50 @@ class _PendingRank:
     since: float
 
 
+class _GuardedSink:
+    """The job's sink, with every call guarded: a display that fails (a dashboard's bug, a closed terminal) is
+    said once on stderr and otherwise ignored; the job goes on and the run directory still gets everything."""
+
+    def __init__(self, sink: JobSink) -> None:
+        self.inner = sink
+        self.failures = 0
+
+    def _call(self, name: str, *args: object) -> None:
+        try:
+            getattr(self.inner, name)(*args)
+        except Exception as e:
+            self.failures += 1
+            if self.failures == 1:
+                _stderr(f"[dswiz] the display failed ({type(e).__name__}: {e}); the job goes on")
+
+    def on_line(self, text: str, rank: int | None) -> None:
+        self._call("on_line", text, rank)
+
+    def on_status(self, status: Status) -> None:
+        self._call("on_status", status)
+
+    def on_phase(self, phase: Phase) -> None:
+        self._call("on_phase", phase)
+
+    def on_notice(self, text: str) -> None:
+        self._call("on_notice", text)
+
+    def on_end(self, outcome: RunOutcome) -> None:
+        before = self.failures
+        self._call("on_end", outcome)
+        if self.failures > before:  # the verdict must reach the user somehow
+            _stderr(f"[dswiz] verdict: {outcome.verdict.summary}\n[dswiz] run directory: {outcome.run_dir}")
+
+
+def _stderr(text: str) -> None:
+    with suppress(OSError):
+        os.write(2, (text + "\n").encode("utf-8", "replace"))
+
+
 class Job:
-    """One launch, supervised. ``run()`` blocks until no process of the job is left and returns the outcome.
+    """One launch, supervised. ``run()`` blocks until no process of the job is left and returns the outcome; it
+    never returns or raises with a process of the job left, and always writes a verdict (when the run directory
+    still exists). If dswiz itself dies, its reaper (runner/job/reaper.py) stops the job and writes the verdict.
 
     Thread-safe entry points: ``request_stop(reason)`` (signal handlers, a dashboard's stop key) and ``status()``.
     """
@@ -70,13 +137,17 @@ class Job:
         grace_s: float = 5.0,
         term_grace_s: float = 5.0,
         status_every_s: float = 10.0,
+        stall_timeout_s: float | None = None,
+        stall_notice_s: float = STALL_NOTICE_S,
         optimizer_op: str | None = None,
         oom_advisor: OomAdvisor | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.prepared = prepared
-        self.sink = sink
+        self.sink = _GuardedSink(sink)
         self.status_every_s = status_every_s
+        self.stall_timeout_s = stall_timeout_s
+        self.stall_notice_s = stall_notice_s
         self.oom_advisor = oom_advisor
         self.state = JobState.CREATED
         self._clock = clock
@@ -86,6 +157,8 @@ class Job:
         self._lines: LineQueue = queue.Queue()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._sids: set[int] = set()
+        self.token = secrets.token_hex(12)  # in every job process's environment (DSWIZ_JOB_TOKEN)
+        self._reaper: ReaperLink | None = None
         self._threads: list[threading.Thread] = []
         self._rank_logs = RankLogTail(prepared.run_dir / rundir.RANK_LOGS_DIR)
         self._log: IO[str] | None = None
@@ -97,6 +170,12 @@ class Job:
         self._record: RunRecord | None = None
         self._leftover_killed = 0
         self._checkpoint_lines: collections.deque[str] = collections.deque(maxlen=200)
+        self._last_step: int | None = None
+        self._last_step_at = self._t0
+        self._stall_said_at = 0.0  # the idle time last said on the stream
+        self._stall: Stall | None = None
+        self._unread_lines = 0  # lines dswiz failed to read (the job went on; they are in the logs)
+        self._run_dir_gone = False
 
     # -- control ---------------------------------------------------------------------------------------
 
@@ -117,40 +196,78 @@ class Job:
         return set(self._sids)
 
     def status(self) -> Status:
-        return self.observer.status(self._clock())
+        return self._status(self._clock())
+
+    def _status(self, now: float) -> Status:
+        status = self.observer.status(now)
+        idle = now - self._last_step_at
+        if self._last_step is not None and idle >= self.stall_notice_s:
+            status = replace(status, stalled_for=idle)
+        return status
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the reaper, then the launchers. Raises DswizError when a launcher cannot start (nothing is left
+        running then)."""
         prepared = self.prepared
         # Held open for the whole run (closed in _finish): one append per line, flushed for `dswiz monitor`.
         self._log = open(  # noqa: SIM115
             prepared.run_dir / rundir.COMBINED_LOG, "a", encoding="utf-8", errors="replace"
         )
+        try:
+            self._reaper = start_reaper(str(prepared.run_dir), self.token, self.term_grace_s)
+        except OSError as e:
+            self.sink.on_notice(
+                f"cannot start the reaper ({e}): if dswiz itself is killed, the job will outlive it"
+            )
+        try:
+            self._start_launchers()
+            self._record = self._initial_record()
+        except BaseException:
+            self._kill_now()
+            raise
+        self._write_record(self._record)
+        self._watch.start()
+        self.state = JobState.RUNNING
+        self.sink.on_phase(self.observer.phases.current)
+
+    def _start_launchers(self) -> None:
+        prepared = self.prepared
         several = len(prepared.specs) > 1
         for k, cmd in enumerate(prepared.commands):
             try:
-                proc = start_in_new_session(cmd.argv, cwd=prepared.cwd, env_changes=cmd.env)
+                proc = start_in_new_session(cmd.argv, cwd=prepared.cwd, env_changes=cmd.env, token=self.token)
             except OSError as e:
-                signal_job(self._sids, signal.SIGKILL)  # the launchers already started
                 raise DswizError(
                     f"cannot start {cmd.argv[0]}: {e.strerror}", "check --python (the training environment)"
                 ) from e
             self._procs.append(proc)
             self._sids.add(proc.pid)
+            if self._reaper is not None:
+                self._reaper.add_session(proc.pid)
             assert proc.stdout is not None
             self._threads.append(
                 start_pipe_reader(proc.stdout, f"launcher{k}" if several else "launcher", self._lines)
             )
-        self._record = self._initial_record()
-        rundir.write_run_record(prepared.run_dir, self._record)
-        self._watch.start()
-        self.state = JobState.RUNNING
-        self.sink.on_phase(self.observer.phases.current)
+
+    def _kill_now(self) -> None:
+        """Start failed half-way: SIGKILL whatever started, and let the reaper go."""
+        signal_job(self._sids, signal.SIGKILL, self.token)
+        if self._reaper is not None:
+            self._reaper.done()
 
     def run(self) -> RunOutcome:
+        """Supervise until no process of the job is left. An error inside dswiz stops the job (and says so in the
+        verdict) instead of leaving it running."""
         if self.state is JobState.CREATED:
             self.start()
+        try:
+            return self._supervise()
+        except BaseException as e:  # whatever it is, the job must not be abandoned
+            return self._stop_after_internal_error(e)
+
+    def _supervise(self) -> RunOutcome:
         open_streams = len(self._threads)
         launchers_done_at: float | None = None
         while True:
@@ -166,27 +283,61 @@ class Job:
         for t in self._threads:
             t.join(timeout=2.0)
         self._drain(timeout=0.0, all_of_it=True)
-        self._handle_rank_lines(self._rank_logs.poll(final=True), self._clock())
+        self._handle_rank_lines(self._poll_rank_logs(final=True), self._clock())
         return self._finish()
 
     # -- the loop --------------------------------------------------------------------------------------
 
     def _tick(self, now: float) -> None:
-        """One turn of the loop: the stop's next signal, the rank logs and new ranks, the status line."""
+        """One turn of the loop: the stop's next signal, the rank logs and new ranks, stalls, the status line."""
         self._stop_tick(now)
         if now - self._last_watch >= _WATCH_EVERY_S:
             self._last_watch = now
             if self._pending:
                 self._resolve_ranks()
-            self._handle_rank_lines(self._rank_logs.poll(), now)
+            self._handle_rank_lines(self._poll_rank_logs(), now)
+            self._check_run_dir()
+        self._check_stall(now)
         if now - self._last_status >= self.status_every_s:
             self._last_status = now
-            self.sink.on_status(self.observer.status(now))
+            self.sink.on_status(self._status(now))
+
+    def _check_stall(self, now: float) -> None:
+        """No new step for a while: said on the stream after ``stall_notice_s`` (and each time as long again); with
+        --stall-timeout the job is stopped. Counted from the last step seen only: a job that never printed a step
+        is never called stalled."""
+        if self._last_step is None or self._stop.reason is not None:
+            return
+        idle = now - self._last_step_at
+        if self.stall_timeout_s is not None and idle >= self.stall_timeout_s:
+            self._stall = Stall(idle, self._last_step, self.stall_timeout_s)
+            self.sink.on_notice(
+                f"{self._stall.words()}: stopping the job (--stall-timeout {self.stall_timeout_s:g})"
+            )
+            self._stop.request(StopReason.STALL)
+        elif idle - self._stall_said_at >= self.stall_notice_s:
+            self._stall_said_at = idle
+            self.sink.on_notice(Stall(idle, self._last_step, 0).words())
+
+    def _check_run_dir(self) -> None:
+        if not self._run_dir_gone and not self.prepared.run_dir.is_dir():
+            self._run_dir_gone = True
+            self.sink.on_notice(
+                f"the run directory {self.prepared.run_dir} was removed: dswiz keeps supervising the job, but "
+                "run.json and the logs are no longer kept"
+            )
+
+    def _poll_rank_logs(self, final: bool = False) -> list[tuple[int | None, str]]:
+        try:
+            return self._rank_logs.poll(final=final)
+        except Exception as e:  # a log that cannot be read is not a reason to stop watching the job
+            self._line_failed(e)
+            return []
 
     def _job_is_gone(self, since_launchers_ended: float, open_streams: int) -> bool:
         """Every launcher has exited: is the whole job gone? Processes left behind are stopped the same way as a
         stop request would (after a short grace: they may be exiting)."""
-        remaining = session_processes(self._sids)
+        remaining = session_processes(self._sids, self.token)
         if not remaining:
             # a pipe held open by nobody we can see: do not wait for it for long
             return open_streams <= 0 or since_launchers_ended > _UNSEEN_PIPE_S
@@ -200,11 +351,11 @@ class Job:
 
     def _stop_tick(self, now: float) -> None:
         step = self._stop.tick(now)
-        if step is None or (step.only_if_alive and not session_processes(self._sids)):
+        if step is None or (step.only_if_alive and not session_processes(self._sids, self.token)):
             return
         if step.notice is not None:
             self.sink.on_notice(step.notice)
-        signal_job(self._sids, step.sig)
+        signal_job(self._sids, step.sig, self.token)
 
     def _drain(self, timeout: float, all_of_it: bool = False) -> int:
         """Move queued launcher lines to the log/sink/observer. Returns how many streams ended."""
@@ -232,18 +383,39 @@ class Job:
             self._one_line(text, rank, f"rank{rank}", now)
 
     def _one_line(self, text: str, rank: int | None, stream: str, now: float) -> None:
+        """One line of the job's output: kept in the log first, then shown and read. A line dswiz fails to read
+        is skipped (and said once): the job goes on."""
         if self._log is not None and stream.startswith("launcher"):  # rank lines are in logs/ranks/ already
-            self._log.write(text + "\n")
-            self._log.flush()
+            try:
+                self._log.write(text + "\n")
+                self._log.flush()
+            except (OSError, ValueError) as e:
+                self._line_failed(e)
         self.sink.on_line(text, rank)
+        try:
+            self._read_line(text, rank, stream, now)
+        except Exception as e:
+            self._line_failed(e)
+
+    def _read_line(self, text: str, rank: int | None, stream: str, now: float) -> None:
         if "heckpoint" in text:  # where the job says it saved one (the verdict points at it)
             self._checkpoint_lines.append(text)
         before = self.observer.phases.current
         event = self.observer.feed(text, now, rank=rank, stream=stream)
         if self.observer.phases.current is not before:
             self.sink.on_phase(self.observer.phases.current)
+        if self.observer.step != self._last_step and self.observer.step is not None:
+            self._last_step, self._last_step_at, self._stall_said_at = self.observer.step, now, 0.0
         if event is not None and event.kind == "spawn" and event.values.get("pid"):
             self._register_rank(int(event.values["pid"]), event.values.get("local_rank"))
+
+    def _line_failed(self, error: BaseException) -> None:
+        self._unread_lines += 1
+        if self._unread_lines == 1:
+            self.sink.on_notice(
+                f"dswiz could not read a line of the job's output ({type(error).__name__}: "
+                f"{str(error)[:200]}); it keeps supervising (the line is in the log)"
+            )
 
     # -- ranks -----------------------------------------------------------------------------------------
 
@@ -271,7 +443,7 @@ class Job:
             if self._record is not None:
                 pids = {**self._record.rank_pids, rank: pid}
                 self._record = replace(self._record, rank_pids=pids, world_size=self.observer.world_size)
-                rundir.write_run_record(self.prepared.run_dir, self._record)
+                self._write_record(self._record)
 
     def _deaths(self) -> list[RankDeath]:
         """The ranks seen dead, first first (their rank as resolved, else the launcher's local rank)."""
@@ -295,9 +467,22 @@ class Job:
 
     # -- the record and the end ------------------------------------------------------------------------
 
+    def _write_record(self, record: RunRecord) -> bool:
+        """run.json, unless the run directory is gone (then said once; the job goes on)."""
+        try:
+            rundir.write_run_record(self.prepared.run_dir, record)
+            return True
+        except OSError as e:
+            if not self.prepared.run_dir.is_dir():
+                self._check_run_dir()
+            else:
+                self.sink.on_notice(f"cannot write run.json ({e.strerror or e}); the job goes on")
+            return False
+
     def _initial_record(self) -> RunRecord:
         p = self.prepared
         spec = p.specs[0]
+        me = os.getpid()
         return RunRecord(
             run_id=p.run_id,
             run_dir=str(p.run_dir),
@@ -319,6 +504,11 @@ class Job:
             hostname=socket.gethostname(),
             dswiz_version=__version__,
             plan=p.plan,
+            supervisor_pid=me,
+            supervisor_start=rundir.process_start_ticks(me),
+            boot_id=rundir.boot_id(),
+            job_token=self.token,
+            reaper_pid=self._reaper.pid if self._reaper is not None else None,
         )
 
     def _finish(self) -> RunOutcome:
@@ -336,30 +526,81 @@ class Job:
             oom_advisor=self.oom_advisor,
             elapsed=self._clock() - self._t0,
             leftover_killed=self._leftover_killed,
+            stall=self._stall,
         )
-        hint = self._checkpoint_hint()
-        if hint:
-            verdict = replace(verdict, advice=(*verdict.advice, *hint))
+        verdict = replace(verdict, advice=(*verdict.advice, *self._end_notes()))
         sig = reason.exit_signal if reason is not None else None
         code = exit_code(verdict, codes, int(sig) if sig is not None else None)
-        assert self._record is not None
-        record = replace(
-            self._record,
+        return self._end(
+            verdict,
+            code,
             status=rundir.STATUS_INTERRUPTED if stopped_by else rundir.STATUS_FINISHED,
+            interrupted_by=stopped_by,
+        )
+
+    def _end_notes(self) -> list[str]:
+        """What the verdict adds whatever it is: checkpoints, unread lines, a removed run directory."""
+        notes = self._checkpoint_hint()
+        if self._unread_lines:
+            notes.append(
+                f"dswiz could not read {self._unread_lines} line(s) of the output (they are in the logs)"
+            )
+        if self._run_dir_gone or not self.prepared.run_dir.is_dir():
+            self._run_dir_gone = True
+            notes.append("the run directory was removed during the run: nothing of it is kept")
+        return notes
+
+    def _end(
+        self, verdict: RunVerdict, code: int, *, status: str, interrupted_by: str | None = None
+    ) -> RunOutcome:
+        """Write the end into run.json, let the reaper go, show the verdict."""
+        codes = [p.returncode for p in self._procs]
+        base = self._record or self._fallback_record()
+        record = replace(
+            base,
+            status=status,
             ended_at=time.time(),
             exit_code=code,
             launcher_exit_codes=tuple(codes),
-            interrupted_by=stopped_by,
+            interrupted_by=interrupted_by,
             verdict=verdict,
-            world_size=self.observer.world_size or self._record.world_size,
+            world_size=self.observer.world_size or base.world_size,
         )
-        rundir.write_run_record(self.prepared.run_dir, record)
+        written = self._write_record(record) or self._run_dir_gone
         if self._log is not None:
             self._log.close()
+        if self._reaper is not None:
+            # the verdict is written (or there is nowhere to write it): the reaper may go. Else it writes its own.
+            self._reaper.done() if written else self._reaper.close()
         self.state = JobState.ENDED
         outcome = RunOutcome(exit_code=code, verdict=verdict, run_dir=self.prepared.run_dir, record=record)
         self.sink.on_end(outcome)
         return outcome
+
+    def _fallback_record(self) -> RunRecord:
+        p = self.prepared
+        return RunRecord(p.run_id, str(p.run_dir), rundir.STATUS_RUNNING, time.time(), p.commands[0].argv, "")
+
+    def _stop_after_internal_error(self, error: BaseException) -> RunOutcome:
+        """dswiz failed inside: stop the whole job now (SIGTERM, SIGKILL after the grace: the reaper's own code,
+        which shares nothing with what failed), then write a verdict that says so."""
+        words = f"{type(error).__name__}: {str(error)[:300]}"
+        _stderr(f"[dswiz] dswiz failed while supervising ({words}): stopping the job")
+        reaper.stop_job(self._sids, self.token, self.term_grace_s)
+        left = len(reaper.job_processes(self._sids, self.token))
+        verdict = supervisor_error_verdict(
+            words, step=self.observer.step, elapsed=self._clock() - self._t0, left=left
+        )
+        lines = traceback.format_exception(error)
+        verdict = replace(verdict, evidence=tuple("".join(lines).rstrip().splitlines()[-8:]))
+        try:
+            with suppress(Exception):
+                self._watch.stop()
+            return self._end(verdict, 1, status=rundir.STATUS_FINISHED)
+        except Exception:  # nothing more can be done here: the reaper writes its verdict when dswiz exits
+            if self._reaper is not None:
+                self._reaper.close()
+            return RunOutcome(1, verdict, self.prepared.run_dir, self._record or self._fallback_record())
 
     def _checkpoint_hint(self) -> list[str]:
         """Where the job saved checkpoints and how to consolidate them (empty when it saved none)."""

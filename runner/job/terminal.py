@@ -113,5 +113,6 @@ def format_verdict(outcome: RunOutcome) -> list[str]:
     lines = [f"verdict: {v.summary}"]
     lines += [f"  {a}" for a in v.advice]
     lines += [f"  | {e}" for e in v.evidence]
-    lines.append(f"run directory: {outcome.run_dir}")
+    gone = "" if outcome.run_dir.is_dir() else " (removed during the run)"
+    lines.append(f"run directory: {outcome.run_dir}{gone}")
     return lines

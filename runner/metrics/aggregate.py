@@ -66,6 +66,7 @@ class Aggregator:
         self._failures: list[Failure] = []
         self._ended = False
         self._ended_code: int | None = None
+        self._ended_as: str | None = None  # "interrupted" / "supervisor_lost": how run.json says it ended
         self._gpus: tuple[GpuState, ...] = ()
         self._gpu_note: str | None = None
         self._host: HostSample | None = None
@@ -182,11 +183,14 @@ class Aggregator:
         if activity:
             self._rank_activity.append(activity)
 
-    def set_job_ended(self, exit_code: int | None) -> None:
-        """The job's processes are gone (seen by process watching); ``exit_code`` when the launcher's is known."""
+    def set_job_ended(self, exit_code: int | None, *, ended_as: str | None = None) -> None:
+        """The job's processes are gone (seen by process watching); ``exit_code`` when the launcher's is known.
+        ``ended_as``: "interrupted" (dswiz stopped it: its 128+N code is not a failure) or "supervisor_lost"
+        (dswiz died before writing the end), as run.json says."""
         self._ended = True
         self._ended_code = exit_code
-        if exit_code not in (None, 0) and exit_code not in self._exit_codes:
+        self._ended_as = ended_as
+        if ended_as is None and exit_code not in (None, 0) and exit_code not in self._exit_codes:
             self._exit_codes.append(exit_code)
 
     # ------------------------------------------------------------------ derived numbers
@@ -195,12 +199,19 @@ class Aggregator:
         return self._step
 
     def job_state(self) -> str:
+        """JOB_STATES. "ended": the processes are gone and nothing tells how (a job attached by PID is not this
+        process's child, so its exit code cannot be known): never reported as finished with exit 0."""
+        if self._ended_as is not None:
+            return self._ended_as
         if self._exit_codes:
             return "failed"
+        all_ok = bool(self._spawned) and self._ok_exits >= set(self._spawned)
         if self._ended:
             crashed = any(f.kind in ("oom", "nccl_timeout", "exception") for f in self._failures)
-            return "failed" if self._ended_code not in (None, 0) or crashed else "finished"
-        if self._spawned and self._ok_exits >= set(self._spawned):
+            if self._ended_code not in (None, 0) or crashed:
+                return "failed"
+            return "finished" if self._ended_code == 0 or all_ok else "ended"
+        if all_ok:
             return "finished"
         return "running" if self._step is not None else "starting"
 

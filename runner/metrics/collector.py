@@ -34,7 +34,7 @@ PidsProvider = Callable[[], Iterable[int]]
 METRICS_LOCK = "metrics.lock"
 LOG_TAIL_LINES = 12
 RUN_JSON_REFRESH_S = 2.0
-TERMINAL_STATES = ("finished", "failed")
+TERMINAL_STATES = ("finished", "failed", "ended", "interrupted", "supervisor_lost")
 ENDED_STATUSES = ("finished", "interrupted")  # run.json status values once the launcher has seen the end
 
 
@@ -182,10 +182,11 @@ class Collector:
         if self._run_dir is not None and now - self._run_json_at >= RUN_JSON_REFRESH_S:
             self._run_json = read_run_json(self._run_dir) or self._run_json
             self._run_json_at = now
-        status = self._run_json.get("status")
-        if status in ENDED_STATUSES:
+        status = run_status(self._run_json) if self._run_dir is not None else None
+        if status in ENDED_STATUSES or status == rundir.STATUS_SUPERVISOR_LOST:
             code = self._run_json.get("exit_code")
-            self.aggregator.set_job_ended(code if isinstance(code, int) else None)
+            ended_as = None if status == rundir.STATUS_FINISHED else status
+            self.aggregator.set_job_ended(code if isinstance(code, int) else None, ended_as=ended_as)
             return
         if host.job_alive:
             self._seen_alive = True
@@ -239,6 +240,17 @@ class Collector:
         if callable(closer):
             with contextlib.suppress(Exception):
                 closer()
+
+
+def run_status(run_json: dict[str, Any]) -> str | None:
+    """run.json's status, "supervisor_lost" for a "running" run whose dswiz is gone (its pid and start time)."""
+    status = run_json.get("status")
+    if status != rundir.STATUS_RUNNING:
+        return status if isinstance(status, str) else None
+    try:
+        return rundir.effective_status(rundir.RunRecord.from_dict(run_json))
+    except (KeyError, TypeError, ValueError):
+        return status
 
 
 def gpu_states(gpus: Sequence[Any], job_pids: set[int]) -> list[GpuState]:

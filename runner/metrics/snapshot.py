@@ -9,7 +9,18 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 SEVERITIES = ("info", "warning", "error")
-JOB_STATES = ("starting", "running", "finished", "failed", "unknown")
+# "ended": gone, exit code unknown (attached by PID); "interrupted": stopped by dswiz; "supervisor_lost": dswiz died
+# before writing the end (runner.rundir.STATUS_SUPERVISOR_LOST).
+JOB_STATES = (
+    "starting",
+    "running",
+    "finished",
+    "failed",
+    "ended",
+    "interrupted",
+    "supervisor_lost",
+    "unknown",
+)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def test_port_in_use_is_an_error_with_a_free_port_as_fix() -> None:
         assert codes(err) == ["port-in-use"]
         suggested = int(err[0].fix.split("--master-port ")[1].split()[0])
         assert suggested != port and pf.port_is_free(suggested)
-        assert pf.choose_port(port) != port
+        assert pf.reserve_port(port).port != port
     assert pf.check_port(pf.free_port()) == []
 
 

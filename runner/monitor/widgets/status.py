@@ -16,6 +16,9 @@ _STATE = {
     "starting": ("◌ starting", "bold cyan"),
     "finished": ("✔ finished", "bold green"),
     "failed": ("✖ failed", "bold red"),
+    "ended": ("■ ended (exit code unknown)", "bold yellow"),
+    "interrupted": ("■ interrupted", "bold yellow"),
+    "supervisor_lost": ("✖ supervisor lost", "bold red"),
     "unknown": ("? unknown", "bold yellow"),
 }
 
@@ -26,7 +29,7 @@ class StatusLine(SnapshotPanel):
         out = Text(" dswiz monitor ", style="bold reverse")
         out.append(f" {snap.source} ", style="bold")
         out.append(label, style=style)
-        if snap.exit_code is not None and snap.job_state in ("finished", "failed"):
+        if snap.exit_code is not None and snap.job_state in ("finished", "failed", "interrupted"):
             out.append(f" (exit {snap.exit_code})", style=style)
         if snap.world_size:
             out.append(f"  {snap.world_size} ranks", style="dim")

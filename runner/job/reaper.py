@@ -1,0 +1,202 @@
+"""The reaper: a separate, tiny process that stops the job when `dswiz launch` is gone without saying goodbye.
+
+`dswiz launch` can die in ways it cannot handle (SIGKILL from the OOM killer or a scheduler, a crash in the
+interpreter). Its job must not outlive it, so before the first launcher starts, dswiz starts this file as its own
+process, in its own session (a Ctrl-C or a SIGHUP at the terminal does not reach it), with nothing of dswiz in
+it: the standard library only, run as a script (``python -I -S reaper.py``), so no import of dswiz, psutil or
+torch can fail in it, and it costs a few MB.
+
+The lifeline is a pipe: dswiz holds its write end and nothing else does (pipes from ``os.pipe`` are not
+inherited; subprocess closes other descriptors). dswiz writes, one line each::
+
+    sid <N>     a launcher it started (each leads its own session; every process of the job carries that id)
+    done        the job is over and its verdict written: exit without doing anything
+
+When the pipe ends without ``done``, dswiz is gone (the kernel closes the write end of a dead process, however it
+died; no PID to reuse). The reaper then stops every process of the job: SIGTERM to the sessions and to every
+process whose environment carries the job's token (``DSWIZ_JOB_TOKEN``: found however a process re-parented or
+left the session), SIGKILL after the grace, again until none is left; and it writes the verdict into run.json
+("supervisor lost") unless dswiz had written its own.
+
+``job_processes`` is also what dswiz itself (runner.job.session) and ``dswiz monitor --stop-leftovers`` use to find
+a job's processes, so the rule is in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+
+TOKEN_ENV = "DSWIZ_JOB_TOKEN"
+STATUS_SUPERVISOR_LOST = "supervisor_lost"  # run.json status written here (runner.rundir names it too)
+_POLL_S = 0.1
+_KILL_AGAIN_S = 0.5
+_GIVE_UP_S = (
+    60.0  # after the grace: SIGKILL again and again this long at most (an unkillable D-state process)
+)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses): state is [0], session [3]."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def _has_token(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return marker in fh.read().split(b"\0")
+    except OSError:  # gone, or another user's
+        return False
+
+
+def job_processes(sids: Iterable[int], token: str | None) -> list[int]:
+    """The live (not zombie) processes of the job: in one of ``sids``, or carrying ``token`` in their environment.
+    This process is never one of them."""
+    sid_set = set(sids)
+    marker = f"{TOKEN_ENV}={token}".encode() if token else None
+    found = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        fields = _stat_fields(pid)
+        if fields is None or len(fields) < 4 or fields[0] == "Z":
+            continue
+        if (fields[3].isdigit() and int(fields[3]) in sid_set) or (marker and _has_token(pid, marker)):
+            found.append(pid)
+    return sorted(found)
+
+
+def _signal_all(sids: Iterable[int], pids: Iterable[int], sig: int) -> None:
+    for sid in sids:
+        with contextlib.suppress(OSError):
+            os.killpg(sid, sig)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def stop_job(sids: Iterable[int], token: str | None, grace_s: float) -> tuple[int, bool, float]:
+    """SIGTERM to every process of the job, SIGKILL after ``grace_s``, again until none is left.
+    Returns (processes found at first, whether SIGKILL was needed, seconds it took)."""
+    sids = list(sids)
+    t0 = time.monotonic()
+    first = job_processes(sids, token)
+    if not first:
+        return 0, False, 0.0
+    _signal_all(sids, first, signal.SIGTERM)
+    while time.monotonic() - t0 < grace_s:
+        time.sleep(_POLL_S)
+        if not job_processes(sids, token):
+            return len(first), False, time.monotonic() - t0
+    while time.monotonic() - t0 < grace_s + _GIVE_UP_S:
+        left = job_processes(sids, token)
+        if not left:
+            break
+        _signal_all(sids, left, signal.SIGKILL)
+        time.sleep(_KILL_AGAIN_S)
+    return len(first), True, time.monotonic() - t0
+
+
+def _write_json_atomically(path: str, data: dict[str, object]) -> None:
+    """The same way runner.rundir writes run.json (temp file in the folder, fsync, 0600, rename): the reaper
+    cannot import it, and a reader must never see half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=".run.json.", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def lost_verdict(
+    supervisor_pid: int, found: int, sigkilled: bool, took_s: float, by: str = "its reaper"
+) -> dict[str, object]:
+    """run.json's verdict when dswiz died before writing its own (``by``: who stopped what was left)."""
+    if found:
+        how = "SIGTERM, then SIGKILL" if sigkilled else "SIGTERM"
+        stopped = f"{by} stopped the job's {found} process(es) in {took_s:.1f} s ({how})"
+    else:
+        stopped = "no process of the job was left"
+    return {
+        "kind": "supervisor_lost",
+        "summary": f"supervisor lost: dswiz (pid {supervisor_pid}) ended without a verdict; {stopped}",
+        "rank": None,
+        "exception": None,
+        "advice": [
+            "dswiz was killed (the out-of-memory killer, a scheduler, kill -9) or crashed: "
+            "`dmesg -T | grep -i -E 'killed process|out of memory'` tells the OOM killer",
+            "the job's output up to then is in logs/ of the run directory",
+        ],
+        "evidence": [],
+    }
+
+
+def mark_supervisor_lost(run_dir: str, verdict: dict[str, object]) -> bool:
+    """Write the verdict into run.json unless dswiz wrote an end itself. False when there is no run dir any more."""
+    if not os.path.isdir(run_dir):
+        return False
+    path = os.path.join(run_dir, "run.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(
+        data, dict
+    ):  # dswiz died before its first record: a minimal one, readable as a RunRecord
+        data = {"run_id": os.path.basename(run_dir.rstrip("/")), "run_dir": run_dir, "status": "running"}
+        data.update(started_at=time.time(), command=[], command_line="")
+    if data.get("status") != "running":
+        return True  # dswiz saw the end and wrote it
+    data.update(status=STATUS_SUPERVISOR_LOST, ended_at=time.time(), exit_code=None, verdict=verdict)
+    try:
+        _write_json_atomically(path, data)
+    except OSError:
+        return False
+    return True
+
+
+def watch(lifeline: Iterable[bytes], run_dir: str, token: str, supervisor_pid: int, grace_s: float) -> int:
+    """Read the lifeline until it ends; act when it ends without ``done``. Returns the exit code."""
+    sids: list[int] = []
+    for raw in lifeline:
+        word, _, arg = raw.decode("ascii", "replace").strip().partition(" ")
+        if word == "done":
+            return 0
+        if word == "sid" and arg.isdigit():
+            sids.append(int(arg))
+    found, sigkilled, took = stop_job(sids, token, grace_s)
+    mark_supervisor_lost(run_dir, lost_verdict(supervisor_pid, found, sigkilled, took))
+    print(f"supervisor {supervisor_pid} lost: stopped {found} process(es) in {took:.1f} s", flush=True)
+    return 3
+
+
+def main(argv: list[str]) -> int:
+    """``reaper.py RUN_DIR TOKEN SUPERVISOR_PID GRACE_S``; the lifeline on stdin."""
+    run_dir, token, supervisor_pid, grace = argv
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)  # only the lifeline (or SIGKILL) ends the reaper
+    return watch(iter(sys.stdin.buffer.readline, b""), run_dir, token, int(supervisor_pid), float(grace))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

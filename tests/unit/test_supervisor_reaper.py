@@ -1,0 +1,272 @@
+"""The supervisor against its own faults, with real processes and no DeepSpeed (fast): dswiz SIGKILLed (its reaper
+stops the job and writes "supervisor lost"), a line the parser cannot read, an error inside the supervisor, a stall,
+the run directory deleted mid-run. The launcher is a small script that behaves like DeepSpeed's: it prints the
+spawn lines, starts two ranks that print HF-style loss lines, and waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from runner import rundir
+from runner.job import reaper
+from runner.job.prepare import PreparedRun
+from runner.job.session import session_processes
+from runner.job.sink import RunOutcome
+from runner.job.supervisor import Job
+from runner.phases import Phase
+from runner.verdict import Status
+from wizard.launch_command import LaunchCommand, LaunchSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# argv: MODE STEPS. Modes: "finish" (ranks print STEPS steps, exit 0), "hang" (steps, then sleep), "digits" (the
+# 5,000-digit rank line, then finish), "forever" (a step every 0.1 s until stopped).
+FAKE_LAUNCHER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    mode, steps = sys.argv[1], int(sys.argv[2])
+    rank_code = '''
+    import os, sys, time
+    mode, steps = sys.argv[1], int(sys.argv[2])
+    if mode == "digits" and os.environ["RANK"] == "0":
+        print("[Rank " + "9" * 5000 + "] hello", flush=True)
+    step = 0
+    while mode == "forever" or step < steps:
+        step += 1
+        if os.environ["RANK"] == "0":
+            print({"loss": 1.0 / step, "learning_rate": 0.001, "epoch": 0.1, "step": step}, flush=True)
+        time.sleep(0.1)
+    if mode == "hang":
+        time.sleep(3600)
+    '''
+    ranks = []
+    for rank in range(2):
+        p = subprocess.Popen([sys.executable, "-c", rank_code, mode, str(steps)], env=dict(os.environ, RANK=str(rank)))
+        ranks.append(p)
+        print(f"[2026-12-01 01:00:00,000] [INFO] [launch.py:245:main] process {p.pid} spawned with command: "
+              f"['python', '-u', 'x.py', '--local_rank={rank}']", flush=True)
+    sys.exit(max(p.wait() for p in ranks))
+    """
+)
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.notices: list[str] = []
+        self.statuses: list[Status] = []
+        self.outcome: RunOutcome | None = None
+
+    def on_line(self, text: str, rank: int | None) -> None:
+        self.lines.append(text)
+
+    def on_status(self, status: Status) -> None:
+        self.statuses.append(status)
+
+    def on_phase(self, phase: Phase) -> None:
+        pass
+
+    def on_notice(self, text: str) -> None:
+        self.notices.append(text)
+
+    def on_end(self, outcome: RunOutcome) -> None:
+        self.outcome = outcome
+
+
+def prepared_run(tmp_path: Path, mode: str, steps: int = 5) -> PreparedRun:
+    fake = tmp_path / "fake_launcher.py"
+    fake.write_text(FAKE_LAUNCHER)
+    run = rundir.make_run_dir(tmp_path / "run")
+    spec = LaunchSpec(script=str(fake), run_dir=str(run), config_arg="")
+    return PreparedRun(
+        run_id=run.name,
+        run_dir=run,
+        specs=(spec,),
+        commands=(LaunchCommand((sys.executable, "-u", str(fake), mode, str(steps)), {}),),
+        configs={},
+        config_changes=(),
+        ds_config=None,
+        cwd=str(tmp_path),
+    )
+
+
+def alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# A dswiz stand-in: the real Job, run in its own process so that the test can SIGKILL it.
+DRIVER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from tests.unit.test_supervisor_reaper import RecordingSink, prepared_run
+    from runner.job.supervisor import Job
+    job = Job(prepared_run(Path(sys.argv[2]), "forever"), RecordingSink(), grace_s=1.0, term_grace_s=1.0)
+    job.run()
+    """
+)
+
+
+def test_sigkill_of_the_supervisor_leaves_no_process_and_a_supervisor_lost_verdict(tmp_path: Path) -> None:
+    for attempt in range(3):
+        work = tmp_path / f"attempt{attempt}"
+        work.mkdir()
+        took = kill_the_supervisor_mid_run(work)
+        assert took < 10
+
+
+def kill_the_supervisor_mid_run(work: Path) -> float:
+    """SIGKILL a supervising process while its job runs; returns how long until no job process was left."""
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(ROOT), str(work)])
+    run_dir = work / "run"
+    try:
+        assert wait_until(lambda: len(_record(run_dir).get("rank_pids") or {}) == 2, 30)
+        record = rundir.read_run_record(run_dir)
+        job_pids = [p.pid for p in record.launchers] + list(record.rank_pids.values())
+        assert record.supervisor_pid == driver.pid and rundir.supervisor_alive(record) is True
+        assert record.reaper_pid is not None and psutil.pid_exists(record.reaper_pid)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+        t0 = time.monotonic()
+        assert wait_until(lambda: not alive(job_pids), 10), f"left: {alive(job_pids)}"
+        took = time.monotonic() - t0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in reaper.job_processes((), _record(run_dir).get("job_token")):  # type: ignore[arg-type]
+            os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: _record(run_dir).get("status") == rundir.STATUS_SUPERVISOR_LOST, 5)
+    final = rundir.read_run_record(run_dir)
+    assert final.verdict is not None and final.verdict.kind == "supervisor_lost"
+    assert f"dswiz (pid {driver.pid}) ended without a verdict" in final.verdict.summary
+    assert rundir.supervisor_alive(final) is False and rundir.effective_status(final) == "supervisor_lost"
+    assert wait_until(lambda: not psutil.pid_exists(record.reaper_pid or 0), 5)  # the reaper is gone too
+    return took
+
+
+def _record(run_dir: Path) -> dict[str, object]:
+    try:
+        data = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def test_a_finished_job_lets_its_reaper_go_without_touching_the_verdict(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    job = Job(prepared_run(tmp_path, "finish", steps=3), sink, grace_s=0.5, term_grace_s=0.5)
+    outcome = job.run()
+    record = rundir.read_run_record(outcome.run_dir)
+    assert outcome.verdict.kind == "success" and record.status == "finished"
+    assert record.reaper_pid is not None and not alive([record.reaper_pid])
+    assert record.job_token == job.token and session_processes(job.sids, job.token) == []
+
+
+def test_a_line_the_parser_cannot_read_does_not_end_supervision(tmp_path: Path) -> None:
+    """'[Rank 999…9] hello' (5,000 digits) makes int() raise in the line parser; the job still ends in success."""
+    sink = RecordingSink()
+    job = Job(prepared_run(tmp_path, "digits", steps=3), sink, grace_s=0.5, term_grace_s=0.5)
+    outcome = job.run()
+    assert outcome.verdict.kind == "success" and outcome.exit_code == 0, outcome.verdict
+    assert any(line.startswith("[Rank 9999") for line in sink.lines)  # shown, even if not understood
+    assert "9" * 5000 in (outcome.run_dir / rundir.COMBINED_LOG).read_text()  # and kept
+    said = [n for n in sink.notices if n.startswith("dswiz could not read a line")]
+    assert len(said) == 1 and "it keeps supervising" in said[0]
+    assert session_processes(job.sids, job.token) == []
+
+
+class BrokenJob(Job):
+    """A supervisor with a bug in its loop (raises on the 20th turn): what the fail-safe is for."""
+
+    turns = 0
+
+    def _tick(self, now: float) -> None:
+        self.turns += 1
+        if self.turns == 20:
+            raise KeyError("a bug in the loop")
+        super()._tick(now)
+
+
+def test_an_error_inside_the_supervisor_stops_the_job_with_a_verdict(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    job = BrokenJob(prepared_run(tmp_path, "forever"), sink, grace_s=0.5, term_grace_s=0.5)
+    outcome = job.run()
+    assert session_processes(job.sids, job.token) == []
+    assert outcome.verdict.kind == "supervisor_error" and outcome.exit_code == 1
+    assert "KeyError: 'a bug in the loop'" in outcome.verdict.summary
+    assert "no process of the job is left" in outcome.verdict.summary
+    assert any("KeyError" in e for e in outcome.verdict.evidence)
+    assert rundir.read_run_record(outcome.run_dir).verdict == outcome.verdict
+
+
+def test_a_stall_is_said_on_the_stream_and_stall_timeout_stops_the_job(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    job = Job(
+        prepared_run(tmp_path, "hang", steps=3),
+        sink,
+        grace_s=0.5,
+        term_grace_s=0.5,
+        status_every_s=0.5,
+        stall_timeout_s=2.5,
+        stall_notice_s=1.0,
+    )
+    outcome = job.run()
+    assert session_processes(job.sids, job.token) == []
+    assert any(n.startswith("no step for 1 s (last step 3)") for n in sink.notices), sink.notices
+    assert any("no step for" in s.line() for s in sink.statuses)
+    assert "no step for 3 s (last step 3): stopping the job (--stall-timeout 2.5)" in sink.notices
+    assert outcome.verdict.kind == "stalled" and outcome.exit_code == 124
+    assert outcome.verdict.summary.startswith(
+        "stalled: no step for 3 s (last step 3); stopped by --stall-timeout"
+    )
+    record = rundir.read_run_record(outcome.run_dir)
+    assert record.status == "interrupted" and record.interrupted_by == "stall-timeout"
+
+
+def test_without_a_first_step_no_stall_timeout_fires(tmp_path: Path) -> None:
+    """A job that prints no step is never stopped for a stall: the timeout counts from the last step seen."""
+    sink = RecordingSink()
+    job = Job(
+        prepared_run(tmp_path, "finish", steps=0), sink, grace_s=0.5, term_grace_s=0.5, stall_timeout_s=0.2
+    )
+    outcome = job.run()
+    assert outcome.verdict.kind == "success"
+
+
+def test_the_run_directory_deleted_mid_run(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    job = Job(prepared_run(tmp_path, "finish", steps=30), sink, grace_s=0.5, term_grace_s=0.5)
+    job.start()
+    run_dir = job.prepared.run_dir
+
+    def delete_when_training() -> None:
+        wait_until(lambda: any("'step': 3" in line for line in sink.lines), 30)
+        shutil.rmtree(run_dir)
+
+    threading.Thread(target=delete_when_training, daemon=True).start()
+    outcome = job.run()
+    assert not run_dir.exists() and session_processes(job.sids, job.token) == []
+    assert outcome.verdict.kind == "success", outcome.verdict  # nothing was stopped that should not have been
+    assert any("was removed: dswiz keeps supervising" in n for n in sink.notices)
+    assert "the run directory was removed during the run: nothing of it is kept" in outcome.verdict.advice
