@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from runner.job.terminal import TerminalSink
     from runner.verdict import OomAdvisor
     from wizard.config.sidecar import PlanSidecar
+    from wizard.history.record import Measurement
 
 EPILOG = """\b
 Examples:
@@ -113,6 +114,10 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @flag_option(
     "--dry-run", help="Print the exact command and environment changes; start nothing, write nothing."
 )
+@flag_option(
+    "--no-history",
+    help="Do not record this run in the run history (`dswiz history`; DSWIZ_HISTORY=off turns it off always).",
+)
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch_cmd(**opts: Any) -> int:
@@ -151,6 +156,7 @@ class LaunchRequest:
     steps_per_print: int = DEFAULT_STEPS_PER_PRINT
     ssh_timeout: int = 10
     dry_run: bool = False
+    no_history: bool = False
 
 
 def run_launch(request: LaunchRequest) -> int:
@@ -161,8 +167,37 @@ def run_launch(request: LaunchRequest) -> int:
         return 0
     checked = run_preflight(resolved)
     job, sink = start_job(checked)
+    entry = None if request.no_history else history_entry(checked, job)
     dashboard = not request.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
-    return watch_job(job, sink, dashboard=dashboard).exit_code
+    outcome = watch_job(job, sink, dashboard=dashboard)
+    if entry is not None:
+        from runner.run_history import entry_at_end, record
+
+        warning = record(entry_at_end(entry, outcome.record))
+        if warning:
+            click.echo(warning, err=True)
+    return outcome.exit_code
+
+
+def history_entry(checked: CheckedLaunch, job: Job) -> Measurement | None:
+    """The run history's entry for this launch, written now (outcome "running") so a killed launch keeps it;
+    None when the history is off or could not be written (a warning says why; the launch goes on)."""
+    from runner.run_history import entry_at_start, hardware_fingerprint, record
+
+    prepared = job.prepared
+    entry = entry_at_start(
+        run_id=prepared.run_id,
+        run_dir=prepared.run_dir,
+        hardware=hardware_fingerprint(checked.hardware),
+        sidecar=checked.sidecar,
+        applies=checked.use.applies,
+        script=prepared.specs[0].script,
+    )
+    warning = record(entry)
+    if warning:
+        click.echo(warning, err=True)
+        return None
+    return entry
 
 
 # ----------------------------------------------------------------------------------- step 1: what to launch
@@ -508,6 +543,7 @@ class PlanUse:
     host_need_bytes: int | None = None
     nvme_need_bytes: int | None = None
     notes: tuple[str, ...] = ()
+    applies: bool = False  # the predictions describe this launch (same GPU model and count)
 
 
 def plan_use(sidecar: PlanSidecar | None, hardware: HardwareReport, world_size: int | None) -> PlanUse:
@@ -529,7 +565,7 @@ def plan_use(sidecar: PlanSidecar | None, hardware: HardwareReport, world_size: 
     notes = [f"plan: {sidecar.model.name} on {sidecar.hardware_summary} (dswiz-plan.json)"]
     if why_not:
         notes.append(f"{why_not}: the dashboard shows no predicted peak or tokens/s")
-    return PlanUse(section, host, nvme, tuple(notes))
+    return PlanUse(section, host, nvme, tuple(notes), applies=why_not is None)
 
 
 def oom_advisor(sidecar: PlanSidecar | None, folder: Path | None) -> OomAdvisor | None:

@@ -25,6 +25,8 @@ COMMANDS: dict[str, str] = {
     "launch": "runner.cli_launch:launch",
     "monitor": "runner.cli_monitor:monitor",
     "consolidate": "wizard.commands.consolidate:consolidate",
+    "probe": "wizard.commands.probe:probe",
+    "history": "wizard.commands.history:history",
     "demo": "wizard.commands.demo:demo",
 }
 

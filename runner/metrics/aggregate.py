@@ -271,6 +271,8 @@ class Aggregator:
             rank_activity=tuple(self._rank_activity),
             activity_unit=self._activity_unit,
             failures=tuple(self._failures),
+            tokens_per_sec=tokens,
+            predicted_tokens_per_sec=self.plan.predicted_tokens_per_sec,
         )
         exit_code = (
             self._ended_code

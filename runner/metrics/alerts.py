@@ -16,6 +16,8 @@ from wizard.units import fmt_bytes
 class AlertThresholds:
     gpu_memory_fraction: float = 0.95  # used/total at or above: OOM risk
     above_prediction_margin: float = 0.05  # job memory above predicted peak by more than this fraction
+    below_prediction_margin: float = 0.25  # steady tokens/s below the predicted by more than this fraction
+    drift_min_step: int = 10  # judge throughput only past the warm-up (compilation, allocator growth)
     host_ram_fraction: float = 0.95
     stall_factor: float = 5.0  # no progress for k x the median gap between progress observations
     stall_min_seconds: float = 60.0  # never sooner than this (the first steps, checkpoint saves)
@@ -54,6 +56,8 @@ class AlertFacts:
     rank_activity: tuple[dict[int, float], ...] = ()  # recent samples, oldest first: rank -> busy percent
     activity_unit: str = "GPU utilisation"
     failures: tuple[Failure, ...] = field(default=())
+    tokens_per_sec: float | None = None
+    predicted_tokens_per_sec: float | None = None
 
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -69,6 +73,7 @@ def evaluate(facts: AlertFacts, t: AlertThresholds | None = None) -> tuple[Alert
     alerts += _stall(facts, t)
     alerts += _overflow(facts, t)
     alerts += _straggler(facts, t)
+    alerts += _throughput_drift(facts, t)
     return tuple(
         sorted(alerts, key=lambda a: (_SEVERITY_ORDER.get(a.severity, 3), a.code, a.rank or -1, a.gpu or -1))
     )
@@ -123,7 +128,15 @@ def _gpu_memory(f: AlertFacts, t: AlertThresholds) -> list[Alert]:
     out: list[Alert] = []
     for g in f.gpus:
         frac = g.memory_fraction
-        if frac is not None and frac >= t.gpu_memory_fraction:
+        used = g.job_memory_bytes if g.job_memory_bytes is not None else g.memory_used_bytes
+        # A card the plan filled on purpose is not at risk while the job stays within the predicted peak: the
+        # planner sized the micro-batch to that peak, and the peak is what an allocation spike would exceed.
+        as_planned = (
+            g.predicted_peak_bytes is not None
+            and used is not None
+            and used <= g.predicted_peak_bytes * (1 + t.above_prediction_margin)
+        )
+        if frac is not None and frac >= t.gpu_memory_fraction and not as_planned:
             out.append(
                 Alert(
                     "oom_risk",
@@ -133,7 +146,6 @@ def _gpu_memory(f: AlertFacts, t: AlertThresholds) -> list[Alert]:
                     gpu=g.index,
                 )
             )
-        used = g.job_memory_bytes if g.job_memory_bytes is not None else g.memory_used_bytes
         if (
             g.predicted_peak_bytes
             and used is not None
@@ -149,6 +161,24 @@ def _gpu_memory(f: AlertFacts, t: AlertThresholds) -> list[Alert]:
                 )
             )
     return out
+
+
+def _throughput_drift(f: AlertFacts, t: AlertThresholds) -> list[Alert]:
+    """Steady tokens/s well below the plan's: something the plan did not see (a slower link, a busy GPU, data
+    loading) costs real time; the history records it, and the next plan on this hardware is calibrated by it."""
+    if not f.running or f.step is None or f.step < t.drift_min_step:
+        return []
+    got, want = f.tokens_per_sec, f.predicted_tokens_per_sec
+    if not got or not want or got >= want * (1 - t.below_prediction_margin):
+        return []
+    return [
+        Alert(
+            "below_prediction",
+            "info",
+            f"{got:,.0f} tokens/s, {1 - got / want:.0%} below the plan's {want:,.0f}: check GPU utilisation and "
+            "the data loader; this run calibrates the next `dswiz plan` on this hardware",
+        )
+    ]
 
 
 def _host_ram(f: AlertFacts, t: AlertThresholds) -> list[Alert]:

@@ -178,3 +178,18 @@ def test_aggregator_straggler_from_rank_cpu_when_no_gpus() -> None:
     for _ in range(3):
         agg.set_host(host(procs=procs))
     assert [(a.code, a.rank) for a in agg.snapshot(1.0).alerts] == [("straggler", 1)]
+
+
+def test_a_card_the_plan_filled_is_not_an_oom_risk_while_within_the_predicted_peak() -> None:
+    planned = AlertFacts(now=0, running=True, gpus=(gpu(0, 97, predicted=97),))
+    assert codes(planned) == []  # dswiz's own recommendation fills the card on purpose
+    over = AlertFacts(now=0, running=True, gpus=(gpu(0, 97, predicted=90),))
+    assert codes(over) == ["above_prediction", "oom_risk"]  # beyond the plan: both warnings
+
+
+def test_throughput_below_the_plan_past_the_warm_up() -> None:
+    slow = {"now": 0, "running": True, "tokens_per_sec": 600.0, "predicted_tokens_per_sec": 1000.0}
+    assert codes(AlertFacts(**slow, step=50)) == ["below_prediction"]
+    assert codes(AlertFacts(**slow, step=3)) == []  # warm-up: compilation and allocator growth
+    assert codes(AlertFacts(**{**slow, "tokens_per_sec": 900.0}, step=50)) == []  # within the margin
+    assert codes(AlertFacts(**{**slow, "running": False}, step=50)) == []

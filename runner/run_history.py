@@ -1,0 +1,182 @@
+"""What a launch tells the run history: its measurement at start (the prediction) and at the end (what was measured).
+
+The launch writes the entry when the job starts (outcome ``running``) and again when it ends, so a launch that is
+killed still leaves its entry. Nothing here may stop or fail a launch: a history that cannot be written is a
+warning (returned as text for the caller to print), never an exception.
+
+Steady state: the first quarter of the steps (and at least the first two) are warm-up (compilation, allocator
+growth, the first optimizer step); tokens/s and step time are the medians of the snapshots after it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from runner.metrics.history import iter_metrics
+from runner.metrics.snapshot import Snapshot
+from runner.rundir import METRICS_JSONL, STATUS_INTERRUPTED, RunRecord
+from wizard.config.sidecar import PlanSidecar
+from wizard.errors import DswizError
+from wizard.hardware.report import HardwareReport
+from wizard.history.record import SOURCES, Figures, Hardware, Measurement
+from wizard.history.store import HistoryStore, default_path
+
+SOURCE_ENV = "DSWIZ_HISTORY_SOURCE"
+WARMUP_SHARE = 0.25
+WARMUP_MIN_STEPS = 2
+
+
+def hardware_fingerprint(hw: HardwareReport) -> Hardware:
+    """What must match for runs to calibrate each other, plus the versions that explain a difference."""
+    gpu = hw.gpus[0] if hw.gpus else None
+    if gpu is None:
+        link = "cpu"
+    elif gpu.nvlink_gbs:
+        link = "nvlink"
+    else:
+        link = f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie"
+    sw = hw.software
+    return Hardware(
+        gpu_name=gpu.name if gpu else "",
+        gpu_memory_bytes=gpu.memory_total_bytes if gpu else None,
+        gpus_per_node=len(hw.gpus),
+        nodes=max(1, hw.nodes),
+        interconnect=link,
+        host_ram_bytes=hw.host.ram_total_bytes,
+        host_cores=hw.host.physical_cores or hw.host.logical_cores,
+        driver=sw.nvidia_driver or "",
+        torch=sw.torch or "",
+        deepspeed=sw.deepspeed or "",
+    )
+
+
+def entry_at_start(
+    *,
+    run_id: str,
+    run_dir: Path,
+    hardware: Hardware,
+    sidecar: PlanSidecar | None = None,
+    applies: bool = False,
+    script: str = "",
+    source: str | None = None,
+) -> Measurement:
+    """The entry a launch writes when its job starts; the run id is the run directory's (one entry per run).
+
+    The plan's prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for
+    other hardware says nothing about this run. ``source`` defaults to ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe``
+    sets it for the launches it starts), else "launch"."""
+    model: dict[str, Any] = {"name": Path(script).name or "script"}
+    strategy: dict[str, Any] = {}
+    predicted = Figures()
+    seq_len = None
+    if sidecar is not None:
+        m = sidecar.model
+        model = {
+            "name": m.name,
+            "arg": sidecar.model_arg,
+            "parameters": m.total_params,
+            "layers": m.layers,
+            "hidden": m.hidden,
+            "type": m.model_type,
+        }
+        s = sidecar.strategy
+        strategy = {
+            "stage": s.zero_stage,
+            "offload_optimizer": s.offload_optimizer,
+            "offload_param": s.offload_param,
+            "precision": s.precision,
+            "micro_batch": s.micro_batch_size,
+            "grad_accum": s.gradient_accumulation_steps,
+            "activation_checkpointing": s.activation_checkpointing,
+            "mode": s.mode,
+            "world_size": s.world_size,
+        }
+        seq_len = sidecar.seq_len
+        if applies and sidecar.predicted is not None:
+            predicted = Figures(
+                tokens_per_sec=sidecar.predicted.tokens_per_sec,
+                peak_gpu_bytes=sidecar.predicted.peak_gpu_bytes,
+            )
+    chosen = source or os.environ.get(SOURCE_ENV, "") or "launch"
+    return Measurement(
+        id=run_id,
+        hardware=hardware,
+        model=model,
+        strategy=strategy,
+        predicted=predicted,
+        seq_len=seq_len,
+        run_dir=str(run_dir),
+        source=chosen if chosen in SOURCES else "launch",
+    )
+
+
+def outcome(run: RunRecord) -> str:
+    if run.status == STATUS_INTERRUPTED:
+        return "interrupted"
+    kind = run.verdict.kind if run.verdict else ""
+    if kind == "success":
+        return "success"
+    if kind in ("cuda_oom", "host_oom"):
+        return "oom"
+    if kind == "supervisor_lost":
+        return "lost"
+    return "failed" if run.ended_at is not None else "running"
+
+
+def measured(snapshots: Iterable[Snapshot]) -> Figures:
+    """Steady-state tokens/s and step time, the peak GPU memory per GPU, the host RAM peak."""
+    timed: list[Snapshot] = []
+    peaks: dict[int, int] = {}
+    host_peak: int | None = None
+    last_step: int | None = None
+    for s in snapshots:
+        if s.step is not None:
+            last_step = s.step
+            if s.tokens_per_sec is not None or s.step_time_s is not None:
+                timed.append(s)
+        for g in s.gpus:
+            used = g.job_memory_bytes if g.job_memory_bytes is not None else g.memory_used_bytes
+            if used is not None:
+                peaks[g.index] = max(peaks.get(g.index, 0), used)
+        if s.host_ram_used_bytes is not None:
+            host_peak = max(host_peak or 0, s.host_ram_used_bytes)
+    if last_step is not None:
+        cut = max(WARMUP_MIN_STEPS, int(last_step * WARMUP_SHARE))
+        steady = [s for s in timed if s.step is not None and s.step > cut] or timed[-1:]
+    else:
+        steady = []
+    tps = [s.tokens_per_sec for s in steady if s.tokens_per_sec is not None]
+    step_time = [s.step_time_s for s in steady if s.step_time_s is not None]
+    per_gpu = tuple(peaks[i] for i in sorted(peaks))
+    return Figures(
+        tokens_per_sec=statistics.median(tps) if tps else None,
+        step_time_s=statistics.median(step_time) if step_time else None,
+        peak_gpu_bytes=max(per_gpu) if per_gpu else None,
+        peak_gpu_bytes_per_rank=per_gpu,
+        host_ram_peak_bytes=host_peak,
+        steps=last_step,
+    )
+
+
+def entry_at_end(start: Measurement, run: RunRecord) -> Measurement:
+    metrics = Path(run.run_dir) / METRICS_JSONL
+    figures = measured(iter_metrics(metrics)) if metrics.exists() else Figures()
+    return start.ended(outcome(run), figures, at=run.ended_at)
+
+
+def record(entry: Measurement, store_path: Path | None = None) -> str | None:
+    """Write ``entry`` to the history; a warning line when that failed, None when it worked or is turned off."""
+    path = store_path or default_path()
+    if path is None:
+        return None
+    try:
+        HistoryStore(path).put(entry)
+    except DswizError as e:
+        return f"warning: run history not updated: {e.problem} ({e.fix})"
+    except Exception as e:  # a broken history never breaks a launch
+        return f"warning: run history not updated: {type(e).__name__}: {e}"
+    return None

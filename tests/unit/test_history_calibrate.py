@@ -1,0 +1,90 @@
+"""Self-calibration from the run history: measurements pull predictions toward them, never past the bounds."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wizard.history.calibrate import MEMORY_BOUNDS, PRIOR_RUNS, TOKENS_BOUNDS, corrections
+from wizard.history.record import Figures, Hardware, Measurement
+
+HW = Hardware(gpu_name="NVIDIA H200", gpu_memory_bytes=141 * 1024**3, gpus_per_node=1)
+Z2 = {"stage": 2, "offload_optimizer": "none", "offload_param": "none"}
+Z3_CPU = {"stage": 3, "offload_optimizer": "cpu", "offload_param": "none"}
+
+
+def _run(
+    pred_tps: float,
+    meas_tps: float,
+    *,
+    strategy: dict = Z2,
+    outcome: str = "success",
+    pred_mem: int = 10 << 30,
+    meas_mem: int = 10 << 30,
+    hw: Hardware = HW,
+) -> Measurement:
+    return Measurement(
+        hardware=hw,
+        model={"name": "m"},
+        strategy=strategy,
+        outcome=outcome,
+        predicted=Figures(tokens_per_sec=pred_tps, peak_gpu_bytes=pred_mem),
+        measured=Figures(tokens_per_sec=meas_tps, peak_gpu_bytes=meas_mem),
+    )
+
+
+def test_no_runs_means_no_correction() -> None:
+    c = corrections([], HW.key)
+    assert c.runs == 0 and c.summary() is None
+    assert c.for_family("z2-opt:none-param:none").tokens_per_sec.value == 1.0
+
+
+def test_one_run_moves_part_of_the_way_more_runs_move_further() -> None:
+    # every run measured 20 % slower than predicted
+    one = corrections([_run(1000, 800)], HW.key).for_family("z2-opt:none-param:none").tokens_per_sec
+    four = corrections([_run(1000, 800)] * 4, HW.key).for_family("z2-opt:none-param:none").tokens_per_sec
+    assert 0.8 < four.value < one.value < 1.0
+    assert math.isclose(one.value, math.exp(math.log(0.8) * 1 / (1 + PRIOR_RUNS)))
+    assert four.error_before is not None and four.error_after is not None
+    assert four.error_after < four.error_before  # leave-one-out: a new run is predicted better
+
+
+def test_only_successful_runs_of_the_same_hardware_count() -> None:
+    other = Hardware(gpu_name="T4", gpu_memory_bytes=16 << 30, gpus_per_node=1)
+    runs = [_run(1000, 500, outcome="oom"), _run(1000, 500, hw=other), _run(1000, 500, outcome="running")]
+    assert corrections(runs, HW.key).runs == 0
+
+
+def test_families_are_corrected_separately_and_others_borrow_half() -> None:
+    runs = [_run(1000, 700, strategy=Z3_CPU)] * 3 + [_run(1000, 1000)] * 3
+    c = corrections(runs, HW.key)
+    z3 = c.for_family("z3-opt:cpu-param:none").tokens_per_sec.value
+    z2 = c.for_family("z2-opt:none-param:none").tokens_per_sec.value
+    unseen = c.for_family("z1-opt:none-param:none").tokens_per_sec.value
+    assert z3 < 0.9 and math.isclose(z2, 1.0)
+    assert c.overall.tokens_per_sec.value < unseen < 1.0  # borrowed at half weight
+    assert c.summary() is not None and c.summary().startswith("calibrated by 6 runs on this hardware")  # type: ignore[union-attr]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    ratios=st.lists(st.floats(min_value=1e-3, max_value=1e3), min_size=1, max_size=12),
+    mem_ratios=st.lists(st.floats(min_value=1e-3, max_value=1e3), min_size=1, max_size=12),
+)
+def test_corrections_never_leave_their_bounds_and_point_toward_the_measurements(
+    ratios: list[float], mem_ratios: list[float]
+) -> None:
+    runs = [
+        _run(1000.0, 1000.0 * r, meas_mem=int((10 << 30) * m))
+        for r, m in zip(ratios, mem_ratios * 12, strict=False)
+    ]
+    fc = corrections(runs, HW.key).for_family("z2-opt:none-param:none")
+    t, m = fc.tokens_per_sec.value, fc.peak_gpu_bytes.value
+    assert TOKENS_BOUNDS[0] <= t <= TOKENS_BOUNDS[1]
+    assert MEMORY_BOUNDS[0] <= m <= MEMORY_BOUNDS[1]
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    # the correction lies between the prior (1.0) and the measurements' geometric mean (or at a bound)
+    assert min(1.0, geo) - 1e-9 <= t or t == TOKENS_BOUNDS[0]
+    assert t <= max(1.0, geo) + 1e-9 or t == TOKENS_BOUNDS[1]

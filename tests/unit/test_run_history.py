@@ -1,0 +1,99 @@
+"""What a launch records in the run history: steady-state figures from a real metrics.jsonl, the outcome, and a
+history that cannot be written never breaks the launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.metrics.history import MetricsLog
+from runner.metrics.snapshot import GpuState, Snapshot
+from runner.run_history import entry_at_end, entry_at_start, hardware_fingerprint, measured, outcome, record
+from runner.rundir import STATUS_FINISHED, STATUS_INTERRUPTED, RunRecord, RunVerdict
+from wizard.hardware.described import describe
+from wizard.history.record import Figures
+from wizard.history.store import HistoryStore
+
+
+def _snap(step: int | None, tps: float | None, mem: int, t: float) -> Snapshot:
+    return Snapshot(
+        time=t,
+        step=step,
+        tokens_per_sec=tps,
+        step_time_s=(1000 / tps) if tps else None,
+        gpus=(GpuState(index=0, memory_used_bytes=mem), GpuState(index=1, memory_used_bytes=mem // 2)),
+        host_ram_used_bytes=mem // 4,
+    )
+
+
+def test_steady_state_skips_the_warm_up() -> None:
+    # steps 1-3 are slow warm-up (compilation, first optimizer step); 4-20 run at ~1000 tokens/s
+    snaps = [
+        _snap(s, 100.0 if s <= 3 else 1000.0 + s % 3, 8 << 30 if s < 10 else 9 << 30, s) for s in range(1, 21)
+    ]
+    snaps.insert(0, _snap(None, None, 1 << 30, 0.0))  # before the first step
+    f = measured(snaps)
+    assert f.tokens_per_sec is not None and 1000 <= f.tokens_per_sec <= 1002
+    assert f.peak_gpu_bytes == 9 << 30 and f.peak_gpu_bytes_per_rank == (9 << 30, (9 << 30) // 2)
+    assert f.host_ram_peak_bytes == (9 << 30) // 4 and f.steps == 20
+
+
+def test_a_run_without_steps_measures_memory_only() -> None:
+    f = measured([_snap(None, None, 3 << 30, 0.0)])
+    assert f.tokens_per_sec is None and f.peak_gpu_bytes == 3 << 30
+
+
+def _run(tmp_path: Path, **kw: object) -> RunRecord:
+    base = dict(
+        run_id="20261201-120000",
+        run_dir=str(tmp_path),
+        status=STATUS_FINISHED,
+        started_at=1.0,
+        command=("deepspeed", "train.py"),
+        command_line="deepspeed train.py",
+        script="train.py",
+    )
+    return RunRecord(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_outcomes(tmp_path: Path) -> None:
+    ok = RunVerdict("success", "finished")
+    assert outcome(_run(tmp_path, verdict=ok, ended_at=2.0)) == "success"
+    assert outcome(_run(tmp_path, verdict=RunVerdict("cuda_oom", "x"), ended_at=2.0)) == "oom"
+    assert outcome(_run(tmp_path, verdict=RunVerdict("rank_failed", "x"), ended_at=2.0)) == "failed"
+    assert outcome(_run(tmp_path, status=STATUS_INTERRUPTED, ended_at=2.0)) == "interrupted"
+    assert outcome(_run(tmp_path, status="running")) == "running"
+
+
+def test_start_then_end_is_one_entry_with_prediction_and_measurement(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    log = MetricsLog(run_dir / "metrics.jsonl")
+    for s in range(1, 11):
+        log.append(_snap(s, 500.0, 4 << 30, float(s)))
+    log.close()
+    hw = hardware_fingerprint(describe("2xA100-80GB"))
+    assert hw.gpus_per_node == 2 and "A100" in hw.gpu_name and hw.key.endswith("1x2")
+    start = entry_at_start(
+        _run(run_dir, status="running", run_dir=str(run_dir)),
+        hw,
+        strategy={"stage": 2},
+        predicted=Figures(tokens_per_sec=600.0, peak_gpu_bytes=5 << 30),
+    )
+    db = tmp_path / "h.sqlite3"
+    assert record(start, db) is None
+    assert HistoryStore(db).get(start.id).outcome == "running"  # type: ignore[union-attr]
+    end = entry_at_end(
+        start, _run(run_dir, run_dir=str(run_dir), verdict=RunVerdict("success", "ok"), ended_at=9.0)
+    )
+    assert record(end, db) is None
+    got = HistoryStore(db).get(start.id)
+    assert got is not None and got.outcome == "success" and got.measured.tokens_per_sec == 500.0
+    assert got.predicted.tokens_per_sec == 600.0 and len(HistoryStore(db).runs()) == 1
+
+
+def test_a_broken_history_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-db"
+    bad.write_bytes(b"x" * 4096)
+    start = entry_at_start(_run(tmp_path), hardware_fingerprint(describe("1xH100-80GB")))
+    warning = record(start, bad)
+    assert warning is not None and warning.startswith("warning: run history not updated")

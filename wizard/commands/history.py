@@ -1,0 +1,94 @@
+"""`dswiz history`: the runs dswiz launched or watched, what the planner predicted and what was measured.
+
+``--export FILE`` / ``--import FILE`` carry the history between machines (a team or a cluster sharing what its
+runs measured); importing merges by run id and never drops a record we have.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from wizard.errors import DswizError
+from wizard.history.record import Measurement
+from wizard.history.store import ENV_PATH, HistoryStore, default_path
+from wizard.units import fmt_bytes
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (one object with a list).")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Show the newest N runs."
+)
+@click.option(
+    "--export",
+    "export_to",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write every run to FILE (JSON lines) to share with another machine.",
+)
+@click.option(
+    "--import",
+    "import_from",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Merge runs from a file written by --export (by run id; nothing we have is dropped).",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"The history file (default: ${ENV_PATH}, else the user data dir).",
+)
+def history(
+    as_json: bool, limit: int, export_to: Path | None, import_from: Path | None, db: Path | None
+) -> int:
+    """List the runs dswiz launched or watched, with predicted vs measured tokens/s and GPU memory."""
+    path = db or default_path()
+    if path is None:
+        raise DswizError(f"the run history is turned off ({ENV_PATH}=off)", f"unset {ENV_PATH} to use it")
+    store = HistoryStore(path)
+    if import_from is not None:
+        try:
+            lines = import_from.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as e:
+            raise DswizError(f"cannot read {import_from}: {e.strerror or e}", "check the path") from None
+        res = store.import_lines(lines, name=str(import_from))
+        click.echo(f"imported {import_from}: {res.added} added, {res.updated} updated, {res.skipped} skipped")
+        return 0
+    if export_to is not None:
+        n = store.export(export_to)
+        click.echo(f"exported {n} run{'s' * (n != 1)} to {export_to}")
+        return 0
+    runs = store.runs(limit=limit)
+    if as_json:
+        click.echo(json.dumps({"history": str(path), "runs": [r.to_json() for r in runs]}, indent=2))
+        return 0
+    if not runs:
+        click.echo(f"no runs recorded yet in {path} (dswiz launch records every run)")
+        return 0
+    click.echo(f"{len(runs)} newest run{'s' * (len(runs) != 1)} in {path}:")
+    for r in runs:
+        click.echo(_line(r))
+    return 0
+
+
+def _line(r: Measurement) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
+    model = str(r.model.get("name") or "model")
+    tps = _versus(r.predicted.tokens_per_sec, r.measured.tokens_per_sec, lambda v: f"{v:,.0f}")
+    mem = _versus(r.predicted.peak_gpu_bytes, r.measured.peak_gpu_bytes, lambda v: fmt_bytes(int(v)))
+    return (
+        f"  {when}  {r.id[:8]}  {r.outcome:<11} {model} on {r.hardware.key}  {r.family}\n"
+        f"      tokens/s {tps}   peak GPU memory {mem}"
+    )
+
+
+def _versus(predicted: float | None, measured: float | None, fmt: Callable[[float], str]) -> str:
+    p = fmt(predicted) if predicted is not None else "?"
+    m = fmt(measured) if measured is not None else "?"
+    text = f"predicted {p}, measured {m}"
+    if predicted and measured:
+        text += f" ({(predicted - measured) / measured:+.0%})"
+    return text

@@ -1,0 +1,141 @@
+"""`dswiz probe SCRIPT [ARGS]`: measure the planner's top strategies on this machine and write the fastest.
+
+DeepSpeed's autotuner tries 9-34 configs for 11-40 minutes and never offload; the planner already knows which few
+are worth trying, so the probe runs only its top K distinct strategies for a few timed steps each. Every run is
+recorded in the run history (`dswiz history`), so the next `dswiz plan` on this hardware is calibrated by it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wizard.cli_options import python_option
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option(
+    "--model", metavar="NAME|PATH|NUMBERS", help="The model to plan for (preset, config.json, params=7e9)."
+)
+@click.option("--hardware", metavar="SPEC|FILE", help="Plan for described hardware instead of this machine.")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length the planner assumes.")
+@click.option(
+    "--global-batch", type=click.IntRange(min=1), help="train_batch_size to keep for every candidate."
+)
+@click.option("--precision", type=click.Choice(("bf16", "fp16", "fp32")), help="Training precision.")
+@click.option(
+    "--for",
+    "consumer",
+    type=click.Choice(("deepspeed", "accelerate", "trainer")),
+    help="Who reads the config.",
+)
+@click.option(
+    "--config",
+    "config_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Probe around the plan of a folder written by `dswiz config` (its dswiz-plan.json) instead of --model.",
+)
+@click.option(
+    "--top", type=click.IntRange(1, 10), default=3, show_default=True, help="Strategies to measure."
+)
+@click.option(
+    "--steps", type=click.IntRange(1, 1000), default=5, show_default=True, help="Timed steps per strategy."
+)
+@click.option(
+    "--warmup-steps", type=click.IntRange(0, 1000), default=2, show_default=True, help="Steps not timed."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=10),
+    default=900.0,
+    show_default=True,
+    help="Seconds one strategy may take to reach its timed steps.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("dswiz-config"),
+    show_default=True,
+    help="Where the fastest strategy's config set is written.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the candidates' configs and runs go (default: a new temporary folder, kept).",
+)
+@python_option("The training environment's python, for dswiz launch.")
+@click.option("--nproc", type=click.IntRange(min=1), help="Processes per node, for dswiz launch.")
+@click.option("--config-arg", metavar="NAME", help="How the script takes the config (as dswiz launch).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def probe(**opts: Any) -> int:
+    """Run the planner's top strategies for a few steps each here; keep and write the fastest measured."""
+    from wizard.config.sidecar import read_sidecar
+    from wizard.errors import DswizError
+    from wizard.service.probe import ProbeSetup, write_base_config
+    from wizard.service.probe import probe as run_probe
+
+    work = opts["work_dir"] or Path(tempfile.mkdtemp(prefix="dswiz-probe-"))
+    work.mkdir(parents=True, exist_ok=True)
+    say = (lambda text: click.echo(text, err=True)) if opts["as_json"] else click.echo
+    if opts["config_dir"] is not None:
+        sidecar = read_sidecar(opts["config_dir"])
+        if sidecar is None:
+            raise DswizError(
+                f"{opts['config_dir']} has no dswiz-plan.json to probe around",
+                "write the folder with `dswiz config --model ...`, or pass --model instead of --config",
+            )
+    elif opts["model"]:
+        sidecar = write_base_config(_planning_flags(opts), work / "plan")
+    else:
+        raise DswizError("dswiz probe needs a model to plan for", "pass --model NAME (or --config DIR)")
+    launch_args: list[str] = []
+    for flag, key in (("--python", "python"), ("--nproc", "nproc"), ("--config-arg", "config_arg")):
+        if opts[key] is not None:
+            launch_args += [flag, str(opts[key])]
+    setup = ProbeSetup(
+        script=opts["script"],
+        script_args=tuple(opts["script_args"]),
+        work_dir=work,
+        out_dir=opts["out"],
+        top=opts["top"],
+        steps=opts["steps"],
+        warmup_steps=opts["warmup_steps"],
+        timeout_s=opts["timeout"],
+        launch_args=tuple(launch_args),
+        precisions=(opts["precision"],) if opts["precision"] else (),
+    )
+    say(f"probing the planner's top {setup.top} strategies ({setup.steps} timed steps each; runs in {work})")
+    results, chosen = run_probe(setup, sidecar, say=say)
+    if opts["as_json"]:
+        click.echo(json.dumps({"candidates": [r.to_json() for r in results], "chosen": chosen}, indent=2))
+    if chosen is None:
+        if not opts["as_json"]:
+            click.echo("no strategy ran to its timed steps: nothing written (see the runs above)")
+        return 1
+    if not opts["as_json"]:
+        best = results[chosen]
+        click.echo(
+            f"fastest measured: {best.candidate.label} at {best.measured.tokens_per_sec:,.0f} tokens/s; "
+            f"written to {setup.out_dir}"
+        )
+    return 0
+
+
+def _planning_flags(opts: dict[str, Any]) -> list[str]:
+    flags = ["--model", opts["model"]]
+    for flag, key in (
+        ("--hardware", "hardware"),
+        ("--seq-len", "seq_len"),
+        ("--global-batch", "global_batch"),
+        ("--precision", "precision"),
+        ("--for", "consumer"),
+    ):
+        if opts[key] is not None:
+            flags += [flag, str(opts[key])]
+    return flags

@@ -1,0 +1,132 @@
+"""Self-calibration: the runs of this hardware correct the planner's predictions, shrunk toward the prior.
+
+The planner's physics has free constants (per-family efficiency, bandwidths, allocator overhead) fitted on a few
+machines. A run on the user's own machine measures the truth for one strategy family; the correction for a family
+is the geometric mean of measured/predicted over its finished runs, shrunk toward 1 (the prior) by
+``n / (n + PRIOR_RUNS)`` so one noisy run moves the prediction only part of the way, and clamped to bounds a real
+machine cannot leave (a GPU does not run twice as fast as its physics says, nor does memory shrink below what the
+model states need). Families with no runs of their own borrow the hardware-wide correction at half the weight.
+
+Errors are judged leave-one-out (each run predicted from the others) when there are at least two runs, so "error
+after" is what a new run can expect, not the fit to itself.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from wizard.history.record import Measurement
+
+# A run stopped by the user (or by `dswiz probe` once it has its timed steps) measured as much as one that ended.
+MEASURED_OUTCOMES = ("success", "interrupted")
+PRIOR_RUNS = 2.0  # the prior counts as this many runs
+BORROW_WEIGHT = 0.5  # a family without runs takes this share of the hardware-wide correction
+TOKENS_BOUNDS = (0.5, 1.5)  # throughput corrections outside this are a broken measurement, not the machine
+MEMORY_BOUNDS = (0.85, 1.2)  # memory is mostly exact arithmetic: only the allocator/context terms are free
+
+
+@dataclass(frozen=True)
+class Factor:
+    value: float = 1.0
+    runs: int = 0
+    error_before: float | None = None  # median |predicted - measured| / measured over the runs
+    error_after: float | None = None  # the same after the correction (leave-one-out from 2 runs)
+
+
+@dataclass(frozen=True)
+class FamilyCorrection:
+    tokens_per_sec: Factor = Factor()
+    peak_gpu_bytes: Factor = Factor()
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """What the history says about one hardware key; empty when it has no usable runs."""
+
+    hardware_key: str = ""
+    families: Mapping[str, FamilyCorrection] | None = None
+    overall: FamilyCorrection = FamilyCorrection()
+
+    @property
+    def runs(self) -> int:
+        return max(self.overall.tokens_per_sec.runs, self.overall.peak_gpu_bytes.runs)
+
+    def for_family(self, family: str) -> FamilyCorrection:
+        own = (self.families or {}).get(family)
+        if own is not None:
+            return own
+        return FamilyCorrection(
+            _borrowed(self.overall.tokens_per_sec, TOKENS_BOUNDS),
+            _borrowed(self.overall.peak_gpu_bytes, MEMORY_BOUNDS),
+        )
+
+    def summary(self) -> str | None:
+        """One line for the plan's output ("calibrated by 3 runs on this hardware; ...")."""
+        f = self.overall.tokens_per_sec
+        if self.runs == 0:
+            return None
+        text = f"calibrated by {self.runs} run{'s' * (self.runs != 1)} on this hardware"
+        if f.error_before is not None and f.error_after is not None:
+            text += f"; median tokens/s error {f.error_before:.0%} -> {f.error_after:.0%}"
+        return text
+
+
+def corrections(records: Iterable[Measurement], hardware_key: str) -> Corrections:
+    usable = [r for r in records if r.hardware.key == hardware_key and r.outcome in MEASURED_OUTCOMES]
+    if not usable:
+        return Corrections(hardware_key=hardware_key, families={})
+    by_family: dict[str, list[Measurement]] = {}
+    for r in usable:
+        by_family.setdefault(r.family, []).append(r)
+    families = {fam: _family(runs) for fam, runs in by_family.items()}
+    return Corrections(hardware_key=hardware_key, families=families, overall=_family(usable))
+
+
+def _family(runs: list[Measurement]) -> FamilyCorrection:
+    return FamilyCorrection(
+        _factor([_pair(r.predicted.tokens_per_sec, r.measured.tokens_per_sec) for r in runs], TOKENS_BOUNDS),
+        _factor([_pair(r.predicted.peak_gpu_bytes, r.measured.peak_gpu_bytes) for r in runs], MEMORY_BOUNDS),
+    )
+
+
+def _pair(predicted: float | None, measured: float | None) -> tuple[float, float] | None:
+    if predicted is None or measured is None or predicted <= 0 or measured <= 0:
+        return None
+    return float(predicted), float(measured)
+
+
+def shrunk_factor(log_ratios: list[float], bounds: tuple[float, float]) -> float:
+    """exp(mean log(measured/predicted) x n/(n+prior)), clamped to ``bounds``; 1.0 with no evidence."""
+    if not log_ratios:
+        return 1.0
+    n = len(log_ratios)
+    value = math.exp(statistics.fmean(log_ratios) * n / (n + PRIOR_RUNS))
+    return min(max(value, bounds[0]), bounds[1])
+
+
+def _factor(pairs: list[tuple[float, float] | None], bounds: tuple[float, float]) -> Factor:
+    clean = [p for p in pairs if p is not None]
+    if not clean:
+        return Factor()
+    logs = [math.log(m / p) for p, m in clean]
+    value = shrunk_factor(logs, bounds)
+    before = statistics.median(abs(p - m) / m for p, m in clean)
+    if len(clean) >= 2:  # leave-one-out: each run predicted with the factor the others give
+        after_errs = []
+        for i, (p, m) in enumerate(clean):
+            f = shrunk_factor(logs[:i] + logs[i + 1 :], bounds)
+            after_errs.append(abs(p * f - m) / m)
+        after = statistics.median(after_errs)
+    else:
+        after = abs(clean[0][0] * value - clean[0][1]) / clean[0][1]
+    return Factor(value=value, runs=len(clean), error_before=before, error_after=after)
+
+
+def _borrowed(f: Factor, bounds: tuple[float, float]) -> Factor:
+    if f.runs == 0:
+        return Factor()
+    value = math.exp(math.log(f.value) * BORROW_WEIGHT)
+    return Factor(value=min(max(value, bounds[0]), bounds[1]), runs=0)

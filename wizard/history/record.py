@@ -1,0 +1,201 @@
+"""One run as the history keeps it: where it ran, what the planner predicted, what was measured, how it ended.
+
+Records are plain facts (frozen, JSON-able): the store writes them, the calibration reads them, export files carry
+them between machines. Reading a record back never trusts the stored JSON: a hand-edited or foreign export with a
+wrong-typed field gives a record with that field empty, not an exception.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+OUTCOMES = ("running", "success", "oom", "failed", "interrupted", "lost")
+SOURCES = ("launch", "monitor", "probe", "import")
+
+# A JSON number bigger than this is not a measurement (bytes of GPU memory or tokens/s of any machine that exists).
+_MAX_MAGNITUDE = 1e18
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The hardware fingerprint: runs on the same ``key`` calibrate each other."""
+
+    gpu_name: str = ""
+    gpu_memory_bytes: int | None = None
+    gpus_per_node: int = 0
+    nodes: int = 1
+    interconnect: str = ""  # "nvlink", "pcie", "cpu" ...
+    host_ram_bytes: int | None = None
+    host_cores: int | None = None
+    driver: str = ""
+    torch: str = ""
+    deepspeed: str = ""
+
+    @property
+    def key(self) -> str:
+        """What must match for one run to teach another: the GPU model, its memory, the GPU count and nodes."""
+        gib = round((self.gpu_memory_bytes or 0) / 1024**3)
+        return f"{self.gpu_name or 'cpu'}|{gib}GiB|{self.nodes}x{self.gpus_per_node}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, "")}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Hardware:
+        d = data if isinstance(data, Mapping) else {}
+        return cls(
+            gpu_name=_text(d.get("gpu_name")),
+            gpu_memory_bytes=_int(d.get("gpu_memory_bytes")),
+            gpus_per_node=_int(d.get("gpus_per_node")) or 0,
+            nodes=_int(d.get("nodes")) or 1,
+            interconnect=_text(d.get("interconnect")),
+            host_ram_bytes=_int(d.get("host_ram_bytes")),
+            host_cores=_int(d.get("host_cores")),
+            driver=_text(d.get("driver")),
+            torch=_text(d.get("torch")),
+            deepspeed=_text(d.get("deepspeed")),
+        )
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Predicted or measured figures of one run (each optional: a run that died early measured little)."""
+
+    tokens_per_sec: float | None = None
+    step_time_s: float | None = None
+    peak_gpu_bytes: int | None = None  # the largest over the ranks / GPUs
+    peak_gpu_bytes_per_rank: tuple[int, ...] = ()
+    host_ram_peak_bytes: int | None = None
+    steps: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            if v is None or v == ():
+                continue
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Figures:
+        d = data if isinstance(data, Mapping) else {}
+        per_rank = d.get("peak_gpu_bytes_per_rank")
+        ranks = (
+            tuple(v for v in (_int(x) for x in per_rank) if v is not None)
+            if isinstance(per_rank, list)
+            else ()
+        )
+        return cls(
+            tokens_per_sec=_float(d.get("tokens_per_sec")),
+            step_time_s=_float(d.get("step_time_s")),
+            peak_gpu_bytes=_int(d.get("peak_gpu_bytes")),
+            peak_gpu_bytes_per_rank=ranks,
+            host_ram_peak_bytes=_int(d.get("host_ram_peak_bytes")),
+            steps=_int(d.get("steps")),
+        )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    hardware: Hardware
+    model: Mapping[str, Any]  # the model spec the planner used (name, parameters, layers, hidden, ...)
+    strategy: Mapping[str, Any]  # stage, offloads, micro-batch, accumulation, checkpointing, precision
+    predicted: Figures = field(default_factory=Figures)
+    measured: Figures = field(default_factory=Figures)
+    seq_len: int | None = None
+    outcome: str = "running"
+    source: str = "launch"
+    run_dir: str = ""
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def family(self) -> str:
+        """The strategy family the calibration corrects as one: ZeRO stage and where the states live."""
+        return strategy_family(self.strategy)
+
+    def ended(self, outcome: str, measured: Figures, *, at: float | None = None) -> Measurement:
+        return replace(self, outcome=outcome, measured=measured, ended_at=time.time() if at is None else at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "source": self.source,
+            "outcome": self.outcome,
+            "run_dir": self.run_dir,
+            "hardware": self.hardware.to_json(),
+            "model": dict(self.model),
+            "strategy": dict(self.strategy),
+            "seq_len": self.seq_len,
+            "predicted": self.predicted.to_json(),
+            "measured": self.measured.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Measurement | None:
+        """None when ``data`` is not a record at all (no id); wrong-typed fields read as empty."""
+        if not isinstance(data, Mapping):
+            return None
+        rid = data.get("id")
+        if not isinstance(rid, str) or not rid or len(rid) > 64:
+            return None
+        outcome = data.get("outcome")
+        source = data.get("source")
+        return cls(
+            id=rid,
+            started_at=_float(data.get("started_at")) or 0.0,
+            ended_at=_float(data.get("ended_at")),
+            source=source if source in SOURCES else "import",
+            outcome=outcome if outcome in OUTCOMES else "failed",
+            run_dir=_text(data.get("run_dir")),
+            hardware=Hardware.from_json(data.get("hardware")),
+            model=_mapping(data.get("model")),
+            strategy=_mapping(data.get("strategy")),
+            seq_len=_int(data.get("seq_len")),
+            predicted=Figures.from_json(data.get("predicted")),
+            measured=Figures.from_json(data.get("measured")),
+        )
+
+
+def strategy_family(strategy: Mapping[str, Any]) -> str:
+    stage = strategy.get("stage")
+    opt = strategy.get("offload_optimizer") or "none"
+    par = strategy.get("offload_param") or "none"
+    return f"z{stage if isinstance(stage, int) else '?'}-opt:{opt}-param:{par}"
+
+
+def _text(v: Any) -> str:
+    return v[:200] if isinstance(v, str) else ""
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) and 0 <= f <= _MAX_MAGNITUDE else None
+
+
+def _int(v: Any) -> int | None:
+    f = _float(v)
+    return int(f) if f is not None else None
+
+
+def _mapping(v: Any) -> dict[str, Any]:
+    """A flat copy of scalar fields (nested structures are not part of a model spec or a strategy)."""
+    if not isinstance(v, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    for k, x in list(v.items())[:100]:
+        if isinstance(k, str) and (x is None or isinstance(x, (bool, int, float, str))):
+            if isinstance(x, float) and not math.isfinite(x):
+                continue
+            out[k[:100]] = x[:200] if isinstance(x, str) else x
+    return out
