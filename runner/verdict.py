@@ -102,6 +102,11 @@ class JobObserver:
     loss_scale_floor: bool = False  # DeepSpeed gave up: "Current loss scale already at minimum"
     native_aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (rank, "terminate called …")
     clean_exits: int = 0  # ranks the launcher saw exit with 0
+    # (step, time) of the first and the latest step seen: the speed of a job that prints no DeepSpeed throughput
+    # line (accelerate and the HF Trainer set steps_per_print to infinity), from its own step prints.
+    first_step_at: tuple[int, float] | None = None
+    last_step_at: tuple[int, float] | None = None
+    rank0_loss: bool = False
 
     def __post_init__(self) -> None:
         self.phases = PhaseTracker(self.started, optimizer_op=self.optimizer_op)
@@ -126,13 +131,17 @@ class JobObserver:
         elif event.kind == "step" and v.get("step"):  # "step=0" is printed at engine start
             self.step = _max(self.step, v.get("step"))
             self.skipped = max(self.skipped, int(v.get("skipped") or 0))
-        elif event.kind == "loss":
+        elif event.kind == "loss" and (event.rank in (None, 0) or not self.rank0_loss):
+            self.rank0_loss = self.rank0_loss or event.rank in (None, 0)
             if v.get("loss") is not None:
                 self.loss = float(v["loss"])
             elif v.get("eval_loss") is not None and v.get("train_loss") is None:
                 self.eval_loss = float(v["eval_loss"])
             if v.get("step") is not None:
                 self.step = _max(self.step, int(v["step"]))
+                if self.first_step_at is None:
+                    self.first_step_at = (self.step, now)
+                self.last_step_at = (self.step, now)
         elif event.kind == "overflow":
             if event.rank in (None, 0):
                 self.overflows += 1
@@ -395,7 +404,24 @@ def _finished(f: EndFacts) -> RunVerdict | None:
     if obs.loss is None and obs.eval_loss is not None:
         loss = f", last eval loss {obs.eval_loss:.4g}"
     done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
-    return RunVerdict(kind="success", summary=f"success: {done} {_clock(f.elapsed)}{loss}")
+    speed = _speed(obs, f.ds_config)
+    return RunVerdict(kind="success", summary=f"success: {done} {_clock(f.elapsed)}{speed}{loss}")
+
+
+def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
+    """", 41.2 samples/s": DeepSpeed's last figure, else the job's own step prints over their arrival times."""
+    if obs.samples_per_sec is not None:
+        return f", {obs.samples_per_sec:,.1f} samples/s"
+    if obs.first_step_at is None or obs.last_step_at is None:
+        return ""
+    (s0, t0), (s1, t1) = obs.first_step_at, obs.last_step_at
+    if s1 <= s0 or t1 <= t0:
+        return ""
+    steps_per_s = (s1 - s0) / (t1 - t0)
+    batch = (ds_config or {}).get("train_batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
+        return f", {steps_per_s * batch:,.1f} samples/s (script prints)"
+    return f", {steps_per_s:,.2f} steps/s (script prints)"
 
 
 def _native_abort(f: EndFacts) -> RunVerdict | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runner.metrics.prints import parse_progress_print
 from runner.tracebacks import TORCH_RANK_PREFIX_RE
 
 # kind -> the keys its ``values`` may carry (documentation and a test guard; values may omit unknown ones).
@@ -56,7 +57,7 @@ EVENT_KEYS: dict[str, tuple[str, ...]] = {
     "ds_config": ("key", "value"),
     "oom": ("device", "tried_bytes", "gpu", "total_bytes", "free_bytes"),
     "nccl_timeout": ("op", "timeout_ms", "ran_ms", "seq"),
-    "loss": ("loss", "learning_rate", "epoch", "step", "grad_norm", "eval_loss", "train_loss"),
+    "loss": ("loss", "learning_rate", "epoch", "step", "grad_norm", "eval_loss", "train_loss", "form"),
     "exception": ("type", "message"),
 }
 KINDS = tuple(EVENT_KEYS)
@@ -211,6 +212,9 @@ def _recognise(msg: str, source: str | None) -> tuple[str, dict[str, Any]] | Non
         m = _EXCEPTION_RE.match(msg.strip())
         if m:
             return ("exception", {"type": m.group("type"), "message": m.group("msg") or ""})
+    if "oss" in msg:  # "loss", "Loss": the script's own progress prints (runner/metrics/prints.py)
+        printed = parse_progress_print(msg)
+        return ("loss", printed) if printed is not None else None
     return None
 
 
