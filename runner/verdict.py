@@ -409,7 +409,7 @@ def _finished(f: EndFacts) -> RunVerdict | None:
 
 
 def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
-    """", 41.2 samples/s": DeepSpeed's last figure, else the job's own step prints over their arrival times."""
+    """ ", 41.2 samples/s": DeepSpeed's last figure, else the job's own step prints over their arrival times."""
     if obs.samples_per_sec is not None:
         return f", {obs.samples_per_sec:,.1f} samples/s"
     if obs.first_step_at is None or obs.last_step_at is None:

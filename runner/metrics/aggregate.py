@@ -32,7 +32,9 @@ from runner.metrics.snapshot import GpuState, HistoryPoint, Snapshot
 from wizard.units import fmt_bytes
 
 _WINDOW = 64
-RATE_WINDOW = 6  # the last few observations: a change of rate shows within a minute, not at the end of the window
+RATE_WINDOW = (
+    6  # the last few observations: a change of rate shows within a minute, not at the end of the window
+)
 
 SOURCE_DS_LOG = "DeepSpeed log"
 SOURCE_DS_CURR = "DeepSpeed CurrSamplesPerSec"
@@ -281,7 +283,9 @@ class Aggregator:
             return steps_per_s * batch, 1 / steps_per_s, SOURCE_DS_LOG
         if self._ds_samples_per_sec is not None:
             # Until the log's timestamps give a wall rate: DeepSpeed's own per-step figure, never mixed after it.
-            step_time = 1 / steps_per_s if steps_per_s else (batch / self._ds_samples_per_sec if batch else None)
+            step_time = (
+                1 / steps_per_s if steps_per_s else (batch / self._ds_samples_per_sec if batch else None)
+            )
             return self._ds_samples_per_sec, step_time, SOURCE_DS_CURR
         samples_per_s = _rate(self._csv_samples)
         if samples_per_s is not None:

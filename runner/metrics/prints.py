@@ -31,7 +31,25 @@ _LOSS_RE = re.compile(
     re.IGNORECASE,
 )
 _EVAL_WORDS = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev", "holdout"})
-_TRAIN_WORDS = frozenset({"train", "training", "avg", "average", "mean", "running", "smoothed", "total", "lm", "final", "last", "step", "batch", "epoch", "iter"})
+_TRAIN_WORDS = frozenset(
+    {
+        "train",
+        "training",
+        "avg",
+        "average",
+        "mean",
+        "running",
+        "smoothed",
+        "total",
+        "lm",
+        "final",
+        "last",
+        "step",
+        "batch",
+        "epoch",
+        "iter",
+    }
+)
 _STEP_RE = re.compile(
     r"(?<![\w.-])(?:global_step|global step|step|iter|iteration|it)\s*[=:#]?\s*(?P<step>\d+)"
     r"(?:\s*(?:/|of)\s*(?P<total>\d+))?(?![\w.%])",

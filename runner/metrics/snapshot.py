@@ -86,7 +86,9 @@ class Snapshot(TrainingFigures):
     disk_read_bytes_per_sec: float | None = None
     disk_write_bytes_per_sec: float | None = None
     predicted_tokens_per_sec: float | None = None
-    measured_peak_gpu_bytes: int | None = None  # the most any GPU held so far (the job's own use where NVML says)
+    measured_peak_gpu_bytes: int | None = (
+        None  # the most any GPU held so far (the job's own use where NVML says)
+    )
     predicted_peak_gpu_bytes: int | None = None  # the plan's (run.json "plan")
     # figure -> where it came from ("samples_per_sec": "csv monitor", "loss": "script prints"; aggregate.SOURCE_*)
     sources: Mapping[str, str] = field(default_factory=dict)
