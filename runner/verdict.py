@@ -107,6 +107,7 @@ class JobObserver:
     first_step_at: tuple[int, float] | None = None
     last_step_at: tuple[int, float] | None = None
     rank0_loss: bool = False
+    train_batch_size: int | None = None  # from DeepSpeed's config print (log_level info)
 
     def __post_init__(self) -> None:
         self.phases = PhaseTracker(self.started, optimizer_op=self.optimizer_op)
@@ -156,6 +157,10 @@ class JobObserver:
             self.clean_exits += 1
         elif event.kind == "spawn":
             self.spawned.append(event)
+        elif (
+            event.kind == "ds_config" and v.get("key") == "train_batch_size" and str(v.get("value")).isdigit()
+        ):
+            self.train_batch_size = int(v["value"])
         elif event.kind == "world" and v.get("world_size"):
             self.world_size = int(v["world_size"])
         return event
@@ -418,7 +423,7 @@ def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
     if s1 <= s0 or t1 <= t0:
         return ""
     steps_per_s = (s1 - s0) / (t1 - t0)
-    batch = (ds_config or {}).get("train_batch_size")
+    batch = obs.train_batch_size or (ds_config or {}).get("train_batch_size")
     if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
         return f", {steps_per_s * batch:,.1f} samples/s (script prints)"
     return f", {steps_per_s:,.2f} steps/s (script prints)"

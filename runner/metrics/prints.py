@@ -42,8 +42,6 @@ _TRAIN_WORDS = frozenset(
         "smoothed",
         "total",
         "lm",
-        "final",
-        "last",
         "step",
         "batch",
         "epoch",
