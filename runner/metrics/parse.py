@@ -14,6 +14,8 @@ with examples):
   ``Process 6010 exits successfully.``, ``Main process received SIGTERM, exiting``, ``dist_world_size=2``
   (``launcher/launch.py``);
 - PyTorch ``CUDA out of memory. Tried to allocate 2.00 GiB``, NCCL ``Watchdog caught collective operation timeout``;
+- a script's own progress prints, ``step 5 loss 10.78`` and the like (``runner/metrics/prints.py``), tried when
+  nothing else matched;
 - HF-Trainer style dicts ``{'loss': 3.21, 'learning_rate': 0.001, 'epoch': 0.1}`` (transformers 5 prints floats as
   strings: ``{'loss': '3.21'}``), also train_tiny's ``'step'`` key.
 
@@ -163,6 +165,9 @@ def _parse_segment(text: str, default_rank: int | None) -> LogEvent | None:
     if m:
         rank, msg = int(m.group("rank")), m.group("msg")
     found = _recognise(msg, source)
+    if found is None:  # nothing of DeepSpeed's: the script's own progress print? (runner/metrics/prints.py)
+        printed = parse_progress_print(msg)
+        found = ("loss", printed) if printed is not None else None
     if found is None:
         if level is None:
             return None
@@ -212,9 +217,6 @@ def _recognise(msg: str, source: str | None) -> tuple[str, dict[str, Any]] | Non
         m = _EXCEPTION_RE.match(msg.strip())
         if m:
             return ("exception", {"type": m.group("type"), "message": m.group("msg") or ""})
-    if "oss" in msg:  # "loss", "Loss": the script's own progress prints (runner/metrics/prints.py)
-        printed = parse_progress_print(msg)
-        return ("loss", printed) if printed is not None else None
     return None
 
 

@@ -10,8 +10,8 @@ script's own dicts, the phase must end in "training", and the verdict must carry
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
