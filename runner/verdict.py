@@ -139,10 +139,10 @@ class JobObserver:
             elif v.get("eval_loss") is not None and v.get("train_loss") is None:
                 self.eval_loss = float(v["eval_loss"])
             if v.get("step") is not None:
-                self.step = _max(self.step, int(v["step"]))
+                step = self.step = max(self.step or 0, int(v["step"]))
                 if self.first_step_at is None:
-                    self.first_step_at = (self.step, now)
-                self.last_step_at = (self.step, now)
+                    self.first_step_at = (step, now)
+                self.last_step_at = (step, now)
         elif event.kind == "overflow":
             if event.rank in (None, 0):
                 self.overflows += 1
