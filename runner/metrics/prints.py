@@ -67,8 +67,8 @@ def parse_progress_print(msg: str) -> dict[str, Any] | None:
     evaluation: float | None = None
     for m in _LOSS_RE.finditer(msg):
         qual = (m.group("qual") or "").lower()
-        number = _finite(m.group("num"))
-        if number is None or (qual and qual not in _EVAL_WORDS and qual not in _TRAIN_WORDS):
+        number = float(m.group("num"))  # _NUM is digits only: float() takes it (1e999 becomes inf)
+        if not math.isfinite(number) or (qual and qual not in _EVAL_WORDS and qual not in _TRAIN_WORDS):
             continue  # "loss 5" after a word we do not know ("packet loss", "scale loss") is not the loss
         if qual in _EVAL_WORDS:
             evaluation = number if evaluation is None else evaluation
@@ -86,14 +86,7 @@ def parse_progress_print(msg: str) -> dict[str, Any] | None:
         if step:
             values["step"] = int(step.group("step"))
     lr = _LR_RE.search(msg)
-    if lr and _finite(lr.group("num")) is not None:
-        values["learning_rate"] = _finite(lr.group("num"))
+    learning_rate = float(lr.group("num")) if lr else math.nan
+    if math.isfinite(learning_rate):
+        values["learning_rate"] = learning_rate
     return values
-
-
-def _finite(text: str) -> float | None:
-    try:
-        value = float(text)
-    except (ValueError, OverflowError):
-        return None
-    return value if math.isfinite(value) else None
