@@ -108,6 +108,9 @@ class JobObserver:
     last_step_at: tuple[int, float] | None = None
     rank0_loss: bool = False
     train_batch_size: int | None = None  # from DeepSpeed's config print (log_level info)
+    # The HF Trainer's last log: {'train_runtime':, 'train_samples_per_second':, 'train_steps_per_second':, …}
+    # (transformers trainer_utils.speed_metrics): its speed when nothing else printed one.
+    trainer_summary: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.phases = PhaseTracker(self.started, optimizer_op=self.optimizer_op)
@@ -134,6 +137,8 @@ class JobObserver:
             self.skipped = max(self.skipped, int(v.get("skipped") or 0))
         elif event.kind == "loss" and (event.rank in (None, 0) or not self.rank0_loss):
             self.rank0_loss = self.rank0_loss or event.rank in (None, 0)
+            if v.get("train_samples_per_second") is not None:
+                self.trainer_summary = v
             if v.get("loss") is not None:
                 self.loss = float(v["loss"])
             elif v.get("eval_loss") is not None and v.get("train_loss") is None:
@@ -408,15 +413,25 @@ def _finished(f: EndFacts) -> RunVerdict | None:
     loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
     if obs.loss is None and obs.eval_loss is not None:
         loss = f", last eval loss {obs.eval_loss:.4g}"
-    done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
+    step = obs.step if obs.step is not None else _trainer_steps(obs.trainer_summary)
+    done = f"{step} steps in" if step is not None else "finished in"  # other nodes print no steps
     speed = _speed(obs, f.ds_config)
     return RunVerdict(kind="success", summary=f"success: {done} {_clock(f.elapsed)}{speed}{loss}")
+
+
+def _trainer_steps(summary: Mapping[str, Any] | None) -> int | None:
+    """The optimizer steps of the Trainer's run: steps/s x runtime (its log dicts carry no step)."""
+    if not summary or summary.get("train_steps_per_second") is None or summary.get("train_runtime") is None:
+        return None
+    return round(float(summary["train_steps_per_second"]) * float(summary["train_runtime"]))
 
 
 def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
     """ ", 41.2 samples/s": DeepSpeed's last figure, else the job's own step prints over their arrival times."""
     if obs.samples_per_sec is not None:
         return f", {obs.samples_per_sec:,.1f} samples/s"
+    if obs.trainer_summary is not None:
+        return f", {float(obs.trainer_summary['train_samples_per_second']):,.1f} samples/s (Trainer)"
     if obs.first_step_at is None or obs.last_step_at is None:
         return ""
     (s0, t0), (s1, t1) = obs.first_step_at, obs.last_step_at

@@ -173,7 +173,8 @@ class Aggregator:
         elif self._rank0_loss_seen:
             return  # rank 0 prints its own: the other ranks' copies (or local losses) would make the chart jump
         v = e.values
-        train = v.get("loss", v.get("train_loss"))
+        # The Trainer's last dict has "train_loss", the run's mean: the last step's loss stays the one shown.
+        train = v.get("loss", None if self._train_loss_seen else v.get("train_loss"))
         source = _FORM_SOURCE.get(v.get("form", "dict"), SOURCE_PRINTS)
         if train is not None:
             self._loss, self._train_loss_seen = float(train), True

@@ -164,3 +164,28 @@ def test_samples_per_second_from_the_csv_monitor_counter_as_rows_arrive() -> Non
     snap = agg.snapshot(11.0)
     assert snap.samples_per_sec == pytest.approx(points[2].samples - points[0].samples)
     assert snap.sources["samples_per_sec"] == SOURCE_CSV
+
+
+def test_an_hf_trainer_job_without_steps_gets_steps_and_speed_from_its_final_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The Trainer's dicts carry no step and accelerate silences DeepSpeed: the verdict takes steps and speed from
+    the Trainer's last log (its own speed_metrics), printed by its own PrinterCallback (transformers 5.24)."""
+    import time
+
+    from transformers.trainer_callback import PrinterCallback, TrainerControl, TrainerState
+    from transformers.trainer_utils import speed_metrics
+
+    printer, state, control = PrinterCallback(), TrainerState(), TrainerControl()
+    for loss in (4.81, 4.52, 4.3333, 4.1):  # logging_steps 10: no step in the dicts
+        printer.on_log(None, state, control, logs={"loss": loss, "grad_norm": 0.9, "learning_rate": 1e-3})
+    final = speed_metrics("train", time.time() - 20.0, num_samples=160, num_steps=40)
+    printer.on_log(None, state, control, logs={**final, "total_flos": 1e12, "train_loss": 4.44, "epoch": 1.0})
+    obs = JobObserver(started=0.0)
+    agg = Aggregator()
+    for i, line in enumerate(capsys.readouterr().out.splitlines()):
+        event = obs.feed(line, float(i), rank=0)
+        agg.add_events([event] if event is not None else [], float(i))
+    verdict = decide(obs, launcher_returncodes=[0], elapsed=25.0)
+    assert verdict.summary == "success: 40 steps in 0:25, 8.0 samples/s (Trainer), final loss 4.1"
+    assert agg.snapshot(5.0).loss == 4.1  # the last step's loss, not the run's mean ("train_loss")
