@@ -170,11 +170,19 @@ class JobObserver:
             self.world_size = int(v["world_size"])
         return event
 
+    def printed_steps_per_sec(self) -> float | None:
+        """The job's own step prints over their arrival times, first to latest (None before two)."""
+        if self.first_step_at is None or self.last_step_at is None:
+            return None
+        (s0, t0), (s1, t1) = self.first_step_at, self.last_step_at
+        return (s1 - s0) / (t1 - t0) if s1 > s0 and t1 > t0 else None
+
     def status(self, now: float) -> Status:
         phase = self.phases.current
-        return Status(
-            self.step, self.samples_per_sec, self.loss, now - self.started, phase, now - phase.started_at
-        )
+        samples, printed = self.samples_per_sec, self.printed_steps_per_sec()
+        if samples is None and printed is not None and self.train_batch_size:
+            samples = printed * self.train_batch_size
+        return Status(self.step, samples, self.loss, now - self.started, phase, now - phase.started_at)
 
 
 def _max(a: int | None, b: Any) -> int | None:
@@ -432,12 +440,9 @@ def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
         return f", {obs.samples_per_sec:,.1f} samples/s"
     if obs.trainer_summary is not None:
         return f", {float(obs.trainer_summary['train_samples_per_second']):,.1f} samples/s (Trainer)"
-    if obs.first_step_at is None or obs.last_step_at is None:
+    steps_per_s = obs.printed_steps_per_sec()
+    if steps_per_s is None:
         return ""
-    (s0, t0), (s1, t1) = obs.first_step_at, obs.last_step_at
-    if s1 <= s0 or t1 <= t0:
-        return ""
-    steps_per_s = (s1 - s0) / (t1 - t0)
     batch = obs.train_batch_size or (ds_config or {}).get("train_batch_size")
     if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
         return f", {steps_per_s * batch:,.1f} samples/s (script prints)"

@@ -189,3 +189,17 @@ def test_an_hf_trainer_job_without_steps_gets_steps_and_speed_from_its_final_log
     verdict = decide(obs, launcher_returncodes=[0], elapsed=25.0)
     assert verdict.summary == "success: 40 steps in 0:25, 8.0 samples/s (Trainer), final loss 4.1"
     assert agg.snapshot(5.0).loss == 4.1  # the last step's loss, not the run's mean ("train_loss")
+
+
+def test_the_status_line_has_a_speed_from_printed_steps_before_any_deepspeed_throughput_line() -> None:
+    (rank0,) = PLAIN.glob("*_rank0.log")
+    lines = rank0.read_text().splitlines()
+    upto = lines.index(next(x for x in lines if x.startswith("step 9 ")))
+    obs = JobObserver(started=0.0)
+    for i, line in enumerate(lines[: upto + 1]):
+        obs.feed(line, float(i), rank=0)
+    first = lines.index(next(x for x in lines if x.startswith("step 1 ")))
+    assert obs.samples_per_sec is None  # steps_per_print 10: DeepSpeed has not spoken yet
+    assert obs.train_batch_size == 8
+    expected = (9 - 1) / (upto - first) * 8
+    assert f"step 9 · {expected:,.1f} samples/s · loss " in obs.status(float(upto)).line()
