@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from runner.metrics.aggregate import SOURCE_DS_CURR, SOURCE_DS_LOG, SOURCE_PRINTS, Aggregator
+from runner.metrics.csvmon import LR_FILE, has_step_rows
 from runner.metrics.parse import LogEvent, parse_line
 from runner.metrics.plan import PlanInfo
 from runner.metrics.snapshot import GpuState, Snapshot
 from runner.monitor.widgets.charts import ThroughputPanel, titled
 from runner.monitor.widgets.gpus import GpuPanel
+from runner.phases import PhaseTracker
 from wizard.units import GiB
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -97,3 +99,24 @@ def test_throughput_panel_puts_measured_tokens_beside_the_plan_and_titles_name_t
     assert head == "samples/s 8.00  tokens/s 900 (plan 1.00k -10%)"
     assert titled("Throughput", snap, "samples_per_sec") == "Throughput · csv monitor"
     assert titled("Loss", snap, "loss") == "Loss"
+
+
+def test_csv_monitor_rows_end_the_setting_up_phase_of_a_job_that_prints_no_step(tmp_path: Path) -> None:
+    """An accelerate script that prints nothing while it trains: the csv monitor's first row ends "setting up"."""
+    tracker = PhaseTracker(0.0)
+    tracker.feed(
+        "[2026-12-01 13:32:06,620] [INFO] [stage_1_and_2.py:150:__init__] Creating ZeRO stage 2 optimizer",
+        1.0,
+    )
+    assert tracker.current.name == "setting up ZeRO stage 2"
+    csv_dir = tmp_path / "csv" / "dswiz"
+    csv_dir.mkdir(parents=True)
+    assert not has_step_rows(csv_dir)  # not written yet
+    recorded = (LOGS / "cpu_plain_prints" / "csv" / "dswiz" / LR_FILE).read_text().splitlines()
+    (csv_dir / LR_FILE).write_text(recorded[0] + "\n")  # the header alone: no step yet
+    assert not has_step_rows(csv_dir)
+    (csv_dir / LR_FILE).write_text("\n".join(recorded[:2]) + "\n")
+    assert has_step_rows(csv_dir)
+    phase = tracker.steps_seen(5.0)
+    assert phase is not None and phase.name == "training" and tracker.training
+    assert tracker.steps_seen(6.0) is None  # once
