@@ -251,6 +251,7 @@ def resolve_launch(request: LaunchRequest) -> ResolvedLaunch:
 
     choice = configdir.find_configs(request.config) if request.config else configdir.ConfigChoice()
     cfg = resolve_config(request, choice)
+    request = _in_slurm_allocation(request, choice, cfg)
     nodes = resolve_nodes(request, choice, cfg.launcher)
     env_changes: dict[str, str | None] = {}
     if choice.deepspeed_env is not None:
@@ -262,6 +263,31 @@ def resolve_launch(request: LaunchRequest) -> ResolvedLaunch:
     for s in specs:
         L.build_command(s)  # a bad combination of flags is reported before anything else happens
     return ResolvedLaunch(request, choice, nodes, spec, tuple(specs), cfg.ds_config)
+
+
+def _in_slurm_allocation(request: LaunchRequest, choice: ConfigChoice, cfg: ConfigUse) -> LaunchRequest:
+    """Inside sbatch/salloc: hosts, node rank, master and run directory from SLURM_* (runner.slurm_env)."""
+    from runner import slurm_env
+
+    mode = request.launcher_mode or choice.multinode_launcher
+    defaults = slurm_env.launch_defaults(
+        os.environ,
+        launcher=cfg.launcher,
+        mode=mode,
+        given=dataclasses.asdict(request),
+        config_hostfile=choice.hostfile,
+        nproc=cfg.nproc,
+        write=not request.dry_run,
+    )
+    if defaults.note:
+        click.echo(f"[dswiz] {defaults.note}")
+    return dataclasses.replace(
+        request,
+        hostfile=defaults.hostfile or request.hostfile,
+        node_rank=request.node_rank if defaults.node_rank is None else defaults.node_rank,
+        master_addr=defaults.master_addr or request.master_addr,
+        run_dir=defaults.run_dir or request.run_dir,
+    )
 
 
 def resolve_config(request: LaunchRequest, choice: ConfigChoice) -> ConfigUse:

@@ -7,4 +7,10 @@ bash scripts/setup.sh
 echo "== ruff"; ruff format --check . && ruff check .
 echo "== mypy"; mypy
 echo "== import contracts"; lint-imports --no-cache
+echo "== slurm (for tests/integration/test_slurm_jobs.py; stopped when the tests end)"
+trap 'bash scripts/slurm-down.sh' EXIT
+if ! bash scripts/slurm-up.sh > /dev/null; then
+  echo "!! Slurm could not be started here: its tests will be skipped, with the reason in the summary" >&2
+fi
+export SLURM_CONF=${DSWIZ_SLURM_DIR:-/tmp/dswiz-slurm}/slurm.conf
 echo "== pytest"; pytest "$@"

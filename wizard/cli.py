@@ -71,18 +71,28 @@ class LazyGroup(click.Group):
     help="Plan for described hardware instead of this machine: 8xA100-80GB, 2x8xH100, or a YAML profile.",
 )
 @click.option(
+    "--model",
+    "-m",
+    "model_text",
+    metavar="NAME|PATH|NUMBERS",
+    help="Plan for this model (preset, config.json, params=7e9): the wizard opens on its Strategy step.",
+)
+@click.option(
     "--from",
     "from_file",
     type=click.Path(dir_okay=False),
     help="Start from an existing DeepSpeed JSON or accelerate YAML.",
 )
 @click.pass_context
-def cli(ctx: click.Context, plain: bool, hardware: str | None, from_file: str | None) -> None:
+def cli(
+    ctx: click.Context, plain: bool, hardware: str | None, model_text: str | None, from_file: str | None
+) -> None:
     """dswiz: DeepSpeed ZeRO made easy to get right.
 
     \b
     Run without a command to open the full-screen wizard:
       Hardware -> Model -> Strategy -> Precision & batch -> Multi-node -> Review & write.
+    --hardware (and --model) answer their steps: it opens on the first one left to answer.
 
     \b
     Typical session:
@@ -96,7 +106,7 @@ def cli(ctx: click.Context, plain: bool, hardware: str | None, from_file: str | 
         return
     from wizard.commands.wizard import run_wizard
 
-    run_wizard(plain=plain, hardware=hardware, from_file=from_file)
+    run_wizard(plain=plain, hardware=hardware, from_file=from_file, model_text=model_text or "")
 
 
 def main(argv: list[str] | None = None) -> None:

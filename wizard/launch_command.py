@@ -80,6 +80,8 @@ class LaunchSpec:
     copy_configs: bool = True
     # A shell variable holding this node's rank, instead of node_rank (launch.sh runs on every node: "$NODE_RANK").
     node_rank_var: str | None = None
+    # A shell variable holding the rendezvous port, instead of master_port (job.sbatch picks one when it starts).
+    master_port_var: str | None = None
     # The .deepspeed_env other nodes get (DS_ENV_FILE) when it is used as it is; None: the run directory's copy.
     deepspeed_env_file: str | None = None
 
@@ -132,11 +134,28 @@ def deepspeed_env_path(spec: LaunchSpec) -> str:
     return str(PurePath(spec.run_dir, CONFIG_DIR, "deepspeed_env"))
 
 
+def runs_per_node(launcher: str, multinode_launcher: str | None) -> bool:
+    """Whether a multi-node launch runs once on every node, each told its rank (torchrun, accelerate's
+    --machine_rank, DeepSpeed's runner with --no_ssh), rather than once on the first host."""
+    return launcher in ("torchrun", "accelerate") or (
+        launcher == "deepspeed" and multinode_launcher == "nossh"
+    )
+
+
 def node_rank_word(spec: LaunchSpec) -> str:
     """This node's rank as a command word: the number, or the shell variable that holds it."""
     if spec.node_rank is not None:
         return str(spec.node_rank)
     return f"${spec.node_rank_var}"
+
+
+def master_port_words(spec: LaunchSpec, flag: str) -> list[str]:
+    """``[flag, PORT]`` (the number, or the shell variable that holds it), or nothing when no port is set."""
+    if spec.master_port is not None:
+        return [flag, str(spec.master_port)]
+    if spec.master_port_var is not None:
+        return [flag, f"${spec.master_port_var}"]
+    return []
 
 
 def effective_config_arg(spec: LaunchSpec) -> str:
@@ -311,9 +330,9 @@ def validate(spec: LaunchSpec) -> None:
         )
     if spec.node_rank is not None and spec.node_rank < 0:
         raise DswizError(f"--node-rank {spec.node_rank} is negative", "node ranks count from 0")
-    needs_node_rank = spec.multinode and (
-        spec.launcher == "torchrun" or (spec.launcher == "deepspeed" and spec.multinode_launcher == "nossh")
-    )
+    # accelerate may take its --machine_rank from the YAML instead
+    per_node = runs_per_node(spec.launcher, spec.multinode_launcher) and spec.launcher != "accelerate"
+    needs_node_rank = spec.multinode and per_node
     if needs_node_rank:
         if spec.node_rank is None and spec.node_rank_var is None:
             raise DswizError(
@@ -409,8 +428,7 @@ def _deepspeed_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--exclude", spec.exclude]
     if spec.master_addr:
         argv += ["--master_addr", spec.master_addr]
-    if spec.master_port is not None:
-        argv += ["--master_port", str(spec.master_port)]
+    argv += master_port_words(spec, "--master_port")
     if spec.each_rank_log:
         argv += ["--enable_each_rank_log", rank_logs_dir(spec)]
     return argv + _script_part(spec)
@@ -429,8 +447,7 @@ def _accelerate_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--machine_rank", node_rank_word(spec)]
     if spec.master_addr:
         argv += ["--main_process_ip", spec.master_addr]
-    if spec.master_port is not None:
-        argv += ["--main_process_port", str(spec.master_port)]
+    argv += master_port_words(spec, "--main_process_port")
     return argv + _script_part(spec)
 
 
@@ -441,6 +458,5 @@ def _torchrun_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--nnodes", str(spec.num_nodes), "--node_rank", node_rank_word(spec)]
     if spec.master_addr:
         argv += ["--master_addr", spec.master_addr]
-    if spec.master_port is not None:
-        argv += ["--master_port", str(spec.master_port)]
+    argv += master_port_words(spec, "--master_port")
     return argv + _script_part(spec)

@@ -148,8 +148,18 @@ def _spec_from_file(path: Path) -> ModelSpec:
         raise DswizError(f"{path} does not hold a JSON object", "pass the model's HF config.json")
     if "text_config" in data and isinstance(data["text_config"], dict) and "hidden_size" not in data:
         data = {**data["text_config"], "_name_or_path": data.get("_name_or_path")}
-    name = str(data.get("_name_or_path") or path.parent.name or path.stem)
+    name = str(data.get("_name_or_path") or _file_model_name(path, data))
     return spec_from_config(data, name=name, source=str(path))
+
+
+def _file_model_name(path: Path, data: dict[str, Any]) -> str:
+    """An HF checkpoint's config.json is named by its folder ("Llama-2-7b-hf/config.json"); any other file by its
+    own name ("models/llama.json" is "llama", not "models"); else the architecture it declares."""
+    if path.name != "config.json" and path.stem:
+        return path.stem
+    architectures = data.get("architectures")
+    arch = architectures[0] if isinstance(architectures, list) and architectures else data.get("model_type")
+    return path.parent.name or str(arch or path.stem)
 
 
 _NUMBER_KEYS = {

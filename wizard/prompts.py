@@ -7,13 +7,13 @@ not what is under test).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from wizard.errors import DswizError
-from wizard.findings import Finding, has_errors
+from wizard.findings import Finding, Severity, has_errors
 from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import Candidate, Plan
@@ -32,12 +32,14 @@ class Prompter(Protocol):
 
 
 class QuestionaryPrompter:
-    """The real terminal prompts. ``key`` names the question for scripted tests; questionary ignores it."""
+    """The real terminal prompts. ``key`` names the question for scripted tests; questionary ignores it.
+    ``terminal`` (prompt_toolkit's ``input`` / ``output``) is for tests that type into the real prompts."""
 
-    def __init__(self) -> None:
+    def __init__(self, **terminal: Any) -> None:
         import questionary
 
         self.q = questionary
+        self.terminal = terminal
 
     def _ask(self, question: Any) -> Any:
         answer = question.ask()
@@ -46,15 +48,51 @@ class QuestionaryPrompter:
         return answer
 
     def text(self, key: str, message: str, default: str = "") -> str:
-        return str(self._ask(self.q.text(message, default=default)))
+        return str(self._ask(self.q.text(message, default=default, **self.terminal)))
 
     def select(self, key: str, message: str, options: Sequence[Option], default: Any = None) -> Any:
         choices = [self.q.Choice(title, value=value, disabled=why) for title, value, why in options]
         start = next((c for c in choices if c.value == default and not c.disabled), None)
-        return self._ask(self.q.select(message, choices=choices, default=start))
+        question = self.q.select(message, choices=choices, default=start, **self.terminal)
+        _stop_at_the_ends(question, [why is not None for _, _, why in options])
+        return self._ask(question)
 
     def confirm(self, key: str, message: str, default: bool = True) -> bool:
-        return bool(self._ask(self.q.confirm(message, default=default)))
+        return bool(self._ask(self.q.confirm(message, default=default, **self.terminal)))
+
+
+def next_offered(disabled: Sequence[bool], at: int, step: int) -> int:
+    """Where Up (step -1) / Down (+1) moves from ``at``: the nearest option offered that way, else ``at`` (no
+    wrapping round: from the first offered option, Up past a disabled one would land at the bottom unseen)."""
+    i = at + step
+    while 0 <= i < len(disabled):
+        if not disabled[i]:
+            return i
+        i += step
+    return at
+
+
+def _stop_at_the_ends(question: Any, disabled: Sequence[bool]) -> None:
+    """questionary's select wraps round and skips disabled options on its way (Up from fp16 with bf16 disabled
+    lands on fp32): bind the moves again to ``next_offered`` (prompt_toolkit calls the last binding added)."""
+    from prompt_toolkit.keys import Keys
+    from questionary.prompts.common import InquirerControl
+
+    controls = question.application.layout.find_all_controls()
+    control = next((c for c in controls if isinstance(c, InquirerControl)), None)
+    if control is None:  # pragma: no cover - another questionary layout: keep its own moves
+        return
+
+    def mover(step: int) -> Callable[[Any], None]:
+        def move(event: Any) -> None:
+            control.pointed_at = next_offered(disabled, control.pointed_at, step)
+
+        return move
+
+    bindings = question.application.key_bindings
+    for keys, step in (((Keys.Up, Keys.ControlP, "k"), -1), ((Keys.Down, Keys.ControlN, "j"), 1)):
+        for key in keys:
+            bindings.add(key, eager=True)(mover(step))
 
 
 def _ask_int(
@@ -63,7 +101,8 @@ def _ask_int(
     while True:
         answer = p.text(key, message, "" if default is None else str(default))
         try:
-            return parse_positive(answer, message.lower(), allow_empty=default is None)
+            what = message[:1].lower() + message[1:]  # "micro-batch per GPU": acronyms keep their case
+            return parse_positive(answer, what, allow_empty=default is None, example=default or 8)
         except DswizError as e:
             say(f"  {e}")
 
@@ -102,19 +141,32 @@ def run_prompts(
     out_dir: Path | None = None,
     service: WizardService | None = None,
     say: Callable[[str], None] = print,
+    model_text: str = "",
+    prefill: Mapping[str, Any] | None = None,
 ) -> int:
-    """Ask, plan, write. Returns 0 when files were written, 1 when the user stopped before writing."""
+    """Ask, plan, write. Returns 0 when files were written, 1 when the user stopped before writing.
+    ``model_text`` (``--model``) and ``prefill`` (``Choices`` fields: `dswiz config`'s flags) are the questions'
+    defaults."""
     service = service or WizardService()
-    c = initial_choices(service, hardware_spec=hardware_spec, from_file=from_file, out_dir=out_dir)
+    c = initial_choices(
+        service, hardware_spec=hardware_spec, from_file=from_file, out_dir=out_dir, model_text=model_text
+    )
+    for name, value in (prefill or {}).items():
+        setattr(c, name, value)
     a = _Asking(prompter or QuestionaryPrompter(), service, c, say)
     _ask_hardware(a, hardware_spec)
     model = _ask_model(a)
-    plan = service.plan(c, model)
-    s = _ask_strategy(a, model, plan)
+    plan: Plan | None = None
+    if model is None:  # nothing to predict: the strategy by hand, as `dswiz config --yes` without --model
+        service.start_unplanned(c)
+        assert c.strategy is not None
+        s = _strategy_by_hand(a.p, service, c, None, c.strategy, say, None)
+    else:
+        plan = service.plan(c, model)
+        s = _ask_strategy(a, model, plan)
     s = _ask_precision_and_batch(a, model, s)
     s = _ask_multi_node(a, s)
     c.strategy = s
-    c.global_batch = s.global_batch_size
     say(
         f"global batch {s.global_batch_size} = micro {s.micro_batch_size} × accumulation "
         f"{s.gradient_accumulation_steps} × world {s.world_size}"
@@ -143,27 +195,40 @@ def _ask_hardware(a: _Asking, spec: str | None) -> HardwareReport:
     return hw
 
 
-def _ask_model(a: _Asking) -> ModelSpec:
-    """Step 2: the model (asked again until it loads), training or inference, sequence length, batch."""
+NO_MODEL = "none: choose the strategy by hand (nothing is predicted)"
+
+
+def _ask_model(a: _Asking) -> ModelSpec | None:
+    """Step 2: the model (asked again until it loads; none: the strategy is chosen by hand), training or
+    inference, sequence length (default: the model's context, at most 2048), target global batch."""
     c = a.c
     presets = a.service.model_presets()
     while True:
-        pick = ""
+        pick: str | None = ""
+        typed = c.model_text
         if presets:
-            options: list[Option] = [(n, n, None) for n in presets]
+            options: list[Option] = [(NO_MODEL, None, None), *((n, n, None) for n in presets)]
             options.append(("other (path or numbers)", "", None))
-            pick = a.p.select("model-preset", "Model", options)
-        text = pick or a.p.text("model", "Model: preset, path to config.json, or numbers")
+            default = typed if typed in presets else (None if not typed else "")
+            pick = a.p.select("model-preset", "Model", options, default=default)
+        if pick is None:
+            model = None
+            break
+        text = pick or a.p.text("model", "Model: preset, path to config.json, or numbers", typed)
         try:
             model = a.service.load_model(text)
             break
         except DswizError as e:
             a.say(f"  {e}")
-    c.model_text = text
+    c.model_text = text if model is not None else ""
     inference = "inference (ZeRO-3: no optimizer; parameter offload runs models larger than the GPUs)"
     modes: list[Option] = [("training", "train", None), (inference, "inference", None)]
     c.mode = a.p.select("mode", "Training or inference?", modes, default=c.mode)
-    c.seq_len = a.ask_int("seq-len", "Sequence length", c.seq_len) or c.seq_len
+    if model is None:  # sequence length and batch only steer the planner
+        return None
+    from_model = a.service.seq_len_for(c, model)
+    seq_len = a.ask_int("seq-len", "Sequence length", from_model)
+    c.seq_len = None if seq_len == from_model and c.seq_len is None else seq_len  # as `dswiz plan` words it
     batch_question = (
         "Global batch (empty: planner picks)"
         if c.mode == "train"
@@ -193,9 +258,10 @@ def _ask_strategy(a: _Asking, model: ModelSpec, plan: Plan) -> Strategy:
         )
     planned = (plan.best or plan.candidates[0]).strategy
     imported = c.strategy
+    given = "imported" if c.imported_from is not None else "given"
     if imported is not None and a.p.confirm(
         "keep-imported",
-        f"Keep the imported strategy ({strategy_label(imported)}, {imported.precision})?",
+        f"Keep the {given} strategy ({strategy_label(imported)}, {imported.precision})?",
         default=True,
     ):
         s = imported.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
@@ -212,7 +278,7 @@ def _ask_strategy(a: _Asking, model: ModelSpec, plan: Plan) -> Strategy:
     return s
 
 
-def _ask_precision_and_batch(a: _Asking, model: ModelSpec, s: Strategy) -> Strategy:
+def _ask_precision_and_batch(a: _Asking, model: ModelSpec | None, s: Strategy) -> Strategy:
     """Step 4: precision, micro-batch; for training accumulation, clipping and checkpointing; ZeRO++ and the
     16-bit save at stage 3."""
     c = a.c
@@ -276,7 +342,7 @@ def _ask_multi_node(a: _Asking, s: Strategy) -> Strategy:
     return s
 
 
-def _review_and_write(a: _Asking, model: ModelSpec, plan: Plan) -> int:
+def _review_and_write(a: _Asking, model: ModelSpec | None, plan: Plan | None) -> int:
     """Step 6: who reads the config, where it goes, the linter's findings, consent to overwrite, the write, and
     what to change in the script and run next."""
     c = a.c
@@ -287,12 +353,30 @@ def _review_and_write(a: _Asking, model: ModelSpec, plan: Plan) -> int:
     ]
     c.consumer = a.p.select("consumer", "Who reads the config?", consumers, default=c.consumer)
     c.out_dir = Path(a.p.text("out-dir", "Write to directory", str(c.out_dir)).strip() or str(c.out_dir))
+    refused = a.service.accelerate_keys_refused(c)
+    if refused and a.p.confirm(
+        "drop-refused",
+        f"accelerate refuses {', '.join(refused)} next to deepspeed_config_file: write accelerate.yaml "
+        "without them?",
+        default=True,
+    ):
+        a.service.drop_accelerate_keys_refused(c)
     files = a.service.render_files(
         c, model, plan
     )  # the accelerate YAML names the files by their absolute path
-    a.show(
-        a.service.lint_files(files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=c.out_dir)
+    findings = a.service.lint_files(
+        files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=c.out_dir, consumer=c.consumer
     )
+    a.show(findings)
+    errors = sum(f.severity is Severity.ERROR for f in findings)
+    if errors and not a.p.confirm(
+        "write-errors",
+        f"The check found {errors} error(s) above: DeepSpeed or accelerate would refuse these files. "
+        "Write them anyway?",
+        default=False,
+    ):
+        a.say("Nothing written.")
+        return 1
     on_disk = a.service.existing_files(c.out_dir, files)
     changed = [n for n, old in on_disk.items() if old != files[n]]
     force = False
@@ -317,7 +401,7 @@ def _strategy_by_hand(
     p: Prompter,
     service: WizardService,
     c: Choices,
-    model: ModelSpec,
+    model: ModelSpec | None,
     s: Strategy,
     say: Callable[[str], None],
     plan: Plan | None,
@@ -348,6 +432,8 @@ def _strategy_by_hand(
     if like is not None:  # the planner's micro-batch / accumulation for this combination
         say("  " + _candidate_line(like))
         return like.strategy
+    if model is None:
+        return s
     try:
         say("  " + _candidate_line(service.evaluate(c, model, s)))
     except DswizError as e:

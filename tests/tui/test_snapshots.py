@@ -152,3 +152,36 @@ def test_quit_confirmation(snap_compare: Any, service: Any) -> None:
     assert snap_compare(
         build_app(hardware_spec=A100, service=service), terminal_size=SIZE, run_before=run_before
     )
+
+
+SMALL = (80, 24)  # the smallest terminal the wizard is laid out for: the whole stepper and table must show
+
+
+def test_strategy_80x24(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SMALL, run_before=goto(2)
+    )
+
+
+def test_strategy_no_fit_80x24(snap_compare: Any, service: Any) -> None:
+    """Nothing fits (llama-13b on one T4): the planner's "what would fit" advice above the table."""
+    assert snap_compare(
+        build_app(hardware_spec="1xT4", service=service), terminal_size=SMALL, run_before=goto(2, "llama-13b")
+    )
+
+
+def test_review_80x24(snap_compare: Any, service: Any) -> None:
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SMALL, run_before=goto(5)
+    )
+
+
+def test_help_dialog_80x24(snap_compare: Any, service: Any) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await goto(2)(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(
+        build_app(hardware_spec=A100, service=service), terminal_size=SMALL, run_before=run_before
+    )

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, RadioButton
 from wizard.tui.factory import build_app
 from wizard.tui.screens.dialogs import ConfirmScreen
 from wizard.tui.screens.hardware import HardwareStep
+from wizard.tui.screens.precision import PrecisionStep
 from wizard.tui.screens.review import ReviewStep, unified_diff
 
 pytestmark = pytest.mark.anyio
@@ -62,10 +63,10 @@ async def test_choosing_a_row_and_editing_batch_reach_the_file(service: Any, tmp
         target = app.plan.candidates[2].strategy
         table = app.screen.query_one("#candidates", DataTable)
         table.focus()
-        await pilot.press("down", "down", "enter")  # choose the third candidate
-        await pilot.pause()
+        await pilot.press("down", "down", "enter")  # choose the third candidate: Enter also moves on
+        await settle(pilot)
         assert app.choices.strategy == target
-        await next_step(pilot)
+        assert isinstance(app.screen, PrecisionStep)
         await type_into(pilot, "#micro", "3")
         await type_into(pilot, "#gas", "5")
         assert "global batch 120 = micro-batch 3 × accumulation 5 × world 8" in str(
@@ -153,10 +154,9 @@ async def test_no_gpu_says_so_and_plans_for_described_hardware(service: Any) -> 
         assert isinstance(app.screen, HardwareStep)
         assert "no GPU to plan for" in status(pilot)
         await type_into(pilot, "#hw-spec", "8xA100-80GB")
-        await pilot.press("enter")
+        await pilot.press("enter")  # reads the spec, then moves on
         await settle(pilot)
         assert app.choices.hardware.gpus_per_node == 8
-        await next_step(pilot)
         assert app.step == 1
 
 
@@ -404,7 +404,11 @@ async def test_import_keeps_unknown_sections_and_changes_only_what_the_user_chan
             '+    "train_batch_size": 96,',
         ]
         await write(pilot)
-        assert isinstance(app.screen, ConfirmScreen)
+        # "team_note" inside zero_optimization is an error (DeepSpeed's sections forbid unknown keys): asked first
+        assert isinstance(app.screen, ConfirmScreen) and "1 error" in app.screen.question
+        await pilot.click("#yes")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen) and "Overwrite?" in app.screen.question
         await pilot.click("#yes")
         await settle(pilot)
     written = json.loads(existing.read_text())

@@ -125,8 +125,9 @@ def test_without_yes_the_line_prompts_ask_and_write(tmp_path: Path, monkeypatch:
     result = invoke("config", "--hardware", "2xA100-80GB", "--stage", "3", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "hardware" not in prompter.asked  # --hardware reached the prompts
-    assert "note: --stage: used with --yes only" in result.output  # the questions decide the strategy
+    assert "used with --yes only" not in result.output and "keep-imported" in prompter.asked
     ds = json.loads((out / "ds_config.json").read_text())
+    assert ds["zero_optimization"]["stage"] == 3  # --stage 3 is the strategy question's default
     assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["train_batch_size"] == 2 * 3 * 2
     sidecar = read_sidecar(out)  # the wizard records its plan too
     assert (

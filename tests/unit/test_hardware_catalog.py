@@ -60,6 +60,14 @@ def test_keys_are_unique() -> None:
         ("NVIDIA A10G", None, "A10G"),
         ("NVIDIA L4", None, "L4"),
         ("NVIDIA L40S", None, "L40S"),
+        ("NVIDIA L40", None, "L40"),
+        ("NVIDIA A40", None, "A40"),
+        ("NVIDIA RTX A6000", None, "RTX-A6000"),
+        ("NVIDIA RTX 6000 Ada Generation", None, "RTX6000-ADA"),
+        ("NVIDIA TITAN RTX", None, "TITAN-RTX"),
+        ("NVIDIA GeForce RTX 2080 Ti", None, "RTX2080TI"),
+        ("NVIDIA GeForce RTX 3080", None, "RTX3080"),
+        ("NVIDIA GeForce RTX 4080", None, "RTX4080"),
         ("NVIDIA B200", None, "B200"),
         # A name without its memory: the memory NVML reports decides.
         ("NVIDIA A100-SXM4", 80 * GiB, "A100-80GB"),
@@ -73,7 +81,7 @@ def test_nvml_names(nvml_name: str, memory: int | None, key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["NVIDIA L40", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA RTX A6000", "Tesla V100S-PCIE-32GB"]
+    "name", ["NVIDIA RTX A4000", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA RTX A5000", "Tesla V100S-PCIE-32GB"]
 )
 def test_unknown_cards_are_not_guessed(name: str) -> None:
     assert match_nvml_name(name, 48 * GiB) is None
@@ -141,5 +149,17 @@ def test_detected_gpu_gets_figures_and_nvlink_follows_nvml() -> None:
     assert bridged.nvlink_gbs == 600.0  # active links on a PCIe board: its bridge
     sxm = GPUInfo(index=0, name="NVIDIA H100 80GB HBM3", nvlink_count=0)
     assert with_catalog_figures(sxm).nvlink_gbs == 0.0  # NVML saw no active link
-    unknown = GPUInfo(index=0, name="NVIDIA RTX A6000")
+    unknown = GPUInfo(index=0, name="NVIDIA RTX A5000")
     assert with_catalog_figures(unknown) == unknown
+
+
+@pytest.mark.parametrize("model", CATALOG, ids=lambda m: m.key)
+def test_every_row_names_its_vendor_document(model) -> None:
+    assert any(word in model.source for word in ("datasheet", "whitepaper", "AWS")), model.source
+
+
+def test_the_seed_blogs_titan_rtx_is_known() -> None:
+    # The DeepSpeed/HF seed blog's machine: 2 x TITAN RTX, 24 GB, Turing (7.5): fp16, no bf16, an NVLink bridge.
+    titan = find_model("titan rtx")
+    assert (titan.memory_gb, titan.compute_capability, titan.tflops_bf16) == (24, (7, 5), None)
+    assert titan.nvlink_bridge_gbs > 0

@@ -99,12 +99,10 @@ def test_yaml_profile(tmp_path: Path) -> None:
 
 
 def test_yaml_profile_with_a_gpu_the_catalog_lacks(tmp_path: Path) -> None:
-    p = write(
-        tmp_path, "gpu: RTX 6000 Ada\ngpu_memory: 48GiB\ncompute_capability: '8.9'\ntflops_bf16: 364.2\n"
-    )
+    p = write(tmp_path, "gpu: RTX A5000\ngpu_memory: 24GiB\ncompute_capability: '8.6'\ntflops_bf16: 111.1\n")
     (g,) = get_hardware(str(p)).gpus
-    assert g.name == "RTX 6000 Ada" and g.memory_total_bytes == 48 * GiB
-    assert g.compute_capability == (8, 9) and g.peak_tflops_bf16 == 364.2 and g.catalog_key is None
+    assert g.name == "RTX A5000" and g.memory_total_bytes == 24 * GiB
+    assert g.compute_capability == (8, 6) and g.peak_tflops_bf16 == 111.1 and g.catalog_key is None
 
 
 def test_yaml_memory_override_of_a_known_gpu(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ questions are asked as line prompts (``wizard.prompts``), which needs a terminal
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,53 +17,106 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import choice_option
+from wizard.cli_options import F, choice_option, flag_option, planning_options, planning_request
+from wizard.errors import DswizError
 from wizard.fsio import KEEP_BACKUPS
 
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
     from wizard.config.schema import ConfigSet
+    from wizard.findings import Finding
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
     from wizard.planner import Plan, PlanRequest
     from wizard.prompts import Prompter
-    from wizard.strategy import Precision, Strategy
+    from wizard.strategy import Strategy
 
 DEVICES = ("none", "cpu", "nvme")
 
 
-# Flags the line prompts ask about themselves (used with --yes only).
-_STRATEGY_FLAGS = (
-    "model",
-    "seq_len",
-    "stage",
-    "offload_optimizer",
-    "offload_param",
-    "precision",
-    "micro_batch",
-    "grad_accum",
-    "global_batch",
-    "activation_checkpointing",
+# ------------------------------------------------------------------------ cluster: launcher and job.sbatch
+def cluster_options(command: F) -> F:
+    """--launcher and the Slurm batch-script flags (wizard/config/launchers.py, wizard/config/sbatch.py)."""
+    from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
+
+    for option in reversed(
+        (
+            click.option(
+                "--launcher",
+                "--launcher-mode",
+                "--multinode-launcher",
+                "launcher",
+                type=click.Choice(MULTINODE_LAUNCHERS),
+                help=f"How a multi-node job starts its nodes (default {DEFAULT_LAUNCHER}: ssh from the first "
+                "host); openmpi/mpich/impi/mvapich: mpirun; slurm: srun inside the allocation; nossh and "
+                "standard (torchrun): once per node, no ssh (job.sbatch starts them with srun).",
+            ),
+            flag_option(
+                "--sbatch", help="Write job.sbatch for one node too (multi-node plans always get one)."
+            ),
+            click.option(
+                "--slurm-time", metavar="TIME", help="job.sbatch --time: minutes, H:MM:SS or D-HH:MM:SS."
+            ),
+            click.option("--slurm-partition", metavar="NAME", help="job.sbatch --partition."),
+            click.option(
+                "--slurm-cpus-per-task",
+                type=click.IntRange(min=1),
+                help="job.sbatch --cpus-per-task. Default: one core per rank the task starts.",
+            ),
+            click.option(
+                "--slurm-gpus/--no-slurm-gpus",
+                default=True,
+                show_default=True,
+                help="job.sbatch asks for --gpus-per-node (no: CPU ranks, or a cluster without GPU GRES).",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def cluster_answers(flags: dict[str, Any]) -> dict[str, Any]:
+    """The cluster flags as write options: the launcher and the checked SlurmJob (DswizError names a bad one)."""
+    from wizard.config.launchers import DEFAULT_LAUNCHER
+    from wizard.config.sbatch import slurm_job
+
+    slurm = slurm_job(
+        wanted=flags["sbatch"],
+        time=flags["slurm_time"],
+        partition=flags["slurm_partition"],
+        cpus_per_task=flags["slurm_cpus_per_task"],
+        gpus=flags["slurm_gpus"],
+    )
+    return {"launcher": flags["launcher"] or DEFAULT_LAUNCHER, "slurm": slurm}
+
+
+def cluster_config_args(flags: dict[str, Any]) -> list[str]:
+    """The cluster flags not at their default, to write the same files again."""
+    args = ["--launcher", flags["launcher"]] if flags["launcher"] else []
+    args += ["--sbatch"] if flags["sbatch"] else []
+    for name in ("slurm_time", "slurm_partition", "slurm_cpus_per_task"):
+        if flags[name] is not None:
+            args += ["--" + name.replace("_", "-"), str(flags[name])]
+    return args + ([] if flags["slurm_gpus"] else ["--no-slurm-gpus"])
+
+
+# ------------------------------------------------------------------------------------------------ the command
+
+
+# Flags the line prompts do not take as their defaults (used with --yes only).
+_NOT_PREFILLED = (
     "zeropp",
-    "mode",
     "save_16bit",
-    "nodes",
-    "gpus_per_node",
     "hostfile_hosts",
-    "master_addr",
-    "nvme_path",
+    "slurm_time",
+    "slurm_partition",
+    "slurm_cpus_per_task",
 )
 
 
 @click.command()
 @click.option("--yes", "-y", is_flag=True, help="Write without asking (the flags and the plan decide).")
-@click.option(
-    "--model", metavar="NAME|PATH|NUMBERS", help="Plan for this model (preset, config.json, params=7e9)."
-)
-@click.option(
-    "--hardware", metavar="SPEC|FILE", help="Plan for described hardware (8xA100-80GB, 2x8xH100, profile)."
-)
-@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length the planner assumes.")
+@planning_options(model_required=False)
 @click.option("--stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3.")
 @click.option(
     "--offload-optimizer", type=click.Choice(DEVICES), help="Offload optimizer state: none, cpu, nvme."
@@ -70,17 +124,9 @@ _STRATEGY_FLAGS = (
 @click.option(
     "--offload-param", type=click.Choice(DEVICES), help="Offload parameters (stage 3): none, cpu, nvme."
 )
-@click.option("--precision", type=click.Choice(("bf16", "fp16", "fp32")), help="Training precision.")
 @click.option("--micro-batch", type=click.IntRange(min=1), help="Micro-batch per GPU.")
 @click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps.")
-@click.option("--global-batch", type=click.IntRange(min=1), help="train_batch_size; sets accumulation.")
 @click.option("--activation-checkpointing/--no-activation-checkpointing", default=None)
-@click.option(
-    "--mode",
-    type=click.Choice(("train", "inference")),
-    default=None,
-    help="train (default), or ZeRO-3 inference (no optimizer; parameter offload runs models larger than the GPUs).",
-)
 @click.option(
     "--save-16bit/--no-save-16bit",
     "save_16bit",
@@ -111,6 +157,7 @@ _STRATEGY_FLAGS = (
 @click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True)
 @click.option("--nvme-path", metavar="DIR", help="Directory on a local NVMe drive for NVMe offload.")
+@cluster_options
 @choice_option(
     "--optimizer",
     choices=("auto", "deepspeed", "script"),
@@ -129,6 +176,11 @@ _STRATEGY_FLAGS = (
     help=f"Replace files that exist: each old one is kept as NAME.bak-<time>, and only the last {KEEP_BACKUPS} "
     "backups of each file are kept (older ones are deleted). Your other files in the folder are not touched.",
 )
+@flag_option(
+    "--force-errors",
+    help="Write even when the check finds errors (DeepSpeed or accelerate would refuse the files); without it "
+    "nothing is written and the exit code is 1.",
+)
 @click.option(
     "--from",
     "from_file",
@@ -137,42 +189,83 @@ _STRATEGY_FLAGS = (
 )
 @click.pass_context
 def config(
-    ctx: click.Context, yes: bool, out_dir: Path | None, force: bool, from_file: Path | None, **flags: Any
+    ctx: click.Context,
+    yes: bool,
+    out_dir: Path | None,
+    force: bool,
+    force_errors: bool,
+    from_file: Path | None,
+    **flags: Any,
 ) -> int:
-    """Write DeepSpeed JSON, accelerate YAML, hostfile and launch.sh for a strategy (with --yes, no questions)."""
-    from wizard.errors import DswizError
+    """Write DeepSpeed JSON, accelerate YAML, hostfile and launch.sh for a strategy (with --yes, no questions).
+
+    Files the check finds errors in are not written (exit code 1) unless --force-errors."""
 
     parent = ctx.parent.params if ctx.parent is not None else {}
     if flags["hardware"] is None:
         flags["hardware"] = parent.get("hardware")
     if not yes:
-        ignored = [f"--{k.replace('_', '-')}" for k in _STRATEGY_FLAGS if flags.get(k) is not None]
+        ignored = [f"--{k.replace('_', '-')}" for k in _NOT_PREFILLED if flags.get(k) is not None]
         if ignored:
-            click.echo(
-                f"note: {', '.join(ignored)}: used with --yes only; the questions below decide instead "
-                "(stop with Ctrl-C and add --yes to write from the flags)",
-                err=True,
-            )
+            click.echo(f"note: {', '.join(ignored)}: used with --yes only; the questions below ask", err=True)
         from_parent = parent.get("from_file")
         return run_interactive(
             hardware=flags["hardware"],
             out_dir=out_dir,
             from_file=from_file or (Path(from_parent) if from_parent else None),
+            prefill=prefill_from_flags(flags),
         )
     if out_dir is None:
         raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
-    flags["mode"] = flags["mode"] or "train"
     hardware = _hardware(flags)
-    planned = plan_for_flags(flags, hardware)
+    planned = plan_for_flags(flags, hardware, force_errors=force_errors)
     strategy = resolve_strategy(flags, hardware, planned)
     options = write_options(flags, out_dir, hardware, planned.model if planned else None)
     from wizard.config.build import config_set_from_strategy
 
     config_set = config_set_from_strategy(strategy, options)
     extra = dict([_sidecar(planned, flags, strategy)]) if planned is not None else {}
-    written = write_config_set(config_set, out_dir, force=force, extra=extra)
-    _report(config_set, strategy, written, out_dir, hardware)
+    files = rendered_files(config_set, extra)
+    findings = _check_before_writing(
+        files, config_set, strategy, out_dir, hardware, force_errors=force_errors
+    )
+    written = write_config_set(files, out_dir, force=force)
+    _report(config_set, strategy, written, out_dir, findings)
     return 0
+
+
+def _check_before_writing(
+    files: dict[str, str],
+    config_set: ConfigSet,
+    strategy: Strategy,
+    out_dir: Path,
+    hardware: HardwareReport | None,
+    *,
+    force_errors: bool,
+) -> list[Finding]:
+    """The check `dswiz check OUT` would run, on the files before they are written; errors stop the write."""
+    from wizard.commands.check import print_findings
+    from wizard.findings import Severity
+    from wizard.service.files import lint_files
+
+    findings = lint_files(
+        files,
+        strategy.world_size,
+        hardware=hardware,
+        out_dir=out_dir,
+        consumer=config_set.consumer,
+    )
+    errors = sum(f.severity is Severity.ERROR for f in findings)
+    if errors and not force_errors:
+        print_findings(
+            [f for f in findings if f.severity is not Severity.INFO], f"check of the files for {out_dir}"
+        )
+        raise DswizError(
+            f"the check found {errors} error{'s' if errors != 1 else ''} in the files: nothing was written",
+            "change the flags as each fix says, or pass --force-errors to write them anyway",
+            exit_code=1,  # as `dswiz check` when it finds an error
+        )
+    return findings
 
 
 # ------------------------------------------------------------------------------------------- without --yes
@@ -183,15 +276,37 @@ def is_interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
+def prefill_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """The answers the flags give, as the line prompts' defaults (``Choices`` fields): the model and what the
+    planner is asked, who reads the config, the NVMe and master settings, and a strategy when one is asked for."""
+    from wizard.service.wizard_service import unplanned_strategy
+
+    prefill: dict[str, Any] = {
+        "model_text": flags["model_text"] or "",
+        "seq_len": flags["seq_len"],
+        "global_batch": flags["global_batch"],
+        "mode": flags["mode"],
+        "consumer": flags["consumer"],
+        "master_port": flags["master_port"],
+    }
+    for name in ("nvme_path", "master_addr"):
+        if flags[name]:
+            prefill[name] = flags[name]
+    asked = [flag for flag, _ in _STRATEGY_FIELDS if flags[flag] not in (None, "auto")]
+    if asked:
+        prefill["strategy"] = _with_flags(unplanned_strategy(None, flags["mode"]), flags)
+    return prefill
+
+
 def run_interactive(
     *,
     hardware: str | None,
     out_dir: Path | None,
     from_file: Path | None,
     prompter: Prompter | None = None,
+    prefill: dict[str, Any] | None = None,
 ) -> int:
     """The wizard's questions as line prompts (``wizard.prompts.run_prompts``); refused without a terminal."""
-    from wizard.errors import DswizError
 
     if prompter is None and not is_interactive():
         raise DswizError(
@@ -202,13 +317,18 @@ def run_interactive(
     from wizard.prompts import run_prompts
 
     return run_prompts(
-        prompter=prompter, hardware_spec=hardware, from_file=from_file, out_dir=out_dir, say=click.echo
+        prompter=prompter,
+        hardware_spec=hardware,
+        from_file=from_file,
+        out_dir=out_dir,
+        say=click.echo,
+        prefill=prefill,
     )
 
 
 def _hardware(flags: dict[str, Any]) -> HardwareReport | None:
     """Described hardware when asked; this machine only when the planner needs one (--model)."""
-    if flags["hardware"] is None and flags["model"] is None:
+    if flags["hardware"] is None and flags["model_text"] is None:
         return None
     from wizard.hardware import get_hardware
 
@@ -225,25 +345,36 @@ class Planned:
     plan: Plan
 
 
-def plan_for_flags(flags: dict[str, Any], hardware: HardwareReport | None) -> Planned | None:
-    """The planner's answer for --model on this hardware (None without --model): the one place `dswiz config`
-    talks to the planner."""
-    if flags["model"] is None:
+def plan_for_flags(
+    flags: dict[str, Any], hardware: HardwareReport | None, *, force_errors: bool = False
+) -> Planned | None:
+    """The planner's answer for --model on this hardware (None without --model), asked as `dswiz plan` asks it
+    (the same planning flags): the one place `dswiz config` talks to the planner. With --force-errors a
+    precision the GPUs lack is not refused here: the plan is made without it, the flag then wins and the check
+    reports it."""
+    if flags["model_text"] is None:
         return None
     assert hardware is not None
     from wizard import planner
+    from wizard.commands.plan import check_request
     from wizard.model import load_model_spec
 
-    spec = load_model_spec(flags["model"])
-    request = planner.PlanRequest(
-        seq_len=flags["seq_len"], global_batch=flags["global_batch"], mode=flags.get("mode") or "train"
-    )
-    return Planned(flags["model"], spec, request, planner.plan(hardware, spec, request))
+    spec = load_model_spec(flags["model_text"])
+    request = planning_request(flags)
+    if not hardware.gpus:
+        request = dataclasses.replace(request, precisions=())
+    elif force_errors:
+        try:
+            check_request(hardware, spec, request)
+        except DswizError:
+            request = dataclasses.replace(request, precisions=())
+    else:
+        check_request(hardware, spec, request)
+    return Planned(flags["model_text"], spec, request, planner.plan(hardware, spec, request))
 
 
 def recommended_strategy(planned: Planned) -> Strategy:
     """The planner's top recommendation; DswizError when nothing fits."""
-    from wizard.errors import DswizError
 
     best = planned.plan.best
     if best is None:
@@ -259,7 +390,6 @@ def resolve_strategy(
     flags: dict[str, Any], hardware: HardwareReport | None, planned: Planned | None = None
 ) -> Strategy:
     """The plan's strategy (or the defaults), with every explicit flag applied; refused when invalid."""
-    from wizard.errors import DswizError
 
     base = recommended_strategy(planned) if planned is not None else _default_strategy(flags, hardware)
     strategy = _with_flags(base, flags)
@@ -272,16 +402,10 @@ def resolve_strategy(
 
 
 def _default_strategy(flags: dict[str, Any], hardware: HardwareReport | None) -> Strategy:
-    """Without --model: stage 2 (3 for inference) on the hardware's topology, its best precision."""
-    from wizard.strategy import Strategy
+    """Without --model: the wizard's strategy without a model (stage 2, 3 for inference, on the hardware)."""
+    from wizard.service.wizard_service import unplanned_strategy
 
-    return Strategy(
-        zero_stage=3 if flags.get("mode") == "inference" else 2,  # ZeRO inference is stage 3 only
-        mode=flags.get("mode") or "train",
-        precision=_default_precision(hardware),
-        nodes=hardware.nodes if hardware is not None else 1,
-        gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
-    )
+    return unplanned_strategy(hardware, flags["mode"])
 
 
 _STRATEGY_FIELDS = (
@@ -300,7 +424,7 @@ _STRATEGY_FIELDS = (
 def _with_flags(base: Strategy, flags: dict[str, Any]) -> Strategy:
     """Every strategy flag given, on top of ``base``; the host list sets the nodes; --zeropp switches ZeRO++."""
     changes: dict[str, Any] = {
-        field: flags[flag] for flag, field in _STRATEGY_FIELDS if flags[flag] is not None
+        field: flags[flag] for flag, field in _STRATEGY_FIELDS if flags[flag] not in (None, "auto")
     }
     hosts = _hosts(flags)
     if hosts and flags["nodes"] is None:
@@ -318,7 +442,6 @@ def _with_flags(base: Strategy, flags: dict[str, Any]) -> Strategy:
 
 def _with_global_batch(strategy: Strategy, flags: dict[str, Any]) -> Strategy:
     """--global-batch: the micro-batch for inference (samples per forward), the accumulation for training."""
-    from wizard.errors import DswizError
 
     target = flags["global_batch"]
     if target is None:
@@ -350,7 +473,6 @@ def _with_global_batch(strategy: Strategy, flags: dict[str, Any]) -> Strategy:
 
 def _check_save_16bit(strategy: Strategy, flags: dict[str, Any]) -> None:
     """--save-16bit/--no-save-16bit only mean something for stage 3 training."""
-    from wizard.errors import DswizError
 
     if flags.get("save_16bit") is None or (strategy.zero_stage == 3 and strategy.mode == "train"):
         return
@@ -360,14 +482,6 @@ def _check_save_16bit(strategy: Strategy, flags: dict[str, Any]) -> None:
         why = f"this is stage {strategy.zero_stage}"
         fix = "drop the flag: below stage 3 every rank holds the whole 16-bit model and saves it as it is"
     raise DswizError(f"--save-16bit/--no-save-16bit only apply to stage 3 training ({why})", fix)
-
-
-def _default_precision(hardware: HardwareReport | None) -> Precision:
-    if hardware is None or not hardware.gpus:
-        return "bf16"  # DeepSpeed's CPU accelerator runs bf16; GPUs are judged by their capability below
-    if all(g.supports_bf16 for g in hardware.gpus):
-        return "bf16"
-    return "fp16" if all(g.supports_fp16 for g in hardware.gpus) else "fp32"
 
 
 def _fix_for(problems: list[str]) -> str:
@@ -380,10 +494,18 @@ def _fix_for(problems: list[str]) -> str:
 
 
 def _hosts(flags: dict[str, Any]) -> tuple[str, ...]:
+    """--hostfile-hosts H1,H2: an empty name (",worker1", "a,,b") is a mistake, not a name to drop."""
+
     text = flags["hostfile_hosts"]
     if not text:
         return ()
-    return tuple(h.strip() for h in text.split(",") if h.strip())
+    hosts = tuple(h.strip() for h in text.split(","))
+    if not all(hosts):
+        raise DswizError(
+            f"--hostfile-hosts {text!r} has an empty host name (position {hosts.index('') + 1})",
+            "give one name per node, separated by commas, e.g. --hostfile-hosts worker0,worker1",
+        )
+    return hosts
 
 
 def write_options(
@@ -407,6 +529,7 @@ def write_options(
         steps_per_print=flags["steps_per_print"],
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         save_16bit_model=flags.get("save_16bit") is not False,
+        **cluster_answers(flags),
     )
 
 
@@ -436,7 +559,7 @@ def _config_args(flags: dict[str, Any]) -> list[str]:
         args.append("--torch-adam")
     if flags.get("save_16bit") is False:
         args.append("--no-save-16bit")
-    return args
+    return args + cluster_config_args(flags)
 
 
 def _sidecar(planned: Planned, flags: dict[str, Any], strategy: Strategy) -> tuple[str, str]:
@@ -455,16 +578,18 @@ def _sidecar(planned: Planned, flags: dict[str, Any], strategy: Strategy) -> tup
     )
 
 
-def write_config_set(
-    config_set: ConfigSet, out_dir: Path, *, force: bool, extra: dict[str, str] | None = None
-) -> list[tuple[Path, Path | None]]:
-    """Write every file (the config set's, then ``extra`` name -> text) atomically. Existing different files are
-    refused up front (nothing is written) unless ``force``, which keeps a backup of each."""
+def rendered_files(config_set: ConfigSet, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """name -> text: the config set's files, then ``extra`` (the plan sidecar)."""
     from wizard.config.render import render_all
-    from wizard.errors import DswizError
+
+    return {**render_all(config_set), **(extra or {})}
+
+
+def write_config_set(files: dict[str, str], out_dir: Path, *, force: bool) -> list[tuple[Path, Path | None]]:
+    """Write every file atomically. Existing different files are refused up front (nothing is written) unless
+    ``force``, which keeps a backup of each."""
     from wizard.service.files import write_files
 
-    files = {**render_all(config_set), **(extra or {})}
     if out_dir.exists() and not out_dir.is_dir():
         raise DswizError(f"{out_dir} is a file, not a directory", "choose another --out")
     clashes = [name for name, text in files.items() if _differs(out_dir / name, text)]
@@ -491,10 +616,9 @@ def _report(
     strategy: Strategy,
     written: list[tuple[Path, Path | None]],
     out_dir: Path,
-    hardware: HardwareReport | None,
+    findings: list[Finding],
 ) -> None:
     from wizard.commands.check import print_findings
-    from wizard.config.check import lint_path
     from wizard.findings import Severity
     from wizard.strategy import strategy_label
 
@@ -508,9 +632,6 @@ def _report(
     click.echo(f"strategy: {strategy_label(s)}, {s.precision}, {batch}; for {config_set.consumer}")
     for path, backup in written:
         click.echo(f"  wrote {path}" + (f" (previous kept as {backup.name})" if backup else ""))
-    findings = lint_path(
-        out_dir, consumer=config_set.consumer, world_size=s.world_size, hardware=hardware, launcher=None
-    )
     serious = [f for f in findings if f.severity is not Severity.INFO]
     if serious:
         click.echo("")
@@ -531,6 +652,8 @@ def _report(
     click.echo("next:")
     click.echo(f"  dswiz launch --config {out_dir} train.py      (preflight, live dashboard, clean stop)")
     click.echo(f"  bash {out_dir / 'launch.sh'} train.py         (the same launch, by hand)")
+    if (out_dir / "job.sbatch").is_file():
+        click.echo(f"  sbatch {out_dir / 'job.sbatch'} train.py      (the same, as a Slurm batch job)")
 
 
 def script_hint_lines(config_set: ConfigSet, out_dir: Path) -> list[str]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from wizard.cli_options import planning_options, planning_request
 from wizard.errors import DswizError
 from wizard.strategy import offload_cell
 
@@ -23,51 +24,8 @@ DEFAULT_TOP = 8
 _LEARNED_POSITIONS = ("gpt2", "bert")
 
 
-def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    from wizard.units import parse_size
-
-    try:
-        return parse_size(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-
-
 @click.command()
-@click.option(
-    "--model",
-    "-m",
-    "model_text",
-    required=True,
-    metavar="NAME|CONFIG|NUMBERS",
-    help="A preset (llama-7b, gpt2-xl, mixtral-8x7b, ...), a local config.json, or numbers like "
-    "params=7e9 or layers=32,hidden=4096,heads=32,vocab=32000.",
-)
-@click.option(
-    "--hardware",
-    metavar="SPEC|FILE",
-    help="Plan for described hardware: 8xA100-80GB, 2x8xH100,ram=1TiB,nvme=3.5TB, a YAML profile or a "
-    "saved `dswiz detect --json`. Default: this machine.",
-)
-@click.option(
-    "--seq-len",
-    type=click.IntRange(1, 10_000_000),
-    help="Tokens per sample (default: the model's context, at most 2048).",
-)
-@click.option(
-    "--global-batch",
-    type=click.IntRange(1, 100_000_000),
-    help="Target global batch (samples per optimizer step); micro-batch x accumulation x GPUs matches it.",
-)
-@click.option(
-    "--precision",
-    type=click.Choice(["auto", "bf16", "fp16", "fp32"]),
-    default="auto",
-    show_default=True,
-    help="auto: bf16 where the GPUs support it, else fp16, else fp32.",
-)
-@click.option("--mode", type=click.Choice(["train", "inference"]), default="train", show_default=True)
+@planning_options(model_required=True)
 @click.option(
     "--stage",
     "stages",
@@ -75,22 +33,6 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     multiple=True,
     help="Only these ZeRO stages (repeat the flag); default all.",
 )
-@click.option("--no-offload", is_flag=True, help="Never offload to CPU or NVMe.")
-@click.option("--no-checkpointing", is_flag=True, help="Never use activation checkpointing.")
-@click.option(
-    "--margin",
-    type=click.FloatRange(0, 50),
-    default=5.0,
-    show_default=True,
-    help="Percent of each GPU's memory to keep free.",
-)
-@click.option(
-    "--gpu-memory",
-    callback=_size,
-    metavar="SIZE",
-    help="Plan for this much memory per GPU (e.g. 24GiB) instead of the card's total.",
-)
-@click.option("--nvme", callback=_size, metavar="SIZE", help="Assume an NVMe drive of this size for offload.")
 @click.option(
     "--top", type=click.IntRange(1, 1000), default=None, help=f"Rows to show (default {DEFAULT_TOP})."
 )
@@ -134,7 +76,6 @@ def plan(
     """
     from wizard.hardware import get_hardware
     from wizard.model import load_model_spec
-    from wizard.planner import PlanRequest
     from wizard.planner import plan as make_plan
 
     if hardware is None and ctx.parent is not None:
@@ -148,20 +89,8 @@ def plan(
             f"plan for the machine you will train on: dswiz plan --model {model_text} --hardware 8xA100-80GB "
             "(or 2x8xH100, a YAML profile, or a `dswiz detect --json` saved there)",
         )
-    request = PlanRequest(
-        seq_len=seq_len,
-        global_batch=global_batch,
-        mode=mode,  # type: ignore[arg-type]
-        precisions=() if precision == "auto" else (precision,),  # type: ignore[arg-type]
-        stages=tuple(sorted(set(stages))) or (0, 1, 2, 3),
-        allow_offload=not no_offload,
-        allow_nvme=not no_offload,
-        allow_activation_checkpointing=not no_checkpointing,
-        safety_margin=margin / 100,
-        gpu_memory_bytes=gpu_memory,
-        nvme_bytes=nvme,
-    )
-    _check_request(report, model, request)
+    request = planning_request(ctx.params, stages=stages)
+    check_request(report, model, request)
     result = make_plan(report, model, request)
     shown = _select(result, top, show_all, as_json)
     table = None
@@ -185,7 +114,7 @@ def plan(
     return 0 if result.best is not None else 1
 
 
-def _check_request(report: HardwareReport, model: ModelSpec, request: Any) -> None:
+def check_request(report: HardwareReport, model: ModelSpec, request: Any) -> None:
     seq = request.resolved_seq_len(model)
     if model.max_positions and seq > model.max_positions and model.family.startswith(_LEARNED_POSITIONS):
         raise DswizError(
@@ -250,16 +179,26 @@ def _g(n: int | None) -> str:
     return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
 
 
+def _console() -> Any:
+    """Rich's console; piped, it does not wrap lines at 80 columns (a wrapped table or line breaks words apart
+    for whatever reads it): lines stay whole."""
+    import sys
+
+    from rich.console import Console
+
+    piped = not sys.stdout.isatty()
+    return Console(highlight=False, soft_wrap=piped, width=1000 if piped else None)
+
+
 def _mark(text: str, bad: bool) -> str:
     return f"[red]{text}[/]" if bad else text
 
 
 def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = _console()
     req = result.request
     batch = f", global batch {req.global_batch}" if req.global_batch else ""
     console.print(f"[bold]{_model_line(result.model)}[/] on {_hardware_line(result.hardware)}")
@@ -339,12 +278,11 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
 def _print_max_batch(rows: list[Any], result: Plan) -> None:
     """The max-batch table: one line per stage and offload choice, without and with checkpointing side by side."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     from wizard.service.tables import max_batch_pairs
 
-    console = Console(highlight=False)
+    console = _console()
     with_ckpt = any(r.strategy.activation_checkpointing for r in rows)
     table = Table(
         title="Largest micro-batch per strategy (accumulation 1)",

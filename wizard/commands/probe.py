@@ -14,19 +14,11 @@ from typing import Any
 
 import click
 
-from wizard.cli_options import python_option
+from wizard.cli_options import planning_options, planning_request, python_option
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option(
-    "--model", metavar="NAME|PATH|NUMBERS", help="The model to plan for (preset, config.json, params=7e9)."
-)
-@click.option("--hardware", metavar="SPEC|FILE", help="Plan for described hardware instead of this machine.")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length the planner assumes.")
-@click.option(
-    "--global-batch", type=click.IntRange(min=1), help="train_batch_size to keep for every candidate."
-)
-@click.option("--precision", type=click.Choice(("bf16", "fp16", "fp32")), help="Training precision.")
+@planning_options(model_required=False)
 @click.option(
     "--for",
     "consumer",
@@ -73,7 +65,8 @@ from wizard.cli_options import python_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def probe(**opts: Any) -> int:
+@click.pass_context
+def probe(ctx: click.Context, **opts: Any) -> int:
     """Run the planner's top strategies for a few steps each here; keep and write the fastest measured."""
     from wizard.config.sidecar import read_sidecar
     from wizard.errors import DswizError
@@ -90,8 +83,8 @@ def probe(**opts: Any) -> int:
                 f"{opts['config_dir']} has no dswiz-plan.json to probe around",
                 "write the folder with `dswiz config --model ...`, or pass --model instead of --config",
             )
-    elif opts["model"]:
-        sidecar = write_base_config(_planning_flags(opts), work / "plan")
+    elif opts["model_text"]:
+        sidecar = write_base_config(_planning_flags(ctx, opts), work / "plan")
     else:
         raise DswizError("dswiz probe needs a model to plan for", "pass --model NAME (or --config DIR)")
     launch_args: list[str] = []
@@ -108,7 +101,7 @@ def probe(**opts: Any) -> int:
         warmup_steps=opts["warmup_steps"],
         timeout_s=opts["timeout"],
         launch_args=tuple(launch_args),
-        precisions=(opts["precision"],) if opts["precision"] else (),
+        request=planning_request(opts) if opts["config_dir"] is None else None,
     )
     say(f"probing the planner's top {setup.top} strategies ({setup.steps} timed steps each; runs in {work})")
     results, chosen = run_probe(setup, sidecar, say=say)
@@ -127,15 +120,33 @@ def probe(**opts: Any) -> int:
     return 0
 
 
-def _planning_flags(opts: dict[str, Any]) -> list[str]:
-    flags = ["--model", opts["model"]]
-    for flag, key in (
-        ("--hardware", "hardware"),
-        ("--seq-len", "seq_len"),
-        ("--global-batch", "global_batch"),
-        ("--precision", "precision"),
-        ("--for", "consumer"),
-    ):
-        if opts[key] is not None:
-            flags += [flag, str(opts[key])]
+def _planning_flags(ctx: click.Context, opts: dict[str, Any]) -> list[str]:
+    """The planning flags given (not at their defaults), as `dswiz config` takes them, plus --for."""
+    flags: list[str] = []
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in _PROBE_ONLY or param.name is None:
+            continue
+        value = opts.get(param.name)
+        if value is None or value == param.default or value is False:
+            continue
+        name = max(param.opts, key=len)  # the long spelling
+        flags += [name] if value is True else [name, str(value)]
     return flags
+
+
+# Flags of the probe itself (the rest are the planning flags `dswiz config` takes too).
+_PROBE_ONLY = frozenset(
+    {
+        "config_dir",
+        "top",
+        "steps",
+        "warmup_steps",
+        "timeout",
+        "out",
+        "work_dir",
+        "python",
+        "nproc",
+        "config_arg",
+        "as_json",
+    }
+)

@@ -12,12 +12,12 @@ if TYPE_CHECKING:
     from wizard.service import Choices, WizardService
 
 
-def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> int:
+def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None, model_text: str = "") -> int:
     from_path = Path(from_file) if from_file else None
     if plain:
         from wizard.prompts import run_prompts
 
-        return run_prompts(hardware_spec=hardware, from_file=from_path)
+        return run_prompts(hardware_spec=hardware, from_file=from_path, model_text=model_text)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise DswizError(
             "the full-screen wizard needs an interactive terminal",
@@ -25,7 +25,7 @@ def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None) -> i
         )
     from wizard.tui.factory import build_app
 
-    app = build_app(hardware_spec=hardware, from_file=from_path)
+    app = build_app(hardware_spec=hardware, from_file=from_path, model_text=model_text, skip_answered=True)
     written = app.run()
     if written:
         for line in written_summary(app.service, app.choices, [Path(p) for p in written]):

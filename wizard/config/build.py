@@ -32,6 +32,7 @@ from wizard.config.schema import (
     OffloadParam,
     Optimizer,
     Scheduler,
+    SlurmJob,
     Topology,
     ZeroOptimization,
 )
@@ -84,6 +85,7 @@ class WriteOptions:
     # accelerate opens them relative to where it is launched (`dswiz config` passes the absolute --out).
     config_dir: str = "."
     node_env: dict[str, str] = field(default_factory=dict)
+    slurm: SlurmJob = field(default_factory=SlurmJob)  # job.sbatch (wizard/config/sbatch.py)
 
 
 def supports_log_level(deepspeed_version: str | None) -> bool:
@@ -189,6 +191,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         master_addr=options.master_addr or (hosts[0] if strategy.nodes > 1 else None),
         master_port=options.master_port,
         launcher=options.launcher,
+        slurm=options.slurm.model_copy(update={"config_dir": options.config_dir}),
     )
     return ConfigSet(
         deepspeed=settings,

@@ -22,6 +22,9 @@ Each finding has a stable code. Rule families, one module each in ``wizard/confi
                  accelerate-config-file-relative, accelerate-default-stage, accelerate-zero3-init,
                  accelerate-plugin-on-cpu (+ offload/nvme/precision codes above for plugin fields)
   launcher       launcher-unknown, launcher-version, launcher-no-hostfile, launcher-no-master, launcher-filter
+  sbatch         sbatch-directive-ignored, sbatch-time, sbatch-no-nodes, sbatch-node-count, sbatch-gpu-count,
+                 sbatch-world-size, sbatch-tasks-per-node, sbatch-ssh-launcher, sbatch-no-master-addr,
+                 sbatch-no-master-port
   hostfile       hostfile-syntax, hostfile-trailing-text, hostfile-duplicate, hostfile-zero-slots,
                  hostfile-empty, hostfile-world-size, hostfile-unequal-slots, env-syntax
                  (the wizard, for a hostfile that is the plan: hostfile-node-count, hostfile-slots)
@@ -46,6 +49,7 @@ from wizard.config.lint.launcher import yaml_launcher
 from wizard.config.lint.moe import check_moe
 from wizard.config.lint.precision import check_precision
 from wizard.config.lint.runtime import check_runtime
+from wizard.config.lint.sbatch import lint_sbatch_text, looks_like_sbatch, plan_beside
 from wizard.config.lint.types import check_types
 from wizard.config.lint.zero import check_zero
 from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
@@ -54,6 +58,7 @@ from wizard.config.schema import (
     DEEPSPEED_ENV_NAME,
     DS_CONFIG_NAME,
     HOSTFILE_NAME,
+    SBATCH_NAME,
     Consumer,
 )
 from wizard.findings import Finding, sort_findings
@@ -69,7 +74,7 @@ RULES = (
     check_auto,
     check_runtime,
 )
-FileKind = str  # "deepspeed" | "accelerate" | "hostfile" | "deepspeed_env"
+FileKind = str  # "deepspeed" | "accelerate" | "hostfile" | "deepspeed_env" | "sbatch"
 
 
 def lint_config(
@@ -126,6 +131,8 @@ def lint_path(
     if problem is not None:
         return [problem]
     kind = detect_kind(path, text)
+    if kind == "sbatch":
+        return sort_findings(lint_sbatch_text(text, name=path.name, plan=plan_beside(path.parent)))
     if kind == "hostfile":
         return sort_findings(
             lint_hostfile_text(text, name=path.name, world_size=world_size, launcher=launcher)
@@ -149,6 +156,8 @@ def lint_path(
 
 def detect_kind(path: Path, text: str) -> FileKind:
     name = path.name.lower()
+    if looks_like_sbatch(name, text):
+        return "sbatch"
     if name.endswith(".json"):
         return "deepspeed"
     if name.endswith((".yaml", ".yml")):
@@ -274,7 +283,8 @@ def _lint_dir(
     at_launch: bool = False,
 ) -> list[Finding]:
     files = {
-        n: directory / n for n in (DS_CONFIG_NAME, ACCELERATE_YAML_NAME, HOSTFILE_NAME, DEEPSPEED_ENV_NAME)
+        n: directory / n
+        for n in (DS_CONFIG_NAME, ACCELERATE_YAML_NAME, HOSTFILE_NAME, DEEPSPEED_ENV_NAME, SBATCH_NAME)
     }
     present = {n: p for n, p in files.items() if p.is_file()}
     if not present:
@@ -322,6 +332,8 @@ def _lint_dir(
             )
         elif name == HOSTFILE_NAME:
             out += lint_hostfile_text(text, name=name, world_size=world_size, launcher=launcher)
+        elif name == SBATCH_NAME:
+            out += lint_sbatch_text(text, name=name, plan=plan_beside(directory))
         else:
             out += lint_deepspeed_env_text(text, name=name)
     return sort_findings(_unique(out))

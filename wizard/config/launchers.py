@@ -40,8 +40,10 @@ LAUNCHER_NOTES: dict[str, str] = {
     "mvapich": "MVAPICH2's mpirun; the same GPU count on every node; no --include/--exclude",
     "mpich": "MPICH's mpirun; the same GPU count on every node; no --include/--exclude",
     "impi": "Intel MPI's mpirun; the same GPU count on every node; no --include/--exclude",
-    "slurm": "srun inside a Slurm allocation (salloc/sbatch); the same GPU count on every node",
-    "nossh": "no ssh: run launch.sh on every node yourself with NODE_RANK set; needs DeepSpeed ≥ 0.14.5",
+    "slurm": "srun inside a Slurm allocation (sbatch job.sbatch); the same GPU count on every node; "
+    "the ranks need mpi4py",
+    "nossh": "no ssh: run launch.sh on every node with NODE_RANK set (job.sbatch does it with srun); "
+    "needs DeepSpeed ≥ 0.14.5",
     "standard": "torchrun on every node (you start each, NODE_RANK set); no ssh, no DeepSpeed runner; "
     "the same GPU count on every node",
 }

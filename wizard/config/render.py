@@ -21,12 +21,14 @@ import yaml
 
 from wizard.config.hostfile import PLACEHOLDER_PREFIX, has_placeholders, hostfile_lines
 from wizard.config.launchers import PER_NODE_LAUNCHERS
+from wizard.config.sbatch import render_sbatch, wants_sbatch
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
     DEEPSPEED_ENV_NAME,
     DS_CONFIG_NAME,
     HOSTFILE_NAME,
     LAUNCH_SH_NAME,
+    SBATCH_NAME,
     ConfigSet,
     DeepSpeedSettings,
     _Section,
@@ -283,4 +285,7 @@ def render_all(config: ConfigSet) -> dict[str, str]:
         if config.node_env:
             files[DEEPSPEED_ENV_NAME] = render_deepspeed_env(config)
     files[LAUNCH_SH_NAME] = render_launch_sh(config)
+    if wants_sbatch(config):
+        spec = launch_spec(config, config_dir=config.topology.slurm.config_dir)
+        files[SBATCH_NAME] = render_sbatch(config, spec)
     return files

@@ -34,6 +34,7 @@ ACCELERATE_YAML_NAME = "accelerate.yaml"
 HOSTFILE_NAME = "hostfile"
 DEEPSPEED_ENV_NAME = ".deepspeed_env"
 LAUNCH_SH_NAME = "launch.sh"
+SBATCH_NAME = "job.sbatch"
 
 
 def _number(value: Any) -> Any:
@@ -210,6 +211,21 @@ class DeepSpeedSettings(_Section):
         return "fp32"
 
 
+class SlurmJob(BaseModel):
+    """What ``job.sbatch`` asks Slurm for beyond the topology (wizard/config/sbatch.py writes it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wanted: bool = False  # write job.sbatch for one node too (a multi-node plan always gets one)
+    time: str | None = None  # --time, Slurm's format (minutes, H:MM:SS, D-HH...)
+    partition: str | None = None
+    cpus_per_task: PositiveInt | None = None  # None: one core per rank the task starts
+    gpus: bool = True  # --gpus-per-node (False: CPU ranks, a cluster without GPU GRES)
+    config_dir: str = (
+        "."  # where the batch job finds these files (absolute: sbatch runs a copy of the script)
+    )
+
+
 class Topology(BaseModel):
     """Where the job runs: nodes x GPUs per node, and the hosts of a multi-node job."""
 
@@ -222,6 +238,7 @@ class Topology(BaseModel):
     master_port: int = 29500
     # How a multi-node job is started (wizard/config/launchers.py); ignored for one node.
     launcher: MultinodeLauncher = DEFAULT_LAUNCHER
+    slurm: SlurmJob = Field(default_factory=SlurmJob)
 
     @property
     def world_size(self) -> int:

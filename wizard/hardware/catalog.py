@@ -66,6 +66,43 @@ CATALOG: tuple[GPUModel, ...] = (
     # NVIDIA L40S datasheet: 733 TF bf16/fp16 sparse (362.05 dense), 91.6 TF FP32, 864 GB/s, PCIe Gen4.
     GPUModel("L40S", "NVIDIA L40S", "L40S", "card", 48, 46068 * MiB, (8, 9), 362.05, 362.05, 91.6, 864.0, 0.0,
              4, source="NVIDIA L40S datasheet"),
+    # NVIDIA Turing architecture whitepaper (TU102, Appendix A): TITAN RTX 130.5 TF fp16 tensor with FP32
+    # accumulate (full rate on TITAN), 16.3 TF FP32, 672 GB/s, 24 GB, NVLink bridge 100 GB/s (2 x 50).
+    # https://images.nvidia.com/aem-dam/en-zz/Solutions/design-visualization/technologies/turing-architecture/NVIDIA-Turing-Architecture-Whitepaper.pdf
+    GPUModel("TITAN-RTX", "NVIDIA TITAN RTX", "TITANRTX", "card", 24, 24220 * MiB, (7, 5), None, 130.5, 16.3,
+             672.0, 0.0, 3, nvlink_bridge_gbs=100.0, source="NVIDIA Turing architecture whitepaper (TITAN RTX)"),
+    # Same whitepaper: RTX 2080 Ti (Founders Edition) 56.9 TF fp16 tensor with FP32 accumulate (GeForce: half
+    # the FP16-accumulate 113.8), 14.2 TF FP32, 616 GB/s, 11 GB, NVLink bridge 100 GB/s.
+    GPUModel("RTX2080TI", "NVIDIA GeForce RTX 2080 Ti", "RTX2080TI", "card", 11, 11019 * MiB, (7, 5), None, 56.9,
+             14.2, 616.0, 0.0, 3, nvlink_bridge_gbs=100.0,
+             source="NVIDIA Turing architecture whitepaper (RTX 2080 Ti)"),
+    # NVIDIA Ampere GA102 GPU architecture whitepaper, Appendix A: RTX 3080 59.5 TF fp16/bf16 tensor with FP32
+    # accumulate (119 with FP16 accumulate), 29.8 TF FP32, 760 GB/s, 10 GB, no NVLink.
+    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf
+    GPUModel("RTX3080", "NVIDIA GeForce RTX 3080", "RTX3080", "card", 10, 10240 * MiB, (8, 6), 59.5, 59.5, 29.8,
+             760.0, 0.0, 4, source="NVIDIA Ampere GA102 whitepaper (RTX 3080)"),
+    # Same whitepaper: RTX A6000 154.8 TF fp16/bf16 tensor (309.7 sparse), 38.7 TF FP32, 768 GB/s, 48 GB,
+    # NVLink bridge 112.5 GB/s; NVIDIA RTX A6000 datasheet agrees.
+    GPUModel("RTX-A6000", "NVIDIA RTX A6000", "RTXA6000", "card", 48, 49140 * MiB, (8, 6), 154.8, 154.8, 38.7,
+             768.0, 0.0, 4, nvlink_bridge_gbs=112.5, source="NVIDIA RTX A6000 datasheet / GA102 whitepaper"),
+    # NVIDIA A40 datasheet: 149.7 TF bf16/fp16 tensor (299.4 sparse), 37.4 TF FP32, 696 GB/s, 48 GB, NVLink
+    # bridge 112.5 GB/s, PCIe Gen4.
+    # https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf
+    GPUModel("A40", "NVIDIA A40", "A40", "card", 48, 46068 * MiB, (8, 6), 149.7, 149.7, 37.4, 696.0, 0.0, 4,
+             nvlink_bridge_gbs=112.5, source="NVIDIA A40 datasheet"),
+    # NVIDIA L40 datasheet: 181.05 TF bf16/fp16 tensor (362.1 sparse), 90.5 TF FP32, 864 GB/s, 48 GB, PCIe
+    # Gen4, no NVLink.  https://www.nvidia.com/en-us/data-center/l40/
+    GPUModel("L40", "NVIDIA L40", "L40", "card", 48, 46068 * MiB, (8, 9), 181.05, 181.05, 90.5, 864.0, 0.0, 4,
+             source="NVIDIA L40 datasheet"),
+    # NVIDIA Ada Lovelace architecture whitepaper, Appendix: RTX 6000 Ada 364.2 TF fp16/bf16 tensor with FP32
+    # accumulate (728.5 sparse), 91.1 TF FP32, 960 GB/s, 48 GB, no NVLink; RTX 6000 Ada datasheet agrees.
+    # https://images.nvidia.com/aem-dam/Solutions/Data-Center/l4/nvidia-ada-gpu-architecture-whitepaper-v2.1.pdf
+    GPUModel("RTX6000-ADA", "NVIDIA RTX 6000 Ada Generation", "RTX6000ADA", "card", 48, 49140 * MiB, (8, 9),
+             364.2, 364.2, 91.1, 960.0, 0.0, 4, source="NVIDIA Ada Lovelace whitepaper (RTX 6000 Ada)"),
+    # Same whitepaper: RTX 4080 97.5 TF fp16/bf16 tensor with FP32 accumulate (GeForce: half the FP16-accumulate
+    # 194.9), 48.7 TF FP32, 716.8 GB/s, 16 GB, no NVLink.
+    GPUModel("RTX4080", "NVIDIA GeForce RTX 4080", "RTX4080", "card", 16, 16376 * MiB, (8, 9), 97.5, 97.5, 48.7,
+             716.8, 0.0, 4, source="NVIDIA Ada Lovelace whitepaper (RTX 4080)"),
     # NVIDIA Ampere GA102 whitepaper (RTX 3090): 71 TF fp16/bf16 tensor with FP32 accumulate (142 with FP16
     # accumulate), 35.6 TF FP32, 936 GB/s, NVLink bridge 112.5 GB/s.
     GPUModel("RTX3090", "NVIDIA GeForce RTX 3090", "RTX3090", "card", 24, 24576 * MiB, (8, 6), 71.0, 71.0, 35.6,
@@ -111,6 +148,14 @@ _FAMILY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (fam, re.compile(pat))
     for fam, pat in (
         ("RTX4090", r"(?<!\d)4090(?!\d)(?!\s*-?TI)"),
+        ("RTX4080", r"(?<!\d)4080(?!\d)(?!\s*-?(?:TI|SUPER))"),
+        ("RTX3080", r"(?<!\d)3080(?!\d)(?!\s*-?TI)"),
+        ("RTX2080TI", r"(?<!\d)2080\s*-?\s*TI(?![A-Z])"),
+        ("TITANRTX", r"TITAN\s*-?\s*RTX"),
+        ("RTX6000ADA", r"(?<![A0-9])6000\s*-?\s*ADA"),
+        ("RTXA6000", r"(?<![0-9])A6000(?!\d)"),
+        ("A40", r"(?<![A-Z0-9])A40(?![0-9])"),
+        ("L40", r"(?<![A-Z0-9])L40(?![0-9S])"),
         ("RTX3090", r"(?<!\d)3090(?!\d)(?!\s*-?TI)"),
         ("H200", r"(?<![A-Z0-9])H200(?!\d)"),
         ("H100", r"(?<![A-Z0-9])H100(?!\d)"),

@@ -29,8 +29,8 @@ class Choices:
     hardware_spec: str | None = None  # None: this machine, as detected
     hardware: HardwareReport | None = None
     model_text: str = ""
-    seq_len: int = 2048
-    global_batch: int | None = None  # None: let the planner pick
+    seq_len: int | None = None  # None: the model's context, at most 2048 (PlanRequest.resolved_seq_len)
+    global_batch: int | None = None  # the user's target; None: let the planner pick (never the plan's answer)
     mode: Mode = "train"
     strategy: Strategy | None = None
     gradient_clipping: float = 1.0
@@ -58,10 +58,9 @@ class Choices:
         if self.strategy is None:
             return
         self.strategy = self.strategy.with_(nodes=max(1, nodes), gpus_per_node=max(1, gpus_per_node))
-        self.global_batch = self.strategy.global_batch_size
 
 
-def parse_positive(text: str, what: str, *, allow_empty: bool = False) -> int | None:
+def parse_positive(text: str, what: str, *, allow_empty: bool = False, example: int = 8) -> int | None:
     text = text.strip().replace("_", "").replace(",", "")
     if not text and allow_empty:
         return None
@@ -69,7 +68,7 @@ def parse_positive(text: str, what: str, *, allow_empty: bool = False) -> int | 
         value = int(text)
     except ValueError:
         raise DswizError(
-            f"{what} must be a whole number, not {text!r}", f"type a {what} such as 2048"
+            f"{what} must be a whole number, not {text!r}", f"type a whole number, e.g. {example}"
         ) from None
     if value < 1:
         raise DswizError(f"{what} must be at least 1", f"type a positive {what}")

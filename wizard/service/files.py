@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from wizard.config.build import WriteOptions
     from wizard.config.load import LoadedConfig
-    from wizard.config.schema import AccelerateMode, Consumer
+    from wizard.config.schema import AccelerateMode, Consumer, SlurmJob
 
 
 class WriteAnswers(TypedDict, total=False):
@@ -55,6 +55,7 @@ class WriteAnswers(TypedDict, total=False):
     accelerate_mode: AccelerateMode
     gradient_clipping: float
     save_16bit_model: bool
+    slurm: SlurmJob
 
 
 def write_options(
@@ -161,6 +162,7 @@ def lint_files(
     hardware: HardwareReport | None = None,
     launcher: str | None = None,
     out_dir: Path | None = None,
+    consumer: Consumer | None = None,
 ) -> list[Finding]:
     """The linter's findings for the files about to be written: exactly what ``dswiz check DIR`` would say once
     they are written to ``out_dir`` (the same ``wizard.config.check.lint_path``, run on a scratch copy in which
@@ -173,7 +175,9 @@ def lint_files(
             if target is not None:
                 text = text.replace(target + "/", scratch + "/")
             (Path(scratch) / name).write_text(text, encoding="utf-8")
-        found = lint_path(Path(scratch), world_size=world_size, hardware=hardware, launcher=launcher)
+        found = lint_path(
+            Path(scratch), consumer=consumer, world_size=world_size, hardware=hardware, launcher=launcher
+        )
 
         def back(text: str | None) -> str | None:
             return text.replace(scratch, target) if text is not None and target is not None else text

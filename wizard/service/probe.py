@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ class ProbeSetup:
     warmup_steps: int = 2
     timeout_s: float = 900.0  # per candidate, from start to its last timed step
     launch_args: tuple[str, ...] = ()  # --python, --nproc, --config-arg, --launcher ... for dswiz launch
-    precisions: tuple[str, ...] = ()
+    request: PlanRequest | None = None  # what the planner is asked; None: the sidecar's sequence and batch
 
 
 @dataclass(frozen=True)
@@ -98,13 +98,10 @@ def distinct_candidates(p: Plan, top: int) -> list[Candidate]:
     return out
 
 
-def plan_for(sidecar: PlanSidecar, precisions: Sequence[str] = ()) -> Plan:
-    request = PlanRequest(
-        seq_len=sidecar.seq_len,
-        global_batch=sidecar.global_batch,
-        precisions=tuple(precisions),  # type: ignore[arg-type]
-    )
-    return plan(sidecar.hardware, sidecar.model, request)
+def plan_for(sidecar: PlanSidecar, request: PlanRequest | None = None) -> Plan:
+    """The plan the candidates come from: the user's planning flags, at the sequence the base config planned."""
+    base = replace(request or PlanRequest(), seq_len=sidecar.seq_len, global_batch=sidecar.global_batch)
+    return plan(sidecar.hardware, sidecar.model, base)
 
 
 def write_base_config(config_args: Sequence[str], out: Path) -> PlanSidecar:
@@ -267,7 +264,7 @@ def probe(
     setup: ProbeSetup, sidecar: PlanSidecar, *, say: Callable[[str], None]
 ) -> tuple[list[ProbeResult], int | None]:
     """Every candidate measured; the index of the fastest that ran (None: none did). The winner is written."""
-    candidates = distinct_candidates(plan_for(sidecar, setup.precisions), setup.top)
+    candidates = distinct_candidates(plan_for(sidecar, setup.request), setup.top)
     if not candidates:
         raise DswizError(
             "the planner has no fitting strategy to probe", "run `dswiz plan` with the same flags to see why"

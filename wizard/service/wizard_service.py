@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wizard import planner
 from wizard.config.hostfile import hostfile_lines, placeholder_hosts
@@ -25,7 +25,8 @@ from wizard.model import ModelSpec, load_model_spec, preset_names
 from wizard.planner import Candidate, Capacities, MaxBatchRow, Plan, PlanRequest
 from wizard.service import files as written
 from wizard.service.choices import DEFAULT_OUT_DIR, Choices
-from wizard.strategy import PRECISIONS, Strategy
+from wizard.service.key_diff import KeyChange, key_diff
+from wizard.strategy import PRECISIONS, Mode, Precision, Strategy
 from wizard.units import fmt_bytes
 
 # The config writers, loader and linter (wizard.config's schema, build, load, reimport, render, nvme, lint/) build
@@ -98,6 +99,37 @@ class WizardService:
 
     def plan(self, choices: Choices, model: ModelSpec) -> Plan:
         return planner.plan(_hardware(choices), model, self.request(choices))
+
+    def start_plan(self, choices: Choices, model: ModelSpec) -> Plan:
+        """Plan for ``model`` and start the strategy from the plan: the recommendation (or, when nothing fits, the
+        closest candidate, so the Strategy step shows why); an imported config keeps its own choices, on this
+        hardware's topology. The user's target global batch is left as they typed it."""
+        plan = self.plan(choices, model)
+        if not plan.candidates:
+            raise DswizError("the planner found no candidate", "check the model numbers and the hardware")
+        planned = (plan.best or plan.candidates[0]).strategy
+        if choices.strategy is None or choices.imported_from is None:
+            choices.strategy = planned
+        else:
+            choices.strategy = choices.strategy.with_(
+                nodes=planned.nodes, gpus_per_node=planned.gpus_per_node
+            )
+        return plan
+
+    def start_unplanned(self, choices: Choices) -> None:
+        """No model: nothing can be predicted, the strategy is chosen by hand from ``unplanned_strategy`` (or the
+        imported file's)."""
+        hw = choices.hardware
+        if choices.strategy is None or choices.imported_from is None:
+            choices.strategy = unplanned_strategy(hw, choices.mode)
+        elif hw is not None:
+            choices.strategy = choices.strategy.with_(nodes=hw.nodes, gpus_per_node=max(1, hw.gpus_per_node))
+
+    def seq_len_for(self, choices: Choices, model: ModelSpec | None) -> int | None:
+        """The sequence length the planner uses: the one typed, else the model's context (at most 2048)."""
+        if model is None:
+            return choices.seq_len
+        return self.request(choices).resolved_seq_len(model)
 
     def evaluate(self, choices: Choices, model: ModelSpec, strategy: Strategy) -> Candidate:
         """The planner's prediction for a strategy the user edited by hand (``wizard.planner.evaluate``): any stage,
@@ -217,6 +249,38 @@ class WizardService:
         return files
 
     @staticmethod
+    def import_key_diffs(
+        choices: Choices, files: Mapping[str, str]
+    ) -> dict[str, tuple[str, list[KeyChange]]]:
+        """For `--from FILE`: file name -> (the imported file it is compared with, the key-level diff), for the
+        DeepSpeed JSON and, when a YAML was imported, the accelerate YAML. Empty without an import."""
+        import json
+
+        import yaml
+
+        from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
+
+        imported = choices.imported
+        if imported is None:
+            return {}
+        pairs: list[tuple[str, Path | None, str | None, Callable[[str], Any]]] = [
+            (DS_CONFIG_NAME, imported.ds_config_path, choices.imported_ds_text, json.loads)
+        ]
+        if imported.kind == "accelerate":
+            pairs.append((ACCELERATE_YAML_NAME, imported.path, _read_text(imported.path), yaml.safe_load))
+        out: dict[str, tuple[str, list[KeyChange]]] = {}
+        for name, path, old_text, parse in pairs:
+            if path is None or old_text is None or name not in files:
+                continue
+            try:
+                old, new = parse(old_text), parse(files[name])
+            except ValueError:
+                continue
+            if isinstance(old, dict) and isinstance(new, dict):
+                out[name] = (str(path), key_diff(old, new))
+        return out
+
+    @staticmethod
     def code_hint_lines(choices: Choices, files: Mapping[str, str]) -> list[str]:
         """What the user's script must change for the chosen consumer and these files (wizard.service.files)."""
         ds_config = written.ds_config_of(files)
@@ -277,6 +341,44 @@ class WizardService:
         # step.
         choices.strategy = strategy_from_config(config, mode=choices.mode)
 
+    @staticmethod
+    def accelerate_keys_refused(choices: Choices) -> list[str]:
+        """The imported accelerate YAML's keys that accelerate refuses next to deepspeed_config_file (the linter's
+        list, wizard.config.lint.accelerate, and any top-level mixed_precision); [] when there are none."""
+        from wizard.config.lint.accelerate import ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+
+        imported = choices.imported
+        if imported is None or imported.config.accelerate_mode != "config_file":
+            return []
+        config = imported.config
+        refused = [
+            f"deepspeed_config.{k}"
+            for k in ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+            if k in config.accelerate_ds_fields
+        ]
+        return refused + (["mixed_precision"] if "mixed_precision" in config.accelerate_fields else [])
+
+    @staticmethod
+    def drop_accelerate_keys_refused(choices: Choices) -> None:
+        """Write the imported YAML back without the keys accelerate refuses (their values are in the DeepSpeed
+        JSON, which is what accelerate reads in config-file mode)."""
+        import dataclasses
+
+        from wizard.config.lint.accelerate import ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+
+        imported = choices.imported
+        if imported is None:
+            return
+        config = imported.config
+        ds_fields = {
+            k: v
+            for k, v in config.accelerate_ds_fields.items()
+            if k not in ACCELERATE_KEYS_REFUSED_WITH_CONFIG_FILE
+        }
+        fields = {k: v for k, v in config.accelerate_fields.items() if k != "mixed_precision"}
+        kept = config.model_copy(update={"accelerate_ds_fields": ds_fields, "accelerate_fields": fields})
+        choices.imported = dataclasses.replace(imported, config=kept)
+
     # ------------------------------------------------------------ multi-node and NVMe offload
 
     @staticmethod
@@ -315,6 +417,29 @@ class WizardService:
         return nvme_path_findings(choices.nvme_path, choices.hardware, need_bytes=need_bytes)
 
 
+def best_precision(hardware: HardwareReport | None) -> Precision:
+    """bf16 where every GPU computes in it, else fp16, else fp32 (no GPU: bf16, which DeepSpeed's CPU accelerator
+    runs)."""
+    if hardware is None or not hardware.gpus:
+        return "bf16"
+    if all(g.supports_bf16 for g in hardware.gpus):
+        return "bf16"
+    return "fp16" if all(g.supports_fp16 for g in hardware.gpus) else "fp32"
+
+
+def unplanned_strategy(hardware: HardwareReport | None, mode: Mode) -> Strategy:
+    """The strategy without a model to plan for (`dswiz config --yes` without --model, the wizard with the model
+    left empty): stage 2 (3 for inference, ZeRO inference is stage 3 only) on the hardware's topology, its best
+    precision, micro-batch 1 and no accumulation."""
+    return Strategy(
+        zero_stage=3 if mode == "inference" else 2,
+        mode=mode,
+        precision=best_precision(hardware),
+        nodes=hardware.nodes if hardware is not None else 1,
+        gpus_per_node=max(1, hardware.gpus_per_node) if hardware is not None else 1,
+    )
+
+
 def _hardware(choices: Choices) -> HardwareReport:
     if choices.hardware is None:
         raise DswizError("no hardware yet", "go back to the Hardware step")
@@ -335,10 +460,16 @@ def initial_choices(
     hardware_spec: str | None = None,
     from_file: Path | None = None,
     out_dir: Path | None = None,
+    model_text: str = "",
 ) -> Choices:
-    """The answers a session starts from: the hardware asked for, and an imported file's decisions (``--from``),
-    whose folder is then the default output folder."""
-    choices = Choices(hardware_spec=hardware_spec, hardware=hardware, out_dir=out_dir or DEFAULT_OUT_DIR)
+    """The answers a session starts from: the hardware and model asked for, and an imported file's decisions
+    (``--from``), whose folder is then the default output folder."""
+    choices = Choices(
+        hardware_spec=hardware_spec,
+        hardware=hardware,
+        out_dir=out_dir or DEFAULT_OUT_DIR,
+        model_text=model_text,
+    )
     if from_file is not None:
         service.apply_import(choices, service.import_config(from_file))
         choices.imported_from = from_file

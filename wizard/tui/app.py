@@ -15,6 +15,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import Plan
 from wizard.service import Choices, WizardService
+from wizard.strategy import Mode
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from wizard.tui.screens.hardware import HardwareStep
@@ -51,6 +52,7 @@ class WizardApp(App[list[Path]]):
         Binding("b", "move(-1)", "Back", show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("q", "quit", "Quit", show=False),
+        Binding("escape", "leave_field", "Leave field", show=False),
     ]
 
     def __init__(
@@ -60,8 +62,10 @@ class WizardApp(App[list[Path]]):
         service: WizardService,
         detect: bool = True,
         model: ModelSpec | None = None,
+        skip_answered: bool = False,
     ) -> None:
         super().__init__()
+        self.skip_answered = skip_answered
         self.choices = choices
         self.service = service
         self.detect = detect and choices.hardware is None
@@ -78,21 +82,70 @@ class WizardApp(App[list[Path]]):
         self.push_screen(STEPS[0].__name__)
         if self.detect:
             self.detecting = True
-            self.detect_hardware(self.choices.hardware_spec)
+            self.detect_hardware(self.choices.hardware_spec, skip=self.skip_answered)
+        elif self.skip_answered:
+            self.call_after_refresh(self.skip_answered_steps)
 
     @work(thread=True, exclusive=True, group="hardware")
-    def detect_hardware(self, spec: str | None) -> None:
+    def detect_hardware(self, spec: str | None, skip: bool = False) -> None:
+        """Read the hardware; ``skip``: then open on the first step not answered on the command line."""
         try:
             report: HardwareReport | DswizError = self.service.get_hardware(spec)
         except DswizError as e:
             report = e
         self.call_from_thread(self._hardware_ready, spec, report)
+        if skip:
+            self.call_from_thread(self.skip_answered_steps)
 
     def _hardware_ready(self, spec: str | None, report: HardwareReport | DswizError) -> None:
         self.detecting = False
         step = self.get_screen(HardwareStep.__name__)
         assert isinstance(step, HardwareStep)
         step.show_hardware(spec, report)
+        advance, step.advance_when_ready = step.advance_when_ready, False
+        if advance and self.step == 0 and isinstance(report, HardwareReport) and report.gpus:
+            self.action_move(1)
+
+    def skip_answered_steps(self) -> None:
+        """``dswiz --hardware H``: the Hardware step is answered, open on Model; ``--model M`` (on H or on this
+        machine's GPUs): plan and open on Strategy with the recommendation selected. A problem (no GPU, a model that does not load) stays on the
+        step that asks about it, with the problem shown there."""
+        hw = self.choices.hardware
+        if self.step != 0 or hw is None or not hw.gpus:
+            return
+        if self.choices.hardware_spec is None and not self.choices.model_text:
+            return  # this machine, detected: the Hardware step shows what was found
+        if not self.choices.model_text:
+            self.goto(1)
+            return
+        c = self.choices
+        try:
+            self.load_and_plan(c.model_text, seq_len=c.seq_len, global_batch=c.global_batch, mode=c.mode)
+        except DswizError as e:
+            self.goto(1)
+            self.screen_status(e)
+            return
+        self.goto(2)
+
+    def screen_status(self, e: DswizError) -> None:
+        screen = self.get_screen(STEPS[self.step].__name__)
+        if isinstance(screen, StepScreen):
+            screen.set_status(f"{e.problem}" + (f" — {e.fix}" if e.fix else ""), error=True)
+
+    def load_and_plan(self, text: str, *, seq_len: int | None, global_batch: int | None, mode: Mode) -> None:
+        """The Model step's answers: load the model and plan for it (or, with no model, start the strategy to be
+        chosen by hand); unchanged answers keep the plan and the strategy chosen since."""
+        c = self.choices
+        model = self.service.load_model(text) if text.strip() else None
+        changed = (text, seq_len, global_batch, mode) != (c.model_text, c.seq_len, c.global_batch, c.mode)
+        c.model_text, c.seq_len, c.global_batch, c.mode = text, seq_len, global_batch, mode
+        self.model = model
+        if model is None:
+            self.plan = None
+            if changed or c.strategy is None:
+                self.service.start_unplanned(c)
+        elif changed or self.plan is None or c.strategy is None:
+            self.plan = self.service.start_plan(c, model)
 
     # ------------------------------------------------------------------ navigation
 
@@ -121,6 +174,11 @@ class WizardApp(App[list[Path]]):
     def goto(self, step: int) -> None:
         self.step = step
         self.switch_screen(STEPS[step].__name__)
+
+    def action_leave_field(self) -> None:
+        """Esc: no field has focus, so the one-letter keys (n, b, q, ?) act."""
+        if isinstance(self.screen, StepScreen):
+            self.screen.set_focus(None)
 
     def action_help(self) -> None:
         screen = self.screen

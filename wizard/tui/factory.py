@@ -20,13 +20,22 @@ def build_app(
     out_dir: Path | None = None,
     service: WizardService | None = None,
     detect: bool = True,
+    model_text: str = "",
+    skip_answered: bool = False,
 ) -> WizardApp:
     """``hardware`` given: use it as is. Else ``hardware_spec`` (None = this machine) is read in a worker after
-    the first frame, so detection never delays the screen."""
+    the first frame, so detection never delays the screen. Described hardware (and ``model_text``) answer their
+    steps: with ``skip_answered`` (the CLI) the wizard opens on the first step still to answer
+    (``WizardApp.skip_answered_steps``)."""
     from wizard.tui.app import WizardApp
 
     service = service or WizardService()
     choices: Choices = initial_choices(
-        service, hardware=hardware, hardware_spec=hardware_spec, from_file=from_file, out_dir=out_dir
+        service,
+        hardware=hardware,
+        hardware_spec=hardware_spec,
+        from_file=from_file,
+        out_dir=out_dir,
+        model_text=model_text,
     )
-    return WizardApp(choices=choices, service=service, detect=detect)
+    return WizardApp(choices=choices, service=service, detect=detect, skip_answered=skip_answered)

@@ -15,10 +15,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Static
+from textual.widgets import Button, Footer, Input, Static
 
 from wizard.errors import DswizError
 from wizard.strategy import Strategy
+from wizard.tui.widgets.fields import FieldSubmitted
 from wizard.tui.widgets.step_bar import STEP_TITLES, StepBar
 
 if TYPE_CHECKING:
@@ -44,10 +45,13 @@ class StepScreen(Screen[None]):
         with VerticalScroll(id="body"):
             yield from self.body()
         with Horizontal(id="nav"):
-            yield Button("← Back", id="back", disabled=self.STEP == 0)
+            # compact (one line, no border): on 24 rows the step's own fields get the room
+            back = Button("← Back", id="back", disabled=self.STEP == 0, compact=True)
+            back.can_focus = False  # Tab from the last field lands on Next; Back is ctrl+p (or b, or a click)
+            yield back
             yield Static("", id="status")
             last = len(STEP_TITLES) - 1 == self.STEP
-            yield Button("Done" if last else "Next →", id="next", variant="primary")
+            yield Button("Done" if last else "Next →", id="next", variant="primary", compact=True)
         yield Footer()
 
     def body(self) -> ComposeResult:  # pragma: no cover - every step overrides it
@@ -81,9 +85,29 @@ class StepScreen(Screen[None]):
             return False
         return True
 
+    # Enter: the focused field is submitted, and the step moves on when it is complete (try_save says whether).
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if not self.submitted(event.input):
+            self.go_on()
+
+    def submitted(self, field: Input) -> bool:
+        """Enter in ``field``: True when the step handled it itself (e.g. reading the hardware spec)."""
+        return False
+
+    def go_on(self) -> None:
+        """Enter on a field: the next step, when this one saves."""
+        self.post_message(self.Move(+1))
+
+    @on(FieldSubmitted)
+    def _field_submitted(self, event: FieldSubmitted) -> None:
+        event.stop()
+        self.go_on()
+
     @on(Button.Pressed, "#next")
     def _next(self) -> None:
-        self.post_message(self.Move(+1))
+        self.go_on()
 
     @on(Button.Pressed, "#back")
     def _back(self) -> None:

@@ -7,17 +7,23 @@ from typing import ClassVar
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Markdown, Static
 
 KEYS_HELP = """\
 | key | does |
 |---|---|
+| `enter` | submit the field (a table row, a radio option) and go on when the step is complete |
 | `ctrl+n` (or `n` outside a text field) | next step (saves this one) |
 | `ctrl+p` (or `b`) | previous step |
 | `tab` / `shift+tab` | move between fields |
-| `enter` / `space` | press a button, pick a radio option |
+| `space` | switch a switch, pick a radio option |
+| `↑` `↓` | move in a table or between the options offered |
+| a letter or digit | in a radio set: pick the option it starts (`3`, `c` for cpu, `f` for fp16), then the next field |
+| `m` | Strategy step: the largest micro-batch of every strategy |
+| `pagedown` / `pageup` | scroll the step |
+| `esc` | leave the text field (then `n`, `b`, `q` work); closes a dialog |
 | `f1` (or `?`) | this help |
 | `ctrl+q` (or `q`) | quit (asks first when choices are not written yet) |
 """
@@ -32,7 +38,7 @@ class HelpScreen(ModalScreen[None]):
         self.step_help = step_help
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog", classes="help"):
+        with VerticalScroll(id="dialog", classes="help"):  # scrolls on a small terminal (pagedown, the wheel)
             yield Markdown(f"## {self.step_title}\n\n{self.step_help}\n\n## Keys\n\n{KEYS_HELP}")
             yield Button("Close", id="close", variant="primary")
 
@@ -48,6 +54,8 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("escape,n", "answer(False)", "No"),
         Binding("y", "answer(True)", "Yes"),
     ]
+
+    AUTO_FOCUS = "#no"  # Enter takes the safe answer; the action needs y or a click
 
     def __init__(self, question: str, yes: str, no: str = "Cancel") -> None:
         super().__init__()

@@ -120,8 +120,19 @@ class HardwareStep(StepScreen):
         self.query_one("#hw-host", Static).update(host_text(hw))
         self.query_one("#hw-hazards", Static).update(findings_text(hw.hazards, empty="None found."))
 
+    advance_when_ready = False  # Enter on a changed spec: read it, then move on once it is read
+
+    def submitted(self, field: Input) -> bool:
+        """Enter in the spec field: a changed spec is read first, and the step moves on once it is."""
+        spec = field.value.strip() or None
+        if spec == self.wizard.choices.hardware_spec and not self.wizard.detecting:
+            return False
+        self.advance_when_ready = True
+        if spec != self.wizard.choices.hardware_spec:
+            self._use_spec()
+        return True
+
     @on(Button.Pressed, "#hw-use")
-    @on(Input.Submitted, "#hw-spec")
     def _use_spec(self) -> None:
         spec = self.query_one("#hw-spec", Input).value.strip() or None
         self.query_one("#hw-source", Static).update(

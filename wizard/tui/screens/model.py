@@ -7,13 +7,12 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
+from textual.widgets import Input, Label, RadioButton, Select, Static
 
-from wizard.errors import DswizError
 from wizard.service import parse_positive
 from wizard.strategy import Mode
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.widgets.fields import labelled
+from wizard.tui.widgets.fields import ChoiceSet, labelled
 
 
 class ModelStep(StepScreen):
@@ -21,38 +20,41 @@ class ModelStep(StepScreen):
     AUTO_FOCUS = "#model"
     HELP = (
         "Which model to plan for. A **preset** name (e.g. `llama-7b`), the path of a local Hugging Face "
-        "`config.json` (nothing is downloaded), or numbers (`params=7e9 layers=32 hidden=4096 ...`). "
+        "`config.json` (nothing is downloaded), or numbers (`params=7e9 layers=32 hidden=4096 ...`). Left empty, "
+        "nothing is predicted: you choose the strategy by hand, as `dswiz config --yes` without --model. "
         "**Sequence length** and **global batch** (samples per optimizer step; empty lets the planner choose) "
         "drive activation memory and throughput."
     )
 
     def body(self) -> ComposeResult:
         presets = self.wizard.service.model_presets()
-        yield Label("Model: preset, path to config.json, or numbers", classes="field-label")
+        yield Label("Model: preset, config.json or numbers (empty: strategy by hand)", classes="field-label")
         with Horizontal(classes="row"):
             yield Select([(p, p) for p in presets], prompt="preset…", id="model-preset", disabled=not presets)
-            yield Input(
-                placeholder="llama-7b  |  ./config.json  |  params=7e9 layers=32 hidden=4096", id="model"
-            )
+            yield Input(placeholder="llama-7b | ./config.json | params=7e9", id="model")
         with Horizontal(classes="row"):
-            yield labelled("Sequence length (tokens)", Input(id="seq-len", type="integer"))
             yield labelled(
-                "Target global batch (samples/step; empty: planner picks)",
+                "Sequence length (tokens)",
+                Input(id="seq-len", type="integer", placeholder="empty: from the model"),
+            )
+            yield labelled(
+                "Global batch (empty: planner picks)",
                 Input(id="global-batch", type="integer"),
             )
         yield Label("Planning for", classes="field-label")
-        with RadioSet(id="mode"):
-            yield RadioButton("Training", id="mode-train", value=True)
-            yield RadioButton("Inference (ZeRO-Inference, stage 3)", id="mode-inference")
+        yield ChoiceSet(
+            RadioButton("Training", id="mode-train", value=True),
+            RadioButton("Inference (ZeRO-Inference, stage 3)", id="mode-inference"),
+            id="mode",
+        )
         yield Static("", id="model-summary")
 
     def refresh_from_state(self) -> None:
         c = self.wizard.choices
         self.query_one("#model", Input).value = c.model_text
-        self.query_one("#seq-len", Input).value = str(c.seq_len)
+        self.query_one("#seq-len", Input).value = "" if c.seq_len is None else str(c.seq_len)
         self.query_one("#global-batch", Input).value = "" if c.global_batch is None else str(c.global_batch)
-        self.query_one("#mode-inference", RadioButton).value = c.mode == "inference"
-        self.query_one("#mode-train", RadioButton).value = c.mode == "train"
+        self.query_one("#mode", ChoiceSet).choose(self.query_one(f"#mode-{c.mode}", RadioButton))
         if self.wizard.model is not None:
             self._show_model()
 
@@ -62,33 +64,29 @@ class ModelStep(StepScreen):
             self.query_one("#model", Input).value = event.value
 
     def _show_model(self) -> None:
-        if self.wizard.model is None:
+        w = self.wizard
+        model = w.model
+        summary = self.query_one("#model-summary", Static)
+        if model is None:
+            summary.update(
+                Text("No model: you choose the strategy by hand; nothing is predicted.", style="dim")
+            )
             return
-        desc = self.wizard.service.describe_model(self.wizard.model)
-        self.query_one("#model-summary", Static).update(Text(desc, style="green"))
+        desc = w.service.describe_model(model)
+        seq = w.service.seq_len_for(w.choices, model)
+        desc += f"\nplanned at sequence length {seq}" + (
+            "" if w.choices.seq_len else " (the model's context, ≤ 2048)"
+        )
+        summary.update(Text(desc, style="green"))
 
     def save(self) -> None:
-        c = self.wizard.choices
         text = self.query_one("#model", Input).value.strip()
-        seq_len = parse_positive(self.query_one("#seq-len", Input).value, "sequence length")
-        batch = parse_positive(self.query_one("#global-batch", Input).value, "global batch", allow_empty=True)
+        seq_len = parse_positive(
+            self.query_one("#seq-len", Input).value, "sequence length", allow_empty=True, example=2048
+        )
+        batch = parse_positive(
+            self.query_one("#global-batch", Input).value, "global batch", allow_empty=True, example=256
+        )
         mode: Mode = "inference" if self.query_one("#mode-inference", RadioButton).value else "train"
-        model = self.wizard.service.load_model(text)
-        changed = (text, seq_len, batch, mode) != (c.model_text, c.seq_len, c.global_batch, c.mode)
-        c.model_text, c.mode, c.global_batch = text, mode, batch
-        c.seq_len = seq_len if seq_len is not None else c.seq_len
-        self.wizard.model = model
+        self.wizard.load_and_plan(text, seq_len=seq_len, global_batch=batch, mode=mode)
         self._show_model()
-        if changed or self.wizard.plan is None:
-            self.wizard.plan = self.wizard.service.plan(c, model)
-            plan = self.wizard.plan
-            if not plan.candidates:
-                raise DswizError("the planner found no candidate", "check the model numbers and the hardware")
-            # An imported config keeps its own choices, on this hardware's topology; otherwise start from the
-            # recommendation (or, when nothing fits, from the closest candidate so the Strategy step shows why).
-            planned = (plan.best or plan.candidates[0]).strategy
-            if c.strategy is None or c.imported_from is None:
-                c.strategy = planned
-            else:
-                c.strategy = c.strategy.with_(nodes=planned.nodes, gpus_per_node=planned.gpus_per_node)
-            c.global_batch = c.strategy.global_batch_size

@@ -14,7 +14,7 @@ from wizard.errors import DswizError
 from wizard.service import parse_positive
 from wizard.strategy import PRECISIONS, Strategy
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.widgets.fields import labelled, radio_set
+from wizard.tui.widgets.fields import ChoiceSet, FormSwitch, labelled, radio_set
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.units import fmt_bytes
 
@@ -40,7 +40,7 @@ def batch_text(s: Strategy) -> Text:
 class PrecisionStep(StepScreen):
     STEP = 3
     _accepted_over: Strategy | None = None  # a strategy predicted not to fit that the user chose to keep
-    AUTO_FOCUS = "#micro"
+    AUTO_FOCUS = "#precision"
     HELP = (
         "**bf16** needs an Ampere or newer GPU (compute capability 8.0); **fp16** needs 7.0 and uses loss "
         "scaling; **fp32** is slow. DeepSpeed requires train_batch_size = micro-batch × accumulation × world "
@@ -65,7 +65,7 @@ class PrecisionStep(StepScreen):
         yield Static("", id="batch")
         for key, label in SWITCHES:
             with Horizontal(classes="switch-row"):
-                yield Switch(id=key)
+                yield FormSwitch(id=key)
                 yield Label(label)
         yield Static("", id="zeropp-why")
         yield Static("", id="save16-cost")
@@ -78,10 +78,14 @@ class PrecisionStep(StepScreen):
         if s is None:
             return
         supported = self.wizard.service.precisions_supported(c.hardware)
+        choice = self.query_one("#precision", ChoiceSet)
         for p in PRECISIONS:
             button = self.query_one(f"#prec-{p}", RadioButton)
             button.disabled = supported[p] is not None and p != s.precision
-            button.value = p == s.precision
+            button.tooltip = supported[p]
+            if p == s.precision:
+                choice.choose(button)
+        choice.sync_cursor()
         why = [f"{p}: {reason}" for p, reason in supported.items() if reason]
         self.query_one("#prec-why", Static).update(Text("\n".join(why), style="dim"))
         with self.prevent(Input.Changed, Switch.Changed):
@@ -102,8 +106,8 @@ class PrecisionStep(StepScreen):
         s = self.wizard.choices.strategy
         assert s is not None
         prec = next((p for p in PRECISIONS if self.query_one(f"#prec-{p}", RadioButton).value), s.precision)
-        micro = parse_positive(self.query_one("#micro", Input).value, "micro-batch") or 1
-        gas = parse_positive(self.query_one("#gas", Input).value, "accumulation steps") or 1
+        micro = parse_positive(self.query_one("#micro", Input).value, "micro-batch per GPU") or 1
+        gas = parse_positive(self.query_one("#gas", Input).value, "accumulation steps", example=4) or 1
         return s.with_(
             precision=prec,
             micro_batch_size=micro,
@@ -129,8 +133,11 @@ class PrecisionStep(StepScreen):
             check = changed.problems() if key == "ckpt" else self.option_problems(changed)
             problems = [] if switch.value else check
             switch.disabled = bool(problems)
+            switch.tooltip = problems[0] if problems else None
             if problems:
                 notes.append(f"{key}: {problems[0]}")
+        if not s.uses_zeropp:  # why ZeRO++ cannot be switched on is in each switch's tooltip
+            notes = [n for n in notes if n.startswith("ckpt")]
         self.query_one("#zeropp-why", Static).update(Text("\n".join(notes), style="dim"))
         save16 = self.query_one("#save16", Switch)
         applies = s.zero_stage == 3 and s.mode == "train"
@@ -204,7 +211,6 @@ class PrecisionStep(StepScreen):
             raise DswizError(problems[0], "change the highlighted option")
         self._confirm_if_over(s)
         self.wizard.choices.strategy = s
-        self.wizard.choices.global_batch = s.global_batch_size
         self.wizard.choices.gradient_clipping = clip
         save16 = self.query_one("#save16", Switch)
         if not save16.disabled:

@@ -16,8 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from wizard.errors import DswizError
-from wizard.findings import has_errors
+from wizard.findings import Severity
 from wizard.service import CONSUMERS
+from wizard.service.key_diff import KeyChange, summary
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.screens.dialogs import ConfirmScreen
 from wizard.tui.widgets.fields import radio_set
@@ -37,9 +38,26 @@ def unified_diff(name: str, old: str, new: str) -> str:
     )
 
 
+def import_diff_text(imported: str, rows: list[KeyChange]) -> Text:
+    """The key-level diff against the imported file: a count of what is kept, then each key changed, removed or
+    added with its values."""
+    text = Text.assemble(("Against the imported ", "bold"), (imported, "bold"), f": {summary(rows)}")
+    marks = {"changed": ("~", "yellow"), "removed": ("-", "red"), "added": ("+", "green")}
+    for row in rows:
+        if row.state == "kept":
+            continue
+        mark, style = marks[row.state]
+        if row.state == "changed":
+            values = f"{row.old!r} → {row.new!r}"
+        else:
+            values = repr(row.old if row.state == "removed" else row.new)
+        text.append(f"\n  {mark} {row.key}: {values}", style=style)
+    return text
+
+
 class ReviewStep(StepScreen):
     STEP = 5
-    AUTO_FOCUS = "#write"
+    AUTO_FOCUS = "#out-dir"
     HELP = (
         "The files dswiz will write, exactly. Where a file already exists, the diff shows what changes; writing "
         "over it asks first and keeps the old one as `NAME.bak-<time>`. Findings come from the same linter as "
@@ -52,16 +70,22 @@ class ReviewStep(StepScreen):
         super().__init__()
         self.files: dict[str, str] = {}
         self.on_disk: dict[str, str] = {}
-        self.has_errors = False
+        self.error_count = 0
+        self.asked_refused = False  # the user answered whether to drop the keys accelerate refuses
+        self.written_files: dict[str, str] | None = (
+            None  # what the last write wrote, to tell Enter what to do
+        )
 
     def body(self) -> ComposeResult:
-        yield Label("Write to directory", classes="field-label")
+        yield Label("Write to directory (Enter writes)", classes="field-label")
         with Horizontal(classes="row"):
             yield Input(id="out-dir")
-            yield Button("Write files", id="write", variant="success")
-        yield Static("", id="written")
+            write = Button("Write files", id="write", variant="success")
+            write.can_focus = False  # Enter in the folder field (or on "Used by") writes; Tab goes to Used by
+            yield write
         yield Label("Used by", classes="field-label")
         yield radio_set("consumer", "consumer", CONSUMERS)
+        yield Static("", id="written")
         yield Label("Your script", classes="section-title")
         yield Static("", id="hints")
         yield Label("Findings", classes="section-title")
@@ -103,7 +127,12 @@ class ReviewStep(StepScreen):
         try:
             self.files = self.wizard.service.render_files(c, self.wizard.model, self.wizard.plan)
             findings = self.wizard.service.lint_files(
-                self.files, c.world_size, hardware=c.hardware, launcher=c.launcher, out_dir=self._out_dir()
+                self.files,
+                c.world_size,
+                hardware=c.hardware,
+                launcher=c.launcher,
+                out_dir=self._out_dir(),
+                consumer=c.consumer,
             )
         except DswizError as e:
             self.files = {}
@@ -112,8 +141,11 @@ class ReviewStep(StepScreen):
         self.query_one("#findings", Static).update(findings_text(findings))
         self._show_hints()
         self.on_disk = self.wizard.service.existing_files(self._out_dir(), self.files)
+        against_import = self.wizard.service.import_key_diffs(c, self.files)
         widgets: list[Static] = []
         for name, text in self.files.items():
+            if name in against_import:
+                widgets.append(Static(import_diff_text(*against_import[name]), classes="import-diff"))
             old = self.on_disk.get(name)
             state = (
                 "new file" if old is None else ("unchanged" if old == text else "changes the file on disk")
@@ -126,22 +158,73 @@ class ReviewStep(StepScreen):
                 diff = unified_diff(name, old, text)
                 widgets.append(Static(Syntax(diff, "diff", theme=THEME), classes="file diff"))
         box.mount_all(widgets)
-        self.has_errors = has_errors(findings)
+        self.error_count = sum(f.severity is Severity.ERROR for f in findings)
 
     def _out_dir(self) -> Path:
         return Path(self.query_one("#out-dir", Input).value.strip() or str(self.wizard.choices.out_dir))
 
-    @on(Input.Submitted, "#out-dir")
-    def _dir_changed(self) -> None:
+    def go_on(self) -> None:
+        """Enter (in the folder field, on "Used by", on Done) writes the files; once they are written, Done."""
         self.wizard.choices.out_dir = self._out_dir()
         self._show_files()
+        if self.wizard.choices.written and self.written_files == self.files:
+            super().go_on()
+            return
+        self._write_pressed()
 
     @on(Button.Pressed, "#write")
     def _write_pressed(self) -> None:
-        self.wizard.choices.out_dir = out = self._out_dir()
+        self.wizard.choices.out_dir = self._out_dir()
         self._show_files()
         if not self.files:
             return
+        if self._offer_to_drop_refused_keys():
+            return
+        if not self.error_count:
+            self._confirm_overwrite()
+            return
+
+        def answered(write_anyway: bool | None) -> None:
+            if write_anyway:
+                self._confirm_overwrite()
+
+        n = self.error_count
+        self.app.push_screen(
+            ConfirmScreen(
+                f"The check found {n} error{'s' if n != 1 else ''} (listed under Findings): DeepSpeed or "
+                "accelerate would refuse these files or not do what they say. Write them anyway?",
+                yes="Write anyway",
+                no="Go back and fix",
+            ),
+            answered,
+        )
+
+    def _offer_to_drop_refused_keys(self) -> bool:
+        """An imported accelerate YAML with keys accelerate refuses beside deepspeed_config_file: offer to write it
+        without them (asked once). True while the question is open."""
+        refused = self.wizard.service.accelerate_keys_refused(self.wizard.choices)
+        if not refused or self.asked_refused:
+            return False
+        self.asked_refused = True
+
+        def answered(drop: bool | None) -> None:
+            if drop:
+                self.wizard.service.drop_accelerate_keys_refused(self.wizard.choices)
+            self._write_pressed()
+
+        self.app.push_screen(
+            ConfirmScreen(
+                f"accelerate refuses {', '.join(refused)} next to deepspeed_config_file (the DeepSpeed JSON holds "
+                "those settings). Write accelerate.yaml without them?",
+                yes="Remove them",
+                no="Keep them",
+            ),
+            answered,
+        )
+        return True
+
+    def _confirm_overwrite(self) -> None:
+        out = self.wizard.choices.out_dir
         changed = [n for n, old in self.on_disk.items() if old != self.files.get(n)]
         if not changed:
             self._write(force=False)
@@ -168,6 +251,7 @@ class ReviewStep(StepScreen):
             self.set_status(f"{e.problem} — {e.fix}" if e.fix else e.problem, error=True)
             return
         c.written = [r.path for r in results]
+        self.written_files = dict(self.files)
         lines = Text()
         lines.append("Wrote\n", style="bold green")
         for r in results:

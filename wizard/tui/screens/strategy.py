@@ -15,15 +15,14 @@ from textual.widgets import Collapsible, DataTable, Input, Label, RadioButton, R
 
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
-from wizard.planner import Candidate
+from wizard.planner import Candidate, Plan
 from wizard.strategy import OFFLOAD_DEVICES, Strategy, strategy_description
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.strategy_text import fmt_rate, group_label, with_stage
-from wizard.tui.widgets.fields import labelled, radio_set
+from wizard.tui.strategy_text import advice_text, candidate_cells, fmt_rate, group_label, with_stage
+from wizard.tui.widgets.fields import ChoiceSet, ChoiceTable, labelled, radio_set
 from wizard.tui.widgets.max_batch_view import MaxBatchView
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.tui.widgets.nvme_path_field import NvmePathField
-from wizard.units import fmt_bytes
 
 STAGES = (0, 1, 2, 3)
 
@@ -34,7 +33,7 @@ class StrategyStep(StepScreen):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("m", "toggle_max_batch", "Max batch")]
     HELP = (
         "The planner's candidates, best first: predicted peak memory per GPU, host RAM and NVMe against what "
-        "the machine has, and predicted tokens/s. Press **Enter** on a row to choose it. Or pick the ZeRO stage "
+        "the machine has, and predicted tokens/s. **Enter** on a row chooses it and goes on. Or pick the ZeRO stage "
         "and offloads by hand below: the prediction updates at once. Options that cannot work are greyed out and "
         "the reason is listed under them. Press **m** for the largest micro-batch of every strategy."
     )
@@ -45,7 +44,7 @@ class StrategyStep(StepScreen):
 
     def body(self) -> ComposeResult:
         yield Static("", id="advice")
-        yield DataTable(id="candidates", cursor_type="row", zebra_stripes=True)
+        yield ChoiceTable(id="candidates", cursor_type="row", zebra_stripes=True)
         with Collapsible(title="Largest micro-batch per strategy (m)", collapsed=True, id="max-batch-box"):
             yield MaxBatchView(id="max-batch")
         yield Label("Chosen", classes="section-title")
@@ -62,68 +61,63 @@ class StrategyStep(StepScreen):
         yield Label("Why", classes="section-title")
         yield Static("", id="reasons")
 
-    def on_mount(self) -> None:
-        table = self.query_one("#candidates", DataTable)
-        for col in (
-            "",
-            "stage",
-            "optimizer",
-            "params",
-            "prec",
-            "micro×GAS",
-            "ckpt",
-            "GPU",
-            "CPU",
-            "NVMe",
-            "tokens/s",
-            "fits",
-        ):
-            table.add_column(col, key=col or "mark")
-        super().on_mount()
+    def _columns(self, plan: Plan) -> list[str]:
+        """The table's columns, narrow enough for 80 terminal columns: precision only when the candidates differ
+        in it, NVMe only when one uses it."""
+        cols = ["", "ZeRO", "offload", "ckpt", "batch", "GPU GiB", "CPU GiB"]
+        if any(c.predicted.nvme_bytes for c in plan.candidates):
+            cols.append("NVMe GiB")
+        if len({c.strategy.precision for c in plan.candidates}) > 1:
+            cols.insert(4, "prec")
+        return [*cols, "tok/s", "fits"]
 
     def refresh_from_state(self) -> None:
         plan = self.wizard.plan
         table = self.query_one("#candidates", DataTable)
-        table.clear()
-        if plan is None:
-            self.query_one("#advice", Static).update("No plan yet: fill in the Model step first.")
-            return
         chosen = self.wizard.choices.strategy
-        for i, c in enumerate(plan.candidates):
-            s = c.strategy
-            mark = "★" if c is plan.best else ""
-            table.add_row(
-                mark,
-                str(s.zero_stage),
-                s.offload_optimizer,
-                s.offload_param,
-                s.precision,
-                f"{s.micro_batch_size}×{s.gradient_accumulation_steps}",
-                "yes" if s.activation_checkpointing else "",
-                fmt_bytes(c.predicted.gpu_bytes),
-                fmt_bytes(c.predicted.cpu_bytes),
-                fmt_bytes(c.predicted.nvme_bytes) if c.predicted.nvme_bytes else "-",
-                fmt_rate(c.predicted.tokens_per_sec),
-                Text("yes", style="green") if c.fits else Text("no", style="red"),
-                key=str(i),
+        table.display = plan is not None
+        if plan is None:
+            self.query_one("#advice", Static).update(
+                Text(
+                    "No model, so nothing is predicted: choose the ZeRO stage and offloads below "
+                    "(or name a model in the Model step for the planner's ranking).",
+                    style="yellow",
+                )
             )
-        advice = Text()
-        if plan.best is None:
-            advice.append("Nothing fits as asked. ", style="bold red")
-        advice.append(" ".join(plan.advice))
-        for note in plan.notes:
-            advice.append(f"\n{note}" if advice.plain else note, style="dim")
-        self.query_one("#advice", Static).update(advice)
+            self.show(None, strategy=chosen)
+            self.query_one("#stage", RadioSet).focus()
+            return
+        self._fill_table(table, plan)
+        self.query_one("#advice", Static).update(advice_text(plan))
         match = next((c for c in plan.candidates if c.strategy == chosen), None)
         if match is not None:
             table.move_cursor(row=plan.candidates.index(match))
+        # the notes above the table stay in view (focusing the table would scroll them off)
+        self.call_after_refresh(self.query_one("#body").scroll_home, animate=False)
         self.show(match or self._evaluate(chosen), strategy=chosen)
         try:
-            rows = self.wizard.service.max_batch_table(self.wizard.choices, self.wizard.model)
+            max_batch = self.wizard.service.max_batch_table(self.wizard.choices, self.wizard.model)
         except DswizError as e:
             self.set_status(e.problem, error=True)
-            rows = ()
-        self.query_one("#max-batch", MaxBatchView).show_lines(rows)
+            max_batch = ()
+        self.query_one("#max-batch", MaxBatchView).show_lines(max_batch)
+
+    def _fill_table(self, table: DataTable[object], plan: Plan) -> None:
+        """One row per candidate; each column as wide as its widest cell, so every cell shows whole."""
+        table.clear(columns=True)
+        columns = self._columns(plan)
+        rows = [
+            {
+                col: Text(v) if isinstance(v, str) else v
+                for col, v in candidate_cells(c, best=c is plan.best).items()
+            }
+            for c in plan.candidates
+        ]
+        for col in columns:
+            width = max([len(col), *(r[col].cell_len for r in rows)])
+            table.add_column(col, key=col or "mark", width=width)
+        for i, cells in enumerate(rows):
+            table.add_row(*(cells[col] for col in columns), key=str(i))
 
     def action_toggle_max_batch(self) -> None:
         box = self.query_one("#max-batch-box", Collapsible)
@@ -179,10 +173,12 @@ class StrategyStep(StepScreen):
                 problems = [] if value == current else self.option_problems(change(value))
                 button.disabled = bool(problems)
                 button.tooltip = "; ".join(problems) or None
-                if value == current and not button.value:
-                    button.value = True
+                if value == current:
+                    self.query_one(f"#{group}", ChoiceSet).choose(button)
                 if problems:
                     not_offered.append(f"{group_label(group)} {value}: {problems[0]}")
+        for group, *_ in groups:
+            self.query_one(f"#{group}", ChoiceSet).sync_cursor()
         text = Text("Not offered:\n", style="bold dim") if not_offered else Text()
         text.append("\n".join(f"  {line}" for line in not_offered), style="dim")
         self.query_one("#not-offered", Static).update(text)

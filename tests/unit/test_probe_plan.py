@@ -1,0 +1,48 @@
+"""`dswiz probe`'s choices before it runs anything: distinct strategies from the real planner, and the planning
+flags handed to `dswiz config` exactly as the user gave them."""
+
+from __future__ import annotations
+
+import click
+
+from wizard.commands.probe import _planning_flags, probe
+from wizard.hardware.described import describe
+from wizard.model import load_model_spec
+from wizard.planner import PlanRequest, plan
+from wizard.service.probe import distinct_candidates
+
+
+def test_distinct_candidates_are_different_strategies_in_rank_order() -> None:
+    p = plan(describe("8xA100-80GB"), load_model_spec("llama-7b"), PlanRequest(seq_len=2048))
+    top = distinct_candidates(p, 3)
+    assert len(top) == 3 and all(c.fits for c in top)
+    kinds = {(c.strategy.zero_stage, c.strategy.offload_optimizer, c.strategy.offload_param,
+              c.strategy.activation_checkpointing) for c in top}  # fmt: skip
+    assert len(kinds) == 3
+    fitting = [c for c in p.candidates if c.fits]
+    assert top[0] == fitting[0]  # the planner's best is measured first
+    ranks = [p.candidates.index(c) for c in top]
+    assert ranks == sorted(ranks)
+
+
+def test_planning_flags_reach_dswiz_config_as_given() -> None:
+    argv = ["--model", "gpt2", "--hardware", "2xA100-80GB", "--seq-len", "64", "--no-offload",
+            "--gpu-memory", "24GiB", "--precision", "fp32", "--top", "2", "--for", "accelerate", "train.py",
+            "--steps", "100"]  # fmt: skip
+    ctx = probe.make_context("probe", argv)
+    flags = _planning_flags(ctx, dict(ctx.params))
+    assert flags[:2] == ["--model", "gpt2"]
+    pairs = dict(zip(flags[::1], [*flags[1:], ""], strict=True))
+    assert (
+        pairs["--hardware"] == "2xA100-80GB" and pairs["--seq-len"] == "64" and pairs["--for"] == "accelerate"
+    )
+    assert pairs["--gpu-memory"] == str(24 * 1024**3) and pairs["--precision"] == "fp32"
+    assert (
+        "--no-offload" in flags and "--top" not in flags and "--steps" not in flags
+    )  # the probe's own / script's
+    assert ctx.params["script_args"] == ("--steps", "100")
+    # what dswiz config accepts: the same words parse there
+    from wizard.commands.config import config
+
+    cctx = config.make_context("config", [*flags, "--yes"])
+    assert isinstance(cctx, click.Context) and cctx.params["gpu_memory"] == 24 * 1024**3
