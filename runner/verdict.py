@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runner.metrics.csvmon import CsvPoint
 from runner.metrics.parse import LogEvent, parse_line
 from runner.phases import Phase, PhaseTracker
 from runner.rundir import RunVerdict
@@ -111,6 +112,11 @@ class JobObserver:
     # The HF Trainer's last log: {'train_runtime':, 'train_samples_per_second':, 'train_steps_per_second':, …}
     # (transformers trainer_utils.speed_metrics): its speed when nothing else printed one.
     trainer_summary: Mapping[str, Any] | None = None
+    # The csv monitor's lr rows (one per optimizer step, rank 0): (global_samples, arrival time), first and latest
+    # of the last segment (a restart starts a new one), and how many rows that segment has.
+    csv_first: tuple[int, float] | None = None
+    csv_last: tuple[int, float] | None = None
+    csv_steps: int = 0
 
     def __post_init__(self) -> None:
         self.phases = PhaseTracker(self.started, optimizer_op=self.optimizer_op)
@@ -170,6 +176,24 @@ class JobObserver:
             self.world_size = int(v["world_size"])
         return event
 
+    def add_csv(self, points: Sequence[CsvPoint], now: float) -> Phase | None:
+        """Rows the csv monitor appended since the last call. Returns the "training" phase when they ended the
+        setting up (a job under accelerate or the Trainer may print nothing while it trains)."""
+        for p in points:
+            if p.metric != "lr":
+                continue
+            if self.csv_last is None or p.samples < self.csv_last[0]:
+                self.csv_first, self.csv_steps = (p.samples, now), 0
+            self.csv_last, self.csv_steps = (p.samples, now), self.csv_steps + 1
+        return self.phases.steps_seen(now) if self.csv_steps else None
+
+    def csv_samples_per_sec(self) -> float | None:
+        """The csv monitor's sample counter over the rows' arrival times, first to latest (None before two)."""
+        if self.csv_first is None or self.csv_last is None:
+            return None
+        (n0, t0), (n1, t1) = self.csv_first, self.csv_last
+        return (n1 - n0) / (t1 - t0) if n1 > n0 and t1 > t0 else None
+
     def printed_steps_per_sec(self) -> float | None:
         """The job's own step prints over their arrival times, first to latest (None before two)."""
         if self.first_step_at is None or self.last_step_at is None:
@@ -179,10 +203,11 @@ class JobObserver:
 
     def status(self, now: float) -> Status:
         phase = self.phases.current
-        samples, printed = self.samples_per_sec, self.printed_steps_per_sec()
+        samples, printed = self.samples_per_sec or self.csv_samples_per_sec(), self.printed_steps_per_sec()
         if samples is None and printed is not None and self.train_batch_size:
             samples = printed * self.train_batch_size
-        return Status(self.step, samples, self.loss, now - self.started, phase, now - phase.started_at)
+        step = self.step if self.step is not None else (self.csv_steps or None)
+        return Status(step, samples, self.loss, now - self.started, phase, now - phase.started_at)
 
 
 def _max(a: int | None, b: Any) -> int | None:
@@ -421,7 +446,9 @@ def _finished(f: EndFacts) -> RunVerdict | None:
     loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
     if obs.loss is None and obs.eval_loss is not None:
         loss = f", last eval loss {obs.eval_loss:.4g}"
-    step = obs.step if obs.step is not None else _trainer_steps(obs.trainer_summary)
+    step = (
+        obs.step if obs.step is not None else (_trainer_steps(obs.trainer_summary) or obs.csv_steps or None)
+    )
     done = f"{step} steps in" if step is not None else "finished in"  # other nodes print no steps
     speed = _speed(obs, f.ds_config)
     return RunVerdict(kind="success", summary=f"success: {done} {_clock(f.elapsed)}{speed}{loss}")
@@ -435,9 +462,13 @@ def _trainer_steps(summary: Mapping[str, Any] | None) -> int | None:
 
 
 def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
-    """ ", 41.2 samples/s": DeepSpeed's last figure, else the job's own step prints over their arrival times."""
+    """ ", 41.2 samples/s": DeepSpeed's last figure, else the csv monitor's sample counter, the Trainer's own
+    figure, the job's own step prints (the first and last of those over their arrival times)."""
     if obs.samples_per_sec is not None:
         return f", {obs.samples_per_sec:,.1f} samples/s"
+    csv_rate = obs.csv_samples_per_sec()
+    if csv_rate is not None:
+        return f", {csv_rate:,.1f} samples/s (csv monitor)"
     if obs.trainer_summary is not None:
         return f", {float(obs.trainer_summary['train_samples_per_second']):,.1f} samples/s (Trainer)"
     steps_per_s = obs.printed_steps_per_sec()

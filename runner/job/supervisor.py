@@ -27,7 +27,7 @@ from runner.job.session import session_processes, signal_job, start_in_new_sessi
 from runner.job.sink import JobSink, RunOutcome
 from runner.job.stopping import StopEscalation, StopReason
 from runner.job.watchers import DeathWatch, LauncherLine, LineQueue, rank_of_process, start_pipe_reader
-from runner.metrics.csvmon import has_step_rows
+from runner.metrics.csvsource import CsvSource
 from runner.metrics.tail import RankLogTail
 from runner.rundir import LauncherProcess, RunRecord
 from runner.verdict import JobObserver, OomAdvisor, RankDeath, Status, decide, exit_code
@@ -89,6 +89,7 @@ class Job:
         self._sids: set[int] = set()
         self._threads: list[threading.Thread] = []
         self._rank_logs = RankLogTail(prepared.run_dir / rundir.RANK_LOGS_DIR)
+        self._csv = CsvSource(prepared.run_dir / rundir.CSV_DIR / rundir.CSV_JOB_NAME)
         self._log: IO[str] | None = None
         self._rank_of_pid: dict[int, int] = {}
         self._pending: dict[int, _PendingRank] = {}
@@ -180,18 +181,16 @@ class Job:
             if self._pending:
                 self._resolve_ranks()
             self._handle_rank_lines(self._rank_logs.poll(), now)
-            self._csv_steps_seen(now)
+            self._csv_progress(now)
         if now - self._last_status >= self.status_every_s:
             self._last_status = now
             self.sink.on_status(self.observer.status(now))
 
-    def _csv_steps_seen(self, now: float) -> None:
-        """A job that prints no step (accelerate, the Trainer) still writes csv monitor rows: training started."""
-        csv_dir = self.prepared.run_dir / rundir.CSV_DIR / rundir.CSV_JOB_NAME
-        if not self.observer.phases.training and has_step_rows(csv_dir):
-            phase = self.observer.phases.steps_seen(now)
-            if phase is not None:
-                self.sink.on_phase(phase)
+    def _csv_progress(self, now: float) -> None:
+        """A job that prints no step (accelerate, the Trainer) still writes csv monitor rows: its steps and speed."""
+        phase = self.observer.add_csv(self._csv.poll(), now)
+        if phase is not None:
+            self.sink.on_phase(phase)
 
     def _job_is_gone(self, since_launchers_ended: float, open_streams: int) -> bool:
         """Every launcher has exited: is the whole job gone? Processes left behind are stopped the same way as a
@@ -334,6 +333,8 @@ class Job:
     def _finish(self) -> RunOutcome:
         self._watch.stop()
         self._rank_logs.close()
+        self._csv_progress(self._clock())
+        self._csv.close()
         codes = [p.returncode for p in self._procs]
         reason = self._stop.reason
         stopped_by = reason.interrupted_by if reason is not None else None

@@ -82,17 +82,6 @@ def parse_csv_lines(
     return points, state
 
 
-LR_FILE = "Train_Samples_lr.csv"  # one row per optimizer step (engine.py, DeepSpeedEngine._take_model_step)
-
-
-def has_step_rows(directory: Path) -> bool:
-    """Whether the csv monitor has written a step's row yet (cheap: one stat, no read), e.g. to end "setting up"."""
-    try:
-        return (directory / LR_FILE).stat().st_size > len("step,lr\n")
-    except OSError:
-        return False
-
-
 def read_csv_monitor_file(path: Path) -> list[CsvPoint]:
     """Read one whole csv monitor file (for tests and summaries; the live path follows files incrementally)."""
     state = CsvParseState(metric=metric_from_filename(path.name))

@@ -106,4 +106,4 @@ def test_an_accelerate_job_shows_speed_loss_training_phase_and_a_verdict_with_th
     summary = record.verdict.summary
     assert record.verdict.kind == "success", summary
     assert summary.startswith(f"success: {STEPS} steps in "), summary
-    assert "samples/s (script prints)" in summary and "final loss" in summary, summary
+    assert "samples/s (csv monitor)" in summary and "final loss" in summary, summary

@@ -3,18 +3,19 @@ plan-vs-measured comparison, on recorded logs (tests/fixtures/logs) and the pane
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from runner.metrics.aggregate import SOURCE_DS_CURR, SOURCE_DS_LOG, SOURCE_PRINTS, Aggregator
-from runner.metrics.csvmon import LR_FILE, has_step_rows
+from runner.metrics.csvmon import read_csv_monitor_dir
 from runner.metrics.parse import LogEvent, parse_line
 from runner.metrics.plan import PlanInfo
 from runner.metrics.snapshot import GpuState, Snapshot
 from runner.monitor.widgets.charts import ThroughputPanel, titled
 from runner.monitor.widgets.gpus import GpuPanel
-from runner.phases import PhaseTracker
+from runner.verdict import JobObserver, decide
 from wizard.units import GiB
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -101,22 +102,24 @@ def test_throughput_panel_puts_measured_tokens_beside_the_plan_and_titles_name_t
     assert titled("Loss", snap, "loss") == "Loss"
 
 
-def test_csv_monitor_rows_end_the_setting_up_phase_of_a_job_that_prints_no_step(tmp_path: Path) -> None:
-    """An accelerate script that prints nothing while it trains: the csv monitor's first row ends "setting up"."""
-    tracker = PhaseTracker(0.0)
-    tracker.feed(
+def test_csv_monitor_rows_give_a_silent_job_its_phase_steps_and_verdict_speed() -> None:
+    """An accelerate script that prints nothing while it trains: the csv monitor's rows (the recorded plain run's,
+    8 samples per step) end "setting up" and give the status line and the verdict steps and speed."""
+    obs = JobObserver(started=0.0)
+    obs.feed(
         "[2026-12-01 13:32:06,620] [INFO] [stage_1_and_2.py:150:__init__] Creating ZeRO stage 2 optimizer",
         1.0,
     )
-    assert tracker.current.name == "setting up ZeRO stage 2"
-    csv_dir = tmp_path / "csv" / "dswiz"
-    csv_dir.mkdir(parents=True)
-    assert not has_step_rows(csv_dir)  # not written yet
-    recorded = (LOGS / "cpu_plain_prints" / "csv" / "dswiz" / LR_FILE).read_text().splitlines()
-    (csv_dir / LR_FILE).write_text(recorded[0] + "\n")  # the header alone: no step yet
-    assert not has_step_rows(csv_dir)
-    (csv_dir / LR_FILE).write_text("\n".join(recorded[:2]) + "\n")
-    assert has_step_rows(csv_dir)
-    phase = tracker.steps_seen(5.0)
-    assert phase is not None and phase.name == "training" and tracker.training
-    assert tracker.steps_seen(6.0) is None  # once
+    assert obs.phases.current.name == "setting up ZeRO stage 2"
+    points = read_csv_monitor_dir(LOGS / "cpu_plain_prints" / "csv" / "dswiz")["lr"]
+    assert obs.add_csv([], 2.0) is None  # nothing written yet
+    phase = obs.add_csv(points[:1], 3.0)
+    assert phase is not None and phase.name == "training"
+    assert obs.add_csv(points[1:], 8.0) is None  # the phase starts once
+    assert obs.status(8.0).line().startswith(f"step {len(points)} · ")
+    rate = (points[-1].samples - points[0].samples) / (8.0 - 3.0)
+    verdict = decide(obs, launcher_returncodes=[0], elapsed=9.0)
+    assert verdict.summary == f"success: {len(points)} steps in 0:09, {rate:,.1f} samples/s (csv monitor)"
+    # A restart writes the header again and the counter starts over: the steps are the last segment's.
+    obs.add_csv([replace(p, segment=1) for p in points[:3]], 20.0)
+    assert obs.csv_steps == 3
