@@ -32,9 +32,8 @@ from runner.metrics.snapshot import GpuState, HistoryPoint, Snapshot
 from wizard.units import fmt_bytes
 
 _WINDOW = 64
-RATE_WINDOW = (
-    6  # the last few observations: a change of rate shows within a minute, not at the end of the window
-)
+# Rates use the last few observations only: a change of rate shows within a minute, not at the end of the window.
+RATE_WINDOW = 6
 
 SOURCE_DS_LOG = "DeepSpeed log"
 SOURCE_DS_CURR = "DeepSpeed CurrSamplesPerSec"
@@ -100,6 +99,7 @@ class Aggregator:
         self._rank0_loss_seen = False
         self._csv_samples: deque[_Obs] = deque(maxlen=_WINDOW)  # (csv monitor's global_samples, arrival time)
         self._printed_steps: deque[_Obs] = deque(maxlen=_WINDOW)  # (step the script printed, arrival time)
+        self._printed_source = SOURCE_PRINTS  # which kind of print those steps came from
         self._sources: dict[str, str] = {}
         self._gpu_peak: dict[int, int] = {}
         self._lr: float | None = None
@@ -188,6 +188,7 @@ class Aggregator:
             if not self._obs and self._ds_samples_per_sec is None:
                 self._sources["step"] = source
             _observe(self._printed_steps, v["step"], received_at)
+            self._printed_source = source
             self._progress(v["step"], received_at, received_at, has_clock=False)
 
     def _config(self, key: str, value: str) -> None:
@@ -293,8 +294,7 @@ class Aggregator:
             return samples_per_s, batch / samples_per_s if batch else None, SOURCE_CSV
         printed = _rate(self._printed_steps)
         if printed is not None:
-            source = self._sources.get("step", SOURCE_PRINTS)
-            return (printed * batch if batch else None), 1 / printed, source
+            return (printed * batch if batch else None), 1 / printed, self._printed_source
         return None, (1 / steps_per_s if steps_per_s else None), None
 
     def _median_gap(self) -> float | None:
