@@ -86,6 +86,14 @@ class PhaseTracker:
         self.history.append(self.current)
         return self.current
 
+    def steps_seen(self, now: float) -> Phase | None:
+        """Training steps seen outside the output (the csv monitor's rows: a job under accelerate or the Trainer
+        may print nothing while it trains). Returns the "training" phase when this ended the setting up."""
+        if self.training:
+            return None
+        self.training = True
+        return self._enter("training", now)
+
     def feed(self, line: str, now: float, *, kind: str | None = None) -> Phase | None:
         """Returns the new phase when this line started one."""
         if kind in _TRAINING_KINDS and not _STEP_ZERO_RE.search(line):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runner.metrics.csvmon import CsvPoint
 from runner.metrics.parse import LogEvent, parse_line
 from runner.phases import Phase, PhaseTracker
 from runner.rundir import RunVerdict
@@ -122,6 +123,20 @@ class JobObserver:
     loss_scale_floor: bool = False  # DeepSpeed gave up: "Current loss scale already at minimum"
     native_aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (rank, "terminate called …")
     clean_exits: int = 0  # ranks the launcher saw exit with 0
+    # (step, time) of the first and the latest step seen: the speed of a job that prints no DeepSpeed throughput
+    # line (accelerate and the HF Trainer set steps_per_print to infinity), from its own step prints.
+    first_step_at: tuple[int, float] | None = None
+    last_step_at: tuple[int, float] | None = None
+    rank0_loss: bool = False
+    train_batch_size: int | None = None  # from DeepSpeed's config print (log_level info)
+    # The HF Trainer's last log: {'train_runtime':, 'train_samples_per_second':, 'train_steps_per_second':, …}
+    # (transformers trainer_utils.speed_metrics): its speed when nothing else printed one.
+    trainer_summary: Mapping[str, Any] | None = None
+    # The csv monitor's lr rows (one per optimizer step, rank 0): (global_samples, arrival time), first and latest
+    # of the last segment (a restart starts a new one), and how many rows that segment has.
+    csv_first: tuple[int, float] | None = None
+    csv_last: tuple[int, float] | None = None
+    csv_steps: int = 0
 
     def __post_init__(self) -> None:
         self.phases = PhaseTracker(self.started, optimizer_op=self.optimizer_op)
@@ -146,13 +161,19 @@ class JobObserver:
         elif event.kind == "step" and v.get("step"):  # "step=0" is printed at engine start
             self.step = _max(self.step, v.get("step"))
             self.skipped = max(self.skipped, int(v.get("skipped") or 0))
-        elif event.kind == "loss":
+        elif event.kind == "loss" and (event.rank in (None, 0) or not self.rank0_loss):
+            self.rank0_loss = self.rank0_loss or event.rank in (None, 0)
+            if v.get("train_samples_per_second") is not None:
+                self.trainer_summary = v
             if v.get("loss") is not None:
                 self.loss = float(v["loss"])
             elif v.get("eval_loss") is not None and v.get("train_loss") is None:
                 self.eval_loss = float(v["eval_loss"])
             if v.get("step") is not None:
-                self.step = _max(self.step, int(v["step"]))
+                step = self.step = max(self.step or 0, int(v["step"]))
+                if self.first_step_at is None:
+                    self.first_step_at = (step, now)
+                self.last_step_at = (step, now)
         elif event.kind == "overflow":
             if event.rank in (None, 0):
                 self.overflows += 1
@@ -167,15 +188,46 @@ class JobObserver:
             self.clean_exits += 1
         elif event.kind == "spawn":
             self.spawned.append(event)
+        elif (
+            event.kind == "ds_config" and v.get("key") == "train_batch_size" and str(v.get("value")).isdigit()
+        ):
+            self.train_batch_size = int(v["value"])
         elif event.kind == "world" and v.get("world_size"):
             self.world_size = int(v["world_size"])
         return event
 
+    def add_csv(self, points: Sequence[CsvPoint], now: float) -> Phase | None:
+        """Rows the csv monitor appended since the last call. Returns the "training" phase when they ended the
+        setting up (a job under accelerate or the Trainer may print nothing while it trains)."""
+        for p in points:
+            if p.metric != "lr":
+                continue
+            if self.csv_last is None or p.samples < self.csv_last[0]:
+                self.csv_first, self.csv_steps = (p.samples, now), 0
+            self.csv_last, self.csv_steps = (p.samples, now), self.csv_steps + 1
+        return self.phases.steps_seen(now) if self.csv_steps else None
+
+    def csv_samples_per_sec(self) -> float | None:
+        """The csv monitor's sample counter over the rows' arrival times, first to latest (None before two)."""
+        if self.csv_first is None or self.csv_last is None:
+            return None
+        (n0, t0), (n1, t1) = self.csv_first, self.csv_last
+        return (n1 - n0) / (t1 - t0) if n1 > n0 and t1 > t0 else None
+
+    def printed_steps_per_sec(self) -> float | None:
+        """The job's own step prints over their arrival times, first to latest (None before two)."""
+        if self.first_step_at is None or self.last_step_at is None:
+            return None
+        (s0, t0), (s1, t1) = self.first_step_at, self.last_step_at
+        return (s1 - s0) / (t1 - t0) if s1 > s0 and t1 > t0 else None
+
     def status(self, now: float) -> Status:
         phase = self.phases.current
-        return Status(
-            self.step, self.samples_per_sec, self.loss, now - self.started, phase, now - phase.started_at
-        )
+        samples, printed = self.samples_per_sec or self.csv_samples_per_sec(), self.printed_steps_per_sec()
+        if samples is None and printed is not None and self.train_batch_size:
+            samples = printed * self.train_batch_size
+        step = self.step if self.step is not None else (self.csv_steps or None)
+        return Status(step, samples, self.loss, now - self.started, phase, now - phase.started_at)
 
 
 def _max(a: int | None, b: Any) -> int | None:
@@ -434,8 +486,38 @@ def _finished(f: EndFacts) -> RunVerdict | None:
     loss = f", final loss {obs.loss:.4g}" if obs.loss is not None else ""
     if obs.loss is None and obs.eval_loss is not None:
         loss = f", last eval loss {obs.eval_loss:.4g}"
-    done = f"{obs.step} steps in" if obs.step is not None else "finished in"  # other nodes print no steps
-    return RunVerdict(kind="success", summary=f"success: {done} {_clock(f.elapsed)}{loss}")
+    step = (
+        obs.step if obs.step is not None else (_trainer_steps(obs.trainer_summary) or obs.csv_steps or None)
+    )
+    done = f"{step} steps in" if step is not None else "finished in"  # other nodes print no steps
+    speed = _speed(obs, f.ds_config)
+    return RunVerdict(kind="success", summary=f"success: {done} {_clock(f.elapsed)}{speed}{loss}")
+
+
+def _trainer_steps(summary: Mapping[str, Any] | None) -> int | None:
+    """The optimizer steps of the Trainer's run: steps/s x runtime (its log dicts carry no step)."""
+    if not summary or summary.get("train_steps_per_second") is None or summary.get("train_runtime") is None:
+        return None
+    return round(float(summary["train_steps_per_second"]) * float(summary["train_runtime"]))
+
+
+def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
+    """ ", 41.2 samples/s": DeepSpeed's last figure, else the csv monitor's sample counter, the Trainer's own
+    figure, the job's own step prints (the first and last of those over their arrival times)."""
+    if obs.samples_per_sec is not None:
+        return f", {obs.samples_per_sec:,.1f} samples/s"
+    csv_rate = obs.csv_samples_per_sec()
+    if csv_rate is not None:
+        return f", {csv_rate:,.1f} samples/s (csv monitor)"
+    if obs.trainer_summary is not None:
+        return f", {float(obs.trainer_summary['train_samples_per_second']):,.1f} samples/s (Trainer)"
+    steps_per_s = obs.printed_steps_per_sec()
+    if steps_per_s is None:
+        return ""
+    batch = obs.train_batch_size or (ds_config or {}).get("train_batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
+        return f", {steps_per_s * batch:,.1f} samples/s (script prints)"
+    return f", {steps_per_s:,.2f} steps/s (script prints)"
 
 
 def _native_abort(f: EndFacts) -> RunVerdict | None:

@@ -223,6 +223,8 @@ def train_with_accelerate(args: argparse.Namespace) -> None:
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
+            if args.sleep_per_step:
+                time.sleep(args.sleep_per_step)
             if step % args.log_every == 0 or step == args.steps:
                 log_step(step, loss.item(), args.lr, args.steps)
             if step >= args.steps:

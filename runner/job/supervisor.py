@@ -39,6 +39,7 @@ from runner.job.sink import JobSink, RunOutcome
 from runner.job.stopping import StopEscalation, StopReason
 from runner.job.watchers import DeathWatch, LauncherLine, LineQueue, rank_of_process, start_pipe_reader
 from runner.metrics.alerts import AlertThresholds
+from runner.metrics.csvsource import CsvSource
 from runner.metrics.tail import RankLogTail
 from runner.phases import Phase
 from runner.rundir import LauncherProcess, RunRecord, RunVerdict
@@ -161,6 +162,7 @@ class Job:
         self._reaper: ReaperLink | None = None
         self._threads: list[threading.Thread] = []
         self._rank_logs = RankLogTail(prepared.run_dir / rundir.RANK_LOGS_DIR)
+        self._csv = CsvSource(prepared.run_dir / rundir.CSV_DIR / rundir.CSV_JOB_NAME)
         self._log: IO[str] | None = None
         self._rank_of_pid: dict[int, int] = {}
         self._pending: dict[int, _PendingRank] = {}
@@ -296,6 +298,7 @@ class Job:
             if self._pending:
                 self._resolve_ranks()
             self._handle_rank_lines(self._poll_rank_logs(), now)
+            self._csv_progress(now)
             self._check_run_dir()
         self._check_stall(now)
         if now - self._last_status >= self.status_every_s:
@@ -333,6 +336,16 @@ class Job:
         except Exception as e:  # a log that cannot be read is not a reason to stop watching the job
             self._line_failed(e)
             return []
+
+    def _csv_progress(self, now: float) -> None:
+        """A job that prints no step (accelerate, the Trainer) still writes csv monitor rows: its steps and speed."""
+        try:
+            phase = self.observer.add_csv(self._csv.poll(), now)
+        except Exception as e:  # a csv file that cannot be read is not a reason to stop watching the job
+            self._line_failed(e)
+            return
+        if phase is not None:
+            self.sink.on_phase(phase)
 
     def _job_is_gone(self, since_launchers_ended: float, open_streams: int) -> bool:
         """Every launcher has exited: is the whole job gone? Processes left behind are stopped the same way as a
@@ -514,6 +527,8 @@ class Job:
     def _finish(self) -> RunOutcome:
         self._watch.stop()
         self._rank_logs.close()
+        self._csv_progress(self._clock())
+        self._csv.close()
         codes = [p.returncode for p in self._procs]
         reason = self._stop.reason
         stopped_by = reason.interrupted_by if reason is not None else None

@@ -3,7 +3,13 @@
 Where each number comes from, best first:
 - step: DeepSpeed's ``step=`` / throughput lines, the script's loss dicts, csv samples / global batch.
 - samples/s: wall-clock rate between two progress observations that carry log timestamps (data loading included),
-  else DeepSpeed's CurrSamplesPerSec (which excludes the time between steps).
+  else DeepSpeed's CurrSamplesPerSec (which excludes the time between steps; shown from the first throughput line
+  until two observations give a wall rate), else the csv monitor's sample counter over the time its rows arrived
+  (accelerate and the HF Trainer set steps_per_print to infinity: no DeepSpeed progress line), else the step the
+  script prints over the time its lines arrived, x the global batch.
+- loss: the training loss of the script's dicts and prints (runner/metrics/prints.py), rank 0 first; an eval loss
+  only while no training loss was ever seen.
+``Snapshot.sources`` names where each of step, samples/s and loss came from (``SOURCE_*``).
 - tokens/s = samples/s x seq_len; TFLOP/s per GPU = tokens/s x FLOPs/token / GPUs; MFU = that / the GPU's peak.
 - step time: wall time per step between progress observations, else global batch / samples/s.
 """
@@ -26,12 +32,45 @@ from runner.metrics.snapshot import GpuState, HistoryPoint, Snapshot
 from wizard.units import fmt_bytes
 
 _WINDOW = 64
+# Rates use the last few observations only: a change of rate shows within a minute, not at the end of the window.
+RATE_WINDOW = 6
+
+SOURCE_DS_LOG = "DeepSpeed log"
+SOURCE_DS_CURR = "DeepSpeed CurrSamplesPerSec"
+SOURCE_CSV = "csv monitor"
+SOURCE_PRINTS = "script prints"
+SOURCE_DICTS = "log dicts"  # the HF Trainer's {'loss': …} (and scripts that print the same)
+SOURCE_TQDM = "progress bar"
+_FORM_SOURCE = {"dict": SOURCE_DICTS, "print": SOURCE_PRINTS, "tqdm": SOURCE_TQDM}
 
 
 @dataclass(frozen=True)
 class _Obs:
     step: int
     time: float
+
+
+def _rate(obs: Sequence[_Obs]) -> float | None:
+    """Count per second over the last RATE_WINDOW observations (None before two distinct times)."""
+    recent = list(obs)[-RATE_WINDOW:]
+    if len(recent) < 2:
+        return None
+    dt, dn = recent[-1].time - recent[0].time, recent[-1].step - recent[0].step
+    return dn / dt if dt > 0 and dn > 0 else None
+
+
+def _observe(obs: deque[_Obs], count: int, at: float) -> None:
+    """One more (count, time); a smaller count is a restart (the window starts over), a repeated one is kept once
+    at its first time, a new count at the same time replaces the last (rows read in one poll)."""
+    if obs and count < obs[-1].step:
+        obs.clear()
+    if obs and count == obs[-1].step:
+        return
+    if obs and at <= obs[-1].time:
+        obs.pop()
+        if obs and count <= obs[-1].step:
+            return
+    obs.append(_Obs(count, at))
 
 
 class Aggregator:
@@ -56,6 +95,13 @@ class Aggregator:
         self._global_batch: int | None = self.plan.global_batch_size
         self._world: int | None = self.plan.num_gpus
         self._loss: float | None = None
+        self._train_loss_seen = False
+        self._rank0_loss_seen = False
+        self._csv_samples: deque[_Obs] = deque(maxlen=_WINDOW)  # (csv monitor's global_samples, arrival time)
+        self._printed_steps: deque[_Obs] = deque(maxlen=_WINDOW)  # (step the script printed, arrival time)
+        self._printed_source = SOURCE_PRINTS  # which kind of print those steps came from
+        self._sources: dict[str, str] = {}
+        self._gpu_peak: dict[int, int] = {}
         self._lr: float | None = None
         self._skipped: deque[tuple[int, int]] = deque(maxlen=_WINDOW)  # (step, skipped) from step lines
         self._overflow_times: deque[float] = deque(maxlen=_WINDOW)
@@ -95,13 +141,7 @@ class Aggregator:
             self._ds_samples_per_sec = v.get("curr_samples_per_sec") or self._ds_samples_per_sec
             self._progress(v["global_step"], at, received_at, has_clock=e.timestamp is not None)
         elif e.kind == "loss":
-            loss = v.get("loss", v.get("train_loss", v.get("eval_loss")))
-            if loss is not None:
-                self._loss = float(loss)
-            if v.get("learning_rate") is not None:
-                self._lr = float(v["learning_rate"])
-            if isinstance(v.get("step"), int):
-                self._progress(v["step"], at, received_at, has_clock=False)
+            self._loss_event(e, received_at)
         elif e.kind == "overflow":
             self._overflow_times.append(received_at)
             if v.get("new_scale") is not None and v["new_scale"] <= 1:
@@ -128,6 +168,30 @@ class Aggregator:
         elif e.kind == "exception":
             self._failures.append(Failure("exception", e.rank, f"{v['type']}: {v['message']}"[:300]))
 
+    def _loss_event(self, e: LogEvent, received_at: float) -> None:
+        if e.rank in (None, 0):
+            self._rank0_loss_seen = True
+        elif self._rank0_loss_seen:
+            return  # rank 0 prints its own: the other ranks' copies (or local losses) would make the chart jump
+        v = e.values
+        # The Trainer's last dict has "train_loss", the run's mean: the last step's loss stays the one shown.
+        train = v.get("loss", None if self._train_loss_seen else v.get("train_loss"))
+        source = _FORM_SOURCE.get(v.get("form", "dict"), SOURCE_PRINTS)
+        if train is not None:
+            self._loss, self._train_loss_seen = float(train), True
+            self._sources["loss"] = source
+        elif v.get("eval_loss") is not None and not self._train_loss_seen:
+            self._loss = float(v["eval_loss"])
+            self._sources["loss"] = f"{source}, eval loss"
+        if v.get("learning_rate") is not None:
+            self._lr = float(v["learning_rate"])
+        if isinstance(v.get("step"), int):
+            if not self._obs and self._ds_samples_per_sec is None:
+                self._sources["step"] = source
+            _observe(self._printed_steps, v["step"], received_at)
+            self._printed_source = source
+            self._progress(v["step"], received_at, received_at, has_clock=False)
+
     def _config(self, key: str, value: str) -> None:
         try:
             number = int(value)
@@ -148,6 +212,7 @@ class Aggregator:
         # step 0 is DeepSpeed's report at initialisation: a rate measured from it would count the setup time.
         if has_clock and step > 0 and (not self._obs or self._obs[-1].step != step):
             self._obs.append(_Obs(step, at))
+            self._sources["step"] = SOURCE_DS_LOG
         self._step = step
 
     def add_csv(self, points: Iterable[CsvPoint], received_at: float) -> None:
@@ -155,16 +220,24 @@ class Aggregator:
             if p.metric == "lr":
                 self._lr = p.value
             elif p.metric in ("train_loss", "loss"):
-                self._loss = p.value
+                self._loss, self._train_loss_seen = p.value, True
+                self._sources["loss"] = SOURCE_CSV
             elif p.metric == "loss_scale" and p.value <= 1:
                 self._min_scale_hit = True
+            if p.metric == "lr":  # one lr row per optimizer step: the sample counter is the job's progress
+                _observe(self._csv_samples, p.samples, received_at)
             if self._global_batch and p.metric == "lr":
                 step = p.samples // self._global_batch
                 if self._step is None or step > self._step:
+                    self._sources.setdefault("step", SOURCE_CSV)
                     self._progress(step, received_at, received_at, has_clock=False)
 
     def set_gpus(self, gpus: Sequence[GpuState], note: str | None = None) -> None:
         self._gpus = tuple(gpus)
+        for g in self._gpus:
+            used = g.job_memory_bytes if g.job_memory_bytes is not None else g.memory_used_bytes
+            if used is not None:
+                self._gpu_peak[g.index] = max(self._gpu_peak.get(g.index, 0), used)
         self._gpu_note = note
 
     def set_host(self, host: HostSample) -> None:
@@ -215,17 +288,25 @@ class Aggregator:
             return "finished"
         return "running" if self._step is not None else "starting"
 
-    def _wall_rate(self) -> tuple[float | None, float | None]:
-        """(steps per second, seconds per step) over the recent observations with log timestamps."""
-        obs = list(self._obs)
-        if len(obs) < 2:
-            return None, None
-        # The last few observations only: a change of rate shows within a minute, not at the end of the window.
-        first, last = obs[-6:][0], obs[-1]
-        dt, ds = last.time - first.time, last.step - first.step
-        if dt <= 0 or ds <= 0:
-            return None, None
-        return ds / dt, dt / ds
+    def _speed(self) -> tuple[float | None, float | None, str | None]:
+        """(samples/s, seconds per step, where from), best source first (the module docstring's order)."""
+        batch = self._global_batch
+        steps_per_s = _rate(self._obs)
+        if steps_per_s is not None and batch:
+            return steps_per_s * batch, 1 / steps_per_s, SOURCE_DS_LOG
+        if self._ds_samples_per_sec is not None:
+            # Until the log's timestamps give a wall rate: DeepSpeed's own per-step figure, never mixed after it.
+            step_time = (
+                1 / steps_per_s if steps_per_s else (batch / self._ds_samples_per_sec if batch else None)
+            )
+            return self._ds_samples_per_sec, step_time, SOURCE_DS_CURR
+        samples_per_s = _rate(self._csv_samples)
+        if samples_per_s is not None:
+            return samples_per_s, batch / samples_per_s if batch else None, SOURCE_CSV
+        printed = _rate(self._printed_steps)
+        if printed is not None:
+            return (printed * batch if batch else None), 1 / printed, self._printed_source
+        return None, (1 / steps_per_s if steps_per_s else None), None
 
     def _median_gap(self) -> float | None:
         obs = list(self._obs)
@@ -235,16 +316,12 @@ class Aggregator:
     def snapshot(
         self, now: float, *, log_tail: Sequence[str] = (), history: Sequence[HistoryPoint] = ()
     ) -> Snapshot:
-        steps_per_s, step_time = self._wall_rate()
-        samples = None
-        if self._obs and self._global_batch:
-            # Timestamped progress exists: report the wall-clock rate only (None until two observations), never
-            # DeepSpeed's per-step number in between: mixing the two draws spikes that are not there.
-            samples = steps_per_s * self._global_batch if steps_per_s is not None else None
-        elif self._ds_samples_per_sec is not None:
-            samples = self._ds_samples_per_sec
-        if step_time is None and samples and self._global_batch:
-            step_time = self._global_batch / samples
+        samples, step_time, speed_source = self._speed()
+        sources = dict(self._sources)
+        if speed_source is not None and samples is not None:
+            sources["samples_per_sec"] = speed_source
+        if speed_source is not None and step_time is not None:
+            sources["step_time_s"] = speed_source
         tokens = samples * self.plan.seq_len if samples is not None and self.plan.seq_len else None
         world = self._world or (len(self._gpus) or None)
         tflops = None
@@ -310,6 +387,9 @@ class Aggregator:
             **_host_figures(host),
             pinned_estimate_bytes=self.plan.pinned_host_bytes,
             predicted_tokens_per_sec=self.plan.predicted_tokens_per_sec,
+            measured_peak_gpu_bytes=max(self._gpu_peak.values()) if self._gpu_peak else None,
+            predicted_peak_gpu_bytes=self.plan.predicted_peak_gpu_bytes,
+            sources=sources,
             job_state=state,
             exit_code=exit_code,
             alerts=evaluate(facts, self.thresholds),

@@ -14,6 +14,8 @@ with examples):
   ``Process 6010 exits successfully.``, ``Main process received SIGTERM, exiting``, ``dist_world_size=2``
   (``launcher/launch.py``);
 - PyTorch ``CUDA out of memory. Tried to allocate 2.00 GiB``, NCCL ``Watchdog caught collective operation timeout``;
+- a script's own progress prints, ``step 5 loss 10.78`` and the like (``runner/metrics/prints.py``), tried when
+  nothing else matched;
 - HF-Trainer style dicts ``{'loss': 3.21, 'learning_rate': 0.001, 'epoch': 0.1}`` (transformers 5 prints floats as
   strings: ``{'loss': '3.21'}``), also train_tiny's ``'step'`` key.
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runner.metrics.prints import parse_progress_print
 from runner.tracebacks import TORCH_RANK_PREFIX_RE
 
 # kind -> the keys its ``values`` may carry (documentation and a test guard; values may omit unknown ones).
@@ -56,7 +59,7 @@ EVENT_KEYS: dict[str, tuple[str, ...]] = {
     "ds_config": ("key", "value"),
     "oom": ("device", "tried_bytes", "gpu", "total_bytes", "free_bytes"),
     "nccl_timeout": ("op", "timeout_ms", "ran_ms", "seq"),
-    "loss": ("loss", "learning_rate", "epoch", "step", "grad_norm", "eval_loss", "train_loss"),
+    "loss": ("loss", "learning_rate", "epoch", "step", "grad_norm", "eval_loss", "train_loss", "form"),
     "exception": ("type", "message"),
 }
 KINDS = tuple(EVENT_KEYS)
@@ -162,6 +165,9 @@ def _parse_segment(text: str, default_rank: int | None) -> LogEvent | None:
     if m:
         rank, msg = int(m.group("rank")), m.group("msg")
     found = _recognise(msg, source)
+    if found is None:  # nothing of DeepSpeed's: the script's own progress print? (runner/metrics/prints.py)
+        printed = parse_progress_print(msg)
+        found = ("loss", printed) if printed is not None else None
     if found is None:
         if level is None:
             return None

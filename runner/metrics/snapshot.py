@@ -97,6 +97,12 @@ class Snapshot(TrainingFigures):
     disk_read_bytes_per_sec: float | None = None
     disk_write_bytes_per_sec: float | None = None
     predicted_tokens_per_sec: float | None = None
+    measured_peak_gpu_bytes: int | None = (
+        None  # the most any GPU held so far (the job's own use where NVML says)
+    )
+    predicted_peak_gpu_bytes: int | None = None  # the plan's (run.json "plan")
+    # figure -> where it came from ("samples_per_sec": "csv monitor", "loss": "script prints"; aggregate.SOURCE_*)
+    sources: Mapping[str, str] = field(default_factory=dict)
     job_state: str = "unknown"  # JOB_STATES
     exit_code: int | None = None
     alerts: tuple[Alert, ...] = ()
@@ -121,13 +127,15 @@ class Snapshot(TrainingFigures):
                 value = [a.to_json() for a in self.alerts]
             elif f.name == "notes":
                 value = list(self.notes)
+            elif f.name == "sources":
+                value = dict(self.sources)
             out[f.name] = _clean(value)
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Snapshot:
         """Inverse of ``to_json``; tolerant: unknown keys are ignored, wrong types become None."""
-        names = {f.name for f in fields(cls)} - {"log_tail", "history", "gpus", "alerts", "notes"}
+        names = {f.name for f in fields(cls)} - {"log_tail", "history", "gpus", "alerts", "notes", "sources"}
         kw: dict[str, Any] = {k: data[k] for k in names if k in data}
         if not isinstance(kw.get("time"), (int, float)):
             kw["time"] = 0.0
@@ -149,7 +157,13 @@ class Snapshot(TrainingFigures):
                     )
                 )
         notes = tuple(str(n) for n in data.get("notes") or [] if isinstance(n, str))
-        return cls(**kw, gpus=tuple(gpus), alerts=tuple(alerts), notes=notes)
+        raw_sources = data.get("sources")
+        sources = (
+            {str(k): str(v) for k, v in raw_sources.items() if isinstance(v, str)}
+            if isinstance(raw_sources, Mapping)
+            else {}
+        )
+        return cls(**kw, gpus=tuple(gpus), alerts=tuple(alerts), notes=notes, sources=sources)
 
     def history_point(self) -> HistoryPoint:
         utils = [g.utilization for g in self.gpus if g.utilization is not None]

@@ -19,7 +19,7 @@ from runner.metrics.snapshot import Snapshot
 from runner.monitor.sources import SnapshotSource
 from runner.monitor.widgets.alerts import AlertsPanel
 from runner.monitor.widgets.base import SnapshotPanel
-from runner.monitor.widgets.charts import LossPanel, LrPanel, StepPanel, ThroughputPanel
+from runner.monitor.widgets.charts import LossPanel, LrPanel, StepPanel, ThroughputPanel, titled
 from runner.monitor.widgets.gpus import GpuPanel
 from runner.monitor.widgets.host import HostPanel
 from runner.monitor.widgets.logtail import LogTailPanel
@@ -81,7 +81,9 @@ class MonitorApp(App[str]):
         self.snapshot = snap
         for panel in self.query(SnapshotPanel):
             panel.snapshot = snap
-        self.query_one("#loss").border_title = f"Loss {snap.loss:.4g}" if snap.loss is not None else "Loss"
+        loss = f"Loss {snap.loss:.4g}" if snap.loss is not None else "Loss"
+        self.query_one("#loss").border_title = titled(loss, snap, "loss")
+        self.query_one("#throughput").border_title = titled("Throughput", snap, "samples_per_sec")
         self.query_one("#lr").border_title = (
             f"Learning rate {snap.lr:.3g}" if snap.lr is not None else "Learning rate"
         )

@@ -38,6 +38,12 @@ def test_run_with_gpus(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(create_monitor_app(replay("cpu_2rank_simulated_gpus", upto=25)), terminal_size=SIZE)
 
 
+def test_accelerate_run_names_where_its_figures_came_from(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    # `dswiz launch` of an accelerate job (no DeepSpeed progress line), mid-run at step 13: samples/s from the csv
+    # monitor, the loss from the script's dicts; the panel titles say so (tests/fixtures/metrics/README.md).
+    assert snap_compare(create_monitor_app(replay("cpu_accelerate", upto=56)), terminal_size=SIZE)
+
+
 class CountingSource(ReplaySource):
     stops = 0
 

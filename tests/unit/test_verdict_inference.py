@@ -34,7 +34,7 @@ def test_an_eval_only_job_succeeds_with_its_eval_loss() -> None:
     obs = _replay()
     v = decide(obs, launcher_returncodes=_codes(), elapsed=18.0)
     assert v.kind == "success"
-    assert v.summary == "success: 6 steps in 0:18, last eval loss 6.279"
+    assert v.summary == "success: 6 steps in 0:18, 16.0 samples/s (script prints), last eval loss 6.279"
     assert exit_code(v, _codes(), None) == 0
     assert obs.samples_per_sec is None  # no optimizer step: DeepSpeed printed no throughput line
     names = [p.name for p in obs.phases.history]

@@ -10,6 +10,7 @@ from rich.text import Text
 from runner.metrics.snapshot import HistoryPoint, Snapshot
 from runner.monitor.render import block_chart, fmt_duration, fmt_num
 from runner.monitor.widgets.base import SnapshotPanel
+from runner.monitor.widgets.gpus import relative_diff
 
 
 def chart_lines(
@@ -40,7 +41,12 @@ class ThroughputPanel(SnapshotPanel):
         head.append("samples/s ", style="dim").append(fmt_num(snap.samples_per_sec), style="bold")
         head.append("  tokens/s ", style="dim").append(fmt_num(snap.tokens_per_sec), style="bold")
         if snap.predicted_tokens_per_sec:
-            head.append(f" (plan {fmt_num(snap.predicted_tokens_per_sec)})", style="dim")
+            head.append(f" (plan {fmt_num(snap.predicted_tokens_per_sec)}", style="dim")
+            if snap.tokens_per_sec is not None:
+                head.append(
+                    f" {relative_diff(snap.tokens_per_sec, snap.predicted_tokens_per_sec)}", style="dim"
+                )
+            head.append(")", style="dim")
         second = Text()
         second.append("TFLOP/s/GPU ", style="dim").append(fmt_num(snap.tflops_per_gpu), style="bold")
         mfu = f"{snap.mfu:.1%}" if snap.mfu is not None else "–"
@@ -51,6 +57,12 @@ class ThroughputPanel(SnapshotPanel):
         else:
             chart = chart_lines(snap.history, lambda p: p.samples_per_sec, width, height - 2, "green")
         return Text("\n").join([head, second, chart])
+
+
+def titled(name: str, snap: Snapshot, figure: str) -> str:
+    """A panel title naming where its figure came from: "Throughput · csv monitor"."""
+    source = snap.sources.get(figure)
+    return f"{name} · {source}" if source else name
 
 
 class LossPanel(SnapshotPanel):

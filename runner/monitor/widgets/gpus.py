@@ -6,7 +6,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from runner.metrics.snapshot import GpuState, Snapshot
-from runner.monitor.render import bar, fmt_gib, sparkline
+from runner.monitor.render import bar, fmt_gib, fmt_num, sparkline
 from runner.monitor.widgets.base import SnapshotPanel
 
 
@@ -24,14 +24,37 @@ class GpuPanel(SnapshotPanel):
             [p.gpu_utils[i] if i < len(p.gpu_utils) else None for p in snap.history]
             for i in range(len(snap.gpus))
         ]
-        two_lines = len(snap.gpus) * 2 <= height
-        lines = []
+        compare = peak_vs_plan(snap)
+        lines = [compare] if compare is not None else []
+        two_lines = len(snap.gpus) * 2 <= height - len(lines)
         for i, gpu in enumerate(snap.gpus):
             lines += _gpu_lines(gpu, utils[i] if i < len(utils) else [], width, two_lines)
         out = Text("\n").join(lines[:height])
         if len(lines) > height:
             out.append(f"\n… {len(snap.gpus)} GPUs; enlarge the terminal to see all", style="dim")
         return out
+
+
+def peak_vs_plan(snap: Snapshot) -> Text | None:
+    """ "peak 23.4G measured · plan 22.0G (+6%)": the most any GPU held so far beside the plan's peak."""
+    measured, planned = snap.measured_peak_gpu_bytes, snap.predicted_peak_gpu_bytes
+    if measured is None and planned is None:
+        return None
+    out = (
+        Text("peak ", style="dim")
+        .append(f"{fmt_gib(measured)}G", style="bold")
+        .append(" measured", style="dim")
+    )
+    if planned:
+        out.append(" · plan ", style="dim").append(f"{fmt_gib(planned)}G")
+        if measured is not None:
+            out.append(f" ({relative_diff(measured, planned)})", style="dim")
+    return out
+
+
+def relative_diff(measured: float, planned: float) -> str:
+    """ "+6%": how far the measurement is from the plan, signed."""
+    return f"{(measured - planned) / planned:+.0%}" if planned else fmt_num(None)
 
 
 def _gpu_lines(g: GpuState, utils: list[float | None], width: int, two_lines: bool) -> list[Text]:
