@@ -844,11 +844,13 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
     tiers = parse_tiers(args.tiers)
     grid = family_grid(hw, gpus, args.smoke, tiers, args.family)
     wanted = [m for m in args.models.split(",") if m] if args.models else None
+    order = [int(x) for x in args.indices.split(",") if x] if args.indices else range(len(grid))
     path = Path(args.out) / name
     doc = new_doc(args, hw, gpus, seq, tiers, grid)
     _save(path, doc)
     print(f"plan_accuracy: {len(grid)} configs, one process each, budget {args.budget_s:.0f} s", flush=True)
-    for i, c in enumerate(grid):
+    for i in order:
+        c = grid[i]
         if wanted is not None and c.model not in wanted:
             continue
         elapsed = time.time() - args.t0
@@ -1732,6 +1734,11 @@ def main() -> int:
         default="gpt2",
         help="gpt2: the GPT-2 grid above; zero3: stage 3 / offload / checkpointing on LLaMA-style and GPT-2 "
         "models of ~1B-7B, one process per config",
+    )
+    ap.add_argument(
+        "--indices",
+        default="",
+        help="--family zero3: only these grid positions, in this order (e.g. 23,24,10)",
     )
     ap.add_argument("--models", default="", help="--family zero3: only these models (comma-separated)")
     ap.add_argument(
