@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import choice_option
+from wizard.cli_options import choice_option, strategy_options
 
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from wizard.planner import Plan, PlanRequest
     from wizard.prompts import Prompter
     from wizard.strategy import Precision, Strategy
-
-DEVICES = ("none", "cpu", "nvme")
 
 
 # Flags the line prompts ask about themselves (used with --yes only).
@@ -63,17 +61,9 @@ _STRATEGY_FLAGS = (
 )
 @click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length the planner assumes.")
 @click.option("--stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3.")
-@click.option(
-    "--offload-optimizer", type=click.Choice(DEVICES), help="Offload optimizer state: none, cpu, nvme."
-)
-@click.option(
-    "--offload-param", type=click.Choice(DEVICES), help="Offload parameters (stage 3): none, cpu, nvme."
-)
+@strategy_options
 @click.option("--precision", type=click.Choice(("bf16", "fp16", "fp32")), help="Training precision.")
-@click.option("--micro-batch", type=click.IntRange(min=1), help="Micro-batch per GPU.")
-@click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps.")
 @click.option("--global-batch", type=click.IntRange(min=1), help="train_batch_size; sets accumulation.")
-@click.option("--activation-checkpointing/--no-activation-checkpointing", default=None)
 @click.option(
     "--mode",
     type=click.Choice(("train", "inference")),
