@@ -187,6 +187,7 @@ def predict(
         "device": mem.device,
         "peak_phase": mem.peak_phase,
         "tokens_per_sec": tp.tokens_per_sec,
+        "cpu": mem.cpu,
         "ds_estimate_gpu": None if ds is None else ds[1],
         "card_bytes": card,
         "fits_with_margin": mem.device <= budget,
@@ -746,7 +747,33 @@ def family_grid(
             Config("tiny-llama", 3, checkpointing=True, micro_batch=2, tags=("zero3",)),
             Config(SMOKE_MODEL, 3, micro_batch=2, tags=("zero3",)),
         ]
-    return zero3_grid(hw)
+    return zero3_grid(hw) + recommendation_checks(hw)
+
+
+def recommendation_checks(hw: HardwareReport) -> list[Config]:
+    """Today's recommendation for each (model, card) of the GPT-2 grid and the ZeRO-3 models: run under the card's
+    cap by --indices after a recalibration changed them (the rows merge with the earlier raw files)."""
+    out = []
+    for name in (*MODELS, *ZERO3_MODELS):
+        for cap in (24, 40, 80):
+            p = plan_for_card(hw, name, cap, 1)
+            best = p.best if p is not None else None
+            if best is None:
+                continue
+            s = best.strategy
+            out.append(
+                Config(
+                    name,
+                    s.zero_stage,
+                    s.offload_optimizer,
+                    s.offload_param,
+                    s.activation_checkpointing,
+                    micro_batch=s.micro_batch_size,
+                    cap_gib=cap,
+                    tags=(f"rec:{cap}GiB",),
+                )
+            )
+    return out
 
 
 def _worker_one(
@@ -1048,6 +1075,7 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
             "tokens_per_sec_abs_error_p95": _pct([abs(e) for e in err_tps], 0.95),
             "outside_allocator_median_bytes": _pct([float(x) for x in outside], 0.5) if outside else None,
         }
+        run["families"] = families(ok)
         run["recommendations"] = _recommendations(rows, hw, doc["world"])
         run["fit_checks"] = _fit_checks(rows, hw, doc["world"])
         run["fits"] = _fit_suggestions(mem_rows, ok, hw)
@@ -1640,10 +1668,71 @@ def _markdown_calibration(run: dict[str, Any]) -> list[str]:
     return md
 
 
+def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, stage, offloads, checkpointing): signed errors of the re-prediction against the measured rows --
+    tokens/s, device memory (reserved + outside the allocator vs the predicted device total), max-allocated -- and
+    the measured host memory (peak RSS, pinned) beside the predicted host RAM (issue 19's targets are per family)."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in ok:
+        c = r["config"]
+        key = (c["model"], c["zero_stage"], c["offload_optimizer"], c["offload_param"], c["checkpointing"])
+        groups.setdefault(key, []).append(r)
+    out = []
+    for key, rs in groups.items():
+        tps = [r["now"]["tokens_per_sec"] / r["tokens_per_sec"] - 1 for r in rs if r.get("tokens_per_sec")]
+        dev = [
+            r["now"]["device"] / (r["max_reserved"] + r["outside_allocator"]) - 1
+            for r in rs
+            if r.get("max_reserved") and r.get("outside_allocator") is not None
+        ]
+        alloc = [r["now"]["allocated"] / r["max_allocated"] - 1 for r in rs if r.get("max_allocated")]
+        host = [r for r in rs if r.get("host_rss_peak")]
+        out.append(
+            {
+                "family": f"{key[0]} " + _describe({**rs[0]["config"], "micro_batch": "*", "cap_gib": None}),
+                "rows": len(rs),
+                "tokens_per_sec_error_median": _pct(tps, 0.5),
+                "tokens_per_sec_error_max_abs": max((abs(e) for e in tps), default=math.nan),
+                "device_error_max_abs": max((abs(e) for e in dev), default=math.nan),
+                "allocated_error_max_abs": max((abs(e) for e in alloc), default=math.nan),
+                "host_rss_peak_gib": max((r["host_rss_peak"] / GiB for r in host), default=None),
+                "host_pinned_peak_gib": max(
+                    ((r.get("host_pinned_peak") or 0) / GiB for r in host), default=None
+                ),
+                "host_predicted_gib": rs[0]["now"].get("cpu", 0) / GiB,
+                "key": list(key),
+            }
+        )
+    return out
+
+
+def _markdown_families(run: dict[str, Any]) -> list[str]:
+    fams = run.get("families") or []
+    if not fams:
+        return []
+    md = [
+        "Per family (issue 19 targets: tokens/s |median| <= 5 %, max <= 10 %; device <= 8 %; max-allocated <= 3 %; "
+        "signed errors: positive = over-predicts):",
+        "",
+        "| family | rows | tok/s median | tok/s max | device max | allocated max | host RSS peak GiB "
+        "| pinned GiB | host pred GiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in fams:
+        md.append(
+            f"| {f['family']} | {f['rows']} | {_f(f['tokens_per_sec_error_median'], True)} | "
+            f"{_f(f['tokens_per_sec_error_max_abs'], True)} | {_f(f['device_error_max_abs'], True)} | "
+            f"{_f(f['allocated_error_max_abs'], True)} | {_f(f['host_rss_peak_gib'])} | "
+            f"{_f(f['host_pinned_peak_gib'])} | {_f(f['host_predicted_gib'])} |"
+        )
+    return [*md, ""]
+
+
 def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     return [
         *_markdown_header(doc, run),
         *_markdown_recommendations(run),
+        *_markdown_families(run),
         *_markdown_fit_checks(run),
         *_markdown_rows(rows),
         *_markdown_calibration(run),

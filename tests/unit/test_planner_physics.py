@@ -134,3 +134,18 @@ def test_reserved_is_monotone_in_micro_batch(mbs: int, stage: int, ckpt: bool) -
     assert b.reserved >= a.reserved and b.allocated >= a.allocated
     hw = get_hardware("1xH100-80GB")
     assert estimate_throughput(hw, m, s, 1024).tokens_per_sec > 0
+
+
+def test_host_ram_at_offload_set_up_decides_7b_on_a_125_gib_host() -> None:
+    """Measured on the H200 host (125 GiB RAM): ZeRO-2 + CPU optimizer offload of a LLaMA-style 7B was killed
+    before its first step (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-b.json); the planner rejects it on
+    host RAM, and counts ZeRO-3's smaller set-up peak."""
+    rc, doc = _plan("--model", "llama-7b", "--hardware", "1xH200,ram=125GiB", "--stage", "2",
+                    "--offload-optimizer", "cpu", "--activation-checkpointing")  # fmt: skip
+    (c,) = doc["candidates"]
+    assert rc == 1 and "cpu" in c["limits"]
+    assert "offload set-up peak (pinned copies)" in c["predicted"]["cpu_breakdown"]
+    m = load_model_spec("llama-7b")
+    z2, _ = host_bytes(m, Strategy(zero_stage=2, offload_optimizer="cpu"))
+    z3, _ = host_bytes(m, Strategy(zero_stage=3, offload_optimizer="cpu"))
+    assert z3 < z2

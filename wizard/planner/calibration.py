@@ -195,6 +195,14 @@ DEFAULT_SAFETY_MARGIN = 0.05
 # Host RAM: a CUDA PyTorch + DeepSpeed rank's own resident memory (assumption; typical RSS 2-4 GiB).
 HOST_BYTES_PER_RANK = int(3 * GiB)
 HOST_SAFETY_MARGIN = 0.10
+# CPU optimizer offload: host RAM per offloaded parameter at its peak (DeepSpeed builds the fp32 partition, then pins
+# copies of it, so set-up holds more than the 16 bytes the running step keeps), measured as (peak RSS - RSS before -
+# HOST_BYTES_PER_RANK) / parameters in bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json and -b.json (one
+# H200 rank, bf16, psutil RSS sampled every 0.1 s): ZeRO-1/2 20.6-26.1 (llama-1b z1: 26.1); ZeRO-3 optimizer only
+# 19.0-20.7 (llama-1b, gpt2-xl, llama-3b); ZeRO-3 optimizer + parameters 25.0-25.4 (llama-1b, gpt2-xl). The largest
+# of each. It decides the 7B case on a 125 GiB host: ZeRO-2 + CPU offload of llama-7b (26.1 x 6.74e9 = 164 GiB) was
+# killed there before writing its row.
+HOST_OFFLOAD_PEAK_BYTES_PER_PARAM = {"stage 1-2": 26.1, "stage 3": 20.7, "stage 3 + parameters": 25.4}
 # NVMe offload staging buffers in pinned host memory (DeepSpeed defaults: optimizer 4 x 1e8 fp32, params 5 x 1e8).
 NVME_OPTIMIZER_PINNED_BYTES = 4 * 100_000_000 * 4
 NVME_PARAM_PINNED_BYTES = 5 * 100_000_000 * 2

@@ -511,10 +511,26 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
         steady += cal.NVME_PARAM_PINNED_BYTES
     if steady:
         items.append(("offloaded states and pinned buffers", ranks * steady))
+    setup = _offload_setup_peak(model, s) - steady
+    if setup > 0:
+        items.append(("offload set-up peak (pinned copies)", ranks * setup))
+        steady += setup
     extra = max(0, load - steady)
     if extra:
         items.append(("model copy while loading", ranks * extra))
     return sum(v for _, v in items), tuple(items)
+
+
+def _offload_setup_peak(model: ModelSpec, s: Strategy) -> int:
+    """Host bytes per rank while CPU optimizer offload sets up (calibration.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM)."""
+    if s.mode != "train" or s.offload_optimizer != "cpu":
+        return 0
+    if s.zero_stage < 3:
+        key = "stage 1-2"
+    else:
+        key = "stage 3 + parameters" if s.offload_param == "cpu" else "stage 3"
+    shards = s.world_size if s.zero_stage >= 1 else 1
+    return int(cal.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM[key] * model.total_params / shards)
 
 
 def nvme_bytes(model: ModelSpec, s: Strategy) -> int:
