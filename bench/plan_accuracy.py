@@ -349,23 +349,8 @@ def zero3_grid(hw: HardwareReport) -> list[Config]:
         if not name.startswith("llama"):
             continue  # the recommendations are judged on the LLaMA-style models
         for cap in (24, 40):
-            p = plan_for_card(hw, name, cap, 1)
-            best = p.best if p is not None else None
-            if best is None:
-                continue
-            s = best.strategy
-            c = Config(
-                name,
-                s.zero_stage,
-                s.offload_optimizer,
-                s.offload_param,
-                s.activation_checkpointing,
-                micro_batch=s.micro_batch_size,
-                cap_gib=cap,
-                tier=0,
-                tags=(f"rec:{cap}GiB",),
-            )
-            if all(o.key() != c.key() for o in out):
+            c = recommended_config(hw, name, cap)
+            if c is not None and all(o.key() != c.key() for o in out):
                 out.append(c)
     # Models in priority order, 7B last; within a model the grid order above.
     return sorted(out, key=lambda c: (c.model == "llama-7b", ZERO3_MODELS.index(c.model), c.tier != 2))
@@ -756,24 +741,29 @@ def recommendation_checks(hw: HardwareReport) -> list[Config]:
     out = []
     for name in (*MODELS, *ZERO3_MODELS):
         for cap in (24, 40, 80):
-            p = plan_for_card(hw, name, cap, 1)
-            best = p.best if p is not None else None
-            if best is None:
-                continue
-            s = best.strategy
-            out.append(
-                Config(
-                    name,
-                    s.zero_stage,
-                    s.offload_optimizer,
-                    s.offload_param,
-                    s.activation_checkpointing,
-                    micro_batch=s.micro_batch_size,
-                    cap_gib=cap,
-                    tags=(f"rec:{cap}GiB",),
-                )
-            )
+            c = recommended_config(hw, name, cap)
+            if c is not None:
+                out.append(c)
     return out
+
+
+def recommended_config(hw: HardwareReport, name: str, cap: int) -> Config | None:
+    """The planner's recommendation for ``name`` on a card capped at ``cap`` GiB, as a config run under that cap."""
+    p = plan_for_card(hw, name, cap, 1)
+    best = p.best if p is not None else None
+    if best is None:
+        return None
+    s = best.strategy
+    return Config(
+        name,
+        s.zero_stage,
+        s.offload_optimizer,
+        s.offload_param,
+        s.activation_checkpointing,
+        micro_batch=s.micro_batch_size,
+        cap_gib=cap,
+        tags=(f"rec:{cap}GiB",),
+    )
 
 
 def _worker_one(

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.test_cli_plan import dswiz
+
 A100 = ("--hardware", "1xA100-80GB,ram=512GiB")
-
-
-def dswiz(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "COLUMNS": "120"},
-    )
 
 
 def plan_json(*args: str) -> tuple[int, dict[str, Any]]:

@@ -5,14 +5,12 @@ to the host with the optimizer offloaded, NVMe-offloaded gradients off the host,
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_cli_plan import dswiz
 from wizard.hardware import get_hardware
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
@@ -20,20 +18,11 @@ from wizard.planner.memory import estimate_memory, fragmentation, host_bytes
 from wizard.planner.throughput import estimate_throughput
 from wizard.strategy import Strategy
 
-ROOT = Path(__file__).resolve().parents[2]
 GiB = 1024**3
 
 
 def _plan(*args: str) -> tuple[int, dict]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "wizard", "plan", *args, "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
+    proc = dswiz("plan", *args, "--json")
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
