@@ -9,6 +9,10 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # Anywhere, from the raw JSON (redo the analysis after a recalibration, no GPU needed); several files of the same
     # GPU count are merged into one run, the newer row of a config winning:
     python3 bench/plan_accuracy.py --analyze bench/results/plan_accuracy-*-1gpu.json bench/results/plan_accuracy-*-1gpu-verify.json
+    # The configs large models need (ZeRO-3, offload, checkpointing; LLaMA-style and GPT-2, ~1B-7B), one process per
+    # config; --models / --indices pick part of that grid (the 2026-12-01 runs: --models llama-1b,gpt2-xl,llama-3b
+    # --label a; --indices 23,24,26,10,12,15 --label b; --indices 30,4,15,41,47 --label c):
+    python3 bench/plan_accuracy.py --family zero3 --budget-s 400 --config-timeout-s 150 --label a --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
 
