@@ -9,6 +9,10 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # Anywhere, from the raw JSON (redo the analysis after a recalibration, no GPU needed); several files of the same
     # GPU count are merged into one run, the newer row of a config winning:
     python3 bench/plan_accuracy.py --analyze bench/results/plan_accuracy-*-1gpu.json bench/results/plan_accuracy-*-1gpu-verify.json
+    # The configs large models need (ZeRO-3, offload, checkpointing; LLaMA-style and GPT-2, ~1B-7B), one process per
+    # config; --models / --indices pick part of that grid (the 2026-12-01 runs: --models llama-1b,gpt2-xl,llama-3b
+    # --label a; --indices 23,24,26,10,12,15 --label b; --indices 30,4,15,41,47 --label c):
+    python3 bench/plan_accuracy.py --family zero3 --budget-s 400 --config-timeout-s 150 --label a --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
 
@@ -82,6 +86,24 @@ MAX_MICRO_BATCH = 256  # keeps a step of the smallest model under ~2 s
 SMOKE_MODEL = "tiny"
 ALL_TIERS = (0, 1, 2, 3)
 SMOKE_SEQ = 64
+# --family zero3: the configs large models need (issue 19), on models built from config in two architectures at
+# ~1B, ~3B and ~7B; each config runs in its own process (an engine leaks its model states into the next config of
+# the same process: docs/measurements.md).
+BENCH_MODELS = {
+    "llama-1b": "type=llama,name=llama-1b,layers=22,hidden=2048,heads=32,kv_heads=4,ffn=5632,vocab=32000,seq=2048",
+    "llama-3b": "type=llama,name=llama-3b,layers=26,hidden=3200,heads=32,ffn=8640,vocab=32000,seq=2048",
+    "llama-7b": "llama-7b",
+    "gpt2-3b": "type=gpt2,name=gpt2-3b,layers=32,hidden=2560,heads=32,vocab=50257,seq=1024",
+    "tiny-llama": "type=llama,name=tiny-llama,layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=128",
+}
+ZERO3_MODELS = ("llama-1b", "gpt2-xl", "llama-3b", "gpt2-3b", "llama-7b")
+ZERO3_MAX_MICRO_BATCH = 16
+FAMILIES = ("gpt2", "zero3")
+
+
+def bench_spec(name: str) -> ModelSpec:
+    """The bench's model by its short name (BENCH_MODELS), else a preset or numbers as `dswiz plan --model` takes."""
+    return load_model_spec(BENCH_MODELS.get(name, name))
 
 
 # ----------------------------------------------------------------------------------------------------- rows
@@ -141,6 +163,9 @@ class Row:
         None  # cudaMemGetInfo used - reserved, at the end: CUDA context + NCCL + ...
     )
     predicted: dict[str, Any] = field(default_factory=dict)
+    host_rss_before: int | None = None  # this process's resident host memory before the engine (psutil)
+    host_rss_peak: int | None = None  # its peak while the config ran (sampled every 0.1 s)
+    host_pinned_peak: int | None = None  # page-locked host memory torch handed out (host_memory_stats), peak
     finished_at: float | None = None  # unix time: when raw files are merged, the newer row of a config wins
 
 
@@ -166,6 +191,7 @@ def predict(
         "device": mem.device,
         "peak_phase": mem.peak_phase,
         "tokens_per_sec": tp.tokens_per_sec,
+        "cpu": mem.cpu,
         "ds_estimate_gpu": None if ds is None else ds[1],
         "card_bytes": card,
         "fits_with_margin": mem.device <= budget,
@@ -190,13 +216,13 @@ def plan_for_card(hw: HardwareReport, name: str, cap: int | None, world: int) ->
         gpu_memory_bytes=card_for_cap(total, cap, world),
         max_micro_batch=MAX_MICRO_BATCH,
     )
-    return plan(hw, load_model_spec(name), req)
+    return plan(hw, bench_spec(name), req)
 
 
 def _next_micro_batch(hw: HardwareReport, name: str, s: Strategy, card: int) -> int:
     """The smallest micro-batch the memory model says does not fit the card even without the safety margin."""
     return 1 + max_micro_batch(
-        hw, load_model_spec(name), s, SEQ, safety_margin=0.0, gpu_memory_bytes=card, limit=1 << 16
+        hw, bench_spec(name), s, SEQ, safety_margin=0.0, gpu_memory_bytes=card, limit=1 << 16
     )
 
 
@@ -287,9 +313,56 @@ def build_grid(
     return out
 
 
+_ZERO3_STRATEGIES: tuple[tuple[int, str, str, bool], ...] = (
+    (3, "none", "none", False),
+    (3, "none", "none", True),
+    (3, "cpu", "none", True),
+    (3, "cpu", "cpu", True),
+    (2, "cpu", "none", True),
+)
+
+
+def zero3_grid(hw: HardwareReport) -> list[Config]:
+    """--family zero3: per model (small first), stage 3 with and without checkpointing and CPU offload (and
+    ZeRO-2 + CPU optimizer offload, ZeRO-Offload's config) at the largest power-of-two micro-batch the planner
+    says fits the whole card (at most ZERO3_MAX_MICRO_BATCH); then the planner's recommendation for each model on
+    24 and 40 GiB cards, run under that cap. 7B last: its offload rows take minutes (CPU Adam over 6.7e9
+    parameters, ~100 GiB of pinned host memory)."""
+    total = hw.min_gpu_memory_bytes or 0
+    out: list[Config] = []
+    for name in ZERO3_MODELS:
+        for stage, opt, param, ckpt in _ZERO3_STRATEGIES:
+            s = Strategy(
+                zero_stage=stage,
+                offload_optimizer=opt,  # type: ignore[arg-type]
+                offload_param=param,  # type: ignore[arg-type]
+                precision="bf16",
+                activation_checkpointing=ckpt,
+            )
+            if stage == 2 and name in ZERO3_MODELS[:2]:
+                continue  # ZeRO-Offload's config matters for the large models (and costs a CPU Adam step)
+            top = max_micro_batch(hw, bench_spec(name), s, SEQ, gpu_memory_bytes=total, limit=1 << 12)
+            tags: tuple[str, ...] = ("zero3",)
+            if top < 1 and ckpt:  # the model says nothing fits: measure a small micro-batch to see
+                top, tags = 4, ("zero3", "predicted-not-to-fit")
+            if top < 1:
+                continue
+            mb = _pow2_floor(min(top, ZERO3_MAX_MICRO_BATCH))
+            out.append(Config(name, stage, opt, param, ckpt, micro_batch=mb, tier=2, tags=tags))
+    for name in ZERO3_MODELS:
+        if not name.startswith("llama"):
+            continue  # the recommendations are judged on the LLaMA-style models
+        for cap in (24, 40):
+            c = recommended_config(hw, name, cap)
+            if c is not None and all(o.key() != c.key() for o in out):
+                out.append(c)
+    # Models in priority order, 7B last; within a model the grid order above.
+    return sorted(out, key=lambda c: (c.model == "llama-7b", ZERO3_MODELS.index(c.model), c.tier != 2))
+
+
 def predict_fits(hw: HardwareReport, c: Config, world: int) -> bool:
     total = hw.min_gpu_memory_bytes or 0
-    mem = estimate_memory(load_model_spec(c.model), c.strategy(world), SEQ)
+    mem = estimate_memory(bench_spec(c.model), c.strategy(world), SEQ)
     return mem.device <= 0.95 * card_for_cap(total, c.cap_gib, world)
 
 
@@ -409,19 +482,30 @@ def release_device_memory(device: Any, cuda: bool) -> None:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
-def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
-    import deepspeed
+def build_model(spec: ModelSpec, seq: int, device: Any, smoke: bool) -> Any:
+    """A randomly initialised model of ``spec``'s shape, built on ``device`` (16-bit unless smoke): GPT-2 or a
+    LLaMA-style decoder (RMSNorm, SwiGLU, GQA, rotary positions)."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    cuda = torch.cuda.is_available() and not smoke
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    spec = load_model_spec(c.model)
-    if cuda:
-        row.baseline_allocated = cap_device_memory(device, c.cap_gib)
-    engine = model = None
-    start = time.perf_counter()
-    try:
+    torch.manual_seed(0)
+    dtype = torch.float32 if smoke else torch.bfloat16
+    if spec.model_type == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config: Any = LlamaConfig(
+            hidden_size=spec.hidden,
+            intermediate_size=spec.ffn_hidden,
+            num_hidden_layers=spec.layers,
+            num_attention_heads=spec.heads,
+            num_key_value_heads=spec.kv_heads,
+            vocab_size=spec.vocab,
+            max_position_embeddings=max(seq, spec.max_positions or seq),
+            use_cache=False,
+        )
+        factory: Any = LlamaForCausalLM
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
         config = GPT2Config(
             n_layer=spec.layers,
             n_embd=spec.hidden,
@@ -430,11 +514,70 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
             n_positions=max(seq, spec.max_positions or seq),
             use_cache=False,
         )
-        torch.manual_seed(0)
+        factory = GPT2LMHeadModel
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in 16-bit directly: a 7B model never exists in fp32
+    try:
         with torch.device(device):
-            model = GPT2LMHeadModel(config)
-        if not smoke:
-            model = model.to(torch.bfloat16)
+            return factory(config)
+    finally:
+        torch.set_default_dtype(old)
+
+
+class HostMemorySampler:
+    """This process's peak resident host memory (psutil RSS, sampled every 0.1 s on a thread) and the peak of
+    page-locked memory torch's host allocator handed out (DeepSpeed's pinned offload buffers), while a config runs."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import psutil
+
+        self._proc = psutil.Process()
+        self.before = self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.1):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def stop(self) -> tuple[int, int, int | None]:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+        return self.before, self.peak, _pinned_peak()
+
+
+def _pinned_peak() -> int | None:
+    import torch
+
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None or not torch.cuda.is_available():
+        return None
+    try:
+        got = stats()
+    except Exception:  # an older torch, or no CUDA host allocator: not measured
+        return None
+    value = got.get("allocated_bytes.all.peak", got.get("allocated_bytes.peak"))
+    return None if value is None else int(value)
+
+
+def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
+    import deepspeed
+    import torch
+
+    cuda = torch.cuda.is_available() and not smoke
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    spec = bench_spec(c.model)
+    if cuda:
+        row.baseline_allocated = cap_device_memory(device, c.cap_gib)
+    host = HostMemorySampler()
+    engine = model = None
+    start = time.perf_counter()
+    try:
+        model = build_model(spec, seq, device, smoke)
         if c.checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
@@ -472,6 +615,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
         )
     finally:
+        row.host_rss_before, row.host_rss_peak, row.host_pinned_peak = host.stop()
         if cuda:
             peaks = device_memory_peaks(device, row.baseline_allocated or 0)
             row.max_allocated, row.max_reserved, row.outside_allocator = peaks
@@ -496,32 +640,12 @@ def worker(args: argparse.Namespace) -> int:
     hw = smoke_hardware(world) if smoke else bench_hardware(world)
     seq = SMOKE_SEQ if smoke else SEQ
     tiers = parse_tiers(args.tiers)
-    grid = build_grid(hw, world, smoke, tiers)
+    grid = family_grid(hw, world, smoke, tiers, args.family)
     total = hw.min_gpu_memory_bytes or 0
     out_path = Path(args.out) / args.name
-    doc: dict[str, Any] = {
-        "bench": "bench/plan_accuracy.py",
-        "argv": sys.argv[1:],
-        "date": dt.date.today().isoformat(),
-        "started_at": dt.datetime.fromtimestamp(args.t0, dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(),
-        "world": world,
-        "seq_len": seq,
-        "smoke": smoke,
-        "tiers": list(tiers),
-        # The allocator settings the ranks ran with (the launcher passes the environment through): with
-        # expandable_segments the cache fragments far less than the default allocator the planner assumes.
-        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "allocator_backend": torch.cuda.memory.get_allocator_backend() if cuda else None,
-        "optimizer": "DeepSpeed FusedAdam"
-        if args.ds_fused_adam
-        else "torch fused AdamW (DeepSpeed torch_adam)",
-        "hardware": hw.to_dict(),
-        "versions": _versions(),
-        "calibration": _calibration_snapshot(),
-        "grid_size": len(grid),
-        "rows": [],
-    }
+    if args.index is not None:  # one config of the grid in this process (--family zero3)
+        return _worker_one(args, grid[args.index], hw, world, seq, rank, out_path)
+    doc = new_doc(args, hw, world, seq, tiers, grid)
     if rank == 0:
         print(
             f"plan_accuracy: {world} rank(s), {len(grid)} configs in the grid, budget {args.budget_s:.0f} s",
@@ -538,7 +662,7 @@ def worker(args: argparse.Namespace) -> int:
                 _save(out_path, doc)
                 print(f"budget spent after {i} of {len(grid)} configs ({elapsed:.0f} s)", flush=True)
             break
-        model = load_model_spec(c.model)
+        model = bench_spec(c.model)
         card = card_for_cap(total, c.cap_gib, world)
         row = Row(
             config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
@@ -559,6 +683,120 @@ def worker(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def _allocator_backend(smoke: bool) -> str | None:
+    import torch
+
+    return None if smoke or not torch.cuda.is_available() else torch.cuda.memory.get_allocator_backend()
+
+
+def new_doc(
+    args: argparse.Namespace,
+    hw: HardwareReport,
+    world: int,
+    seq: int,
+    tiers: tuple[int, ...],
+    grid: list[Config],
+) -> dict[str, Any]:
+    """The raw file's header (its rows follow as configs finish)."""
+    return {
+        "bench": "bench/plan_accuracy.py",
+        "argv": sys.argv[1:],
+        "date": dt.date.today().isoformat(),
+        "started_at": dt.datetime.fromtimestamp(args.t0, dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "world": world,
+        "seq_len": seq,
+        "smoke": args.smoke,
+        "family": args.family,
+        "tiers": list(tiers),
+        # The allocator settings the ranks ran with (the launcher passes the environment through): with
+        # expandable_segments the cache fragments far less than the default allocator the planner assumes.
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "allocator_backend": _allocator_backend(args.smoke),
+        "optimizer": "DeepSpeed FusedAdam"
+        if args.ds_fused_adam
+        else "torch fused AdamW (DeepSpeed torch_adam)",
+        "hardware": hw.to_dict(),
+        "versions": _versions(),
+        "calibration": _calibration_snapshot(),
+        "grid_size": len(grid),
+        "rows": [],
+    }
+
+
+def family_grid(
+    hw: HardwareReport, world: int, smoke: bool, tiers: tuple[int, ...], family: str
+) -> list[Config]:
+    if family != "zero3":
+        return build_grid(hw, world, smoke, tiers)
+    if smoke:
+        return [
+            Config("tiny-llama", 3, checkpointing=True, micro_batch=2, tags=("zero3",)),
+            Config(SMOKE_MODEL, 3, micro_batch=2, tags=("zero3",)),
+        ]
+    return zero3_grid(hw) + recommendation_checks(hw)
+
+
+def recommendation_checks(hw: HardwareReport) -> list[Config]:
+    """Today's recommendation for each (model, card) of the GPT-2 grid and the ZeRO-3 models: run under the card's
+    cap by --indices after a recalibration changed them (the rows merge with the earlier raw files)."""
+    out = []
+    for name in (*MODELS, *ZERO3_MODELS):
+        for cap in (24, 40, 80):
+            c = recommended_config(hw, name, cap)
+            if c is not None:
+                out.append(c)
+    return out
+
+
+def recommended_config(hw: HardwareReport, name: str, cap: int) -> Config | None:
+    """The planner's recommendation for ``name`` on a card capped at ``cap`` GiB, as a config run under that cap."""
+    p = plan_for_card(hw, name, cap, 1)
+    best = p.best if p is not None else None
+    if best is None:
+        return None
+    s = best.strategy
+    return Config(
+        name,
+        s.zero_stage,
+        s.offload_optimizer,
+        s.offload_param,
+        s.activation_checkpointing,
+        micro_batch=s.micro_batch_size,
+        cap_gib=cap,
+        tags=(f"rec:{cap}GiB",),
+    )
+
+
+def _worker_one(
+    args: argparse.Namespace, c: Config, hw: HardwareReport, world: int, seq: int, rank: int, out_path: Path
+) -> int:
+    """Run one config and append its row to the raw file the launcher started (one process per config)."""
+    import torch.distributed as dist
+
+    card = card_for_cap(hw.min_gpu_memory_bytes or 0, c.cap_gib, world)
+    row = Row(
+        config=asdict(c),
+        world=world,
+        seq_len=seq,
+        predicted=predict(hw, bench_spec(c.model), c, world, seq, card),
+    )
+    run_config(c, world, seq, args.smoke, args.ds_fused_adam, row)
+    row.finished_at = round(time.time(), 1)
+    dist.barrier()
+    if rank == 0:
+        doc = json.loads(out_path.read_text())
+        doc["rows"].append(asdict(row))
+        doc["elapsed_s"] = round(time.time() - args.t0, 1)
+        doc["hardware"] = hw.to_dict()
+        _save(out_path, doc)
+        print(_row_line(args.index, len(doc.get("order", [])) or args.index + 1, row), flush=True)
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: DeepSpeed's atexit work is not what is measured
 
 
 def _row_line(i: int, n: int, row: Row) -> str:
@@ -611,24 +849,72 @@ def _save(path: Path, doc: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------------------- launcher
 
 
-def launch(args: argparse.Namespace) -> int:
-    """One DeepSpeed launcher start for all configs: the same script as a worker on every rank."""
-    gpus = 2 if args.smoke else args.gpus
+def _raw_name(args: argparse.Namespace, gpus: int) -> str:
     stamp = dt.date.today().isoformat()
     verify = "-verify" if parse_tiers(args.tiers) != ALL_TIERS else ""
+    family = "-zero3" if args.family == "zero3" else ""
     label = f"-{args.label}" if args.label else ""
-    name = f"plan_accuracy-{stamp}-{'smoke' if args.smoke else f'{gpus}gpu'}{verify}{label}.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if args.smoke:
-        env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    cmd = [
-        sys.executable,
+    return f"plan_accuracy-{stamp}-{'smoke' if args.smoke else f'{gpus}gpu'}{family}{verify}{label}.json"
+
+
+def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict[str, str]) -> int:
+    """--family zero3: one process (one engine) per config, in grid order, until --budget-s is spent; a config
+    that dies (host RAM: the kernel's OOM killer) or outlasts --config-timeout-s is recorded as such."""
+    hw = smoke_hardware(gpus) if args.smoke else bench_hardware(gpus)
+    seq = SMOKE_SEQ if args.smoke else SEQ
+    tiers = parse_tiers(args.tiers)
+    grid = family_grid(hw, gpus, args.smoke, tiers, args.family)
+    wanted = [m for m in args.models.split(",") if m] if args.models else None
+    order = [int(x) for x in args.indices.split(",") if x] if args.indices else range(len(grid))
+    path = Path(args.out) / name
+    doc = new_doc(args, hw, gpus, seq, tiers, grid)
+    _save(path, doc)
+    print(f"plan_accuracy: {len(grid)} configs, one process each, budget {args.budget_s:.0f} s", flush=True)
+    for i in order:
+        c = grid[i]
+        if wanted is not None and c.model not in wanted:
+            continue
+        elapsed = time.time() - args.t0
+        if elapsed > args.budget_s:
+            doc = json.loads(path.read_text())
+            doc["stopped_at"] = {"index": i, "elapsed_s": round(elapsed, 1), "left": len(grid) - i}
+            _save(path, doc)
+            print(f"budget spent at config {i} of {len(grid)} ({elapsed:.0f} s)", flush=True)
+            break
+        before = len(json.loads(path.read_text())["rows"])
+        cmd = [*_worker_command(args, gpus, name), "--index", str(i)]
+        try:
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, check=False, timeout=args.config_timeout_s).returncode
+            status = "killed" if rc else None
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+        doc = json.loads(path.read_text())
+        if len(doc["rows"]) == before:  # the process died before writing its row
+            card = card_for_cap(hw.min_gpu_memory_bytes or 0, c.cap_gib, gpus)
+            row = Row(config=asdict(c), world=gpus, seq_len=seq, status=status or "killed")
+            row.predicted = predict(hw, bench_spec(c.model), c, gpus, seq, card)
+            row.finished_at = round(time.time(), 1)
+            doc["rows"].append(asdict(row))
+            _save(path, doc)
+            print(f"[{i + 1}/{len(grid)}] {c.model}: {row.status}", flush=True)
+    return 0
+
+
+def _worker_command(args: argparse.Namespace, gpus: int, name: str) -> list[str]:
+    """The worker's command line: the DeepSpeed launcher over ``gpus`` ranks, or, for one GPU and one process per
+    config, the script itself (init_distributed reads the rank from the environment: no launcher start)."""
+    direct = args.family == "zero3" and gpus == 1 and not args.smoke
+    launcher = [
         "-m",
         "deepspeed.launcher.runner",
         *(["--include", f"localhost:{args.include}"] if args.include else ["--num_gpus", str(gpus)]),
         "--master_port",
         str(args.master_port),
         "--no_local_rank",
+    ]
+    cmd = [
+        sys.executable,
+        *([] if direct else launcher),
         str(Path(__file__).resolve()),
         "--worker",
         "--out",
@@ -643,11 +929,32 @@ def launch(args: argparse.Namespace) -> int:
         str(args.collective_timeout_s),
         "--tiers",
         args.tiers,
+        "--family",
+        args.family,
     ]
     if args.smoke:
         cmd.append("--smoke")
     if args.ds_fused_adam:
         cmd.append("--ds-fused-adam")
+    return cmd
+
+
+def launch(args: argparse.Namespace) -> int:
+    """One DeepSpeed launcher start for all configs: the same script as a worker on every rank (--family zero3:
+    one process per config)."""
+    gpus = 2 if args.smoke else args.gpus
+    name = _raw_name(args, gpus)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if args.smoke:
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    if args.family == "zero3":
+        if gpus == 1 and not args.smoke:
+            env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+            env["MASTER_PORT"] = str(args.master_port)
+        rc = launch_per_process(args, gpus, name, env)
+        analyze([Path(args.out) / name], Path(args.out))
+        return rc
+    cmd = _worker_command(args, gpus, name)
     print(" ".join(cmd), flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
     path = Path(args.out) / name
@@ -677,7 +984,7 @@ def _repredict(row: dict[str, Any], hw: HardwareReport) -> dict[str, Any]:
     """Predictions for a recorded row with the calibration as it is now (recalibrate, then re-analyze)."""
     cfg = _cfg(row)
     card = card_for_cap(hw.min_gpu_memory_bytes or 0, cfg.cap_gib, row["world"])
-    return predict(hw, load_model_spec(cfg.model), cfg, row["world"], row["seq_len"], card)
+    return predict(hw, bench_spec(cfg.model), cfg, row["world"], row["seq_len"], card)
 
 
 def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
@@ -762,6 +1069,7 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
             "tokens_per_sec_abs_error_p95": _pct([abs(e) for e in err_tps], 0.95),
             "outside_allocator_median_bytes": _pct([float(x) for x in outside], 0.5) if outside else None,
         }
+        run["families"] = families(ok)
         run["recommendations"] = _recommendations(rows, hw, doc["world"])
         run["fit_checks"] = _fit_checks(rows, hw, doc["world"])
         run["fits"] = _fit_suggestions(mem_rows, ok, hw)
@@ -937,7 +1245,7 @@ def _fit_checks(rows: list[dict[str, Any]], hw: HardwareReport, world: int) -> d
     checks = []
     for r in rows:
         cfg = _cfg(r)
-        mem = estimate_memory(load_model_spec(cfg.model), cfg.strategy(r["world"]), r["seq_len"])
+        mem = estimate_memory(bench_spec(cfg.model), cfg.strategy(r["world"]), r["seq_len"])
         own = r["config"]["cap_gib"] * GiB if r["config"]["cap_gib"] else None
         for cap in caps:
             measured = _fits_at(r, cap)
@@ -1022,7 +1330,7 @@ def _fit_fragmentation(mem_rows: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         cfg = _cfg(r)
         s = cfg.strategy(r["world"])
-        f = fragmentation(load_model_spec(cfg.model), s, r["seq_len"])
+        f = fragmentation(bench_spec(cfg.model), s, r["seq_len"])
         blocks = f.blocks_fixed + cfg.micro_batch * f.blocks_per_sample
         share = (r["max_reserved"] - r["now"]["allocated"] - cal.RESERVED_FIXED_BYTES) / blocks
         share /= cal.FRAGMENTATION_STAGE3_FACTOR if s.zero_stage == 3 else 1.0
@@ -1062,7 +1370,7 @@ def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
         mb = sum(b for b, _ in xs) / n
         mt = sum(t for _, t in xs) / n
         slope = sum((b - mb) * (t - mt) for b, t in xs) / sum((b - mb) ** 2 for b, _ in xs)
-        model = load_model_spec(name)
+        model = bench_spec(name)
         out[name] = {
             "seconds_per_sample": slope,
             "fixed_seconds_per_step": mt - slope * mb,
@@ -1143,7 +1451,7 @@ def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, An
         return {}
     cases = [
         (
-            load_model_spec(r["config"]["model"]),
+            bench_spec(r["config"]["model"]),
             _cfg(r).strategy(r["world"]),
             r["seq_len"],
             r["tokens_per_sec"],
@@ -1354,10 +1662,71 @@ def _markdown_calibration(run: dict[str, Any]) -> list[str]:
     return md
 
 
+def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, stage, offloads, checkpointing): signed errors of the re-prediction against the measured rows --
+    tokens/s, device memory (reserved + outside the allocator vs the predicted device total), max-allocated -- and
+    the measured host memory (peak RSS, pinned) beside the predicted host RAM (issue 19's targets are per family)."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in ok:
+        c = r["config"]
+        key = (c["model"], c["zero_stage"], c["offload_optimizer"], c["offload_param"], c["checkpointing"])
+        groups.setdefault(key, []).append(r)
+    out = []
+    for key, rs in groups.items():
+        tps = [r["now"]["tokens_per_sec"] / r["tokens_per_sec"] - 1 for r in rs if r.get("tokens_per_sec")]
+        dev = [
+            r["now"]["device"] / (r["max_reserved"] + r["outside_allocator"]) - 1
+            for r in rs
+            if r.get("max_reserved") and r.get("outside_allocator") is not None
+        ]
+        alloc = [r["now"]["allocated"] / r["max_allocated"] - 1 for r in rs if r.get("max_allocated")]
+        host = [r for r in rs if r.get("host_rss_peak")]
+        out.append(
+            {
+                "family": f"{key[0]} " + _describe({**rs[0]["config"], "micro_batch": "*", "cap_gib": None}),
+                "rows": len(rs),
+                "tokens_per_sec_error_median": _pct(tps, 0.5),
+                "tokens_per_sec_error_max_abs": max((abs(e) for e in tps), default=math.nan),
+                "device_error_max_abs": max((abs(e) for e in dev), default=math.nan),
+                "allocated_error_max_abs": max((abs(e) for e in alloc), default=math.nan),
+                "host_rss_peak_gib": max((r["host_rss_peak"] / GiB for r in host), default=None),
+                "host_pinned_peak_gib": max(
+                    ((r.get("host_pinned_peak") or 0) / GiB for r in host), default=None
+                ),
+                "host_predicted_gib": rs[0]["now"].get("cpu", 0) / GiB,
+                "key": list(key),
+            }
+        )
+    return out
+
+
+def _markdown_families(run: dict[str, Any]) -> list[str]:
+    fams = run.get("families") or []
+    if not fams:
+        return []
+    md = [
+        "Per family (issue 19 targets: tokens/s |median| <= 5 %, max <= 10 %; device <= 8 %; max-allocated <= 3 %; "
+        "signed errors: positive = over-predicts):",
+        "",
+        "| family | rows | tok/s median | tok/s max | device max | allocated max | host RSS peak GiB "
+        "| pinned GiB | host pred GiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in fams:
+        md.append(
+            f"| {f['family']} | {f['rows']} | {_f(f['tokens_per_sec_error_median'], True)} | "
+            f"{_f(f['tokens_per_sec_error_max_abs'], True)} | {_f(f['device_error_max_abs'], True)} | "
+            f"{_f(f['allocated_error_max_abs'], True)} | {_f(f['host_rss_peak_gib'])} | "
+            f"{_f(f['host_pinned_peak_gib'])} | {_f(f['host_predicted_gib'])} |"
+        )
+    return [*md, ""]
+
+
 def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     return [
         *_markdown_header(doc, run),
         *_markdown_recommendations(run),
+        *_markdown_families(run),
         *_markdown_fit_checks(run),
         *_markdown_rows(rows),
         *_markdown_calibration(run),
@@ -1442,6 +1811,23 @@ def main() -> int:
         "written to a separate ...-verify.json that --analyze merges with the full run",
     )
     ap.add_argument("--label", default="", help="appended to the raw file's name (e.g. expandable)")
+    ap.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default="gpt2",
+        help="gpt2: the GPT-2 grid above; zero3: stage 3 / offload / checkpointing on LLaMA-style and GPT-2 "
+        "models of ~1B-7B, one process per config",
+    )
+    ap.add_argument(
+        "--indices",
+        default="",
+        help="--family zero3: only these grid positions, in this order (e.g. 23,24,10)",
+    )
+    ap.add_argument("--models", default="", help="--family zero3: only these models (comma-separated)")
+    ap.add_argument(
+        "--config-timeout-s", type=float, default=300.0, help="--family zero3: a config's process limit"
+    )
+    ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)
     ap.add_argument("--collective-timeout-s", type=float, default=120.0)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -213,3 +213,35 @@ def planning_request(params: Mapping[str, Any], *, stages: tuple[int, ...] = ())
         gpu_memory_bytes=params["gpu_memory"],
         nvme_bytes=params["nvme"],
     )
+
+
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def strategy_options(f: F) -> F:
+    """The flags that fix one part of a strategy (`dswiz config` writes it, `dswiz plan` evaluates it), unset
+    unless given: --offload-optimizer, --offload-param, --micro-batch, --grad-accum and
+    --activation-checkpointing/--no-activation-checkpointing. (--stage differs: `plan` takes it several times.)"""
+    for option in reversed(
+        (
+            click.option(
+                "--offload-optimizer",
+                type=click.Choice(OFFLOAD_DEVICES),
+                help="Offload optimizer state: none, cpu, nvme.",
+            ),
+            click.option(
+                "--offload-param",
+                type=click.Choice(OFFLOAD_DEVICES),
+                help="Offload parameters (stage 3): none, cpu, nvme.",
+            ),
+            click.option("--micro-batch", type=click.IntRange(min=1), help="Micro-batch per GPU."),
+            click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps."),
+            click.option(
+                "--activation-checkpointing/--no-activation-checkpointing",
+                default=None,
+                help="Recompute activations in backward (HF gradient_checkpointing), or not.",
+            ),
+        )
+    ):
+        f = option(f)
+    return f

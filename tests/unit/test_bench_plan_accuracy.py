@@ -258,3 +258,38 @@ def test_throughput_fit_recovers_constants_that_generated_the_rows(pa: ModuleTyp
         assert fit["constants"][n] == pytest.approx(truth[n], rel=0.02)
     assert {n: pa._get_constant(n) for n in pa.FIT_CONSTANTS} == before
     assert cal.OPTIMIZER_SECONDS_PER_PARAM[0] == before["OPTIMIZER_SECONDS_PER_PARAM[0]"]
+
+
+def test_zero3_grid_covers_both_architectures_stage_3_offload_and_checkpointing(pa: ModuleType) -> None:
+    grid = pa.zero3_grid(_h200(pa, 1))
+    assert len({c.key() for c in grid}) == len(grid)
+    archs = {pa.bench_spec(c.model).model_type for c in grid}
+    assert archs == {"llama", "gpt2"}
+    z3 = [c for c in grid if c.zero_stage == 3]
+    assert {(c.offload_optimizer, c.offload_param, c.checkpointing) for c in z3} >= {
+        ("none", "none", False),
+        ("none", "none", True),
+        ("cpu", "none", True),
+        ("cpu", "cpu", True),
+    }
+    sizes = sorted({pa.bench_spec(c.model).total_params for c in grid})
+    assert sizes[0] < 2e9 and any(2e9 < s < 4e9 for s in sizes) and sizes[-1] > 6e9
+    assert grid[-1].model == "llama-7b"  # the slow rows last
+
+
+def test_families_report_signed_errors_per_strategy(pa: ModuleType) -> None:
+    base = {"model": "llama-1b", "zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "none",
+            "checkpointing": True, "cap_gib": None, "tags": []}  # fmt: skip
+    rows = [
+        {"config": {**base, "micro_batch": b}, "tokens_per_sec": 100.0, "max_allocated": 10 * GiB,
+         "max_reserved": 12 * GiB, "outside_allocator": 2 * GiB, "host_rss_peak": 30 * GiB,
+         "host_pinned_peak": 8 * GiB,
+         "now": {"tokens_per_sec": t, "allocated": 10.2 * GiB, "device": 15 * GiB, "cpu": 20 * GiB}}
+        for b, t in ((8, 110.0), (16, 90.0), (32, 104.0))
+    ]  # fmt: skip
+    (f,) = pa.families(rows)
+    assert f["rows"] == 3 and f["tokens_per_sec_error_median"] == pytest.approx(0.04)
+    assert f["tokens_per_sec_error_max_abs"] == pytest.approx(0.10)
+    assert f["device_error_max_abs"] == pytest.approx(15 / 14 - 1)
+    assert f["allocated_error_max_abs"] == pytest.approx(0.02)
+    assert f["host_rss_peak_gib"] == 30 and f["host_predicted_gib"] == 20

@@ -43,6 +43,14 @@ LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
 @click.option("--launcher", type=click.Choice(LAUNCHERS), help="Multi-node launcher (hostfile limits).")
 @python_option("Interpreter of the training environment for the consumers' own checks (default: this one).")
 @click.option("--no-consumer-check", is_flag=True, help="Skip DeepSpeed's/accelerate's own validation.")
+@click.option(
+    "--model",
+    "-m",
+    "model_text",
+    metavar="NAME|CONFIG|NUMBERS",
+    help="Also predict this config for that model (as `dswiz plan --model`): fits, GPU/host memory, tokens/s, "
+    "what to change. On --hardware, else this machine.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 @click.pass_context
 def check(
@@ -54,6 +62,7 @@ def check(
     launcher: str | None,
     python: str | None,
     no_consumer_check: bool,
+    model_text: str | None,
     as_json: bool,
 ) -> int:
     """Lint FILE (DeepSpeed JSON, accelerate YAML, hostfile, .deepspeed_env, or a config directory)."""
@@ -82,6 +91,13 @@ def check(
 
         found = _consumer_findings(file, consumer=consumer, world_size=world_size, python=python)
         findings = merge_with_own(findings, found)
+    prediction = None
+    if model_text is not None:
+        from wizard.hardware import get_hardware
+        from wizard.service.prediction import config_prediction
+
+        prediction = config_prediction(file, model_text, report or get_hardware(None))
+        findings.append(prediction.finding)
     findings = sort_findings(findings)
     reader = _reader_line(consumer, guess.reason if guess is not None else None)
     if as_json:
@@ -96,6 +112,8 @@ def check(
             "counts": counts,
             "findings": [f.to_dict() for f in findings],
         }
+        if prediction is not None:
+            payload["prediction"] = prediction.candidate
         click.echo(json.dumps(payload, indent=2))
     else:
         click.echo(reader)

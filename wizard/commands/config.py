@@ -25,6 +25,7 @@ from wizard.cli_options import (
     planning_model,
     planning_options,
     planning_request,
+    strategy_options,
 )
 from wizard.errors import DswizError
 from wizard.fsio import KEEP_BACKUPS
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
     from wizard.planner import Plan, PlanRequest
     from wizard.prompts import Prompter
     from wizard.strategy import Strategy
-
-DEVICES = ("none", "cpu", "nvme")
 
 
 # ------------------------------------------------------------------------ cluster: launcher and job.sbatch
@@ -126,15 +125,7 @@ _NOT_PREFILLED = (
 @click.option("--yes", "-y", is_flag=True, help="Write without asking (the flags and the plan decide).")
 @planning_options(model_required=False)
 @click.option("--stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3.")
-@click.option(
-    "--offload-optimizer", type=click.Choice(DEVICES), help="Offload optimizer state: none, cpu, nvme."
-)
-@click.option(
-    "--offload-param", type=click.Choice(DEVICES), help="Offload parameters (stage 3): none, cpu, nvme."
-)
-@click.option("--micro-batch", type=click.IntRange(min=1), help="Micro-batch per GPU.")
-@click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps.")
-@click.option("--activation-checkpointing/--no-activation-checkpointing", default=None)
+@strategy_options
 @click.option(
     "--save-16bit/--no-save-16bit",
     "save_16bit",

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import planning_model, planning_options, planning_request
+from wizard.cli_options import planning_model, planning_options, planning_request, strategy_options
 from wizard.errors import DswizError
 from wizard.strategy import offload_cell
 
 if TYPE_CHECKING:
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
-    from wizard.planner import Candidate, Plan
+    from wizard.planner import Candidate, Plan, StrategyChoice
 
 DEFAULT_TOP = 8
 # Families whose positions are learned embeddings: a longer sequence has no position to look up.
@@ -43,6 +43,7 @@ _LEARNED_POSITIONS = ("gpt2", "bert")
     help="Also list, for every strategy (stage 0 = plain data parallelism, ZeRO-1/2/3, each offload, with and "
     'without checkpointing), the largest micro-batch that fits and its tokens/s (JSON: "max_batch_table").',
 )
+@strategy_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (the stable contract).")
 @click.pass_context
 def plan(
@@ -66,6 +67,11 @@ def plan(
     top: int | None,
     show_all: bool,
     max_batch: bool,
+    offload_optimizer: str | None,
+    offload_param: str | None,
+    micro_batch: int | None,
+    grad_accum: int | None,
+    activation_checkpointing: bool | None,
     as_json: bool,
 ) -> int:
     """Rank the ZeRO strategies that fit, with predicted GPU/CPU memory, tokens/s and the reasons.
@@ -78,7 +84,11 @@ def plan(
       dswiz plan --model gpt2-xl --hardware 2xRTX3090 --max-batch
       dswiz plan --model meta-llama/Llama-3.1-8B --finetune lora --lora-rank 16 --hardware 1xRTX4090
       dswiz plan --model llama-70b --finetune qlora --hardware 1xL40S
-    Exit code 0 when something fits, 1 when nothing does (the advice says what would).
+      dswiz plan --model llama-7b --hardware 1xA100-80GB --stage 2 --offload-optimizer cpu --micro-batch 8
+    With one --stage and any of --offload-optimizer, --offload-param, --micro-batch, --grad-accum,
+    --[no-]activation-checkpointing: that one strategy (the planner's choice for the parts not given).
+    Exit code 0 when something fits (that strategy, if one was given), 1 when nothing does (the advice says what
+    would).
     """
     from wizard.hardware import get_hardware
     from wizard.planner import plan as make_plan
@@ -97,6 +107,11 @@ def plan(
     request = planning_request(ctx.params, stages=stages)
     check_request(report, model, request)
     result = make_plan(report, model, request)
+    choice = _choice(
+        stages, offload_optimizer, offload_param, micro_batch, grad_accum, activation_checkpointing
+    )
+    if choice is not None:
+        return _show_choice(result, choice, as_json)
     shown = _select(result, top, show_all, as_json)
     table = None
     if max_batch:
@@ -117,6 +132,78 @@ def plan(
         if table is not None:
             _print_max_batch(table, result)
     return 0 if result.best is not None else 1
+
+
+def _choice(
+    stages: tuple[int, ...],
+    offload_optimizer: str | None,
+    offload_param: str | None,
+    micro_batch: int | None,
+    grad_accum: int | None,
+    activation_checkpointing: bool | None,
+) -> StrategyChoice | None:
+    """The exact strategy asked for, or None (rank them all) when no part beyond --stage is fixed."""
+    from wizard.planner import StrategyChoice
+
+    fixed = (offload_optimizer, offload_param, micro_batch, grad_accum, activation_checkpointing)
+    if all(v is None for v in fixed):
+        return None
+    if len(set(stages)) > 1:
+        raise DswizError(
+            f"--stage given {len(set(stages))} times with an exact strategy (--offload-*, --micro-batch, ...)",
+            "give one --stage to evaluate that strategy, or drop the other flags to rank several stages",
+        )
+    return StrategyChoice(
+        zero_stage=stages[0] if stages else None,
+        offload_optimizer=offload_optimizer,  # type: ignore[arg-type]
+        offload_param=offload_param,  # type: ignore[arg-type]
+        activation_checkpointing=activation_checkpointing,
+        micro_batch_size=micro_batch,
+        gradient_accumulation_steps=grad_accum,
+    )
+
+
+def _show_choice(result: Plan, choice: StrategyChoice, as_json: bool) -> int:
+    """One strategy: fits or not, memory by part, tokens/s, the reasons and what to change (JSON: the plan
+    document with that one candidate, "exact_strategy": true, and "advice")."""
+    from wizard.planner import choice_advice, choose
+
+    chosen = choose(result, choice)
+    lines = choice_advice(chosen, result)
+    if as_json:
+        import json
+
+        from wizard.planner import plan_to_json
+
+        doc = plan_to_json(result, (chosen,))
+        doc.update(exact_strategy=True, advice=lines)
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        _print_choice(result, chosen, lines)
+    return 0 if chosen.fits else 1
+
+
+def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
+    console = _console()
+    s, p = c.strategy, c.predicted
+    console.print(f"[bold]{_model_line(result.model)}[/] on {_hardware_line(result.hardware)}")
+    batch = f"micro-batch {s.micro_batch_size} x {s.gradient_accumulation_steps} accumulation"
+    verdict = "[green]fits[/]" if c.fits else f"[red]does not fit ({', '.join(c.limits)})[/]"
+    console.print(f"{c.label}, {s.precision}, {batch}, sequence length {result.seq_len}: {verdict}")
+    console.print(
+        f"  GPU {_g(p.gpu_bytes)} of {_g(result.gpu_capacity_bytes)} GiB per GPU (allocated "
+        f"{_g(p.gpu_allocated_bytes)}, reserved {_g(p.gpu_reserved_bytes)}, peak in {p.peak_phase}); host "
+        f"{_g(p.cpu_bytes)} GiB" + (f"; NVMe {_g(p.nvme_bytes)} GiB" if p.nvme_bytes else "")
+    )
+    parts = ", ".join(f"{k} {_g(v)}" for k, v in p.breakdown if v)
+    console.print(f"  GPU GiB by part: {parts}")
+    console.print(
+        f"  ~{p.tokens_per_sec:,.0f} tokens/s, MFU {p.mfu * 100:.0f} %, {p.step_seconds:.3g} s per step"
+    )
+    for r in c.reasons:
+        console.print(f"  - {r}")
+    for a in lines:
+        console.print(f"[bold]{'What to change' if not c.fits else 'Note'}:[/] {a}")
 
 
 def check_request(report: HardwareReport, model: ModelSpec, request: Any) -> None:

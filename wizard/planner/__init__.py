@@ -9,7 +9,7 @@ Pure: no I/O, no terminal. The modules, from the ground up:
   types        the request, predictions, candidates, the plan
   feasibility  what this machine can run at all (capacities, precisions, NVMe, host RAM)
   explain      the reasons, comparisons and advice, in words (numbers in, English out; imports no search)
-  search       strategy enumeration, sizing, ranking: plan, evaluate, candidate_for, max_batch_table; the what-if
+  search       strategy enumeration, sizing, ranking: plan, evaluate, candidate_for, choose, max_batch_table; the what-if
                searches behind the advice
   serialize    the stable JSON of ``dswiz plan --json``
 This module re-exports the public API; import from ``wizard.planner``.
@@ -17,9 +17,10 @@ This module re-exports the public API; import from ``wizard.planner``.
 
 from __future__ import annotations
 
+from wizard.planner.explain import choice_advice
 from wizard.planner.feasibility import capacities, hardware_problems, precision_problem
 from wizard.planner.finetune import trainable_params, with_finetune
-from wizard.planner.search import candidate_for, evaluate, max_batch_table, max_micro_batch, plan
+from wizard.planner.search import candidate_for, choose, evaluate, max_batch_table, max_micro_batch, plan
 from wizard.planner.serialize import candidate_to_json, max_batch_to_json, plan_to_json
 from wizard.planner.types import (
     DEFAULT_SEQ_LEN,
@@ -29,6 +30,7 @@ from wizard.planner.types import (
     Plan,
     PlanRequest,
     Prediction,
+    StrategyChoice,
 )
 
 __all__ = [
@@ -39,9 +41,12 @@ __all__ = [
     "Plan",
     "PlanRequest",
     "Prediction",
+    "StrategyChoice",
     "candidate_for",
     "candidate_to_json",
     "capacities",
+    "choice_advice",
+    "choose",
     "evaluate",
     "hardware_problems",
     "max_batch_table",

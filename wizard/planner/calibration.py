@@ -141,6 +141,9 @@ ALLGATHER_BUCKET_ELEMENTS = 500_000_000
 STAGE3_PREFETCH_ELEMENTS = 50_000_000
 STAGE3_PARAM_PERSISTENCE_ELEMENTS = 100_000
 STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
+# Stage 3 steps the optimizer one sub-group at a time: each sub-group's fp32 gradient is made for its update and
+# freed after it (stage3.py _prepare_fp32_grad_for_sub_group / _release_sub_group; sub_group_size default 1e9).
+STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000
 # Mixed-precision Adam (ZeRO, arXiv:1910.02054, K = 12): fp32 master weights 4 + momentum 4 + variance 4 bytes per
 # parameter.
 MASTER_BYTES = 4
@@ -165,9 +168,16 @@ DS_ESTIMATOR_BUFFER_FACTOR = 1.5
 RESERVED_FIXED_BYTES = int(1.0 * GiB)
 FRAGMENTATION_SHARE = 0.25
 FRAGMENTATION_SHARE_CHECKPOINTING = 0.8
-# Stage 3: gpt2-xl z3 + optimizer and parameter offload + checkpointing, mbs 16, needed 1.65 (the only stage-3
-# checkpointing row; stage 3 without checkpointing, gpt2-medium mbs 8, needed 0.11). Applied to every stage-3
-# strategy, not only to parameter offload, so that offloading never looks costlier in GPU memory than not.
+# ZeRO-2 with the optimizer offloaded: the step's block is the reduce bucket (the gradients leave through it), which
+# checkpointing's recompute splits further: gpt2-xl z2 + CPU optimizer offload + checkpointing, mbs 16, needs
+# 0.8 x its logits + 1.45 x the bucket (bench/results/plan_accuracy-2026-11-30-1gpu.json).
+FRAGMENTATION_STEP_SHARE_OFFLOAD_CHECKPOINTING = 1.45
+# Stage 3: gpt2-xl z3 + optimizer and parameter offload + checkpointing, mbs 16, needed 1.65 (stage 3 without
+# checkpointing, gpt2-medium mbs 8, needed 0.11). Applied to every stage-3 strategy, not only to parameter offload,
+# so that offloading never looks costlier in GPU memory than not. Re-checked on the ZeRO-3 family
+# (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json, -b.json: LLaMA-style 1B/3B/7B and GPT-2 1.5B), where
+# the step's block is one optimizer sub-group: llama-7b z3 + checkpointing, mbs 4, needs 1.49 of 2.1 x 0.8, llama-3b
+# z3 mbs 16 needs 1.87 of 2.1 x 0.25 (its reserved is predicted 6 % low).
 FRAGMENTATION_STAGE3_FACTOR = 2.1
 # Outside the allocator: NCCL ~0.5 GB per communicator (docs/measurements.md, "Outside the allocator": 1.30 GiB
 # without NCCL traffic, 1.68-1.76 with it), and DeepSpeed creates one even on a single GPU
@@ -185,9 +195,18 @@ DEFAULT_SAFETY_MARGIN = 0.05
 # Host RAM: a CUDA PyTorch + DeepSpeed rank's own resident memory (assumption; typical RSS 2-4 GiB).
 HOST_BYTES_PER_RANK = int(3 * GiB)
 HOST_SAFETY_MARGIN = 0.10
+# CPU optimizer offload: host RAM per offloaded parameter at its peak (DeepSpeed builds the fp32 partition, then pins
+# copies of it, so set-up holds more than the 16 bytes the running step keeps), measured as (peak RSS - RSS before -
+# HOST_BYTES_PER_RANK) / parameters in bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json and -b.json (one
+# H200 rank, bf16, psutil RSS sampled every 0.1 s): ZeRO-1/2 20.6-26.1 (llama-1b z1: 26.1); ZeRO-3 optimizer only
+# 19.0-20.7 (llama-1b, gpt2-xl, llama-3b); ZeRO-3 optimizer + parameters 25.0-25.4 (llama-1b, gpt2-xl). The largest
+# of each. It decides the 7B case on a 125 GiB host: ZeRO-2 + CPU offload of llama-7b (26.1 x 6.74e9 = 164 GiB) was
+# killed there before writing its row.
+HOST_OFFLOAD_PEAK_BYTES_PER_PARAM = {"stage 1-2": 26.1, "stage 3": 20.7, "stage 3 + parameters": 25.4}
 # NVMe offload staging buffers in pinned host memory (DeepSpeed defaults: optimizer 4 x 1e8 fp32, params 5 x 1e8).
 NVME_OPTIMIZER_PINNED_BYTES = 4 * 100_000_000 * 4
 NVME_PARAM_PINNED_BYTES = 5 * 100_000_000 * 2
+NVME_PARAM_BUFFER_ELEMENTS = 5 * 100_000_000  # offload_param buffer_count x buffer_size (DeepSpeed defaults)
 
 # ------------------------------------------------------------------------------------------------ throughput
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from wizard.planner.memory import MemoryEstimate
 from wizard.planner.throughput import ThroughputEstimate
-from wizard.planner.types import Candidate, GenerationCost, PlanContext, WhatIfs
+from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
 from wizard.strategy import Strategy
 from wizard.units import fmt_bytes, fmt_percent
 
@@ -286,4 +286,34 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
         out.append(f"sequence length {seq} would fit: {c.label}, micro-batch {c.strategy.micro_batch_size}")
     elif ctx.seq_len > 128:
         out.append("a shorter sequence alone would not help: the model states themselves do not fit")
+    return out
+
+
+def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
+    """For one strategy a user chose (``wizard.planner.search.choose``): what to change when it does not fit
+    ("needs 131 GiB per GPU on an 80 GiB card: lower the micro-batch to 3, or ..."), or, when it fits, how it
+    compares with the planner's own recommendation."""
+    s, p, cap = chosen.strategy, chosen.predicted, plan.gpu_capacity_bytes
+    best = plan.best
+    out: list[str] = []
+    if "gpu" in chosen.limits and cap:
+        fixes = []
+        if 0 < chosen.max_micro_batch < s.micro_batch_size:
+            fixes.append(f"lower the micro-batch to {chosen.max_micro_batch}")
+        if best is not None:
+            fixes.append(
+                f"use {best.label} (micro-batch {best.strategy.micro_batch_size}, "
+                f"{fmt_bytes(best.predicted.gpu_bytes)} per GPU, ~{best.predicted.tokens_per_sec:,.0f} tokens/s)"
+            )
+        head = f"this config needs {fmt_bytes(p.gpu_bytes)} per GPU on a {fmt_bytes(cap)} card"
+        out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
+        if best is None:
+            out += list(plan.advice)
+    elif chosen.fits and best is not None and best.strategy != s:
+        gain = best.predicted.tokens_per_sec / max(p.tokens_per_sec, 1e-9) - 1
+        if gain > 0.005:
+            out.append(
+                f"the planner's recommendation is {best.label} at micro-batch {best.strategy.micro_batch_size}: "
+                f"~{best.predicted.tokens_per_sec:,.0f} tokens/s, {fmt_percent(gain)} faster"
+            )
     return out

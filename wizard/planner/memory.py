@@ -172,6 +172,11 @@ def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
     return int(ft.stored_bytes_per_param(model, weight_bytes(s)) * min(model.total_params, live))
 
 
+def _stage3_sub_group(partition: int) -> int:
+    """Elements of the largest stage-3 optimizer sub-group (calibration.STAGE3_SUB_GROUP_ELEMENTS)."""
+    return min(partition, cal.STAGE3_SUB_GROUP_ELEMENTS)
+
+
 def training_phases(
     model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
 ) -> list[Phase]:
@@ -198,11 +203,14 @@ def training_phases(
         working = _stage3_working_set(model, s, buf)
         if working:
             persistent.append(("gathered parameters", working))
-        step_extra = 0 if offload_opt else 4 * P // N
+        step_extra = 0 if offload_opt else 4 * _stage3_sub_group(P // N)
     elif stage in (1, 2):
         if offload_opt:
             persistent.append(("offload gradient staging", w * model.largest_layer_params))
-        grads_full = w * P // N if stage == 2 else w * P
+        # ZeRO-2 with the optimizer offloaded streams each reduced bucket to the host's fp32 gradients (and
+        # accumulates there): no gradient partition stays on the GPU (stage_1_and_2.py copy_grads_in_partition,
+        # cpu_offload branch, DeepSpeed 0.19.8). Stage 1 keeps its 16-bit gradients whole until the step.
+        grads_full = 0 if (offload_opt and stage == 2) else (w * P // N if stage == 2 else w * P)
         in_backward_buffers = bucket
         step_extra = 0 if offload_opt else (2 * w + 4) * P // N
     else:  # stage 0: DeepSpeed's 16-bit optimizer wrapper over plain data parallelism
@@ -385,16 +393,31 @@ def fragmentation_share(s: Strategy) -> float:
 
 
 def _step_transient_block(model: ModelSpec, s: Strategy) -> int:
-    """The largest block a training step allocates and frees outside the forward/backward activations: the fp32
-    gradient partition the update reads (stage 1-3), DeepSpeed's stage-0 flat 16-bit + fp32 gradient copies, or,
-    with the optimizer offloaded, the 16-bit gradient partition staged for the copy to the host."""
+    """The largest block a training step allocates and frees outside the forward/backward activations -- bounded
+    by what DeepSpeed allocates at once, so that the allocator's cache never grows with the model beyond it: the
+    fp32 gradient partition the update reads (stage 1-2), one optimizer sub-group's fp32 gradient (stage 3),
+    DeepSpeed's stage-0 flat 16-bit + fp32 gradient copies, or, with the optimizer offloaded, the reduce bucket the
+    gradients leave through (stage 2-3; stage 1 stages its 16-bit partition for the copy to the host)."""
     if s.mode != "train":
         return 0
     w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
+    if (
+        s.zero_stage == 3 and s.offload_param == "cpu"
+    ):  # every parameter, trained or frozen, comes from the host
+        return w * model.total_params // N  # fetched module by module (measured: gpt2-xl, llama-1b)
+    if s.zero_stage == 3 and s.offload_param == "nvme":
+        return w * min(
+            model.total_params // N, cal.NVME_PARAM_BUFFER_ELEMENTS
+        )  # staged through the swap buffers
     if s.offload_optimizer != "none":
-        return w * P // N
+        if s.zero_stage == 1:
+            return w * P // N
+        # Stage 2/3: gradients leave through the reduce bucket, one bucket at a time.
+        return w * min(cal.REDUCE_BUCKET_ELEMENTS, P // N)
     if s.zero_stage == 0:
         return (2 * w + 4) * P if w == 2 else w * P
+    if s.zero_stage == 3:
+        return 4 * _stage3_sub_group(P // N)
     return 4 * P // N
 
 
@@ -412,8 +435,15 @@ def fragmentation(model: ModelSpec, s: Strategy, seq_len: int) -> Fragmentation:
     share = fragmentation_share(s)
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits (training's loss, inference's scores)
     step = _step_transient_block(model, s)
+    step_share = share
+    if s.activation_checkpointing and s.zero_stage == 2 and s.offload_optimizer != "none":
+        step_share = cal.FRAGMENTATION_STEP_SHARE_OFFLOAD_CHECKPOINTING
+        # Offloading removes blocks, never adds them: no more cache than the same step with the optimizer here.
+        plain = s.with_(offload_optimizer="none")
+        step = min(step, int(share * _step_transient_block(model, plain) / step_share))
+    fixed = cal.RESERVED_FIXED_BYTES + int(step_share * step)
     return Fragmentation(
-        fixed=cal.RESERVED_FIXED_BYTES + int(share * step),
+        fixed=fixed,
         per_sample=int(share * logits),
         share=share,
         blocks_fixed=step,
@@ -481,17 +511,35 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
             if s.zero_stage in (1, 2):
                 steady += w * P // shards
         elif s.offload_optimizer == "nvme":
-            steady += cal.NVME_OPTIMIZER_PINNED_BYTES + 4 * P // shards
+            # Stage 3 swaps the fp32 gradients out to NVMe with the states (stage3.py
+            # _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8): only the pinned swap buffers stay in RAM.
+            steady += cal.NVME_OPTIMIZER_PINNED_BYTES + (0 if s.zero_stage == 3 else 4 * P // shards)
     if s.offload_param == "cpu":
         steady += stored // N
     elif s.offload_param == "nvme":
         steady += cal.NVME_PARAM_PINNED_BYTES
     if steady:
         items.append(("offloaded states and pinned buffers", ranks * steady))
+    setup = _offload_setup_peak(model, s) - steady
+    if setup > 0:
+        items.append(("offload set-up peak (pinned copies)", ranks * setup))
+        steady += setup
     extra = max(0, load - steady)
     if extra:
         items.append(("model copy while loading", ranks * extra))
     return sum(v for _, v in items), tuple(items)
+
+
+def _offload_setup_peak(model: ModelSpec, s: Strategy) -> int:
+    """Host bytes per rank while CPU optimizer offload sets up (calibration.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM)."""
+    if s.mode != "train" or s.offload_optimizer != "cpu":
+        return 0
+    if s.zero_stage < 3:
+        key = "stage 1-2"
+    else:
+        key = "stage 3 + parameters" if s.offload_param == "cpu" else "stage 3"
+    shards = s.world_size if s.zero_stage >= 1 else 1
+    return int(cal.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM[key] * model.total_params / shards)
 
 
 def nvme_bytes(model: ModelSpec, s: Strategy) -> int:

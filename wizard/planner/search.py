@@ -39,6 +39,7 @@ from wizard.planner.types import (
     PlanContext,
     PlanRequest,
     Prediction,
+    StrategyChoice,
     WhatIfs,
 )
 from wizard.strategy import OFFLOAD_DEVICES, OffloadDevice, Precision, Strategy
@@ -405,6 +406,39 @@ def candidate_for(plan: Plan, strategy: Strategy) -> Candidate:
     strategy, else the planner's evaluation of exactly that strategy (a hand-made choice), once."""
     ranked = next((c for c in plan.candidates if c.strategy == strategy), None)
     return ranked or evaluate(plan.hardware, plan.model, strategy, plan.request)
+
+
+def choose(plan: Plan, choice: StrategyChoice) -> Candidate:
+    """The one strategy a user asked for (``dswiz plan --stage 2 --offload-optimizer cpu ...``, or an existing
+    config): the planner's best candidate that agrees with every fixed part, sized by the planner unless the
+    micro-batch / accumulation are fixed too -- then evaluated exactly as given. A combination the search never
+    offers (NVMe without a disk, stage 1 with parameter offload, ...) is evaluated as given and says why it cannot
+    run."""
+    ranked = next((c for c in plan.candidates if choice.matches(c.strategy)), None)
+    if ranked is not None and not choice.fixes_batch:
+        return ranked
+    base = ranked.strategy if ranked is not None else _as_given(plan, choice)
+    s = base.with_(
+        micro_batch_size=choice.micro_batch_size or base.micro_batch_size,
+        gradient_accumulation_steps=choice.gradient_accumulation_steps or base.gradient_accumulation_steps,
+    )
+    return candidate_for(plan, s)
+
+
+def _as_given(plan: Plan, choice: StrategyChoice) -> Strategy:
+    """A strategy from the fixed parts alone, on the plan's hardware, in the plan's precision."""
+    hw, req = plan.hardware, plan.request
+    precision = (req.precisions or tuple(c.strategy.precision for c in plan.candidates[:1]) or ("bf16",))[0]
+    return Strategy(
+        zero_stage=3 if choice.zero_stage is None else choice.zero_stage,
+        offload_optimizer=choice.offload_optimizer or "none",
+        offload_param=choice.offload_param or "none",
+        precision=precision,
+        activation_checkpointing=bool(choice.activation_checkpointing),
+        nodes=hw.nodes,
+        gpus_per_node=max(1, hw.gpus_per_node),
+        mode=req.mode,
+    )
 
 
 def max_batch_table(

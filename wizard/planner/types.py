@@ -10,7 +10,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers
-from wizard.strategy import Mode, Precision, Strategy, strategy_label
+from wizard.strategy import Mode, OffloadDevice, Precision, Strategy, strategy_label
 
 DEFAULT_SEQ_LEN = 2048
 
@@ -40,6 +40,33 @@ class PlanRequest:
         if self.seq_len is not None:
             return self.seq_len
         return min(model.max_positions or DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN)
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """The parts of a strategy a user fixed (``dswiz plan --stage 2 --offload-optimizer cpu --micro-batch 4``, or an
+    existing config); None leaves that part to the planner."""
+
+    zero_stage: int | None = None
+    offload_optimizer: OffloadDevice | None = None
+    offload_param: OffloadDevice | None = None
+    activation_checkpointing: bool | None = None
+    micro_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+
+    def matches(self, s: Strategy) -> bool:
+        """Whether ``s`` agrees with every fixed part except the batch numbers."""
+        fixed = (
+            (self.zero_stage, s.zero_stage),
+            (self.offload_optimizer, s.offload_optimizer),
+            (self.offload_param, s.offload_param),
+            (self.activation_checkpointing, s.activation_checkpointing),
+        )
+        return all(want is None or want == got for want, got in fixed)
+
+    @property
+    def fixes_batch(self) -> bool:
+        return self.micro_batch_size is not None or self.gradient_accumulation_steps is not None
 
 
 @dataclass(frozen=True)

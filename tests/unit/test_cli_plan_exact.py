@@ -1,0 +1,102 @@
+"""`dswiz plan` for one exact strategy, and `dswiz check CONFIG --model`: the real CLI, --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.unit.test_cli_plan import dswiz
+
+A100 = ("--hardware", "1xA100-80GB,ram=512GiB")
+
+
+def plan_json(*args: str) -> tuple[int, dict[str, Any]]:
+    proc = dswiz("plan", *args, "--json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_exact_strategy_is_evaluated_as_given_with_the_candidate_contract() -> None:
+    rc, doc = plan_json(
+        "--model", "llama-7b", *A100, "--stage", "2", "--offload-optimizer", "cpu", "--micro-batch", "4",
+        "--grad-accum", "2", "--activation-checkpointing",
+    )  # fmt: skip
+    assert rc == 0 and doc["exact_strategy"] is True
+    (c,) = doc["candidates"]
+    assert (c["zero_stage"], c["offload_optimizer"], c["offload_param"]) == (2, "cpu", "none")
+    assert (c["micro_batch_size"], c["gradient_accumulation_steps"], c["activation_checkpointing"]) == (
+        4,
+        2,
+        True,
+    )
+    assert c["fits"] is True and c["predicted"]["tokens_per_sec"] > 0
+    # The same keys as a ranked candidate of the plain plan.
+    _, ranked = plan_json("--model", "llama-7b", *A100)
+    assert set(c) == set(ranked["candidates"][0]) and set(c["predicted"]) == set(
+        ranked["candidates"][0]["predicted"]
+    )
+    assert sum(c["predicted"]["breakdown"].values()) >= c["predicted"]["gpu_allocated_bytes"]
+
+
+def test_exact_strategy_that_does_not_fit_says_what_to_change() -> None:
+    rc, doc = plan_json("--model", "llama-7b", *A100, "--stage", "3", "--offload-optimizer", "none",
+                        "--no-activation-checkpointing", "--micro-batch", "64")  # fmt: skip
+    (c,) = doc["candidates"]
+    assert rc == 1 and c["fits"] is False and "gpu" in c["limits"]
+    assert c["max_micro_batch"] < 64
+    (line,) = [a for a in doc["advice"] if "per GPU on a" in a]
+    assert f"lower the micro-batch to {c['max_micro_batch']}" in line or c["max_micro_batch"] == 0
+    assert "use ZeRO-" in line  # the fitting recommendation, named
+
+
+def test_unfixed_parts_are_the_planners_choice() -> None:
+    rc, doc = plan_json("--model", "gpt2-xl", "--hardware", "1xA100-80GB", "--offload-optimizer", "none")
+    (c,) = doc["candidates"]
+    assert rc == 0 and c["offload_optimizer"] == "none" and c["fits"]
+    assert c["micro_batch_size"] == c["max_micro_batch"]  # sized by the planner: the largest that fits
+
+
+def test_exact_inference_strategy() -> None:
+    rc, doc = plan_json("--model", "llama-7b", "--hardware", "1xA100-80GB", "--mode", "inference",
+                        "--offload-param", "cpu", "--micro-batch", "2")  # fmt: skip
+    (c,) = doc["candidates"]
+    assert rc == 0 and c["strategy"]["mode"] == "inference"
+    assert (c["zero_stage"], c["offload_param"], c["micro_batch_size"]) == (3, "cpu", 2)
+
+
+def test_exact_strategy_with_two_stages_is_a_clear_error() -> None:
+    proc = dswiz("plan", "--model", "gpt2", "--hardware", "H200", "--stage", "1", "--stage", "2",
+                 "--micro-batch", "4")  # fmt: skip
+    assert proc.returncode == 2 and "give one --stage" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_exact_strategy_flags_are_the_same_as_config_s() -> None:
+    def flags(cmd: str) -> dict[str, str]:
+        out = dswiz(cmd, "--help").stdout
+        names = ("--offload-optimizer", "--offload-param", "--micro-batch", "--grad-accum", "--activation-")
+        return {
+            n: next(line.split()[0] for line in out.splitlines() if line.strip().startswith(n)) for n in names
+        }
+
+    assert flags("plan") == flags("config")
+
+
+def test_check_with_model_predicts_the_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2}, "steps_per_print": 10,
+    }))  # fmt: skip
+    proc = dswiz("check", str(cfg), "--model", "llama-7b", *A100, "--no-consumer-check", "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["ok"] is False
+    (f,) = [f for f in doc["findings"] if f["code"] == "plan-does-not-fit"]
+    assert "per GPU on a 80.0 GiB card" in f["fix"] and "use ZeRO-" in f["fix"]
+    p = doc["prediction"]
+    assert (p["zero_stage"], p["micro_batch_size"], p["fits"]) == (2, 8, False)
+    # The same config for a small model fits: an info finding, exit 0.
+    proc = dswiz("check", str(cfg), "--model", "gpt2", *A100, "--no-consumer-check", "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["prediction"]["fits"] is True
+    assert any(f["code"] == "plan-fits" for f in doc["findings"])

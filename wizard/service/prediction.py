@@ -1,0 +1,85 @@
+"""`dswiz check CONFIG --model M`: what the planner predicts for an existing DeepSpeed JSON / accelerate YAML on
+the hardware it is meant for -- the config's own stage, offloads, checkpointing, micro-batch and accumulation, the
+hardware's topology where the file does not give one -- as one finding (fits, or what to change) and the
+candidate's stable JSON (``dswiz plan --json``'s contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wizard.errors import DswizError
+from wizard.findings import Finding, Severity
+from wizard.hardware.report import HardwareReport
+from wizard.units import fmt_bytes
+
+
+@dataclass(frozen=True)
+class ConfigPrediction:
+    finding: Finding
+    candidate: (
+        dict[str, Any] | None
+    )  # candidate_to_json of the config's strategy; None when none could be made
+
+
+def config_prediction(file: Path, model_text: str, hardware: HardwareReport) -> ConfigPrediction:
+    """The planner's verdict on the config in ``file`` for ``model_text`` on ``hardware``."""
+    from wizard.config.load import load_path
+    from wizard.config.reimport import strategy_from_config
+    from wizard.config.schema import DS_CONFIG_NAME
+    from wizard.model import load_model_spec
+    from wizard.planner import PlanRequest, candidate_to_json, choice_advice, choose, plan
+    from wizard.planner.types import StrategyChoice
+
+    if not hardware.gpus:
+        return _note(
+            "no NVIDIA GPU here to predict for: give the training machine with --hardware 8xA100-80GB"
+        )
+    try:
+        loaded = load_path(file / DS_CONFIG_NAME if file.is_dir() else file)
+    except DswizError as e:
+        return _note(f"no prediction: the config does not load ({e.problem})")
+    s = strategy_from_config(loaded.config)
+    if loaded.kind == "deepspeed":  # a DeepSpeed JSON names no topology: the hardware's
+        s = s.with_(nodes=hardware.nodes, gpus_per_node=max(1, hardware.gpus_per_node))
+    model = load_model_spec(model_text)
+    result = plan(hardware, model, PlanRequest(precisions=(s.precision,), mode=s.mode))
+    chosen = choose(
+        result,
+        StrategyChoice(
+            s.zero_stage,
+            s.offload_optimizer,
+            s.offload_param,
+            s.activation_checkpointing,
+            s.micro_batch_size,
+            s.gradient_accumulation_steps,
+        ),
+    )
+    p = chosen.predicted
+    advice = choice_advice(chosen, result)
+    speed = f"~{p.tokens_per_sec:,.0f} tokens/s"
+    if chosen.fits:
+        finding = Finding(
+            Severity.INFO,
+            "plan-fits",
+            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {model.name}: "
+            f"{fmt_bytes(p.gpu_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
+            "the planner's prediction for this config on this hardware (`dswiz plan` with the same flags)",
+            "; ".join(advice) or "nothing to change",
+        )
+    else:
+        why_not = [r for r in chosen.reasons if r.startswith(("does not fit", "host RAM", "NVMe", "not "))]
+        finding = Finding(
+            Severity.ERROR,
+            "plan-does-not-fit",
+            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {model.name}: "
+            + ("; ".join(why_not) or ", ".join(chosen.limits)),
+            "it would stop at the first step (CUDA out of memory, or the host's OOM killer for host RAM)",
+            "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
+        )
+    return ConfigPrediction(finding, candidate_to_json(chosen))
+
+
+def _note(text: str) -> ConfigPrediction:
+    return ConfigPrediction(Finding(Severity.INFO, "plan-not-predicted", text, "", ""), None)
