@@ -211,7 +211,7 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     cfg = dict(MODELS[c.model])
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     dtype = torch.bfloat16 if cuda else torch.float32
