@@ -23,7 +23,7 @@ from runner.metrics.host import HostSample
 from runner.metrics.parse import LogEvent
 from runner.metrics.plan import PlanInfo
 from runner.metrics.snapshot import GpuState, HistoryPoint, Snapshot
-from wizard.units import fmt_bytes
+from wizard.units import fmt_bytes, whole_number
 
 _WINDOW = 64
 
@@ -128,9 +128,8 @@ class Aggregator:
             self._failures.append(Failure("exception", e.rank, f"{v['type']}: {v['message']}"[:300]))
 
     def _config(self, key: str, value: str) -> None:
-        try:
-            number = int(value)
-        except ValueError:
+        number = whole_number(value.strip())
+        if number is None:
             return
         if key == "train_batch_size" and number > 0 and self.plan.global_batch_size is None:
             self._global_batch = number
