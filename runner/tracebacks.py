@@ -24,6 +24,7 @@ def rank_number(text: str, default: int | None) -> int | None:
         return default
     return int(text)
 
+
 _FRAME_RE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred:",

@@ -152,7 +152,10 @@ def _spec_from_file(path: Path) -> ModelSpec:
         raise DswizError(
             f"{path} is not valid JSON (line {e.lineno}: {e.msg})", "pass the model's HF config.json"
         ) from e
-    except (ValueError, RecursionError) as e:  # a number of 4,300+ digits; nesting deeper than Python recurses
+    except (
+        ValueError,
+        RecursionError,
+    ) as e:  # a number of 4,300+ digits; nesting deeper than Python recurses
         raise DswizError(
             f"{path} cannot be read as a config.json ({_too_big(e)})", "pass the model's HF config.json"
         ) from None
@@ -361,7 +364,9 @@ _COUNTS = (  # at least 1
     "n_inner vocab_size max_position_embeddings n_positions num_local_experts num_experts_per_tok "
     "moe_intermediate_size shared_expert_intermediate_size"
 ).split()
-_COUNTS_OR_ZERO = "head_dim num_experts decoder_sparse_step type_vocab_size conv_kernel_size embedding_size conv_groups"
+_COUNTS_OR_ZERO = (
+    "head_dim num_experts decoder_sparse_step type_vocab_size conv_kernel_size embedding_size conv_groups"
+)
 _SIGNED = ("max_relative_positions", "position_buckets")  # -1 means "derive it"
 _FLAGS = (
     "tie_word_embeddings attention_bias mlp_bias qkv_bias relative_attention share_att_key legacy "
@@ -414,7 +419,9 @@ def _checked_value(key: str, value: Any, where: str) -> Any:
     if key in _FLAGS:
         if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
             return bool(value)
-        raise DswizError(f"{where}: {key}={_shown(value)} is not true or false", f'write "{key}": true or false')
+        raise DswizError(
+            f"{where}: {key}={_shown(value)} is not true or false", f'write "{key}": true or false'
+        )
     if key in _FRACTIONS:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
             return float(value)
@@ -423,12 +430,14 @@ def _checked_value(key: str, value: Any, where: str) -> Any:
         raise DswizError(f"{where}: {key}={_shown(value)} is not a name", f'write e.g. "{key}": "gelu"')
     if key == "mlp_only_layers":
         if not isinstance(value, list):
-            raise DswizError(f"{where}: mlp_only_layers={_shown(value)} is not a list", 'write e.g. [0, 1]')
+            raise DswizError(f"{where}: mlp_only_layers={_shown(value)} is not a list", "write e.g. [0, 1]")
         return [_count_value("mlp_only_layers[]", v, where, 0) for v in value]
     if key == "pos_att_type" and not (
         isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     ):
-        raise DswizError(f"{where}: pos_att_type={_shown(value)} is not a list of names", 'write ["p2c", "c2p"]')
+        raise DswizError(
+            f"{where}: pos_att_type={_shown(value)} is not a list of names", 'write ["p2c", "c2p"]'
+        )
     return value
 
 

@@ -72,7 +72,7 @@ NASTY_SCALARS: list[Any] = [
     {"a": 1},
 ]
 
-nasty = st.sampled_from(NASTY_SCALARS)
+nasty = st.sampled_from(NASTY_SCALARS).map(copy.deepcopy)  # a fresh container each time: readers may keep it
 scalars = (
     nasty
     | st.integers(min_value=-(2**70), max_value=2**70)
