@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from wizard.errors import DswizError
-from wizard.typed_json import MAX_INT, typed_fields
-from wizard.units import whole_number
 
 # The parts of the layout the launch command itself names (the builder is pure core and defines them).
 from wizard.launch_command import CONFIG_DIR as CONFIG_DIR
 from wizard.launch_command import CSV_DIR as CSV_DIR
 from wizard.launch_command import CSV_JOB_NAME as CSV_JOB_NAME
 from wizard.launch_command import RANK_LOGS_DIR as RANK_LOGS_DIR
+from wizard.typed_json import MAX_INT, typed_fields
+from wizard.units import whole_number
 
 RUN_JSON = "run.json"
 LOGS_DIR = "logs"

@@ -359,19 +359,38 @@ def _need_int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | No
 MAX_COUNT = 2**31 - 1
 MAX_LAYERS = 100_000
 MAX_PARAMS = 10**15
-_COUNTS = (  # at least 1
-    "num_hidden_layers n_layer hidden_size n_embd num_attention_heads n_head num_key_value_heads intermediate_size "
-    "n_inner vocab_size max_position_embeddings n_positions num_local_experts num_experts_per_tok "
-    "moe_intermediate_size shared_expert_intermediate_size"
-).split()
+_COUNTS = [
+    "num_hidden_layers",
+    "n_layer",
+    "hidden_size",
+    "n_embd",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "intermediate_size",
+    "n_inner",
+    "vocab_size",
+    "max_position_embeddings",
+    "n_positions",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+]
 _COUNTS_OR_ZERO = (
     "head_dim num_experts decoder_sparse_step type_vocab_size conv_kernel_size embedding_size conv_groups"
 )
 _SIGNED = ("max_relative_positions", "position_buckets")  # -1 means "derive it"
-_FLAGS = (
-    "tie_word_embeddings attention_bias mlp_bias qkv_bias relative_attention share_att_key legacy "
-    "position_biased_input"
-).split()
+_FLAGS = [
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "qkv_bias",
+    "relative_attention",
+    "share_att_key",
+    "legacy",
+    "position_biased_input",
+]
 _FRACTIONS = ("resid_pdrop", "hidden_dropout", "hidden_dropout_prob")
 _TEXTS = ("hidden_act", "activation_function", "norm_rel_ebd")
 

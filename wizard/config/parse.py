@@ -18,6 +18,10 @@ class ParseProblem:
     what: str
     fix: str
     line: int | None = None
+    column: int | None = None
+
+
+_LONG_NUMBER_FIX = "write the number with at most a few digits (DeepSpeed's settings are counts and sizes)"
 
 
 class DuplicateKey(Exception):
@@ -69,9 +73,14 @@ def parse_json(text: str) -> tuple[Any, ParseProblem | None]:
             f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})",
             "fix the JSON syntax there (no comments, no trailing commas, double-quoted keys)",
             e.lineno,
+            e.colno,
         )
     except RecursionError:
         return None, ParseProblem("JSON nested too deeply to read", "a DeepSpeed config is a few levels deep")
+    except (
+        ValueError
+    ) as e:  # Python's int() limit: "Exceeds the limit (4300 digits) for integer string conversion"
+        return None, ParseProblem(f"a number in the JSON is too long to read ({e})"[:200], _LONG_NUMBER_FIX)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -114,6 +123,8 @@ def parse_yaml(text: str) -> tuple[Any, ParseProblem | None]:
         )
     except RecursionError:
         return None, ParseProblem("YAML nested too deeply to read", "an accelerate config is two levels deep")
+    except ValueError as e:  # PyYAML's int constructor hits Python's 4,300-digit limit
+        return None, ParseProblem(f"a number in the YAML is too long to read ({e})"[:200], _LONG_NUMBER_FIX)
 
 
 def yaml_key_lines(text: str) -> dict[str, int]:
