@@ -7,10 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from pathlib import Path
 from typing import Any
 
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -5,6 +5,8 @@ DswizError naming the line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -92,3 +94,30 @@ def test_five_thousand_digit_slots_is_a_finding() -> None:
     text = f"worker-0 slots={fz.HUGE_DIGITS}\n"
     codes = [f.code for f in lint_hostfile_text(text)]
     assert codes == ["hostfile-slots-range"]
+
+
+INJECTION = "worker-0 slots=1\n-oProxyCommand=touch${IFS}/tmp/pwned slots=1\n"
+
+
+def test_check_config_and_launch_refuse_an_ssh_option_as_host(tmp_path: Path) -> None:
+    from .test_fuzz_cli import run_cli
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(INJECTION, encoding="utf-8")
+    code, out = run_cli("check", str(hostfile), "--no-consumer-check")
+    assert code == 1 and "[hostfile-host] (hostfile:2)" in out and "fix:" in out
+    script = Path(__file__).resolve().parents[2] / "runner" / "examples" / "train_tiny.py"
+    code, out = run_cli("launch", "--dry-run", "--hostfile", str(hostfile), str(script))
+    assert code == 2 and f"{hostfile}:2: host '-oProxyCommand" in out and "fix:" in out
+    code, out = run_cli(
+        "config",
+        "--yes",
+        "--nodes",
+        "2",
+        "--hostfile-hosts",
+        "-oProxyCommand=x,b",
+        "--out",
+        str(tmp_path / "c"),
+    )
+    assert code == 2 and "--hostfile-hosts: host '-oProxyCommand=x'" in out and "fix:" in out
+    assert not (tmp_path / "c").exists()

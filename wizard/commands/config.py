@@ -377,7 +377,9 @@ def _hosts(flags: dict[str, Any]) -> tuple[str, ...]:
     text = flags["hostfile_hosts"]
     if not text:
         return ()
-    return tuple(h.strip() for h in text.split(",") if h.strip())
+    from wizard.config.hostfile import checked_hostname
+
+    return tuple(checked_hostname(h.strip(), source="--hostfile-hosts") for h in text.split(",") if h.strip())
 
 
 def write_options(
