@@ -355,7 +355,7 @@ def _need_int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | No
 # ------------------------------------------------------------------------------ validating a config dict
 # What each key the counters read must hold (a config.json is user input: "4096" in quotes, NaN, 1e308, "0x80",
 # true, -3 and containers all occur). Bounds: a count is at most MAX_COUNT (torch's dimensions are C ints), layers
-# at most MAX_LAYERS, and the model at most MAX_PARAMS parameters (docs/model-input.md).
+# at most MAX_LAYERS, and the model at most MAX_PARAMS parameters (docs/input-bounds.md).
 MAX_COUNT = 2**31 - 1
 MAX_LAYERS = 100_000
 MAX_PARAMS = 10**15

@@ -20,7 +20,7 @@ with examples):
 Every function here is total: any string in, an event or None out, never an exception (fuzzed in
 tests/unit/test_fuzz_logs.py). Numbers are bounded: an integer of more than 18 digits (``MAX_INT``), a rank outside
 ``MAX_RANK`` or a byte size above 1 EiB is noise, not a value: the field becomes None, or the line is not
-recognised when the number is what makes it an event (docs/log-formats.md, "Bounds").
+recognised when the number is what makes it an event (docs/input-bounds.md).
 The event kinds and their ``values`` keys are a contract (the launcher builds exit verdicts on them): extend
 additively, never rename.
 """

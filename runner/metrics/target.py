@@ -102,7 +102,8 @@ def target_from_run_dir(run_dir: Path) -> JobTarget:
         nvme = nvme or cfg_nvme
         notes += cfg_notes
         if cfg_csv is not None and not str(cfg_csv).startswith(str(run_dir)):
-            cwd = run.get("cwd") if isinstance(run.get("cwd"), str) and run.get("cwd") else os.getcwd()
+            written = run.get("cwd")
+            cwd = written if isinstance(written, str) and written else os.getcwd()
             csv_dir = cfg_csv if cfg_csv.is_absolute() else Path(cwd) / cfg_csv
     return JobTarget(
         source=f"run {run_id}",

@@ -7,7 +7,7 @@ listed twice stops the launch, and no host at all is "empty or not formatted cor
 Every surface reads this one parse and shows its problems its own way: ``dswiz check`` and the wizard report
 them as findings (``wizard.config.lint.hostfile``); a launch refuses the first one (``launch_hosts``).
 
-Two rules are dswiz's own, stricter than DeepSpeed's pattern (docs/deepspeed-rules.md, "Hostfile"):
+Two rules are dswiz's own, stricter than DeepSpeed's pattern (docs/input-bounds.md):
 - a host name is letters, digits and ``. - _ : @ [ ]`` (an IPv6 address in brackets, ``user@host``), at most
   ``MAX_HOSTNAME`` characters, not starting with ``-``: the launcher hands each name to ssh/pdsh as an argument,
   where ``-oProxyCommand=...`` is an option and whitespace, control or shell characters are not a host
