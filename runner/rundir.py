@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from wizard.errors import DswizError
+from wizard.errors import DswizError, quoted
 
 # The parts of the layout the launch command itself names (the builder is pure core and defines them).
 from wizard.launch_command import CONFIG_DIR as CONFIG_DIR
@@ -210,13 +210,8 @@ _STRUCTURED = (
 )
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _bad(key: str, value: Any, expected: str) -> DswizError:
-    return DswizError(f"{RUN_JSON}: {key} is {_shown(value)}, not {expected}", RUN_JSON_FIX)
+    return DswizError(f"{RUN_JSON}: {key} is {quoted(value)}, not {expected}", RUN_JSON_FIX)
 
 
 def _whole(value: Any) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from wizard.errors import DswizError
+from wizard.errors import DswizError, quoted
 from wizard.model_presets import ALIASES, PRESETS
 
 if (
@@ -395,11 +395,6 @@ _FRACTIONS = ("resid_pdrop", "hidden_dropout", "hidden_dropout_prob")
 _TEXTS = ("hidden_act", "activation_function", "norm_rel_ebd")
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _count_value(key: str, value: Any, where: str, minimum: int) -> int:
     """An integer (an integral float such as 4096.0 too) within [minimum, its maximum], else DswizError."""
     maximum = MAX_LAYERS if key in ("num_hidden_layers", "n_layer") else MAX_COUNT
@@ -413,17 +408,17 @@ def _count_value(key: str, value: Any, where: str, minimum: int) -> int:
             if as_number is not None
             else f'write a whole number without quotes, e.g. "{key}": 8'
         )
-        raise DswizError(f"{where}: {key} is the string {_shown(value)}, not a whole number", fix)
+        raise DswizError(f"{where}: {key} is the string {quoted(value)}, not a whole number", fix)
     ok_type = isinstance(value, int) and not isinstance(value, bool)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         ok_type, value = True, int(value) if abs(value) <= 2**63 else value
     if not ok_type:
         raise DswizError(
-            f"{where}: {key}={_shown(value)} is not a whole number", f'write a whole number, e.g. "{key}": 8'
+            f"{where}: {key}={quoted(value)} is not a whole number", f'write a whole number, e.g. "{key}": 8'
         )
     if not minimum <= value <= maximum:
         raise DswizError(
-            f"{where}: {key}={_shown(value)} is outside {minimum}..{maximum:,}",
+            f"{where}: {key}={quoted(value)} is outside {minimum}..{maximum:,}",
             f"write the model's real {key} (a count between {minimum} and {maximum:,})",
         )
     return int(value)
@@ -439,23 +434,23 @@ def _checked_value(key: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
             return bool(value)
         raise DswizError(
-            f"{where}: {key}={_shown(value)} is not true or false", f'write "{key}": true or false'
+            f"{where}: {key}={quoted(value)} is not true or false", f'write "{key}": true or false'
         )
     if key in _FRACTIONS:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
             return float(value)
-        raise DswizError(f"{where}: {key}={_shown(value)} is not a probability", f'write e.g. "{key}": 0.1')
+        raise DswizError(f"{where}: {key}={quoted(value)} is not a probability", f'write e.g. "{key}": 0.1')
     if key in _TEXTS and not isinstance(value, str):
-        raise DswizError(f"{where}: {key}={_shown(value)} is not a name", f'write e.g. "{key}": "gelu"')
+        raise DswizError(f"{where}: {key}={quoted(value)} is not a name", f'write e.g. "{key}": "gelu"')
     if key == "mlp_only_layers":
         if not isinstance(value, list):
-            raise DswizError(f"{where}: mlp_only_layers={_shown(value)} is not a list", "write e.g. [0, 1]")
+            raise DswizError(f"{where}: mlp_only_layers={quoted(value)} is not a list", "write e.g. [0, 1]")
         return [_count_value("mlp_only_layers[]", v, where, 0) for v in value]
     if key == "pos_att_type" and not (
         isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     ):
         raise DswizError(
-            f"{where}: pos_att_type={_shown(value)} is not a list of names", 'write ["p2c", "c2p"]'
+            f"{where}: pos_att_type={quoted(value)} is not a list of names", 'write ["p2c", "c2p"]'
         )
     return value
 
@@ -510,7 +505,7 @@ def _spec_from_checked(cfg: Mapping[str, Any], *, name: str, source: str) -> Mod
             notes=(f"model_type {label!r} is not modelled on its own: counted as a LLaMA-style decoder",),
         )
     raise DswizError(
-        f"{where}: unsupported model_type {_shown(cfg.get('model_type'))}",
+        f"{where}: unsupported model_type {quoted(cfg.get('model_type'))}",
         "supported: gpt2, llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, bert, deberta-v2; "
         "or describe the model with numbers (layers=,hidden=,heads=,vocab=)",
     )

@@ -144,3 +144,14 @@ def cases(items: Sequence[T]) -> Iterator[T]:
 
 def batch(strategy: st.SearchStrategy[T], size: int = 8) -> st.SearchStrategy[list[T]]:
     return st.lists(strategy, min_size=size, max_size=size)
+
+
+def with_a_number_replaced(draw: st.DrawFn, text: str, spellings: Sequence[str]) -> str:
+    """``text`` (JSON) with one of its numbers spelt another way: 5,000 digits, NaN, 1e400, in quotes..."""
+    starts = [i for i, c in enumerate(text) if c.isdigit() and (i == 0 or not text[i - 1].isdigit())]
+    if not starts:
+        return text
+    i = j = draw(st.sampled_from(starts))
+    while j < len(text) and (text[j].isdigit() or text[j] in ".e-+"):
+        j += 1
+    return text[:i] + draw(st.sampled_from(list(spellings))) + text[j:]

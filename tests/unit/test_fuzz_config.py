@@ -57,13 +57,7 @@ def json_texts(draw: st.DrawFn) -> str:
     text = json.dumps(draw(fz.mutated(HAND_WRITTEN, KEYS, fz.scalars)), default=str)
     choice = draw(st.integers(0, 3))
     if choice == 0:
-        digits = [i for i, c in enumerate(text) if c.isdigit() and not text[i - 1].isdigit()]
-        if digits:
-            i = draw(st.sampled_from(digits))
-            j = i
-            while j < len(text) and (text[j].isdigit() or text[j] in ".e-+"):
-                j += 1
-            return text[:i] + draw(st.sampled_from(RAW)) + text[j:]
+        return fz.with_a_number_replaced(draw, text, RAW)
     if choice == 1:
         depth = draw(st.sampled_from([50, 999, 3000, 100_000]))
         return text[:-1] + ', "x": ' + '{"a":' * depth + "1" + "}" * depth + "}"

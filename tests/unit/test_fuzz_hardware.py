@@ -70,7 +70,7 @@ profiles = st.sampled_from([GOOD, CUSTOM]).flatmap(
 )
 
 
-@fz.fuzz_settings(750)
+@fz.fuzz_settings(250)
 @given(batch=fz.batch(profiles))
 def test_profile_gives_a_report_or_a_finding(batch: list[Any]) -> None:
     with tempfile.TemporaryDirectory() as d:
@@ -104,7 +104,7 @@ specs = st.builds(
 )
 
 
-@fz.fuzz_settings(500)
+@fz.fuzz_settings(1000)
 @given(batch=fz.batch(specs))
 def test_spec_string_gives_a_report_or_a_finding(batch: list[str]) -> None:
     for spec in fz.cases(batch):

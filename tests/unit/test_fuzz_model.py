@@ -108,10 +108,6 @@ def test_config_dict_gives_a_spec_or_a_finding(cfgs: list[Any]) -> None:
         )
 
 
-def _number_slot(text: str) -> list[int]:
-    return [i for i, c in enumerate(text) if c.isdigit() and (i == 0 or not text[i - 1].isdigit())]
-
-
 RAW_NUMBERS = [
     fz.HUGE_DIGITS,
     "NaN",
@@ -132,12 +128,7 @@ def config_texts(draw: st.DrawFn) -> str:
     text = json.dumps(draw(bases))
     choice = draw(st.integers(0, 3))
     if choice == 0:
-        slots = _number_slot(text)
-        i = draw(st.sampled_from(slots))
-        j = i
-        while j < len(text) and (text[j].isdigit() or text[j] in ".e"):
-            j += 1
-        return text[:i] + draw(st.sampled_from(RAW_NUMBERS)) + text[j:]
+        return fz.with_a_number_replaced(draw, text, RAW_NUMBERS)
     if choice == 1:
         depth = draw(st.sampled_from([10, 999, 2000, 100_000]))
         return text[:-1] + ', "nested": ' + "[" * depth + "]" * depth + "}"

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wizard.errors import DswizError
+from wizard.errors import DswizError, quoted
 from wizard.hardware.catalog import described_gpu, find_model, known_names
 from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo
 from wizard.units import parse_size, whole_number
@@ -148,11 +148,6 @@ def describe_profile(path: Path) -> HardwareReport:
     return _build(dict(data), description=description, where=where)
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _did_you_mean(word: str, choices: Mapping[str, object]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -181,7 +176,7 @@ def _count(profile: Mapping[str, Any], key: str, where: str, default: int, maxim
     n = None if isinstance(value, (bool, float)) else whole_number(str(value).strip(), limit=10**12)
     if n is None:
         raise DswizError(
-            f"{key} in {where} must be a whole number, not {_shown(value)}", f"write e.g. {key}=8"
+            f"{key} in {where} must be a whole number, not {quoted(value)}", f"write e.g. {key}=8"
         ) from None
     if not 1 <= n <= maximum:
         raise DswizError(f"{key} in {where} must be between 1 and {maximum}, not {n}", f"write e.g. {key}=8")
@@ -196,7 +191,7 @@ def _number(profile: Mapping[str, Any], key: str, where: str) -> float | None:
     m = re.fullmatch(r"(\d{1,15}(?:\.\d{1,15})?)\s*(?:(?i:gbps|gbit/s)|Gb/s|(GB/s))?", text)
     if isinstance(value, bool) or not m:
         raise DswizError(
-            f"{key} in {where} must be a number (at most 15 digits), not {_shown(value)}",
+            f"{key} in {where} must be a number (at most 15 digits), not {quoted(value)}",
             f"write e.g. {key}=400",
         )
     return float(m.group(1)) * (8 if m.group(2) else 1)  # GB/s is bytes: 8 bits each
