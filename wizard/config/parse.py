@@ -107,7 +107,27 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+MAX_YAML_NESTING = 100  # brackets deep; an accelerate config is two levels deep
+
+
+def flow_nesting(text: str) -> int:
+    """How deep ``[``/``{`` nest in the text (quotes not excluded: a bound, not a parse). PyYAML takes seconds on
+    thousands of levels before failing, so deep text is refused before it is parsed."""
+    depth = deepest = 0
+    for c in text:
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def parse_yaml(text: str) -> tuple[Any, ParseProblem | None]:
+    if ("[" in text or "{" in text) and flow_nesting(text) > MAX_YAML_NESTING:
+        return None, ParseProblem(
+            f"YAML nested more than {MAX_YAML_NESTING} levels deep", "an accelerate config is two levels deep"
+        )
     try:
         return yaml.load(text, Loader=_StrictLoader), None
     except DuplicateKey as e:
@@ -129,6 +149,8 @@ def parse_yaml(text: str) -> tuple[Any, ParseProblem | None]:
 
 def yaml_key_lines(text: str) -> dict[str, int]:
     """Key path ("deepspeed_config.zero_stage") -> 1-based line, for locations in findings. Empty on bad YAML."""
+    if ("[" in text or "{" in text) and flow_nesting(text) > MAX_YAML_NESTING:
+        return {}
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except (yaml.YAMLError, RecursionError):
