@@ -7,12 +7,12 @@ File names follow ``dswiz config`` (wizard/config/schema.py): ds_config.json, ac
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wizard.config.parse import parse_json
 from wizard.errors import DswizError
 from wizard.fsio import settle_file_set
 from wizard.launch_command import accelerate_ds_config_file
@@ -144,7 +144,7 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
         # the "standard" multi-node launcher: torchrun on every node (wizard/config/launchers.py)
         hints["launcher"] = "torchrun"
         hints["config_arg"] = "deepspeed" if re.search(r"\s--deepspeed\s", exec_line) else "deepspeed_config"
-        m = re.search(r"--nproc_per_node\s+(\d+)", exec_line)
+        m = re.search(r"--nproc_per_node\s+(\d{1,6})\b", exec_line)
         if m:
             hints["nproc"] = int(m.group(1))
     elif exec_line:
@@ -155,13 +155,13 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
     m = re.search(r"--launcher\s+(\w+)", exec_line)
     if m:
         hints["multinode_launcher"] = m.group(1)
-    m = re.search(r"--master_port\s+(\d+)", exec_line)
+    m = re.search(r"--master_port\s+(\d{1,6})\b", exec_line)
     if m:
         hints["master_port"] = int(m.group(1))
     m = re.search(r"--master_addr\s+(\S+)", exec_line)
     if m:
         hints["master_addr"] = m.group(1).strip("'\"")
-    m = re.search(r"--num_gpus\s+(\d+)", exec_line)
+    m = re.search(r"--num_gpus\s+(\d{1,6})\b", exec_line)
     if m:
         hints["nproc"] = int(m.group(1))
     return hints
@@ -173,13 +173,12 @@ def load_ds_config(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise DswizError(f"cannot read {path}: {e.strerror}", "check the path and its permissions") from e
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
+    data, problem = parse_json(text)
+    if problem is not None:
         raise DswizError(
-            f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})",
-            f"fix the file (check it with `dswiz check {path}`), or regenerate it with `dswiz config`",
-        ) from e
+            f"{path}:{problem.line or 1}:{problem.column or 1}: {problem.what}",
+            f"{problem.fix} (check it with `dswiz check {path}`), or regenerate it with `dswiz config`",
+        )
     if not isinstance(data, dict):
         raise DswizError(f"{path} is not a JSON object", "a DeepSpeed config is a JSON object: {...}")
     return data

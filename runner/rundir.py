@@ -21,17 +21,20 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from wizard.errors import DswizError
+from wizard.errors import DswizError, quoted
 
 # The parts of the layout the launch command itself names (the builder is pure core and defines them).
 from wizard.launch_command import CONFIG_DIR as CONFIG_DIR
 from wizard.launch_command import CSV_DIR as CSV_DIR
 from wizard.launch_command import CSV_JOB_NAME as CSV_JOB_NAME
 from wizard.launch_command import RANK_LOGS_DIR as RANK_LOGS_DIR
+from wizard.typed_json import MAX_INT, typed_fields
+from wizard.units import whole_number
 
 RUN_JSON = "run.json"
 LOGS_DIR = "logs"
@@ -95,14 +98,15 @@ class RunVerdict:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunVerdict:
+    def from_dict(cls, d: Mapping[str, Any]) -> RunVerdict:
+        """Read ``to_dict`` back; DswizError naming a key of the wrong type."""
+        if not isinstance(d, Mapping):
+            raise _bad("verdict", d, "an object")
+        kw = _typed_or_refused(cls, d, skip=("advice", "evidence"), prefix="verdict.")
         return cls(
-            kind=str(d.get("kind", "unknown")),
-            summary=str(d.get("summary", "")),
-            rank=d.get("rank"),
-            exception=d.get("exception"),
-            advice=tuple(d.get("advice") or ()),
-            evidence=tuple(d.get("evidence") or ()),
+            **{"kind": "unknown", "summary": "", **kw},
+            advice=_strings(d, "advice", "verdict."),
+            evidence=_strings(d, "evidence", "verdict."),
         )
 
 
@@ -168,24 +172,32 @@ class RunRecord:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunRecord:
-        names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
-        kw["command"] = tuple(d.get("command") or ())
-        kw["script_args"] = tuple(d.get("script_args") or ())
-        kw["config_changes"] = tuple(d.get("config_changes") or ())
-        kw["launcher_exit_codes"] = tuple(d.get("launcher_exit_codes") or ())
-        kw["launchers"] = tuple(
-            LauncherProcess(
-                argv=tuple(p.get("argv") or ()),
-                pid=int(p["pid"]),
-                pgid=int(p.get("pgid", p["pid"])),
-                node_rank=p.get("node_rank"),
-            )
-            for p in d.get("launchers") or ()
-        )
-        kw["rank_pids"] = {int(k): int(v) for k, v in (d.get("rank_pids") or {}).items()}
-        kw["verdict"] = RunVerdict.from_dict(d["verdict"]) if d.get("verdict") else None
+    def from_dict(cls, d: Any) -> RunRecord:
+        """Read ``to_dict`` back: unknown keys are ignored, missing optional ones take their defaults; a key of
+        the wrong type (``"launchers": 5``) or a missing required one is a DswizError naming it."""
+        if not isinstance(d, Mapping):
+            raise DswizError(f"{RUN_JSON} holds {type(d).__name__}, not a JSON object", RUN_JSON_FIX)
+        kw = _typed_or_refused(cls, d, skip=_STRUCTURED)
+        missing = [
+            f.name for f in fields(cls) if f.name in _REQUIRED and f.name not in kw and f.name not in d
+        ]
+        if missing:
+            raise DswizError(f"{RUN_JSON} lacks {', '.join(missing)}", RUN_JSON_FIX)
+        for name in ("command", "script_args", "config_changes"):
+            kw[name] = _strings(d, name)
+        for name in ("env_changes", "configs"):
+            kw[name] = _string_map(d, name, none_ok=name == "env_changes")
+        kw["launchers"] = tuple(_launcher(p) for p in _list(d, "launchers"))
+        kw["rank_pids"] = _rank_pids(d.get("rank_pids"))
+        codes = _list(d, "launcher_exit_codes")
+        if not all(c is None or _whole(c) for c in codes):
+            raise _bad("launcher_exit_codes", codes, "a list of whole numbers")
+        kw["launcher_exit_codes"] = tuple(codes)
+        kw["verdict"] = RunVerdict.from_dict(d["verdict"]) if d.get("verdict") is not None else None
+        plan = d.get("plan")
+        if plan is not None and not isinstance(plan, dict):
+            raise _bad("plan", plan, "an object")
+        kw["plan"] = plan
         return cls(**kw)
 
 
@@ -227,6 +239,100 @@ def effective_status(record: RunRecord) -> str:
     return record.status
 
 
+# -------------------------------------------------------------------------------- reading run.json strictly
+
+RUN_JSON_FIX = (
+    "run.json is written by `dswiz launch`: restore it from a backup, or pass another run directory "
+    "(`dswiz monitor` still shows the run's logs and metrics)"
+)
+_REQUIRED = ("run_id", "run_dir", "status", "started_at", "command", "command_line")
+_STRUCTURED = (
+    "command",
+    "script_args",
+    "config_changes",
+    "env_changes",
+    "configs",
+    "launchers",
+    "rank_pids",
+    "launcher_exit_codes",
+    "verdict",
+    "plan",
+)
+
+
+def _bad(key: str, value: Any, expected: str) -> DswizError:
+    return DswizError(f"{RUN_JSON}: {key} is {quoted(value)}, not {expected}", RUN_JSON_FIX)
+
+
+def _whole(value: Any) -> bool:
+    return type(value) is int and abs(value) < MAX_INT
+
+
+def _typed_or_refused(
+    cls: type, d: Mapping[str, Any], *, skip: tuple[str, ...], prefix: str = ""
+) -> dict[str, Any]:
+    """The plain fields of ``cls`` from ``d``; a present, non-null value of another type is refused."""
+    kw = typed_fields(cls, d, skip=skip)
+    for f in fields(cls):
+        if f.name in d and f.name not in skip and f.name not in kw:
+            raise _bad(prefix + f.name, d[f.name], f"a {str(f.type).replace(' | None', '')}")
+    return kw
+
+
+def _list(d: Mapping[str, Any], key: str) -> list[Any]:
+    value = d.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _bad(key, value, "a list")
+    return value
+
+
+def _strings(d: Mapping[str, Any], key: str, prefix: str = "") -> tuple[str, ...]:
+    value = _list(d, key)
+    if not all(isinstance(v, str) for v in value):
+        raise _bad(prefix + key, value, "a list of strings")
+    return tuple(value)
+
+
+def _string_map(d: Mapping[str, Any], key: str, *, none_ok: bool) -> dict[str, Any]:
+    value = d.get(key)
+    if value is None:
+        return {}
+    ok = isinstance(value, dict) and all(
+        isinstance(v, str) or (none_ok and v is None) for v in value.values()
+    )
+    if not ok:
+        raise _bad(key, value, "an object of strings")
+    return dict(value)
+
+
+def _launcher(p: Any) -> LauncherProcess:
+    if not isinstance(p, Mapping) or not _whole(p.get("pid")) or p["pid"] <= 0:
+        raise _bad("launchers[]", p, 'an object with a positive "pid"')
+    pgid = p.get("pgid", p["pid"])
+    node_rank = p.get("node_rank")
+    argv = p.get("argv") or []
+    if not (_whole(pgid) and pgid > 0) or not (node_rank is None or _whole(node_rank)):
+        raise _bad("launchers[]", p, 'an object with a positive "pgid" and a whole "node_rank"')
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise _bad("launchers[].argv", argv, "a list of strings")
+    return LauncherProcess(argv=tuple(argv), pid=p["pid"], pgid=pgid, node_rank=node_rank)
+
+
+def _rank_pids(value: Any) -> dict[int, int]:
+    if value is None:
+        return {}
+    pairs = (
+        [(whole_number(k) if isinstance(k, str) else None, v) for k, v in value.items()]
+        if isinstance(value, dict)
+        else None
+    )
+    if pairs is None or not all(k is not None and k >= 0 and _whole(v) and v > 0 for k, v in pairs):
+        raise _bad("rank_pids", value, 'an object of rank -> pid ("0": 4242)')
+    return {int(k): v for k, v in pairs if k is not None}
+
+
 def write_run_record(run_dir: Path | str, record: RunRecord) -> Path:
     """Atomically (temp file + rename, mode 0600) replace ``<run>/run.json``: a reader never sees half a file."""
     path = Path(run_dir) / RUN_JSON
@@ -254,8 +360,12 @@ def read_run_record(run_dir: Path | str) -> RunRecord:
         return RunRecord.from_dict(data)
     except FileNotFoundError as e:
         raise DswizError(f"{path} does not exist", "pass a run directory made by `dswiz launch`") from e
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DswizError(f"{path} cannot be read ({e})", "pass a run directory made by `dswiz launch`") from e
+    except DswizError as e:
+        raise DswizError(f"{path}: {e.problem.removeprefix(RUN_JSON + ': ')}", e.fix) from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise DswizError(
+            f"{path} cannot be read ({str(e)[:100]})", "pass a run directory made by `dswiz launch`"
+        ) from None
 
 
 def write_private_file(path: Path | str, text: str) -> None:

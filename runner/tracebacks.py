@@ -14,6 +14,16 @@ from dataclasses import dataclass, field
 # torch puts "[rankN]: " in front of every line of an uncaught exception once the process group exists
 # (torch/distributed/distributed_c10d.py, _distributed_excepthook); runner.metrics.parse strips it too.
 TORCH_RANK_PREFIX_RE = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
+MAX_RANK = 2**31 - 1  # torch's ranks are C ints; a larger "rank" in a line is not one
+
+
+def rank_number(text: str, default: int | None) -> int | None:
+    """The rank a line's prefix names (``default`` when it names none that can be a rank: 5,000 digits, say)."""
+    digits = text.lstrip("-").lstrip("0")
+    if len(digits) > len(str(MAX_RANK)) or abs(int(text)) > MAX_RANK:
+        return default
+    return int(text)
+
 
 _FRAME_RE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _CHAIN_MARKERS = (
@@ -81,7 +91,7 @@ class TracebackCollector:
     ) -> tuple[object, int | None]:
         """The traceback a line belongs to: its stream and rank (torch's ``[rankN]: `` prefix wins)."""
         m = TORCH_RANK_PREFIX_RE.match(text)
-        return (stream, int(m.group("rank")) if m else default_rank)
+        return (stream, rank_number(m.group("rank"), default_rank) if m else default_rank)
 
     def reading(self, key: tuple[object, int | None]) -> bool:
         """Whether a traceback is being read on ``key`` (see ``key_of``)."""

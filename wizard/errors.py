@@ -18,3 +18,10 @@ class DswizError(Exception):
 
     def __str__(self) -> str:
         return self.problem if not self.fix else f"{self.problem}\n  fix: {self.fix}"
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """A value as a problem quotes it: its repr, cut to ``limit`` characters (a 5,000-digit number or a whole
+    list stays one readable line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from wizard import model_source
-from wizard.errors import DswizError
+from wizard.errors import DswizError, quoted
 from wizard.model_presets import ALIASES, PRESETS
 from wizard.tuning import FULL, FineTune
 
@@ -145,7 +145,7 @@ def _spec_from_source(found: model_source.ResolvedModel) -> ModelSpec:
     data, path = found.config, Path(found.source)
     if "text_config" in data and isinstance(data["text_config"], dict) and "hidden_size" not in data:
         data = {**data["text_config"], "_name_or_path": data.get("_name_or_path")}
-    name = found.name or str(data.get("_name_or_path") or _file_model_name(path, data))
+    name = (found.name or str(data.get("_name_or_path") or _file_model_name(path, data)))[:200]
     spec = spec_from_config(data, name=name, source=found.source)
     facts = found.facts
     if facts is None or not facts.total_params or facts.total_params == spec.total_params:
@@ -352,8 +352,133 @@ def _need_int(cfg: Mapping[str, Any], source: str, *keys: str, default: int | No
     return int(v)
 
 
+# ------------------------------------------------------------------------------ validating a config dict
+# What each key the counters read must hold (a config.json is user input: "4096" in quotes, NaN, 1e308, "0x80",
+# true, -3 and containers all occur). Bounds: a count is at most MAX_COUNT (torch's dimensions are C ints), layers
+# at most MAX_LAYERS, and the model at most MAX_PARAMS parameters (docs/input-bounds.md).
+MAX_COUNT = 2**31 - 1
+MAX_LAYERS = 100_000
+MAX_PARAMS = 10**15
+_COUNTS = [
+    "num_hidden_layers",
+    "n_layer",
+    "hidden_size",
+    "n_embd",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "intermediate_size",
+    "n_inner",
+    "vocab_size",
+    "max_position_embeddings",
+    "n_positions",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+]
+_COUNTS_OR_ZERO = (
+    "head_dim num_experts decoder_sparse_step type_vocab_size conv_kernel_size embedding_size conv_groups"
+)
+_SIGNED = ("max_relative_positions", "position_buckets")  # -1 means "derive it"
+_FLAGS = [
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "qkv_bias",
+    "relative_attention",
+    "share_att_key",
+    "legacy",
+    "position_biased_input",
+]
+_FRACTIONS = ("resid_pdrop", "hidden_dropout", "hidden_dropout_prob")
+_TEXTS = ("hidden_act", "activation_function", "norm_rel_ebd")
+
+
+def _count_value(key: str, value: Any, where: str, minimum: int) -> int:
+    """An integer (an integral float such as 4096.0 too) within [minimum, its maximum], else DswizError."""
+    maximum = MAX_LAYERS if key in ("num_hidden_layers", "n_layer") else MAX_COUNT
+    if isinstance(value, str):
+        try:
+            as_number = int(value.strip(), 0) if len(value) < 40 else None
+        except ValueError:
+            as_number = None
+        fix = (
+            f'write it as a number without quotes: "{key}": {as_number}'
+            if as_number is not None
+            else f'write a whole number without quotes, e.g. "{key}": 8'
+        )
+        raise DswizError(f"{where}: {key} is the string {quoted(value)}, not a whole number", fix)
+    ok_type = isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        ok_type, value = True, int(value) if abs(value) <= 2**63 else value
+    if not ok_type:
+        raise DswizError(
+            f"{where}: {key}={quoted(value)} is not a whole number", f'write a whole number, e.g. "{key}": 8'
+        )
+    if not minimum <= value <= maximum:
+        raise DswizError(
+            f"{where}: {key}={quoted(value)} is outside {minimum}..{maximum:,}",
+            f"write the model's real {key} (a count between {minimum} and {maximum:,})",
+        )
+    return int(value)
+
+
+def _checked_value(key: str, value: Any, where: str) -> Any:
+    """``value`` as the counters read it, or DswizError naming the key and what to write."""
+    if key in _COUNTS or key in _COUNTS_OR_ZERO.split():
+        return _count_value(key, value, where, 1 if key in _COUNTS else 0)
+    if key in _SIGNED:
+        return _count_value(key, value, where, -1)
+    if key in _FLAGS:
+        if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
+            return bool(value)
+        raise DswizError(
+            f"{where}: {key}={quoted(value)} is not true or false", f'write "{key}": true or false'
+        )
+    if key in _FRACTIONS:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+            return float(value)
+        raise DswizError(f"{where}: {key}={quoted(value)} is not a probability", f'write e.g. "{key}": 0.1')
+    if key in _TEXTS and not isinstance(value, str):
+        raise DswizError(f"{where}: {key}={quoted(value)} is not a name", f'write e.g. "{key}": "gelu"')
+    if key == "mlp_only_layers":
+        if not isinstance(value, list):
+            raise DswizError(f"{where}: mlp_only_layers={quoted(value)} is not a list", "write e.g. [0, 1]")
+        return [_count_value("mlp_only_layers[]", v, where, 0) for v in value]
+    if key == "pos_att_type" and not (
+        isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    ):
+        raise DswizError(
+            f"{where}: pos_att_type={quoted(value)} is not a list of names", 'write ["p2c", "c2p"]'
+        )
+    return value
+
+
+def validated_config(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The config dict with every key the counters read checked and normalised (4096.0 -> 4096); raises DswizError
+    naming the first bad key. Keys left out or null keep transformers' defaults."""
+    if not isinstance(cfg, Mapping):
+        raise DswizError(f"{where} is not a JSON object", "pass the model's HF config.json")
+    return {k: v if v is None else _checked_value(str(k), v, where) for k, v in cfg.items()}
+
+
+def _bounded(spec: ModelSpec, where: str) -> ModelSpec:
+    if spec.total_params > MAX_PARAMS:
+        raise DswizError(
+            f"{where}: the config describes {spec.total_params:.3g} parameters, above {MAX_PARAMS:.0e}",
+            "check the sizes in the config.json (hidden_size, intermediate_size, vocab_size, layers)",
+        )
+    return spec
+
+
 def spec_from_config(cfg: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:
     """A ModelSpec from an HF config dict (transformers' class defaults fill missing keys, as from_config does)."""
+    where = source if source != "preset" else f"preset {name}"
+    return _bounded(_spec_from_checked(validated_config(cfg, where), name=name, source=source), where)
+
+
+def _spec_from_checked(cfg: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:
     mtype = str(cfg.get("model_type") or "").lower().replace("_", "-")
     where = source if source != "preset" else f"preset {name}"
     if mtype == "gpt2":
@@ -380,7 +505,7 @@ def spec_from_config(cfg: Mapping[str, Any], *, name: str, source: str) -> Model
             notes=(f"model_type {label!r} is not modelled on its own: counted as a LLaMA-style decoder",),
         )
     raise DswizError(
-        f"{where}: unsupported model_type {cfg.get('model_type')!r}",
+        f"{where}: unsupported model_type {quoted(cfg.get('model_type'))}",
         "supported: gpt2, llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, bert, deberta-v2; "
         "or describe the model with numbers (layers=,hidden=,heads=,vocab=)",
     )
@@ -462,6 +587,8 @@ def _gpt2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     L = _need_int(cfg, where, "n_layer", "num_hidden_layers")
     h = _need_int(cfg, where, "n_embd", "hidden_size")
     a = _need_int(cfg, where, "n_head", "num_attention_heads")
+    if h % a:  # transformers' GPT2Attention refuses it too
+        raise DswizError(f"{where}: n_embd {h} is not divisible by {a} heads", "fix the config.json")
     V = _need_int(cfg, where, "vocab_size")
     npos = _need_int(cfg, where, "n_positions", "max_position_embeddings", default=1024)
     f = _get(cfg, "n_inner", default=None) or 4 * h
@@ -489,7 +616,7 @@ def _attention_dims(
 ) -> tuple[int, int, int, int]:
     h = _need_int(cfg, where, "hidden_size")
     a = _need_int(cfg, where, "num_attention_heads")
-    if a == 0 or (cfg.get("head_dim") is None and h % a):
+    if a == 0 or (not cfg.get("head_dim") and h % a):  # head_dim 0 or null: derived from hidden / heads
         raise DswizError(f"{where}: hidden_size {h} is not divisible by {a} heads", "fix the config.json")
     kv = _need_int(cfg, where, "num_key_value_heads", default=a if default_kv is None else default_kv)
     hd = int(cfg.get("head_dim") or h // a)
@@ -560,10 +687,12 @@ def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mo
     E = _need_int(cfg, where, "num_experts", default=60)
     k = _need_int(cfg, where, "num_experts_per_tok", default=4)
     step = max(1, _need_int(cfg, where, "decoder_sparse_step", default=1))
-    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    mlp_only = set(cfg.get("mlp_only_layers") or [])  # validated: whole numbers
     q, kvd = a * hd, kv * hd
     attn = h * q + 2 * h * kvd + q * h + ((q + 2 * kvd) if cfg.get("qkv_bias", True) else 0)
-    sparse_layers = sum(1 for i in range(L) if i not in mlp_only and E > 0 and (i + 1) % step == 0)
+    # layers i with (i + 1) % step == 0 have experts, except mlp_only ones (counted without a loop over L)
+    dense_listed = sum(1 for i in mlp_only if i < L and (i + 1) % step == 0)
+    sparse_layers = L // step - dense_listed if E > 0 else 0
     sparse = E * h + E * 3 * h * fm + 3 * h * fs + h
     dense = 3 * h * f
     tied = bool(cfg.get("tie_word_embeddings", False))

@@ -61,9 +61,18 @@ def looks_like_hub_id(text: str) -> bool:
     )
 
 
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # an HF config.json is a few KiB; a bigger file is not one
+
+
 def read_config_json(path: Path) -> dict[str, Any]:
-    """A config.json as a dict; DswizError naming the problem otherwise."""
+    """A config.json as a dict; DswizError naming the problem otherwise (bounded: docs/input-bounds.md)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise DswizError(
+                f"{path} is {size:,} bytes: not a model's config.json (those are a few KiB)",
+                "pass the model's config.json, not its weights",
+            )
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise DswizError(f"cannot read {path}: {e}", "check the path and its permissions") from e
@@ -71,6 +80,14 @@ def read_config_json(path: Path) -> dict[str, Any]:
         raise DswizError(
             f"{path} is not valid JSON (line {e.lineno}: {e.msg})", "pass the model's HF config.json"
         ) from e
+    except (
+        ValueError,
+        RecursionError,
+    ) as e:  # a number of 4,300+ digits; nesting deeper than Python recurses
+        why = "nested too deeply" if isinstance(e, RecursionError) else "a number with too many digits"
+        raise DswizError(
+            f"{path} cannot be read as a config.json ({why})", "pass the model's HF config.json"
+        ) from None
     if not isinstance(data, dict):
         raise DswizError(f"{path} does not hold a JSON object", "pass the model's HF config.json")
     return data

@@ -1,4 +1,6 @@
-"""Byte sizes: parsing what users type and formatting what we show. Binary units (GiB) throughout."""
+"""Byte sizes and counts: parsing what users and files say, formatting what we show. Binary units (GiB)
+throughout. Every parser here is total on its input type: a bounded value, or ValueError / None, never an
+OverflowError (a 5,000-digit number is refused: Python's own int() raises past 4,300 digits)."""
 
 from __future__ import annotations
 
@@ -26,14 +28,30 @@ _UNITS = {
     "tib": TiB,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+MAX_SIZE = 2**60  # 1 EiB: above any memory or disk dswiz plans for
+_SIGNED_DIGITS_RE = re.compile(r"[-+]?\d+")
 
 
 def parse_size(text: str) -> int:
-    """'80GB' -> 80e9, '80GiB' -> 80*2**30, '512' -> 512. Raises ValueError with the accepted forms."""
-    m = _SIZE_RE.match(text)
+    """'80GB' -> 80e9, '80GiB' -> 80*2**30, '512' -> 512 (at most MAX_SIZE). Raises ValueError with the forms."""
+    m = _SIZE_RE.match(text) if len(text) < 64 else None
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"{text!r} is not a size; write e.g. 80GiB, 80GB, 512MiB or a number of bytes")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        raise ValueError(f"{text!r:.80} is not a size; write e.g. 80GiB, 80GB, 512MiB or a number of bytes")
+    size = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if size > MAX_SIZE:
+        raise ValueError(f"{text.strip()} is above 1 EiB; write the size in GiB or TiB, e.g. 80GiB")
+    return int(size)
+
+
+def whole_number(text: str, *, limit: int = 10**18) -> int | None:
+    """Decimal digits with an optional sign as an int when ``abs(value) < limit``; None for anything else (text,
+    a float, a 5,000-digit string). For numbers read from logs and files, where an absurd value means noise."""
+    if not _SIGNED_DIGITS_RE.fullmatch(text):
+        return None
+    if len(text.lstrip("+-").lstrip("0")) > len(str(limit)):
+        return None
+    value = int(text)
+    return value if abs(value) < limit else None
 
 
 def fmt_bytes(n: int | float | None, *, precision: int = 1) -> str:

@@ -29,7 +29,7 @@ from runner.metrics.host import HostSample
 from runner.metrics.parse import LogEvent
 from runner.metrics.plan import PlanInfo
 from runner.metrics.snapshot import GpuState, HistoryPoint, Snapshot
-from wizard.units import fmt_bytes
+from wizard.units import fmt_bytes, whole_number
 
 _WINDOW = 64
 # Rates use the last few observations only: a change of rate shows within a minute, not at the end of the window.
@@ -193,9 +193,8 @@ class Aggregator:
             self._progress(v["step"], received_at, received_at, has_clock=False)
 
     def _config(self, key: str, value: str) -> None:
-        try:
-            number = int(value)
-        except ValueError:
+        number = whole_number(value.strip())
+        if number is None:
             return
         if key == "train_batch_size" and number > 0 and self.plan.global_batch_size is None:
             self._global_batch = number

@@ -29,6 +29,7 @@ from runner.metrics.host import HostSample, HostSampler
 from runner.metrics.logsource import LogSource
 from runner.metrics.snapshot import GpuState, HistoryPoint, Snapshot
 from runner.metrics.target import JobTarget, read_run_json, run_pids, target_from_run_dir
+from wizard.errors import DswizError
 
 PidsProvider = Callable[[], Iterable[int]]
 METRICS_LOCK = "metrics.lock"
@@ -249,7 +250,7 @@ def run_status(run_json: dict[str, Any]) -> str | None:
         return status if isinstance(status, str) else None
     try:
         return rundir.effective_status(rundir.RunRecord.from_dict(run_json))
-    except (KeyError, TypeError, ValueError):
+    except DswizError:  # a partial or hand-edited run.json: its status as written
         return status
 
 

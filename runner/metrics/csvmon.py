@@ -50,7 +50,8 @@ def parse_csv_lines(
 ) -> tuple[list[CsvPoint], CsvParseState]:
     """Parse complete lines of one csv monitor file. Pass the returned state back in to continue incrementally.
 
-    Never raises: malformed rows (a torn last line, text in a number column) are counted in ``state.bad_rows``.
+    Never raises: malformed rows (a torn last line, text in a number column, inf/nan, a sample count outside
+    0..MAX_SAMPLES) are counted in ``state.bad_rows``.
     """
     state = state if state is not None else CsvParseState()
     points: list[CsvPoint] = []
@@ -67,19 +68,31 @@ def parse_csv_lines(
             state.metric = second or state.metric
             state.segment += 1
             continue
-        try:
-            samples = int(float(first))
-            value = float(second)
-        except ValueError:
-            state.bad_rows += 1
-            continue
-        if not math.isfinite(value) or samples < 0:
+        samples, value = _samples(first), _finite(second)
+        if samples is None or value is None:
             state.bad_rows += 1
             continue
         if state.segment < 0:  # rows before any header: the file was cut; count them as the first run
             state.segment = 0
         points.append(CsvPoint(state.metric or "value", samples, value, state.segment))
     return points, state
+
+
+MAX_SAMPLES = 10**15  # the "step" column counts samples: beyond this a row is noise, not a count
+
+
+def _samples(text: str) -> int | None:
+    """DeepSpeed writes the sample count as an int (sometimes as a float: ``8.0``); None for anything else."""
+    number = _finite(text) if len(text) < 32 else None
+    return int(number) if number is not None and 0 <= number <= MAX_SAMPLES else None
+
+
+def _finite(text: str) -> float | None:
+    try:
+        number = float(text) if len(text) < 64 else math.inf
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def read_csv_monitor_file(path: Path) -> list[CsvPoint]:

@@ -110,7 +110,7 @@ def iter_metrics(path: Path) -> Iterator[Snapshot]:
         line = raw.decode("utf-8", errors="replace")
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # torn, a 4,300+-digit number, nested too deep
             continue
         if isinstance(data, dict):
             yield Snapshot.from_json(data)
@@ -164,6 +164,6 @@ def load_history(path: Path, downsampler: Downsampler) -> Snapshot | None:
 def _parse_snapshot(raw: bytes) -> Snapshot | None:
     try:
         data = json.loads(raw.decode("utf-8", errors="replace"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return Snapshot.from_json(data) if isinstance(data, dict) else None

@@ -19,7 +19,10 @@ with examples):
 - HF-Trainer style dicts ``{'loss': 3.21, 'learning_rate': 0.001, 'epoch': 0.1}`` (transformers 5 prints floats as
   strings: ``{'loss': '3.21'}``), also train_tiny's ``'step'`` key.
 
-Every function here is total: any string in, an event or None out, never an exception (fuzzed in the tests).
+Every function here is total: any string in, an event or None out, never an exception (fuzzed in
+tests/unit/test_fuzz_logs.py). Numbers are bounded: an integer of more than 18 digits (``MAX_INT``), a rank outside
+``MAX_RANK`` or a byte size above 1 EiB is noise, not a value: the field becomes None, or the line is not
+recognised when the number is what makes it an event (docs/input-bounds.md).
 The event kinds and their ``values`` keys are a contract (the launcher builds exit verdicts on them): extend
 additively, never rename.
 """
@@ -35,7 +38,8 @@ from datetime import datetime
 from typing import Any
 
 from runner.metrics.prints import parse_progress_print
-from runner.tracebacks import TORCH_RANK_PREFIX_RE
+from runner.tracebacks import MAX_RANK, TORCH_RANK_PREFIX_RE, rank_number
+from wizard.units import MAX_SIZE, whole_number
 
 # kind -> the keys its ``values`` may carry (documentation and a test guard; values may omit unknown ones).
 EVENT_KEYS: dict[str, tuple[str, ...]] = {
@@ -65,6 +69,7 @@ EVENT_KEYS: dict[str, tuple[str, ...]] = {
 KINDS = tuple(EVENT_KEYS)
 
 MAX_LINE = 64 * 1024  # longer lines are cut before parsing: a runaway line must not cost a runaway parse
+MAX_INT = 10**18  # integers in a line (steps, pids, scales, bytes) below this; beyond it a number is noise
 
 
 @dataclass(frozen=True)
@@ -156,14 +161,14 @@ def _parse_segment(text: str, default_rank: int | None) -> LogEvent | None:
     msg = text
     m = TORCH_RANK_PREFIX_RE.match(msg)
     if m:
-        rank, msg = int(m.group("rank")), msg[m.end() :]
+        rank, msg = rank_number(m.group("rank"), rank), msg[m.end() :]
     m = _PREFIX_RE.match(msg)
     if m:
         timestamp = _parse_timestamp(m.group("ts"))
         level, source, msg = m.group("lvl"), m.group("src"), m.group("msg")
     m = _DIST_RANK_RE.match(msg)
     if m:
-        rank, msg = int(m.group("rank")), m.group("msg")
+        rank, msg = rank_number(m.group("rank"), rank), m.group("msg")
     found = _recognise(msg, source)
     if found is None:  # nothing of DeepSpeed's: the script's own progress print? (runner/metrics/prints.py)
         printed = parse_progress_print(msg)
@@ -178,7 +183,7 @@ def _parse_segment(text: str, default_rank: int | None) -> LogEvent | None:
     values.pop("rank", None)
     if kind == "nccl_timeout" and rank is None:
         m = re.search(r"\[Rank (\d+)\]", msg)
-        rank = int(m.group(1)) if m else None
+        rank = rank_number(m.group(1), None) if m else None
     return LogEvent(kind=kind, values=values, raw=text, rank=rank, timestamp=timestamp, level=level)
 
 
@@ -209,7 +214,8 @@ def _recognise(msg: str, source: str | None) -> tuple[str, dict[str, Any]] | Non
         return ("signal", {"signal": m.group("sig")}) if m else None
     if msg.startswith("dist_world_size="):
         m = _WORLD_RE.match(msg)
-        return ("world", {"world_size": int(m.group("n"))}) if m else None
+        n = _int(m.group("n")) if m else None
+        return ("world", {"world_size": n}) if n is not None and n <= MAX_RANK else None
     if source == "config.py":
         m = _DSCONFIG_RE.match(msg)
         return ("ds_config", {"key": m.group("key"), "value": m.group("value").strip()}) if m else None
@@ -237,16 +243,19 @@ def _throughput(msg: str) -> tuple[str, dict[str, Any]] | None:
     m = _THROUGHPUT_RE.search(msg)
     if not m:
         return None
+    step = _int(m.group("step"))
+    if step is None:
+        return None
     values: dict[str, Any] = {
-        "epoch": int(m.group("epoch")),
-        "micro_step": int(m.group("micro")),
-        "global_step": int(m.group("step")),
+        "epoch": _int(m.group("epoch")),
+        "micro_step": _int(m.group("micro")),
+        "global_step": step,
         "running_avg_samples_per_sec": _positive(m.group("avg")),
         "curr_samples_per_sec": _positive(m.group("curr")),
     }
     for key, group in (("mem_allocated_bytes", "mem"), ("max_mem_allocated_bytes", "maxmem")):
         gib = _float(m.group(group)) if m.group(group) else None
-        values[key] = int(gib * 1024**3) if gib is not None and gib >= 0 else None
+        values[key] = _bytes(gib * 1024**3) if gib is not None and gib >= 0 else None
     return "throughput", values
 
 
@@ -257,7 +266,10 @@ def _step(msg: str) -> tuple[str, dict[str, Any]] | None:
     lr = tuple(x for x in (_float(t) for t in re.findall(_NUM, m.group("lr"))) if x is not None)
     mom_text = m.group("mom") or ""
     mom = tuple(x for x in (_float(t) for t in re.findall(_NUM, mom_text)) if x is not None)
-    return "step", {"step": int(m.group("step")), "skipped": int(m.group("skipped")), "lr": lr, "mom": mom}
+    step, skipped = _int(m.group("step")), _int(m.group("skipped"))
+    if step is None or skipped is None:
+        return None
+    return "step", {"step": step, "skipped": skipped, "lr": lr, "mom": mom}
 
 
 def _overflow(msg: str) -> tuple[str, dict[str, Any]] | None:
@@ -266,14 +278,14 @@ def _overflow(msg: str) -> tuple[str, dict[str, Any]] | None:
         return None
     values: dict[str, Any] = {"attempted_scale": None, "new_scale": None, "hysteresis": None}
     if m.group("rank") is not None:
-        values["rank"] = int(m.group("rank"))
+        values["rank"] = rank_number(m.group("rank"), None)
     rest = m.group("rest")
     s = _SCALE_RE.search(rest)
     if s:
-        values["attempted_scale"], values["new_scale"] = int(s.group("att")), int(s.group("new"))
+        values["attempted_scale"], values["new_scale"] = _int(s.group("att")), _int(s.group("new"))
     h = _HYST_RE.search(rest)
     if h:
-        values["attempted_scale"], values["hysteresis"] = int(h.group("att")), int(h.group("h"))
+        values["attempted_scale"], values["hysteresis"] = _int(h.group("att")), _int(h.group("h"))
     return "overflow", values
 
 
@@ -290,21 +302,24 @@ def _spawn(msg: str) -> tuple[str, dict[str, Any]] | None:
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         argv = ()
     lr = _LOCAL_RANK_RE.search(cmd)
+    pid = _int(m.group("pid"))
+    if pid is None:
+        return None
     return "spawn", {
-        "pid": int(m.group("pid")),
-        "local_rank": int(lr.group("lr")) if lr else None,
+        "pid": pid,
+        "local_rank": rank_number(lr.group("lr"), None) if lr else None,
         "argv": argv,
     }
 
 
 def _exit(msg: str) -> tuple[str, dict[str, Any]] | None:
     m = _EXIT_OK_RE.search(msg)
-    if m:
-        return "exit", {"pid": int(m.group("pid")), "return_code": 0}
+    if m and _int(m.group("pid")) is not None:
+        return "exit", {"pid": _int(m.group("pid")), "return_code": 0}
     m = _EXIT_FAIL_RE.search(msg)
-    if m:
+    if m and _int(m.group("rc")) is not None:
         # launch.py prints the *last spawned* command here, not the failed one: no pid, no rank to trust.
-        return "exit", {"pid": None, "return_code": int(m.group("rc"))}
+        return "exit", {"pid": None, "return_code": _int(m.group("rc"))}
     return None
 
 
@@ -321,14 +336,14 @@ def _oom(msg: str) -> tuple[str, dict[str, Any]] | None:
         g = _OOM_GPU_NEW_RE.search(msg) or _OOM_GPU_OLD_RE.search(msg)
         if g:
             values.update(
-                gpu=int(g.group("gpu")),
+                gpu=rank_number(g.group("gpu"), None),
                 total_bytes=_size(g.group("total")),
                 free_bytes=_size(g.group("free")),
             )
         return "oom", values
     m = _OOM_CPU_RE.search(msg)
     if m:
-        return "oom", {"device": "cpu", "tried_bytes": int(m.group("bytes")), "gpu": None}
+        return "oom", {"device": "cpu", "tried_bytes": _bytes(_int(m.group("bytes"))), "gpu": None}
     return None
 
 
@@ -338,9 +353,9 @@ def _nccl(msg: str) -> tuple[str, dict[str, Any]]:
     if m:
         values.update(
             op=m.group("op"),
-            timeout_ms=int(m.group("timeout")),
-            ran_ms=int(m.group("ran")),
-            seq=int(m.group("seq")),
+            timeout_ms=_int(m.group("timeout")),
+            ran_ms=_int(m.group("ran")),
+            seq=_int(m.group("seq")),
         )
     return "nccl_timeout", values
 
@@ -366,7 +381,11 @@ def _loss_dict(msg: str) -> tuple[str, dict[str, Any]] | None:
     if not any(k in values for k in _LOSS_KEYS):
         return None
     if "step" in values:
-        values["step"] = int(values["step"])
+        step = values["step"]
+        if abs(step) < MAX_INT:
+            values["step"] = int(step)
+        else:
+            del values["step"]
     return "loss", values
 
 
@@ -375,7 +394,7 @@ def _number(value: object) -> float | int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if abs(value) < MAX_INT else None
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str) and len(value) < 64:
@@ -401,7 +420,16 @@ def _size(text: str) -> int | None:
     if not m or m.group(2) not in _UNIT:
         return None
     number = _float(m.group(1))
-    return int(number * _UNIT[m.group(2)]) if number is not None else None
+    return _bytes(number * _UNIT[m.group(2)]) if number is not None else None
+
+
+def _int(text: str) -> int | None:
+    return whole_number(text, limit=MAX_INT)
+
+
+def _bytes(n: float | int | None) -> int | None:
+    """A byte count, when it is one (1 EiB at most)."""
+    return int(n) if n is not None and 0 <= n <= MAX_SIZE else None
 
 
 def _parse_timestamp(text: str) -> float | None:

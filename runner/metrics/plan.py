@@ -13,11 +13,13 @@ When the plan is absent, a few of these come from the job's own command line (``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from wizard.units import whole_number
+
+MAX_FIGURE = 10**18  # any plan figure above this (bytes, tokens/s, steps) is not one: ignored
 _INT_FIELDS = frozenset(
     {
         "predicted_peak_gpu_bytes",
@@ -52,7 +54,7 @@ class PlanInfo:
             value = data.get(f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            if not math.isfinite(value) or value <= 0:
+            if not 0 < value <= MAX_FIGURE:  # NaN fails this too
                 continue
             kw[f.name] = int(value) if f.name in _INT_FIELDS else float(value)
         return cls(**kw)
@@ -66,7 +68,7 @@ class PlanInfo:
         if isinstance(args, (list, tuple)):
             plan = plan.filled_from_args([str(a) for a in args])
         world = run.get("world_size")
-        if plan.num_gpus is None and isinstance(world, int) and world > 0:
+        if plan.num_gpus is None and type(world) is int and 0 < world <= MAX_FIGURE:
             plan = replace(plan, num_gpus=world)
         return plan
 
@@ -108,10 +110,7 @@ def int_arg(argv: Sequence[str], names: Sequence[str]) -> int | None:
             elif arg.startswith(name + "="):
                 text = arg.split("=", 1)[1]
             if text is not None:
-                try:
-                    value = int(text)
-                except ValueError:
-                    continue
-                if value > 0:
+                value = whole_number(text.strip(), limit=MAX_FIGURE)
+                if value is not None and value > 0:
                     found = value
     return found

@@ -8,6 +8,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from wizard.typed_json import MAX_TEXT, typed_fields
+
+MAX_ITEMS = 256  # GPUs, alerts, notes kept from one snapshot line
+
 SEVERITIES = ("info", "warning", "error")
 # "ended": gone, exit code unknown (attached by PID); "interrupted": stopped by dswiz; "supervisor_lost": dswiz died
 # before writing the end (runner.rundir.STATUS_SUPERVISOR_LOST).
@@ -134,32 +138,35 @@ class Snapshot(TrainingFigures):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Snapshot:
-        """Inverse of ``to_json``; tolerant: unknown keys are ignored, wrong types become None."""
-        names = {f.name for f in fields(cls)} - {"log_tail", "history", "gpus", "alerts", "notes", "sources"}
-        kw: dict[str, Any] = {k: data[k] for k in names if k in data}
-        if not isinstance(kw.get("time"), (int, float)):
-            kw["time"] = 0.0
-        gpu_names = {f.name for f in fields(GpuState)}
-        gpus = []
-        for g in data.get("gpus") or []:
-            if isinstance(g, Mapping) and isinstance(g.get("index"), int):
-                gpus.append(GpuState(**{k: v for k, v in g.items() if k in gpu_names}))
+        """Inverse of ``to_json``; total: unknown keys are ignored, a value of the wrong type (``"notes": 1``,
+        ``"host_ram_used_bytes": "5"``, NaN, a 5,000-digit number) becomes the field's default (None mostly)."""
+        if not isinstance(data, Mapping):
+            return cls(time=0.0)
+        kw = typed_fields(cls, data, skip=("log_tail", "history", "gpus", "alerts", "notes", "sources"))
+        kw.setdefault("time", 0.0)
+        if kw.get("job_state") not in JOB_STATES:
+            kw.pop("job_state", None)
+        gpus = [
+            GpuState(**typed_fields(GpuState, g))
+            for g in _items(data.get("gpus"))
+            if isinstance(g, Mapping) and "index" in typed_fields(GpuState, g)
+        ][:MAX_ITEMS]
         alerts = []
-        for a in data.get("alerts") or []:
-            if isinstance(a, Mapping) and isinstance(a.get("code"), str):
-                alerts.append(
-                    Alert(
-                        code=a["code"],
-                        severity=str(a.get("severity", "warning")),
-                        message=str(a.get("message", "")),
-                        rank=a.get("rank"),
-                        gpu=a.get("gpu"),
-                    )
-                )
-        notes = tuple(str(n) for n in data.get("notes") or [] if isinstance(n, str))
+        for a in _items(data.get("alerts"))[:MAX_ITEMS]:
+            kw_alert = typed_fields(Alert, a) if isinstance(a, Mapping) else {}
+            if "code" in kw_alert:
+                if kw_alert.get("severity") not in SEVERITIES:
+                    kw_alert["severity"] = "warning"
+                kw_alert.setdefault("message", "")
+                alerts.append(Alert(**kw_alert))
+        notes = tuple(n[:MAX_TEXT] for n in _items(data.get("notes")) if isinstance(n, str))[:MAX_ITEMS]
         raw_sources = data.get("sources")
         sources = (
-            {str(k): str(v) for k, v in raw_sources.items() if isinstance(v, str)}
+            {
+                str(k)[:MAX_TEXT]: v[:MAX_TEXT]
+                for k, v in list(raw_sources.items())[:MAX_ITEMS]
+                if isinstance(v, str)
+            }
             if isinstance(raw_sources, Mapping)
             else {}
         )
@@ -180,6 +187,10 @@ class Snapshot(TrainingFigures):
             host_ram_fraction=ram,
             gpu_utils=tuple(g.utilization for g in self.gpus),
         )
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
 
 
 def _clean(value: Any) -> Any:

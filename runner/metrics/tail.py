@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from runner.tracebacks import rank_number
+
 DEFAULT_MAX_LINE = 64 * 1024
 DEFAULT_MAX_READ = 4 * 1024 * 1024
 
@@ -28,7 +30,7 @@ RANK_LOG_FILE_RE = re.compile(r"_rank(?P<rank>\d+)\.log$")
 def rank_of_log_file(path: Path | str) -> int | None:
     """The global rank a per-rank log file belongs to (``…_rank<N>.log``), None for any other name."""
     m = RANK_LOG_FILE_RE.search(str(path))
-    return int(m.group("rank")) if m else None
+    return rank_number(m.group("rank"), None) if m else None
 
 
 class FileTail:

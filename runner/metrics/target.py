@@ -34,21 +34,19 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     """run.json as a dict ({} when absent or unreadable: a run dir being created has none yet)."""
     try:
         data = json.loads((run_dir / rundir.RUN_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # absent, torn, a 4,300+-digit number, nested too deep
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def run_pids(run: Mapping[str, Any]) -> list[int]:
     """The launchers' and ranks' pids that run.json names (the launcher writes them as ranks appear)."""
-    pids: set[int] = set()
-    for launcher in run.get("launchers") or []:
-        if isinstance(launcher, Mapping) and isinstance(launcher.get("pid"), int):
-            pids.add(launcher["pid"])
-    for pid in (run.get("rank_pids") or {}).values():
-        if isinstance(pid, int):
-            pids.add(pid)
-    return sorted(pids)
+    launchers = run.get("launchers")
+    ranks = run.get("rank_pids")
+    found = [p.get("pid") for p in launchers if isinstance(p, Mapping)] if isinstance(launchers, list) else []
+    found += list(ranks.values()) if isinstance(ranks, Mapping) else []
+    # a hand-edited run.json may say anything: only what can be a pid (Linux's pid_max is at most 2**22)
+    return sorted({p for p in found if type(p) is int and 0 < p < 2**31})
 
 
 def ds_config_facts(config: Mapping[str, Any]) -> tuple[Path | None, Path | None, list[str]]:
@@ -84,14 +82,14 @@ def ds_config_facts(config: Mapping[str, Any]) -> tuple[Path | None, Path | None
 def load_json_config(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
 
 def target_from_run_dir(run_dir: Path) -> JobTarget:
     run = read_run_json(run_dir)
-    run_id = str(run.get("run_id") or run_dir.name)
+    run_id = run.get("run_id") if isinstance(run.get("run_id"), str) else run_dir.name
     csv_dir = run_dir / rundir.CSV_DIR / rundir.CSV_JOB_NAME
     nvme = None
     notes: list[str] = []
@@ -104,7 +102,9 @@ def target_from_run_dir(run_dir: Path) -> JobTarget:
         nvme = nvme or cfg_nvme
         notes += cfg_notes
         if cfg_csv is not None and not str(cfg_csv).startswith(str(run_dir)):
-            csv_dir = cfg_csv if cfg_csv.is_absolute() else Path(str(run.get("cwd") or os.getcwd())) / cfg_csv
+            written = run.get("cwd")
+            cwd = written if isinstance(written, str) and written else os.getcwd()
+            csv_dir = cfg_csv if cfg_csv.is_absolute() else Path(cwd) / cfg_csv
     return JobTarget(
         source=f"run {run_id}",
         logs=(run_dir / rundir.COMBINED_LOG,),

@@ -558,13 +558,15 @@ def _hosts(flags: dict[str, Any]) -> tuple[str, ...]:
     text = flags["hostfile_hosts"]
     if not text:
         return ()
+    from wizard.config.hostfile import checked_hostname
+
     hosts = tuple(h.strip() for h in text.split(","))
     if not all(hosts):
         raise DswizError(
             f"--hostfile-hosts {text!r} has an empty host name (position {hosts.index('') + 1})",
             "give one name per node, separated by commas, e.g. --hostfile-hosts worker0,worker1",
         )
-    return hosts
+    return tuple(checked_hostname(h, source="--hostfile-hosts") for h in hosts)
 
 
 def write_options(

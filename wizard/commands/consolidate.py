@@ -67,6 +67,7 @@ def consolidate(
     checkpoint-<step> folder, or one tag folder inside them.
     """
     from rich.console import Console
+    from rich.markup import escape
 
     from runner.consolidate_run import (
         ConsolidateOptions,
@@ -92,12 +93,13 @@ def consolidate(
     check_output_path(out, ckpt, force)
     console.print(
         f"checkpoint {ckpt.tag_dir}: {ckpt.stage_text}, {ckpt.world_size} rank(s), "
-        f"{len(ckpt.files)} files, {fmt_bytes(ckpt.size_bytes)}"
+        f"{len(ckpt.files)} files, {fmt_bytes(ckpt.size_bytes)}",
+        markup=False,
     )
     if not skip_memory_check:
         warning = check_memory(ckpt, memory()[1])
         if warning:
-            console.print(f"[yellow]warning:[/] {warning}")
+            console.print(f"[yellow]warning:[/] {escape(warning)}")
     training_python = find_training_python(python)
     options = ConsolidateOptions(
         safe_serialization=safe_serialization,
@@ -108,7 +110,7 @@ def consolidate(
     disk = filesystem_size(str(tmp))
     if disk is not None and disk[1] < ckpt.weights_estimate_bytes:
         console.print(
-            f"[yellow]warning:[/] {fmt_bytes(disk[1])} free next to {out}; the weights need about "
+            f"[yellow]warning:[/] {fmt_bytes(disk[1])} free next to {escape(str(out))}; the weights need about "
             f"{fmt_bytes(ckpt.weights_estimate_bytes)} (fp32, if the optimizer was Adam)"
         )
     try:
@@ -195,7 +197,9 @@ class ProgressDisplay:
             count = f"{self._count[0]}/{self._count[1]}, " if self._count and self._count[1] else ""
             took = time.monotonic() - self._phase_start
             outcome = "failed" if self._failed else "done"
-            self.console.print(f"{self._stamp()} {self._current}: {outcome} ({count}{took:.1f} s)")
+            self.console.print(
+                f"{self._stamp()} {self._current}: {outcome} ({count}{took:.1f} s)", markup=False
+            )
         self._current = None
 
     def _phase(self, name: str, total: int | None) -> None:
@@ -204,7 +208,7 @@ class ProgressDisplay:
         if self._progress is not None:
             self._task = self._progress.add_task(name, total=total)
         else:
-            self.console.print(f"{self._stamp()} {name} ...")
+            self.console.print(f"{self._stamp()} {name} ...", markup=False)
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")

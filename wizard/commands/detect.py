@@ -109,6 +109,8 @@ def _gpu_columns(report: HardwareReport) -> list[tuple[str, Callable[[GPUInfo], 
 
 
 def _gpu_table(report: HardwareReport) -> Any:
+    from rich.markup import escape  # profile and system text is not markup
+
     gpus = report.gpus
     columns = _gpu_columns(report)
     table = _titled_table("GPUs (peak: dense bf16 TFLOP/s)", collapse_padding=True)
@@ -121,7 +123,7 @@ def _gpu_table(report: HardwareReport) -> Any:
         cells = [fn(g) for _, fn in columns]
         if report.source == "described" and len(gpus) > 1:
             cells[0] = f"0-{len(gpus) - 1}"
-        table.add_row(*cells)
+        table.add_row(*map(escape, cells))  # GPU names come from profiles: user text
     return table
 
 
@@ -173,6 +175,8 @@ def _print_gpus(console: Console, report: HardwareReport) -> None:
 
 
 def _host_table(report: HardwareReport) -> Any:
+    from rich.markup import escape  # profile and system text is not markup
+
     from wizard.units import fmt_bytes
 
     host = report.host
@@ -197,11 +201,13 @@ def _host_table(report: HardwareReport) -> Any:
     for what, value in rows:
         if report.source == "described" and value.startswith("unknown"):
             continue  # a profile says only what it says
-        facts.add_row(what, value)
+        facts.add_row(what, escape(value))
     return facts
 
 
 def _disk_table(report: HardwareReport) -> Any:
+    from rich.markup import escape  # profile and system text is not markup
+
     from wizard.units import fmt_bytes
 
     disks = _titled_table("Disks")
@@ -209,9 +215,9 @@ def _disk_table(report: HardwareReport) -> Any:
         disks.add_column(col, overflow="fold")
     for d in report.host.disks:
         disks.add_row(
-            d.mountpoint,
-            d.device,
-            d.fstype,
+            escape(d.mountpoint),
+            escape(d.device),
+            escape(d.fstype),
             _disk_kind(d),
             fmt_bytes(d.free_bytes),
             fmt_bytes(d.total_bytes),
@@ -220,6 +226,8 @@ def _disk_table(report: HardwareReport) -> Any:
 
 
 def _software_table(report: HardwareReport) -> Any:
+    from rich.markup import escape  # profile and system text is not markup
+
     sw = report.software
     soft = _titled_table("Software", header=False)
     soft.add_column("what", style="bold")
@@ -237,7 +245,7 @@ def _software_table(report: HardwareReport) -> Any:
         ("CUDA (driver)", sw.cuda_driver or "none"),
         ("nvcc", sw.nvcc or "not found"),
     ):
-        soft.add_row(what, value)
+        soft.add_row(what, escape(value))
     return soft
 
 

@@ -184,9 +184,13 @@ def _show_choice(result: Plan, choice: StrategyChoice, as_json: bool) -> int:
 
 
 def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
+    from rich.markup import escape
+
     console = _console()
     s, p = c.strategy, c.predicted
-    console.print(f"[bold]{_model_line(result.model)}[/] on {_hardware_line(result.hardware)}")
+    console.print(
+        f"[bold]{escape(_model_line(result.model))}[/] on {escape(_hardware_line(result.hardware))}"
+    )
     batch = f"micro-batch {s.micro_batch_size} x {s.gradient_accumulation_steps} accumulation"
     verdict = "[green]fits[/]" if c.fits else f"[red]does not fit ({', '.join(c.limits)})[/]"
     console.print(f"{c.label}, {s.precision}, {batch}, sequence length {result.seq_len}: {verdict}")
@@ -201,9 +205,9 @@ def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
         f"  ~{p.tokens_per_sec:,.0f} tokens/s, MFU {p.mfu * 100:.0f} %, {p.step_seconds:.3g} s per step"
     )
     for r in c.reasons:
-        console.print(f"  - {r}")
+        console.print(f"  - {escape(r)}")
     for a in lines:
-        console.print(f"[bold]{'What to change' if not c.fits else 'Note'}:[/] {a}")
+        console.print(f"[bold]{'What to change' if not c.fits else 'Note'}:[/] {escape(a)}")
 
 
 def check_request(report: HardwareReport, model: ModelSpec, request: Any) -> None:
@@ -292,19 +296,22 @@ def _mark(text: str, bad: bool) -> str:
 
 def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     console = _console()
     req = result.request
     batch = f", global batch {req.global_batch}" if req.global_batch else ""
-    console.print(f"[bold]{_model_line(result.model)}[/] on {_hardware_line(result.hardware)}")
+    console.print(
+        f"[bold]{escape(_model_line(result.model))}[/] on {escape(_hardware_line(result.hardware))}"
+    )
     precs = sorted({c.strategy.precision for c in shown})
     console.print(
         f"{req.mode}, {'/'.join(precs)}, sequence length {result.seq_len}{batch}; per GPU "
         f"{_g(result.gpu_capacity_bytes)} GiB, {req.safety_margin * 100:g} % kept free"
     )
     for note in result.model.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
     table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False, collapse_padding=True)
     precisions = {c.strategy.precision for c in shown}
@@ -360,15 +367,15 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
             if training
             else f"micro-batch {s.micro_batch_size} per forward (inference: no optimizer, no gradients)"
         )
-        console.print(f"[bold green]Recommended:[/] {best.label}, {s.precision}, {batch}")
+        console.print(f"[bold green]Recommended:[/] {escape(best.label)}, {s.precision}, {batch}")
         for r in best.reasons:
-            console.print(f"  - {r}")
+            console.print(f"  - {escape(r)}")
     else:
         console.print("[bold red]Nothing fits.[/] What would:")
         for a in result.advice:
-            console.print(f"  - {a}")
+            console.print(f"  - {escape(a)}")
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
 
 
 def _print_max_batch(rows: list[Any], result: Plan) -> None:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from wizard.config.parse import parse_json, parse_yaml
 from wizard.config.schema import ConfigSet, DeepSpeedSettings, Topology, _Section
-from wizard.errors import DswizError
+from wizard.errors import DswizError, quoted
 
 FileKind = Literal["deepspeed", "accelerate"]
 
@@ -257,7 +257,7 @@ def _describe(error: ValidationError, prefix: str) -> str:
         first = useful[0]
         msg = str(first["msg"]).removeprefix("Value error, ")
         value = first.get("input")
-        shown = "" if isinstance(value, dict) or "not " in msg else f" (got {value!r})"
+        shown = "" if isinstance(value, dict) or "not " in msg else f" (got {quoted(value)})"
         parts.append(f"{prefix}{path or '(top level)'}: {msg}{shown}")
     more = len(by_path) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

@@ -18,6 +18,10 @@ class ParseProblem:
     what: str
     fix: str
     line: int | None = None
+    column: int | None = None
+
+
+_LONG_NUMBER_FIX = "write the number with at most a few digits (DeepSpeed's settings are counts and sizes)"
 
 
 class DuplicateKey(Exception):
@@ -69,9 +73,14 @@ def parse_json(text: str) -> tuple[Any, ParseProblem | None]:
             f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})",
             "fix the JSON syntax there (no comments, no trailing commas, double-quoted keys)",
             e.lineno,
+            e.colno,
         )
     except RecursionError:
         return None, ParseProblem("JSON nested too deeply to read", "a DeepSpeed config is a few levels deep")
+    except (
+        ValueError
+    ) as e:  # Python's int() limit: "Exceeds the limit (4300 digits) for integer string conversion"
+        return None, ParseProblem(f"a number in the JSON is too long to read ({e})"[:200], _LONG_NUMBER_FIX)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -98,7 +107,27 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+MAX_YAML_NESTING = 100  # brackets deep; an accelerate config is two levels deep
+
+
+def flow_nesting(text: str) -> int:
+    """How deep ``[``/``{`` nest in the text (quotes not excluded: a bound, not a parse). PyYAML takes seconds on
+    thousands of levels before failing, so deep text is refused before it is parsed."""
+    depth = deepest = 0
+    for c in text:
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def parse_yaml(text: str) -> tuple[Any, ParseProblem | None]:
+    if ("[" in text or "{" in text) and flow_nesting(text) > MAX_YAML_NESTING:
+        return None, ParseProblem(
+            f"YAML nested more than {MAX_YAML_NESTING} levels deep", "an accelerate config is two levels deep"
+        )
     try:
         return yaml.load(text, Loader=_StrictLoader), None
     except DuplicateKey as e:
@@ -114,10 +143,14 @@ def parse_yaml(text: str) -> tuple[Any, ParseProblem | None]:
         )
     except RecursionError:
         return None, ParseProblem("YAML nested too deeply to read", "an accelerate config is two levels deep")
+    except ValueError as e:  # PyYAML's int constructor hits Python's 4,300-digit limit
+        return None, ParseProblem(f"a number in the YAML is too long to read ({e})"[:200], _LONG_NUMBER_FIX)
 
 
 def yaml_key_lines(text: str) -> dict[str, int]:
     """Key path ("deepspeed_config.zero_stage") -> 1-based line, for locations in findings. Empty on bad YAML."""
+    if ("[" in text or "{" in text) and flow_nesting(text) > MAX_YAML_NESTING:
+        return {}
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except (yaml.YAMLError, RecursionError):

@@ -17,14 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wizard.errors import DswizError
+from wizard.errors import DswizError, quoted
 from wizard.hardware.catalog import described_gpu, find_model, known_names
 from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo
-from wizard.units import parse_size
+from wizard.units import parse_size, whole_number
 
 SPEC_FORMS = "8xA100-80GB, A100-80GB (one GPU), 2x8xH100 (nodes x GPUs per node), 8xH100,ram=1TiB,nvme=3.5TB"
 DEFAULT_NVME_PATH = "/local_nvme"  # where a described NVMe drive is assumed mounted (DeepSpeed docs' example)
 MAX_GPUS_PER_NODE = 64
+MAX_PROFILE_CHARS = 1024 * 1024
 
 _SPEC_RE = re.compile(r"^\s*(?:(\d+)\s*[xX×*]\s*)?(?:(\d+)\s*[xX×*]\s*)?([A-Za-z0-9].*?)\s*$")
 
@@ -71,9 +72,10 @@ def describe(spec: str) -> HardwareReport:
         raise DswizError(f"cannot read the hardware spec {spec!r}", f"write it like {SPEC_FORMS}")
     first, second, model_text = m.groups()
     if second is not None:
-        nodes, gpus = int(first), int(second)
+        nodes, gpus = first, second
     else:
-        nodes, gpus = 1, int(first) if first is not None else 1
+        nodes, gpus = "1", first if first is not None else "1"
+    # the counts stay text here: _count checks them (a 5,000-digit count is a finding, not a ValueError)
     profile: dict[str, Any] = {"gpu": model_text, "gpus_per_node": gpus, "nodes": nodes}
     for option in options:
         key, sep, value = option.partition("=")
@@ -106,8 +108,21 @@ def describe_profile(path: Path) -> HardwareReport:
         raise DswizError(
             f"cannot read hardware profile {str(path)!r}: {e.strerror}", "check the file"
         ) from None
+    if len(text) > MAX_PROFILE_CHARS:
+        raise DswizError(
+            f"hardware profile {str(path)!r} is {len(text):,} characters: not a profile (those are a few lines)",
+            "pass the YAML profile itself (keys: " + ", ".join(PROFILE_KEYS) + ")",
+        )
     try:
         data = yaml.safe_load(text)
+    except (
+        ValueError,
+        RecursionError,
+    ):  # a 4,300+-digit number (int() refuses it); nesting Python cannot recurse
+        raise DswizError(
+            f"hardware profile {str(path)!r} holds a number too long or nesting too deep to read",
+            "write each key as a plain value: 'gpus_per_node: 8'",
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -158,11 +173,10 @@ def _size(profile: Mapping[str, Any], key: str, where: str) -> int | None:
 
 def _count(profile: Mapping[str, Any], key: str, where: str, default: int, maximum: int) -> int:
     value = profile.get(key, default)
-    try:
-        n = int(str(value))
-    except ValueError:
+    n = None if isinstance(value, (bool, float)) else whole_number(str(value).strip(), limit=10**12)
+    if n is None:
         raise DswizError(
-            f"{key} in {where} must be a whole number, not {value!r}", f"write e.g. {key}=8"
+            f"{key} in {where} must be a whole number, not {quoted(value)}", f"write e.g. {key}=8"
         ) from None
     if not 1 <= n <= maximum:
         raise DswizError(f"{key} in {where} must be between 1 and {maximum}, not {n}", f"write e.g. {key}=8")
@@ -174,9 +188,12 @@ def _number(profile: Mapping[str, Any], key: str, where: str) -> float | None:
     if value is None:
         return None
     text = str(value).strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:(?i:gbps|gbit/s)|Gb/s|(GB/s))?", text)
-    if not m:
-        raise DswizError(f"{key} in {where} must be a number, not {value!r}", f"write e.g. {key}=400")
+    m = re.fullmatch(r"(\d{1,15}(?:\.\d{1,15})?)\s*(?:(?i:gbps|gbit/s)|Gb/s|(GB/s))?", text)
+    if isinstance(value, bool) or not m:
+        raise DswizError(
+            f"{key} in {where} must be a number (at most 15 digits), not {quoted(value)}",
+            f"write e.g. {key}=400",
+        )
     return float(m.group(1)) * (8 if m.group(2) else 1)  # GB/s is bytes: 8 bits each
 
 
@@ -207,7 +224,7 @@ def _gpu(profile: Mapping[str, Any], where: str, memory: int | None) -> GPUInfo:
         return described_gpu(model, 0, memory_bytes=memory)
     # A GPU the catalog lacks (or whose figures the profile overrides): take what the profile says.
     cc_text = str(profile.get("compute_capability", "")).strip()
-    cc_match = re.fullmatch(r"(\d+)\.(\d+)", cc_text)
+    cc_match = re.fullmatch(r"(\d{1,3})\.(\d{1,3})", cc_text)
     if cc_text and not cc_match:
         raise DswizError(
             f"compute_capability in {where} must look like 8.0, not {cc_text!r}", "write e.g. '8.9'"

@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from wizard.config.hostfile import Hostfile, HostfileProblem, parse_hostfile
+from wizard.config.hostfile import (
+    HOSTNAME_FIX,
+    MAX_SLOTS,
+    SLOTS_FIX,
+    Hostfile,
+    HostfileProblem,
+    parse_hostfile,
+)
 from wizard.config.launchers import EQUAL_SLOTS_LAUNCHERS
 from wizard.config.lint.base import ERROR, INFO, WARNING, finding
 from wizard.findings import Finding
@@ -32,6 +39,25 @@ def _problem_finding(p: HostfileProblem, name: str) -> Finding:
             f"hostfile line {p.line_number} has text after slots=: {p.trailing!r}",
             "DeepSpeed ignores it; other tools reading the hostfile (mpirun, pdsh) may not",
             f"keep only `{p.host} slots={p.slots}` on that line",
+            where,
+        )
+    if p.kind == "bad-host":
+        return finding(
+            ERROR,
+            "hostfile-host",
+            f"hostfile line {p.line_number}: host {p.host!r} {p.reason}",
+            "the launcher passes each host to ssh/pdsh as an argument: an option or shell text there runs "
+            "something else than the job; dswiz launch refuses it",
+            HOSTNAME_FIX,
+            where,
+        )
+    if p.kind == "slots-range":
+        return finding(
+            ERROR,
+            "hostfile-slots-range",
+            f"hostfile line {p.line_number}: slots is above {MAX_SLOTS:,}: {p.line!r}",
+            "slots is the number of ranks (GPUs) on that node; a count this large is a typo",
+            SLOTS_FIX,
             where,
         )
     if p.kind == "duplicate":

@@ -6,6 +6,7 @@ or leave it empty to use this machine.
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -29,7 +30,7 @@ def gpu_table(hw: HardwareReport) -> Table:
         yes = {True: "yes", False: "no", None: "?"}
         table.add_row(
             str(g.index),
-            g.name,
+            escape(g.name),
             fmt_bytes(g.memory_total_bytes),
             cc,
             yes[g.supports_bf16],
@@ -136,7 +137,7 @@ class HardwareStep(StepScreen):
     def _use_spec(self) -> None:
         spec = self.query_one("#hw-spec", Input).value.strip() or None
         self.query_one("#hw-source", Static).update(
-            "Detecting this machine…" if spec is None else f"Reading {spec}…"
+            Text("Detecting this machine…" if spec is None else f"Reading {spec}…")
         )
         self.wizard.detecting = True
         self.wizard.detect_hardware(spec)
