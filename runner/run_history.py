@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from runner.metrics.history import iter_metrics
 from runner.metrics.snapshot import Snapshot
-from runner.rundir import METRICS_JSONL, STATUS_INTERRUPTED, RunRecord
+from runner.rundir import (
+    METRICS_JSONL,
+    STATUS_INTERRUPTED,
+    STATUS_RUNNING,
+    STATUS_SUPERVISOR_LOST,
+    RunRecord,
+    effective_status,
+    read_run_record,
+)
 from wizard.config.sidecar import PlanSidecar
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
@@ -180,3 +189,25 @@ def record(entry: Measurement, store_path: Path | None = None) -> str | None:
     except Exception as e:  # a broken history never breaks a launch
         return f"warning: run history not updated: {type(e).__name__}: {e}"
     return None
+
+
+def reconcile(store: HistoryStore) -> int:
+    """Give their end to entries still "running" whose run has ended without its dswiz: killed, its reaper wrote
+    the end into run.json ("supervisor lost"), or nothing did and its pid is gone. Returns how many were updated."""
+    updated = 0
+    for entry in store.runs():
+        if entry.outcome != "running" or not entry.run_dir:
+            continue
+        try:
+            run = read_run_record(entry.run_dir)
+        except DswizError:
+            continue  # its run dir is gone or unreadable: nothing to learn, the entry stays as it is
+        status = effective_status(run)
+        if status == STATUS_RUNNING:
+            continue
+        end = entry_at_end(entry, run)
+        if status == STATUS_SUPERVISOR_LOST:
+            end = end.ended("lost", end.measured, at=run.ended_at or time.time())
+        store.put(end)
+        updated += 1
+    return updated

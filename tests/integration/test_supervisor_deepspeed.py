@@ -34,6 +34,18 @@ def job_left(record: rundir.RunRecord) -> list[int]:
     return reaper.job_processes({p.pgid for p in record.launchers}, record.job_token)
 
 
+def history(tmp: Path) -> list[dict[str, object]]:
+    """`dswiz history --json`'s runs (the test's own history file: DSWIZ_HISTORY, tests/conftest.py)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "history", "--json"],
+        cwd=tmp, env=env(tmp), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(proc.stdout)["runs"]
+    assert isinstance(runs, list)
+    return runs
+
+
 def monitor_summary(tmp: Path, run_dir: Path) -> list[dict[str, object]]:
     proc = subprocess.run(
         [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--json", "--interval", "0.5"],
@@ -77,6 +89,10 @@ def test_sigkill_of_dswiz_mid_training_leaves_no_job_process(workdir: Path) -> N
         assert events[-1]["event"] == "summary" and events[-1]["job_state"] == "supervisor_lost"
         lost = next(e for e in events if e["event"] == "supervisor_lost")
         assert lost["leftover_pids"] == [] and "supervisor lost" in str(lost["message"])
+    # The run history kept the three entries the launches wrote at their start, ended now as "lost".
+    entries = history(workdir)
+    assert sorted(e["run_dir"] for e in entries) == [str(workdir / f"run{i}") for i in range(3)]
+    assert {e["outcome"] for e in entries} == {"lost"}
 
 
 def test_a_rank_printing_a_5000_digit_rank_number_still_succeeds(workdir: Path) -> None:  # noqa: F811
@@ -119,6 +135,10 @@ def test_two_launches_one_second_apart_on_default_settings_both_succeed(workdir:
     first, second = (c[c.index("--master_port") + 1] for c in ports)
     assert first != second
     assert all(c[c.index("--master_addr") + 1] == "127.0.0.1" for c in ports)  # single node: loopback
+    # Both concurrent launches are in the run history, each with what it measured.
+    entries = {e["run_dir"]: e for e in history(workdir)}
+    assert set(entries) == {str(d) for d in dirs}
+    assert all(e["outcome"] == "success" and e["measured"].get("steps") for e in entries.values()), entries
 
 
 def test_a_hung_rank_is_stopped_by_stall_timeout(workdir: Path) -> None:  # noqa: F811

@@ -117,3 +117,25 @@ def test_a_broken_history_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     )
     warning = record(start, bad)
     assert warning is not None and warning.startswith("warning: run history not updated")
+
+
+def test_a_killed_launch_entry_gets_its_end_from_run_json(tmp_path: Path) -> None:
+    from runner.run_history import reconcile
+    from runner.rundir import STATUS_SUPERVISOR_LOST, write_run_record
+
+    hw = hardware_fingerprint(describe("1xH100-80GB"))
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    runs = {}
+    for name, status in (("lost", STATUS_SUPERVISOR_LOST), ("alive", "running"), ("gone", "running")):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        runs[name] = run_dir
+        store.put(entry_at_start(run_id=name, run_dir=run_dir, hardware=hw))
+        if name != "gone":  # "gone": its run dir holds no run.json any more
+            verdict = RunVerdict("supervisor_lost", "dswiz died") if name == "lost" else None
+            write_run_record(run_dir, _run(run_dir, run_id=name, run_dir=str(run_dir), status=status,
+                                           verdict=verdict, ended_at=5.0 if verdict else None))  # fmt: skip
+    # "alive": run.json says running and names no supervisor pid: dswiz cannot tell it is dead, so it stays
+    assert reconcile(store) == 1
+    assert {e.id: e.outcome for e in store.runs()} == {"lost": "lost", "alive": "running", "gone": "running"}
+    assert reconcile(store) == 0  # nothing more to learn

@@ -61,6 +61,9 @@ def history(
         n = store.export(export_to)
         click.echo(f"exported {n} run{'s' * (n != 1)} to {export_to}")
         return 0
+    from runner.run_history import reconcile  # runs whose dswiz was killed get their end from run.json
+
+    reconcile(store)
     runs = store.runs(limit=limit)
     if as_json:
         click.echo(json.dumps({"history": str(path), "runs": [r.to_json() for r in runs]}, indent=2))
