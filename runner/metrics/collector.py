@@ -180,7 +180,10 @@ class Collector:
         return sorted(set(pids))
 
     def _watch_end(self, host: HostSample, now: float) -> None:
-        if self._run_dir is not None and now - self._run_json_at >= RUN_JSON_REFRESH_S:
+        # Read run.json again once the processes are gone: the launch writes the end (and the exit code) there
+        # right after, and the last snapshot must say how the job ended, not that it merely ended.
+        stale = now - self._run_json_at >= RUN_JSON_REFRESH_S or not host.job_alive
+        if self._run_dir is not None and stale:
             self._run_json = read_run_json(self._run_dir) or self._run_json
             self._run_json_at = now
         status = run_status(self._run_json) if self._run_dir is not None else None

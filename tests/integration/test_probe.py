@@ -77,7 +77,13 @@ def test_probe_top_two_measures_both_and_writes_the_faster(tmp_path: Path, priva
     assert len(cands) == 2 and all(c["status"] == "ok" for c in cands), cands
     speeds = [c["measured"]["tokens_per_sec"] for c in cands]
     assert out["chosen"] == speeds.index(max(speeds))
-    kinds = {(c["strategy"]["zero_stage"], c["strategy"]["offload_optimizer"]) for c in cands}
+    kinds = {
+        tuple(
+            c["strategy"][k]
+            for k in ("zero_stage", "offload_optimizer", "offload_param", "activation_checkpointing")
+        )
+        for c in cands
+    }
     assert len(kinds) == 2  # two different strategies, not two batch sizes of one
 
     # each run was stopped after its timed steps (200 were asked for), cleanly, with nothing left behind
