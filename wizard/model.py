@@ -464,6 +464,11 @@ def validated_config(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _bounded(spec: ModelSpec, where: str) -> ModelSpec:
+    if spec.head_dim < 1:  # fewer hidden units than heads (e.g. a hidden_size that defaulted or was cut down)
+        raise DswizError(
+            f"{where}: hidden_size {spec.hidden} gives {spec.heads} attention heads less than one unit each",
+            "check hidden_size and num_attention_heads in the config.json (hidden_size = heads x head size)",
+        )
     if spec.total_params > MAX_PARAMS:
         raise DswizError(
             f"{where}: the config describes {spec.total_params:.3g} parameters, above {MAX_PARAMS:.0e}",
