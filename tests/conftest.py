@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# The fuzz suites (tests/unit/test_fuzz_*.py) are deterministic in the test run, so one commit passes or fails the
+# same way everywhere; DSWIZ_FUZZ=explore draws fresh random cases (and 10x as many) to look for new failures:
+#   DSWIZ_FUZZ=explore pytest tests/unit -k fuzz
+settings.register_profile("suite", derandomize=True, print_blob=True)
+settings.register_profile("explore", max_examples=1000, print_blob=True)
+settings.load_profile("explore" if os.environ.get("DSWIZ_FUZZ") == "explore" else "suite")
 
 
 @pytest.fixture(autouse=True)

@@ -460,7 +460,8 @@ def validated_config(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
     naming the first bad key. Keys left out or null keep transformers' defaults."""
     if not isinstance(cfg, Mapping):
         raise DswizError(f"{where} is not a JSON object", "pass the model's HF config.json")
-    return {k: v if v is None else _checked_value(str(k), v, where) for k, v in cfg.items()}
+    # null is dropped, so that cfg.get(key, default) gives the default and not None
+    return {k: _checked_value(str(k), v, where) for k, v in cfg.items() if v is not None}
 
 
 def _bounded(spec: ModelSpec, where: str) -> ModelSpec:
