@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.configdir import ConfigChoice
-from wizard.cli_options import defaulted_option, flag_option, python_option
+from wizard.cli_options import defaulted_option, flag_option, no_history_option, python_option
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
@@ -127,9 +127,8 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @flag_option(
     "--dry-run", help="Print the exact command and environment changes; start nothing, write nothing."
 )
-@flag_option(
-    "--no-history",
-    help="Do not record this run in the run history (`dswiz history`; DSWIZ_HISTORY=off turns it off always).",
+@no_history_option(
+    "Do not record this run in the run history (`dswiz history`; DSWIZ_HISTORY=off turns it off always)."
 )
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -203,7 +202,8 @@ def run_launch(request: LaunchRequest) -> int:
 def history_entry(checked: CheckedLaunch, job: Job) -> Measurement | None:
     """The run history's entry for this launch, written now (outcome "running") so a killed launch keeps it;
     None when the history is off or could not be written (a warning says why; the launch goes on)."""
-    from runner.run_history import entry_at_start, hardware_fingerprint, record
+    from runner.run_history import entry_at_start, record
+    from wizard.history.record import hardware_fingerprint
 
     prepared = job.prepared
     entry = entry_at_start(

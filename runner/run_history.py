@@ -30,37 +30,12 @@ from runner.rundir import (
 )
 from wizard.config.sidecar import PlanSidecar
 from wizard.errors import DswizError
-from wizard.hardware.report import HardwareReport
 from wizard.history.record import SOURCES, Figures, Hardware, Measurement
 from wizard.history.store import HistoryStore, default_path
 
 SOURCE_ENV = "DSWIZ_HISTORY_SOURCE"
 WARMUP_SHARE = 0.25
 WARMUP_MIN_STEPS = 2
-
-
-def hardware_fingerprint(hw: HardwareReport) -> Hardware:
-    """What must match for runs to calibrate each other, plus the versions that explain a difference."""
-    gpu = hw.gpus[0] if hw.gpus else None
-    if gpu is None:
-        link = "cpu"
-    elif gpu.nvlink_gbs:
-        link = "nvlink"
-    else:
-        link = f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie"
-    sw = hw.software
-    return Hardware(
-        gpu_name=gpu.name if gpu else "",
-        gpu_memory_bytes=gpu.memory_total_bytes if gpu else None,
-        gpus_per_node=len(hw.gpus),
-        nodes=max(1, hw.nodes),
-        interconnect=link,
-        host_ram_bytes=hw.host.ram_total_bytes,
-        host_cores=hw.host.physical_cores or hw.host.logical_cores,
-        driver=sw.nvidia_driver or "",
-        torch=sw.torch or "",
-        deepspeed=sw.deepspeed or "",
-    )
 
 
 def entry_at_start(
@@ -106,9 +81,10 @@ def entry_at_start(
         }
         seq_len = sidecar.seq_len
         if applies and sidecar.predicted is not None:
+            p = sidecar.predicted  # the physics' own figures: the history's factors divided out
             predicted = Figures(
-                tokens_per_sec=sidecar.predicted.tokens_per_sec,
-                peak_gpu_bytes=sidecar.predicted.peak_gpu_bytes,
+                tokens_per_sec=p.tokens_per_sec / p.tokens_factor,
+                peak_gpu_bytes=round(p.peak_gpu_bytes / p.memory_factor),
             )
     chosen = source or os.environ.get(SOURCE_ENV, "") or "launch"
     return Measurement(

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from wizard import __version__
+from wizard.cli_options import no_history_option
 from wizard.errors import DswizError
 
 # name -> "module:attribute" of a click.Command; kept in the order `dswiz --help` lists them.
@@ -83,9 +84,15 @@ class LazyGroup(click.Group):
     type=click.Path(dir_okay=False),
     help="Start from an existing DeepSpeed JSON or accelerate YAML.",
 )
+@no_history_option()
 @click.pass_context
 def cli(
-    ctx: click.Context, plain: bool, hardware: str | None, model_text: str | None, from_file: str | None
+    ctx: click.Context,
+    plain: bool,
+    hardware: str | None,
+    model_text: str | None,
+    from_file: str | None,
+    no_history: bool,
 ) -> None:
     """dswiz: DeepSpeed ZeRO made easy to get right.
 
@@ -106,7 +113,13 @@ def cli(
         return
     from wizard.commands.wizard import run_wizard
 
-    run_wizard(plain=plain, hardware=hardware, from_file=from_file, model_text=model_text or "")
+    run_wizard(
+        plain=plain,
+        hardware=hardware,
+        from_file=from_file,
+        model_text=model_text or "",
+        use_history=not no_history,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,6 +11,7 @@ import click
 from wizard.tuning import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, FINETUNE_MODES, FineTune, make_finetune
 
 if TYPE_CHECKING:  # the planner and the model are imported when a command plans, not when `--help` is drawn
+    from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
     from wizard.planner import PlanRequest
 
@@ -171,6 +172,7 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
         click.option(
             "--nvme", callback=_size, metavar="SIZE", help="Assume an NVMe drive of this size for offload."
         ),
+        no_history_option(),
     ]
 
     def apply(f: F) -> F:
@@ -195,12 +197,26 @@ def planning_model(params: Mapping[str, Any]) -> ModelSpec:
     return with_finetune(load_model_spec(params["model_text"]), tuning)
 
 
-def planning_request(params: Mapping[str, Any], *, stages: tuple[int, ...] = ()) -> PlanRequest:
-    """The planner's question from the planning flags (``planning_options``), the same for every command."""
+PLAN_WITHOUT_HISTORY = (
+    "Plan from the physics alone: do not correct the predictions by this hardware's recorded runs "
+    "(`dswiz history`)."
+)
+
+
+def no_history_option(help_text: str = PLAN_WITHOUT_HISTORY) -> Callable[[F], F]:
+    """--no-history: the one flag for "leave the run history out" (planning; recording in `dswiz launch`)."""
+    return flag_option("--no-history", help=help_text)
+
+
+def planning_request(
+    params: Mapping[str, Any], *, stages: tuple[int, ...] = (), hardware: HardwareReport | None = None
+) -> PlanRequest:
+    """The planner's question from the planning flags (``planning_options``), the same for every command; with
+    ``hardware``, calibrated by its run history unless --no-history."""
     from wizard.planner import PlanRequest
 
     precision = params["precision"]
-    return PlanRequest(
+    request = PlanRequest(
         seq_len=params["seq_len"],
         global_batch=params["global_batch"],
         mode=params["mode"],
@@ -213,6 +229,11 @@ def planning_request(params: Mapping[str, Any], *, stages: tuple[int, ...] = ())
         gpu_memory_bytes=params["gpu_memory"],
         nvme_bytes=params["nvme"],
     )
+    if hardware is None:
+        return request
+    from wizard.service.history import with_history
+
+    return with_history(request, hardware, use=not params["no_history"])
 
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")

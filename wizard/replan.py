@@ -52,6 +52,8 @@ def make_sidecar(
             nvme_bytes=int(p.nvme_bytes),
             tokens_per_sec=round(float(p.tokens_per_sec), 1),  # as written: a sidecar reads back equal
             mfu=round(float(p.mfu), 4),
+            tokens_factor=round(p.tokens_factor, 4),
+            memory_factor=round(p.memory_factor, 4),
         )
     peak = None
     if hardware.gpus:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from runner.metrics.history import MetricsLog
 from runner.metrics.snapshot import GpuState, Snapshot
-from runner.run_history import entry_at_end, entry_at_start, hardware_fingerprint, measured, outcome, record
+from runner.run_history import entry_at_end, entry_at_start, measured, outcome, record
 from runner.rundir import STATUS_FINISHED, STATUS_INTERRUPTED, RunRecord, RunVerdict
 from wizard.config.sidecar import PlanSidecar, read_sidecar
 from wizard.hardware.described import describe
-from wizard.history.record import Figures
+from wizard.history.record import Figures, hardware_fingerprint
 from wizard.history.store import HistoryStore
 
 

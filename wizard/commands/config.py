@@ -204,6 +204,7 @@ def config(
     parent = ctx.parent.params if ctx.parent is not None else {}
     if flags["hardware"] is None:
         flags["hardware"] = parent.get("hardware")
+    flags["no_history"] = flags["no_history"] or bool(parent.get("no_history"))  # `dswiz --no-history config`
     if not yes:
         ignored = [f"--{k.replace('_', '-')}" for k in _NOT_PREFILLED if flags.get(k) is not None]
         if ignored:
@@ -214,6 +215,7 @@ def config(
             out_dir=out_dir,
             from_file=from_file or (Path(from_parent) if from_parent else None),
             prefill=prefill_from_flags(flags),
+            use_history=not flags["no_history"],
         )
     if out_dir is None:
         raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
@@ -365,6 +367,7 @@ def run_interactive(
     from_file: Path | None,
     prompter: Prompter | None = None,
     prefill: dict[str, Any] | None = None,
+    use_history: bool = True,
 ) -> int:
     """The wizard's questions as line prompts (``wizard.prompts.run_prompts``); refused without a terminal."""
 
@@ -375,8 +378,10 @@ def run_interactive(
             "or run it in an interactive terminal",
         )
     from wizard.prompts import run_prompts
+    from wizard.service import WizardService
 
     return run_prompts(
+        service=WizardService(use_history=use_history),
         prompter=prompter,
         hardware_spec=hardware,
         from_file=from_file,
@@ -419,7 +424,7 @@ def plan_for_flags(
     from wizard.commands.plan import check_request
 
     spec = planning_model(flags)
-    request = planning_request(flags)
+    request = planning_request(flags, hardware=hardware)
     if not hardware.gpus:
         request = dataclasses.replace(request, precisions=())
     elif force_errors:

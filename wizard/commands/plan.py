@@ -64,6 +64,7 @@ def plan(
     margin: float,
     gpu_memory: int | None,
     nvme: int | None,
+    no_history: bool,  # read from ctx.params by planning_request
     top: int | None,
     show_all: bool,
     max_batch: bool,
@@ -95,6 +96,8 @@ def plan(
 
     if hardware is None and ctx.parent is not None:
         hardware = ctx.parent.params.get("hardware")  # `dswiz --hardware 8xH100 plan ...` means the same
+    if ctx.parent is not None and ctx.parent.params.get("no_history"):
+        ctx.params["no_history"] = True
     model = planning_model(ctx.params)
     report = get_hardware(hardware)
     if not report.gpus:
@@ -104,7 +107,7 @@ def plan(
             f"plan for the machine you will train on: dswiz plan --model {model_text} --hardware 8xA100-80GB "
             "(or 2x8xH100, a YAML profile, or a `dswiz detect --json` saved there)",
         )
-    request = planning_request(ctx.params, stages=stages)
+    request = planning_request(ctx.params, stages=stages, hardware=report)
     check_request(report, model, request)
     result = make_plan(report, model, request)
     choice = _choice(

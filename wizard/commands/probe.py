@@ -102,6 +102,7 @@ def probe(ctx: click.Context, **opts: Any) -> int:
         timeout_s=opts["timeout"],
         launch_args=tuple(launch_args),
         request=planning_request(opts) if opts["config_dir"] is None else None,
+        use_history=not opts["no_history"],
     )
     say(f"probing the planner's top {setup.top} strategies ({setup.steps} timed steps each; runs in {work})")
     results, chosen = run_probe(setup, sidecar, say=say)

@@ -12,12 +12,24 @@ if TYPE_CHECKING:
     from wizard.service import Choices, WizardService
 
 
-def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None, model_text: str = "") -> int:
+def run_wizard(
+    *,
+    plain: bool,
+    hardware: str | None,
+    from_file: str | None,
+    model_text: str = "",
+    use_history: bool = True,
+) -> int:
+    from wizard.service import WizardService
+
     from_path = Path(from_file) if from_file else None
+    service = WizardService(use_history=use_history)
     if plain:
         from wizard.prompts import run_prompts
 
-        return run_prompts(hardware_spec=hardware, from_file=from_path, model_text=model_text)
+        return run_prompts(
+            hardware_spec=hardware, from_file=from_path, model_text=model_text, service=service
+        )
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise DswizError(
             "the full-screen wizard needs an interactive terminal",
@@ -25,7 +37,13 @@ def run_wizard(*, plain: bool, hardware: str | None, from_file: str | None, mode
         )
     from wizard.tui.factory import build_app
 
-    app = build_app(hardware_spec=hardware, from_file=from_path, model_text=model_text, skip_answered=True)
+    app = build_app(
+        hardware_spec=hardware,
+        from_file=from_path,
+        model_text=model_text,
+        skip_answered=True,
+        service=service,
+    )
     written = app.run()
     if written:
         for line in written_summary(app.service, app.choices, [Path(p) for p in written]):

@@ -55,6 +55,10 @@ class PredictedNumbers:
     nvme_bytes: int  # NVMe per node (NVMe offload)
     tokens_per_sec: float  # the whole job
     mfu: float
+    # The run history's factors inside tokens_per_sec / peak_gpu_bytes (1.0: the physics alone); written only when
+    # not 1, so that the run's own history record can compare the physics with what it measures.
+    tokens_factor: float = 1.0
+    memory_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,11 @@ def sidecar_to_dict(s: PlanSidecar) -> dict[str, Any]:
             "nvme_bytes": int(p.nvme_bytes),
             "tokens_per_sec": round(float(p.tokens_per_sec), 1),
             "mfu": round(float(p.mfu), 4),
+            **{
+                k: round(v, 4)
+                for k, v in (("tokens_factor", p.tokens_factor), ("memory_factor", p.memory_factor))
+                if v != 1.0
+            },
         },
         "peak_tflops_per_gpu": s.peak_tflops_per_gpu,
         "config_args": list(s.config_args),
@@ -182,6 +191,8 @@ def load_sidecar(text: str, *, source: str = SIDECAR_NAME) -> PlanSidecar:
                 nvme_bytes=int(predicted["nvme_bytes"]),
                 tokens_per_sec=float(predicted["tokens_per_sec"]),
                 mfu=float(predicted["mfu"]),
+                tokens_factor=_factor(predicted.get("tokens_factor")),
+                memory_factor=_factor(predicted.get("memory_factor")),
             ),
             peak_tflops_per_gpu=_opt_float(data.get("peak_tflops_per_gpu")),
             config_args=tuple(str(a) for a in data.get("config_args") or ()),
@@ -208,6 +219,13 @@ def _opt_int(v: Any) -> int | None:
 
 def _opt_float(v: Any) -> float | None:
     return None if v is None else float(v)
+
+
+def _factor(v: Any) -> float:
+    """A history factor as written (a positive finite number), else 1.0: a damaged factor is no correction."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 100:
+        return 1.0
+    return float(v)
 
 
 # ----------------------------------------------------------------------------------------- what launch uses

@@ -49,6 +49,7 @@ class Corrections:
     hardware_key: str = ""
     families: Mapping[str, FamilyCorrection] | None = None
     overall: FamilyCorrection = FamilyCorrection()
+    problem: str = ""  # why the history could not be read (then nothing is corrected)
 
     @property
     def runs(self) -> int:
@@ -64,14 +65,23 @@ class Corrections:
         )
 
     def summary(self) -> str | None:
-        """One line for the plan's output ("calibrated by 3 runs on this hardware; ...")."""
-        f = self.overall.tokens_per_sec
+        """One line for the plan's output ("calibrated by 3 runs on this hardware; median error ...")."""
+        if self.problem:
+            return self.problem
         if self.runs == 0:
             return None
-        text = f"calibrated by {self.runs} run{'s' * (self.runs != 1)} on this hardware"
-        if f.error_before is not None and f.error_after is not None:
-            text += f"; median tokens/s error {f.error_before:.0%} -> {f.error_after:.0%}"
-        return text
+        text = f"calibrated by {self.runs} run{'s' * (self.runs != 1)} on this hardware (dswiz history)"
+        errors = [
+            f"{what} {f.error_before:.0%} -> {f.error_after:.0%}"
+            for what, f in (
+                ("tokens/s", self.overall.tokens_per_sec),
+                ("GPU memory", self.overall.peak_gpu_bytes),
+            )
+            if f.error_before is not None and f.error_after is not None
+        ]
+        if errors:
+            text += "; median error " + ", ".join(errors)
+        return text + "; --no-history plans from the physics alone"
 
 
 def corrections(records: Iterable[Measurement], hardware_key: str) -> Corrections:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from wizard.hardware.report import HardwareReport
+
 OUTCOMES = ("running", "success", "oom", "failed", "interrupted", "lost")
 SOURCES = ("launch", "monitor", "probe", "import")
 
@@ -165,11 +167,43 @@ class Measurement:
         )
 
 
+def hardware_fingerprint(hw: HardwareReport) -> Hardware:
+    """What must match for runs to calibrate each other, plus the versions that explain a difference."""
+    gpu = hw.gpus[0] if hw.gpus else None
+    if gpu is None:
+        link = "cpu"
+    elif gpu.nvlink_gbs:
+        link = "nvlink"
+    else:
+        link = f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie"
+    sw = hw.software
+    return Hardware(
+        gpu_name=gpu.name if gpu else "",
+        gpu_memory_bytes=gpu.memory_total_bytes if gpu else None,
+        gpus_per_node=len(hw.gpus),
+        nodes=max(1, hw.nodes),
+        interconnect=link,
+        host_ram_bytes=hw.host.ram_total_bytes,
+        host_cores=hw.host.physical_cores or hw.host.logical_cores,
+        driver=sw.nvidia_driver or "",
+        torch=sw.torch or "",
+        deepspeed=sw.deepspeed or "",
+    )
+
+
 def strategy_family(strategy: Mapping[str, Any]) -> str:
+    """The family of a recorded strategy (a sidecar's ``stage``/``offload_*`` keys)."""
     stage = strategy.get("stage")
-    opt = strategy.get("offload_optimizer") or "none"
-    par = strategy.get("offload_param") or "none"
-    return f"z{stage if isinstance(stage, int) else '?'}-opt:{opt}-param:{par}"
+    return family_key(
+        stage if isinstance(stage, int) else None,
+        str(strategy.get("offload_optimizer") or "none"),
+        str(strategy.get("offload_param") or "none"),
+    )
+
+
+def family_key(stage: int | None, offload_optimizer: str, offload_param: str) -> str:
+    """One name per calibration family: the ZeRO stage and where the optimizer states and parameters live."""
+    return f"z{'?' if stage is None else stage}-opt:{offload_optimizer}-param:{offload_param}"
 
 
 def _text(v: Any) -> str:

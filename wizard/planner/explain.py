@@ -78,6 +78,9 @@ def intrinsic_reasons(
     top = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in tp.parts[:3])
     per = "per step" if s.mode == "train" else "per forward"
     out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {fmt_percent(tp.mfu)}; {per}: {top}")
+    history = _history_reason(c.predicted.tokens_factor, c.predicted.memory_factor)
+    if history:
+        out.append(history)
     if generation is not None:
         out += _inference_reasons(ctx, s, generation)
     if tp.peak_source != "catalog":
@@ -317,3 +320,13 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
                 f"~{best.predicted.tokens_per_sec:,.0f} tokens/s, {fmt_percent(gain)} faster"
             )
     return out
+
+
+def _history_reason(tokens_factor: float, memory_factor: float) -> str | None:
+    """What the run history changed in this candidate's figures (None when nothing)."""
+    parts = [
+        f"{what} x{factor:.2f}"
+        for what, factor in (("tokens/s", tokens_factor), ("GPU memory", memory_factor))
+        if abs(factor - 1) >= 0.005
+    ]
+    return f"corrected by this hardware's recorded runs: {', '.join(parts)}" if parts else None

@@ -71,6 +71,9 @@ class MemoryEstimate:
     cpu_items: tuple[tuple[str, int], ...]
     nvme: int  # NVMe bytes per node
     phases: tuple[tuple[str, int], ...] = field(default=())  # allocated bytes at each moment
+    history_correction: int = (
+        0  # device bytes the run history adds (negative: removes); included in ``device``
+    )
 
     def breakdown(self) -> dict[str, int]:
         d = dict(self.gpu_items)
@@ -79,6 +82,8 @@ class MemoryEstimate:
             cuda_context=self.cuda_context,
             nccl=self.nccl,
         )
+        if self.history_correction:
+            d["history_correction"] = self.history_correction
         return d
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
+from wizard.history.record import family_key
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
@@ -121,7 +122,8 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
     )
     limit = ctx.request.max_micro_batch
     frag = fragmentation(ctx.model, base, ctx.seq_len)
-    max_b = max_micro_batch_for_capacity(phases, frag, base, ctx.gpu_budget, limit=limit)
+    budget = int(ctx.gpu_budget / _factors(ctx, base)[1])  # sized for the memory the history says it takes
+    max_b = max_micro_batch_for_capacity(phases, frag, base, budget, limit=limit)
     if per_gpu is None:
         mbs, gas = max(1, max_b), 1
     elif (
@@ -129,7 +131,7 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
     ):  # no accumulation without gradients: the batch per forward is the micro-batch
         mbs, gas = per_gpu, 1
     else:
-        max_b_acc = max_micro_batch_for_capacity(phases_acc, frag, probe, ctx.gpu_budget, limit=limit)
+        max_b_acc = max_micro_batch_for_capacity(phases_acc, frag, probe, budget, limit=limit)
         if per_gpu <= max_b:
             mbs = per_gpu
         else:
@@ -139,9 +141,37 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
         if gas > 1:
             max_b = max_b_acc  # the largest micro-batch of the strategy as chosen, accumulating
     s = base.with_(micro_batch_size=mbs, gradient_accumulation_steps=gas)
+    mem, tp = _predict(ctx, s)
+    return _Sized(s, max_b, mem, tp, _limits(ctx, mem))
+
+
+def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
+    """(tokens/s, device memory) factors the run history gives this strategy's family on this hardware."""
+    history = ctx.request.calibration
+    if history is None:
+        return 1.0, 1.0
+    c = history.for_family(family_key(s.zero_stage, s.offload_optimizer, s.offload_param))
+    return c.tokens_per_sec.value, c.peak_gpu_bytes.value
+
+
+def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputEstimate]:
+    """The physics' memory and throughput for exactly ``s``, corrected by the run history where it has runs."""
     mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers)
     tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len)
-    return _Sized(s, max_b, mem, tp, _limits(ctx, mem))
+    t, m = _factors(ctx, s)
+    if m != 1.0:
+        delta = round(mem.device * (m - 1))
+        mem = replace(mem, device=mem.device + delta, history_correction=delta)
+    if t != 1.0:
+        tp = replace(
+            tp,
+            tokens_per_sec=tp.tokens_per_sec * t,
+            samples_per_sec=tp.samples_per_sec * t,
+            mfu=tp.mfu * t,
+            step_seconds=tp.step_seconds / t,
+            parts=tuple((cause, seconds / t) for cause, seconds in tp.parts),
+        )
+    return mem, tp
 
 
 def _limits(ctx: PlanContext, mem: MemoryEstimate) -> tuple[str, ...]:
@@ -156,8 +186,11 @@ def _limits(ctx: PlanContext, mem: MemoryEstimate) -> tuple[str, ...]:
     return tuple(limits)
 
 
-def _prediction(mem: MemoryEstimate, tp: ThroughputEstimate) -> Prediction:
+def _prediction(ctx: PlanContext, s: Strategy, mem: MemoryEstimate, tp: ThroughputEstimate) -> Prediction:
+    t, m = _factors(ctx, s)
     return Prediction(
+        tokens_factor=t,
+        memory_factor=m,
         gpu_bytes=mem.device,
         cpu_bytes=mem.cpu,
         nvme_bytes=mem.nvme,
@@ -181,7 +214,7 @@ def _candidate(ctx: PlanContext, sized: _Sized, problems: tuple[str, ...] = ()) 
     c = Candidate(
         strategy=s,
         fits=not limits,
-        predicted=_prediction(mem, sized.throughput),
+        predicted=_prediction(ctx, s, mem, sized.throughput),
         reasons=(),
         headroom_bytes=(ctx.gpu_budget - mem.device) if ctx.gpu_cap else -mem.device,
         max_micro_batch=sized.max_micro_batch,
@@ -377,8 +410,13 @@ def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None
         cpu_capacity_bytes=ctx.cpu_cap,
         nvme_capacity_bytes=ctx.nvme_cap,
         advice=advice_lines,
-        notes=tuple(notes),
+        notes=tuple(notes) + _history_notes(request),
     )
+
+
+def _history_notes(request: PlanRequest) -> tuple[str, ...]:
+    summary = request.calibration.summary() if request.calibration is not None else None
+    return (summary,) if summary else ()
 
 
 def evaluate(
@@ -391,11 +429,11 @@ def evaluate(
     request = request or PlanRequest()
     ctx, _ = _context(hardware, model, request)
     s, seq_len = strategy, ctx.seq_len
-    mem = estimate_memory(model, s, seq_len, request.buffers)
-    tp = estimate_throughput(hardware, model, s, seq_len)
+    mem, tp = _predict(ctx, s)
     phases = phases_for(model, s, seq_len, request.buffers)
+    budget = int(ctx.gpu_budget / _factors(ctx, s)[1])
     max_b = max_micro_batch_for_capacity(
-        phases, fragmentation(model, s, seq_len), s, ctx.gpu_budget, limit=request.max_micro_batch
+        phases, fragmentation(model, s, seq_len), s, budget, limit=request.max_micro_batch
     )
     problems = (*s.problems(), *hardware_problems(hardware, s, request), *ft.strategy_problems(model, s))
     return _candidate(ctx, _Sized(s, max_b, mem, tp, _limits(ctx, mem)), problems)

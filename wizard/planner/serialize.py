@@ -34,6 +34,11 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
             "breakdown": {k: int(v) for k, v in p.breakdown},
             "cpu_breakdown": {k: int(v) for k, v in p.cpu_breakdown},
             "time_seconds": {k: float(round(v, 6)) for k, v in p.time_parts},
+            # measured / physics factors from the run history already in the figures above (1.0: none)
+            "history_factors": {
+                "tokens_per_sec": round(p.tokens_factor, 4),
+                "gpu_bytes": round(p.memory_factor, 4),
+            },
         },
         "reasons": list(c.reasons),
         "label": c.label,

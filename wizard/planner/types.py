@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from wizard.hardware.report import HardwareReport
+from wizard.history.calibrate import Corrections
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers
@@ -35,6 +36,8 @@ class PlanRequest:
     gpu_memory_bytes: int | None = None  # plan for this much per GPU instead of the card's total
     nvme_bytes: int | None = None  # a described NVMe size (overrides the detected disks)
     buffers: ZeroBuffers = DEFAULT_BUFFERS
+    # What this hardware's run history corrects (``dswiz history``); None: the physics alone (--no-history).
+    calibration: Corrections | None = None
 
     def resolved_seq_len(self, model: ModelSpec) -> int:
         if self.seq_len is not None:
@@ -83,6 +86,10 @@ class Prediction:
     breakdown: tuple[tuple[str, int], ...] = ()  # GPU bytes by part at the peak
     cpu_breakdown: tuple[tuple[str, int], ...] = ()
     time_parts: tuple[tuple[str, float], ...] = ()  # seconds per step by cause
+    # The run history's factors already in tokens_per_sec and gpu_bytes (measured / physics); a new run's record
+    # divides them out, so the history always compares the physics with the truth and corrections never compound.
+    tokens_factor: float = 1.0
+    memory_factor: float = 1.0
 
 
 @dataclass(frozen=True)

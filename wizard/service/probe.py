@@ -33,6 +33,7 @@ from wizard.config.sidecar import PlanSidecar, config_command, read_sidecar
 from wizard.errors import DswizError
 from wizard.history.record import Figures
 from wizard.planner import Candidate, Plan, PlanRequest, plan
+from wizard.service.history import with_history
 from wizard.strategy import Strategy
 
 DSWIZ = (sys.executable, "-m", "wizard")
@@ -51,6 +52,7 @@ class ProbeSetup:
     timeout_s: float = 900.0  # per candidate, from start to its last timed step
     launch_args: tuple[str, ...] = ()  # --python, --nproc, --config-arg, --launcher ... for dswiz launch
     request: PlanRequest | None = None  # what the planner is asked; None: the sidecar's sequence and batch
+    use_history: bool = True  # rank by predictions the run history corrected (False: --no-history)
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,11 @@ def distinct_candidates(p: Plan, top: int) -> list[Candidate]:
     return out
 
 
-def plan_for(sidecar: PlanSidecar, request: PlanRequest | None = None) -> Plan:
-    """The plan the candidates come from: the user's planning flags, at the sequence the base config planned."""
+def plan_for(sidecar: PlanSidecar, request: PlanRequest | None = None, *, use_history: bool = True) -> Plan:
+    """The plan the candidates come from: the user's planning flags, at the sequence the base config planned,
+    calibrated by the run history of the sidecar's hardware unless ``use_history`` is False."""
     base = replace(request or PlanRequest(), seq_len=sidecar.seq_len, global_batch=sidecar.global_batch)
-    return plan(sidecar.hardware, sidecar.model, base)
+    return plan(sidecar.hardware, sidecar.model, with_history(base, sidecar.hardware, use=use_history))
 
 
 def write_base_config(config_args: Sequence[str], out: Path) -> PlanSidecar:
@@ -264,7 +267,9 @@ def probe(
     setup: ProbeSetup, sidecar: PlanSidecar, *, say: Callable[[str], None]
 ) -> tuple[list[ProbeResult], int | None]:
     """Every candidate measured; the index of the fastest that ran (None: none did). The winner is written."""
-    candidates = distinct_candidates(plan_for(sidecar, setup.request), setup.top)
+    candidates = distinct_candidates(
+        plan_for(sidecar, setup.request, use_history=setup.use_history), setup.top
+    )
     if not candidates:
         raise DswizError(
             "the planner has no fitting strategy to probe", "run `dswiz plan` with the same flags to see why"

@@ -10,6 +10,7 @@ One seam: what "this machine" is (``hardware_source``), so a test does not depen
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from wizard.model import ModelSpec, load_model_spec, preset_names
 from wizard.planner import Candidate, Capacities, MaxBatchRow, Plan, PlanRequest
 from wizard.service import files as written
 from wizard.service.choices import DEFAULT_OUT_DIR, Choices
+from wizard.service.history import with_history
 from wizard.service.key_diff import KeyChange, key_diff
 from wizard.strategy import PRECISIONS, Mode, Precision, Strategy
 from wizard.tuning import FULL, FineTune
@@ -48,8 +50,11 @@ class WizardService:
 
     LAUNCHER_NOTES: Mapping[str, str] = LAUNCHER_NOTES
 
-    def __init__(self, hardware_source: HardwareSource = get_hardware) -> None:
+    def __init__(self, hardware_source: HardwareSource = get_hardware, *, use_history: bool = True) -> None:
         self._hardware_source = hardware_source
+        self._use_history = use_history  # False: --no-history, the physics alone
+        # the calibrated base request for the hardware it was read for (the history is read once per hardware)
+        self._history: tuple[HardwareReport, PlanRequest] | None = None
 
     # ------------------------------------------------------------ hardware and model
 
@@ -102,9 +107,15 @@ class WizardService:
 
     # ------------------------------------------------------------ planning
 
-    @staticmethod
-    def request(choices: Choices) -> PlanRequest:
-        return PlanRequest(seq_len=choices.seq_len, global_batch=choices.global_batch, mode=choices.mode)
+    def request(self, choices: Choices) -> PlanRequest:
+        """The planner's question for the choices so far, calibrated by the hardware's run history."""
+        hw = choices.hardware
+        base = PlanRequest()
+        if hw is not None:
+            if self._history is None or self._history[0] is not hw:
+                self._history = (hw, with_history(base, hw, use=self._use_history))
+            base = self._history[1]
+        return replace(base, seq_len=choices.seq_len, global_batch=choices.global_batch, mode=choices.mode)
 
     def plan(self, choices: Choices, model: ModelSpec) -> Plan:
         return planner.plan(_hardware(choices), model, self.request(choices))

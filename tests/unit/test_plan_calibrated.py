@@ -1,0 +1,218 @@
+"""The run history corrects the plan: `dswiz plan`/`config` read this hardware's recorded runs (a real SQLite history
+file), move their predictions toward what was measured, say so, and `--no-history` plans from the physics alone.
+
+The records are written through the history's own store: they stand for GPU runs, which cannot happen on this
+machine (the launch -> record path is tested with real DeepSpeed in tests/integration/test_launch_history.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wizard.config.sidecar import read_sidecar
+from wizard.hardware import get_hardware
+from wizard.history.calibrate import MEMORY_BOUNDS, TOKENS_BOUNDS, corrections
+from wizard.history.record import Figures, Measurement, hardware_fingerprint
+from wizard.history.store import HistoryStore
+from wizard.model import load_model_spec
+from wizard.planner import Plan, PlanRequest, evaluate, plan
+from wizard.strategy import Strategy
+
+HW_SPEC = "1xH100-80GB"
+MODEL = "gpt2-xl"
+Z2 = {"stage": 2, "offload_optimizer": "none", "offload_param": "none"}
+
+
+def _record(
+    db: Path, *, tokens_ratio: float, memory_ratio: float, runs: int = 3, strategy: dict = Z2
+) -> None:
+    """``runs`` finished runs on HW_SPEC that measured ``ratio`` x what the physics predicted."""
+    store = HistoryStore(db)
+    hw = hardware_fingerprint(get_hardware(HW_SPEC))
+    for _ in range(runs):
+        store.put(
+            Measurement(
+                hardware=hw,
+                model={"name": MODEL},
+                strategy=strategy,
+                predicted=Figures(tokens_per_sec=1000.0, peak_gpu_bytes=40 << 30),
+                measured=Figures(
+                    tokens_per_sec=1000.0 * tokens_ratio, peak_gpu_bytes=int((40 << 30) * memory_ratio)
+                ),
+                outcome="success",
+            )
+        )
+
+
+def _dswiz(*args: str, db: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DSWIZ_HISTORY": str(db)}
+    return subprocess.run(
+        [sys.executable, "-m", "wizard", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def _z2(doc: dict) -> dict:
+    return next(
+        c
+        for c in doc["candidates"]
+        if c["zero_stage"] == 2 and c["offload_optimizer"] == "none" and not c["activation_checkpointing"]
+    )
+
+
+# ------------------------------------------------------------------------------------------ the planner itself
+
+
+def _calibrated_request(runs: list[Measurement]) -> PlanRequest:
+    key = hardware_fingerprint(get_hardware(HW_SPEC)).key
+    return PlanRequest(calibration=corrections(runs, key))
+
+
+def _runs(tokens_ratio: float, memory_ratio: float, n: int = 4) -> list[Measurement]:
+    hw = hardware_fingerprint(get_hardware(HW_SPEC))
+    return [
+        Measurement(
+            hardware=hw,
+            model={"name": MODEL},
+            strategy=Z2,
+            predicted=Figures(tokens_per_sec=1000.0, peak_gpu_bytes=40 << 30),
+            measured=Figures(
+                tokens_per_sec=1000.0 * tokens_ratio, peak_gpu_bytes=int((40 << 30) * memory_ratio)
+            ),
+            outcome="success",
+        )
+    ] * n
+
+
+def test_a_strategy_is_predicted_toward_its_familys_measurements() -> None:
+    hw, model = get_hardware(HW_SPEC), load_model_spec(MODEL)
+    s = Strategy(zero_stage=2, precision="bf16", micro_batch_size=2, gpus_per_node=1)
+    physics = evaluate(hw, model, s)
+    slower = evaluate(hw, model, s, _calibrated_request(_runs(0.8, 1.1)))
+    t, m = slower.predicted.tokens_factor, slower.predicted.memory_factor
+    assert 0.8 < t < 1.0 and 1.0 < m < 1.1  # part of the way (shrunk toward the prior)
+    assert math.isclose(slower.predicted.tokens_per_sec, physics.predicted.tokens_per_sec * t, rel_tol=1e-9)
+    assert math.isclose(slower.predicted.step_seconds, physics.predicted.step_seconds / t, rel_tol=1e-9)
+    assert abs(slower.predicted.gpu_bytes - physics.predicted.gpu_bytes * m) <= 1
+    # the correction is a named part of the GPU memory, so the breakdown still adds up to what has to fit
+    parts = dict(slower.predicted.breakdown)
+    assert parts["history_correction"] == slower.predicted.gpu_bytes - physics.predicted.gpu_bytes
+    assert math.isclose(
+        sum(slower.predicted.time_parts[i][1] for i in range(len(slower.predicted.time_parts))),
+        sum(v for _, v in physics.predicted.time_parts) / t,
+        rel_tol=1e-9,
+    )
+
+
+def test_more_memory_measured_means_a_smaller_micro_batch_fits() -> None:
+    hw, model = get_hardware(HW_SPEC), load_model_spec(MODEL)
+    physics = plan(hw, model)
+    hungry = plan(hw, model, _calibrated_request(_runs(1.0, 1.2, n=20)))
+
+    def z2_batch(p: Plan) -> int:
+        return next(
+            c.max_micro_batch
+            for c in p.candidates
+            if c.strategy.zero_stage == 2
+            and c.strategy.offload_optimizer == "none"
+            and c.strategy.activation_checkpointing
+        )
+
+    assert 0 < z2_batch(hungry) < z2_batch(physics)
+    for c in hungry.candidates:  # every fitting candidate still fits with the corrected memory
+        if c.fits:
+            assert c.predicted.gpu_bytes <= hungry.gpu_capacity_bytes * (1 - hungry.request.safety_margin)
+
+
+def test_families_without_runs_borrow_half_and_the_plan_says_it_was_calibrated() -> None:
+    hw, model = get_hardware(HW_SPEC), load_model_spec(MODEL)
+    p = plan(hw, model, _calibrated_request(_runs(0.7, 1.0)))
+    own = next(
+        c for c in p.candidates if c.strategy.zero_stage == 2 and c.strategy.offload_optimizer == "none"
+    )
+    other = next(
+        c for c in p.candidates if c.strategy.zero_stage == 3 and c.strategy.offload_optimizer == "cpu"
+    )
+    assert own.predicted.tokens_factor < other.predicted.tokens_factor < 1.0
+    assert any(n.startswith("calibrated by 4 runs on this hardware") for n in p.notes)
+    assert not any("calibrated" in n for n in plan(hw, model).notes)
+
+
+@pytest.mark.parametrize("ratio", [0.01, 0.3, 3.0, 100.0])
+def test_corrections_never_leave_their_bounds_in_the_plan(ratio: float) -> None:
+    hw, model = get_hardware(HW_SPEC), load_model_spec(MODEL)
+    p = plan(hw, model, _calibrated_request(_runs(ratio, ratio, n=50)))
+    for c in p.candidates:
+        assert TOKENS_BOUNDS[0] <= c.predicted.tokens_factor <= TOKENS_BOUNDS[1]
+        assert MEMORY_BOUNDS[0] <= c.predicted.memory_factor <= MEMORY_BOUNDS[1]
+
+
+# --------------------------------------------------------------------------------------------- at the CLI
+
+
+def test_dswiz_plan_reads_the_history_and_no_history_turns_it_off(tmp_path: Path) -> None:
+    db = tmp_path / "history.sqlite3"
+    args = ("plan", "--model", MODEL, "--hardware", HW_SPEC, "--all", "--json")
+    before = _dswiz(*args, db=db)
+    assert before.returncode == 0, before.stderr
+    assert not db.exists()  # planning reads the history, never creates it
+    _record(db, tokens_ratio=0.6, memory_ratio=1.0)
+    after = _dswiz(*args, db=db)
+    off = _dswiz(*args, "--no-history", db=db)
+    assert after.returncode == 0 and off.returncode == 0, after.stderr + off.stderr
+    b, a, o = (json.loads(x.stdout) for x in (before, after, off))
+    assert _z2(a)["predicted"]["tokens_per_sec"] < 0.9 * _z2(b)["predicted"]["tokens_per_sec"]
+    assert _z2(a)["predicted"]["history_factors"]["tokens_per_sec"] < 0.9
+    assert _z2(o) == _z2(b)  # --no-history: the physics alone, exactly
+    assert any(n.startswith("calibrated by 3 runs") for n in a["notes"])
+    assert not any("calibrated" in n for n in o["notes"])
+    text = _dswiz("plan", "--model", MODEL, "--hardware", HW_SPEC, db=db)
+    assert "calibrated by 3 runs on this hardware" in text.stdout and "median error tokens/s" in text.stdout
+
+
+def test_other_hardware_is_not_calibrated_by_these_runs(tmp_path: Path) -> None:
+    db = tmp_path / "history.sqlite3"
+    _record(db, tokens_ratio=0.6, memory_ratio=1.0)
+    other = _dswiz("plan", "--model", MODEL, "--hardware", "1xA100-80GB", "--json", db=db)
+    assert other.returncode == 0, other.stderr
+    assert not any("calibrated" in n for n in json.loads(other.stdout)["notes"])
+
+
+def test_the_written_plan_keeps_the_factor_so_the_next_record_compares_the_physics(tmp_path: Path) -> None:
+    from runner.run_history import entry_at_start
+
+    db = tmp_path / "history.sqlite3"
+    _record(db, tokens_ratio=0.6, memory_ratio=1.1)
+    flags = ("config", "--yes", "--model", MODEL, "--hardware", HW_SPEC, "--stage", "2")
+    assert _dswiz(*flags, "--out", str(tmp_path / "cal"), db=db).returncode == 0
+    assert _dswiz(*flags, "--out", str(tmp_path / "raw"), "--no-history", db=db).returncode == 0
+    cal, raw = read_sidecar(tmp_path / "cal"), read_sidecar(tmp_path / "raw")
+    assert cal is not None and raw is not None and cal.predicted is not None and raw.predicted is not None
+    assert cal.strategy.zero_stage == raw.strategy.zero_stage == 2
+    assert cal.predicted.tokens_factor < 1.0 < cal.predicted.memory_factor
+    assert raw.predicted.tokens_factor == raw.predicted.memory_factor == 1.0
+    hw = hardware_fingerprint(get_hardware(HW_SPEC))
+    entry = entry_at_start(run_id="r", run_dir=tmp_path, hardware=hw, sidecar=cal, applies=True)
+    # the record holds the physics' prediction (the factor divided out), so corrections never compound
+    physics = cal.predicted.tokens_per_sec / cal.predicted.tokens_factor
+    assert entry.predicted.tokens_per_sec == pytest.approx(physics)
+
+
+def test_an_unreadable_history_is_a_note_not_a_failed_plan(tmp_path: Path) -> None:
+    db = tmp_path / "history.sqlite3"
+    db.write_bytes(b"this is not sqlite" * 100)
+    proc = _dswiz("plan", "--model", MODEL, "--hardware", HW_SPEC, "--json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    notes = json.loads(proc.stdout)["notes"]
+    assert any(n.startswith("run history not used:") and "not a readable SQLite file" in n for n in notes)
