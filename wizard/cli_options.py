@@ -266,3 +266,16 @@ def strategy_options(f: F) -> F:
     ):
         f = option(f)
     return f
+
+
+def given_options(ctx: click.Context, values: Mapping[str, Any]) -> list[tuple[click.Option, Any]]:
+    """The command's options the user gave (not None, not off, not at their default), with their values."""
+    out = []
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        value = values.get(param.name)
+        if value is None or value is False or value == param.default:
+            continue
+        out.append((param, value))
+    return out

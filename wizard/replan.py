@@ -77,18 +77,6 @@ def make_sidecar(
 # ----------------------------------------------------------------------------------------- after a CUDA OOM
 
 
-def _kind(s: Strategy) -> tuple[object, ...]:
-    """What a strategy is apart from its batch numbers."""
-    return (
-        s.zero_stage,
-        s.offload_optimizer,
-        s.offload_param,
-        s.precision,
-        s.activation_checkpointing,
-        s.uses_zeropp,
-    )
-
-
 def _words(s: Strategy) -> str:
     return f"{strategy_label(s)} ({s.precision})"
 
@@ -125,7 +113,7 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
 
     def viable(c: planner.Candidate) -> bool:
         # Not the failed config again: the same kind must now take a smaller micro-batch.
-        same = _kind(c.strategy) == _kind(failed)
+        same = c.strategy.kind == failed.kind
         smaller = c.predicted.gpu_bytes < ceiling
         return c.fits and smaller and not (same and c.strategy.micro_batch_size >= failed.micro_batch_size)
 
@@ -133,7 +121,7 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     if not fitting:
         return []
     cap = hw.min_gpu_memory_bytes
-    same_kind = next((c for c in fitting if _kind(c.strategy) == _kind(failed)), None)
+    same_kind = next((c for c in fitting if c.strategy.kind == failed.kind), None)
     best = fitting[0]
     lines: list[str] = []
 
@@ -155,7 +143,7 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     faster = same_kind is not None and best.predicted.tokens_per_sec > same_kind.predicted.tokens_per_sec * (
         1 + cal.RECOMMEND_SIMPLER_WITHIN
     )
-    if same_kind is None or (faster and _kind(best.strategy) != _kind(failed)):
+    if same_kind is None or (faster and best.strategy.kind != failed.kind):
         speed = ""
         if same_kind is not None:
             speed = f", ~{best.predicted.tokens_per_sec:,.0f} tokens/s vs ~{same_kind.predicted.tokens_per_sec:,.0f}"

@@ -53,6 +53,19 @@ class Strategy:
         return replace(self, **changes)
 
     @property
+    def kind(self) -> tuple[object, ...]:
+        """What the strategy is apart from its batch numbers: two strategies of one kind differ only in micro-batch
+        and accumulation (the OOM re-plan keeps the kind; a probe measures each kind once)."""
+        return (
+            self.zero_stage,
+            self.offload_optimizer,
+            self.offload_param,
+            self.precision,
+            self.activation_checkpointing,
+            self.uses_zeropp,
+        )
+
+    @property
     def uses_zeropp(self) -> bool:
         """ZeRO++: quantized weights or a secondary (hpZ) partition inside the node."""
         return self.zero_quantized_weights or self.zero_hpz_partition_size > 1

@@ -118,3 +118,28 @@ def test_plan_mode_inference_lists_only_stage_3_parameter_offload() -> None:
     text = dswiz("plan", "--model", "llama-70b", "--hardware", "A100-40GB,ram=512GiB", "--mode", "inference")
     words = " ".join(text.stdout.split())  # rich wraps at the terminal width
     assert "per forward (inference: no optimizer, no gradients)" in words and "ckpt" not in words
+
+
+def test_planning_flags_without_a_model_are_named_as_ignored(tmp_path: Path) -> None:
+    """Without --model there is no plan: flags only the planner reads are said to be ignored, not dropped silently."""
+    proc = dswiz(
+        "config",
+        "--yes",
+        "--hardware",
+        "1xH100-80GB",
+        "--margin",
+        "10",
+        "--seq-len",
+        "512",
+        "--stage",
+        "3",
+        "--out",
+        str(tmp_path / "a"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "note: --seq-len, --margin: used to plan, which needs --model; ignored here" in proc.stderr
+    assert json.loads((tmp_path / "a" / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3
+    quiet = dswiz(
+        "config", "--yes", "--hardware", "1xH100-80GB", "--stage", "3", "--out", str(tmp_path / "b")
+    )
+    assert quiet.returncode == 0 and "ignored" not in quiet.stderr

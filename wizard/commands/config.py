@@ -22,6 +22,7 @@ from wizard.cli_options import (
     choice_option,
     finetune_from_flags,
     flag_option,
+    given_options,
     planning_model,
     planning_options,
     planning_request,
@@ -223,6 +224,13 @@ def config(
     if from_file is not None:
         return write_from_file(ctx, from_file, flags, out_dir, force=force, force_errors=force_errors)
     hardware = _hardware(flags)
+    unplanned = _planning_only_given(ctx, flags) if flags["model_text"] is None else []
+    if unplanned:
+        click.echo(
+            f"note: {', '.join(unplanned)}: used to plan, which needs --model; ignored here (the strategy comes "
+            "from the strategy flags and the defaults)",
+            err=True,
+        )
     planned = plan_for_flags(flags, hardware, force_errors=force_errors)
     strategy = resolve_strategy(flags, hardware, planned)
     options = write_options(flags, out_dir, hardware, planned.model if planned else None)
@@ -237,6 +245,27 @@ def config(
     written = write_config_set(files, out_dir, force=force)
     _report(config_set, strategy, written, out_dir, findings)
     return 0
+
+
+# Planning flags that only the planner reads (the rest of `planning_options` also shape the written strategy).
+_PLANNING_ONLY = (
+    "seq_len",
+    "margin",
+    "gpu_memory",
+    "nvme",
+    "no_offload",
+    "no_checkpointing",
+    "finetune",
+    "lora_rank",
+    "lora_alpha",
+    "lora_targets",
+    "no_history",
+)
+
+
+def _planning_only_given(ctx: click.Context, flags: dict[str, Any]) -> list[str]:
+    """The planner-only flags given on the command line, as the user spelled them."""
+    return [max(o.opts, key=len) for o, _ in given_options(ctx, flags) if o.name in _PLANNING_ONLY]
 
 
 def _check_before_writing(

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from wizard.cli_options import planning_options, planning_request, python_option
+from wizard.cli_options import given_options, planning_options, planning_request, python_option
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -124,13 +124,10 @@ def probe(ctx: click.Context, **opts: Any) -> int:
 def _planning_flags(ctx: click.Context, opts: dict[str, Any]) -> list[str]:
     """The planning flags given (not at their defaults), as `dswiz config` takes them, plus --for."""
     flags: list[str] = []
-    for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.name in _PROBE_ONLY or param.name is None:
+    for option, value in given_options(ctx, opts):
+        if option.name in _PROBE_ONLY:
             continue
-        value = opts.get(param.name)
-        if value is None or value == param.default or value is False:
-            continue
-        name = max(param.opts, key=len)  # the long spelling
+        name = max(option.opts, key=len)  # the long spelling
         flags += [name] if value is True else [name, str(value)]
     return flags
 

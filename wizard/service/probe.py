@@ -81,19 +81,15 @@ class ProbeResult:
         }
 
 
-def _kind(s: Strategy) -> tuple[object, ...]:
-    return (s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing, s.uses_zeropp)
-
-
 def distinct_candidates(p: Plan, top: int) -> list[Candidate]:
     """The best ``top`` fitting candidates of different kinds (stage, offloads, checkpointing, ZeRO++), best first:
     three micro-batch variants of one strategy would measure the same thing three times."""
     seen: set[tuple[object, ...]] = set()
     out: list[Candidate] = []
     for c in p.candidates:
-        if not c.fits or _kind(c.strategy) in seen:
+        if not c.fits or c.strategy.kind in seen:
             continue
-        seen.add(_kind(c.strategy))
+        seen.add(c.strategy.kind)
         out.append(c)
         if len(out) == top:
             break
