@@ -379,6 +379,8 @@ def replay_run(hw: HardwareReport, rows: list[Row]) -> dict[str, Any]:
                 "factors": _factors(probes[m], (r.family for r in rows if r.model == m)),
                 "held_out": scored,
                 "summary": summarize(scored),
+                # The probe's own rows after calibrating from them (in-sample): how far one run moves its family.
+                "probe_in_sample": summarize(score(hw, [r for r, _ in probe], probes[m])),
             }
         )
     pooled = [s for m in per_model for s in m["held_out"]]
@@ -530,6 +532,15 @@ def _markdown_run(run: dict[str, Any], fitted: str) -> list[str]:
             ]
             for m in run["models"]
         ),
+    )
+    lines += [
+        "",
+        "### The probe's own rows, calibrated from themselves (in-sample: how far one run moves a family)",
+        "",
+    ]
+    lines += md_table(
+        ("model", "probe rows", "tokens/s median", "tokens/s max", "device median", "device max"),
+        ([m["model"], *_summary_cells(m["probe_in_sample"])[:5]] for m in run["models"]),
     )
     lines += ["", "### Per strategy family (held-out rows of every model)", ""]
     lines += md_table(

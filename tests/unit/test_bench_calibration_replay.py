@@ -65,6 +65,7 @@ def test_every_measured_row_is_either_in_the_probe_or_scored_once(
         assert set(probe) | set(held) == measured[m["model"]]
         assert all(p["rule"].startswith(("planner rank ", "fill")) for p in m["probe"])
         assert m["summary"]["rows"] == len(held)
+        assert m["probe_in_sample"]["rows"] == len(probe)  # the probe's fit to itself is reported apart
     pooled = sum(len(m["held_out"]) for m in run["models"])
     assert run["all"]["rows"] == pooled
     assert sum(s["rows"] for s in run["strategy_families"].values()) == pooled
