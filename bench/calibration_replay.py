@@ -50,7 +50,13 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 from _common import load_bench_script, md_heading, md_table  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
-from wizard.history.calibrate import BORROW_WEIGHT, PRIOR_RUNS, Corrections, corrections  # noqa: E402
+from wizard.history.calibrate import (  # noqa: E402
+    BORROW_WEIGHT,
+    MEMORY_BOUNDS,
+    PRIOR_RUNS,
+    Corrections,
+    corrections,
+)
 from wizard.history.record import Figures, Measurement, hardware_fingerprint, strategy_family  # noqa: E402
 from wizard.planner import PlanRequest, StrategyChoice, evaluate  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
@@ -684,10 +690,13 @@ def _limits(doc: dict[str, Any]) -> list[str]:
                 "family the probe ran; the others were corrected only by the borrowed share."
             )
         lines += [
-            "- The family is the ZeRO stage and where the states live; checkpointing, the micro-batch and the "
-            "allocator cap are not part of it, and a factor scales every row of a family alike. Where the physics' "
-            "error changes inside one family (sign, or size with the micro-batch: allocator rounding, "
-            "checkpointing's recompute), no factor fixes both ends; it leaves at least half the range below. "
+            "- The family is the ZeRO stage, where the states live and activation checkpointing; the micro-batch "
+            "and the allocator cap are not part of it, and a factor scales every row of a family alike. Where the "
+            "physics' error changes inside one family (sign, or size with the micro-batch: allocator rounding), "
+            "no factor fixes both ends; it leaves at least half the range below. "
+            f"Memory factors are bounded to {MEMORY_BOUNDS[0]:g}..{MEMORY_BOUNDS[1]:g}: the history may raise a "
+            "memory prediction, never shrink it below the physics (an OOM risk), so where the physics "
+            "over-predicts memory the calibration leaves it. "
             "The 'at best' table above is what one factor per (model, family), fitted on all its rows, reaches.",
             "",
             "Physics tokens/s error inside one family (widest first):",

@@ -25,7 +25,10 @@ MEASURED_OUTCOMES = ("success", "interrupted")
 PRIOR_RUNS = 2.0  # the prior counts as this many runs
 BORROW_WEIGHT = 0.5  # a family without runs takes this share of the hardware-wide correction
 TOKENS_BOUNDS = (0.5, 1.5)  # throughput corrections outside this are a broken measurement, not the machine
-MEMORY_BOUNDS = (0.85, 1.2)  # memory is mostly exact arithmetic: only the allocator/context terms are free
+# Memory is mostly exact arithmetic (only the allocator/context terms are free), and the history may only raise it:
+# a prediction shrunk below the physics eats the safety margin (an OOM), one raised costs at most a smaller batch.
+# In the H200 replay a factor of 0.967 turned gpt2-xl's -4.4 % into -7.6 % (bench/results/calibration_replay-*.md).
+MEMORY_BOUNDS = (1.0, 1.2)
 
 
 @dataclass(frozen=True)

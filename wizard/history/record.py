@@ -198,12 +198,16 @@ def strategy_family(strategy: Mapping[str, Any]) -> str:
         stage if isinstance(stage, int) else None,
         str(strategy.get("offload_optimizer") or "none"),
         str(strategy.get("offload_param") or "none"),
+        strategy.get("activation_checkpointing") is True,
     )
 
 
-def family_key(stage: int | None, offload_optimizer: str, offload_param: str) -> str:
-    """One name per calibration family: the ZeRO stage and where the optimizer states and parameters live."""
-    return f"z{'?' if stage is None else stage}-opt:{offload_optimizer}-param:{offload_param}"
+def family_key(stage: int | None, offload_optimizer: str, offload_param: str, checkpointing: bool) -> str:
+    """One name per calibration family: the ZeRO stage, where the optimizer states and parameters live, and
+    activation checkpointing (its recomputation moves the step time the other way: measured on the H200, llama-1b
+    ZeRO-3 was predicted -25 % without it and +6 % with it, bench/results/calibration_replay-*.md)."""
+    ckpt = "-ckpt" if checkpointing else ""
+    return f"z{'?' if stage is None else stage}-opt:{offload_optimizer}-param:{offload_param}{ckpt}"
 
 
 def _text(v: Any) -> str:

@@ -150,7 +150,9 @@ def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
     history = ctx.request.calibration
     if history is None:
         return 1.0, 1.0
-    c = history.for_family(family_key(s.zero_stage, s.offload_optimizer, s.offload_param))
+    c = history.for_family(
+        family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)
+    )
     return c.tokens_per_sec.value, c.peak_gpu_bytes.value
 
 
