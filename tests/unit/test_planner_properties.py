@@ -36,7 +36,7 @@ from wizard.planner.throughput import (
     estimate_throughput,
     intra_node_bus_bytes_per_s,
 )
-from wizard.strategy import Strategy
+from wizard.strategy import OffloadDevice, Strategy
 from wizard.tuning import make_finetune
 
 SEQ = 1024
@@ -177,6 +177,22 @@ def test_device_memory_never_shrinks_with_the_micro_batch(data: st.DataObject, s
     b = estimate_memory(m, s.with_(micro_batch_size=s.micro_batch_size + 1), SEQ)
     assert b.allocated >= a.allocated and b.reserved >= a.reserved and b.device >= a.device
     assert b.device - a.device <= 2 * a.per_sample_device + 1  # linear in the micro-batch: no jumps
+
+
+@pytest.mark.parametrize("model", ["gpt2-xl", "llama-7b"])
+@pytest.mark.parametrize("offload_param", ["none", "cpu"])
+def test_inference_ignores_the_training_only_checkpointing_flag(
+    model: str, offload_param: OffloadDevice
+) -> None:
+    """Checkpointing recomputes in backward only (transformers runs it when ``self.training``): an inference pass
+    with the flag set needs the same memory and time as one without (the planner calls the flag unsupported)."""
+    m, hw = MODELS[model], HARDWARE["8xA100-80GB"]
+    s = Strategy(
+        zero_stage=3, offload_param=offload_param, micro_batch_size=4, mode="inference", gpus_per_node=8
+    )
+    flagged = s.with_(activation_checkpointing=True)
+    assert estimate_memory(m, flagged, SEQ) == estimate_memory(m, s, SEQ)
+    assert _step(hw, m, flagged) == _step(hw, m, s)
 
 
 # ------------------------------------------------------------------------------------------------ scaling

@@ -386,7 +386,10 @@ class Fragmentation:
 
 def fragmentation_share(s: Strategy) -> float:
     """The share of the large transient blocks that the allocator cannot reuse (wizard.planner.calibration)."""
-    share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.FRAGMENTATION_SHARE
+    # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
+    # self.training): an inference pass with the flag set allocates exactly what one without it does.
+    recomputes = s.activation_checkpointing and s.mode == "train"
+    share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if recomputes else cal.FRAGMENTATION_SHARE
     if s.zero_stage == 3:
         share *= cal.FRAGMENTATION_STAGE3_FACTOR
     return share
