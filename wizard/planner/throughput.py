@@ -111,19 +111,22 @@ def _has_nvlink(gpu: GPUInfo | None, hardware: HardwareReport) -> bool:
     return bool(gpu.nvlink_gbs)  # not seen: what the catalog says the board has
 
 
-def pcie_bytes_per_s(gpu: GPUInfo | None) -> float:
+def _pcie_x16_bytes_per_s(gpu: GPUInfo | None) -> float:
+    """Per direction, x16, at the GPU's PCIe generation; one outside the table counts as the nearest in it, so that
+    a newer link is never predicted slower than an older one."""
+    table = cal.PCIE_X16_BYTES_PER_SECOND
     gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
-    per_direction = cal.PCIE_X16_BYTES_PER_SECOND.get(
-        gen, cal.PCIE_X16_BYTES_PER_SECOND[cal.DEFAULT_PCIE_GEN]
-    )
-    return per_direction * cal.PCIE_EFFICIENCY
+    return table[min(max(gen, min(table)), max(table))]
+
+
+def pcie_bytes_per_s(gpu: GPUInfo | None) -> float:
+    return _pcie_x16_bytes_per_s(gpu) * cal.PCIE_EFFICIENCY
 
 
 def intra_node_bus_bytes_per_s(gpu: GPUInfo | None, hardware: HardwareReport) -> float:
     if gpu is not None and _has_nvlink(gpu, hardware) and gpu.nvlink_gbs:
         return gpu.nvlink_gbs * 1e9 * cal.NVLINK_BUSBW_SHARE
-    gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
-    return cal.PCIE_X16_BYTES_PER_SECOND.get(gen, 32e9) * cal.PCIE_BUSBW_SHARE
+    return _pcie_x16_bytes_per_s(gpu) * cal.PCIE_BUSBW_SHARE
 
 
 def inter_node_bus_bytes_per_s(hardware: HardwareReport) -> float:
