@@ -204,6 +204,20 @@ def test_inference_ignores_the_training_only_checkpointing_flag(
     assert _step(hw, m, flagged) == _step(hw, m, s)
 
 
+@FEW
+@given(data=st.data(), spec=st.sampled_from(SPECS), model=st.sampled_from(sorted(MODELS)))
+def test_tokens_per_second_never_fall_with_the_micro_batch(
+    data: st.DataObject, spec: str, model: str
+) -> None:
+    """Per-step and per-micro-step fixed costs (launches, hooks, the optimizer, parameter fetches, unhidden
+    communication) are shared by more tokens; the compute per token stays."""
+    hw, m, s = HARDWARE[spec], MODELS[model], data.draw(strategies(HARDWARE[spec]))
+    a = estimate_throughput(hw, m, s, SEQ).tokens_per_sec
+    assert (
+        estimate_throughput(hw, m, s.with_(micro_batch_size=s.micro_batch_size + 1), SEQ).tokens_per_sec >= a
+    )
+
+
 # ------------------------------------------------------------------------------------------------ scaling
 
 
