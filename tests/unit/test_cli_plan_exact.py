@@ -100,3 +100,28 @@ def test_check_with_model_predicts_the_config(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0 and doc["prediction"]["fits"] is True
     assert any(f["code"] == "plan-fits" for f in doc["findings"])
+
+
+def test_exact_inference_strategy_keeps_the_candidate_contract_and_refuses_training_flags() -> None:
+    """`plan --mode inference` with exact-strategy flags: the same JSON keys as a ranked inference candidate, no
+    optimizer or gradient memory, and the training-only flags said to be impossible (exit 1), not ignored."""
+    model = ("--model", "llama-7b", "--hardware", "1xA10,ram=64GiB", "--mode", "inference")
+    rc, doc = plan_json(*model, "--offload-param", "cpu", "--micro-batch", "8")
+    (c,) = doc["candidates"]
+    assert rc == 0 and doc["exact_strategy"] is True and c["fits"]
+    assert (c["zero_stage"], c["offload_optimizer"], c["micro_batch_size"]) == (3, "none", 8)
+    parts = c["predicted"]["breakdown"]
+    assert not [k for k in parts if "optimizer" in k or "gradient" in k] and "parameters" not in parts
+    _, ranked = plan_json(*model)
+    assert set(c) == set(ranked["candidates"][0]) and set(c["predicted"]) == set(
+        ranked["candidates"][0]["predicted"]
+    )
+    for flags, why in (
+        (("--offload-optimizer", "cpu"), "no optimizer"),
+        (("--grad-accum", "4"), "gradient accumulation"),
+        (("--activation-checkpointing",), "activation checkpointing"),
+    ):
+        rc, doc = plan_json(*model, "--offload-param", "cpu", "--micro-batch", "8", *flags)
+        (c,) = doc["candidates"]
+        assert rc == 1 and not c["fits"] and "unsupported" in c["limits"], flags
+        assert c["reasons"][0].startswith("not possible here:") and why in c["reasons"][0], flags

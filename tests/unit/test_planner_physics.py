@@ -14,8 +14,10 @@ from tests.unit.test_cli_plan import dswiz
 from wizard.hardware import get_hardware
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
-from wizard.planner.memory import estimate_memory, fragmentation, host_bytes
+from wizard.planner.memory import ZeroBuffers, estimate_memory, fragmentation, host_bytes
+from wizard.planner.search import plan
 from wizard.planner.throughput import estimate_throughput
+from wizard.planner.types import PlanRequest
 from wizard.strategy import Strategy
 
 GiB = 1024**3
@@ -81,6 +83,62 @@ def test_zero_offload_13b_on_one_v100() -> None:
     rc, doc = _plan(*args, "--margin", "0", "--stage", "2", "--offload-optimizer", "cpu")
     (c,) = doc["candidates"]
     assert rc == 0 and c["fits"] and c["zero_stage"] == 2 and c["offload_optimizer"] == "cpu"
+    assert any("optimizer on the CPU" in r for r in c["reasons"])
+
+
+# The ZeRO-Offload paper's own 13B run on one V100-32GB (DeepSpeedExamples, Megatron-LM/model_size_test/
+# ds_zero-offload_13B_pretrain_gpt2_model_parallel.sh and ds_zero-offload_13B_config.json): Megatron GPT-2 with
+# 62 layers, hidden 4096, 32 heads, GPT-2's vocabulary (tied head), sequence 1024, batch 1, activation
+# checkpointing, fp16, ZeRO-2 with cpu_offload and contiguous_gradients, reduce_bucket_size 5e7.
+PAPER_13B = "type=gpt2,layers=62,hidden=4096,heads=32,vocab=50257,tied=true"
+PAPER_BUCKET = ZeroBuffers(reduce_bucket_elements=50_000_000)
+
+
+def test_zero_offload_13b_in_the_papers_own_setting() -> None:
+    """With the paper's own shape, sequence and reduce bucket, the ZeRO-Offload config fits the card with the
+    default 5 % margin: fp16 weights, the 16-bit staging buffer for the largest parameter, the bucket, one
+    checkpointed layer's recompute -- no resident gradients."""
+    m = load_model_spec(PAPER_13B)
+    assert 12.5e9 < m.total_params < 13.1e9
+    p = plan(get_hardware("1xV100-32GB,ram=512GiB"), m, PlanRequest(seq_len=1024, buffers=PAPER_BUCKET))
+    best = p.best
+    assert best is not None  # the ZeRO-Offload config itself, at the paper's batch
+    assert best.strategy == Strategy(
+        zero_stage=2,
+        offload_optimizer="cpu",
+        activation_checkpointing=True,
+        precision="fp16",
+        micro_batch_size=1,
+    )
+    parts = dict(best.predicted.breakdown)
+    assert parts["parameters"] == 2 * m.total_params and "gradients" not in parts
+    assert best.reasons[0].startswith("fits:") and any("optimizer on the CPU" in r for r in best.reasons)
+
+
+def test_the_allocator_cache_follows_the_configured_reduce_bucket() -> None:
+    """DeepSpeed allocates the reduce bucket at reduce_bucket_size elements every backward (stage_1_and_2.py
+    setup_buckets, DeepSpeed 0.19.8): the paper's 5e7 bucket frees both the bucket and its share of the cache."""
+    m = load_model_spec(PAPER_13B)
+    s = Strategy(zero_stage=2, offload_optimizer="cpu", activation_checkpointing=True, precision="fp16")
+    default, paper = fragmentation(m, s, 1024), fragmentation(m, s, 1024, PAPER_BUCKET)
+    assert default.blocks_fixed == 2 * cal.REDUCE_BUCKET_ELEMENTS and paper.blocks_fixed == 2 * 50_000_000
+    share = cal.FRAGMENTATION_STEP_SHARE_OFFLOAD_CHECKPOINTING
+    assert default.fixed - paper.fixed == int(share * default.blocks_fixed) - int(share * paper.blocks_fixed)
+    a, b = estimate_memory(m, s, 1024), estimate_memory(m, s, 1024, PAPER_BUCKET)
+    backward = dict(a.phases)["backward"] - dict(b.phases)["backward"]  # the bucket is live through backward
+    assert backward == 2 * (cal.REDUCE_BUCKET_ELEMENTS - 50_000_000)
+    assert b.device < a.device - (default.fixed - paper.fixed)
+
+
+def test_zero_offload_13b_papers_shape_with_deepspeeds_default_bucket() -> None:
+    """What `dswiz plan` offers for the paper's shape with the bucket its config writer keeps (DeepSpeed's 5e8
+    default): the same config fits the card, short only of the 5 % margin by the larger bucket."""
+    args = ("--model", PAPER_13B, "--hardware", "1xV100-32GB,ram=512GiB", "--seq-len", "1024")
+    rc, doc = _plan(*args, "--margin", "0", "--stage", "2", "--offload-optimizer", "cpu",
+                    "--activation-checkpointing", "--micro-batch", "1")  # fmt: skip
+    (c,) = doc["candidates"]
+    assert rc == 0 and c["fits"] and c["predicted"]["gpu_bytes"] <= doc["capacity"]["gpu_bytes"]
+    assert c["predicted"]["breakdown"]["gradient buckets"] == 2 * cal.REDUCE_BUCKET_ELEMENTS
     assert any("optimizer on the CPU" in r for r in c["reasons"])
 
 

@@ -266,7 +266,10 @@ OPTIMIZER_SECONDS_PER_PARAM = {0: 7.3e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
 STAGE3_SECONDS_PER_LAYER = 7.3e-3
 # CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit: 5 rows of
 # gpt2-xl with the optimizer on a 16-core host, PCIe 5).
-PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {3: 16e9, 4: 32e9, 5: 64e9, 6: 128e9}  # per direction, PCI-SIG
+# Per direction, x16, PCI-SIG (each generation doubles the last: 2.5 GT/s 8b/10b = 250 MB/s per lane for gen 1).
+PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {
+    1: 4e9, 2: 8e9, 3: 16e9, 4: 32e9, 5: 64e9, 6: 128e9, 7: 256e9
+}  # fmt: skip
 PCIE_EFFICIENCY = 0.6  # DeepSpeed's pinned copies in practice (assumption)
 DEFAULT_PCIE_GEN = 4
 CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.44e8

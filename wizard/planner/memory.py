@@ -391,13 +391,16 @@ class Fragmentation:
 
 def fragmentation_share(s: Strategy) -> float:
     """The share of the large transient blocks that the allocator cannot reuse (wizard.planner.calibration)."""
-    share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.FRAGMENTATION_SHARE
+    # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
+    # self.training): an inference pass with the flag set allocates exactly what one without it does.
+    recomputes = s.activation_checkpointing and s.mode == "train"
+    share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if recomputes else cal.FRAGMENTATION_SHARE
     if s.zero_stage == 3:
         share *= cal.FRAGMENTATION_STAGE3_FACTOR
     return share
 
 
-def _step_transient_block(model: ModelSpec, s: Strategy) -> int:
+def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> int:
     """The largest block a training step allocates and frees outside the forward/backward activations -- bounded
     by what DeepSpeed allocates at once, so that the allocator's cache never grows with the model beyond it: the
     fp32 gradient partition the update reads (stage 1-2), one optimizer sub-group's fp32 gradient (stage 3),
@@ -417,8 +420,10 @@ def _step_transient_block(model: ModelSpec, s: Strategy) -> int:
     if s.offload_optimizer != "none":
         if s.zero_stage == 1:
             return w * P // N
-        # Stage 2/3: gradients leave through the reduce bucket, one bucket at a time.
-        return w * min(cal.REDUCE_BUCKET_ELEMENTS, P // N)
+        # Stage 2/3: gradients leave through the reduce bucket, one bucket at a time -- the configured one:
+        # DeepSpeed allocates it at reduce_bucket_size elements (stage_1_and_2.py setup_buckets, at every
+        # backward's first gradient; stage3.py's ipg bucket buffer; DeepSpeed 0.19.8), not at its default.
+        return w * min(buf.reduce_bucket_elements, P // N)
     if s.zero_stage == 0:
         return (2 * w + 4) * P if w == 2 else w * P
     if s.zero_stage == 3:
@@ -426,7 +431,9 @@ def _step_transient_block(model: ModelSpec, s: Strategy) -> int:
     return 4 * P // N
 
 
-def fragmentation(model: ModelSpec, s: Strategy, seq_len: int) -> Fragmentation:
+def fragmentation(
+    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> Fragmentation:
     """Reserved minus allocated, as a share of the large blocks that are allocated and freed every step.
 
     Why: PyTorch's caching allocator keeps freed blocks and splits them to serve smaller requests; a large block
@@ -439,13 +446,13 @@ def fragmentation(model: ModelSpec, s: Strategy, seq_len: int) -> Fragmentation:
     """
     share = fragmentation_share(s)
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits (training's loss, inference's scores)
-    step = _step_transient_block(model, s)
+    step = _step_transient_block(model, s, buf)
     step_share = share
     if s.activation_checkpointing and s.zero_stage == 2 and s.offload_optimizer != "none":
         step_share = cal.FRAGMENTATION_STEP_SHARE_OFFLOAD_CHECKPOINTING
         # Offloading removes blocks, never adds them: no more cache than the same step with the optimizer here.
         plain = s.with_(offload_optimizer="none")
-        step = min(step, int(share * _step_transient_block(model, plain) / step_share))
+        step = min(step, int(share * _step_transient_block(model, plain, buf) / step_share))
     fixed = cal.RESERVED_FIXED_BYTES + int(step_share * step)
     return Fragmentation(
         fixed=fixed,
@@ -568,7 +575,7 @@ def estimate_memory(
     b = strategy.micro_batch_size
     at = [(p, p.at(b)) for p in phases]
     peak, allocated = max(at, key=lambda x: x[1])
-    frag = fragmentation(model, strategy, seq_len)
+    frag = fragmentation(model, strategy, seq_len, buffers)
     # The allocator's peak may come at a moment of fewer allocated bytes (see Fragmentation.fixed_for).
     reserved = reserved_at(phases, frag, b)[1]
     items = tuple((k, v) for k, v in peak.fixed if v) + tuple((k, v * b) for k, v in peak.per_sample if v)

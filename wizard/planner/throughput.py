@@ -111,19 +111,22 @@ def _has_nvlink(gpu: GPUInfo | None, hardware: HardwareReport) -> bool:
     return bool(gpu.nvlink_gbs)  # not seen: what the catalog says the board has
 
 
-def pcie_bytes_per_s(gpu: GPUInfo | None) -> float:
+def _pcie_x16_bytes_per_s(gpu: GPUInfo | None) -> float:
+    """Per direction, x16, at the GPU's PCIe generation; one outside the table counts as the nearest in it, so that
+    a newer link is never predicted slower than an older one."""
+    table = cal.PCIE_X16_BYTES_PER_SECOND
     gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
-    per_direction = cal.PCIE_X16_BYTES_PER_SECOND.get(
-        gen, cal.PCIE_X16_BYTES_PER_SECOND[cal.DEFAULT_PCIE_GEN]
-    )
-    return per_direction * cal.PCIE_EFFICIENCY
+    return table[min(max(gen, min(table)), max(table))]
+
+
+def pcie_bytes_per_s(gpu: GPUInfo | None) -> float:
+    return _pcie_x16_bytes_per_s(gpu) * cal.PCIE_EFFICIENCY
 
 
 def intra_node_bus_bytes_per_s(gpu: GPUInfo | None, hardware: HardwareReport) -> float:
     if gpu is not None and _has_nvlink(gpu, hardware) and gpu.nvlink_gbs:
         return gpu.nvlink_gbs * 1e9 * cal.NVLINK_BUSBW_SHARE
-    gen = (gpu.pcie_gen if gpu is not None else None) or cal.DEFAULT_PCIE_GEN
-    return cal.PCIE_X16_BYTES_PER_SECOND.get(gen, 32e9) * cal.PCIE_BUSBW_SHARE
+    return _pcie_x16_bytes_per_s(gpu) * cal.PCIE_BUSBW_SHARE
 
 
 def inter_node_bus_bytes_per_s(hardware: HardwareReport) -> float:
@@ -141,33 +144,56 @@ def host_cores(hardware: HardwareReport) -> int:
     return h.physical_cores or h.logical_cores or cal.DEFAULT_HOST_CORES
 
 
-def _communication_seconds(
-    hardware: HardwareReport, model: ModelSpec, s: Strategy, gpu: GPUInfo | None
-) -> tuple[float, float]:
-    """Communication per GPU, (per micro-step, per optimizer step): ring collectives move (N-1)/N of the buffer per
-    pass."""
+@dataclass(frozen=True)
+class CommunicationVolume:
+    """Bytes one GPU sends in the collectives of one optimizer step (training) or one forward (inference)."""
+
+    per_micro_step: float  # every micro-step, over the whole world's ring
+    per_micro_step_in_node: float  # every micro-step, inside the node only (ZeRO++ hpZ's backward gathers)
+    per_optimizer_step: float  # once per step, over the whole world's ring
+
+    def per_step(self, gradient_accumulation_steps: int) -> float:
+        micro = self.per_micro_step + self.per_micro_step_in_node
+        return gradient_accumulation_steps * micro + self.per_optimizer_step
+
+
+def communication_volume(model: ModelSpec, s: Strategy) -> CommunicationVolume:
+    """What each GPU sends: ring collectives move (N-1)/N of the buffer per pass. Stage 0 all-reduces the
+    gradients once per step (2 passes), stage 1 reduces them and gathers the updated weights; stage 2 reduces in
+    every micro-step's backward and gathers the weights after the step; stage 3 gathers the weights in every
+    forward and again in every backward and reduce-scatters the gradients (3 passes per micro-step)."""
     N, train = s.world_size, s.mode == "train"
     if N <= 1:
-        return 0.0, 0.0
+        return CommunicationVolume(0.0, 0.0, 0.0)
     # Weights are gathered as stored (4-bit for QLoRA); gradients exist for the trainable parameters only.
     w, P = weight_bytes(s), ft.trainable_params(model)
     P_stored = ft.stored_parameter_bytes(model, w) / w
     ring = (N - 1) / N
-    bus = _world_bus_bytes_per_s(hardware, s, gpu)
     if s.zero_stage == 3:
-        intra = intra_node_bus_bytes_per_s(gpu, hardware)
-        gather_w = 1.0 if s.zero_quantized_weights else w
-        fwd = ring * gather_w * P_stored / bus
-        bwd_bus = intra if (s.zero_hpz_partition_size > 1 and s.nodes > 1) else bus
-        bwd = ring * gather_w * P_stored / bwd_bus
-        grads = ring * w * P / bus * (0.25 if s.zero_quantized_gradients else 1.0)
-        return (fwd + bwd + grads if train else fwd), 0.0
+        gather = ring * (1.0 if s.zero_quantized_weights else w) * P_stored
+        if not train:
+            return CommunicationVolume(gather, 0.0, 0.0)
+        grads = ring * w * P * (0.25 if s.zero_quantized_gradients else 1.0)
+        if s.zero_hpz_partition_size > 1 and s.nodes > 1:  # hpZ: backward gathers from the node's copy
+            return CommunicationVolume(gather + grads, gather, 0.0)
+        return CommunicationVolume(2 * gather + grads, 0.0, 0.0)
     if not train:
-        return 0.0, 0.0
+        return CommunicationVolume(0.0, 0.0, 0.0)
     if s.zero_stage == 2:
-        # Gradients reduced in every micro-step's backward; updated 16-bit weights gathered after the step.
-        return ring * w * P / bus, ring * w * P / bus
-    return 0.0, 2 * ring * w * P / bus  # one all-reduce (stage 0) or reduce + gather (stage 1)
+        return CommunicationVolume(ring * w * P, 0.0, ring * w * P)
+    return CommunicationVolume(0.0, 0.0, 2 * ring * w * P)
+
+
+def _communication_seconds(
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, gpu: GPUInfo | None
+) -> tuple[float, float]:
+    """Communication per GPU, (per micro-step, per optimizer step): ``communication_volume`` over the buses."""
+    v = communication_volume(model, s)
+    if not (v.per_micro_step or v.per_micro_step_in_node or v.per_optimizer_step):
+        return 0.0, 0.0
+    bus = _world_bus_bytes_per_s(hardware, s, gpu)
+    micro = v.per_micro_step / bus + v.per_micro_step_in_node / intra_node_bus_bytes_per_s(gpu, hardware)
+    return micro, v.per_optimizer_step / bus
 
 
 def _optimizer_seconds(

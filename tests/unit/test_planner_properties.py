@@ -1,0 +1,319 @@
+"""Properties the planner's physics must keep whatever the model, card or strategy (CPU-only, deterministic).
+
+Stated on the real functions: ``estimate_throughput`` (step time by cause), ``communication_volume`` (bytes each
+GPU sends) and ``estimate_memory`` (device bytes per GPU), for preset model shapes on described hardware. Where the
+physics only guarantees a property under a condition, the test states the condition and shows the exception:
+
+- more link bandwidth (NVLink, PCIe generation, network) never makes a step slower;
+- device memory per GPU never grows with the world size at stages 1-2; at stage 3 it does not from 2 GPUs on, but
+  the step from 1 to 2 GPUs adds the gathered working set (one rank's partition is the whole parameter, nothing is
+  gathered), which a model about the size of the prefetch bucket does not win back;
+- device memory never shrinks with the micro-batch;
+- tokens/s of the job never falls as GPUs are added inside a node from 2 on (ring traffic per GPU grows only as
+  (N-1)/N, and the partitioned optimizer step shrinks), nor as nodes are added from 2 on; from 1 GPU to 2 it holds
+  where the link carries a step's gradients faster than compute takes (NVLink), not always over PCIe;
+- stage 3 sends at least what stage 2 does (weights gathered twice per micro-step on top of the gradients);
+  ZeRO++'s quantized weights and gradients are the exception, by design.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from wizard.hardware import get_hardware
+from wizard.hardware.catalog import CATALOG, GPUModel, described_gpu
+from wizard.hardware.report import HardwareReport
+from wizard.model import ModelSpec, load_model_spec
+from wizard.planner import calibration as cal
+from wizard.planner import finetune as ft
+from wizard.planner.memory import estimate_memory
+from wizard.planner.throughput import (
+    communication_volume,
+    estimate_throughput,
+    intra_node_bus_bytes_per_s,
+)
+from wizard.strategy import OffloadDevice, Strategy
+from wizard.tuning import make_finetune
+
+SEQ = 1024
+MODELS = {
+    name: load_model_spec(name) for name in ("gpt2", "gpt2-xl", "llama-7b", "mixtral-8x7b", "params=13e9")
+}
+DENSE = ("gpt2", "gpt2-xl", "llama-7b", "params=13e9")
+SPECS = ("8xA100-80GB", "2xH200", "4x2xA100-40GB", "2x8xH100")
+HARDWARE = {spec: get_hardware(f"{spec},ram=2TiB,nvme=10TB") for spec in SPECS}
+FEW = settings(max_examples=50, deadline=None)
+
+
+@st.composite
+def strategies(draw: st.DrawFn, hw: HardwareReport, mode: str | None = None) -> Strategy:
+    """A strategy DeepSpeed runs on ``hw``: any stage, offload, checkpointing, micro-batch and accumulation; ZeRO++
+    at stage 3 across nodes."""
+    mode = mode or draw(st.sampled_from(["train", "inference"]))
+    stage = 3 if mode == "inference" else draw(st.sampled_from([0, 1, 2, 3]))
+    zpp = stage == 3 and hw.nodes > 1 and draw(st.booleans())
+    devices = ["none", "cpu", "nvme"] if stage == 3 else ["none", "cpu"]  # NVMe: stage 3 only (DeepSpeed)
+    s = Strategy(
+        zero_stage=stage,
+        offload_optimizer=draw(st.sampled_from(devices)) if mode == "train" and stage else "none",
+        offload_param=draw(st.sampled_from(devices)) if stage == 3 else "none",
+        activation_checkpointing=mode == "train" and draw(st.booleans()),
+        micro_batch_size=draw(st.integers(1, 32)),
+        gradient_accumulation_steps=1 if mode == "inference" else draw(st.sampled_from([1, 4])),
+        zero_quantized_weights=zpp,
+        zero_quantized_gradients=zpp and mode == "train",
+        zero_hpz_partition_size=hw.gpus_per_node if zpp else 1,
+        nodes=hw.nodes,
+        gpus_per_node=hw.gpus_per_node,
+        mode=mode,  # type: ignore[arg-type]
+    )
+    assume(not s.problems())  # the few combinations DeepSpeed rejects (Strategy.problems says which)
+    return s
+
+
+def _with_gpu(hw: HardwareReport, **fields: object) -> HardwareReport:
+    return replace(hw, gpus=tuple(replace(g, **fields) for g in hw.gpus))  # type: ignore[arg-type]
+
+
+def _step(hw: HardwareReport, m: ModelSpec, s: Strategy) -> float:
+    return estimate_throughput(hw, m, s, SEQ).step_seconds
+
+
+# ------------------------------------------------------------------------------------------------ bandwidth
+
+
+@FEW
+@given(
+    data=st.data(),
+    spec=st.sampled_from(SPECS),
+    model=st.sampled_from(sorted(MODELS)),
+    nvlink=st.lists(
+        st.sampled_from([50.0, 300.0, 600.0, 900.0, 1800.0]), min_size=2, max_size=2, unique=True
+    ),
+    pcie=st.lists(st.integers(1, 8), min_size=2, max_size=2, unique=True),
+)
+def test_more_link_bandwidth_never_makes_a_step_slower(
+    data: st.DataObject, spec: str, model: str, nvlink: list[float], pcie: list[int]
+) -> None:
+    hw, m = HARDWARE[spec], MODELS[model]
+    s = data.draw(strategies(hw))
+    lo, hi = sorted(nvlink)
+    assert _step(_with_gpu(hw, nvlink_gbs=hi), m, s) <= _step(_with_gpu(hw, nvlink_gbs=lo), m, s)
+    lo_gen, hi_gen = sorted(pcie)  # CPU offload and parameter fetches cross PCIe; rings do without NVLink
+    slow, fast = (
+        _with_gpu(hw, pcie_gen=lo_gen, nvlink_gbs=0.0),
+        _with_gpu(hw, pcie_gen=hi_gen, nvlink_gbs=0.0),
+    )
+    assert _step(fast, m, s) <= _step(slow, m, s)
+
+
+def test_every_newer_pcie_generation_is_no_slower() -> None:
+    """Generations 1-9, including ones the PCI-SIG table lacks (a newer one counts as the newest known), for CPU
+    offload's copies and a PCIe ring alike."""
+    hw, m = _with_gpu(HARDWARE["2xH200"], nvlink_gbs=0.0), MODELS["llama-7b"]
+    s = Strategy(zero_stage=2, offload_optimizer="cpu", micro_batch_size=4, gpus_per_node=2)
+    steps = [_step(_with_gpu(hw, pcie_gen=gen), m, s) for gen in range(1, 10)]
+    assert steps == sorted(steps, reverse=True) and steps[0] > steps[-1]
+
+
+@pytest.mark.parametrize("spec", ["4x2xA100-40GB", "2x8xH100"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_faster_network_in_the_spec_never_makes_a_step_slower(spec: str, stage: int) -> None:
+    """``net=`` in a described spec is the inter-node bandwidth (Gbit/s); every collective crossing nodes runs at
+    the slower of it and the node's own bus."""
+    m = MODELS["llama-7b"]
+    steps = []
+    for gbps in (25, 100, 400, 3200):
+        hw = get_hardware(f"{spec},ram=2TiB,net={gbps}")
+        s = Strategy(zero_stage=stage, micro_batch_size=4, nodes=hw.nodes, gpus_per_node=hw.gpus_per_node)
+        steps.append(_step(hw, m, s))
+    assert steps == sorted(steps, reverse=True) and steps[0] > steps[-1]
+
+
+@pytest.mark.parametrize("gpu", [g for g in CATALOG if g.nvlink_gbs], ids=lambda g: g.key)
+def test_every_catalog_gpu_with_nvlink_is_no_slower_than_over_pcie(gpu: GPUModel) -> None:
+    """NVLink as the catalog quotes it carries a ring at least as fast as the same board's PCIe x16 link."""
+    info = described_gpu(gpu, 0)
+    hw = HardwareReport(source="described", gpus=tuple(replace(info, index=i) for i in range(8)))
+    pcie_only = _with_gpu(hw, nvlink_gbs=0.0)
+    assert intra_node_bus_bytes_per_s(hw.gpus[0], hw) >= intra_node_bus_bytes_per_s(
+        pcie_only.gpus[0], pcie_only
+    )
+    m, s = MODELS["gpt2-xl"], Strategy(zero_stage=2, micro_batch_size=4, gpus_per_node=8)
+    assert _step(hw, m, s) <= _step(pcie_only, m, s)
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+
+def _device(m: ModelSpec, s: Strategy, gpus: int) -> int:
+    """Device bytes per GPU with ``gpus`` GPUs in all, 8 to a node."""
+    return estimate_memory(m, s.with_(gpus_per_node=min(gpus, 8), nodes=max(1, gpus // 8)), SEQ).device
+
+
+@FEW
+@given(data=st.data(), model=st.sampled_from(sorted(MODELS)))
+def test_device_memory_per_gpu_never_grows_with_the_world_size(data: st.DataObject, model: str) -> None:
+    m = MODELS[model]
+    s = data.draw(strategies(HARDWARE["8xA100-80GB"]).filter(lambda s: s.zero_stage >= 1))
+    worlds = (1, 2, 4, 8, 16, 64) if s.zero_stage < 3 else (2, 4, 8, 16, 64)
+    per_gpu = [_device(m, s, n) for n in worlds]
+    assert per_gpu == sorted(per_gpu, reverse=True), (worlds, per_gpu)
+
+
+def test_stage_3_from_one_gpu_to_two_adds_the_gathered_working_set() -> None:
+    """The exception above, in numbers: a 7B model's halved partition outweighs the gathered layer + prefetch
+    bucket; GPT-2 (124M, every parameter inside one prefetch bucket) trades half its weights for a whole gathered
+    copy in inference, where no gradients or optimizer states shrink with it."""
+    train = Strategy(zero_stage=3, micro_batch_size=4)
+    assert _device(MODELS["llama-7b"], train, 2) < _device(MODELS["llama-7b"], train, 1)
+    infer = Strategy(zero_stage=3, micro_batch_size=4, mode="inference")
+    gpt2 = MODELS["gpt2"]
+    one, two = estimate_memory(gpt2, infer, SEQ), estimate_memory(gpt2, infer.with_(gpus_per_node=2), SEQ)
+    assert two.device > one.device
+    assert "gathered parameters" in dict(two.gpu_items) and "gathered parameters" not in dict(one.gpu_items)
+
+
+@FEW
+@given(data=st.data(), spec=st.sampled_from(SPECS), model=st.sampled_from(sorted(MODELS)))
+def test_device_memory_never_shrinks_with_the_micro_batch(data: st.DataObject, spec: str, model: str) -> None:
+    m, s = MODELS[model], data.draw(strategies(HARDWARE[spec]))
+    a = estimate_memory(m, s, SEQ)
+    b = estimate_memory(m, s.with_(micro_batch_size=s.micro_batch_size + 1), SEQ)
+    assert b.allocated >= a.allocated and b.reserved >= a.reserved and b.device >= a.device
+    assert b.device - a.device <= 2 * a.per_sample_device + 1  # linear in the micro-batch: no jumps
+
+
+@pytest.mark.parametrize("model", ["gpt2-xl", "llama-7b"])
+@pytest.mark.parametrize("offload_param", ["none", "cpu"])
+def test_inference_ignores_the_training_only_checkpointing_flag(
+    model: str, offload_param: OffloadDevice
+) -> None:
+    """Checkpointing recomputes in backward only (transformers runs it when ``self.training``): an inference pass
+    with the flag set needs the same memory and time as one without (the planner calls the flag unsupported)."""
+    m, hw = MODELS[model], HARDWARE["8xA100-80GB"]
+    s = Strategy(
+        zero_stage=3, offload_param=offload_param, micro_batch_size=4, mode="inference", gpus_per_node=8
+    )
+    flagged = s.with_(activation_checkpointing=True)
+    assert estimate_memory(m, flagged, SEQ) == estimate_memory(m, s, SEQ)
+    assert _step(hw, m, flagged) == _step(hw, m, s)
+
+
+@FEW
+@given(data=st.data(), spec=st.sampled_from(SPECS), model=st.sampled_from(sorted(MODELS)))
+def test_tokens_per_second_never_fall_with_the_micro_batch(
+    data: st.DataObject, spec: str, model: str
+) -> None:
+    """Per-step and per-micro-step fixed costs (launches, hooks, the optimizer, parameter fetches, unhidden
+    communication) are shared by more tokens; the compute per token stays."""
+    hw, m, s = HARDWARE[spec], MODELS[model], data.draw(strategies(HARDWARE[spec]))
+    a = estimate_throughput(hw, m, s, SEQ).tokens_per_sec
+    assert (
+        estimate_throughput(hw, m, s.with_(micro_batch_size=s.micro_batch_size + 1), SEQ).tokens_per_sec >= a
+    )
+
+
+# ------------------------------------------------------------------------------------------------ scaling
+
+
+def _tokens(gpu: str, gpus_per_node: int, nodes: int, m: ModelSpec, s: Strategy) -> float:
+    hw = get_hardware(f"{nodes}x{gpus_per_node}x{gpu},ram=2TiB,net=400")
+    return estimate_throughput(hw, m, s.with_(gpus_per_node=gpus_per_node, nodes=nodes), SEQ).tokens_per_sec
+
+
+@FEW
+@given(
+    data=st.data(),
+    model=st.sampled_from(sorted(MODELS)),
+    gpu=st.sampled_from(["A100-80GB", "H100", "V100-PCIE-32GB"]),
+)
+def test_tokens_per_second_never_fall_as_gpus_are_added_from_two_on(
+    data: st.DataObject, model: str, gpu: str
+) -> None:
+    """Inside a node (any link) and across nodes: the per-GPU ring traffic grows as (N-1)/N, the work per GPU stays,
+    the partitioned optimizer step shrinks."""
+    m = MODELS[model]
+    s = data.draw(strategies(HARDWARE["8xA100-80GB"], mode="train").filter(lambda s: s.zero_stage <= 2))
+    in_node = [_tokens(gpu, n, 1, m, s) for n in (2, 4, 8)]
+    assert in_node == sorted(in_node), in_node
+    nodes = [_tokens(gpu, 8, n, m, s) for n in (2, 4, 16)]
+    assert nodes == sorted(nodes), nodes
+
+
+@pytest.mark.parametrize("model", DENSE)
+@pytest.mark.parametrize("stage", [0, 1, 2])
+@pytest.mark.parametrize("micro_batch", [1, 8])
+def test_a_second_nvlinked_gpu_never_lowers_tokens_per_second(
+    model: str, stage: int, micro_batch: int
+) -> None:
+    m, s = MODELS[model], Strategy(zero_stage=stage, micro_batch_size=micro_batch)
+    for gpu in ("A100-80GB", "H100", "H200"):
+        assert _tokens(gpu, 2, 1, m, s) >= _tokens(gpu, 1, 1, m, s), gpu
+
+
+def test_over_pcie_a_second_gpu_can_cost_more_than_it_adds() -> None:
+    """The condition above is real: Mixtral's gradients cover all 8 experts while a token computes through 2, so a
+    V100 PCIe ring takes longer than the compute the second GPU takes over."""
+    m, s = MODELS["mixtral-8x7b"], Strategy(zero_stage=2, micro_batch_size=4)
+    assert _tokens("V100-PCIE-32GB", 2, 1, m, s) < _tokens("V100-PCIE-32GB", 1, 1, m, s)
+    assert _tokens("H100", 2, 1, m, s) >= _tokens("H100", 1, 1, m, s)
+
+
+# ------------------------------------------------------------------------------------------------ communication
+
+
+@FEW
+@given(
+    data=st.data(),
+    spec=st.sampled_from(SPECS),
+    model=st.sampled_from(sorted(MODELS)),
+    tuning=st.sampled_from(["full", "lora", "qlora"]),
+)
+def test_stage_3_never_sends_less_than_stage_2(
+    data: st.DataObject, spec: str, model: str, tuning: str
+) -> None:
+    """Also for LoRA and QLoRA, where stage 3 gathers every (frozen, QLoRA: 4-bit) weight but reduces only the
+    adapters' gradients."""
+    m, hw = ft.with_finetune(MODELS[model], make_finetune(tuning)), HARDWARE[spec]
+    s3 = data.draw(
+        strategies(hw, mode="train").filter(lambda s: s.zero_stage == 3 and not s.zero_quantized_weights)
+    )
+    s2 = s3.with_(zero_stage=2, offload_param="none")
+    gas = s3.gradient_accumulation_steps
+    v0, v1 = communication_volume(m, s2.with_(zero_stage=0)), communication_volume(m, s2.with_(zero_stage=1))
+    v2, v3 = communication_volume(m, s2), communication_volume(m, s3)
+    assert v0.per_step(gas) == v1.per_step(gas) <= v2.per_step(gas) <= v3.per_step(gas)
+    assert v2.per_step(gas) > 0
+
+
+def test_zeropp_is_the_exception_stage_3_below_stage_2() -> None:
+    """ZeRO++ (arXiv:2306.10209) quantizes the gathered weights to 8 bits and the reduced gradients to 4: its
+    stage 3 sends less than plain stage 2, as the paper's 4x claim over ZeRO-3 implies."""
+    hw = HARDWARE["2x8xH100"]
+    s2 = Strategy(zero_stage=2, nodes=hw.nodes, gpus_per_node=hw.gpus_per_node)
+    zpp = s2.with_(zero_stage=3, zero_quantized_weights=True, zero_quantized_gradients=True,
+                   zero_hpz_partition_size=hw.gpus_per_node)  # fmt: skip
+    m = MODELS["llama-7b"]
+    assert communication_volume(m, zpp).per_step(1) < communication_volume(m, s2).per_step(1)
+    plain = zpp.with_(zero_quantized_weights=False, zero_quantized_gradients=False, zero_hpz_partition_size=1)
+    assert communication_volume(m, plain).per_step(1) >= communication_volume(m, s2).per_step(1)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+@pytest.mark.parametrize("spec", ["8xA100-80GB", "4x2xA100-40GB"])
+def test_unhidden_communication_time_is_the_volume_over_the_bus(stage: int, spec: str) -> None:
+    """Stages 0-2 do not overlap their collectives with compute (overlap_comm is off by default there): the step's
+    communication part is exactly the bytes over the slower of the node's bus and the network."""
+    hw, m = get_hardware(f"{spec},ram=2TiB,net=200"), MODELS["gpt2-xl"]
+    s = Strategy(zero_stage=stage, micro_batch_size=2, gradient_accumulation_steps=3, nodes=hw.nodes,
+                 gpus_per_node=hw.gpus_per_node)  # fmt: skip
+    bus = intra_node_bus_bytes_per_s(hw.gpus[0], hw)
+    if hw.nodes > 1:
+        bus = min(bus, 200e9 / 8 * cal.INTER_NODE_EFFICIENCY)
+    parts = dict(estimate_throughput(hw, m, s, SEQ).parts)
+    assert parts["communication"] == pytest.approx(communication_volume(m, s).per_step(3) / bus, rel=1e-9)
