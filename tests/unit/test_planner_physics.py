@@ -102,14 +102,19 @@ def test_zero_offload_13b_in_the_papers_own_setting() -> None:
     assert 12.5e9 < m.total_params < 13.1e9
     p = plan(get_hardware("1xV100-32GB,ram=512GiB"), m, PlanRequest(seq_len=1024, buffers=PAPER_BUCKET))
     best = p.best
-    assert best is not None  # the ZeRO-Offload config itself, at the paper's batch
+    assert (
+        best is not None
+    )  # the ZeRO-Offload config itself, at the paper's batch of 1 or the largest that fits
+    assert best.strategy.micro_batch_size >= 1
     assert best.strategy == Strategy(
         zero_stage=2,
         offload_optimizer="cpu",
         activation_checkpointing=True,
         precision="fp16",
-        micro_batch_size=1,
+        micro_batch_size=best.strategy.micro_batch_size,
     )
+    # sized with the same bucket it is predicted with: one more sample would not fit
+    assert best.max_micro_batch == best.strategy.micro_batch_size
     parts = dict(best.predicted.breakdown)
     assert parts["parameters"] == 2 * m.total_params and "gradients" not in parts
     assert best.reasons[0].startswith("fits:") and any("optimizer on the CPU" in r for r in best.reasons)

@@ -121,7 +121,7 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
         phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
     )
     limit = ctx.request.max_micro_batch
-    frag = fragmentation(ctx.model, base, ctx.seq_len)
+    frag = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers)
     budget = int(ctx.gpu_budget / _factors(ctx, base)[1])  # sized for the memory the history says it takes
     max_b = max_micro_batch_for_capacity(phases, frag, base, budget, limit=limit)
     if per_gpu is None:
@@ -435,7 +435,7 @@ def evaluate(
     phases = phases_for(model, s, seq_len, request.buffers)
     budget = int(ctx.gpu_budget / _factors(ctx, s)[1])
     max_b = max_micro_batch_for_capacity(
-        phases, fragmentation(model, s, seq_len), s, budget, limit=request.max_micro_batch
+        phases, fragmentation(model, s, seq_len, request.buffers), s, budget, limit=request.max_micro_batch
     )
     problems = (*s.problems(), *hardware_problems(hardware, s, request), *ft.strategy_problems(model, s))
     return _candidate(ctx, _Sized(s, max_b, mem, tp, _limits(ctx, mem)), problems)
@@ -531,5 +531,5 @@ def max_micro_batch(
     if not cap:
         return 0
     phases = phases_for(model, strategy, seq_len, buffers)
-    frag = fragmentation(model, strategy, seq_len)
+    frag = fragmentation(model, strategy, seq_len, buffers)
     return max_micro_batch_for_capacity(phases, frag, strategy, int(cap * (1 - safety_margin)), limit=limit)
