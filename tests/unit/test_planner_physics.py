@@ -5,6 +5,7 @@ to the host with the optimizer offloaded, NVMe-offloaded gradients off the host,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -118,6 +119,46 @@ def test_zero_offload_13b_in_the_papers_own_setting() -> None:
     parts = dict(best.predicted.breakdown)
     assert parts["parameters"] == 2 * m.total_params and "gradients" not in parts
     assert best.reasons[0].startswith("fits:") and any("optimizer on the CPU" in r for r in best.reasons)
+
+
+def _paper_config(tmp_path: Path, reduce_bucket: int) -> Path:
+    """The ZeRO-Offload 13B run's DeepSpeed config (DeepSpeedExamples Megatron-LM/model_size_test, ZeRO-Offload
+    13B): stage 2, optimizer on the CPU, fp16, batch 1, 5e7-element buckets."""
+    path = tmp_path / f"ds_{reduce_bucket}.json"
+    zero = {
+        "stage": 2,
+        "offload_optimizer": {"device": "cpu"},
+        "contiguous_gradients": True,
+        "overlap_comm": True,
+        "reduce_bucket_size": reduce_bucket,
+        "allgather_bucket_size": reduce_bucket,
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": 1,
+                "gradient_accumulation_steps": 1,
+                "fp16": {"enabled": True},
+                "zero_optimization": zero,
+                "activation_checkpointing": {"partition_activations": True},
+            }
+        )
+    )
+    return path
+
+
+def test_dswiz_check_of_the_papers_own_config_says_it_fits(tmp_path: Path) -> None:
+    """`dswiz check` predicts with the buffers the config sets: the paper's 5e7 bucket fits the V100 at the default
+    margin; the same config with DeepSpeed's default 5e8 bucket does not."""
+    args = ("--model", PAPER_13B, "--hardware", "1xV100-32GB,ram=512GiB")
+    paper = dswiz("check", str(_paper_config(tmp_path, 50_000_000)), *args)
+    default = dswiz("check", str(_paper_config(tmp_path, 500_000_000)), *args)
+    assert "Traceback" not in paper.stderr + default.stderr
+    assert (
+        "[plan-fits]" in paper.stdout and "ZeRO-2 optimizer->cpu ckpt at micro-batch 1 fits" in paper.stdout
+    )
+    assert paper.returncode == 0, paper.stdout
+    assert "[plan-does-not-fit]" in default.stdout and default.returncode == 1, default.stdout
 
 
 def test_the_allocator_cache_follows_the_configured_reduce_bucket() -> None:

@@ -5,14 +5,19 @@ candidate's stable JSON (``dswiz plan --json``'s contract)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wizard.errors import DswizError
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
 from wizard.units import fmt_bytes
+
+if TYPE_CHECKING:  # the planner is imported when a prediction is asked for, not when `dswiz check` starts
+    from wizard.config.schema import ConfigSet
+    from wizard.planner.memory import ZeroBuffers
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,8 @@ def config_prediction(file: Path, model_text: str, hardware: HardwareReport) -> 
     if loaded.kind == "deepspeed":  # a DeepSpeed JSON names no topology: the hardware's
         s = s.with_(nodes=hardware.nodes, gpus_per_node=max(1, hardware.gpus_per_node))
     model = load_model_spec(model_text)
-    result = plan(hardware, model, PlanRequest(precisions=(s.precision,), mode=s.mode))
+    request = PlanRequest(precisions=(s.precision,), mode=s.mode, buffers=buffers_of(loaded.config))
+    result = plan(hardware, model, request)
     chosen = choose(
         result,
         StrategyChoice(
@@ -83,3 +89,37 @@ def config_prediction(file: Path, model_text: str, hardware: HardwareReport) -> 
 
 def _note(text: str) -> ConfigPrediction:
     return ConfigPrediction(Finding(Severity.INFO, "plan-not-predicted", text, "", ""), None)
+
+
+# DeepSpeed's zero_optimization keys for the buffers the memory model counts (deepspeed/runtime/zero/config.py,
+# DeepSpeed 0.19.8), and the ZeroBuffers field each one sets.
+_BUFFER_KEYS = (
+    ("reduce_bucket_size", "reduce_bucket_elements"),
+    ("allgather_bucket_size", "allgather_bucket_elements"),
+    ("stage3_prefetch_bucket_size", "prefetch_elements"),
+    ("stage3_max_live_parameters", "max_live_parameters"),
+)
+
+
+def buffers_of(config: ConfigSet) -> ZeroBuffers:
+    """The buffer sizes a DeepSpeed config sets (a smaller reduce bucket frees memory: the ZeRO-Offload paper's
+    13B run used 5e7); DeepSpeed's defaults where a key is absent or "auto" (the Trainer fills it)."""
+    from wizard.model import MAX_COUNT
+    from wizard.planner.memory import DEFAULT_BUFFERS
+
+    zero = config.deepspeed.zero_optimization
+    if zero is None:
+        return DEFAULT_BUFFERS
+    changes: dict[str, Any] = {}
+    for key, field in _BUFFER_KEYS:
+        v = getattr(zero, key, None)
+        if (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and 0 < v <= MAX_COUNT
+        ):
+            changes[field] = int(v)
+    if zero.overlap_comm is not None:
+        changes["overlap_comm"] = zero.overlap_comm
+    return replace(DEFAULT_BUFFERS, **changes)
