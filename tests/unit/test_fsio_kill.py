@@ -218,3 +218,21 @@ def test_dswiz_config_killed_mid_move_then_launch_reads_the_new_set(tmp_path: Pa
     assert again.returncode == 0, again.stderr
     assert leftovers(out) == [] and (out / USER_FILE[0]).read_text() == USER_FILE[1]
     assert [p.read_text() for p in out.glob("ds_config.json.bak-*")] == [before]
+
+
+def test_a_half_moved_set_stops_launch_sh_and_dswiz_check_finishes_it(tmp_path: Path) -> None:
+    """`bash launch.sh` never runs on a mix of old and new files; `dswiz check DIR` finishes the move first."""
+    out = tmp_path / "out"
+    assert dswiz("config", "--yes", "--out", str(out)).returncode == 0
+    new = ("config", "--yes", "--micro-batch", "8", "--master-port", "29511", "--out", str(out), "--force")
+    assert dswiz(*new, kill_at_replace=2).returncode == -signal.SIGKILL
+    assert any(e.startswith(COMMIT_PREFIX) for e in os.listdir(out))
+    script = out / "launch.sh"
+    refused = subprocess.run(["bash", str(script), "train.py"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "interrupted config write" in refused.stderr, refused.stderr
+    assert f"dswiz check {out}" in refused.stderr
+    checked = dswiz("check", str(out), "--no-consumer-check")
+    assert "Traceback" not in checked.stderr and leftovers(out) == []
+    assert json.loads((out / "ds_config.json").read_text())["train_micro_batch_size_per_gpu"] == 8
+    usage = subprocess.run(["bash", str(out / "launch.sh")], capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 2 and "usage: bash" in usage.stderr  # past the guard: the set is whole again

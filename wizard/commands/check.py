@@ -72,6 +72,9 @@ def check(
 
     if not file.exists():
         raise DswizError(f"{file} does not exist", "check the path (dswiz check ds_config.json)")
+    from wizard.fsio import settle_file_set
+
+    settle_file_set(file if file.is_dir() else file.parent)  # a killed `dswiz config` write: finish it first
     if hardware is None and ctx.parent is not None:
         hardware = ctx.parent.params.get("hardware")
     report = None

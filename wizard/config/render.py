@@ -33,6 +33,7 @@ from wizard.config.schema import (
     DeepSpeedSettings,
     _Section,
 )
+from wizard.fsio import COMMIT_PREFIX
 from wizard.launch_command import LaunchCommand, LaunchSpec, build_command
 
 
@@ -300,6 +301,10 @@ def render_launch_sh(config: ConfigSet) -> str:
     lines += [
         "set -euo pipefail",
         'DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        # A write of this set that was killed half-way (wizard.fsio) leaves a commit folder: some files may be old,
+        # some new. Any dswiz command that reads the folder finishes the write; the script must not run on it.
+        f'for d in "$DIR"/{COMMIT_PREFIX}*; do [ -e "$d" ] || continue; echo "$DIR holds an interrupted config '
+        r'write: run \`dswiz check $DIR\` to finish it, then run this again" >&2; exit 2; done',
         'if [ "$#" -lt 1 ]; then echo "usage: bash $0 train.py [script args...]" >&2; exit 2; fi',
         'SCRIPT="$1"; shift',
         'PYTHON="${PYTHON:-python3}"',
