@@ -465,6 +465,39 @@ def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str
     ], {"TORCH_CUDA_ARCH_LIST": fixed or None}
 
 
+def check_build_locks(environ: Mapping[str, str], home: Path) -> list[Finding]:
+    """A JIT-build lock no process holds makes the job hang before its first step (runner.build_locks)."""
+    from runner.build_locks import find_build_locks
+
+    out = []
+    for lock in find_build_locks(environ, home):
+        if lock.held_by:
+            pids = ", ".join(map(str, lock.held_by))
+            out.append(
+                Finding(
+                    Severity.INFO,
+                    "op-build-running",
+                    f"another process (PID {pids}) is building DeepSpeed's {lock.op} op now",
+                    "a job that needs the same op waits until that build ends (usually a minute or two)",
+                    "nothing to do; the job starts once the build is done",
+                    str(lock.path),
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    Severity.WARNING,
+                    "op-build-lock-stale",
+                    f"a killed build of DeepSpeed's {lock.op} op left its lock file, and no process holds it",
+                    "torch's JIT build waits for that file to go away (torch.utils.file_baton.FileBaton.wait): a "
+                    f"job that needs {lock.op} hangs before its first step, with no error",
+                    f"rm {shlex.quote(str(lock.path))}  (the op is rebuilt, about a minute)",
+                    str(lock.path),
+                )
+            )
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- multi-node
 
 
@@ -655,6 +688,7 @@ def preflight(
         findings += check_host_ram(ds_config, hardware, need_bytes=cpu_offload_need_bytes)
     arch_findings, arch_fix = check_arch_list(environ)
     findings += arch_findings
+    findings += check_build_locks(environ, Path(environ.get("HOME") or Path.home()))
     ordered = sorted(findings, key=lambda f: f.severity.rank)
     return PreflightResult(
         findings=tuple(ordered), env_fixes=tuple(arch_fix.items()), training_env=env, hosts=tuple(hosts)

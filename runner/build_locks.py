@@ -1,0 +1,86 @@
+"""Stale JIT-build locks: a DeepSpeed op build that was killed leaves a lock file, and the next job waits on it for
+ever.
+
+Why: DeepSpeed builds its ops (cpu_adam for CPU offload, fused_adam, aio for NVMe, ...) with
+torch.utils.cpp_extension, which takes ``<build dir>/lock`` with ``FileBaton``: it creates the file with O_EXCL,
+keeps it open for the whole build and deletes it at the end (torch/utils/file_baton.py, torch 2.x). A build killed
+half-way (Ctrl-C at the wrong moment, the OOM killer, a job stopped by a scheduler) never deletes it, and every later
+build of that op spins in ``FileBaton.wait()`` while the file exists: the job hangs before its first step with no
+error. A lock that no process holds open is therefore stale; one that a process holds is a build in progress.
+
+Where: ``$TORCH_EXTENSIONS_DIR/<op>/lock`` when that is set, else ``<cache>/torch_extensions/<py>_<cu>/<op>/lock``
+with ``<cache>`` = ``$XDG_CACHE_HOME`` or ``~/.cache`` (cpp_extension.py ``_get_build_directory`` and
+``get_default_build_root``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_NAME = "lock"
+
+
+@dataclass(frozen=True)
+class BuildLock:
+    path: Path
+    op: str  # the extension's folder name (e.g. cpu_adam)
+    held_by: tuple[int, ...]  # PIDs with the file open (a build running now); empty: stale
+
+
+def build_roots(environ: Mapping[str, str], home: Path) -> list[Path]:
+    """The folders whose ``*/lock`` (or, for the default root, ``*/*/lock``) torch's JIT builds use."""
+    explicit = environ.get("TORCH_EXTENSIONS_DIR")
+    if explicit:
+        return [Path(explicit)]
+    cache = Path(environ.get("XDG_CACHE_HOME") or home / ".cache")
+    return [cache / "torch_extensions"]
+
+
+def find_build_locks(environ: Mapping[str, str], home: Path, proc: Path = Path("/proc")) -> list[BuildLock]:
+    """Every lock file under the build roots, with the processes that hold it open (read from /proc)."""
+    found: list[Path] = []
+    for root in build_roots(environ, home):
+        pattern = f"*/{LOCK_NAME}" if environ.get("TORCH_EXTENSIONS_DIR") else f"*/*/{LOCK_NAME}"
+        try:
+            found += sorted(p for p in root.glob(pattern) if p.is_file())
+        except OSError:
+            continue
+    if not found:
+        return []
+    holders = _open_files(proc, {_real(p) for p in found})
+    return [BuildLock(p, p.parent.name, tuple(sorted(holders.get(_real(p), ())))) for p in found]
+
+
+def _real(p: Path) -> str:
+    try:
+        return os.path.realpath(p)
+    except OSError:
+        return str(p)
+
+
+def _open_files(proc: Path, wanted: set[str]) -> dict[str, set[int]]:
+    """Which of ``wanted`` (real paths) each process has open; processes we may not look into are skipped."""
+    out: dict[str, set[int]] = {}
+    for pid_dir in _pid_dirs(proc):
+        try:
+            fds = list((pid_dir / "fd").iterdir())
+        except OSError:  # gone, or another user's
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target in wanted:
+                out.setdefault(target, set()).add(int(pid_dir.name))
+    return out
+
+
+def _pid_dirs(proc: Path) -> Iterable[Path]:
+    try:
+        return [p for p in proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []

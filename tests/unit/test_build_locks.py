@@ -1,0 +1,70 @@
+"""Stale JIT-build locks, found with real files and real processes: a lock no process holds is a warning with the
+`rm` that fixes it; one a running build holds open is only a note; none at all is silence."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner.build_locks import build_roots, find_build_locks
+from runner.preflight import check_build_locks
+from wizard.findings import Severity
+
+
+def _lock(root: Path, *parts: str) -> Path:
+    path = root.joinpath(*parts, "lock")
+    path.parent.mkdir(parents=True)
+    path.write_text("")
+    return path
+
+
+def test_the_default_root_is_the_users_cache_and_torch_extensions_dir_wins(tmp_path: Path) -> None:
+    assert build_roots({}, tmp_path) == [tmp_path / ".cache" / "torch_extensions"]
+    assert build_roots({"XDG_CACHE_HOME": "/c"}, tmp_path) == [Path("/c/torch_extensions")]
+    assert build_roots({"TORCH_EXTENSIONS_DIR": "/x", "XDG_CACHE_HOME": "/c"}, tmp_path) == [Path("/x")]
+
+
+def test_a_lock_nobody_holds_is_stale_and_the_fix_removes_exactly_it(tmp_path: Path) -> None:
+    stale = _lock(tmp_path / ".cache" / "torch_extensions", "py311_cu130", "cpu_adam")
+    (tmp_path / ".cache" / "torch_extensions" / "py311_cu130" / "fused_adam").mkdir()  # built, no lock: fine
+    [finding] = check_build_locks({}, tmp_path)
+    assert finding.severity is Severity.WARNING and finding.code == "op-build-lock-stale"
+    assert "cpu_adam" in finding.what and "hangs before its first step" in finding.why
+    subprocess.run(shlex.split(finding.fix.split("  (")[0]), check=True)  # the fix, as the user would paste it
+    assert not stale.exists() and check_build_locks({}, tmp_path) == []
+
+
+def test_a_lock_a_running_build_holds_open_is_a_note_with_its_pid(tmp_path: Path) -> None:
+    lock = _lock(tmp_path / "ext", "aio")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; f = open(sys.argv[1]); print('open', flush=True); time.sleep(60)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+        [found] = find_build_locks(env, tmp_path)
+        assert found.op == "aio" and holder.pid in found.held_by
+        [finding] = check_build_locks(env, tmp_path)
+        assert finding.severity is Severity.INFO and str(holder.pid) in finding.what
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 5
+    while find_build_locks(env, tmp_path)[0].held_by and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert check_build_locks(env, tmp_path)[0].severity is Severity.WARNING  # its builder died: now stale
+
+
+def test_no_cache_folder_at_all_is_silence(tmp_path: Path) -> None:
+    assert check_build_locks({}, tmp_path / "nobody") == []
+    assert check_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path / "missing")}, tmp_path) == []
