@@ -158,12 +158,17 @@ class RunRecord:
     boot_id: str | None = None
     job_token: str | None = None
     reaper_pid: int | None = None
+    # Where the job runs: its nodes in order (node 0 first; from the hostfile, or the Slurm allocation's) and the
+    # scheduler's job ("slurm 4242") when it runs inside one. Empty / None on one machine.
+    hosts: tuple[str, ...] = ()
+    scheduler_job: str | None = None
     version: int = RUN_JSON_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["command"] = list(self.command)
         d["script_args"] = list(self.script_args)
+        d["hosts"] = list(self.hosts)
         d["config_changes"] = list(self.config_changes)
         d["launcher_exit_codes"] = list(self.launcher_exit_codes)
         d["launchers"] = [{**asdict(p), "argv": list(p.argv)} for p in self.launchers]
@@ -183,7 +188,7 @@ class RunRecord:
         ]
         if missing:
             raise DswizError(f"{RUN_JSON} lacks {', '.join(missing)}", RUN_JSON_FIX)
-        for name in ("command", "script_args", "config_changes"):
+        for name in ("command", "script_args", "config_changes", "hosts"):
             kw[name] = _strings(d, name)
         for name in ("env_changes", "configs"):
             kw[name] = _string_map(d, name, none_ok=name == "env_changes")
@@ -199,6 +204,26 @@ class RunRecord:
             raise _bad("plan", plan, "an object")
         kw["plan"] = plan
         return cls(**kw)
+
+
+def placement_words(record: RunRecord) -> str:
+    """Where this part of the job runs, in words: "node 1 of 2 (gpu01, gpu02), slurm job 4242"; "" on one
+    machine outside a scheduler."""
+    parts = []
+    ranks = sorted({p.node_rank for p in record.launchers if p.node_rank is not None})
+    if record.hosts and len(record.hosts) > 1:
+        shown = ", ".join(record.hosts[:4]) + (
+            f", … {len(record.hosts) - 4} more" if len(record.hosts) > 4 else ""
+        )
+        here = (
+            f"node {', '.join(map(str, ranks))} of {len(record.hosts)}"
+            if ranks
+            else f"{len(record.hosts)} nodes"
+        )
+        parts.append(f"{here} ({shown})")
+    if record.scheduler_job:
+        parts.append(f"{record.scheduler_job.replace(' ', ' job ', 1)}")
+    return ", ".join(parts)
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -249,6 +274,7 @@ _REQUIRED = ("run_id", "run_dir", "status", "started_at", "command", "command_li
 _STRUCTURED = (
     "command",
     "script_args",
+    "hosts",
     "config_changes",
     "env_changes",
     "configs",

@@ -15,6 +15,8 @@ from typing import Any
 
 from runner import rundir
 from wizard import launch_command as launch
+from wizard.config.hostfile import launch_hosts
+from wizard.errors import DswizError
 from wizard.launch_command import LaunchCommand, LaunchSpec
 
 
@@ -31,6 +33,8 @@ class PreparedRun:
     ds_config: dict[str, Any] | None  # the config as launched (the observable copy)
     cwd: str
     plan: dict[str, Any] | None = None  # run.json's "plan" section (predictions for the monitor)
+    hosts: tuple[str, ...] = ()  # the job's nodes, node 0 first (from the hostfile); () on one machine
+    scheduler_job: str | None = None  # "slurm 4242" inside a Slurm allocation
 
 
 def prepare_run(
@@ -84,4 +88,16 @@ def prepare_run(
         ds_config=launched,
         cwd=cwd or os.getcwd(),
         plan=dict(plan) if plan else None,
+        hosts=_hosts(first.hostfile),
+        scheduler_job=f"slurm {os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID") else None,
     )
+
+
+def _hosts(hostfile: str | None) -> tuple[str, ...]:
+    """The hostfile's hosts in order (the preflight has read it already; unreadable now: none recorded)."""
+    if hostfile is None:
+        return ()
+    try:
+        return tuple(host for host, _ in launch_hosts(Path(hostfile).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, DswizError):
+        return ()

@@ -522,6 +522,8 @@ class Job:
             boot_id=rundir.boot_id(),
             job_token=self.token,
             reaper_pid=self._reaper.pid if self._reaper is not None else None,
+            hosts=p.hosts,
+            scheduler_job=p.scheduler_job,
         )
 
     def _finish(self) -> RunOutcome:

@@ -12,6 +12,7 @@ from typing import Any
 
 from runner import rundir
 from runner.metrics.plan import PlanInfo
+from wizard.errors import DswizError
 
 PidsProvider = Callable[[], Iterable[int]]
 
@@ -105,8 +106,9 @@ def target_from_run_dir(run_dir: Path) -> JobTarget:
             written = run.get("cwd")
             cwd = written if isinstance(written, str) and written else os.getcwd()
             csv_dir = cfg_csv if cfg_csv.is_absolute() else Path(cwd) / cfg_csv
+    placement = _placement(run)
     return JobTarget(
-        source=f"run {run_id}",
+        source=f"run {run_id}" + (f", {placement}" if placement else ""),
         logs=(run_dir / rundir.COMBINED_LOG,),
         rank_log_dirs=(run_dir / rundir.RANK_LOGS_DIR,),
         csv_dir=csv_dir,
@@ -116,3 +118,11 @@ def target_from_run_dir(run_dir: Path) -> JobTarget:
         pids=tuple(run_pids(run)),
         notes=tuple(notes),
     )
+
+
+def _placement(run: Mapping[str, Any]) -> str:
+    """run.json's nodes and scheduler job in words (rundir.placement_words); "" when it cannot be read."""
+    try:
+        return rundir.placement_words(rundir.RunRecord.from_dict(run))
+    except DswizError:
+        return ""

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from runner import rundir
+from runner.metrics.target import target_from_run_dir
 
 # A job costs 30-60 s on an idle 2-core machine; a busy one took 5 min for the two-node job (JIT build).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -194,4 +195,10 @@ def test_two_node_ranks_on_two_slurmd_of_this_host(slurm: dict[str, str], tmp_pa
     hostfile = Path(f"{run_dir_of(tmp_path, job, '-node1')}.hostfile")
     assert hostfile.read_text().splitlines()[1:] == ["n1 slots=1", "n2 slots=1"]  # from SLURM_JOB_NODELIST
     assert "--node_rank" in node1.command and node1.command[node1.command.index("--node_rank") + 1] == "1"
+    # run.json says where each part ran; the monitor's header shows it (runner/metrics/target.py)
+    assert node1.hosts == ("n1", "n2") and node1.scheduler_job == f"slurm {job}"
+    assert rundir.placement_words(node1) == f"node 1 of 2 (n1, n2), slurm job {job}"
+    assert target_from_run_dir(run_dir_of(tmp_path, job, "-node0")).source.endswith(
+        f"node 0 of 2 (n1, n2), slurm job {job}"
+    )
     assert processes_of_job(job) == []

@@ -33,7 +33,9 @@ def test_a_lock_nobody_holds_is_stale_and_the_fix_removes_exactly_it(tmp_path: P
     [finding] = check_build_locks({}, tmp_path)
     assert finding.severity is Severity.WARNING and finding.code == "op-build-lock-stale"
     assert "cpu_adam" in finding.what and "hangs before its first step" in finding.why
-    subprocess.run(shlex.split(finding.fix.split("  (")[0]), check=True)  # the fix, as the user would paste it
+    subprocess.run(
+        shlex.split(finding.fix.split("  (")[0]), check=True
+    )  # the fix, as the user would paste it
     assert not stale.exists() and check_build_locks({}, tmp_path) == []
 
 

@@ -37,6 +37,8 @@ BASE = rundir.RunRecord(
     launcher_exit_codes=(0,),
     verdict=rundir.RunVerdict("success", "finished", advice=("none",), evidence=("line",)),
     plan={"seq_len": 16, "total_steps": 10},
+    hosts=("gpu01", "gpu02"),
+    scheduler_job="slurm 42",
 ).to_dict()
 RUN_KEYS = sorted(BASE)
 
@@ -47,6 +49,8 @@ def check_record(record: rundir.RunRecord | None) -> None:
     fz.holds(isinstance(record.run_id, str) and isinstance(record.status, str), "names are strings")
     fz.holds(isinstance(record.started_at, float), f"started_at {record.started_at!r}")
     fz.holds(all(isinstance(a, str) for a in record.command), "command is strings")
+    fz.holds(all(isinstance(h, str) for h in record.hosts), "hosts are strings")
+    rundir.placement_words(record)  # what the monitor shows of them never raises
     for p in record.launchers:
         fz.holds(type(p.pid) is int and type(p.pgid) is int and p.pid > 0, f"launcher {p!r}")
     fz.holds(
@@ -112,3 +116,14 @@ def test_launchers_five_is_a_finding_naming_the_key() -> None:
     else:
         raise AssertionError("launchers: 5 was accepted")
     assert run_pids({**BASE, "launchers": 5, "rank_pids": [1]}) == []
+
+
+def test_the_monitor_header_says_which_node_of_which_scheduler_job(tmp_path: Path) -> None:
+    record = rundir.RunRecord.from_dict({**BASE, "run_dir": str(tmp_path)})
+    rundir.write_run_record(tmp_path, record)
+    assert target_from_run_dir(tmp_path).source == (
+        "run 20261130-014135, node 0 of 2 (gpu01, gpu02), slurm job 42"
+    )
+    one_machine = {**BASE, "hosts": [], "scheduler_job": None}
+    rundir.write_run_record(tmp_path, rundir.RunRecord.from_dict(one_machine))
+    assert target_from_run_dir(tmp_path).source == "run 20261130-014135"
