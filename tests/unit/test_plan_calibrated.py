@@ -30,25 +30,11 @@ MODEL = "gpt2-xl"
 Z2 = {"stage": 2, "offload_optimizer": "none", "offload_param": "none"}
 
 
-def _record(
-    db: Path, *, tokens_ratio: float, memory_ratio: float, runs: int = 3, strategy: dict = Z2
-) -> None:
-    """``runs`` finished runs on HW_SPEC that measured ``ratio`` x what the physics predicted."""
+def _record(db: Path, *, tokens_ratio: float, memory_ratio: float, runs: int = 3) -> None:
+    """``runs`` finished runs on HW_SPEC, in the history file ``db``, that measured ``ratio`` x the prediction."""
     store = HistoryStore(db)
-    hw = hardware_fingerprint(get_hardware(HW_SPEC))
-    for _ in range(runs):
-        store.put(
-            Measurement(
-                hardware=hw,
-                model={"name": MODEL},
-                strategy=strategy,
-                predicted=Figures(tokens_per_sec=1000.0, peak_gpu_bytes=40 << 30),
-                measured=Figures(
-                    tokens_per_sec=1000.0 * tokens_ratio, peak_gpu_bytes=int((40 << 30) * memory_ratio)
-                ),
-                outcome="success",
-            )
-        )
+    for run in _runs(tokens_ratio, memory_ratio, n=runs):
+        store.put(run)
 
 
 def _dswiz(*args: str, db: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -80,19 +66,14 @@ def _calibrated_request(runs: list[Measurement]) -> PlanRequest:
 
 
 def _runs(tokens_ratio: float, memory_ratio: float, n: int = 4) -> list[Measurement]:
+    """``n`` finished ZeRO-2 runs on HW_SPEC (each its own record) that measured ``ratio`` x the prediction."""
     hw = hardware_fingerprint(get_hardware(HW_SPEC))
+    measured = Figures(tokens_per_sec=1000.0 * tokens_ratio, peak_gpu_bytes=int((40 << 30) * memory_ratio))
+    predicted = Figures(tokens_per_sec=1000.0, peak_gpu_bytes=40 << 30)
     return [
-        Measurement(
-            hardware=hw,
-            model={"name": MODEL},
-            strategy=Z2,
-            predicted=Figures(tokens_per_sec=1000.0, peak_gpu_bytes=40 << 30),
-            measured=Figures(
-                tokens_per_sec=1000.0 * tokens_ratio, peak_gpu_bytes=int((40 << 30) * memory_ratio)
-            ),
-            outcome="success",
-        )
-    ] * n
+        Measurement(hw, {"name": MODEL}, Z2, predicted=predicted, measured=measured, outcome="success")
+        for _ in range(n)
+    ]
 
 
 def test_a_strategy_is_predicted_toward_its_familys_measurements() -> None:
