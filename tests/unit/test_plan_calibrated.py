@@ -201,3 +201,22 @@ def test_an_unreadable_history_is_a_note_not_a_failed_plan(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     notes = json.loads(proc.stdout)["notes"]
     assert any(n.startswith("run history not used:") and "not a readable SQLite file" in n for n in notes)
+
+
+def test_the_wizard_plans_with_the_history_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wizard.service import WizardService
+    from wizard.service.wizard_service import initial_choices
+
+    db = tmp_path / "history.sqlite3"
+    _record(db, tokens_ratio=0.6, memory_ratio=1.0)
+    monkeypatch.setenv("DSWIZ_HISTORY", str(db))
+    model = load_model_spec(MODEL)
+    notes = {}
+    for use in (True, False):
+        service = WizardService(use_history=use)
+        choices = initial_choices(service, hardware=get_hardware(HW_SPEC))
+        notes[use] = service.plan(choices, model).notes
+    assert any(n.startswith("calibrated by 3 runs") for n in notes[True])
+    assert not any("calibrated" in n for n in notes[False])
