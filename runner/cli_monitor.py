@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from wizard.cli_options import no_history_option
 from wizard.errors import DswizError
+
+if TYPE_CHECKING:  # imported when a job is watched, not when `--help` is drawn
+    from runner.metrics.snapshot import Snapshot
+    from runner.run_history import WatchedJob
 
 
 @click.command()
@@ -31,7 +38,13 @@ from wizard.errors import DswizError
     help="For a run whose dswiz was killed (supervisor lost): stop the processes of its job still running, "
     "write its verdict, and exit.",
 )
-def monitor(target: str | None, as_json: bool, interval: float, stop_leftovers: bool) -> int:
+@no_history_option(
+    "Do not record a job watched from its start to its end in the run history (`dswiz history`; jobs "
+    "`dswiz launch` started record themselves)."
+)
+def monitor(
+    target: str | None, as_json: bool, interval: float, stop_leftovers: bool, no_history: bool
+) -> int:
     """Watch a running job: GPU memory and utilisation, throughput, loss, alerts.
 
     \b
@@ -49,17 +62,39 @@ def monitor(target: str | None, as_json: bool, interval: float, stop_leftovers: 
     job = resolve_target(target)
     if stop_leftovers:
         return stop_lost_run(job.run_dir)
+    watched = _watched_job() if job.run_dir is None and not no_history else None
+    observer = watched.observe if watched is not None else None
     if as_json:
-        code = stream_json(job, interval)
+        code = stream_json(job, interval, observer=observer)
     else:
         from runner.monitor.factory import build_live_app
 
-        app = build_live_app(job, interval=interval)
+        app = build_live_app(job, interval=interval, observer=observer)
         app.run()
         code = 0
     if not as_json:  # the JSON stream says it before its summary
         say_if_lost(job.run_dir, as_json=False)
+    if watched is not None:
+        _record_watched(watched)
     return code
+
+
+def _watched_job() -> WatchedJob:
+    """A job dswiz did not start (attached by PID): what the monitor sees of it goes into the run history."""
+    from runner.run_history import WatchedJob
+    from wizard.hardware import get_hardware
+    from wizard.history.record import hardware_fingerprint
+
+    return WatchedJob(lambda: hardware_fingerprint(get_hardware(None)))
+
+
+def _record_watched(watched: WatchedJob) -> None:
+    from runner.run_history import record
+
+    entry = watched.measurement()
+    warning = record(entry) if entry is not None else None
+    if warning:
+        click.echo(warning, err=True)
 
 
 def stop_lost_run(run_dir: Path | None) -> int:
@@ -96,7 +131,7 @@ def say_if_lost(run_dir: Path | None, *, as_json: bool) -> None:
             click.echo(f"  fix: `{fix}`", err=True)
 
 
-def stream_json(job: object, interval: float) -> int:
+def stream_json(job: object, interval: float, *, observer: Callable[[Snapshot], None] | None = None) -> int:
     """One JSON object per interval on stdout until the job ends, then the summary. Exit 0: a failed job is news,
     not an error of the monitor."""
     from runner.metrics.collector import TERMINAL_STATES, Collector
@@ -104,7 +139,7 @@ def stream_json(job: object, interval: float) -> int:
     from runner.metrics.target import JobTarget
 
     assert isinstance(job, JobTarget)
-    collector = Collector(target=job, interval=interval)
+    collector = Collector(target=job, interval=interval, observer=observer)
     summary = Summary()
     try:
         while True:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -112,39 +113,99 @@ def outcome(run: RunRecord) -> str:
     return "failed" if run.ended_at is not None else "running"
 
 
-def measured(snapshots: Iterable[Snapshot]) -> Figures:
-    """Steady-state tokens/s and step time, the peak GPU memory per GPU, the host RAM peak."""
-    timed: list[Snapshot] = []
-    peaks: dict[int, int] = {}
-    host_peak: int | None = None
-    last_step: int | None = None
-    for s in snapshots:
+class FiguresSoFar:
+    """What the snapshots of one job measured so far: steady-state tokens/s and step time (the first quarter of the
+    steps, and at least the first two, are warm-up), the peak GPU memory per GPU, the host RAM peak. Bounded: it
+    keeps the last ``TIMED_KEPT`` timed snapshots (a week of 1 s polls fits a day of steady state)."""
+
+    TIMED_KEPT = 100_000
+
+    def __init__(self) -> None:
+        self._timed: deque[tuple[int, float | None, float | None]] = deque(maxlen=self.TIMED_KEPT)
+        self._peaks: dict[int, int] = {}
+        self._host_peak: int | None = None
+        self.first_step: int | None = None
+        self.last_step: int | None = None
+
+    def add(self, s: Snapshot) -> None:
         if s.step is not None:
-            last_step = s.step
+            self.first_step = s.step if self.first_step is None else self.first_step
+            self.last_step = s.step
             if s.tokens_per_sec is not None or s.step_time_s is not None:
-                timed.append(s)
+                self._timed.append((s.step, s.tokens_per_sec, s.step_time_s))
         for g in s.gpus:
             used = g.job_memory_bytes if g.job_memory_bytes is not None else g.memory_used_bytes
             if used is not None:
-                peaks[g.index] = max(peaks.get(g.index, 0), used)
+                self._peaks[g.index] = max(self._peaks.get(g.index, 0), used)
         if s.host_ram_used_bytes is not None:
-            host_peak = max(host_peak or 0, s.host_ram_used_bytes)
-    if last_step is not None:
-        cut = max(WARMUP_MIN_STEPS, int(last_step * WARMUP_SHARE))
-        steady = [s for s in timed if s.step is not None and s.step > cut] or timed[-1:]
-    else:
-        steady = []
-    tps = [s.tokens_per_sec for s in steady if s.tokens_per_sec is not None]
-    step_time = [s.step_time_s for s in steady if s.step_time_s is not None]
-    per_gpu = tuple(peaks[i] for i in sorted(peaks))
-    return Figures(
-        tokens_per_sec=statistics.median(tps) if tps else None,
-        step_time_s=statistics.median(step_time) if step_time else None,
-        peak_gpu_bytes=max(per_gpu) if per_gpu else None,
-        peak_gpu_bytes_per_rank=per_gpu,
-        host_ram_peak_bytes=host_peak,
-        steps=last_step,
-    )
+            self._host_peak = max(self._host_peak or 0, s.host_ram_used_bytes)
+
+    def figures(self) -> Figures:
+        steady: list[tuple[int, float | None, float | None]] = []
+        if self.last_step is not None:
+            cut = max(WARMUP_MIN_STEPS, int(self.last_step * WARMUP_SHARE))
+            steady = [t for t in self._timed if t[0] > cut] or list(self._timed)[-1:]
+        tps = [t[1] for t in steady if t[1] is not None]
+        step_time = [t[2] for t in steady if t[2] is not None]
+        per_gpu = tuple(self._peaks[i] for i in sorted(self._peaks))
+        return Figures(
+            tokens_per_sec=statistics.median(tps) if tps else None,
+            step_time_s=statistics.median(step_time) if step_time else None,
+            peak_gpu_bytes=max(per_gpu) if per_gpu else None,
+            peak_gpu_bytes_per_rank=per_gpu,
+            host_ram_peak_bytes=self._host_peak,
+            steps=self.last_step,
+        )
+
+
+def measured(snapshots: Iterable[Snapshot]) -> Figures:
+    """Steady-state tokens/s and step time, the peak GPU memory per GPU, the host RAM peak (``FiguresSoFar``)."""
+    so_far = FiguresSoFar()
+    for s in snapshots:
+        so_far.add(s)
+    return so_far.figures()
+
+
+# `dswiz monitor` on a job dswiz did not start: how its end state reads as a history outcome.
+_WATCHED_OUTCOMES = {
+    "finished": "success",
+    "failed": "failed",
+    "interrupted": "interrupted",
+    "ended": "ended",
+}
+
+
+class WatchedJob:
+    """What `dswiz monitor` records of a job it watched but did not start (one attached by PID): a measurement
+    with source "monitor", when it saw the job from its start (its first step seen is at most the warm-up) to its
+    end. A job dswiz launched records itself (``entry_at_start``/``entry_at_end``); one joined half-way measured
+    too little to teach anything and is not recorded."""
+
+    def __init__(self, hardware: Callable[[], Hardware]) -> None:
+        self._hardware = hardware  # detected only when there is something to record
+        self._figures = FiguresSoFar()
+        self._started_at = time.time()
+        self._state = "unknown"
+
+    def observe(self, snap: Snapshot) -> None:
+        self._figures.add(snap)
+        self._state = snap.job_state
+
+    def measurement(self) -> Measurement | None:
+        first = self._figures.first_step
+        whole = first is None or first <= WARMUP_MIN_STEPS
+        if self._state not in _WATCHED_OUTCOMES or not whole or self._figures.last_step is None:
+            return None
+        return Measurement(
+            hardware=self._hardware(),
+            model={},
+            strategy={},
+            measured=self._figures.figures(),
+            outcome=_WATCHED_OUTCOMES[self._state],
+            source="monitor",
+            started_at=self._started_at,
+            ended_at=time.time(),
+        )
 
 
 def entry_at_end(start: Measurement, run: RunRecord) -> Measurement:

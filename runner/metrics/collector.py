@@ -55,12 +55,14 @@ class Collector:
         persist: bool = True,
         history_capacity: int = DEFAULT_CAPACITY,
         clock: Callable[[], float] = time.time,
+        observer: Callable[[Snapshot], None] | None = None,
     ) -> None:
         if target is None:
             if run_dir is None:
                 raise ValueError("Collector needs a run_dir or a target")
             target = target_from_run_dir(Path(run_dir))
         self.target = target
+        self._observer = observer  # sees every snapshot (what `dswiz monitor` records of a job it watched)
         self.interval = max(0.05, float(interval))
         self._clock = clock
         self._run_dir = target.run_dir
@@ -153,6 +155,8 @@ class Collector:
             self._terminal_written = terminal
         with self._lock:
             self._latest = snap
+        if self._observer is not None:
+            self._observer(snap)
         return snap
 
     # ------------------------------------------------------------------ internals

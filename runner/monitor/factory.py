@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runner.metrics.collector import Collector
+from runner.metrics.snapshot import Snapshot
 from runner.metrics.target import JobTarget
 from runner.monitor.app import MonitorApp
 from runner.monitor.sources import CollectorSource, ReplaySource, SnapshotSource
@@ -22,12 +23,12 @@ def build_live_app(
     interval: float = 1.0,
     stop_job: Callable[[], None] | None = None,
     gpu_sampler: object = None,
+    observer: Callable[[Snapshot], None] | None = None,
 ) -> MonitorApp:
-    """A dashboard on a live job (the collector polls in its thread from mount to unmount)."""
-    return create_monitor_app(
-        CollectorSource(Collector(target=target, interval=interval, gpu_sampler=gpu_sampler)),
-        stop_job=stop_job,
-    )
+    """A dashboard on a live job (the collector polls in its thread from mount to unmount); ``observer`` sees
+    every snapshot."""
+    collector = Collector(target=target, interval=interval, gpu_sampler=gpu_sampler, observer=observer)
+    return create_monitor_app(CollectorSource(collector), stop_job=stop_job)
 
 
 def build_app_for_collector(

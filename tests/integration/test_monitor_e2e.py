@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from wizard.history.store import HistoryStore
+
 ROOT = Path(__file__).resolve().parents[2]
 DEEPSPEED = Path(sys.executable).parent / "deepspeed"
 
@@ -88,6 +90,11 @@ def test_monitor_json_attached_to_a_plain_deepspeed_job(tmp_path: Path) -> None:
     assert summary["job_state"] == "finished" and summary["exit_code"] == 0 and summary["last_step"] == 40
     assert summary["mean_samples_per_sec"] > 0 and summary["alerts"] == []
     assert any(n.startswith("logs: ") and str(log) in n for n in snapshots[0]["notes"])
+    # watched from its start to its end: the run history has it (source "monitor"), measured as it ran
+    [entry] = HistoryStore(os.environ["DSWIZ_HISTORY"]).runs()
+    assert entry.source == "monitor" and entry.outcome == "success" and entry.measured.steps == 40
+    assert entry.measured.step_time_s is not None and entry.measured.step_time_s > 0
+    assert entry.hardware.interconnect == "cpu"
 
 
 @pytest.mark.integration

@@ -69,3 +69,21 @@ def test_bad_inputs_are_messages_not_tracebacks(tmp_path: Path) -> None:
         assert "error:" in r.stderr and "fix:" in r.stderr, r.stderr
     off = _dswiz("history", env_db=Path("off"))
     assert off.returncode != 0 and "turned off" in off.stderr
+
+
+def test_a_watched_job_without_a_plan_lists_what_was_measured(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite3"
+    HistoryStore(db).put(
+        Measurement(
+            hardware=Hardware(gpu_name="NVIDIA H200", gpu_memory_bytes=141 << 30, gpus_per_node=1),
+            model={},
+            strategy={},
+            measured=Figures(steps=40, step_time_s=0.25, peak_gpu_bytes=3 << 30),
+            outcome="ended",
+            source="monitor",
+        )
+    )
+    listed = _dswiz("history", env_db=db)
+    assert listed.returncode == 0, listed.stderr
+    assert "ended       a job dswiz monitor watched on NVIDIA H200" in listed.stdout
+    assert "measured: steps 40, step 0.25 s, peak GPU memory 3.0 GiB; no prediction" in listed.stdout

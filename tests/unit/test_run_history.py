@@ -3,6 +3,7 @@ history that cannot be written never breaks the launch."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from runner.run_history import entry_at_end, entry_at_start, measured, outcome, 
 from runner.rundir import STATUS_FINISHED, STATUS_INTERRUPTED, RunRecord, RunVerdict
 from wizard.config.sidecar import PlanSidecar, read_sidecar
 from wizard.hardware.described import describe
-from wizard.history.record import Figures, hardware_fingerprint
+from wizard.history.record import Figures, Measurement, hardware_fingerprint
 from wizard.history.store import HistoryStore
 
 
@@ -139,3 +140,26 @@ def test_a_killed_launch_entry_gets_its_end_from_run_json(tmp_path: Path) -> Non
     assert reconcile(store) == 1
     assert {e.id: e.outcome for e in store.runs()} == {"lost": "lost", "alive": "running", "gone": "running"}
     assert reconcile(store) == 0  # nothing more to learn
+
+
+def test_the_monitor_records_a_job_it_watched_whole_and_not_one_it_joined_late() -> None:
+    from runner.run_history import WatchedJob
+
+    hw = hardware_fingerprint(describe("1xH100-80GB"))
+
+    def watch(steps: range, end: str) -> Measurement | None:
+        job = WatchedJob(lambda: hw)
+        job.observe(Snapshot(time=0.0, job_state="starting"))
+        for k in steps:
+            job.observe(Snapshot(time=float(k), step=k, tokens_per_sec=1000.0 + k, job_state="running"))
+        job.observe(Snapshot(time=99.0, step=steps[-1], job_state=end))
+        return job.measurement()
+
+    whole = watch(range(1, 21), "finished")
+    assert whole is not None and whole.source == "monitor" and whole.outcome == "success"
+    assert whole.measured.steps == 20 and whole.hardware == hw
+    assert whole.measured.tokens_per_sec == statistics.median(1000.0 + k for k in range(6, 21))  # warm-up cut
+    assert watch(range(12, 21), "finished") is None  # joined at step 12: its warm-up and start unseen
+    assert watch(range(1, 21), "running") is None  # left before the end
+    unknown = watch(range(1, 5), "ended")
+    assert unknown is not None and unknown.outcome == "ended"

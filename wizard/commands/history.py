@@ -79,13 +79,41 @@ def history(
 
 def _line(r: Measurement) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
-    model = str(r.model.get("name") or "model")
-    tps = _versus(r.predicted.tokens_per_sec, r.measured.tokens_per_sec, lambda v: f"{v:,.0f}")
-    mem = _versus(r.predicted.peak_gpu_bytes, r.measured.peak_gpu_bytes, lambda v: fmt_bytes(int(v)))
-    return (
-        f"  {when}  {r.id[:8]}  {r.outcome:<11} {model} on {r.hardware.key}  {r.family}\n"
-        f"      tokens/s {tps}   peak GPU memory {mem}"
-    )
+    if r.strategy:
+        what = f"{r.model.get('name') or 'model'} on {r.hardware.key}  {r.family}"
+    else:  # no plan behind it: a job `dswiz monitor` watched, or one launched without a dswiz config folder
+        kind = (
+            "a job dswiz monitor watched"
+            if r.source == "monitor"
+            else f"a job without a plan (dswiz {r.source})"
+        )
+        what = f"{kind} on {r.hardware.key}"
+    lines = [f"  {when}  {r.id[:8]}  {r.outcome:<11} {what}"]
+    if r.predicted.tokens_per_sec is None and r.predicted.peak_gpu_bytes is None:
+        measured = [
+            f"{label} {text}"
+            for label, text in (
+                ("steps", None if r.measured.steps is None else f"{r.measured.steps:,}"),
+                (
+                    "tokens/s",
+                    None if r.measured.tokens_per_sec is None else f"{r.measured.tokens_per_sec:,.0f}",
+                ),
+                ("step", None if r.measured.step_time_s is None else f"{r.measured.step_time_s:.3g} s"),
+                (
+                    "peak GPU memory",
+                    None if r.measured.peak_gpu_bytes is None else fmt_bytes(r.measured.peak_gpu_bytes),
+                ),
+            )
+            if text is not None
+        ]
+        lines.append(
+            "      measured: " + (", ".join(measured) or "nothing (no step seen)") + "; no prediction"
+        )
+    else:
+        tps = _versus(r.predicted.tokens_per_sec, r.measured.tokens_per_sec, lambda v: f"{v:,.0f}")
+        mem = _versus(r.predicted.peak_gpu_bytes, r.measured.peak_gpu_bytes, lambda v: fmt_bytes(int(v)))
+        lines.append(f"      tokens/s {tps}   peak GPU memory {mem}")
+    return "\n".join(lines)
 
 
 def _versus(predicted: float | None, measured: float | None, fmt: Callable[[float], str]) -> str:

@@ -16,7 +16,8 @@ from typing import Any
 
 from wizard.hardware.report import HardwareReport
 
-OUTCOMES = ("running", "success", "oom", "failed", "interrupted", "lost")
+# "ended": a job watched by `dswiz monitor` whose processes are gone without an exit code to tell how.
+OUTCOMES = ("running", "success", "oom", "failed", "interrupted", "lost", "ended")
 SOURCES = ("launch", "monitor", "probe", "import")
 
 # A JSON number bigger than this is not a measurement (bytes of GPU memory or tokens/s of any machine that exists).
