@@ -1,0 +1,205 @@
+"""Refit the ZeRO-3 throughput terms on the committed H200 measurements (no GPU run), with leave-one-model-out errors.
+
+    python bench/fit_zero3.py                      # prints the fit, the held-out errors, writes the results
+    python bench/fit_zero3.py --out /tmp/z3        # elsewhere
+
+Rows: every ok ZeRO-3 row (world 1) of the raw files below, merged as `bench/plan_accuracy.py --analyze` merges
+them (the newer row of a config wins). The constants refit are the stage-3 terms of
+wizard.planner.throughput.stage3_micro_step_seconds and the stage-3 weight copy-back (wizard/planner/calibration.py,
+"Stage 3"); everything else (matmul efficiency, element-wise traffic, launch, CPU Adam, PCIe) stays as the stage 0-2
+fit set it, and stage 0-2 predictions do not use these terms, which the script checks on the stage 0-2 rows.
+
+Least squares on the log tokens/s error, Nelder-Mead over log values. Leave-one-model-out: for each model, the
+constants are fit on the other models' rows and the held-out model's rows are predicted with them; that is the
+error to expect on a model the fit has not seen. Writes bench/results/zero3_refit-2026-12-01-replay.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import plan_accuracy as pa  # noqa: E402
+
+from wizard.hardware.report import HardwareReport  # noqa: E402
+from wizard.planner import calibration as cal  # noqa: E402
+from wizard.planner.throughput import estimate_throughput  # noqa: E402
+
+RAW_FILES = (
+    "bench/results/plan_accuracy-2026-11-30-1gpu.json",
+    "bench/results/plan_accuracy-2026-11-30-1gpu-verify.json",
+    "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json",
+    "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-b.json",
+    "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-c.json",
+)
+# name -> (to the optimizer's coordinate, back): all positive; the overlap power is > 1 (1 = plain sum).
+FIT = {
+    "STAGE3_SECONDS_PER_LAYER": (math.log, math.exp),
+    "STAGE3_HOOK_OVERLAP_POWER": (lambda v: math.log(v - 1.0), lambda x: 1.0 + math.exp(x)),
+    "STAGE3_SECONDS_PER_PARAM": (math.log, math.exp),
+    "STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND": (math.log, math.exp),
+}
+STEM = "zero3_refit-2026-12-01-replay"
+
+
+def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the H200 as recorded, ZeRO-3 ok rows, stage 0-2 ok rows) of the one-GPU runs."""
+    docs = [json.loads((ROOT / f).read_text()) for f in RAW_FILES]
+    z3: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
+    hw = None
+    for doc, rows in pa._merge_runs(docs):
+        if doc["world"] != 1 or doc.get("smoke"):
+            continue
+        hw = HardwareReport.from_dict(doc["hardware"])
+        for r in rows:
+            if r["status"] == "ok" and r.get("tokens_per_sec"):
+                (z3 if r["config"]["zero_stage"] == 3 else other).append(r)
+    assert hw is not None, "no one-GPU run in the raw files"
+    return hw, z3, other
+
+
+def errors(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:
+    """Signed tokens/s error per row (positive: over-predicts) with the calibration as it is now."""
+    out = []
+    for r in rows:
+        c = pa._cfg(r)
+        tp = estimate_throughput(hw, pa.bench_spec(c.model), c.strategy(r["world"]), r["seq_len"])
+        out.append(tp.tokens_per_sec / r["tokens_per_sec"] - 1)
+    return out
+
+
+def _set(values: dict[str, float]) -> None:
+    for name, v in values.items():
+        setattr(cal, name, v)
+
+
+def fit(hw: HardwareReport, rows: list[dict[str, Any]], start: dict[str, float]) -> dict[str, float]:
+    """Constants minimising the squared log error on ``rows``; the module's values are restored afterwards."""
+    names = list(FIT)
+    saved = {n: getattr(cal, n) for n in names}
+
+    def loss(x: list[float]) -> float:
+        _set({n: FIT[n][1](xi) for n, xi in zip(names, x, strict=True)})
+        return sum(math.log1p(e) ** 2 for e in errors(hw, rows))
+
+    try:
+        best, _ = pa._nelder_mead(loss, [FIT[n][0](start[n]) for n in names], step=0.4, iters=3000)
+        return {n: FIT[n][1](xi) for n, xi in zip(names, best, strict=True)}
+    finally:
+        _set(saved)
+
+
+def family(r: dict[str, Any]) -> str:
+    return f"{r['config']['model']} " + pa._describe({**r["config"], "micro_batch": "*", "cap_gib": None})
+
+
+def summarize(rows: list[dict[str, Any]], errs: list[float]) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[float]] = {}
+    for r, e in zip(rows, errs, strict=True):
+        groups.setdefault(family(r), []).append(e)
+    return {
+        f: {"rows": len(es), "median": pa._pct(es, 0.5), "max_abs": max(abs(e) for e in es)}
+        for f, es in groups.items()
+    }
+
+
+def run() -> dict[str, Any]:
+    hw, z3, other = load_rows()
+    start = {n: float(getattr(cal, n)) for n in FIT}
+    before_other = errors(hw, other)
+    start_errs = errors(hw, z3)
+    constants = fit(hw, z3, start)
+    _set(constants)
+    after = errors(hw, z3)
+    after_other = errors(hw, other)
+    held_out: dict[str, Any] = {}
+    held_rows: list[dict[str, Any]] = []
+    held_errs: list[float] = []
+    saved = {n: getattr(cal, n) for n in FIT}
+    for model in dict.fromkeys(r["config"]["model"] for r in z3):
+        train = [r for r in z3 if r["config"]["model"] != model]
+        test = [r for r in z3 if r["config"]["model"] == model]
+        c = fit(hw, train, constants)
+        _set(c)
+        e = errors(hw, test)
+        _set(saved)
+        held_out[model] = {"constants": c, "errors": dict(zip([pa._label(r) for r in test], e, strict=True))}
+        held_rows += test
+        held_errs += e
+    return {
+        "note": "refit on committed H200 measurements (no new GPU run): bench/fit_zero3.py",
+        "inputs": list(RAW_FILES),
+        "constants_start": start,
+        "constants": constants,
+        "rows": {
+            pa._label(r): {"measured": r["tokens_per_sec"], "error": e}
+            for r, e in zip(z3, after, strict=True)
+        },
+        "start_errors": dict(zip([pa._label(r) for r in z3], start_errs, strict=True)),
+        "families_all_rows": summarize(z3, after),
+        "families_held_out": summarize(held_rows, held_errs),
+        "held_out": held_out,
+        "stage0_2_rows": len(other),
+        "stage0_2_max_change": max(
+            (abs(a - b) for a, b in zip(after_other, before_other, strict=True)), default=0.0
+        ),
+    }
+
+
+def markdown(res: dict[str, Any]) -> str:
+    md = [
+        "# ZeRO-3 throughput refit (committed H200 rows, no new GPU run)",
+        "",
+        f"`python bench/fit_zero3.py` on {', '.join(res['inputs'])}: {len(res['rows'])} ZeRO-3 rows, one H200, "
+        "seq 1024, bf16. Signed tokens/s errors (positive: over-predicts).",
+        "",
+        "| constant | fit on all rows |",
+        "|---|---:|",
+        *[f"| {n} | {v:.4g} |" for n, v in res["constants"].items()],
+        "",
+        "| family | rows | all rows: median | max | held-out model: median | max |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for f, a in res["families_all_rows"].items():
+        h = res["families_held_out"][f]
+        md.append(
+            f"| {f} | {a['rows']} | {a['median']:+.1%} | {a['max_abs']:.1%} | {h['median']:+.1%} | {h['max_abs']:.1%} |"
+        )
+    md += ["", "Leave-one-model-out constants (fit without that model):", ""]
+    md += ["| held out | " + " | ".join(res["constants"]) + " |", "|---|" + "---:|" * len(res["constants"])]
+    for m, h in res["held_out"].items():
+        md.append(f"| {m} | " + " | ".join(f"{v:.3g}" for v in h["constants"].values()) + " |")
+    md += [
+        "",
+        f"Stage 0-2 rows re-predicted: {res['stage0_2_rows']}, largest change of their tokens/s error from the refit: "
+        f"{res['stage0_2_max_change']:.2%} (the terms are stage-3 only).",
+        "",
+    ]
+    return "\n".join(md)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="folder for the results")
+    args = ap.parse_args()
+    res = run()
+    text = markdown(res)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{STEM}.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    (args.out / f"{STEM}.md").write_text(text)
+    print(f"wrote {args.out / STEM}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
