@@ -112,76 +112,128 @@ def summarize(rows: list[dict[str, Any]], errs: list[float]) -> dict[str, dict[s
     }
 
 
-def run() -> dict[str, Any]:
-    hw, z3, other = load_rows()
-    start = {n: float(getattr(cal, n)) for n in FIT}
-    before_other = errors(hw, other)
-    start_errs = errors(hw, z3)
-    constants = fit(hw, z3, start)
-    _set(constants)
-    after = errors(hw, z3)
-    after_other = errors(hw, other)
+# The planner's errors on the same rows before this model (the committed analysis, made by
+# `python bench/plan_accuracy.py --analyze` with the RAW_FILES before the ZeRO-3 terms were split by cause).
+BEFORE = "bench/results/plan_accuracy-2026-12-01-1gpu-all-summary.json"
+
+
+def _before() -> dict[str, dict[str, float]]:
+    doc = json.loads((ROOT / BEFORE).read_text())
+    return {
+        f["family"]: {
+            "median": f["tokens_per_sec_error_median"],
+            "max_abs": f["tokens_per_sec_error_max_abs"],
+        }
+        for run in doc["per_run"]
+        for f in run["families"]
+        if " z3" in f["family"]
+    }
+
+
+def _overall(errs: list[float]) -> dict[str, float]:
+    return {"median_abs": pa._pct([abs(e) for e in errs], 0.5), "max_abs": max(abs(e) for e in errs)}
+
+
+def leave_one_model_out(
+    hw: HardwareReport, rows: list[dict[str, Any]], start: dict[str, float]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[float]]:
+    """Per model: the constants fit without its rows and its rows' errors with them."""
     held_out: dict[str, Any] = {}
     held_rows: list[dict[str, Any]] = []
     held_errs: list[float] = []
     saved = {n: getattr(cal, n) for n in FIT}
-    for model in dict.fromkeys(r["config"]["model"] for r in z3):
-        train = [r for r in z3 if r["config"]["model"] != model]
-        test = [r for r in z3 if r["config"]["model"] == model]
-        c = fit(hw, train, constants)
+    for model in dict.fromkeys(r["config"]["model"] for r in rows):
+        test = [r for r in rows if r["config"]["model"] == model]
+        c = fit(hw, [r for r in rows if r["config"]["model"] != model], start)
         _set(c)
         e = errors(hw, test)
         _set(saved)
         held_out[model] = {"constants": c, "errors": dict(zip([pa._label(r) for r in test], e, strict=True))}
         held_rows += test
         held_errs += e
+    return held_out, held_rows, held_errs
+
+
+def run() -> dict[str, Any]:
+    hw, z3, other = load_rows()
+    committed = {n: float(getattr(cal, n)) for n in FIT}
+    now = errors(hw, z3)  # the calibration as committed
+    other_now = errors(hw, other)
+    constants = fit(hw, z3, committed)
+    _set(constants)
+    other_fit = errors(hw, other)
+    _set(committed)
+    held_out, held_rows, held_errs = leave_one_model_out(hw, z3, committed)
     return {
         "note": "refit on committed H200 measurements (no new GPU run): bench/fit_zero3.py",
         "inputs": list(RAW_FILES),
-        "constants_start": start,
-        "constants": constants,
+        "before_source": BEFORE,
+        "constants_committed": committed,
+        "constants_fit": constants,
         "rows": {
-            pa._label(r): {"measured": r["tokens_per_sec"], "error": e}
-            for r, e in zip(z3, after, strict=True)
+            pa._label(r): {"measured": r["tokens_per_sec"], "error": e} for r, e in zip(z3, now, strict=True)
         },
-        "start_errors": dict(zip([pa._label(r) for r in z3], start_errs, strict=True)),
-        "families_all_rows": summarize(z3, after),
+        "families_before": _before(),
+        "families_now": summarize(z3, now),
         "families_held_out": summarize(held_rows, held_errs),
+        "overall_now": _overall(now),
+        "overall_held_out": _overall(held_errs),
         "held_out": held_out,
         "stage0_2_rows": len(other),
         "stage0_2_max_change": max(
-            (abs(a - b) for a, b in zip(after_other, before_other, strict=True)), default=0.0
+            (abs(a - b) for a, b in zip(other_fit, other_now, strict=True)), default=0.0
         ),
     }
 
 
+def _pm(x: dict[str, float] | None, key: str = "median") -> str:
+    return "-" if x is None else f"{x[key]:+.1%}" if key == "median" else f"{x[key]:.1%}"
+
+
 def markdown(res: dict[str, Any]) -> str:
+    before = res["families_before"]
+    overall_before = [abs(v["median"]) for v in before.values()]
     md = [
         "# ZeRO-3 throughput refit (committed H200 rows, no new GPU run)",
         "",
-        f"`python bench/fit_zero3.py` on {', '.join(res['inputs'])}: {len(res['rows'])} ZeRO-3 rows, one H200, "
-        "seq 1024, bf16. Signed tokens/s errors (positive: over-predicts).",
+        f"`python bench/fit_zero3.py` on {', '.join(res['inputs'])}: {len(res['rows'])} ZeRO-3 rows (one per "
+        "family), one H200, seq 1024, bf16, one rank. Signed tokens/s errors (positive: over-predicts). Before: "
+        f"{res['before_source']}. Now: wizard/planner/calibration.py as committed. Held out: each model's rows "
+        "predicted with the constants fit on the other models' rows.",
         "",
-        "| constant | fit on all rows |",
-        "|---|---:|",
-        *[f"| {n} | {v:.4g} |" for n, v in res["constants"].items()],
+        "| constant | committed | fit on all rows |",
+        "|---|---:|---:|",
+        *[
+            f"| {n} | {v:.4g} | {res['constants_fit'][n]:.4g} |"
+            for n, v in res["constants_committed"].items()
+        ],
         "",
-        "| family | rows | all rows: median | max | held-out model: median | max |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| family | rows | before: median | max | now: median | max | held-out model: median | max |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for f, a in res["families_all_rows"].items():
-        h = res["families_held_out"][f]
+    for f, a in res["families_now"].items():
+        b, h = before.get(f), res["families_held_out"][f]
         md.append(
-            f"| {f} | {a['rows']} | {a['median']:+.1%} | {a['max_abs']:.1%} | {h['median']:+.1%} | {h['max_abs']:.1%} |"
+            f"| {f} | {a['rows']} | {_pm(b)} | {_pm(b, 'max_abs')} | {_pm(a)} | {_pm(a, 'max_abs')} | {_pm(h)} | "
+            f"{_pm(h, 'max_abs')} |"
         )
-    md += ["", "Leave-one-model-out constants (fit without that model):", ""]
-    md += ["| held out | " + " | ".join(res["constants"]) + " |", "|---|" + "---:|" * len(res["constants"])]
+    md += [
+        "",
+        f"Over all rows, |error| median / max: before {pa._pct(overall_before, 0.5):.1%} / {max(overall_before):.1%}; "
+        f"now {res['overall_now']['median_abs']:.1%} / {res['overall_now']['max_abs']:.1%}; held out "
+        f"{res['overall_held_out']['median_abs']:.1%} / {res['overall_held_out']['max_abs']:.1%}.",
+        "",
+        "Leave-one-model-out constants (fit without that model):",
+        "",
+        "| held out | " + " | ".join(res["constants_fit"]) + " |",
+        "|---|" + "---:|" * len(res["constants_fit"]),
+    ]
     for m, h in res["held_out"].items():
         md.append(f"| {m} | " + " | ".join(f"{v:.3g}" for v in h["constants"].values()) + " |")
     md += [
         "",
-        f"Stage 0-2 rows re-predicted: {res['stage0_2_rows']}, largest change of their tokens/s error from the refit: "
-        f"{res['stage0_2_max_change']:.2%} (the terms are stage-3 only).",
+        f"Stage 0-2 rows re-predicted: {res['stage0_2_rows']}, largest change of their tokens/s error between the "
+        f"committed and the refit constants: {res['stage0_2_max_change']:.2%} (the terms are stage-3 only).",
         "",
     ]
     return "\n".join(md)
