@@ -4,8 +4,9 @@ copy-back): the physics each term claims, the committed H200 rows it is fit to, 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import itertools
+import json
 import math
 import sys
 from dataclasses import replace
@@ -17,24 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
+from wizard.hardware.report import HardwareReport
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
 from wizard.planner.throughput import estimate_throughput, stage3_micro_step_seconds
 from wizard.strategy import Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
-H200 = GPUInfo(
-    index=0,
-    name="NVIDIA H200",
-    memory_total_bytes=143771 * 1024**2,
-    compute_capability=(9, 0),
-    peak_tflops_bf16=989.4,
-    memory_bandwidth_gbs=4800.0,
-    pcie_gen=5,
-)
-ONE_H200 = HardwareReport(
-    source="described", gpus=(H200,), host=HostInfo(logical_cores=16, physical_cores=16)
+# The H200 the committed rows were measured on, as the bench recorded it (16 host cores, PCIe 5, 4.8 TB/s).
+ONE_H200 = HardwareReport.from_dict(
+    json.loads((ROOT / "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json").read_text())["hardware"]
 )
 LLAMA_1B = load_model_spec(
     "type=llama,name=llama-1b,layers=22,hidden=2048,heads=32,kv_heads=4,ffn=5632,vocab=32000,seq=2048"
@@ -134,12 +127,8 @@ def test_stage3_tokens_per_second_never_fall_with_the_micro_batch(name: str, mbs
 
 @pytest.fixture(scope="module")
 def fz() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fit_zero3", ROOT / "bench" / "fit_zero3.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_zero3"] = module
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(ROOT / "bench"))  # a script, not a package: imported as bench/ runs it
+    return importlib.import_module("fit_zero3")
 
 
 @pytest.fixture(scope="module")
