@@ -260,10 +260,32 @@ MICRO_STEP_SECONDS_PER_LAYER = 2.05e-3
 # the fit cannot tell it from the per-layer time). Stage 0 (DeepSpeed's bf16 optimizer wrapper): fit.
 STEP_FIXED_SECONDS = 0.015
 OPTIMIZER_SECONDS_PER_PARAM = {0: 7.3e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
-# Stage 3's parameter fetch/release hooks, per layer per micro-step (fit; one row, gpt2-medium z3 mbs 8, 25,168
-# tok/s; an earlier reading with DeepSpeed's FusedAdam gave 35,468 tok/s for the same config, i.e. ~4.1 ms per
-# layer: docs/measurements.md, "Throughput").
-STAGE3_SECONDS_PER_LAYER = 7.3e-3
+# Stage 3 (wizard.planner.throughput.stage3_micro_step_seconds): host-side fetch/release hook time per layer per
+# micro-step (forward + backward), the power of the smooth maximum by which it overlaps the GPU's compute, the
+# share of it checkpointing's recomputed forward adds, the memory-bound gather/partition copies per parameter (at
+# CALIBRATION_MEMORY_GBS) and, with the optimizer offloaded but the parameters not, the host's pageable rate for
+# the fp32 -> 16-bit weight copy-back. Refit by bench/fit_zero3.py on the committed H200 rows
+# (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-{a,b,c}.json + gpt2-medium z3 mbs8 of
+# plan_accuracy-2026-11-30-1gpu.json: 12 rows of ZeRO-3, LLaMA-style 1.1B/3.4B/6.7B and GPT-2 0.35B/1.5B, seq 1024,
+# bf16, one rank): bench/results/zero3_refit-2026-12-01-replay.md, with the leave-one-model-out errors. Not a new
+# GPU run. Before: one term, 7.3 ms per layer, fit on gpt2-medium alone (small models are host-bound there, larger
+# ones hide the hooks behind compute and pay per parameter instead: -31 % ... +32 %).
+# - hooks: 9.9 ms of host time per layer per micro-step, overlapping the GPU as a power mean of power 5 (fit: only
+#   gpt2-medium z3 mbs 8 is host-bound, 0.325 s measured where its compute is 0.08 s; every larger row hides them).
+#   Checkpointing's recompute fires the forward hooks again: half of the two hooked passes more (set).
+STAGE3_SECONDS_PER_LAYER = 9.9e-3
+STAGE3_HOOK_OVERLAP_POWER = 5.0
+STAGE3_RECOMPUTE_HOOK_SHARE = 0.5
+# - copies: 2.6e-11 s per parameter per micro-step (fit; ~125 bytes of HBM traffic per parameter at 4.8 TB/s: the
+#   1-rank all-gather and reduce-scatter are local copies, plus the gradient bucket, averaging and partition copies,
+#   the overflow check over the gradient buffer and the sub-group's fp32 flatten of stage3.py step; the rows have
+#   gradient accumulation 1, so what of it is per step rather than per micro-step is not separated: counted per
+#   micro-step, the slower side). The extra ~35 ms per billion parameters is what made 3B-7B slower than stage 1-2.
+STAGE3_SECONDS_PER_PARAM = 2.6e-11
+# - weight copy-back with the optimizer offloaded and the parameters on the GPU: 5.3 GB/s of 16-bit weights (fit;
+#   llama-1b / gpt2-xl z3 + CPU optimizer offload are 0.45-0.50 s slower per step than with the parameters offloaded
+#   too, 4-5 GB/s for their 2.2-3.1 GB of weights).
+STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND = 5.3e9
 # CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit: 5 rows of
 # gpt2-xl with the optimizer on a 16-core host, PCIe 5).
 # Per direction, x16, PCI-SIG (each generation doubles the last: 2.5 GT/s 8b/10b = 250 MB/s per lane for gen 1).

@@ -196,6 +196,34 @@ def _communication_seconds(
     return micro, v.per_optimizer_step / bus
 
 
+def stage3_micro_step_seconds(model: ModelSpec, s: Strategy, compute: float, hbm: float) -> dict[str, float]:
+    """What stage 3 adds to one micro-step on top of the collectives (``communication_volume``).
+
+    Fetch/release hooks: Python on the host for every submodule, forward and backward
+    (partitioned_param_coordinator.py fetch_sub_module / release_sub_module, DeepSpeed 0.19.8), run again by
+    checkpointing's recomputed forward. The host issues them while the GPU drains the kernels already queued, so
+    they cost time only where the host's hook work catches up with the GPU's compute: the two overlap as a smooth
+    maximum (a power mean), exposed = (compute^p + hooks^p)^(1/p) - compute.
+    Gather/partition copies: memory-bound work per parameter that stages 1-2 do not do (the gathered weight
+    buffer filled in every fetch, gradients copied into the reduce bucket, reduce-scattered, averaged and copied
+    into their partition: stage3.py __reduce_and_partition_ipg_grads / partition_grads); scales with HBM
+    bandwidth as the optimizer's per-parameter time does."""
+    train = s.mode == "train"
+    if train:
+        hook_share = 1.0 + (cal.STAGE3_RECOMPUTE_HOOK_SHARE if s.activation_checkpointing else 0.0)
+    else:
+        hook_share = cal.INFERENCE_STAGE3_HOOK_SHARE
+    hooks = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share
+    power = cal.STAGE3_HOOK_OVERLAP_POWER
+    exposed = (compute**power + hooks**power) ** (1.0 / power) - compute if compute > 0 else hooks
+    params = ft.stored_parameter_bytes(model, weight_bytes(s)) / weight_bytes(s)
+    copies = cal.STAGE3_SECONDS_PER_PARAM * params * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
+    return {
+        "ZeRO-3 fetch hooks": max(0.0, exposed),
+        "ZeRO-3 gather/partition copies": copies * (1.0 if train else cal.INFERENCE_STAGE3_HOOK_SHARE),
+    }
+
+
 def _optimizer_seconds(
     hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float
 ) -> dict[str, float]:
@@ -211,8 +239,18 @@ def _optimizer_seconds(
     cores = host_cores(hardware)
     cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
     parts["CPU Adam"] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
-    # Gradients to the host every micro-step, updated 16-bit weights back once per step.
-    parts["PCIe copies"] = (gas * w * local + w * local) / pcie
+    # Gradients to the host every micro-step, updated 16-bit weights back once per step. Stage 3 writes the weights
+    # back with one blocking fp32 (host) -> 16-bit copy_ (stage3.py _reassign_or_swap_out_partitioned_parameters,
+    # DeepSpeed 0.19.8): into the GPU partition, PyTorch converts on the host into a pageable temporary and copies
+    # that (aten/src/ATen/native/cuda/Copy.cu, copy_kernel_cuda: blocking copies convert on the CPU), at the host's
+    # pageable rate; into offloaded (pinned host) parameters it is a host-side conversion, no PCIe at all. Stages
+    # 1-2 convert into a pinned 16-bit buffer first and copy that without blocking (stage_1_and_2.py step).
+    weights_back = w * local
+    if s.zero_stage == 3:
+        if s.offload_param == "none":
+            parts["16-bit weights back (pageable)"] = weights_back / cal.STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND
+        weights_back = 0.0
+    parts["PCIe copies"] = (gas * w * local + weights_back) / pcie
     if s.offload_optimizer == "nvme":
         node_bytes = s.gpus_per_node * 2 * 16 * local  # read and write fp32 states, per node
         parts["NVMe swaps"] = node_bytes / cal.NVME_BYTES_PER_SECOND
@@ -266,10 +304,7 @@ def estimate_throughput(
         parts["communication"] = gas * exposed_micro + comm_step
 
     if s.zero_stage == 3:
-        hooks = (
-            cal.STAGE3_SECONDS_PER_LAYER * model.layers * (1.0 if train else cal.INFERENCE_STAGE3_HOOK_SHARE)
-        )
-        parts["ZeRO-3 fetch hooks"] = gas * hooks
+        parts.update({k: gas * v for k, v in stage3_micro_step_seconds(model, s, compute, hbm).items()})
 
     if train:
         parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie))
