@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
     from wizard.planner import Plan, PlanRequest
+    from wizard.planner.types import StrategyChoice
     from wizard.prompts import Prompter
     from wizard.strategy import Strategy
 
@@ -233,6 +235,8 @@ def config(
         )
     planned = plan_for_flags(flags, hardware, force_errors=force_errors)
     strategy = resolve_strategy(flags, hardware, planned)
+    if planned is not None:
+        _say_if_it_does_not_fit(planned, strategy)
     options = write_options(flags, out_dir, hardware, planned.model if planned else None)
     from wizard.config.build import config_set_from_strategy
 
@@ -466,9 +470,16 @@ def plan_for_flags(
     return Planned(flags["model_text"], spec, request, planner.plan(hardware, spec, request))
 
 
-def recommended_strategy(planned: Planned) -> Strategy:
-    """The planner's top recommendation; DswizError when nothing fits."""
+def recommended_strategy(planned: Planned, flags: Mapping[str, Any] | None = None) -> Strategy:
+    """The planner's strategy for the parts the flags fix (--stage, --offload-*, --[no-]activation-checkpointing,
+    --micro-batch, --grad-accum), sized by the planner as `dswiz plan` with the same flags sizes it
+    (``planner.choose``); with none fixed, its top recommendation. DswizError when nothing fits and nothing is
+    fixed."""
+    from wizard import planner
 
+    choice = _fixed_parts(flags or {})
+    if choice is not None:
+        return planner.choose(planned.plan, choice).strategy
     best = planned.plan.best
     if best is None:
         raise DswizError(
@@ -479,12 +490,50 @@ def recommended_strategy(planned: Planned) -> Strategy:
     return strategy
 
 
+def _say_if_it_does_not_fit(planned: Planned, strategy: Strategy) -> None:
+    """A strategy the flags fixed that the planner predicts will not fit: said, with what would (the files are
+    still written: the user asked for exactly this)."""
+    from wizard import planner
+
+    chosen = planner.candidate_for(planned.plan, strategy)
+    if chosen.fits:
+        return
+    why = next(
+        (r for r in chosen.reasons if r.startswith(("does not fit", "host RAM", "NVMe", "not "))), None
+    )
+    click.echo(
+        f"warning: {chosen.label} at micro-batch {strategy.micro_batch_size}: {why or 'does not fit'}",
+        err=True,
+    )
+    for line in planner.choice_advice(chosen, planned.plan):
+        click.echo(f"  fix: {line}", err=True)
+
+
+def _fixed_parts(flags: Mapping[str, Any]) -> StrategyChoice | None:
+    """The strategy parts the flags fix, or None when they fix none."""
+    from wizard.planner.types import StrategyChoice
+
+    def given(name: str) -> Any:
+        value = flags.get(name)
+        return None if value == "auto" else value
+
+    choice = StrategyChoice(
+        zero_stage=given("stage"),
+        offload_optimizer=given("offload_optimizer"),
+        offload_param=given("offload_param"),
+        activation_checkpointing=given("activation_checkpointing"),
+        micro_batch_size=given("micro_batch"),
+        gradient_accumulation_steps=given("grad_accum"),
+    )
+    return choice if choice != StrategyChoice() else None
+
+
 def resolve_strategy(
     flags: dict[str, Any], hardware: HardwareReport | None, planned: Planned | None = None
 ) -> Strategy:
     """The plan's strategy (or the defaults), with every explicit flag applied; refused when invalid."""
 
-    base = recommended_strategy(planned) if planned is not None else _default_strategy(flags, hardware)
+    base = recommended_strategy(planned, flags) if planned is not None else _default_strategy(flags, hardware)
     strategy = _with_flags(base, flags)
     strategy = _with_global_batch(strategy, flags)
     problems = strategy.problems()
