@@ -45,7 +45,9 @@ def find_build_locks(environ: Mapping[str, str], home: Path, proc: Path = Path("
     for root in build_roots(environ, home):
         pattern = f"*/{LOCK_NAME}" if environ.get("TORCH_EXTENSIONS_DIR") else f"*/*/{LOCK_NAME}"
         try:
-            found += sorted(p for p in root.glob(pattern) if p.is_file())
+            found += sorted(
+                root.glob(pattern)
+            )  # a folder named lock blocks FileBaton.wait too (os.path.exists)
         except OSError:
             continue
     if not found:

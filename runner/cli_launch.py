@@ -128,7 +128,7 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
     "--dry-run", help="Print the exact command and environment changes; start nothing, write nothing."
 )
 @no_history_option(
-    "Do not record this run in the run history (`dswiz history`; DSWIZ_HISTORY=off turns it off always)."
+    "Leave the run history out: do not record this run (`dswiz history`; DSWIZ_HISTORY=off turns it off always)."
 )
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)

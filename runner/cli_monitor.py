@@ -39,8 +39,8 @@ if TYPE_CHECKING:  # imported when a job is watched, not when `--help` is drawn
     "write its verdict, and exit.",
 )
 @no_history_option(
-    "Do not record a job watched from its start to its end in the run history (`dswiz history`; jobs "
-    "`dswiz launch` started record themselves)."
+    "Leave the run history out: do not record a job watched from its start to its end (`dswiz history`; "
+    "jobs `dswiz launch` started record themselves)."
 )
 def monitor(
     target: str | None, as_json: bool, interval: float, stop_leftovers: bool, no_history: bool

@@ -491,7 +491,8 @@ def check_build_locks(environ: Mapping[str, str], home: Path) -> list[Finding]:
                     f"a killed build of DeepSpeed's {lock.op} op left its lock file, and no process holds it",
                     "torch's JIT build waits for that file to go away (torch.utils.file_baton.FileBaton.wait): a "
                     f"job that needs {lock.op} hangs before its first step, with no error",
-                    f"rm {shlex.quote(str(lock.path))}  (the op is rebuilt, about a minute)",
+                    f"rm {'-r ' if lock.path.is_dir() else ''}{shlex.quote(str(lock.path))}  (the op is rebuilt, "
+                    "about a minute)",
                     str(lock.path),
                 )
             )

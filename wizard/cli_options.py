@@ -198,7 +198,7 @@ def planning_model(params: Mapping[str, Any]) -> ModelSpec:
 
 
 PLAN_WITHOUT_HISTORY = (
-    "Plan from the physics alone: do not correct the predictions by this hardware's recorded runs "
+    "Leave the run history out: plan from the physics alone, not corrected by this hardware's recorded runs "
     "(`dswiz history`)."
 )
 

@@ -137,7 +137,7 @@ def settle_file_set(folder: Path | str) -> None:
     """Finish or undo what a killed write left in ``folder`` (see the module doc), so a reader sees one whole set.
     Cheap when there is nothing to do (one directory listing, no lock). DswizError when it cannot be done."""
     folder = Path(folder)
-    if not _leftovers(folder):
+    if not interrupted_write(folder):
         return
     try:
         with _locked(folder):
@@ -286,8 +286,9 @@ def _remove_old_temps(folder: Path, names: Mapping[str, str]) -> None:
                 os.unlink(folder / entry)
 
 
-def _leftovers(folder: Path) -> bool:
-    return any(e.startswith((STAGING_PREFIX, COMMIT_PREFIX)) for e in _listdir(folder))
+def interrupted_write(folder: Path | str) -> bool:
+    """Whether ``folder`` holds what a killed write left (``settle_file_set`` finishes or undoes it)."""
+    return any(e.startswith((STAGING_PREFIX, COMMIT_PREFIX)) for e in _listdir(Path(folder)))
 
 
 # ------------------------------------------------------------------------------------------------ primitives

@@ -70,3 +70,10 @@ def test_a_lock_a_running_build_holds_open_is_a_note_with_its_pid(tmp_path: Path
 def test_no_cache_folder_at_all_is_silence(tmp_path: Path) -> None:
     assert check_build_locks({}, tmp_path / "nobody") == []
     assert check_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path / "missing")}, tmp_path) == []
+
+
+def test_a_folder_named_lock_blocks_the_build_too_and_the_fix_removes_it(tmp_path: Path) -> None:
+    folder = tmp_path / "ext" / "fused_adam" / "lock"
+    folder.mkdir(parents=True)
+    [finding] = check_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, tmp_path)
+    assert finding.code == "op-build-lock-stale" and finding.fix.startswith(f"rm -r {folder}")

@@ -40,7 +40,7 @@ def test_lists_predicted_against_measured(tmp_path: Path) -> None:
     rec = _seed(db)
     out = _dswiz("history", env_db=db)
     assert out.returncode == 0, out.stderr
-    assert rec.id[:8] in out.stdout and "predicted 1,200, measured 1,000 (+20%)" in out.stdout
+    assert rec.id[:8] in out.stdout and "predicted 1,200, measured 1,000 (prediction +20% off)" in out.stdout
     data = json.loads(_dswiz("history", "--json", env_db=db).stdout)
     assert data["runs"][0]["id"] == rec.id and data["runs"][0]["measured"]["tokens_per_sec"] == 1000.0
 
@@ -87,3 +87,12 @@ def test_a_watched_job_without_a_plan_lists_what_was_measured(tmp_path: Path) ->
     assert listed.returncode == 0, listed.stderr
     assert "ended       a job dswiz monitor watched on NVIDIA H200" in listed.stdout
     assert "measured: steps 40, step 0.25 s, peak GPU memory 3.0 GiB; no prediction" in listed.stdout
+
+
+def test_a_history_path_that_is_a_folder_is_refused_with_a_file_to_use(tmp_path: Path) -> None:
+    proc = _dswiz("history", env_db=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert (
+        "is a folder, not a history file" in proc.stderr and str(tmp_path / "history.sqlite3") in proc.stderr
+    )
+    assert "mv " not in proc.stderr  # never the advice to move the folder aside

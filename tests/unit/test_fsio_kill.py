@@ -233,6 +233,7 @@ def test_a_half_moved_set_stops_launch_sh_and_dswiz_check_finishes_it(tmp_path: 
     assert f"dswiz check {out}" in refused.stderr
     checked = dswiz("check", str(out), "--no-consumer-check")
     assert "Traceback" not in checked.stderr and leftovers(out) == []
+    assert "held an interrupted config write; it is finished" in checked.stderr
     assert json.loads((out / "ds_config.json").read_text())["train_micro_batch_size_per_gpu"] == 8
     usage = subprocess.run(["bash", str(out / "launch.sh")], capture_output=True, text=True, timeout=30)
     assert usage.returncode == 2 and "usage: bash" in usage.stderr  # past the guard: the set is whole again

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wizard.cli_options import python_option
+from wizard.cli_options import no_history_option, python_option
 
 if TYPE_CHECKING:
     from wizard.config.schema import Consumer
@@ -51,6 +51,7 @@ LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
     help="Also predict this config for that model (as `dswiz plan --model`): fits, GPU/host memory, tokens/s, "
     "what to change. On --hardware, else this machine.",
 )
+@no_history_option()
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 @click.pass_context
 def check(
@@ -63,6 +64,7 @@ def check(
     python: str | None,
     no_consumer_check: bool,
     model_text: str | None,
+    no_history: bool,
     as_json: bool,
 ) -> int:
     """Lint FILE (DeepSpeed JSON, accelerate YAML, hostfile, .deepspeed_env, or a config directory)."""
@@ -72,9 +74,14 @@ def check(
 
     if not file.exists():
         raise DswizError(f"{file} does not exist", "check the path (dswiz check ds_config.json)")
-    from wizard.fsio import settle_file_set
+    from wizard.fsio import interrupted_write, settle_file_set
 
-    settle_file_set(file if file.is_dir() else file.parent)  # a killed `dswiz config` write: finish it first
+    folder = file if file.is_dir() else file.parent
+    if interrupted_write(folder):  # a killed `dswiz config` write: finish it first, and say so
+        settle_file_set(folder)
+        click.echo(
+            f"note: {folder} held an interrupted config write; it is finished (or undone) now", err=True
+        )
     if hardware is None and ctx.parent is not None:
         hardware = ctx.parent.params.get("hardware")
     report = None
@@ -99,7 +106,10 @@ def check(
         from wizard.hardware import get_hardware
         from wizard.service.prediction import config_prediction
 
-        prediction = config_prediction(file, model_text, report or get_hardware(None))
+        use_history = not (no_history or (ctx.parent is not None and ctx.parent.params.get("no_history")))
+        prediction = config_prediction(
+            file, model_text, report or get_hardware(None), use_history=use_history
+        )
         findings.append(prediction.finding)
     findings = sort_findings(findings)
     reader = _reader_line(consumer, guess.reason if guess is not None else None)

@@ -236,6 +236,11 @@ def config(
     planned = plan_for_flags(flags, hardware, force_errors=force_errors)
     strategy = resolve_strategy(flags, hardware, planned)
     if planned is not None:
+        from wizard.history.calibrate import HISTORY_NOTE_PREFIXES
+
+        for note in planned.plan.notes:  # what changed the plan beyond the flags: the run history
+            if note.startswith(HISTORY_NOTE_PREFIXES):
+                click.echo(f"note: {note}", err=True)
         _say_if_it_does_not_fit(planned, strategy)
     options = write_options(flags, out_dir, hardware, planned.model if planned else None)
     from wizard.config.build import config_set_from_strategy

@@ -121,5 +121,5 @@ def _versus(predicted: float | None, measured: float | None, fmt: Callable[[floa
     m = fmt(measured) if measured is not None else "?"
     text = f"predicted {p}, measured {m}"
     if predicted and measured:
-        text += f" ({(predicted - measured) / measured:+.0%})"
+        text += f" (prediction {(predicted - measured) / measured:+.0%} off)"
     return text

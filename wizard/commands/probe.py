@@ -73,6 +73,10 @@ def probe(ctx: click.Context, **opts: Any) -> int:
     from wizard.service.probe import ProbeSetup, write_base_config
     from wizard.service.probe import probe as run_probe
 
+    parent = ctx.parent.params if ctx.parent is not None else {}
+    opts["no_history"] = opts["no_history"] or bool(parent.get("no_history"))  # `dswiz --no-history probe`
+    if opts["hardware"] is None:
+        opts["hardware"] = parent.get("hardware")
     work = opts["work_dir"] or Path(tempfile.mkdtemp(prefix="dswiz-probe-"))
     work.mkdir(parents=True, exist_ok=True)
     say = (lambda text: click.echo(text, err=True)) if opts["as_json"] else click.echo
@@ -104,6 +108,13 @@ def probe(ctx: click.Context, **opts: Any) -> int:
         request=planning_request(opts) if opts["config_dir"] is None else None,
         use_history=not opts["no_history"],
     )
+    if opts["hardware"] is not None:  # the candidates are planned for it, but run and measured here
+        click.echo(
+            f"warning: --hardware {opts['hardware']} plans the candidates for that machine, but the probe runs and "
+            "measures them on this one (and records them as this machine's runs); probe on the machine you will "
+            "train on, without --hardware",
+            err=True,
+        )
     say(f"probing the planner's top {setup.top} strategies ({setup.steps} timed steps each; runs in {work})")
     results, chosen = run_probe(setup, sidecar, say=say)
     if opts["as_json"]:

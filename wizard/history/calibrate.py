@@ -23,12 +23,23 @@ from wizard.history.record import Measurement
 # A run stopped by the user (or by `dswiz probe` once it has its timed steps) measured as much as one that ended.
 MEASURED_OUTCOMES = ("success", "interrupted")
 PRIOR_RUNS = 2.0  # the prior counts as this many runs
-BORROW_WEIGHT = 0.5  # a family without runs takes this share of the hardware-wide correction
+# A family without runs of its own takes the hardware-wide correction whole: what runs on this machine teach first
+# is the machine (its clocks, power cap, driver), which moves every family alike. Borrowing less would rank the
+# families nobody measured above the one that was measured for no physical reason.
+BORROW_WEIGHT = 1.0
 TOKENS_BOUNDS = (0.5, 1.5)  # throughput corrections outside this are a broken measurement, not the machine
+# A run whose measured/predicted ratio is outside this measured something else (another model, a throttled or
+# shared GPU, a wrong record): it is left out, not clamped, and the plan says how many were.
+PLAUSIBLE_RATIO = (1 / 3, 3.0)
 # Memory is mostly exact arithmetic (only the allocator/context terms are free), and the history may only raise it:
 # a prediction shrunk below the physics eats the safety margin (an OOM), one raised costs at most a smaller batch.
 # In the H200 replay a factor of 0.967 turned gpt2-xl's -4.4 % into -7.6 % (bench/results/calibration_replay-*.md).
 MEMORY_BOUNDS = (1.0, 1.2)
+
+
+# How the plan's notes about the history begin (``Corrections.summary``): front doors show them wherever a plan
+# shapes what they write.
+HISTORY_NOTE_PREFIXES = ("calibrated by ", "run history not used")
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,9 @@ class Corrections:
     families: Mapping[str, FamilyCorrection] | None = None
     overall: FamilyCorrection = FamilyCorrection()
     problem: str = ""  # why the history could not be read (then nothing is corrected)
+    left_out: int = (
+        0  # runs of this hardware whose figures were implausible (PLAUSIBLE_RATIO, above the card)
+    )
 
     @property
     def runs(self) -> int:
@@ -83,26 +97,70 @@ class Corrections:
             if f.error_before is not None and f.error_after is not None
         ]
         if errors:
-            text += "; median error " + ", ".join(errors)
+            leave = " (each run predicted from the others)" if self.runs > 1 else " (the run's fit to itself)"
+            text += "; median error " + ", ".join(errors) + leave
+        if self.left_out:
+            text += f"; {self.left_out} implausible run{'s' * (self.left_out != 1)} left out"
         return text + "; --no-history plans from the physics alone"
 
 
 def corrections(records: Iterable[Measurement], hardware_key: str) -> Corrections:
-    usable = [r for r in records if r.hardware.key == hardware_key and r.outcome in MEASURED_OUTCOMES]
+    """The corrections the runs of ``hardware_key`` give. Finished (or probe-stopped) runs teach tokens/s and
+    memory; a run that ran out of GPU memory teaches memory only: it needed at least the whole card, so the
+    prediction that let it start was too low."""
+    mine = [r for r in records if r.hardware.key == hardware_key]
+    usable = [r for r in mine if r.outcome in MEASURED_OUTCOMES or r.outcome == "oom"]
     if not usable:
         return Corrections(hardware_key=hardware_key, families={})
+    plausible = [r for r in usable if _plausible(r)]
     by_family: dict[str, list[Measurement]] = {}
-    for r in usable:
+    for r in plausible:
         by_family.setdefault(r.family, []).append(r)
     families = {fam: _family(runs) for fam, runs in by_family.items()}
-    return Corrections(hardware_key=hardware_key, families=families, overall=_family(usable))
+    return Corrections(
+        hardware_key=hardware_key,
+        families=families,
+        overall=_family(plausible),
+        left_out=len(usable) - len(plausible),
+    )
 
 
 def _family(runs: list[Measurement]) -> FamilyCorrection:
     return FamilyCorrection(
-        _factor([_pair(r.predicted.tokens_per_sec, r.measured.tokens_per_sec) for r in runs], TOKENS_BOUNDS),
-        _factor([_pair(r.predicted.peak_gpu_bytes, r.measured.peak_gpu_bytes) for r in runs], MEMORY_BOUNDS),
+        _factor(
+            [
+                _pair(r.predicted.tokens_per_sec, r.measured.tokens_per_sec)
+                for r in runs
+                if r.outcome != "oom"
+            ],
+            TOKENS_BOUNDS,
+        ),
+        _factor([_pair(r.predicted.peak_gpu_bytes, _memory_needed(r)) for r in runs], MEMORY_BOUNDS),
     )
+
+
+def _memory_needed(r: Measurement) -> float | None:
+    """What the run needed per GPU: its measured peak; for an OOM at least the whole card."""
+    if r.outcome == "oom":
+        card = r.hardware.gpu_memory_bytes
+        return max(float(card or 0), float(r.measured.peak_gpu_bytes or 0)) or None
+    return None if r.measured.peak_gpu_bytes is None else float(r.measured.peak_gpu_bytes)
+
+
+def _plausible(r: Measurement) -> bool:
+    """No figure that no run of this machine can have: a ratio outside PLAUSIBLE_RATIO, or (for a finished run)
+    more GPU memory than the card holds."""
+    card = r.hardware.gpu_memory_bytes
+    peak = r.measured.peak_gpu_bytes
+    if r.outcome != "oom" and card and peak and peak > card:
+        return False
+    for pair in (
+        _pair(r.predicted.tokens_per_sec, r.measured.tokens_per_sec),
+        _pair(r.predicted.peak_gpu_bytes, _memory_needed(r)),
+    ):
+        if pair is not None and not PLAUSIBLE_RATIO[0] <= pair[1] / pair[0] <= PLAUSIBLE_RATIO[1]:
+            return False
+    return True
 
 
 def _pair(predicted: float | None, measured: float | None) -> tuple[float, float] | None:

@@ -66,6 +66,12 @@ class HistoryStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise DswizError(
+                f"the run history {self.path} is a folder, not a history file",
+                f"point {ENV_PATH} at a file, e.g. {ENV_PATH}={self.path / 'history.sqlite3'} "
+                f"({ENV_PATH}=off turns the history off)",
+            )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             con = self._connect()

@@ -28,8 +28,11 @@ class ConfigPrediction:
     )  # candidate_to_json of the config's strategy; None when none could be made
 
 
-def config_prediction(file: Path, model_text: str, hardware: HardwareReport) -> ConfigPrediction:
-    """The planner's verdict on the config in ``file`` for ``model_text`` on ``hardware``."""
+def config_prediction(
+    file: Path, model_text: str, hardware: HardwareReport, *, use_history: bool = True
+) -> ConfigPrediction:
+    """The planner's verdict on the config in ``file`` for ``model_text`` on ``hardware``, calibrated by the
+    hardware's run history as `dswiz plan` is (unless ``use_history`` is False: --no-history)."""
     from wizard.config.load import load_path
     from wizard.config.reimport import strategy_from_config
     from wizard.config.schema import DS_CONFIG_NAME
@@ -49,7 +52,10 @@ def config_prediction(file: Path, model_text: str, hardware: HardwareReport) -> 
     if loaded.kind == "deepspeed":  # a DeepSpeed JSON names no topology: the hardware's
         s = s.with_(nodes=hardware.nodes, gpus_per_node=max(1, hardware.gpus_per_node))
     model = load_model_spec(model_text)
+    from wizard.service.history import with_history
+
     request = PlanRequest(precisions=(s.precision,), mode=s.mode, buffers=buffers_of(loaded.config))
+    request = with_history(request, hardware, use=use_history)
     result = plan(hardware, model, request)
     chosen = choose(
         result,
