@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the planner and the model are imported when a command plans
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
     from wizard.planner import PlanRequest
+    from wizard.planner.types import StrategyChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -237,6 +238,20 @@ def planning_request(
 
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def strategy_choice(params: Mapping[str, Any], *, stage: int | None) -> StrategyChoice:
+    """The parts of a strategy that ``stage`` and the ``strategy_options`` flags fix; None where not given."""
+    from wizard.planner.types import StrategyChoice
+
+    return StrategyChoice(
+        zero_stage=stage,
+        offload_optimizer=params.get("offload_optimizer"),
+        offload_param=params.get("offload_param"),
+        activation_checkpointing=params.get("activation_checkpointing"),
+        micro_batch_size=params.get("micro_batch"),
+        gradient_accumulation_steps=params.get("grad_accum"),
+    )
 
 
 def strategy_options(f: F) -> F:

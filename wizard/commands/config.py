@@ -27,6 +27,7 @@ from wizard.cli_options import (
     planning_model,
     planning_options,
     planning_request,
+    strategy_choice,
     strategy_options,
 )
 from wizard.errors import DswizError
@@ -503,11 +504,9 @@ def _say_if_it_does_not_fit(planned: Planned, strategy: Strategy) -> None:
     chosen = planner.candidate_for(planned.plan, strategy)
     if chosen.fits:
         return
-    why = next(
-        (r for r in chosen.reasons if r.startswith(("does not fit", "host RAM", "NVMe", "not "))), None
-    )
+    why = planner.why_it_does_not_fit(chosen)
     click.echo(
-        f"warning: {chosen.label} at micro-batch {strategy.micro_batch_size}: {why or 'does not fit'}",
+        f"warning: {chosen.label} at micro-batch {strategy.micro_batch_size}: {why[0] if why else 'does not fit'}",
         err=True,
     )
     for line in planner.choice_advice(chosen, planned.plan):
@@ -515,21 +514,10 @@ def _say_if_it_does_not_fit(planned: Planned, strategy: Strategy) -> None:
 
 
 def _fixed_parts(flags: Mapping[str, Any]) -> StrategyChoice | None:
-    """The strategy parts the flags fix, or None when they fix none."""
+    """The strategy parts the flags fix (--stage with the strategy options), or None when they fix none."""
     from wizard.planner.types import StrategyChoice
 
-    def given(name: str) -> Any:
-        value = flags.get(name)
-        return None if value == "auto" else value
-
-    choice = StrategyChoice(
-        zero_stage=given("stage"),
-        offload_optimizer=given("offload_optimizer"),
-        offload_param=given("offload_param"),
-        activation_checkpointing=given("activation_checkpointing"),
-        micro_batch_size=given("micro_batch"),
-        gradient_accumulation_steps=given("grad_accum"),
-    )
+    choice = strategy_choice(flags, stage=flags.get("stage"))
     return choice if choice != StrategyChoice() else None
 
 

@@ -6,11 +6,18 @@ and prints a rich table (or the stable JSON document).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from wizard.cli_options import planning_model, planning_options, planning_request, strategy_options
+from wizard.cli_options import (
+    planning_model,
+    planning_options,
+    planning_request,
+    strategy_choice,
+    strategy_options,
+)
 from wizard.errors import DswizError
 from wizard.strategy import offload_cell
 
@@ -110,9 +117,7 @@ def plan(
     request = planning_request(ctx.params, stages=stages, hardware=report)
     check_request(report, model, request)
     result = make_plan(report, model, request)
-    choice = _choice(
-        stages, offload_optimizer, offload_param, micro_batch, grad_accum, activation_checkpointing
-    )
+    choice = _choice(stages, ctx.params)
     if choice is not None:
         return _show_choice(result, choice, as_json)
     shown = _select(result, top, show_all, as_json)
@@ -137,33 +142,17 @@ def plan(
     return 0 if result.best is not None else 1
 
 
-def _choice(
-    stages: tuple[int, ...],
-    offload_optimizer: str | None,
-    offload_param: str | None,
-    micro_batch: int | None,
-    grad_accum: int | None,
-    activation_checkpointing: bool | None,
-) -> StrategyChoice | None:
+def _choice(stages: tuple[int, ...], params: Mapping[str, Any]) -> StrategyChoice | None:
     """The exact strategy asked for, or None (rank them all) when no part beyond --stage is fixed."""
-    from wizard.planner import StrategyChoice
-
-    fixed = (offload_optimizer, offload_param, micro_batch, grad_accum, activation_checkpointing)
-    if all(v is None for v in fixed):
+    choice = strategy_choice(params, stage=stages[0] if stages else None)
+    if choice == strategy_choice({}, stage=choice.zero_stage):
         return None
     if len(set(stages)) > 1:
         raise DswizError(
             f"--stage given {len(set(stages))} times with an exact strategy (--offload-*, --micro-batch, ...)",
             "give one --stage to evaluate that strategy, or drop the other flags to rank several stages",
         )
-    return StrategyChoice(
-        zero_stage=stages[0] if stages else None,
-        offload_optimizer=offload_optimizer,  # type: ignore[arg-type]
-        offload_param=offload_param,  # type: ignore[arg-type]
-        activation_checkpointing=activation_checkpointing,
-        micro_batch_size=micro_batch,
-        gradient_accumulation_steps=grad_accum,
-    )
+    return choice
 
 
 def _show_choice(result: Plan, choice: StrategyChoice, as_json: bool) -> int:

@@ -17,7 +17,7 @@ This module re-exports the public API; import from ``wizard.planner``.
 
 from __future__ import annotations
 
-from wizard.planner.explain import choice_advice
+from wizard.planner.explain import choice_advice, why_it_does_not_fit
 from wizard.planner.feasibility import capacities, hardware_problems, precision_problem
 from wizard.planner.finetune import trainable_params, with_finetune
 from wizard.planner.search import candidate_for, choose, evaluate, max_batch_table, max_micro_batch, plan
@@ -56,5 +56,6 @@ __all__ = [
     "plan_to_json",
     "precision_problem",
     "trainable_params",
+    "why_it_does_not_fit",
     "with_finetune",
 ]

@@ -292,6 +292,11 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
     return out
 
 
+def why_it_does_not_fit(c: Candidate) -> list[str]:
+    """The reasons of a candidate that say what does not fit or cannot run (GPU, host RAM, NVMe, unsupported)."""
+    return [r for r in c.reasons if r.startswith(("does not fit", "host RAM", "NVMe", "not "))]
+
+
 def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
     """For one strategy a user chose (``wizard.planner.search.choose``): what to change when it does not fit
     ("needs 131 GiB per GPU on an 80 GiB card: lower the micro-batch to 3, or ..."), or, when it fits, how it

@@ -37,7 +37,14 @@ def config_prediction(
     from wizard.config.reimport import strategy_from_config
     from wizard.config.schema import DS_CONFIG_NAME
     from wizard.model import load_model_spec
-    from wizard.planner import PlanRequest, candidate_to_json, choice_advice, choose, plan
+    from wizard.planner import (
+        PlanRequest,
+        candidate_to_json,
+        choice_advice,
+        choose,
+        plan,
+        why_it_does_not_fit,
+    )
     from wizard.planner.types import StrategyChoice
 
     if not hardware.gpus:
@@ -81,7 +88,7 @@ def config_prediction(
             "; ".join(advice) or "nothing to change",
         )
     else:
-        why_not = [r for r in chosen.reasons if r.startswith(("does not fit", "host RAM", "NVMe", "not "))]
+        why_not = why_it_does_not_fit(chosen)
         finding = Finding(
             Severity.ERROR,
             "plan-does-not-fit",
