@@ -8,7 +8,8 @@ tokens/s (<= 10 %), and whether the planner's recommendation runs without OOM.
     python3 bench/finetune_accuracy.py --smoke --out /tmp/fa
 
 Grid, in priority order (stops starting configs once --budget-s is spent; every finished row is saved at once):
-llama-7b LoRA and QLoRA at 24/48/80 GiB, then llama-33b (LLaMA-1 33B's shape) QLoRA at 24/48/80 and LoRA at 80.
+llama-7b LoRA and QLoRA at 24/48/80 GiB and llama-33b (LLaMA-1 33B's shape) QLoRA at 24/48/80 and LoRA at 80,
+breadth first (each model and mode once, then the other caps).
 For each, the planner's recommendation for one H200 capped to that size (bf16, seq 2048, rank 16 on q_proj/v_proj),
 run exactly: its ZeRO stage (through DeepSpeed when installed, else plain PyTorch AdamW on the adapters: recorded),
 its micro-batch and checkpointing. One config per process (a previous engine's memory would inflate the next
@@ -61,11 +62,11 @@ MODELS: dict[str, dict[str, Any]] = {
     "tiny-llama": {**PRESETS["llama-7b"], "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                    "num_key_value_heads": 4, "intermediate_size": 176, "vocab_size": 256},
 }  # fmt: skip
-GRID = [
-    *(("llama-7b", mode, cap) for mode in ("lora", "qlora") for cap in CAPS),
-    *(("llama-33b", "qlora", cap) for cap in CAPS),
-    ("llama-33b", "lora", 80),
-]
+GRID = [  # breadth first: each model and mode once before the other caps, so a cut-off run still covers both sizes
+    ("llama-7b", "lora", 24), ("llama-7b", "qlora", 24), ("llama-33b", "qlora", 48), ("llama-33b", "lora", 80),
+    ("llama-7b", "qlora", 48), ("llama-33b", "qlora", 24), ("llama-7b", "lora", 48), ("llama-7b", "qlora", 80),
+    ("llama-33b", "qlora", 80), ("llama-7b", "lora", 80),
+]  # fmt: skip
 SMOKE_GRID = [("tiny-llama", "lora", None), ("tiny-llama", "qlora", None)]
 
 
@@ -224,7 +225,8 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
     if s.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     pa = _plan_accuracy()
-    baseline = pa.cap_device_memory(device, c.cap_gib) if cuda else 0
+    if cuda:
+        pa.cap_device_memory(device, c.cap_gib)
     lora = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=TARGETS.split(","), task_type="CAUSAL_LM")
     model = get_peft_model(
         model, lora, autocast_adapter_dtype=False
@@ -244,13 +246,9 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
         if i >= WARMUP:
             row.step_s.append(time.perf_counter() - t0)
     row.tokens_per_sec = s.micro_batch_size * seq / statistics.median(row.step_s)
-    if cuda:
-        allocated, reserved, outside = pa.device_memory_peaks(device, 0)
-        row.max_allocated, row.max_reserved = (
-            allocated + baseline,
-            reserved,
-        )  # the model built before the cap too
-        row.device_used = reserved + outside
+    if cuda:  # the peaks count from the cap on, with the model built before it already allocated
+        row.max_allocated, row.max_reserved, outside = pa.device_memory_peaks(device, 0)
+        row.device_used = row.max_reserved + outside
 
 
 def worker(payload: str) -> int:
@@ -276,7 +274,11 @@ def has_module(name: str) -> bool:
 
 def run_one(c: Config, s: Strategy, seq: int, row: Row, timeout: float) -> Row:
     payload = json.dumps({"config": asdict(c), "strategy": s.to_dict(), "row": asdict(row), "seq": seq})
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # ROOT first, and whatever PYTHONPATH brought (the GPU machine's carried wheels: DeepSpeed, bitsandbytes)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
     try:
         out = subprocess.run([sys.executable, __file__, "--worker", payload], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip

@@ -1,5 +1,5 @@
 """A LoRA fine-tune under `dswiz launch` with the config `dswiz config --finetune lora` wrote: real DeepSpeed 0.19.8
-on CPU (gloo), 2 ranks, real peft, runner/examples/train_lora_tiny.py. PEFT's trainable count equals the planner's
+on CPU (gloo), 2 ranks, real peft, runner/examples/train_hf.py. PEFT's trainable count equals the planner's
 and the frozen base does not move."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("peft")
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "runner" / "examples" / "train_lora_tiny.py"
+TRAIN = ROOT / "runner" / "examples" / "train_hf.py"
 TINY_LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
               "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 64}  # fmt: skip
 

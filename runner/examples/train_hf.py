@@ -1,12 +1,17 @@
-"""LoRA fine-tuning of a small Hugging Face causal LM under DeepSpeed, written the way dswiz's hint says
-(peft.LoraConfig + get_peft_model, then deepspeed.initialize on the trainable parameters). The model is built from
-a config.json (no download), so it runs anywhere: on GPUs (NCCL) and on CPU (gloo).
+"""Training a Hugging Face causal LM under DeepSpeed: LoRA (the default) written the way dswiz's hint says
+(peft.LoraConfig + get_peft_model, then deepspeed.initialize on the trainable parameters), or every weight
+(--finetune full). The model is built from a config.json (no download; in the config's precision, on the GPU
+where there is one), so it runs anywhere: on GPUs (NCCL) and on CPU (gloo).
 
     dswiz config --yes --model ./tiny/config.json --finetune lora --out cfg ...
-    dswiz launch --config cfg train_lora_tiny.py --model-config ./tiny/config.json --steps 10
+    dswiz launch --config cfg train_hf.py --model-config ./tiny/config.json --steps 10
 
-Rank 0 prints the trainable-parameter count PEFT reports, one loss dict per logged step (as the HF Trainer does),
-and at the end whether the frozen base weights stayed exactly as they were.
+Activation checkpointing is switched on in the model (gradient_checkpointing_enable) when the DeepSpeed config has
+an activation_checkpointing section, as dswiz writes it for a plan that checkpoints. The loss is the model's own
+(labels=input_ids), on synthetic, learnable data (each token is followed by the next one).
+
+Rank 0 prints the trainable-parameter count, one loss dict per logged step (as the HF Trainer does), and at the end
+whether the frozen base weights stayed exactly as they were (LoRA).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-config", required=True, help="an HF config.json to build the model from")
+    p.add_argument(
+        "--finetune", choices=("lora", "full"), default="lora", help="LoRA adapters, or every weight"
+    )
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--lora-alpha", type=int, default=8)
     p.add_argument("--lora-targets", default="", help="comma-separated module names (default: PEFT's)")
@@ -43,30 +50,43 @@ def rank0_print(*parts: object) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     import deepspeed
-    from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
     args = parse_args(argv)
     if not args.deepspeed_config:
-        sys.exit("train_lora_tiny.py: pass --deepspeed_config FILE (dswiz launch does)")
+        sys.exit("train_hf.py: pass --deepspeed_config FILE (dswiz launch does)")
     with open(args.deepspeed_config) as fh:
         ds_config = json.load(fh)
+    if torch.cuda.is_available():  # before the process group, so NCCL binds each rank to its own GPU
+        torch.cuda.set_device(max(args.local_rank, 0))
     deepspeed.init_distributed()
     torch.manual_seed(args.seed)
     with open(args.model_config) as fh:
         cfg_dict = json.load(fh)
     config = AutoConfig.for_model(cfg_dict.pop("model_type"), **cfg_dict)
-    model = AutoModelForCausalLM.from_config(config)
-    targets = [t for t in args.lora_targets.split(",") if t] or None
-    model = get_peft_model(
-        model,
-        LoraConfig(
-            r=args.lora_rank, lora_alpha=args.lora_alpha, target_modules=targets, task_type="CAUSAL_LM"
-        ),
-    )
-    trainable, total = model.get_nb_trainable_parameters()
+    dtype = torch.bfloat16 if ds_config.get("bf16", {}).get("enabled") else None
+    if torch.cuda.is_available():
+        with torch.device("cuda", torch.cuda.current_device()):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_config(config)
+    if "activation_checkpointing" in ds_config:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.finetune == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        targets = [t for t in args.lora_targets.split(",") if t] or None
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=args.lora_rank, lora_alpha=args.lora_alpha, target_modules=targets, task_type="CAUSAL_LM"
+            ),
+        )
+        trainable, total = model.get_nb_trainable_parameters()
+    else:
+        trainable = total = sum(p.numel() for p in model.parameters())
     rank0_print(json.dumps({"trainable_params": trainable, "all_params": total}))
-    frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    frozen_before = {n: p.detach().cpu().clone() for n, p in model.named_parameters() if not p.requires_grad}
     params = [p for p in model.parameters() if p.requires_grad]
     client_opt = torch.optim.AdamW(params, lr=args.lr) if "optimizer" not in ds_config else None
     engine, _, _, _ = deepspeed.initialize(
@@ -82,8 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(engine.gradient_accumulation_steps()):
             start = torch.randint(0, vocab, (micro, 1), generator=gen)
             tokens = ((start + torch.arange(args.seq_len + 1)) % vocab).to(engine.device)
-            logits = engine(input_ids=tokens[:, :-1]).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+            loss = engine(input_ids=tokens[:, :-1], labels=tokens[:, :-1]).loss
             engine.backward(loss)
             engine.step()
         if step % args.log_every == 0 or step == args.steps:
