@@ -1,19 +1,24 @@
 """How right is `dswiz plan --mode inference`? Real ZeRO-3 inference forward passes (no optimizer, eval mode,
 torch.no_grad, a loss over every position as evaluation does) of GPT-2-family models vs the planner's predictions.
 
-    # On the GPU machine (one launcher start, configs in-process), ~3-6 minutes:
+    # On the GPU machine (one launcher start per config), ~3-6 minutes:
     python3 bench/inference_accuracy.py --gpus 1 --budget-s 400 --out $OUT
+    # The LLaMA-style 7B at seq 2048 (a 24 GiB card needs the parameters on the CPU or a small micro-batch):
+    python3 bench/inference_accuracy.py --models llama-7b --seq 2048 --label llama7b --budget-s 400 --out $OUT
     # Here, on CPU: the real launcher, 1 gloo rank, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/inference_accuracy.py --smoke --out /tmp/ia
 
 Grid, in priority order (stops starting configs once --budget-s is spent; every finished row is saved at once):
-  for gpt2-medium and gpt2-xl, parameters on the GPU (none) and on the CPU (cpu; NVMe needs libaio, absent there):
-  R  the planner's largest micro-batch for a 24 GiB card, run under that cap (set_per_process_memory_fraction): must
+  for each model (default gpt2-medium and gpt2-xl; --models), parameters on the GPU (none) and on the CPU (cpu;
+  NVMe needs libaio, absent there):
+  R  the planner's largest micro-batch for a 24 GiB card (--caps), run under that cap (set_per_process_memory_fraction): must
      not OOM; and twice it under the same cap: should OOM (or measure above the cap);
   S  micro-batch 1, 8 and 32 uncapped: memory (max allocated / reserved, device-level) and tokens/s vs predicted.
-Each config: the model built inside deepspeed.zero.Init (so no rank ever holds it whole, as dswiz tells users to),
-bf16, seq 1024, 1 warm-up forward, then the median of 3 timed forwards. Between configs: engine.destroy(), gc,
-empty_cache. Results: <out>/inference_accuracy-<date>-<1gpu|smoke>.json (+ .md), printed as they come.
+Each config in a process of its own (an engine leaks its model states into the next config of the same process:
+docs/measurements.md), started by the real DeepSpeed launcher: the model (GPT-2 or LLaMA-style, from the preset's
+shape) built inside deepspeed.zero.Init (so no rank ever holds it whole, as dswiz tells users to), bf16, seq 1024
+(--seq), 1 warm-up forward, then the median of 3 timed forwards. Results:
+<out>/inference_accuracy-<date>-<1gpu|smoke>[-label].json (+ .md), a row added as each config ends.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import datetime as dt
 import functools
 import importlib.util
+import json
 import os
 import platform
 import statistics
@@ -114,24 +120,32 @@ def predict(hw: HardwareReport, c: Config, world: int, seq: int) -> dict[str, An
     }
 
 
-def build_grid(hw: HardwareReport, world: int, smoke: bool) -> list[Config]:
+def build_grid(
+    hw: HardwareReport,
+    world: int,
+    smoke: bool,
+    models: tuple[str, ...] = MODELS,
+    seq: int = SEQ,
+    caps: tuple[int, ...] = (CAP_GIB,),
+) -> list[Config]:
     if smoke:
         return [Config("S", "gpt2-tiny", off, 2, None) for off in OFFLOADS]
     grid: list[Config] = []
-    for model in MODELS:
-        for off in OFFLOADS:
-            probe = Config("R", model, off, 1, CAP_GIB)
-            top = max_micro_batch(
-                hw,
-                load_model_spec(model),
-                probe.strategy(world),
-                SEQ,
-                gpu_memory_bytes=card(probe, world),
-                limit=512,
-            )
-            if top:
-                grid += [Config("R", model, off, top, CAP_GIB), Config("R", model, off, 2 * top, CAP_GIB)]
-    grid += [Config("S", m, off, b, None) for m in MODELS for off in OFFLOADS for b in (1, 8, 32)]
+    for cap in caps:
+        for model in models:
+            for off in OFFLOADS:
+                probe = Config("R", model, off, 1, cap)
+                top = max_micro_batch(
+                    hw,
+                    load_model_spec(model),
+                    probe.strategy(world),
+                    seq,
+                    gpu_memory_bytes=card(probe, world),
+                    limit=512,
+                )
+                if top:
+                    grid += [Config("R", model, off, top, cap), Config("R", model, off, 2 * top, cap)]
+    grid += [Config("S", m, off, b, None) for m in models for off in OFFLOADS for b in (1, 8, 32)]
     return grid
 
 
@@ -148,15 +162,11 @@ def ds_config(c: Config, smoke: bool) -> dict[str, Any]:
 def run_config(c: Config, seq: int, smoke: bool, row: Row) -> None:
     import deepspeed
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     cuda = torch.cuda.is_available() and not smoke
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    if smoke:
-        layers, hidden, heads, vocab = 2, 64, 4, 256
-    else:
-        spec = load_model_spec(c.model)
-        layers, hidden, heads, vocab = spec.layers, spec.hidden, spec.heads, spec.vocab
+    spec = load_model_spec("layers=2,hidden=64,heads=4,vocab=256" if smoke else c.model)
+    vocab = spec.vocab
     baseline = 0
     if cuda:
         baseline = _plan_accuracy().cap_device_memory(device, c.cap_gib)
@@ -164,12 +174,10 @@ def run_config(c: Config, seq: int, smoke: bool, row: Row) -> None:
     start = time.perf_counter()
     cfg = ds_config(c, smoke)
     try:
-        config = GPT2Config(
-            n_layer=layers, n_embd=hidden, n_head=heads, vocab_size=vocab, n_positions=seq, use_cache=False
-        )
+        config, factory = _plan_accuracy().hf_model_config(spec, seq)
         torch.manual_seed(0)
         with deepspeed.zero.Init(config_dict_or_path=cfg, dtype=torch.bfloat16):
-            model = GPT2LMHeadModel(config)
+            model = factory(config)
         model.eval()
         engine, _, _, _ = deepspeed.initialize(model=model, config=cfg)
         engine.eval()
@@ -241,12 +249,15 @@ def markdown(doc: dict[str, Any]) -> str:
         f"seq {doc['seq_len']}, bf16, ZeRO-3 inference (DeepSpeedZeRoOffload), forward + loss under no_grad.",
         "",
         "| tier | model | params | mbs | cap | status | allocated GiB (pred, err) | reserved GiB (pred, err) "
-        "| tok/s (pred, err) | planner fits |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| device GiB (pred, err) | tok/s (pred, err) | planner fits |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
         c, p = r["config"], r["predicted"]
-        alloc = res = tps = "-"
+        alloc = res = dev = tps = "-"
+        if r["max_reserved"] is not None and r.get("outside_allocator") is not None and p.get("device"):
+            used = r["max_reserved"] + r["outside_allocator"]
+            dev = f"{used / GiB:.2f} ({p['device'] / GiB:.2f}, {_err(used, p['device'])})"
         if r["max_allocated"] is not None:
             alloc = f"{r['max_allocated'] / GiB:.2f} ({p['allocated'] / GiB:.2f}, {_err(r['max_allocated'], p['allocated'])})"
             res = f"{r['max_reserved'] / GiB:.2f} ({p['reserved'] / GiB:.2f}, {_err(r['max_reserved'], p['reserved'])})"
@@ -254,12 +265,21 @@ def markdown(doc: dict[str, Any]) -> str:
             tps = f"{r['tokens_per_sec']:,.0f} ({p['tokens_per_sec']:,.0f}, {_err(r['tokens_per_sec'], p['tokens_per_sec'])})"
         lines.append(
             f"| {c['tier']} | {c['model']} | {c['offload_param']} | {c['micro_batch']} | {c['cap_gib'] or '-'} "
-            f"| {r['status']} | {alloc} | {res} | {tps} | {p['fits']} |"
+            f"| {r['status']} | {alloc} | {res} | {dev} | {tps} | {p['fits']} |"
         )
     return "\n".join(lines) + "\n"
 
 
+def _models(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(m for m in args.models.split(",") if m)
+
+
+def _caps(args: argparse.Namespace) -> tuple[int, ...]:
+    return tuple(int(c) for c in args.caps.split(",") if c)
+
+
 def worker(args: argparse.Namespace) -> int:
+    """One config of the grid (--index) in this process; its row is added to the result file."""
     import deepspeed
     import torch
     import torch.distributed as dist
@@ -271,47 +291,24 @@ def worker(args: argparse.Namespace) -> int:
     deepspeed.init_distributed()
     world = dist.get_world_size()
     hw = pa.smoke_hardware(world) if smoke else pa.bench_hardware(world)
-    seq = SMOKE_SEQ if smoke else SEQ
-    grid = build_grid(hw, world, smoke)
+    seq = SMOKE_SEQ if smoke else args.seq
+    grid = build_grid(hw, world, smoke, _models(args), seq, _caps(args))
     out = Path(args.out) / args.name
-    doc: dict[str, Any] = {
-        "bench": "bench/inference_accuracy.py",
-        "argv": sys.argv[1:],
-        "date": dt.date.today().isoformat(),
-        "host": platform.node(),
-        "world": world,
-        "seq_len": seq,
-        "smoke": smoke,
-        "hardware": hw.to_dict(),
-        "versions": pa._versions(),
-        "calibration": pa._calibration_snapshot(),
-        "rows": [],
-    }
-    rank = dist.get_rank()
-    if rank == 0:
-        print(
-            f"inference_accuracy: {world} rank(s), {len(grid)} configs, budget {args.budget_s:.0f} s",
-            flush=True,
-        )
-    for i, c in enumerate(grid):
-        if time.time() - args.t0 > args.budget_s:
-            if rank == 0:
-                doc["stopped_at"] = {"index": i, "left": len(grid) - i}
-                print(f"budget spent after {i} of {len(grid)} configs", flush=True)
-            break
-        predicted = predict(hw, c, world, seq) if not smoke else predict(hw, replace_model(c), world, seq)
-        row = Row(config=asdict(c), predicted=predicted)
-        run_config(c, seq, smoke, row)
-        dist.barrier()
-        if rank == 0:
-            doc["rows"].append(asdict(row))
-            pa._save(out, doc)
-            out.with_suffix(".md").write_text(markdown(doc))
-            print(_line(i, len(grid), row), flush=True)
-    if rank == 0:
+    c = grid[args.index]
+    predicted = predict(hw, c, world, seq) if not smoke else predict(hw, replace_model(c), world, seq)
+    row = Row(config=asdict(c), predicted=predicted)
+    run_config(c, seq, smoke, row)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {
+            "bench": "bench/inference_accuracy.py", "argv": sys.argv[1:], "date": dt.date.today().isoformat(),
+            "host": platform.node(), "world": world, "seq_len": seq, "smoke": smoke, "hardware": hw.to_dict(),
+            "versions": pa._versions(), "calibration": pa._calibration_snapshot(), "rows": [],
+        }  # fmt: skip
+        doc["rows"].append(asdict(row))
         pa._save(out, doc)
         out.with_suffix(".md").write_text(markdown(doc))
-        print(f"wrote {out} and {out.with_suffix('.md')}", flush=True)
+        print(_line(args.index, len(grid), row), flush=True)
     return 0
 
 
@@ -321,20 +318,36 @@ def replace_model(c: Config) -> Config:
 
 
 def launch(args: argparse.Namespace) -> int:
+    """The grid, one DeepSpeed launcher start per config, until --budget-s is spent."""
     gpus = 1 if args.smoke else args.gpus
-    name = f"inference_accuracy-{dt.date.today().isoformat()}-{'smoke' if args.smoke else f'{gpus}gpu'}.json"
+    tag = ("smoke" if args.smoke else f"{gpus}gpu") + (f"-{args.label}" if args.label else "")
+    name = f"inference_accuracy-{dt.date.today().isoformat()}-{tag}.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     if args.smoke:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    cmd = [
-        sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(gpus),
-        "--master_port", str(args.master_port), "--no_local_rank", str(Path(__file__).resolve()),
-        "--worker", "--out", str(args.out), "--name", name, "--budget-s", str(args.budget_s), "--t0", str(args.t0),
-    ]  # fmt: skip
-    if args.smoke:
-        cmd.append("--smoke")
-    print(" ".join(cmd), flush=True)
-    return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+    pa = _plan_accuracy()
+    hw = pa.smoke_hardware(gpus) if args.smoke else pa.bench_hardware(gpus)
+    grid = build_grid(hw, gpus, args.smoke, _models(args), SMOKE_SEQ if args.smoke else args.seq, _caps(args))
+    (Path(args.out) / name).unlink(missing_ok=True)
+    print(
+        f"inference_accuracy: {gpus} rank(s), {len(grid)} configs, budget {args.budget_s:.0f} s", flush=True
+    )
+    rc = 0
+    for i in range(len(grid)):
+        if time.time() - args.t0 > args.budget_s:
+            print(f"budget spent after {i} of {len(grid)} configs", flush=True)
+            break
+        cmd = [
+            sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(gpus),
+            "--master_port", str(args.master_port), "--no_local_rank", str(Path(__file__).resolve()),
+            "--worker", "--index", str(i), "--out", str(args.out), "--name", name, "--models", args.models,
+            "--seq", str(args.seq), "--caps", args.caps,
+        ]  # fmt: skip
+        if args.smoke:
+            cmd.append("--smoke")
+        rc = max(rc, subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode)
+    print(f"wrote {Path(args.out) / name} and its .md", flush=True)
+    return rc
 
 
 def main() -> int:
@@ -342,7 +355,14 @@ def main() -> int:
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="CPU, a tiny GPT-2, 2 configs")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    p.add_argument("--budget-s", type=float, default=400.0)
+    p.add_argument("--budget-s", type=float, default=400.0, help="start no config after this many seconds")
+    p.add_argument(
+        "--models", default=",".join(MODELS), help="comma-separated presets (gpt2-*, llama-7b, ...)"
+    )
+    p.add_argument("--seq", type=int, default=SEQ, help="tokens per sample")
+    p.add_argument("--caps", default=str(CAP_GIB), help="comma-separated card sizes in GiB for the R tier")
+    p.add_argument("--label", default="", help="added to the result file's name")
+    p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--master-port", type=int, default=29561)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--name", default="inference_accuracy.json", help=argparse.SUPPRESS)

@@ -482,13 +482,9 @@ def release_device_memory(device: Any, cuda: bool) -> None:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
-def build_model(spec: ModelSpec, seq: int, device: Any, smoke: bool) -> Any:
-    """A randomly initialised model of ``spec``'s shape, built on ``device`` (16-bit unless smoke): GPT-2 or a
-    LLaMA-style decoder (RMSNorm, SwiGLU, GQA, rotary positions)."""
-    import torch
-
-    torch.manual_seed(0)
-    dtype = torch.float32 if smoke else torch.bfloat16
+def hf_model_config(spec: ModelSpec, seq: int) -> tuple[Any, Any]:
+    """(transformers config, model class) of ``spec``'s shape: GPT-2 or a LLaMA-style decoder (RMSNorm, SwiGLU,
+    GQA, rotary positions)."""
     if spec.model_type == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -502,19 +498,28 @@ def build_model(spec: ModelSpec, seq: int, device: Any, smoke: bool) -> Any:
             max_position_embeddings=max(seq, spec.max_positions or seq),
             use_cache=False,
         )
-        factory: Any = LlamaForCausalLM
-    else:
-        from transformers import GPT2Config, GPT2LMHeadModel
+        return config, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel
 
-        config = GPT2Config(
-            n_layer=spec.layers,
-            n_embd=spec.hidden,
-            n_head=spec.heads,
-            vocab_size=spec.vocab,
-            n_positions=max(seq, spec.max_positions or seq),
-            use_cache=False,
-        )
-        factory = GPT2LMHeadModel
+    config = GPT2Config(
+        n_layer=spec.layers,
+        n_embd=spec.hidden,
+        n_head=spec.heads,
+        vocab_size=spec.vocab,
+        n_positions=max(seq, spec.max_positions or seq),
+        use_cache=False,
+    )
+    return config, GPT2LMHeadModel
+
+
+def build_model(spec: ModelSpec, seq: int, device: Any, smoke: bool) -> Any:
+    """A randomly initialised model of ``spec``'s shape (hf_model_config), built on ``device`` (16-bit unless
+    smoke)."""
+    import torch
+
+    torch.manual_seed(0)
+    dtype = torch.float32 if smoke else torch.bfloat16
+    config, factory = hf_model_config(spec, seq)
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # built in 16-bit directly: a 7B model never exists in fp32
     try:

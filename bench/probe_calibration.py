@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import md_heading, md_table  # noqa: E402
+from _common import load_bench_script, md_heading, md_table  # noqa: E402
 
 from wizard.config.sidecar import PlanSidecar, dump_sidecar, load_sidecar, read_sidecar  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
@@ -269,16 +269,6 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for mod in ("torch", "deepspeed", "transformers"):
-        try:
-            out[mod] = __import__(mod).__version__
-        except Exception:
-            out[mod] = None
-    return out
-
-
 def _save(out: Path, doc: dict[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"probe_calibration-{doc['date']}-{doc['tag']}.json"
@@ -329,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         work, sidecar, picks, run, model_config, args.smoke, args.budget_s - (time.monotonic() - t0)
     )
     doc: dict[str, Any] = {
-        "date": dt.date.today().isoformat(), "tag": tag, "run": run, "versions": _versions(),
+        "date": dt.date.today().isoformat(), "tag": tag, "run": run, "versions": load_bench_script("plan_accuracy")._versions(),
         "model_name": "tiny Qwen2" if args.smoke else "Qwen2-1.5B's shape", "model_config": json.loads(model_config.read_text()),
         "sidecar": dump_sidecar(sidecar),  # the probe's plan: hardware, model, sequence, batch
         "probe": probe, "held_out": held,

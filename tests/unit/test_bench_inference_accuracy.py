@@ -55,3 +55,32 @@ def test_the_report_shows_errors_against_the_prediction(ia: ModuleType) -> None:
     doc = {"date": "2026-11-30", "smoke": False, "world": 1, "seq_len": 1024, "rows": [asdict(row)]}
     text = ia.markdown(doc)
     assert "10.00 (11.00, +10.0 %)" in text and "100 (110, +10.0 %)" in text
+
+
+def test_every_capped_h200_row_the_planner_lets_fit_ran_without_oom(ia: ModuleType) -> None:
+    """The H200 rows of LLaMA-7B ZeRO-3 inference (seq 2048, 24/40 GiB caps), predicted again by today's planner:
+    a config it says fits never ran out of memory -- among them the old recommendation (micro-batch 12, parameters on
+    the GPU, 24 GiB) that did, which it must now refuse."""
+    import json
+
+    from wizard.hardware.report import HardwareReport
+
+    rows, hw = [], None
+    for name in (
+        "inference_accuracy-2026-12-01-1gpu-llama7b.json",
+        "inference_accuracy-2026-12-01-1gpu-llama7b-verify.json",
+    ):
+        doc = json.loads((ROOT / "bench" / "results" / name).read_text())
+        hw = HardwareReport.from_dict(doc["hardware"])
+        rows += [r for r in doc["rows"] if r["config"]["cap_gib"]]
+    assert hw is not None and len(rows) == 12
+    verdicts = {}
+    for r in rows:
+        c = ia.Config(**r["config"])
+        verdicts[(c.offload_param, c.micro_batch, c.cap_gib)] = (
+            ia.predict(hw, c, 1, 2048)["fits"],
+            r["status"],
+        )
+    assert all(status == "ok" for fits, status in verdicts.values() if fits), verdicts
+    assert verdicts[("none", 12, 24)] == (False, "oom")
+    assert sum(fits for fits, _ in verdicts.values()) >= 4  # the planner still lets the largest safe ones fit

@@ -179,6 +179,16 @@ FRAGMENTATION_STEP_SHARE_OFFLOAD_CHECKPOINTING = 1.45
 # the step's block is one optimizer sub-group: llama-7b z3 + checkpointing, mbs 4, needs 1.49 of 2.1 x 0.8, llama-3b
 # z3 mbs 16 needs 1.87 of 2.1 x 0.25 (its reserved is predicted 6 % low).
 FRAGMENTATION_STAGE3_FACTOR = 2.1
+# ZeRO-3 inference (no optimizer step, so the fp32 logits of the scoring loss are the large transient): LLaMA-style
+# 7B, seq 2048, one H200, one config per process (bench/results/inference_accuracy-2026-12-01-1gpu-llama7b.json).
+# Parameters on the GPU, reserved - allocated = 1.37 / 3.51 / 10.03 GiB at micro-batch 1 / 8 / 32 uncapped, i.e.
+# 1.2-1.5 logits blocks per sample above RESERVED_FIXED_BYTES; under a 24 GiB cap micro-batch 12 OOMed asking for one
+# more 2.93 GiB logits block with 4.10 GiB reserved but split, so >= 1.07 were needed (the stage-3 training share,
+# 0.25 x 2.1, let it "fit"). Parameters on the CPU: every layer's weights are gathered into blocks of their own between
+# the activations, and the cache grows twice as fast: 0.74 / 6.54 / 19.76 GiB (2.4-2.8 blocks per sample); under a
+# 24 GiB cap the allocator gives cache back and micro-batch 28 ran at the cap, so this share is conservative there.
+FRAGMENTATION_SHARE_INFERENCE = 1.2
+FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD = 2.5
 # Outside the allocator: NCCL ~0.5 GB per communicator (docs/measurements.md, "Outside the allocator": 1.30 GiB
 # without NCCL traffic, 1.68-1.76 with it), and DeepSpeed creates one even on a single GPU
 # (init_distributed, then broadcasts of the model). The rest is the CUDA context with its library handles:
