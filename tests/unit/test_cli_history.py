@@ -53,6 +53,12 @@ def test_export_then_import_on_another_machine(tmp_path: Path) -> None:
     imp = _dswiz("history", "--import", str(file), env_db=b)
     assert imp.returncode == 0 and "1 added" in imp.stdout
     assert HistoryStore(b).get(rec.id) == rec
+    # a damaged copy: the readable records still come in, and the lines that did not are named
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text(file.read_text() + '{"id": \n' + "garbage\n")
+    again = _dswiz("history", "--import", str(damaged), env_db=b)
+    assert again.returncode == 0 and "0 added, 0 updated, 1 already here" in again.stdout
+    assert "2 lines of" in again.stderr and "(line 3, 4)" in again.stderr and "--export" in again.stderr
 
 
 def test_bad_inputs_are_messages_not_tracebacks(tmp_path: Path) -> None:

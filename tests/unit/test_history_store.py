@@ -109,11 +109,15 @@ def test_export_import_merges_by_id_and_keeps_the_later_end(tmp_path: Path) -> N
     assert src.export(out) == 2
     lines = [*out.read_text().splitlines(), "not json", '{"no": "id"}', ""]
     res = dst.import_lines(lines)
-    assert (res.added, res.updated, res.skipped) == (1, 1, 2)
+    assert (res.added, res.updated, res.kept) == (1, 1, 0)
+    assert res.unreadable == (
+        4,
+        5,
+    )  # the header is line 1, the two records lines 2-3; the blank line is no record
     assert {r.model["name"] for r in dst.runs()} == {"m1", "m2", "m3"}
     assert dst.get(running.id).outcome == "success"  # type: ignore[union-attr]
     again = dst.import_lines(out.read_text().splitlines())
-    assert (again.added, again.updated) == (0, 0)
+    assert (again.added, again.updated, again.kept, again.unreadable) == (0, 0, 2, ())
 
 
 def test_import_refuses_a_file_that_is_not_an_export(tmp_path: Path) -> None:

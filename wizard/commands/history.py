@@ -55,7 +55,16 @@ def history(
         except OSError as e:
             raise DswizError(f"cannot read {import_from}: {e.strerror or e}", "check the path") from None
         res = store.import_lines(lines, name=str(import_from))
-        click.echo(f"imported {import_from}: {res.added} added, {res.updated} updated, {res.skipped} skipped")
+        click.echo(f"imported {import_from}: {res.summary()}")
+        if res.unreadable:
+            shown = ", ".join(map(str, res.unreadable[:10])) + (", ..." if len(res.unreadable) > 10 else "")
+            n = len(res.unreadable)
+            click.echo(
+                f"warning: {n} line{'s' * (n != 1)} of {import_from} {'are' if n != 1 else 'is'} not a run record "
+                f"and {'were' if n != 1 else 'was'} left out (line {shown}); export the runs again with "
+                "`dswiz history --export FILE` where they were recorded",
+                err=True,
+            )
         return 0
     if export_to is not None:
         n = store.export(export_to)

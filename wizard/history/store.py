@@ -58,7 +58,11 @@ def default_path() -> Path | None:
 class ImportResult:
     added: int
     updated: int
-    skipped: int  # lines that were not records, or older copies of records we have
+    kept: int  # records we have already, as new as the file's copy or newer: ours stays
+    unreadable: tuple[int, ...] = ()  # line numbers (1-based, the header is line 1) that are not run records
+
+    def summary(self) -> str:
+        return f"{self.added} added, {self.updated} updated, {self.kept} already here"
 
 
 class HistoryStore:
@@ -196,12 +200,14 @@ class HistoryStore:
             raise DswizError(
                 f"{name} was exported by a newer dswiz (schema {schema!r})", "upgrade dswiz to import it"
             )
-        added = updated = skipped = 0
+        added = updated = kept = 0
+        unreadable: list[int] = []
         with self._write() as con:
-            for line in it:
+            for number, line in enumerate(it, start=2):
                 rec = Measurement.from_json(_decode_json(line)) if line.strip() else None
                 if rec is None:
-                    skipped += line.strip() != ""
+                    if line.strip():
+                        unreadable.append(number)
                     continue
                 row = con.execute("SELECT record FROM runs WHERE id = ?", (rec.id,)).fetchone()
                 ours = _decode(row[0]) if row else None
@@ -210,10 +216,10 @@ class HistoryStore:
                 elif (rec.ended_at or 0) > (ours.ended_at or 0):
                     updated += 1
                 else:
-                    skipped += 1
+                    kept += 1
                     continue
                 _upsert(con, rec)
-        return ImportResult(added, updated, skipped)
+        return ImportResult(added, updated, kept, tuple(unreadable))
 
 
 def _upsert(con: sqlite3.Connection, record: Measurement) -> None:
