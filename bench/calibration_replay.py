@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 
 from _common import load_bench_script, md_heading, md_table  # noqa: E402
 
+from runner.run_history import strategy_record  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.history.calibrate import (  # noqa: E402
     BORROW_WEIGHT,
@@ -141,7 +142,7 @@ def load_rows(doc: dict[str, Any], raw: list[dict[str, Any]]) -> tuple[HardwareR
             id=pa._label(r),
             model=cfg.model,
             model_family=pa.bench_spec(cfg.model).family,
-            family=strategy_family(_strategy_record(s)),
+            family=strategy_family(strategy_record(s)),
             strategy=s,
             seq_len=r["seq_len"],
             card=pa.card_for_cap(total, cfg.cap_gib, r["world"]),
@@ -154,12 +155,6 @@ def load_rows(doc: dict[str, Any], raw: list[dict[str, Any]]) -> tuple[HardwareR
         tps, dev = predict(hw, row, None)
         out.append(replace(row, physics_tps=tps, physics_device=dev))
     return hw, out
-
-
-def _strategy_record(s: Strategy) -> dict[str, Any]:
-    """The strategy as a history record keeps it: "stage" is the key the calibration reads the family from
-    (runner.run_history.entry_at_start writes it so); the Strategy's own fields ride along."""
-    return {**s.to_dict(), "stage": s.zero_stage}
 
 
 # ----------------------------------------------------------------------------------------------- the probe
@@ -219,7 +214,7 @@ def as_records(hw: HardwareReport, rows: Iterable[Row]) -> list[Measurement]:
         Measurement(
             hardware=fingerprint,
             model={"name": r.model, "type": r.model_family},
-            strategy=_strategy_record(r.strategy),
+            strategy=strategy_record(r.strategy),
             predicted=Figures(tokens_per_sec=r.physics_tps, peak_gpu_bytes=r.physics_device),
             measured=Figures(tokens_per_sec=r.measured_tps, peak_gpu_bytes=r.measured_device),
             seq_len=r.seq_len,

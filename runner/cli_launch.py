@@ -213,6 +213,7 @@ def history_entry(checked: CheckedLaunch, job: Job) -> Measurement | None:
         sidecar=checked.sidecar,
         applies=checked.use.applies,
         script=prepared.specs[0].script,
+        ds_config=checked.resolved.ds_config,
     )
     warning = record(entry)
     if warning:

@@ -14,7 +14,7 @@ import os
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,11 @@ from runner.rundir import (
     effective_status,
     read_run_record,
 )
-from wizard.config.sidecar import PlanSidecar
+from wizard.config.sidecar import PlanSidecar, strategy_of_config
 from wizard.errors import DswizError
 from wizard.history.record import SOURCES, Figures, Hardware, Measurement
 from wizard.history.store import HistoryStore, default_path
+from wizard.strategy import Strategy
 
 SOURCE_ENV = "DSWIZ_HISTORY_SOURCE"
 WARMUP_SHARE = 0.25
@@ -48,14 +49,18 @@ def entry_at_start(
     applies: bool = False,
     script: str = "",
     source: str | None = None,
+    ds_config: Mapping[str, Any] | None = None,
 ) -> Measurement:
     """The entry a launch writes when its job starts; the run id is the run directory's (one entry per run).
 
-    The plan's prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for
-    other hardware says nothing about this run. ``source`` defaults to ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe``
-    sets it for the launches it starts), else "launch"."""
+    The strategy is what the launched DeepSpeed config holds (``ds_config``): the plan's, with the numbers the user
+    edited since (micro-batch, accumulation, stage, offload), or, without a plan, what the config states. The plan's
+    prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for other hardware
+    says nothing about this run; for an edited config it is the physics' prediction of exactly what runs, so that the
+    history never compares a measurement with the prediction of another strategy. ``source`` defaults to
+    ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe`` sets it for the launches it starts), else "launch"."""
     model: dict[str, Any] = {"name": Path(script).name or "script"}
-    strategy: dict[str, Any] = {}
+    strategy: dict[str, Any] = _config_strategy(ds_config)
     predicted = Figures()
     seq_len = None
     if sidecar is not None:
@@ -68,20 +73,12 @@ def entry_at_start(
             "hidden": m.hidden,
             "type": m.model_type,
         }
-        s = sidecar.strategy
-        strategy = {
-            "stage": s.zero_stage,
-            "offload_optimizer": s.offload_optimizer,
-            "offload_param": s.offload_param,
-            "precision": s.precision,
-            "micro_batch": s.micro_batch_size,
-            "grad_accum": s.gradient_accumulation_steps,
-            "activation_checkpointing": s.activation_checkpointing,
-            "mode": s.mode,
-            "world_size": s.world_size,
-        }
+        ran = strategy_of_config(sidecar, ds_config)
+        strategy = strategy_record(ran)
         seq_len = sidecar.seq_len
-        if applies and sidecar.predicted is not None:
+        if applies and ran != sidecar.strategy:
+            predicted = _physics_prediction(sidecar, ran)
+        elif applies and sidecar.predicted is not None:
             p = sidecar.predicted  # the physics' own figures: the history's factors divided out
             predicted = Figures(
                 tokens_per_sec=p.tokens_per_sec / p.tokens_factor,
@@ -98,6 +95,68 @@ def entry_at_start(
         run_dir=str(run_dir),
         source=chosen if chosen in SOURCES else "launch",
     )
+
+
+def strategy_record(s: Strategy) -> dict[str, Any]:
+    """A strategy as the run history stores it."""
+    return {
+        "stage": s.zero_stage,
+        "offload_optimizer": s.offload_optimizer,
+        "offload_param": s.offload_param,
+        "precision": s.precision,
+        "micro_batch": s.micro_batch_size,
+        "grad_accum": s.gradient_accumulation_steps,
+        "activation_checkpointing": s.activation_checkpointing,
+        "mode": s.mode,
+        "world_size": s.world_size,
+    }
+
+
+def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:
+    """The planner's physics (no history) for exactly ``strategy`` on the plan's model, hardware and sequence."""
+    from wizard.planner import PlanRequest, evaluate
+
+    try:
+        p = evaluate(
+            sidecar.hardware, sidecar.model, strategy, PlanRequest(seq_len=sidecar.seq_len)
+        ).predicted
+    except (
+        DswizError,
+        ValueError,
+        ArithmeticError,
+    ):  # nothing to compare with: the run still lists its figures
+        return Figures()
+    return Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
+
+
+def _config_strategy(ds_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a DeepSpeed config without a plan states of its strategy (only the keys it states as numbers/names;
+    "auto" values, which accelerate or the Trainer fill in, stay unknown)."""
+    if not isinstance(ds_config, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    zero = ds_config.get("zero_optimization")
+    stage = zero.get("stage") if isinstance(zero, Mapping) else None
+    if isinstance(stage, int) and not isinstance(stage, bool) and stage in (0, 1, 2, 3):
+        out["stage"] = stage
+    if isinstance(zero, Mapping):
+        for section in ("offload_optimizer", "offload_param"):
+            sec = zero.get(section)
+            device = sec.get("device") if isinstance(sec, Mapping) else "none"
+            if device in ("none", "cpu", "nvme"):
+                out[section] = device
+    for key, name in (
+        ("train_micro_batch_size_per_gpu", "micro_batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        value = ds_config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            out[name] = value
+    for precision in ("bf16", "fp16"):
+        sec = ds_config.get(precision)
+        if isinstance(sec, Mapping) and sec.get("enabled") is True:
+            out["precision"] = precision
+    return out
 
 
 def outcome(run: RunRecord) -> str:

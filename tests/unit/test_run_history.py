@@ -163,3 +163,48 @@ def test_the_monitor_records_a_job_it_watched_whole_and_not_one_it_joined_late()
     assert watch(range(1, 21), "running") is None  # left before the end
     unknown = watch(range(1, 5), "ended")
     assert unknown is not None and unknown.outcome == "ended"
+
+
+def test_an_edited_config_records_what_ran_and_the_prediction_of_exactly_that(tmp_path: Path) -> None:
+    """A user halves the micro-batch in ds_config.json after `dswiz config`: the history must compare the run with
+    the prediction of what ran, not with the plan's (which would teach the calibration a wrong factor)."""
+    from wizard.planner import PlanRequest, evaluate
+
+    hw = hardware_fingerprint(describe("2xA100-80GB"))
+    sidecar = _sidecar(tmp_path, "2xA100-80GB")
+    planned = sidecar.strategy
+    edited = {
+        "train_micro_batch_size_per_gpu": max(1, planned.micro_batch_size // 2),
+        "gradient_accumulation_steps": planned.gradient_accumulation_steps,
+        "zero_optimization": {"stage": planned.zero_stage},
+    }
+    entry = entry_at_start(
+        run_id="r", run_dir=tmp_path, hardware=hw, sidecar=sidecar, applies=True, ds_config=edited
+    )
+    ran = planned.with_(micro_batch_size=edited["train_micro_batch_size_per_gpu"])
+    want = evaluate(sidecar.hardware, sidecar.model, ran, PlanRequest(seq_len=sidecar.seq_len)).predicted
+    assert entry.strategy["micro_batch"] == ran.micro_batch_size != planned.micro_batch_size
+    assert entry.predicted == Figures(tokens_per_sec=want.tokens_per_sec, peak_gpu_bytes=want.gpu_bytes)
+    assert entry.predicted.peak_gpu_bytes < sidecar.predicted.peak_gpu_bytes  # type: ignore[union-attr,operator]
+    # the config as written: the plan's own prediction
+    same = {**edited, "train_micro_batch_size_per_gpu": planned.micro_batch_size}
+    kept = entry_at_start(
+        run_id="r", run_dir=tmp_path, hardware=hw, sidecar=sidecar, applies=True, ds_config=same
+    )
+    assert kept.predicted.tokens_per_sec == sidecar.predicted.tokens_per_sec  # type: ignore[union-attr]
+
+
+def test_a_launch_without_a_plan_records_the_strategy_its_config_states(tmp_path: Path) -> None:
+    hw = hardware_fingerprint(describe("1xH100-80GB"))
+    ds = {
+        "train_micro_batch_size_per_gpu": 8,
+        "gradient_accumulation_steps": "auto",  # filled in by accelerate / the Trainer: unknown here
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+    }
+    entry = entry_at_start(run_id="r", run_dir=tmp_path, hardware=hw, script="train.py", ds_config=ds)
+    assert entry.strategy == {
+        "stage": 2, "offload_optimizer": "cpu", "offload_param": "none", "micro_batch": 8, "precision": "bf16",
+    }  # fmt: skip
+    assert entry.family == "z2-opt:cpu-param:none" and entry.predicted == Figures()
+    assert entry_at_start(run_id="r", run_dir=tmp_path, hardware=hw, ds_config=None).strategy == {}
