@@ -50,8 +50,9 @@ def monitor(
     \b
     TARGET is a run directory, a run id, or the PID of a job's launcher or rank
     (also a job started without dswiz; its output must go to a file for step,
-    loss and throughput). Without TARGET: the latest run. `q` leaves the
-    dashboard; the job keeps running.
+    loss and throughput). Without TARGET: the run dswiz launch started last
+    (also one made with --run-dir elsewhere). `q` leaves the dashboard; the
+    job keeps running.
     """
     if not (0.05 <= interval <= 3600):
         raise DswizError(

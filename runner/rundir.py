@@ -422,4 +422,38 @@ def make_run_dir(path: Path | str) -> Path:
         raise DswizError(
             f"cannot create run directory {path}: {e.strerror}", "choose a writable --run-dir"
         ) from e
+    _remember_elsewhere(path)
     return path
+
+
+# A run made with --run-dir outside the runs root is listed here (one absolute path per line), so that `dswiz
+# monitor` without a target still finds the latest run wherever it was made.
+ELSEWHERE_INDEX = "elsewhere.txt"
+_ELSEWHERE_KEEP = 200  # the newest lines kept when the index is rewritten
+
+
+def _remember_elsewhere(path: Path) -> None:
+    root = runs_root()
+    try:
+        where = path.resolve()
+        if where.parent == root.resolve():
+            return
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (root / ELSEWHERE_INDEX).open("a", encoding="utf-8") as f:
+            f.write(f"{where}\n")
+    except OSError:
+        pass  # only `dswiz monitor` without a target misses the run: never a reason to fail a launch
+
+
+def run_dirs_elsewhere(root: Path) -> list[Path]:
+    """The run directories made outside ``root`` that still exist (newest entries last; unreadable index: none)."""
+    try:
+        lines = (root / ELSEWHERE_INDEX).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    seen: dict[str, None] = {}
+    for line in lines[-_ELSEWHERE_KEEP:]:
+        if line.startswith("/") and "\0" not in line:
+            seen.pop(line, None)
+            seen[line] = None
+    return [p for p in map(Path, seen) if p.is_dir()]

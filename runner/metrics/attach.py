@@ -67,16 +67,30 @@ def _looks_like_run_dir(path: Path) -> bool:
 
 
 def latest_run_dir(root: Path) -> Path:
+    """The run started last: under ``root``, or made with --run-dir elsewhere (``rundir.run_dirs_elsewhere``)."""
     try:
-        runs = sorted(p for p in root.iterdir() if p.is_dir() and _looks_like_run_dir(p))
+        here = [p for p in root.iterdir() if p.is_dir() and _looks_like_run_dir(p)]
     except OSError:
-        runs = []
+        here = []
+    runs = here + [p for p in rundir.run_dirs_elsewhere(root) if _looks_like_run_dir(p)]
     if not runs:
         raise DswizError(
             f"no runs under {root} to monitor",
             "start one with `dswiz launch …`, or pass a run directory or the PID of a running job",
         )
-    return runs[-1]
+    return max(runs, key=_started_at)
+
+
+def _started_at(run_dir: Path) -> tuple[float, str]:
+    """When the run started (run.json), else when its folder was made; the name breaks ties (run ids sort by time)."""
+    try:
+        when = rundir.read_run_record(run_dir).started_at
+    except (DswizError, OSError):
+        try:
+            when = run_dir.stat().st_mtime
+        except OSError:
+            when = 0.0
+    return when, run_dir.name
 
 
 def is_launcher(cmdline: Sequence[str]) -> bool:
