@@ -429,7 +429,8 @@ def make_run_dir(path: Path | str) -> Path:
 # A run made with --run-dir outside the runs root is listed here (one absolute path per line), so that `dswiz
 # monitor` without a target still finds the latest run wherever it was made.
 ELSEWHERE_INDEX = "elsewhere.txt"
-_ELSEWHERE_KEEP = 200  # the newest lines kept when the index is rewritten
+# Only the newest lines are read (one line per run made elsewhere: the file stays small).
+_ELSEWHERE_KEEP = 200
 
 
 def _remember_elsewhere(path: Path) -> None:
