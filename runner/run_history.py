@@ -174,7 +174,8 @@ def outcome(run: RunRecord) -> str:
 
 class FiguresSoFar:
     """What the snapshots of one job measured so far: steady-state tokens/s and step time (the first quarter of the
-    steps, and at least the first two, are warm-up), the peak GPU memory per GPU, the host RAM peak. Bounded: it
+    steps, and at least the first two, are warm-up), the peak GPU memory per GPU, the host RAM peak (the job's
+    processes' resident memory where sampled, else the machine's). Bounded: it
     keeps the last ``TIMED_KEPT`` timed snapshots (a week of 1 s polls fits a day of steady state)."""
 
     TIMED_KEPT = 100_000
@@ -196,8 +197,11 @@ class FiguresSoFar:
             used = g.job_memory_bytes if g.job_memory_bytes is not None else g.memory_used_bytes
             if used is not None:
                 self._peaks[g.index] = max(self._peaks.get(g.index, 0), used)
-        if s.host_ram_used_bytes is not None:
-            self._host_peak = max(self._host_peak or 0, s.host_ram_used_bytes)
+        host = (
+            s.job_rss_bytes if s.job_rss_bytes is not None else s.host_ram_used_bytes
+        )  # the job's, else the host's
+        if host is not None:
+            self._host_peak = max(self._host_peak or 0, host)
 
     def figures(self) -> Figures:
         steady: list[tuple[int, float | None, float | None]] = []

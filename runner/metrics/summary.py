@@ -23,7 +23,10 @@ class Summary:
     _rate_sum: float = 0.0
     _rate_n: int = 0
     peak_gpu_memory_bytes: dict[int, int] = field(default_factory=dict)
-    peak_host_ram_bytes: int | None = None
+    peak_host_ram_bytes: int | None = None  # the machine's RAM in use (other jobs' too)
+    peak_job_rss_bytes: int | None = (
+        None  # the job's own processes (their resident memory, pinned buffers included)
+    )
     alerts: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> first alert seen with it
     snapshots: int = 0
 
@@ -49,6 +52,8 @@ class Summary:
                 )
         if snap.host_ram_used_bytes is not None:
             self.peak_host_ram_bytes = max(self.peak_host_ram_bytes or 0, snap.host_ram_used_bytes)
+        if snap.job_rss_bytes is not None:
+            self.peak_job_rss_bytes = max(self.peak_job_rss_bytes or 0, snap.job_rss_bytes)
         for a in snap.alerts:
             self.alerts.setdefault(a.code, a.to_json())
 
@@ -73,6 +78,7 @@ class Summary:
                 {"index": i, "bytes": b} for i, b in sorted(self.peak_gpu_memory_bytes.items())
             ],
             "peak_host_ram_bytes": self.peak_host_ram_bytes,
+            "peak_job_rss_bytes": self.peak_job_rss_bytes,
             "alerts": [self.alerts[c] for c in sorted(self.alerts)],
             "snapshots": self.snapshots,
         }

@@ -208,3 +208,23 @@ def test_a_launch_without_a_plan_records_the_strategy_its_config_states(tmp_path
     }  # fmt: skip
     assert entry.family == "z2-opt:cpu-param:none" and entry.predicted == Figures()
     assert entry_at_start(run_id="r", run_dir=tmp_path, hardware=hw, ds_config=None).strategy == {}
+
+
+def test_the_host_ram_peak_is_the_jobs_own_where_it_was_sampled() -> None:
+    """The machine's RAM in use counts other jobs; the job's processes' resident memory is what it needed."""
+    from dataclasses import replace
+
+    from runner.metrics.summary import Summary
+
+    snaps = [
+        replace(_snap(s, 500.0, 8 << 30, float(s)), job_rss_bytes=(s % 3 + 1) << 30) for s in range(1, 9)
+    ]
+    assert measured(snaps).host_ram_peak_bytes == 3 << 30  # the job's, not the machine's 2 GiB
+    summary = Summary()
+    for s in snaps:
+        summary.add(s)
+    out = summary.to_json()
+    assert out["peak_job_rss_bytes"] == 3 << 30 and out["peak_host_ram_bytes"] == 2 << 30
+    assert (
+        measured([_snap(1, 500.0, 8 << 30, 1.0)]).host_ram_peak_bytes == 2 << 30
+    )  # no job sample: the host's
