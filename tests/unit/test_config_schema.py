@@ -141,3 +141,22 @@ def test_config_set_and_settings_from_a_strategy() -> None:
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID"
     }
     assert settings_from_strategy(strategy) == config_set_from_strategy(strategy).deepspeed
+
+
+def test_bounds_deepspeed_enforces_are_their_own_finding() -> None:
+    """DeepSpeed 0.19.8 (runtime/zero/config.py): reduce_bucket_size gt=0, allgather_bucket_size ge=0. A value out
+    of those bounds is named as out of range, with the bound, not as a wrong type."""
+    cfg = {
+        "train_micro_batch_size_per_gpu": 2,
+        "steps_per_print": 10,
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": 0, "allgather_bucket_size": -5},
+    }
+    found = {f.location: f for f in lint_config(cfg, consumer="deepspeed") if f.severity.name == "ERROR"}
+    reduce, gather = (
+        found["zero_optimization.reduce_bucket_size"],
+        found["zero_optimization.allgather_bucket_size"],
+    )
+    assert reduce.code == gather.code == "out-of-range"
+    assert "at least 1" in reduce.fix and "0 or more" in gather.fix and "different type" not in reduce.why
+    ok = {**cfg, "zero_optimization": {"stage": 2, "reduce_bucket_size": 1, "allgather_bucket_size": 0}}
+    assert not [f for f in lint_config(ok, consumer="deepspeed") if f.code in ("out-of-range", "wrong-type")]

@@ -7,7 +7,7 @@ Each finding has a stable code. Rule families, one module each in ``wizard/confi
                  json-comments (lint/text.py: templates and hjson)
   keys           unknown-key, unknown-key-typo, removed-key, unknown-section-key, deprecated-key,
                  section-not-object, shadowed-key
-  types          string-number, string-bool, wrong-type
+  types          string-number, string-bool, wrong-type, out-of-range
   batch          batch-missing, batch-arithmetic, batch-completed, batch-world-size
   precision      fp16-and-bf16, master-weights-stage, fp16-loss-scale, precision-unsupported,
                  precision-fp16-on-bf16-gpu

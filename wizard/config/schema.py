@@ -113,7 +113,7 @@ class ZeroOptimization(_Section):
     contiguous_gradients: StrictBool | None = None
     reduce_scatter: StrictBool | None = None
     allgather_partitions: StrictBool | None = None
-    reduce_bucket_size: Count | Auto | None = None
+    reduce_bucket_size: PositiveInt | Auto | None = None  # DeepSpeed: gt=0 (the others: ge=0)
     allgather_bucket_size: Count | None = None
     round_robin_gradients: StrictBool | None = None
     offload_optimizer: OffloadOptimizer | None = None

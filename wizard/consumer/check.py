@@ -204,6 +204,7 @@ SAME_CAUSE: tuple[tuple[str, frozenset[str]], ...] = (
     ("max_grad_norm", frozenset({"max-grad-norm-in-optimizer"})),
     ("cannot be None if remote device is nvme", frozenset({"nvme-path-missing"})),
     ("Input should be a valid", frozenset({"string-number", "string-bool", "wrong-type"})),
+    ("Input should be greater than", frozenset({"out-of-range"})),
     ("had unknown keys", frozenset({"accelerate-unknown-key"})),
     ("When using `deepspeed_config_file`", frozenset({"accelerate-config-file-conflict"})),
     ("is not a supported DeepSpeed Optimizer", frozenset({"optimizer-unsupported"})),

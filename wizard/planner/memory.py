@@ -395,7 +395,11 @@ def fragmentation_share(s: Strategy) -> float:
     # self.training): an inference pass with the flag set allocates exactly what one without it does.
     if s.mode == "inference":
         offloaded = s.offload_param != "none"
-        return cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD if offloaded else cal.FRAGMENTATION_SHARE_INFERENCE
+        return (
+            cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD
+            if offloaded
+            else cal.FRAGMENTATION_SHARE_INFERENCE
+        )
     recomputes = s.activation_checkpointing and s.mode == "train"
     share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if recomputes else cal.FRAGMENTATION_SHARE
     if s.zero_stage == 3:

@@ -56,6 +56,9 @@ def _lookup(cfg: dict[str, Any], parts: list[str]) -> Any:
     return node
 
 
+_RANGE_MESSAGES = ("must not be negative", "must be at least 1")
+
+
 def _type_finding(path: str, value: Any, msg: str) -> Finding:
     if isinstance(value, str) and _NUMBER.match(value):
         number = value.strip()
@@ -78,6 +81,18 @@ def _type_finding(path: str, value: Any, msg: str) -> Finding:
             path,
         )
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    key = path.split(".")[-1]
+    if msg.startswith(_RANGE_MESSAGES):
+        least = "at least 1" if msg.startswith("must be at least 1") else "0 or more"
+        return finding(
+            ERROR,
+            "out-of-range",
+            f"{path} = {shown}: {msg}",
+            "DeepSpeed's config validation rejects it (a pydantic bound on the field: "
+            "deepspeed/runtime/zero/config.py for the ZeRO keys), so the job stops at deepspeed.initialize",
+            f"set {key} to a whole number, {least}, or remove it to take DeepSpeed's default",
+            path,
+        )
     return finding(
         ERROR,
         "wrong-type",
