@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import settings
@@ -22,3 +26,22 @@ def private_run_history(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     path = tmp_path_factory.mktemp("history") / "history.sqlite3"
     monkeypatch.setenv("DSWIZ_HISTORY", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def bench_script() -> Callable[[str], ModuleType]:
+    """``bench/<name>.py`` as a module (the bench scripts are scripts, not a package), loaded once per name."""
+
+    def load(name: str) -> ModuleType:
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).parent.parent / "bench" / f"{name}.py"
+        )
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -4,11 +4,11 @@ planner's own calibrated prediction of exactly that row."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,15 +23,8 @@ RAW = ROOT / "bench" / "results" / "plan_accuracy-2026-12-01-1gpu-zero3-a.json"
 
 
 @pytest.fixture(scope="module")
-def cr() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "calibration_replay", ROOT / "bench" / "calibration_replay.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["calibration_replay"] = module
-    spec.loader.exec_module(module)
-    return module
+def cr(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("calibration_replay")
 
 
 @pytest.fixture(scope="module")

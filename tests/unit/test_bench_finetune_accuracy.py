@@ -3,10 +3,10 @@ the report, and the --smoke run itself (CPU, a tiny LLaMA, real peft; QLoRA reco
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -17,15 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def fa() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "finetune_accuracy", ROOT / "bench" / "finetune_accuracy.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["finetune_accuracy"] = module
-    spec.loader.exec_module(module)
-    return module
+def fa(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("finetune_accuracy")
 
 
 def test_the_h200_grid_has_a_recommendation_under_every_cap(fa: ModuleType) -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -14,15 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def ia() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "inference_accuracy", ROOT / "bench" / "inference_accuracy.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["inference_accuracy"] = module
-    spec.loader.exec_module(module)
-    return module
+def ia(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("inference_accuracy")
 
 
 def test_the_h200_grid_checks_the_predicted_maximum_and_sweeps(ia: ModuleType) -> None:

@@ -3,9 +3,8 @@ rows whose errors are known), so the numbers in the GPU report are computed righ
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
@@ -20,13 +19,8 @@ GiB = 1024**3
 
 
 @pytest.fixture(scope="module")
-def pa() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("plan_accuracy", ROOT / "bench" / "plan_accuracy.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["plan_accuracy"] = module
-    spec.loader.exec_module(module)
-    return module
+def pa(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("plan_accuracy")
 
 
 def _h200(pa: ModuleType, world: int):  # type: ignore[no-untyped-def]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -17,15 +16,8 @@ RAW = ROOT / "bench" / "results" / "probe_calibration-2026-12-01-1gpu.json"
 
 
 @pytest.fixture(scope="module")
-def pc() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "probe_calibration", ROOT / "bench" / "probe_calibration.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["probe_calibration"] = module
-    spec.loader.exec_module(module)
-    return module
+def pc(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("probe_calibration")
 
 
 def test_the_raw_file_scores_again_to_what_it_recorded(pc: ModuleType) -> None:
