@@ -29,7 +29,7 @@ from runner.rundir import (
     effective_status,
     read_run_record,
 )
-from wizard.config.sidecar import PlanSidecar, strategy_of_config
+from wizard.config.sidecar import PlanSidecar, stated_strategy_fields, strategy_of_config
 from wizard.errors import DswizError
 from wizard.history.record import SOURCES, Figures, Hardware, Measurement
 from wizard.history.store import HistoryStore, default_path
@@ -129,34 +129,20 @@ def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:
     return Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
 
 
+# The run history's names for the Strategy fields a config states (wizard.config.sidecar.stated_strategy_fields).
+_RECORD_KEYS = {
+    "zero_stage": "stage",
+    "offload_optimizer": "offload_optimizer",
+    "offload_param": "offload_param",
+    "micro_batch_size": "micro_batch",
+    "gradient_accumulation_steps": "grad_accum",
+    "precision": "precision",
+}
+
+
 def _config_strategy(ds_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What a DeepSpeed config without a plan states of its strategy (only the keys it states as numbers/names;
-    "auto" values, which accelerate or the Trainer fill in, stay unknown)."""
-    if not isinstance(ds_config, Mapping):
-        return {}
-    out: dict[str, Any] = {}
-    zero = ds_config.get("zero_optimization")
-    stage = zero.get("stage") if isinstance(zero, Mapping) else None
-    if isinstance(stage, int) and not isinstance(stage, bool) and stage in (0, 1, 2, 3):
-        out["stage"] = stage
-    if isinstance(zero, Mapping):
-        for section in ("offload_optimizer", "offload_param"):
-            sec = zero.get(section)
-            device = sec.get("device") if isinstance(sec, Mapping) else "none"
-            if device in ("none", "cpu", "nvme"):
-                out[section] = device
-    for key, name in (
-        ("train_micro_batch_size_per_gpu", "micro_batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
-    ):
-        value = ds_config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            out[name] = value
-    for precision in ("bf16", "fp16"):
-        sec = ds_config.get(precision)
-        if isinstance(sec, Mapping) and sec.get("enabled") is True:
-            out["precision"] = precision
-    return out
+    """What a DeepSpeed config without a plan states of its strategy, in the history's names."""
+    return {_RECORD_KEYS[k]: v for k, v in stated_strategy_fields(ds_config).items()}
 
 
 def outcome(run: RunRecord) -> str:

@@ -309,29 +309,36 @@ def config_command(
 
 def strategy_of_config(s: PlanSidecar, ds_config: Mapping[str, Any] | None) -> Strategy:
     """The strategy a launched DeepSpeed config holds: the sidecar's, with the numbers the config states (the
-    user may have edited micro-batch, accumulation, stage or offload after writing it)."""
-    strategy = s.strategy
+    user may have edited micro-batch, accumulation, stage, offload or precision after writing it)."""
+    return s.strategy.with_(**stated_strategy_fields(ds_config))
+
+
+def stated_strategy_fields(ds_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Strategy fields a DeepSpeed config states as plain values: micro-batch, accumulation, ZeRO stage, where
+    the optimizer states and parameters live, and bf16/fp16 when enabled. "auto" (what accelerate or the Trainer
+    fill in) and wrong-typed values state nothing."""
     if not isinstance(ds_config, Mapping):
-        return strategy
-    changes: dict[str, Any] = {}
+        return {}
+    out: dict[str, Any] = {}
     for key, field in (
         ("train_micro_batch_size_per_gpu", "micro_batch_size"),
         ("gradient_accumulation_steps", "gradient_accumulation_steps"),
     ):
         value = ds_config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            changes[field] = value
+            out[field] = value
     zero = ds_config.get("zero_optimization")
     if isinstance(zero, Mapping):
         stage = zero.get("stage")
-        if isinstance(stage, int) and stage in (0, 1, 2, 3):
-            changes["zero_stage"] = stage
-        for section, field in (
-            ("offload_optimizer", "offload_optimizer"),
-            ("offload_param", "offload_param"),
-        ):
+        if isinstance(stage, int) and not isinstance(stage, bool) and stage in (0, 1, 2, 3):
+            out["zero_stage"] = stage
+        for section in ("offload_optimizer", "offload_param"):
             sec = zero.get(section)
             device = sec.get("device") if isinstance(sec, Mapping) else "none"
             if device in ("none", "cpu", "nvme"):
-                changes[field] = device
-    return strategy.with_(**changes)
+                out[section] = device
+    for precision in ("bf16", "fp16"):
+        sec = ds_config.get(precision)
+        if isinstance(sec, Mapping) and sec.get("enabled") is True:
+            out["precision"] = precision
+    return out
