@@ -1,6 +1,6 @@
 """Does one `dswiz probe` calibrate the planner on a model family it was not fitted to, and how long does it take?
 
-    # On the GPU machine (DeepSpeed, transformers; one GPU), ~6-8 min:
+    # On the GPU machine (DeepSpeed, transformers; one GPU), ~4-5 min (250 s on one H200):
     python3 bench/probe_calibration.py --out $OUT
     # Here, on CPU (2 gloo ranks, a tiny Qwen2, planned for 2xA100-80GB, top 2, one held-out run), ~4 min:
     python3 bench/probe_calibration.py --smoke --out /tmp/pc
