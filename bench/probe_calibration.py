@@ -2,7 +2,7 @@
 
     # On the GPU machine (DeepSpeed, transformers; one GPU), ~4-5 min (250 s on one H200):
     python3 bench/probe_calibration.py --out $OUT
-    # Here, on CPU (2 gloo ranks, a tiny Qwen2, planned for 2xA100-80GB, top 2, one held-out run), ~4 min:
+    # Here, on CPU (2 gloo ranks, a tiny Qwen2, planned for 2xA100-80GB, top 2, one held-out run), ~1.5 min:
     python3 bench/probe_calibration.py --smoke --out /tmp/pc
     # Anywhere, again from a run's raw file (after a change to the calibration, no GPU needed):
     python3 bench/probe_calibration.py --analyze bench/results/probe_calibration-DATE-TAG.json
