@@ -72,7 +72,9 @@ def latest_run_dir(root: Path) -> Path:
         here = [p for p in root.iterdir() if p.is_dir() and _looks_like_run_dir(p)]
     except OSError:
         here = []
-    runs = here + [p for p in rundir.run_dirs_elsewhere(root) if _looks_like_run_dir(p)]
+    # Under the root, run ids sort by their start (``rundir.new_run_id``): the last by name is the newest there, and
+    # only it and the runs made elsewhere have their run.json read.
+    runs = sorted(here)[-1:] + [p for p in rundir.run_dirs_elsewhere(root) if _looks_like_run_dir(p)]
     if not runs:
         raise DswizError(
             f"no runs under {root} to monitor",
