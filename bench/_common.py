@@ -1,4 +1,5 @@
-"""What the bench scripts share: the repository root, a child Python run from it, and markdown tables.
+"""What the bench scripts share: the repository root, a child Python run from it (its environment), and markdown
+tables.
 
 The scripts run as files (``python bench/x.py``), so this module is imported as ``_common`` from the script's
 own folder (Python puts it first on ``sys.path``); it needs nothing outside the standard library.
@@ -27,11 +28,19 @@ def parse_timing_args(doc: str, *, default_runs: int) -> tuple[argparse.Namespac
     return args, 3 if args.smoke else args.runs
 
 
+def repo_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child that imports the worktree's code without an install: the repository
+    root first on PYTHONPATH, what PYTHONPATH held kept after it (on the GPU machine, the carried wheels: DeepSpeed,
+    bitsandbytes, dswiz's own dependencies), and ``extra`` on top."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def run_repo_python(args: Sequence[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` (this interpreter) in the repository root with the root on PYTHONPATH, output captured.
+    """``python ARGS`` (this interpreter) in the repository root (``repo_env``), output captured.
 
     The child imports the worktree's code without an install; a failure is the caller's to read (no raise)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = repo_env()
     return subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,

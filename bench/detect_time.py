@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from _common import ROOT, md_heading, md_table, parse_timing_args
+from _common import ROOT, md_heading, md_table, parse_timing_args, repo_env
 
 TARGET_S = 0.3
 
@@ -51,7 +51,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comple
 
 def main() -> int:
     args, runs = parse_timing_args(__doc__ or "", default_runs=15)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = repo_env()
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = dt.date.today().isoformat()
     name = f"detect_time-{stamp}{'-smoke' if args.smoke else ''}"

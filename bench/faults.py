@@ -29,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
+
+from _common import repo_env  # noqa: E402
 
 from runner import rundir  # noqa: E402 - after the path: the bench runs from a checkout
 from runner.job import reaper  # noqa: E402
@@ -57,7 +60,7 @@ class Launch:
     def __init__(self, work: Path, name: str, *args: str) -> None:
         self.run_dir = work / name
         self.out_path = work / f"{name}.out"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(work / "state")}
+        env = repo_env(XDG_STATE_HOME=str(work / "state"))
         argv = [sys.executable, "-m", "wizard", "launch", "--no-tui", "--status-every", "5", "--nproc", "2"]
         argv += ["--config", "ds_config.json", "--run-dir", str(self.run_dir), *args]
         with self.out_path.open("w") as out:

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table  # noqa: E402
+from _common import load_bench_script, md_heading, md_table, repo_env  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import ModelSpec, spec_from_config  # noqa: E402
@@ -274,11 +274,7 @@ def has_module(name: str) -> bool:
 
 def run_one(c: Config, s: Strategy, seq: int, row: Row, timeout: float) -> Row:
     payload = json.dumps({"config": asdict(c), "strategy": s.to_dict(), "row": asdict(row), "seq": seq})
-    # ROOT first, and whatever PYTHONPATH brought (the GPU machine's carried wheels: DeepSpeed, bitsandbytes)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-    }
+    env = repo_env()  # the GPU machine's carried DeepSpeed and bitsandbytes stay importable
     try:
         out = subprocess.run([sys.executable, __file__, "--worker", payload], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip

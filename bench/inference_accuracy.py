@@ -40,6 +40,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
+
+from _common import repo_env  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import load_model_spec  # noqa: E402
@@ -322,7 +325,7 @@ def launch(args: argparse.Namespace) -> int:
     gpus = 1 if args.smoke else args.gpus
     tag = ("smoke" if args.smoke else f"{gpus}gpu") + (f"-{args.label}" if args.label else "")
     name = f"inference_accuracy-{dt.date.today().isoformat()}-{tag}.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = repo_env()
     if args.smoke:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     pa = _plan_accuracy()

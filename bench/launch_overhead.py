@@ -28,6 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
+
+from _common import repo_env  # noqa: E402
+
 TRAIN = ROOT / "runner" / "examples" / "train_tiny.py"
 TARGET_OVERHEAD = 0.01
 THROUGHPUT_RE = re.compile(
@@ -132,11 +136,7 @@ def run_dswiz(python: str, cfg: Path, s: dict, port: int, work: Path, tag: str) 
     ]
     argv += ["--master-port", str(port), "--config", str(cfg), "--run-dir", str(run_dir)]
     argv += [str(TRAIN), "--steps", str(s["steps"]), "--log-every", "1000000", *s["model_args"]]
-    # Keep the caller's PYTHONPATH: on the GPU machine dswiz's own dependencies come from it.
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-    }
+    env = repo_env()  # on the GPU machine dswiz's own dependencies come from the caller's PYTHONPATH
     t0 = time.monotonic()
     with (work / f"{tag}.stdout").open("w") as fh:
         rc = subprocess.run(

@@ -63,6 +63,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
+
+from _common import repo_env  # noqa: E402
 
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
 from wizard.model import ModelSpec, load_model_spec  # noqa: E402
@@ -949,7 +952,7 @@ def launch(args: argparse.Namespace) -> int:
     one process per config)."""
     gpus = 2 if args.smoke else args.gpus
     name = _raw_name(args, gpus)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = repo_env()
     if args.smoke:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     if args.family == "zero3":

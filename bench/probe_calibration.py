@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table  # noqa: E402
+from _common import load_bench_script, md_heading, md_table, repo_env  # noqa: E402
 
 from wizard.config.sidecar import PlanSidecar, dump_sidecar, load_sidecar, read_sidecar  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
@@ -72,8 +72,7 @@ SMOKE_FLAGS = ("--hardware", "2xA100-80GB", "--precision", "fp32", "--global-bat
 
 
 def _env(history: Path) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, ENV_PATH: str(history)}
+    return repo_env(**{ENV_PATH: str(history)})
 
 
 def _script_args(model_config: Path, seq: int) -> list[str]:
