@@ -97,19 +97,23 @@ def entry_at_start(
     )
 
 
+# The run history's names for a strategy's parts (Strategy attribute -> record key).
+_RECORD_KEYS = {
+    "zero_stage": "stage",
+    "offload_optimizer": "offload_optimizer",
+    "offload_param": "offload_param",
+    "precision": "precision",
+    "micro_batch_size": "micro_batch",
+    "gradient_accumulation_steps": "grad_accum",
+    "activation_checkpointing": "activation_checkpointing",
+    "mode": "mode",
+    "world_size": "world_size",
+}
+
+
 def strategy_record(s: Strategy) -> dict[str, Any]:
     """A strategy as the run history stores it."""
-    return {
-        "stage": s.zero_stage,
-        "offload_optimizer": s.offload_optimizer,
-        "offload_param": s.offload_param,
-        "precision": s.precision,
-        "micro_batch": s.micro_batch_size,
-        "grad_accum": s.gradient_accumulation_steps,
-        "activation_checkpointing": s.activation_checkpointing,
-        "mode": s.mode,
-        "world_size": s.world_size,
-    }
+    return {key: getattr(s, attr) for attr, key in _RECORD_KEYS.items()}
 
 
 def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:
@@ -129,19 +133,9 @@ def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:
     return Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
 
 
-# The run history's names for the Strategy fields a config states (wizard.config.sidecar.stated_strategy_fields).
-_RECORD_KEYS = {
-    "zero_stage": "stage",
-    "offload_optimizer": "offload_optimizer",
-    "offload_param": "offload_param",
-    "micro_batch_size": "micro_batch",
-    "gradient_accumulation_steps": "grad_accum",
-    "precision": "precision",
-}
-
-
 def _config_strategy(ds_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What a DeepSpeed config without a plan states of its strategy, in the history's names."""
+    """What a DeepSpeed config without a plan states of its strategy (wizard.config.sidecar.stated_strategy_fields),
+    in the history's names."""
     return {_RECORD_KEYS[k]: v for k, v in stated_strategy_fields(ds_config).items()}
 
 

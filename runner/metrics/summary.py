@@ -24,9 +24,8 @@ class Summary:
     _rate_n: int = 0
     peak_gpu_memory_bytes: dict[int, int] = field(default_factory=dict)
     peak_host_ram_bytes: int | None = None  # the machine's RAM in use (other jobs' too)
-    peak_job_rss_bytes: int | None = (
-        None  # the job's own processes (their resident memory, pinned buffers included)
-    )
+    # The job's own processes (their resident memory, pinned buffers included).
+    peak_job_rss_bytes: int | None = None
     alerts: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> first alert seen with it
     snapshots: int = 0
 
