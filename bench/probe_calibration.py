@@ -5,7 +5,7 @@
     # Here, on CPU (2 gloo ranks, a tiny Qwen2, planned for 2xA100-80GB, top 2, one held-out run), ~1.5 min:
     python3 bench/probe_calibration.py --smoke --out /tmp/pc
     # Anywhere, again from a run's raw file (after a change to the calibration, no GPU needed):
-    python3 bench/probe_calibration.py --analyze bench/results/probe_calibration-DATE-TAG.json
+    python3 bench/probe_calibration.py --analyze bench/results/probe_calibration-DATE-TAG.json [--out DIR]
 
 Everything runs through the product, as a user runs it:
   1. `dswiz probe --model CONFIG --top 3` with runner/examples/train_hf.py --finetune full, into a fresh run history
@@ -278,7 +278,13 @@ def _save(out: Path, doc: dict[str, Any]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where results go (default bench/results; with --analyze:"
+        " printed only, unless --out is given, so a committed result page keeps its notes)",
+    )
     ap.add_argument(
         "--smoke", action="store_true", help="CPU, 2 gloo ranks, a tiny Qwen2: check the script works"
     )
@@ -292,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         raw = json.loads(args.analyze.read_text())
         raw["score"] = analyze(raw)
         print(markdown(raw))
-        print(f"wrote {_save(args.analyze.parent, raw)}")
+        if args.out is not None:
+            print(f"wrote {_save(args.out, raw)}")
         return 0
     run = SMOKE_RUN if args.smoke else GPU_RUN
     tag = args.tag or ("smoke" if args.smoke else "1gpu")
@@ -326,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         "held_out_history": [r.to_json() for r in _records(work / "held-out-history.sqlite3")],
     }  # fmt: skip
     doc["score"] = analyze(doc)
-    path = _save(args.out, doc)
+    path = _save(args.out or ROOT / "bench" / "results", doc)
     print(markdown(doc))
     print(f"wrote {path} and {path.with_suffix('.md')} in {time.monotonic() - t0:.0f} s")
     return 0
