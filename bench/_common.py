@@ -17,6 +17,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Qwen2-1.5B's shape (its config.json on the hub: 28 layers, hidden 1536, 12 heads, 2 KV heads, ffn 8960, tied): a
+# model family the planner's constants were not fitted to (bench/probe_calibration.py, plan_accuracy's sweep).
+QWEN2_1_5B: dict[str, Any] = {
+    "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+    "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+    "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+}  # fmt: skip
+
 
 def parse_timing_args(doc: str, *, default_runs: int) -> tuple[argparse.Namespace, int]:
     """The timing scripts' command line (``--runs N``, ``--smoke`` = 3 runs, ``--out DIR``): (args, runs)."""

@@ -13,6 +13,9 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # config; --models / --indices pick part of that grid (the 2026-12-01 runs: --models llama-1b,gpt2-xl,llama-3b
     # --label a; --indices 23,24,26,10,12,15 --label b; --indices 30,4,15,41,47 --label c):
     python3 bench/plan_accuracy.py --family zero3 --budget-s 400 --config-timeout-s 150 --label a --out $OUT
+    # Stages 0-2 of LLaMA-style and Qwen2 decoders at seq 2048 across micro-batches 1-16 (per-sample vs per-step
+    # cost of a family the GPT-2 fit did not see), one process per config, ~7 min:
+    python3 bench/plan_accuracy.py --family sweep --budget-s 400 --config-timeout-s 120 --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
 
@@ -65,10 +68,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import repo_env  # noqa: E402
+from _common import QWEN2_1_5B, repo_env  # noqa: E402
 
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
-from wizard.model import ModelSpec, load_model_spec  # noqa: E402
+from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
 from wizard.planner.memory import deepspeed_estimate, device_overhead, estimate_memory, fragmentation  # noqa: E402
@@ -99,13 +102,46 @@ BENCH_MODELS = {
     "gpt2-3b": "type=gpt2,name=gpt2-3b,layers=32,hidden=2560,heads=32,vocab=50257,seq=1024",
     "tiny-llama": "type=llama,name=tiny-llama,layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=128",
 }
+# Models given by their HF config (the numbers form of --model has no Qwen2 of its own: QKV biases, tied head).
+BENCH_HF_CONFIGS: dict[str, dict[str, Any]] = {"qwen2-1.5b": QWEN2_1_5B}
 ZERO3_MODELS = ("llama-1b", "gpt2-xl", "llama-3b", "gpt2-3b", "llama-7b")
 ZERO3_MAX_MICRO_BATCH = 16
-FAMILIES = ("gpt2", "zero3")
+# --family sweep: stages 0-2 of LLaMA-style decoders at seq 2048 across micro-batches, one process per config: the
+# per-sample and per-step costs of these models separately (every GPT-2 row of the fit has micro-batch >= 8 at seq
+# 1024, so the fit cannot tell a per-step cost from a per-sample one for another family). Qwen2-1.5B's rows repeat
+# bench/probe_calibration.py's strategies through this worker.
+SWEEP_SEQ = 2048
+SWEEP_CONFIGS: tuple[tuple[str, int, bool, int], ...] = (  # (model, stage, checkpointing, micro-batch)
+    ("qwen2-1.5b", 2, False, 1),
+    ("qwen2-1.5b", 2, False, 5),
+    ("qwen2-1.5b", 2, False, 11),
+    ("llama-1b", 1, False, 1),
+    ("llama-1b", 1, False, 4),
+    ("llama-1b", 1, False, 16),
+    ("llama-1b", 0, False, 4),
+    ("llama-1b", 1, True, 16),
+    ("llama-3b", 1, False, 1),
+    ("llama-3b", 1, False, 4),
+    ("llama-3b", 1, True, 8),
+    ("llama-1b", 3, True, 8),
+    ("qwen2-1.5b", 0, False, 5),
+    ("qwen2-1.5b", 1, True, 8),
+)
+FAMILIES = ("gpt2", "zero3", "sweep")
+PER_PROCESS_FAMILIES = ("zero3", "sweep")  # one process (one engine) per config
+
+
+def family_seq(family: str, smoke: bool) -> int:
+    if smoke:
+        return SMOKE_SEQ
+    return SWEEP_SEQ if family == "sweep" else SEQ
 
 
 def bench_spec(name: str) -> ModelSpec:
-    """The bench's model by its short name (BENCH_MODELS), else a preset or numbers as `dswiz plan --model` takes."""
+    """The bench's model by its short name (BENCH_MODELS, BENCH_HF_CONFIGS), else a preset or numbers as `dswiz plan
+    --model` takes."""
+    if name in BENCH_HF_CONFIGS:
+        return spec_from_config(BENCH_HF_CONFIGS[name], name=name, source="bench")
     return load_model_spec(BENCH_MODELS.get(name, name))
 
 
@@ -488,6 +524,14 @@ def release_device_memory(device: Any, cuda: bool) -> None:
 def hf_model_config(spec: ModelSpec, seq: int) -> tuple[Any, Any]:
     """(transformers config, model class) of ``spec``'s shape: GPT-2 or a LLaMA-style decoder (RMSNorm, SwiGLU,
     GQA, rotary positions)."""
+    if spec.name in BENCH_HF_CONFIGS:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        given = dict(BENCH_HF_CONFIGS[spec.name])
+        given["max_position_embeddings"] = max(seq, given.get("max_position_embeddings") or seq)
+        return AutoConfig.for_model(given.pop("model_type"), use_cache=False, **given), _FromConfig(
+            AutoModelForCausalLM
+        )
     if spec.model_type == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -513,6 +557,16 @@ def hf_model_config(spec: ModelSpec, seq: int) -> tuple[Any, Any]:
         use_cache=False,
     )
     return config, GPT2LMHeadModel
+
+
+class _FromConfig:
+    """``factory(config)`` for the Auto classes, which build from a config with ``from_config``."""
+
+    def __init__(self, auto: Any) -> None:
+        self._auto = auto
+
+    def __call__(self, config: Any) -> Any:
+        return self._auto.from_config(config)
 
 
 def build_model(spec: ModelSpec, seq: int, device: Any, smoke: bool) -> Any:
@@ -646,7 +700,7 @@ def worker(args: argparse.Namespace) -> int:
     deepspeed.init_distributed(timeout=timedelta(seconds=args.collective_timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     hw = smoke_hardware(world) if smoke else bench_hardware(world)
-    seq = SMOKE_SEQ if smoke else SEQ
+    seq = family_seq(args.family, smoke)
     tiers = parse_tiers(args.tiers)
     grid = family_grid(hw, world, smoke, tiers, args.family)
     total = hw.min_gpu_memory_bytes or 0
@@ -737,6 +791,10 @@ def new_doc(
 def family_grid(
     hw: HardwareReport, world: int, smoke: bool, tiers: tuple[int, ...], family: str
 ) -> list[Config]:
+    if family == "sweep":
+        if smoke:
+            return [Config("tiny-llama", 1, micro_batch=b, tags=("sweep",)) for b in (1, 2)]
+        return [Config(m, st, checkpointing=ck, micro_batch=mb, tags=("sweep",)) for m, st, ck, mb in SWEEP_CONFIGS]
     if family != "zero3":
         return build_grid(hw, world, smoke, tiers)
     if smoke:
@@ -860,7 +918,7 @@ def _save(path: Path, doc: dict[str, Any]) -> None:
 def _raw_name(args: argparse.Namespace, gpus: int) -> str:
     stamp = dt.date.today().isoformat()
     verify = "-verify" if parse_tiers(args.tiers) != ALL_TIERS else ""
-    family = "-zero3" if args.family == "zero3" else ""
+    family = f"-{args.family}" if args.family in PER_PROCESS_FAMILIES else ""
     label = f"-{args.label}" if args.label else ""
     return f"plan_accuracy-{stamp}-{'smoke' if args.smoke else f'{gpus}gpu'}{family}{verify}{label}.json"
 
@@ -869,7 +927,7 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
     """--family zero3: one process (one engine) per config, in grid order, until --budget-s is spent; a config
     that dies (host RAM: the kernel's OOM killer) or outlasts --config-timeout-s is recorded as such."""
     hw = smoke_hardware(gpus) if args.smoke else bench_hardware(gpus)
-    seq = SMOKE_SEQ if args.smoke else SEQ
+    seq = family_seq(args.family, args.smoke)
     tiers = parse_tiers(args.tiers)
     grid = family_grid(hw, gpus, args.smoke, tiers, args.family)
     wanted = [m for m in args.models.split(",") if m] if args.models else None
@@ -911,7 +969,7 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
 def _worker_command(args: argparse.Namespace, gpus: int, name: str) -> list[str]:
     """The worker's command line: the DeepSpeed launcher over ``gpus`` ranks, or, for one GPU and one process per
     config, the script itself (init_distributed reads the rank from the environment: no launcher start)."""
-    direct = args.family == "zero3" and gpus == 1 and not args.smoke
+    direct = args.family in PER_PROCESS_FAMILIES and gpus == 1 and not args.smoke
     launcher = [
         "-m",
         "deepspeed.launcher.runner",
@@ -955,7 +1013,7 @@ def launch(args: argparse.Namespace) -> int:
     env = repo_env()
     if args.smoke:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    if args.family == "zero3":
+    if args.family in PER_PROCESS_FAMILIES:
         if gpus == 1 and not args.smoke:
             env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
             env["MASTER_PORT"] = str(args.master_port)
@@ -1824,16 +1882,17 @@ def main() -> int:
         choices=FAMILIES,
         default="gpt2",
         help="gpt2: the GPT-2 grid above; zero3: stage 3 / offload / checkpointing on LLaMA-style and GPT-2 "
-        "models of ~1B-7B, one process per config",
+        "models of ~1B-7B, one process per config; sweep: stages 0-2 of LLaMA-style and Qwen2 models at seq 2048 "
+        "across micro-batches 1-16, one process per config",
     )
     ap.add_argument(
         "--indices",
         default="",
-        help="--family zero3: only these grid positions, in this order (e.g. 23,24,10)",
+        help="--family zero3/sweep: only these grid positions, in this order (e.g. 23,24,10)",
     )
-    ap.add_argument("--models", default="", help="--family zero3: only these models (comma-separated)")
+    ap.add_argument("--models", default="", help="--family zero3/sweep: only these models (comma-separated)")
     ap.add_argument(
-        "--config-timeout-s", type=float, default=300.0, help="--family zero3: a config's process limit"
+        "--config-timeout-s", type=float, default=300.0, help="--family zero3/sweep: a config's process limit"
     )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table, repo_env  # noqa: E402
+from _common import QWEN2_1_5B, load_bench_script, md_heading, md_table, repo_env  # noqa: E402
 
 from wizard.config.sidecar import PlanSidecar, dump_sidecar, load_sidecar, read_sidecar  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
@@ -56,12 +56,6 @@ from wizard.service.probe import ProbeSetup, distinct_candidates, plan_for, run_
 from wizard.strategy import Strategy  # noqa: E402
 
 TRAIN = ROOT / "runner" / "examples" / "train_hf.py"
-# Qwen2-1.5B's shape (its config.json on the hub: 28 layers, hidden 1536, 12 heads, 2 KV heads, ffn 8960, tied).
-QWEN2_1_5B: dict[str, Any] = {
-    "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-    "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
-    "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-}  # fmt: skip
 TINY_QWEN2: dict[str, Any] = {
     **QWEN2_1_5B, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256,

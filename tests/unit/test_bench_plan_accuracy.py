@@ -271,6 +271,38 @@ def test_zero3_grid_covers_both_architectures_stage_3_offload_and_checkpointing(
     assert grid[-1].model == "llama-7b"  # the slow rows last
 
 
+def test_sweep_grid_separates_per_sample_from_per_step_cost_and_fits_the_card(pa: ModuleType) -> None:
+    hw = _h200(pa, 1)
+    grid = pa.family_grid(hw, 1, False, pa.ALL_TIERS, "sweep")
+    assert len({c.key() for c in grid}) == len(grid)
+    assert pa.family_seq("sweep", smoke=False) == 2048 and pa.family_seq("zero3", smoke=False) == pa.SEQ
+    for model in ("llama-1b", "llama-3b", "qwen2-1.5b"):  # each model at >= 2 micro-batches of one strategy
+        plain = [c for c in grid if c.model == model and not c.checkpointing and c.zero_stage in (1, 2)]
+        assert len({c.micro_batch for c in plain}) >= 2 and min(c.micro_batch for c in plain) == 1
+    assert {c.zero_stage for c in grid} == {0, 1, 2, 3} and any(c.checkpointing for c in grid)
+    total = hw.min_gpu_memory_bytes
+    for c in grid:  # uncapped: every config is predicted to fit the whole card
+        assert pa.predict(hw, pa.bench_spec(c.model), c, 1, 2048, total)["fits_with_margin"], c
+
+
+def test_qwen2_is_built_from_its_hf_config_with_the_planners_parameter_count(pa: ModuleType) -> None:
+    spec = pa.bench_spec("qwen2-1.5b")
+    assert spec.model_type == "qwen2" and spec.tied_embeddings
+    config, factory = pa.hf_model_config(spec, 4096)
+    assert config.model_type == "qwen2" and config.tie_word_embeddings and config.max_position_embeddings >= 4096
+    assert not config.use_cache
+    tiny = {**pa.BENCH_HF_CONFIGS["qwen2-1.5b"], "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}  # fmt: skip
+    pa.BENCH_HF_CONFIGS["tiny-qwen2"] = tiny
+    try:
+        small = pa.bench_spec("tiny-qwen2")
+        model = pa.build_model(small, 64, "cpu", smoke=True)
+        assert type(model).__name__ == "Qwen2ForCausalLM"
+        assert sum(p.numel() for p in model.parameters()) == small.total_params  # QKV biases, tied head
+    finally:
+        del pa.BENCH_HF_CONFIGS["tiny-qwen2"]
+
+
 def test_families_report_signed_errors_per_strategy(pa: ModuleType) -> None:
     base = {"model": "llama-1b", "zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "none",
             "checkpointing": True, "cap_gib": None, "tags": []}  # fmt: skip
