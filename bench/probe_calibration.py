@@ -60,6 +60,17 @@ TINY_QWEN2: dict[str, Any] = {
     **QWEN2_1_5B, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256,
 }  # fmt: skip
+# Another family the constants were not fitted to (GPT-NeoX: parallel attention + MLP, partial rotary, GELU, untied):
+# Pythia-1.4B's shape, from its config.json on the hub.
+PYTHIA_1_4B: dict[str, Any] = {
+    "model_type": "gpt_neox", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "vocab_size": 50304, "max_position_embeddings": 2048, "rotary_pct": 0.25,
+    "use_parallel_residual": True, "tie_word_embeddings": False, "hidden_act": "gelu",
+}  # fmt: skip
+MODELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2-1.5b": ("Qwen2-1.5B's shape", QWEN2_1_5B),
+    "pythia-1.4b": ("Pythia-1.4B's shape", PYTHIA_1_4B),
+}
 GPU_RUN: dict[str, Any] = {"seq": 2048, "top": 3, "held_out": 3, "steps": 5, "warmup": 2, "timeout_s": 240.0}
 SMOKE_RUN: dict[str, Any] = {"seq": 64, "top": 2, "held_out": 0, "steps": 3, "warmup": 1, "timeout_s": 400.0}
 SMOKE_FLAGS = ("--hardware", "2xA100-80GB", "--precision", "fp32", "--global-batch", "8")
@@ -287,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s", type=float, default=330.0, help="start no held-out run after this many seconds"
     )
     ap.add_argument("--analyze", type=Path, help="score a raw result file again (no runs)")
+    ap.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="qwen2-1.5b",
+        help="the model probed and held out (built from its config on the GPU; --smoke: a tiny Qwen2)",
+    )
     args = ap.parse_args(argv)
     if args.analyze:
         raw = json.loads(args.analyze.read_text())
@@ -296,11 +313,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {_save(args.out, raw)}")
         return 0
     run = SMOKE_RUN if args.smoke else GPU_RUN
-    tag = args.tag or ("smoke" if args.smoke else "1gpu")
+    tag = args.tag or ("smoke" if args.smoke else "1gpu" if args.model == "qwen2-1.5b" else f"1gpu-{args.model}")
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"probe-calibration-{os.getpid()}"
     work.mkdir(parents=True)
     model_config = work / "config.json"
-    model_config.write_text(json.dumps(TINY_QWEN2 if args.smoke else QWEN2_1_5B, indent=1))
+    model_name, model_dict = ("tiny Qwen2", TINY_QWEN2) if args.smoke else MODELS[args.model]
+    model_config.write_text(json.dumps(model_dict, indent=1))
     t0 = time.monotonic()
     probe = run_probe(work, model_config, run, args.smoke)
     print(f"probe: rc {probe['rc']} in {probe['wall_s']:.0f} s", flush=True)
@@ -320,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     doc: dict[str, Any] = {
         "date": dt.date.today().isoformat(), "tag": tag, "run": run, "versions": load_bench_script("plan_accuracy")._versions(),
-        "model_name": "tiny Qwen2" if args.smoke else "Qwen2-1.5B's shape", "model_config": json.loads(model_config.read_text()),
+        "model_name": model_name, "model_config": json.loads(model_config.read_text()),
         "sidecar": dump_sidecar(sidecar),  # the probe's plan: hardware, model, sequence, batch
         "probe": probe, "held_out": held,
         "probe_history": [r.to_json() for r in _records(work / "probe-history.sqlite3")],
