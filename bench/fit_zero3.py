@@ -38,6 +38,7 @@ RAW_FILES = (
     "bench/results/plan_accuracy-2026-11-30-1gpu-verify.json",
     "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json",
     "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-b.json",
+    "bench/results/plan_accuracy-2026-12-01-1gpu-sweep.json",
     "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-c.json",
 )
 # name -> (to the optimizer's coordinate, back): all positive; the overlap power is > 1 (1 = plain sum).

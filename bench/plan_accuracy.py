@@ -794,7 +794,10 @@ def family_grid(
     if family == "sweep":
         if smoke:
             return [Config("tiny-llama", 1, micro_batch=b, tags=("sweep",)) for b in (1, 2)]
-        return [Config(m, st, checkpointing=ck, micro_batch=mb, tags=("sweep",)) for m, st, ck, mb in SWEEP_CONFIGS]
+        return [
+            Config(m, st, checkpointing=ck, micro_batch=mb, tags=("sweep",))
+            for m, st, ck, mb in SWEEP_CONFIGS
+        ]
     if family != "zero3":
         return build_grid(hw, world, smoke, tiers)
     if smoke:
@@ -1447,17 +1450,23 @@ def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
     return {"per_model": out}
 
 
-# The throughput constants the bench can refit (MATMUL_EFFICIENCY and the stage 1-3 optimizer time stay as set:
-# GPT-2 sizes do not tell them apart from the rest, see wizard/planner/calibration.py).
+# The throughput constants the bench can refit (MATMUL_EFFICIENCY, the per-parameter optimizer time and the fixed
+# shares of the unaligned cases stay as set: the rows do not tell them apart from the rest, see
+# wizard/planner/calibration.py).
 FIT_CONSTANTS = (
     "ACTIVATION_TRAFFIC_PER_SAVED_BYTE",
+    "LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB",
     "FORWARD_SHARE_OF_TRAFFIC",
+    "UNALIGNED_HEAD_MATMUL_SHARE",
+    "ATTENTION_SHARE_SMALL_HEAD",
     "MICRO_STEP_SECONDS_PER_LAYER",
     "STEP_FIXED_SECONDS",
-    "OPTIMIZER_SECONDS_PER_PARAM[0]",
+    "STAGE0_STEP_SECONDS",
     "STAGE3_SECONDS_PER_LAYER",
     "CPU_ADAM_PARAMS_PER_SECOND_PER_CORE",
 )
+# A constant set to 0 starts the fit from this value (a search over log values cannot start at 0).
+_FIT_START_IF_ZERO = {"STEP_FIXED_SECONDS": 1e-3, "STAGE0_STEP_SECONDS": 1e-3}
 
 
 def _get_constant(name: str) -> float:
@@ -1537,7 +1546,9 @@ def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, An
 
     try:
         before = errors()
-        x, _ = _nelder_mead(loss, [math.log(saved[n]) for n in FIT_CONSTANTS])
+        x, _ = _nelder_mead(
+            loss, [math.log(saved[n] or _FIT_START_IF_ZERO.get(n, 1e-6)) for n in FIT_CONSTANTS]
+        )
         loss(x)
         after = errors()
         fitted = {n: _get_constant(n) for n in FIT_CONSTANTS}

@@ -313,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {_save(args.out, raw)}")
         return 0
     run = SMOKE_RUN if args.smoke else GPU_RUN
-    tag = args.tag or ("smoke" if args.smoke else "1gpu" if args.model == "qwen2-1.5b" else f"1gpu-{args.model}")
+    tag = args.tag or (
+        "smoke" if args.smoke else "1gpu" if args.model == "qwen2-1.5b" else f"1gpu-{args.model}"
+    )
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"probe-calibration-{os.getpid()}"
     work.mkdir(parents=True)
     model_config = work / "config.json"

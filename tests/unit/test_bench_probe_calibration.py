@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -12,7 +13,11 @@ import pytest
 from wizard.config.sidecar import load_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
-RAW = ROOT / "bench" / "results" / "probe_calibration-2026-12-01-1gpu.json"
+RESULTS = ROOT / "bench" / "results"
+RAW = RESULTS / "probe_calibration-2026-12-01-1gpu.json"  # Qwen2-1.5B, scored with the physics of its day
+# Pythia-1.4B (a family no constant was fitted to), scored with the committed physics: after a recalibration,
+# `python bench/probe_calibration.py --analyze FILE --out bench/results` brings its page up to date.
+RAW_NOW = RESULTS / "probe_calibration-2026-12-01-1gpu-pythia-1.4b.json"
 
 
 @pytest.fixture(scope="module")
@@ -21,33 +26,33 @@ def pc(bench_script: Callable[[str], ModuleType]) -> ModuleType:
 
 
 def test_the_raw_file_scores_again_to_what_it_recorded(pc: ModuleType) -> None:
-    doc = json.loads(RAW.read_text())
+    doc = json.loads(RAW_NOW.read_text())
     again = pc.analyze(doc)
     assert again["summary"] == pytest.approx(doc["score"]["summary"])
     scored = [r for r in again["rows"] if r["scored"]]
-    assert len(scored) == len(doc["held_out"]) == 4
-    # the probe's 3 runs corrected tokens/s upwards (the physics was pessimistic) and moved every held-out run
+    assert len(scored) == 3 and len(doc["held_out"]) == 4  # the fourth was left for the budget
+    # The probe's 3 runs measured slower than the physics said: the corrections move every held-out run down.
+    probe = [pc.Measurement.from_json(r) for r in doc["probe_history"]]
+    ratios = [r.measured.tokens_per_sec / r.predicted.tokens_per_sec for r in probe]
+    assert all(x < 1 for x in ratios)
     for r in scored:
-        assert r["after"]["tokens_per_sec"] > r["before"]["tokens_per_sec"]
-    s = again["summary"]
-    assert s["tokens_err_after_median"] < s["tokens_err_before_median"]
-    assert s["memory_err_after_median"] <= s["memory_err_before_median"]
+        assert r["after"]["tokens_per_sec"] < r["before"]["tokens_per_sec"]
+        assert r["after"]["tokens_per_sec"] / r["before"]["tokens_per_sec"] > min(ratios)  # shrunk toward 1
 
 
 def test_the_held_out_runs_are_strategies_the_probe_did_not_measure(pc: ModuleType) -> None:
-    doc = json.loads(RAW.read_text())
-    sidecar = load_sidecar(doc["sidecar"])
-    probed = [pc.Strategy.from_dict(c["strategy"]) for c in doc["probe"]["result"]["candidates"]]
-    probed.insert(
-        0, probed.pop(doc["probe"]["result"]["chosen"])
-    )  # the winner first, as the bench orders them
-    picks = pc.held_out_strategies(sidecar, probed, 3)
-    assert [s.to_dict() for _, s in picks] == [
-        h["strategy"] for h in doc["held_out"]
-    ]  # what the run measured
-    kinds = {s.kind for s in probed}
-    assert [s.kind in kinds for _, s in picks] == [False, False, False, True]
-    assert picks[-1][1].micro_batch_size == probed[0].micro_batch_size // 2
+    for raw in (RAW, RAW_NOW):
+        doc = json.loads(raw.read_text())
+        sidecar = load_sidecar(doc["sidecar"])
+        probed = [pc.Strategy.from_dict(c["strategy"]) for c in doc["probe"]["result"]["candidates"]]
+        probed.insert(
+            0, probed.pop(doc["probe"]["result"]["chosen"])
+        )  # the winner first, as the bench orders them
+        picks = pc.held_out_strategies(sidecar, probed, 3)
+        kinds = {s.kind for s in probed}
+        assert [s.kind in kinds for _, s in picks] == [False, False, False, True]
+        assert picks[-1][1] == replace(probed[0], micro_batch_size=probed[0].micro_batch_size // 2)
+        assert len({s for _, s in picks}) == 4
 
 
 def test_the_report_names_the_wall_time_and_the_medians(pc: ModuleType) -> None:

@@ -235,22 +235,43 @@ FP32_SHARE_OF_PEAK = (
     0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
 )
 
-# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.planner.throughput to the 59
-# ok rows of bench/results/plan_accuracy-2026-11-30-1gpu.json (one H200, GPT-2 124M-1.5B, seq 1024, bf16, stages
-# 0-3, CPU offload, checkpointing, micro-batch 8-128, gradient accumulation 1): tokens/s error median 1.8 %, p95
-# 5.8 %.
+# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.planner.throughput to the 77
+# ok stage 0-2 rows without offload of three model families on one H200 (bf16, gradient accumulation 1): GPT-2
+# 124M-1.5B at seq 1024, micro-batch 8-128 (68 rows of bench/results/plan_accuracy-2026-11-30-1gpu.json and its
+# -verify.json) and LLaMA-style 1.1B and Qwen2-1.5B at seq 2048, micro-batch 4-16 (bench/results/
+# plan_accuracy-2026-12-01-1gpu-sweep.json, + llama-1b z1+ckpt mbs34 of the zero3-a file): tokens/s error median
+# 1.4 %, every LLaMA-style and Qwen2 row within 5 %. Not modelled: a step whose GPU work is shorter than the host's
+# Python work (micro-batch 1 of a 1-1.5B model at seq 2048 is host-bound: predicted 49-87 % fast). The first fit, on
+# GPT-2 alone, predicted Qwen2-1.5B 11-22 % slow and llama-1b up to 50 % fast: GPT-2's sizes share one vocabulary,
+# one head dim (64) and one sequence length, so per-token costs that differ between families (the output head,
+# attention) were folded into the GPT-2 per-layer terms.
 #
 # A micro-step's compute = matmul FLOPs / (peak x MATMUL_EFFICIENCY) + element-wise HBM traffic / bandwidth, where
-# the traffic is ACTIVATION_TRAFFIC_PER_SAVED_BYTE x the bytes forward saves for backward (the activation recipes +
-# the loss head). Two terms because matmul FLOPs grow with hidden^2 and element-wise work with hidden: small models
-# are memory-bound (gpt2 124M reaches 19 % of peak, gpt2-xl 33 %), large ones approach the matmul efficiency.
-# MATMUL_EFFICIENCY is only weakly set by GPT-2 sizes (0.65-0.85 fit equally well): 0.7, what large bf16 GEMMs reach
-# on Hopper, keeps big-model predictions from being optimistic.
+# the traffic is ACTIVATION_TRAFFIC_PER_SAVED_BYTE x the bytes forward saves for backward (the activation recipes)
+# plus the loss head's LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB per vocabulary entry. Two terms because matmul FLOPs grow
+# with hidden^2 and element-wise work with hidden: small models are memory-bound, large ones approach the matmul
+# efficiency. MATMUL_EFFICIENCY is set, not fit (0.65-0.85 fit the rows about equally): 0.7, what large bf16 GEMMs
+# reach on Hopper, keeps big-model predictions from being optimistic.
 MATMUL_EFFICIENCY = 0.7
-ACTIVATION_TRAFFIC_PER_SAVED_BYTE = 12.7  # fit
-# Share of that traffic in the forward pass (repeated by checkpointing's recompute, alone in inference). Fit (0.27);
+# Two kinds of matmul run slower than the rest, as shares of MATMUL_EFFICIENCY:
+# - the output head when the vocabulary is not a multiple of MATMUL_ALIGN_ELEMENTS (cuBLAS's tensor-core kernels want
+#   16-byte-aligned leading dimensions; GPT-2's 50,257 is odd, which is why nanoGPT pads it to 50,304): fit on GPT-2
+#   (every GPT-2 row has the odd vocabulary; LLaMA's 32,000 and Qwen2's 151,936 are aligned);
+# - attention (SDPA's fused kernels, on PaLM's FLOP count) at head dims below 128 (fit: GPT-2 and llama-1b have head
+#   dim 64, Qwen2-1.5B 128) and, slower still, at a head dim that is not a multiple of 8, which SDPA pads before the
+#   fused kernel (set from llama-3b, head dim 100: its 6 rows of stages 1-3 at seq 1024 and 2048 come within
+#   -7 ... +11 % at 0.2, within +5 ... +29 % at 0.41).
+MATMUL_ALIGN_ELEMENTS = 8
+UNALIGNED_HEAD_MATMUL_SHARE = 0.237  # fit
+ATTENTION_SHARE_SMALL_HEAD = 0.415  # fit
+ATTENTION_SHARE_UNALIGNED_HEAD = 0.2
+ACTIVATION_TRAFFIC_PER_SAVED_BYTE = 8.2  # fit
+# The loss head's traffic per vocabulary entry per token: bf16 logits, their fp32 upcast, log-softmax and its
+# gradient (~36 bytes read and written by those kernels alone); fit: 91.
+LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB = 91.0
+# Share of the layers' traffic in the forward pass (repeated by checkpointing's recompute, alone in inference). Fit;
 # forward's share of the FLOPs is 1/3.
-FORWARD_SHARE_OF_TRAFFIC = 0.27
+FORWARD_SHARE_OF_TRAFFIC = 0.41
 # Inference (assumptions, not yet measured on a GPU): a forward pass costs this share of a training micro-step's
 # per-layer Python/launch time (forward is 1/3 of the FLOPs and has no gradient hooks), and of stage 3's fetch/release
 # hook time (forward fetches each layer once, training fetches it again in backward).
@@ -261,15 +282,18 @@ INFERENCE_STAGE3_HOOK_SHARE = 0.5
 # its PCIe/NVMe transfer time.
 OFFLOAD_FETCH_OVERLAP = 0.5
 DEFAULT_MEMORY_GBS = 2000.0  # HBM bandwidth when the catalog has no figure (A100-40GB class)
-# Python and kernel-launch time per layer per micro-step (DeepSpeed's gradient hooks, HF's module calls). Fit: the
-# per-step intercept of every model grows with its layers (gpt2 33 ms / 12 layers ... gpt2-large 132 ms / 36). All
-# rows had gradient accumulation 1, so this is not separated from per-step work; counted per micro-step.
-MICRO_STEP_SECONDS_PER_LAYER = 2.05e-3
-# Per optimizer step: DeepSpeed's fixed Python work (fit), then time per parameter of the local optimizer partition.
-# Stages 1-3: fused AdamW + unscale/clip + copies move ~48 bytes per parameter: 1e-11 s at 4.8 TB/s (set, not fit:
-# the fit cannot tell it from the per-layer time). Stage 0 (DeepSpeed's bf16 optimizer wrapper): fit.
-STEP_FIXED_SECONDS = 0.015
-OPTIMIZER_SECONDS_PER_PARAM = {0: 7.3e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
+# Python and kernel-launch time per layer per micro-step (DeepSpeed's gradient hooks, HF's module calls), fit. The
+# rows have gradient accumulation 1, so this is not separated from per-step work; counted per micro-step.
+MICRO_STEP_SECONDS_PER_LAYER = 2.74e-3
+# Per optimizer step: DeepSpeed's fixed Python work (fit: 0, what it costs is inside the per-layer terms), then time
+# per parameter of the local optimizer partition: fused AdamW + unscale/clip + copies move ~48 bytes per parameter,
+# 1e-11 s at 4.8 TB/s (set, not fit: the fit cannot tell it from the per-layer time). Stage 0 (DeepSpeed's bf16
+# optimizer wrapper, fp32 gradient accumulation) costs a fixed STAGE0_STEP_SECONDS more per step (fit: 24 ms on
+# every family; the GPT-2-only fit charged it per parameter, 7.3e-11 s, which made llama-1b and Qwen2-1.5B's stage
+# 0 19-28 % slower than they ran).
+STEP_FIXED_SECONDS = 0.0
+STAGE0_STEP_SECONDS = 0.0236
+OPTIMIZER_SECONDS_PER_PARAM = {0: 1.0e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
 # Stage 3 (wizard.planner.throughput.stage3_micro_step_seconds): host-side fetch/release hook time per layer per
 # micro-step (forward + backward), the power of the smooth maximum by which it overlaps the GPU's compute, the
 # share of it checkpointing's recomputed forward adds, the memory-bound gather/partition copies per parameter (at
@@ -277,25 +301,26 @@ OPTIMIZER_SECONDS_PER_PARAM = {0: 7.3e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
 # the fp32 -> 16-bit weight copy-back. Refit by bench/fit_zero3.py on the committed H200 rows
 # (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-{a,b,c}.json + gpt2-medium z3 mbs8 of
 # plan_accuracy-2026-11-30-1gpu.json: 12 rows of ZeRO-3, LLaMA-style 1.1B/3.4B/6.7B and GPT-2 0.35B/1.5B, seq 1024,
-# bf16, one rank): bench/results/zero3_refit-2026-12-01-replay.md, with the leave-one-model-out errors. Not a new
-# GPU run. Before: one term, 7.3 ms per layer, fit on gpt2-medium alone (small models are host-bound there, larger
+# bf16, one rank; refit again on the stage 0-2 constants of the sweep fit above, with the sweep's llama-1b z3 +
+# checkpointing row at seq 2048 added): bench/results/zero3_refit-2026-12-01-replay.md, with the leave-one-model-out
+# errors. Before: one term, 7.3 ms per layer, fit on gpt2-medium alone (small models are host-bound there, larger
 # ones hide the hooks behind compute and pay per parameter instead: -31 % ... +32 %).
-# - hooks: 9.9 ms of host time per layer per micro-step, overlapping the GPU as a power mean of power 5 (fit: only
+# - hooks: 9.8 ms of host time per layer per micro-step, overlapping the GPU as a power mean of power 3.9 (fit: only
 #   gpt2-medium z3 mbs 8 is host-bound, 0.325 s measured where its compute is 0.08 s; every larger row hides them).
 #   Checkpointing's recompute fires the forward hooks again: half of the two hooked passes more (set).
-STAGE3_SECONDS_PER_LAYER = 9.9e-3
-STAGE3_HOOK_OVERLAP_POWER = 5.0
+STAGE3_SECONDS_PER_LAYER = 9.8e-3
+STAGE3_HOOK_OVERLAP_POWER = 3.9
 STAGE3_RECOMPUTE_HOOK_SHARE = 0.5
-# - copies: 2.6e-11 s per parameter per micro-step (fit; ~125 bytes of HBM traffic per parameter at 4.8 TB/s: the
+# - copies: 2.3e-11 s per parameter per micro-step (fit; ~110 bytes of HBM traffic per parameter at 4.8 TB/s: the
 #   1-rank all-gather and reduce-scatter are local copies, plus the gradient bucket, averaging and partition copies,
 #   the overflow check over the gradient buffer and the sub-group's fp32 flatten of stage3.py step; the rows have
 #   gradient accumulation 1, so what of it is per step rather than per micro-step is not separated: counted per
 #   micro-step, the slower side). The extra ~35 ms per billion parameters is what made 3B-7B slower than stage 1-2.
-STAGE3_SECONDS_PER_PARAM = 2.6e-11
-# - weight copy-back with the optimizer offloaded and the parameters on the GPU: 5.3 GB/s of 16-bit weights (fit;
+STAGE3_SECONDS_PER_PARAM = 2.3e-11
+# - weight copy-back with the optimizer offloaded and the parameters on the GPU: 5.5 GB/s of 16-bit weights (fit;
 #   llama-1b / gpt2-xl z3 + CPU optimizer offload are 0.45-0.50 s slower per step than with the parameters offloaded
 #   too, 4-5 GB/s for their 2.2-3.1 GB of weights).
-STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND = 5.3e9
+STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND = 5.5e9
 # CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit: 5 rows of
 # gpt2-xl with the optimizer on a 16-core host, PCIe 5).
 # Per direction, x16, PCI-SIG (each generation doubles the last: 2.5 GT/s 8b/10b = 250 MB/s per lane for gen 1).

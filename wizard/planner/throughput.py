@@ -79,13 +79,49 @@ def activation_traffic_bytes_per_token(model: ModelSpec, seq_len: int, s: Strate
     upcast) moves in forward + backward: a multiple of what forward saves for backward (both scale with the
     activation tensors), repeated for the forward part when checkpointing recomputes it."""
     saved = model.layers * layer_activation_bytes_per_token(model, seq_len)
-    head = cal.LOSS_HEAD_BYTES_PER_VOCAB * model.vocab + cal.HEAD_BYTES_PER_HIDDEN * model.hidden
-    traffic = cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * (saved + head)
+    traffic = cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * (saved + cal.HEAD_BYTES_PER_HIDDEN * model.hidden)
+    traffic += cal.LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB * model.vocab
     if s.mode == "inference":
         return traffic * cal.FORWARD_SHARE_OF_TRAFFIC
     if s.activation_checkpointing:
         traffic += cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * saved * cal.FORWARD_SHARE_OF_TRAFFIC
     return traffic * (2.0 if s.precision == "fp32" else 1.0)
+
+
+def head_flops_per_token(model: ModelSpec, mode: str = "train") -> float:
+    """The output head's matmuls per token: forward 2*V*h, in training the input gradient 2*V*h and, unless the base
+    is frozen (LoRA), the weight gradient 2*V*h (checkpointing does not recompute the head)."""
+    if mode == "inference":
+        return 2.0 * model.vocab * model.hidden
+    return (4.0 if model.finetune.uses_lora else 6.0) * model.vocab * model.hidden
+
+
+def attention_flops_per_token(
+    model: ModelSpec, seq_len: int, *, recompute: bool = False, mode: str = "train"
+) -> float:
+    """The attention score and value matmuls per token as ``flops_per_token`` counts them (PaLM: 4*L*h*s a forward,
+    backward twice that, the forward again with recomputation)."""
+    attn = model.layers * model.heads * model.head_dim * seq_len
+    if mode == "inference":
+        return 4.0 * attn
+    return (16.0 if recompute else 12.0) * attn
+
+
+def attention_share(model: ModelSpec) -> float:
+    """Fused attention's speed on PaLM's FLOP count as a share of the matmuls': full speed at head dims that are
+    multiples of 128, slower below (fewer FLOPs per byte of each tile), slowest where the head dim is not a
+    multiple of 8 (SDPA pads it before the fused kernel)."""
+    if model.head_dim % 128 == 0:
+        return 1.0
+    if model.head_dim % 8 == 0:
+        return cal.ATTENTION_SHARE_SMALL_HEAD
+    return cal.ATTENTION_SHARE_UNALIGNED_HEAD
+
+
+def head_matmul_share(model: ModelSpec) -> float:
+    """The output head's matmul speed as a share of the other matmuls': a vocabulary that is not a multiple of
+    MATMUL_ALIGN_ELEMENTS leaves the head's GEMMs with unaligned leading dimensions (GPT-2's 50,257)."""
+    return 1.0 if model.vocab % cal.MATMUL_ALIGN_ELEMENTS == 0 else cal.UNALIGNED_HEAD_MATMUL_SHARE
 
 
 def compute_seconds_per_token(
@@ -94,7 +130,12 @@ def compute_seconds_per_token(
     """(matmul seconds, element-wise seconds) per token of one micro-step on one GPU."""
     recompute = s.activation_checkpointing and s.mode == "train"
     f_exec = flops_per_token(model, seq_len, recompute=recompute, mode=s.mode)
-    matmul = f_exec / (peak * cal.MATMUL_EFFICIENCY)
+    head = min(f_exec, head_flops_per_token(model, s.mode))
+    attn = min(f_exec - head, attention_flops_per_token(model, seq_len, recompute=recompute, mode=s.mode))
+    rest = f_exec - head - attn
+    matmul = (rest + head / head_matmul_share(model) + attn / attention_share(model)) / (
+        peak * cal.MATMUL_EFFICIENCY
+    )
     return matmul, activation_traffic_bytes_per_token(model, seq_len, s) / hbm_bytes_per_s
 
 
@@ -231,7 +272,9 @@ def _optimizer_seconds(
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
     shards = N if s.zero_stage >= 1 else 1
     local = ft.trainable_params(model) / shards
-    parts = {"optimizer step": cal.STEP_FIXED_SECONDS}
+    parts = {
+        "optimizer step": cal.STEP_FIXED_SECONDS + (cal.STAGE0_STEP_SECONDS if s.zero_stage == 0 else 0.0)
+    }
     if s.offload_optimizer == "none":
         per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
         parts["optimizer step"] += per_param * local
