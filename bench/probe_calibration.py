@@ -52,7 +52,8 @@ from wizard.history.record import Measurement  # noqa: E402
 from wizard.history.store import ENV_PATH, HistoryStore  # noqa: E402
 from wizard.model import ModelSpec  # noqa: E402
 from wizard.planner import PlanRequest, evaluate  # noqa: E402
-from wizard.service.probe import ProbeSetup, distinct_candidates, plan_for, run_candidate, write_candidate  # noqa: E402
+from wizard.service.history import predicted_again  # noqa: E402
+from wizard.service.probe import ProbeSetup, plan_for, run_candidate, write_candidate  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 TRAIN = ROOT / "runner" / "examples" / "train_hf.py"
@@ -107,11 +108,15 @@ def run_probe(work: Path, model_config: Path, run: dict[str, Any], smoke: bool) 
 
 
 def held_out_strategies(sidecar: PlanSidecar, probed: list[Strategy], k: int) -> list[tuple[str, Strategy]]:
-    """The planner's distinct kinds after the probe's (from the same physics-only plan) and the winner at half its
-    micro-batch: strategies the probe did not measure."""
+    """The planner's best kinds that the probe did not measure, in rank order (from the same physics-only plan), and
+    the winner at half its micro-batch."""
     p = plan_for(sidecar, PlanRequest(), use_history=False)
-    kinds = {s.kind for s in probed}
-    later = [c for c in distinct_candidates(p, len(probed) + k + 4) if c.strategy.kind not in kinds][:k]
+    seen = {s.kind for s in probed}
+    later = []
+    for c in p.candidates:  # the best of each kind, in the planner's rank order
+        if c.fits and c.strategy.kind not in seen and len(later) < k:
+            seen.add(c.strategy.kind)
+            later.append(c)
     out = [(f"planner rank {p.candidates.index(c) + 1}", c.strategy) for c in later]
     if probed:
         best = probed[0]
@@ -168,7 +173,11 @@ def score(hw: HardwareReport, model: ModelSpec, request: PlanRequest, probe_runs
     """Each held-out run (the strategy it ran, its history record) predicted before (physics) and after (the probe's
     corrections); medians of |error|."""
     key = probe_runs[0].hardware.key if probe_runs else ""
-    corr: Corrections = corrections(probe_runs, key)
+    # As `dswiz plan` reads the history (wizard.service.history): runs predicted by other physics are predicted again
+    # by today's; these runs are all of the sidecar's model, so a record from before records held its spec gets it.
+    runs = [r if r.model_spec else replace(r, model_spec=model.to_dict()) for r in probe_runs]
+    again = [predicted_again(r, hw) for r in runs]
+    corr: Corrections = corrections([r for r in again if r is not None], key)
     rows: list[dict[str, Any]] = []
     for s, r in held_out:
         if (

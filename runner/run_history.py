@@ -33,6 +33,7 @@ from wizard.config.sidecar import PlanSidecar, stated_strategy_fields, strategy_
 from wizard.errors import DswizError
 from wizard.history.record import SOURCES, Figures, Hardware, Measurement
 from wizard.history.store import HistoryStore, default_path
+from wizard.planner.calibration import physics_version
 from wizard.strategy import Strategy
 
 SOURCE_ENV = "DSWIZ_HISTORY_SOURCE"
@@ -62,6 +63,8 @@ def entry_at_start(
     model: dict[str, Any] = {"name": Path(script).name or "script"}
     strategy: dict[str, Any] = _config_strategy(ds_config)
     predicted = Figures()
+    physics = ""
+    model_spec = None
     seq_len = None
     if sidecar is not None:
         m = sidecar.model
@@ -73,17 +76,15 @@ def entry_at_start(
             "hidden": m.hidden,
             "type": m.model_type,
         }
+        model_spec = m.to_dict()  # to predict the run again once the physics changes (wizard.service.history)
         ran = strategy_of_config(sidecar, ds_config)
         strategy = strategy_record(ran)
         seq_len = sidecar.seq_len
-        if applies and ran != sidecar.strategy:
+        if applies:
+            # The physics of this dswiz (no history) for exactly what runs: the plan's own figures may come from
+            # an older dswiz, or a strategy the user has edited since.
             predicted = _physics_prediction(sidecar, ran)
-        elif applies and sidecar.predicted is not None:
-            p = sidecar.predicted  # the physics' own figures: the history's factors divided out
-            predicted = Figures(
-                tokens_per_sec=p.tokens_per_sec / p.tokens_factor,
-                peak_gpu_bytes=round(p.peak_gpu_bytes / p.memory_factor),
-            )
+            physics = physics_version() if predicted.tokens_per_sec is not None else ""
     chosen = source or os.environ.get(SOURCE_ENV, "") or "launch"
     return Measurement(
         id=run_id,
@@ -91,6 +92,8 @@ def entry_at_start(
         model=model,
         strategy=strategy,
         predicted=predicted,
+        physics=physics,
+        model_spec=model_spec,
         seq_len=seq_len,
         run_dir=str(run_dir),
         source=chosen if chosen in SOURCES else "launch",
@@ -114,6 +117,38 @@ _RECORD_KEYS = {
 def strategy_record(s: Strategy) -> dict[str, Any]:
     """A strategy as the run history stores it."""
     return {key: getattr(s, attr) for attr, key in _RECORD_KEYS.items()}
+
+
+def recorded_strategy(record: Mapping[str, Any], gpus_per_node: int) -> Strategy | None:
+    """``strategy_record`` read back, on nodes of ``gpus_per_node`` GPUs; None where the record lacks a part or holds
+    one no strategy has (a hand-edited or foreign export)."""
+    try:
+        world = int(record["world_size"])
+        per_node = gpus_per_node if gpus_per_node > 0 and world % gpus_per_node == 0 else world
+        s = Strategy(
+            zero_stage=int(record["stage"]),
+            offload_optimizer=str(record.get("offload_optimizer") or "none"),  # type: ignore[arg-type]
+            offload_param=str(record.get("offload_param") or "none"),  # type: ignore[arg-type]
+            precision=str(record["precision"]),  # type: ignore[arg-type]
+            micro_batch_size=int(record["micro_batch"]),
+            gradient_accumulation_steps=int(record.get("grad_accum") or 1),
+            activation_checkpointing=record.get("activation_checkpointing") is True,
+            mode=str(record.get("mode") or "train"),  # type: ignore[arg-type]
+            gpus_per_node=per_node,
+            nodes=world // per_node,
+        )
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    sane = (
+        s.zero_stage in (0, 1, 2, 3)
+        and {s.offload_optimizer, s.offload_param} <= {"none", "cpu", "nvme"}
+        and s.precision in ("bf16", "fp16", "fp32")
+        and s.mode in ("train", "inference")
+        and s.micro_batch_size >= 1
+        and s.gradient_accumulation_steps >= 1
+        and world >= 1
+    )
+    return s if sane else None
 
 
 def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wizard.history.calibrate import MEMORY_BOUNDS, PRIOR_RUNS, TOKENS_BOUNDS, corrections
-from wizard.history.record import Figures, Hardware, Measurement
+from wizard.history.record import Figures, Hardware, Measurement, family_group
 
 HW = Hardware(gpu_name="NVIDIA H200", gpu_memory_bytes=141 * 1024**3, gpus_per_node=1)
 Z2 = {"stage": 2, "offload_optimizer": "none", "offload_param": "none"}
@@ -112,3 +112,21 @@ def test_corrections_never_leave_their_bounds_and_point_toward_the_measurements(
     # the correction lies between the prior (1.0) and the measurements' geometric mean (or at a bound)
     assert min(1.0, geo) - 1e-9 <= t or t == TOKENS_BOUNDS[0]
     assert t <= max(1.0, geo) + 1e-9 or t == TOKENS_BOUNDS[1]
+
+
+def test_on_one_gpu_stages_0_to_2_teach_each_other_before_the_machine_wide_figure() -> None:
+    """ZeRO-1 measured 10 % slow and ZeRO-3 40 % slow on one GPU: ZeRO-2 (the same work there) takes ZeRO-1's
+    correction, not the mix with ZeRO-3; with two GPUs, ZeRO-2 communicates differently and borrows the mix."""
+    z1 = {"stage": 1, "offload_optimizer": "none", "offload_param": "none", "world_size": 1}
+    z3 = {"stage": 3, "offload_optimizer": "none", "offload_param": "none", "world_size": 1}
+    runs = [_run(1000, 900, strategy=z1), _run(1000, 600, strategy=z3)]
+    c = corrections(runs, HW.key)
+    z1_own = c.for_family("z1-opt:none-param:none").tokens_per_sec.value
+    z2_one_gpu = c.for_family("z2-opt:none-param:none", family_group("z2-opt:none-param:none", 1))
+    z2_two_gpus = c.for_family("z2-opt:none-param:none", family_group("z2-opt:none-param:none", 2))
+    assert z2_one_gpu.tokens_per_sec.value == z1_own
+    assert z2_two_gpus.tokens_per_sec.value == c.overall.tokens_per_sec.value < z1_own
+    # checkpointing and offload are other work: a group of their own, not ZeRO-1's
+    assert family_group("z2-opt:none-param:none-ckpt", 1) != family_group("z1-opt:none-param:none", 1)
+    assert family_group("z2-opt:cpu-param:none", 1) == "z2-opt:cpu-param:none"
+    assert family_group("z3-opt:none-param:none", 1) == "z3-opt:none-param:none"

@@ -46,3 +46,24 @@ def test_planning_flags_reach_dswiz_config_as_given() -> None:
 
     cctx = config.make_context("config", [*flags, "--yes"])
     assert isinstance(cctx, click.Context) and cctx.params["gpu_memory"] == 24 * 1024**3
+
+
+def test_on_one_gpu_the_probe_measures_more_than_one_kind_of_work() -> None:
+    """One H200: ZeRO-1 and ZeRO-2 without offload do the same work there, so the probe's three runs are the
+    planner's best and the best of two other groups (stage 3, checkpointing, offload), not ZeRO-1, -2 and -0."""
+    from wizard.history.record import family_group, family_key
+
+    p = plan(describe("1xH200"), load_model_spec("qwen2-7b"), PlanRequest(seq_len=2048))
+    top = distinct_candidates(p, 3)
+    fitting = [c for c in p.candidates if c.fits]
+    assert top[0] == fitting[0] and len(top) == 3
+    groups = {
+        family_group(
+            family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing),
+            s.world_size,
+        )
+        for s in (c.strategy for c in top)
+    }
+    assert len(groups) == 3
+    ranks = [p.candidates.index(c) for c in top]
+    assert ranks == sorted(ranks)

@@ -5,7 +5,8 @@ machines. A run on the user's own machine measures the truth for one strategy fa
 is the geometric mean of measured/predicted over its finished runs, shrunk toward 1 (the prior) by
 ``n / (n + PRIOR_RUNS)`` so one noisy run moves the prediction only part of the way, and clamped to bounds a real
 machine cannot leave (a GPU does not run twice as fast as its physics says, nor does memory shrink below what the
-model states need). Families with no runs of their own borrow the hardware-wide correction at half the weight.
+model states need). A family with no runs of its own takes its group's correction (families that do the same work
+on these GPUs, ``record.family_group``), else the hardware-wide one.
 
 Errors are judged leave-one-out (each run predicted from the others) when there are at least two runs, so "error
 after" is what a new run can expect, not the fit to itself.
@@ -62,20 +63,29 @@ class Corrections:
 
     hardware_key: str = ""
     families: Mapping[str, FamilyCorrection] | None = None
+    groups: Mapping[str, FamilyCorrection] | None = None  # record.family_group: families doing the same work
     overall: FamilyCorrection = FamilyCorrection()
     problem: str = ""  # why the history could not be read (then nothing is corrected)
     left_out: int = (
         0  # runs of this hardware whose figures were implausible (PLAUSIBLE_RATIO, above the card)
+    )
+    stale: int = (
+        0  # runs predicted by other physics that could not be predicted again (wizard.service.history)
     )
 
     @property
     def runs(self) -> int:
         return max(self.overall.tokens_per_sec.runs, self.overall.peak_gpu_bytes.runs)
 
-    def for_family(self, family: str) -> FamilyCorrection:
+    def for_family(self, family: str, group: str | None = None) -> FamilyCorrection:
+        """The family's own correction; else its group's (``record.family_group``: on one GPU, ZeRO-1 teaches ZeRO-2);
+        else the hardware-wide one, borrowed."""
         own = (self.families or {}).get(family)
         if own is not None:
             return own
+        kin = (self.groups or {}).get(group or "")
+        if kin is not None:
+            return kin
         return FamilyCorrection(
             _borrowed(self.overall.tokens_per_sec, TOKENS_BOUNDS),
             _borrowed(self.overall.peak_gpu_bytes, MEMORY_BOUNDS),
@@ -86,7 +96,12 @@ class Corrections:
         if self.problem:
             return self.problem
         if self.runs == 0:
-            return None
+            if not self.stale:
+                return None
+            return (
+                f"run history not used: its {self.stale} run{'s' * (self.stale != 1)} on this hardware were predicted by "
+                "an older dswiz and hold no model spec to predict them again (`dswiz probe` records new ones)"
+            )
         text = f"calibrated by {self.runs} run{'s' * (self.runs != 1)} on this hardware (dswiz history)"
         errors = [
             f"{what} {f.error_before:.0%} -> {f.error_after:.0%}"
@@ -101,6 +116,8 @@ class Corrections:
             text += "; median error " + ", ".join(errors) + leave
         if self.left_out:
             text += f"; {self.left_out} implausible run{'s' * (self.left_out != 1)} left out"
+        if self.stale:
+            text += f"; {self.stale} run{'s' * (self.stale != 1)} predicted by an older dswiz left out"
         return text + "; --no-history plans from the physics alone"
 
 
@@ -114,12 +131,15 @@ def corrections(records: Iterable[Measurement], hardware_key: str) -> Correction
         return Corrections(hardware_key=hardware_key, families={})
     plausible = [r for r in usable if _plausible(r)]
     by_family: dict[str, list[Measurement]] = {}
+    by_group: dict[str, list[Measurement]] = {}
     for r in plausible:
         by_family.setdefault(r.family, []).append(r)
+        by_group.setdefault(r.group, []).append(r)
     families = {fam: _family(runs) for fam, runs in by_family.items()}
     return Corrections(
         hardware_key=hardware_key,
         families=families,
+        groups={g: _family(runs) for g, runs in by_group.items()},
         overall=_family(plausible),
         left_out=len(usable) - len(plausible),
     )

@@ -7,6 +7,7 @@ wrong-typed field gives a record with that field empty, not an exception.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -117,11 +118,21 @@ class Measurement:
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # wizard.planner.calibration.physics_version() of the physics that made ``predicted`` ("" where not known)
+    physics: str = ""
+    # the planner's whole ModelSpec (ModelSpec.to_dict), to predict the run again under other physics
+    model_spec: Mapping[str, Any] | None = None
 
     @property
     def family(self) -> str:
         """The strategy family the calibration corrects as one: ZeRO stage and where the states live."""
         return strategy_family(self.strategy)
+
+    @property
+    def group(self) -> str:
+        """The families that do the same work on this run's GPUs (``family_group``)."""
+        world = _int(self.strategy.get("world_size"))
+        return family_group(self.family, world or 1)
 
     def ended(self, outcome: str, measured: Figures, *, at: float | None = None) -> Measurement:
         return replace(self, outcome=outcome, measured=measured, ended_at=time.time() if at is None else at)
@@ -140,6 +151,8 @@ class Measurement:
             "seq_len": self.seq_len,
             "predicted": self.predicted.to_json(),
             "measured": self.measured.to_json(),
+            **({"physics": self.physics} if self.physics else {}),
+            **({"model_spec": dict(self.model_spec)} if self.model_spec else {}),
         }
 
     @classmethod
@@ -165,6 +178,8 @@ class Measurement:
             seq_len=_int(data.get("seq_len")),
             predicted=Figures.from_json(data.get("predicted")),
             measured=Figures.from_json(data.get("measured")),
+            physics=_text(data.get("physics"))[:64],
+            model_spec=_spec(data.get("model_spec")),
         )
 
 
@@ -211,6 +226,17 @@ def family_key(stage: int | None, offload_optimizer: str, offload_param: str, ch
     return f"z{'?' if stage is None else stage}-opt:{offload_optimizer}-param:{offload_param}{ckpt}"
 
 
+def family_group(family: str, world_size: int) -> str:
+    """Families that do the same work here and so teach each other before the machine-wide figure does: on one GPU,
+    ZeRO stages 0-2 without offload shard nothing and communicate nothing (measured on the H200 within 1-6 % of each
+    other: bench/results/plan_accuracy-2026-12-01-1gpu-sweep.md), so they are one group; every other family is a group
+    of its own."""
+    stage, _, rest = family.partition("-")
+    if world_size == 1 and stage in ("z0", "z1", "z2") and rest.startswith("opt:none-param:none"):
+        return f"z0-2-{rest}"
+    return family
+
+
 def _text(v: Any) -> str:
     return v[:200] if isinstance(v, str) else ""
 
@@ -225,6 +251,18 @@ def _float(v: Any) -> float | None:
 def _int(v: Any) -> int | None:
     f = _float(v)
     return int(f) if f is not None else None
+
+
+def _spec(v: Any) -> dict[str, Any] | None:
+    """A stored model spec as JSON gave it (nested: its fine-tuning part), or None when it is not one or is too big to
+    be one; its fields are only trusted once ModelSpec.from_dict has read them (wizard.service.history)."""
+    if not isinstance(v, Mapping):
+        return None
+    try:
+        size = len(json.dumps(v))
+    except (TypeError, ValueError):
+        return None
+    return dict(v) if size <= 20_000 else None
 
 
 def _mapping(v: Any) -> dict[str, Any]:

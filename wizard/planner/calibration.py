@@ -8,6 +8,7 @@ tests/unit/test_activation_recipes.py repeats against the installed transformers
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 GiB = 1024**3
@@ -343,3 +344,10 @@ DEFAULT_INTER_NODE_GBPS = 100.0  # when a cluster is described without its netwo
 INTER_NODE_EFFICIENCY = 0.8
 # Share of gradient/parameter traffic hidden behind backward compute when overlap_comm is on (stage 3 default).
 COMM_OVERLAP = 0.5
+
+
+def physics_version() -> str:
+    """A fingerprint of every constant above: the run history stores it with each prediction, so that a prediction
+    made by other physics (an older dswiz, a recalibration) is made again before it teaches anything."""
+    values = sorted((k, repr(v)) for k, v in globals().items() if k.isupper())
+    return hashlib.sha256(repr(values).encode()).hexdigest()[:12]

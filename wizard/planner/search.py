@@ -14,7 +14,7 @@ from typing import Any
 
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
-from wizard.history.record import family_key
+from wizard.history.record import family_group, family_key
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
@@ -150,9 +150,8 @@ def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
     history = ctx.request.calibration
     if history is None:
         return 1.0, 1.0
-    c = history.for_family(
-        family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)
-    )
+    family = family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)
+    c = history.for_family(family, family_group(family, s.world_size))
     return c.tokens_per_sec.value, c.peak_gpu_bytes.value
 
 

@@ -8,14 +8,19 @@ plan: the physics alone still answers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from dataclasses import replace as dataclass_replace
 
+from runner.run_history import recorded_strategy
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.history.calibrate import Corrections, corrections
-from wizard.history.record import hardware_fingerprint
+from wizard.history.record import Figures, Measurement, hardware_fingerprint
 from wizard.history.store import HistoryStore, default_path
-from wizard.planner import PlanRequest
+from wizard.model import ModelSpec
+from wizard.planner import PlanRequest, evaluate
+from wizard.planner.calibration import physics_version
 
 
 def calibration_for(hardware: HardwareReport) -> Corrections | None:
@@ -28,8 +33,37 @@ def calibration_for(hardware: HardwareReport) -> Corrections | None:
         runs = HistoryStore(path).runs(hardware_key=key)
     except DswizError as e:
         return Corrections(hardware_key=key, families={}, problem=f"run history not used: {e.problem}")
-    found = corrections(runs, key)
-    return found if found.runs else None
+    current, remade, stale = physics_version(), [], 0
+    for r in runs:
+        if r.physics == current:
+            remade.append(r)
+            continue
+        again = predicted_again(r, hardware)
+        if again is None:
+            stale += 1
+        else:
+            remade.append(again)
+    found = replace(corrections(remade, key), stale=stale)
+    return found if found.runs or stale else None
+
+
+def predicted_again(record: Measurement, hardware: HardwareReport) -> Measurement | None:
+    """``record`` with the prediction of the physics of this dswiz, for a record predicted by other physics (an older
+    dswiz, a recalibration): a factor learned against the old figures would correct the new ones by what the old
+    physics got wrong. None where the record does not hold its model's spec, strategy and sequence (then it can only
+    be left out); a record without a prediction (a launch without a plan) stays as it is."""
+    if record.predicted.tokens_per_sec is None and record.predicted.peak_gpu_bytes is None:
+        return record
+    spec, seq = record.model_spec, record.seq_len
+    strategy = recorded_strategy(record.strategy, hardware.gpus_per_node)
+    if not isinstance(spec, Mapping) or strategy is None or not seq:
+        return None
+    try:
+        p = evaluate(hardware, ModelSpec.from_dict(spec), strategy, PlanRequest(seq_len=seq)).predicted
+    except (DswizError, TypeError, ValueError, KeyError, ArithmeticError):
+        return None
+    figures = Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
+    return dataclass_replace(record, predicted=figures, physics=physics_version())
 
 
 def with_history(request: PlanRequest, hardware: HardwareReport, *, use: bool = True) -> PlanRequest:

@@ -31,7 +31,7 @@ from runner.run_history import SOURCE_ENV, measured
 from runner.rundir import METRICS_JSONL, RUN_JSON, read_run_record
 from wizard.config.sidecar import PlanSidecar, config_command, read_sidecar
 from wizard.errors import DswizError
-from wizard.history.record import Figures
+from wizard.history.record import Figures, family_group, family_key
 from wizard.planner import Candidate, Plan, PlanRequest, plan
 from wizard.service.history import with_history
 from wizard.strategy import Strategy
@@ -83,17 +83,30 @@ class ProbeResult:
 
 def distinct_candidates(p: Plan, top: int) -> list[Candidate]:
     """The best ``top`` fitting candidates of different kinds (stage, offloads, checkpointing, ZeRO++), best first:
-    three micro-batch variants of one strategy would measure the same thing three times."""
-    seen: set[tuple[object, ...]] = set()
-    out: list[Candidate] = []
-    for c in p.candidates:
-        if not c.fits or c.strategy.kind in seen:
-            continue
-        seen.add(c.strategy.kind)
-        out.append(c)
-        if len(out) == top:
-            break
-    return out
+    three micro-batch variants of one strategy would measure the same thing three times. Kinds that do the same
+    work on these GPUs (``record.family_group``: on one GPU, ZeRO stages 0-2 without offload) count once until
+    every other group has its best candidate in, so that the runs teach the calibration about more than one kind of
+    work; the rest of the places go to the next kinds in rank order."""
+    fitting = [c for c in p.candidates if c.fits]
+    best: dict[tuple[object, ...], Candidate] = {}
+    for c in fitting:
+        best.setdefault(c.strategy.kind, c)
+    kinds = list(best.values())  # the best of each kind, in rank order
+    groups: set[str] = set()
+    first: list[Candidate] = []
+    for c in kinds:
+        g = _group(c.strategy)
+        if g not in groups:
+            groups.add(g)
+            first.append(c)
+    chosen = first[:top]
+    chosen += [c for c in kinds if c not in chosen][: top - len(chosen)]
+    return sorted(chosen, key=p.candidates.index)
+
+
+def _group(s: Strategy) -> str:
+    family = family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)
+    return family_group(family, s.world_size) + ("-zero++" if s.uses_zeropp else "") + f"-{s.precision}"
 
 
 def plan_for(sidecar: PlanSidecar, request: PlanRequest | None = None, *, use_history: bool = True) -> Plan:
