@@ -23,7 +23,14 @@ from wizard.history.record import Measurement
 
 # A run stopped by the user (or by `dswiz probe` once it has its timed steps) measured as much as one that ended.
 MEASURED_OUTCOMES = ("success", "interrupted")
-PRIOR_RUNS = 2.0  # the prior counts as this many runs
+# The prior counts as this many runs: (a run's noise / the physics' error)^2, the weight a normal prior and normal
+# measurements give. A run's steady tokens/s repeats within ~1-2 % on one machine (on one H200, ZeRO-1 and ZeRO-2,
+# the same work there, measured 50,433 / 50,394 and 35,964 / 36,465 tokens/s: bench/results/probe_calibration-*.md),
+# while the physics misses a family it was not fitted to by 5-20 % (the same files): one run deserves more weight
+# than the prior. 0.5 rather than the (0.02/0.08)^2 ~ 0.06 those figures give, because runs on one machine can
+# share an error (a loaded host) that the next run will not have. It was 2, which left 2/3 of a one-run family's
+# error in place.
+PRIOR_RUNS = 0.5
 # A family without runs of its own takes the hardware-wide correction whole: what runs on this machine teach first
 # is the machine (its clocks, power cap, driver), which moves every family alike. Borrowing less would rank the
 # families nobody measured above the one that was measured for no physical reason.
