@@ -10,13 +10,15 @@ The lifeline is a pipe: dswiz holds its write end and nothing else does (pipes f
 inherited; subprocess closes other descriptors). dswiz writes, one line each::
 
     sid <N>     a launcher it started (each leads its own session; every process of the job carries that id)
+    port <N>    the job's master port (its ranks' shared-memory files carry it: ``remove_shm_buffers``)
     done        the job is over and its verdict written: exit without doing anything
 
 When the pipe ends without ``done``, dswiz is gone (the kernel closes the write end of a dead process, however it
 died; no PID to reuse). The reaper then stops every process of the job: SIGTERM to the sessions and to every
 process whose environment carries the job's token (``DSWIZ_JOB_TOKEN``: found however a process re-parented or
-left the session), SIGKILL after the grace, again until none is left; and it writes the verdict into run.json
-("supervisor lost") unless dswiz had written its own.
+left the session), SIGKILL after the grace, again until none is left; it removes the shared-memory files the ranks
+left (``remove_shm_buffers``); and it writes the verdict into run.json ("supervisor lost") unless dswiz had written
+its own.
 
 ``job_processes`` is also what dswiz itself (runner.job.session) and ``dswiz monitor --stop-leftovers`` use to find
 a job's processes, so the rule is in one place.
@@ -110,6 +112,37 @@ def stop_job(sids: Iterable[int], token: str | None, grace_s: float) -> tuple[in
     return len(first), True, time.monotonic() - t0
 
 
+# DeepSpeed's CPU all-reduce (deepspeed/ops/csrc/cpu/comm/shm.cpp shm_initialize, DeepSpeed 0.19.8) creates one
+# shared-memory file per rank, deepspeed_allreduce_buffer_<uid>_<master addr>_<master port>_<rank> in /dev/shm
+# (~66 MB each), and unlinks it only in shared_close, which nothing calls when a rank exits: every CPU job would
+# leave them behind (measured: 20 GiB of them filled this 24 GiB machine's /dev/shm after a day of test runs).
+SHM_DIR = "/dev/shm"
+SHM_BUFFER_PREFIX = "deepspeed_allreduce_buffer"
+
+
+def remove_shm_buffers(ports: Iterable[int], shm_dir: str = SHM_DIR) -> int:
+    """Remove this user's DeepSpeed all-reduce buffers of the job's master ``ports``; how many were removed. A rank
+    still running keeps its mapping (unlinking removes the name only)."""
+    wanted = {str(p) for p in ports}
+    if not wanted:
+        return 0
+    head = f"{SHM_BUFFER_PREFIX}_{os.getuid()}_"
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if not name.startswith(head):
+            continue
+        parts = name[len(head) :].rsplit("_", 2)  # <addr>_<port>_<rank>; an address holds no "_"
+        if len(parts) == 3 and parts[1] in wanted and parts[2].isdigit():
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(shm_dir, name))
+                removed += 1
+    return removed
+
+
 def _write_json_atomically(path: str, data: dict[str, object]) -> None:
     """The same way runner.rundir writes run.json (temp file in the folder, fsync, 0600, rename): the reaper
     cannot import it, and a reader must never see half a file."""
@@ -178,13 +211,17 @@ def mark_supervisor_lost(run_dir: str, verdict: dict[str, object]) -> bool:
 def watch(lifeline: Iterable[bytes], run_dir: str, token: str, supervisor_pid: int, grace_s: float) -> int:
     """Read the lifeline until it ends; act when it ends without ``done``. Returns the exit code."""
     sids: list[int] = []
+    ports: list[int] = []
     for raw in lifeline:
         word, _, arg = raw.decode("ascii", "replace").strip().partition(" ")
         if word == "done":
             return 0
         if word == "sid" and arg.isdigit():
             sids.append(int(arg))
+        if word == "port" and arg.isdigit():
+            ports.append(int(arg))
     found, sigkilled, took = stop_job(sids, token, grace_s)
+    remove_shm_buffers(ports)
     mark_supervisor_lost(run_dir, lost_verdict(supervisor_pid, found, sigkilled, took))
     print(f"supervisor {supervisor_pid} lost: stopped {found} process(es) in {took:.1f} s", flush=True)
     return 3

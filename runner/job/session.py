@@ -101,6 +101,9 @@ class ReaperLink:
     def add_session(self, sid: int) -> None:
         self._tell(f"sid {sid}")
 
+    def add_port(self, port: int) -> None:
+        self._tell(f"port {port}")
+
     def done(self) -> None:
         """The job is over and its verdict written: the reaper exits without acting."""
         self._tell("done")

@@ -248,10 +248,15 @@ class Job:
             self._sids.add(proc.pid)
             if self._reaper is not None:
                 self._reaper.add_session(proc.pid)
+                for port in self._master_ports():
+                    self._reaper.add_port(port)
             assert proc.stdout is not None
             self._threads.append(
                 start_pipe_reader(proc.stdout, f"launcher{k}" if several else "launcher", self._lines)
             )
+
+    def _master_ports(self) -> set[int]:
+        return {s.master_port for s in self.prepared.specs if s.master_port is not None}
 
     def _kill_now(self) -> None:
         """Start failed half-way: SIGKILL whatever started, and let the reaper go."""
@@ -584,6 +589,8 @@ class Job:
             world_size=self.observer.world_size or base.world_size,
         )
         written = self._write_record(record) or self._run_dir_gone
+        # The ranks are gone: the shared-memory files DeepSpeed's CPU all-reduce leaves go with them.
+        reaper.remove_shm_buffers(self._master_ports())
         if self._log is not None:
             self._log.close()
         if self._reaper is not None:

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from runner import rundir
+from runner.job import reaper
 from runner.job.session import session_processes
 
 pytestmark = pytest.mark.integration
@@ -135,6 +136,16 @@ def test_a_job_completes_and_its_run_directory_is_complete(workdir: Path) -> Non
     assert "global_step=10" in rank0 and "RunningAvgSamplesPerSec" in rank0  # info lines made visible
     csv = run_dir / rundir.CSV_DIR / rundir.CSV_JOB_NAME / "Train_Samples_lr.csv"
     assert csv.read_text().splitlines()[0] == "step,lr"
+    # DeepSpeed's CPU all-reduce made one /dev/shm file per rank; none outlives the job
+    assert shm_left(record) == []
+
+
+def shm_left(record: rundir.RunRecord) -> list[str]:
+    """The DeepSpeed all-reduce buffers of this job's master port still in /dev/shm (runner/job/reaper.py)."""
+    argv = list(record.command)
+    port = argv[argv.index("--master_port") + 1]
+    head = f"{reaper.SHM_BUFFER_PREFIX}_{os.getuid()}_"
+    return [n for n in os.listdir(reaper.SHM_DIR) if n.startswith(head) and n.rsplit("_", 2)[-2] == port]
 
 
 def test_a_rank_that_raises_is_named_with_its_exception(workdir: Path) -> None:

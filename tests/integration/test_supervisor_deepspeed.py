@@ -20,6 +20,7 @@ from tests.integration.test_launch_deepspeed import (  # the launch helpers and 
     TRAIN,
     env,
     run,
+    shm_left,
     start,
     wait_for_training,
     workdir,  # noqa: F401 - a fixture
@@ -76,6 +77,10 @@ def test_sigkill_of_dswiz_mid_training_leaves_no_job_process(workdir: Path) -> N
             took = time.monotonic() - t0
             print(f"attempt {attempt}: no job process left {took:.1f} s after SIGKILL of dswiz")
             assert not job_left(record), f"left after 10 s: {job_left(record)}"
+            deadline = time.monotonic() + 5  # the reaper removes the ranks' /dev/shm files once they are gone
+            while shm_left(record) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert shm_left(record) == []
         finally:
             if dswiz.poll() is None:
                 dswiz.kill()

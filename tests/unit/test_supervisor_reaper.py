@@ -271,3 +271,24 @@ def test_the_run_directory_deleted_mid_run(tmp_path: Path) -> None:
     assert outcome.verdict.kind == "success", outcome.verdict  # nothing was stopped that should not have been
     assert any("was removed: dswiz keeps supervising" in n for n in sink.notices)
     assert "the run directory was removed during the run: nothing of it is kept" in outcome.verdict.advice
+
+
+def test_the_shared_memory_files_of_the_jobs_ports_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    """DeepSpeed's CPU all-reduce names its files deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>; only this
+    user's files of the job's ports go."""
+    uid = os.getuid()
+    names = [
+        f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29611_0",
+        f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29611_1",
+        f"deepspeed_allreduce_buffer_{uid}_node-a.cluster_29611_3",
+        f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29612_0",  # another job's port
+        f"deepspeed_allreduce_buffer_{uid + 1}_127.0.0.1_29611_0",  # another user's
+        "deepspeed_allreduce_buffer_garbage",
+        "unrelated_29611_0",
+    ]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    assert reaper.remove_shm_buffers([29611], shm_dir=str(tmp_path)) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:])
+    assert reaper.remove_shm_buffers([], shm_dir=str(tmp_path)) == 0
+    assert reaper.remove_shm_buffers([29611], shm_dir=str(tmp_path / "none")) == 0
