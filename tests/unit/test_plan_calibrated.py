@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wizard.config.sidecar import read_sidecar
 from wizard.hardware import get_hardware
@@ -300,3 +302,35 @@ def test_runs_predicted_by_other_physics_are_predicted_again_or_left_out(tmp_pat
         assert "1 run predicted by an older dswiz left out" in (c.summary() or "")
     finally:
         del os.environ["DSWIZ_HISTORY"]
+
+
+@given(
+    spec=st.dictionaries(
+        st.sampled_from(
+            ["name", "layers", "hidden", "heads", "vocab", "finetune", "notes", "total_params", "kv_heads"]
+        ),
+        st.one_of(
+            st.none(),
+            st.integers(-5, 10**13),
+            st.text(max_size=5),
+            st.lists(st.integers(), max_size=3),
+            st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+        ),
+    ),
+    strategy=st.dictionaries(
+        st.sampled_from(
+            ["stage", "precision", "micro_batch", "world_size", "grad_accum", "offload_optimizer"]
+        ),
+        st.one_of(st.none(), st.integers(-3, 9), st.text(max_size=4)),
+    ),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_foreign_record_is_predicted_again_or_left_out_never_an_error(spec: dict, strategy: dict) -> None:
+    from wizard.service.history import predicted_again
+
+    hw_report = get_hardware(HW_SPEC)
+    base = {**load_model_spec(MODEL).to_dict(), **spec}
+    record = Measurement(hardware_fingerprint(hw_report), {"name": MODEL}, strategy, seq_len=1024, physics="older",
+                         predicted=Figures(tokens_per_sec=1.0), model_spec=base)  # fmt: skip
+    again = predicted_again(record, hw_report)
+    assert again is None or again.physics == physics_version()

@@ -60,8 +60,8 @@ def predicted_again(record: Measurement, hardware: HardwareReport) -> Measuremen
         return None
     try:
         p = evaluate(hardware, ModelSpec.from_dict(spec), strategy, PlanRequest(seq_len=seq)).predicted
-    except (DswizError, TypeError, ValueError, KeyError, ArithmeticError):
-        return None
+    except (DswizError, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError):
+        return None  # a hand-edited or foreign record: left out
     figures = Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
     return dataclass_replace(record, predicted=figures, physics=physics_version())
 
