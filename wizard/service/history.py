@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from dataclasses import replace as dataclass_replace
 
 from runner.run_history import recorded_strategy
 from wizard.errors import DswizError
@@ -63,7 +62,7 @@ def predicted_again(record: Measurement, hardware: HardwareReport) -> Measuremen
     except (DswizError, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError):
         return None  # a hand-edited or foreign record: left out
     figures = Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
-    return dataclass_replace(record, predicted=figures, physics=physics_version())
+    return replace(record, predicted=figures, physics=physics_version())
 
 
 def with_history(request: PlanRequest, hardware: HardwareReport, *, use: bool = True) -> PlanRequest:
