@@ -24,6 +24,14 @@ QWEN2_1_5B: dict[str, Any] = {
     "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
     "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
 }  # fmt: skip
+# Another family the constants were not fitted to (GPT-NeoX: parallel attention + MLP, partial rotary, GELU, untied):
+# Pythia's shapes, from their config.json on the hub. Pythia-1B has head dim 256 (8 heads of hidden 2048).
+PYTHIA_1_4B: dict[str, Any] = {
+    "model_type": "gpt_neox", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "vocab_size": 50304, "max_position_embeddings": 2048, "rotary_pct": 0.25,
+    "use_parallel_residual": True, "tie_word_embeddings": False, "hidden_act": "gelu",
+}  # fmt: skip
+PYTHIA_1B: dict[str, Any] = {**PYTHIA_1_4B, "num_hidden_layers": 16, "num_attention_heads": 8}
 
 
 def parse_timing_args(doc: str, *, default_runs: int) -> tuple[argparse.Namespace, int]:
