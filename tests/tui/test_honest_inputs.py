@@ -61,7 +61,9 @@ async def test_radio_sets_skip_disabled_options_and_show_one_choice(service: Any
 
 
 async def test_no_fit_advice_on_the_strategy_step(service: Any) -> None:
-    app = build_app(hardware_spec="1xT4", model_text="llama-13b", service=service, skip_answered=True)
+    app = build_app(
+        hardware_spec="1xT4,ram=16GiB", model_text="llama-13b", service=service, skip_answered=True
+    )
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert isinstance(app.screen, StrategyStep)

@@ -351,8 +351,10 @@ def test_plan_never_raises_and_keeps_its_promises(hw: HardwareReport, m, data: s
 
 
 def test_a_slightly_faster_but_more_complex_strategy_does_not_win() -> None:
-    # gpt2-large on a 24 GiB RTX 3090: checkpointing buys micro-batch 9 instead of 2 for a ~2 % predicted gain.
-    p = plan(get_hardware("RTX3090,ram=64GiB"), load_model_spec("gpt2-large"), PlanRequest(seq_len=1024))
+    # gpt2-medium on a 16 GiB T4: checkpointing buys micro-batch 8 instead of 2 for a ~3 % predicted gain.
+    p = plan(get_hardware("1xT4"), load_model_spec("gpt2-medium"), PlanRequest(seq_len=1024))
+    fastest = max((c for c in p.candidates if c.fits), key=lambda c: c.predicted.tokens_per_sec)
+    assert fastest.strategy.activation_checkpointing  # the premise: the more complex one is predicted faster
     _check_invariants(p)
     best = p.best
     assert best is not None and not best.strategy.activation_checkpointing

@@ -1,6 +1,7 @@
-"""ZeRO-3's step time by cause (wizard.planner.throughput.stage3_micro_step_seconds and the stage-3 weight
-copy-back): the physics each term claims, the committed H200 rows it is fit to, and bench/fit_zero3.py's contract
-(calibration.py holds what it fits; held-out errors per model)."""
+"""ZeRO-3's step time by cause (the host's work with stage 3's fetch hooks among it: wizard.planner.throughput.
+host_micro_step_seconds / exposed_host_seconds; the gather/partition copies; the stage-3 weight copy-back): the
+physics each term claims, the committed H200 rows it is fit to, and bench/fit_zero3.py's contract (calibration.py
+holds what it fits; held-out errors per model)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ from hypothesis import strategies as st
 from wizard.hardware.report import HardwareReport
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
-from wizard.planner.throughput import estimate_throughput, stage3_micro_step_seconds
+from wizard.planner.throughput import (
+    estimate_throughput,
+    exposed_host_seconds,
+    host_micro_step_seconds,
+    stage3_copy_seconds,
+)
 from wizard.strategy import Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,35 +70,58 @@ def test_stage3_never_beats_stage2_on_one_gpu(name: str, mbs: int, ckpt: bool, o
     assert z3.tokens_per_sec < z2.tokens_per_sec
 
 
-def test_hooks_hide_behind_compute_as_the_micro_batch_grows() -> None:
+def test_host_work_hides_behind_the_gpu_as_the_micro_batch_grows() -> None:
     """The hooks are host time: exposed in full when the GPU has nothing queued, less and less as each micro-step's
-    compute grows; never more than the hooks themselves, never negative."""
-    hooks = cal.STAGE3_SECONDS_PER_LAYER * LLAMA_1B.layers
-    exposed = [
-        stage3_micro_step_seconds(LLAMA_1B, Strategy(zero_stage=3, micro_batch_size=1), compute, 4.8e12)[
-            "ZeRO-3 fetch hooks"
-        ]
-        for compute in (0.0, 0.01, 0.1, 0.3, 1.0, 3.0)
-    ]
-    assert exposed[0] == pytest.approx(hooks)
-    assert all(0.0 <= b <= a <= hooks for a, b in itertools.pairwise(exposed))
-    assert exposed[-1] < 0.01 * hooks
+    GPU work grows; never more than the host's work itself, never negative."""
+    host = host_micro_step_seconds(LLAMA_1B, Strategy(zero_stage=3, micro_batch_size=1))
+    total = sum(host.values())
+    exposed = [sum(exposed_host_seconds(gpu, host).values()) for gpu in (0.0, 0.01, 0.1, 0.3, 1.0, 3.0)]
+    assert exposed[0] == pytest.approx(total)
+    assert all(0.0 <= b <= a <= total for a, b in itertools.pairwise(exposed))
+    assert exposed[-1] < 0.01 * total
+    # what is exposed is shared out by cause: the hooks keep their share of the host's work
+    split = exposed_host_seconds(0.1, host)
+    assert split["ZeRO-3 fetch hooks"] / sum(split.values()) == pytest.approx(
+        host["ZeRO-3 fetch hooks"] / total
+    )
 
 
 def test_recompute_fires_the_forward_hooks_again() -> None:
-    plain = stage3_micro_step_seconds(LLAMA_1B, Strategy(zero_stage=3), 0.0, 4.8e12)["ZeRO-3 fetch hooks"]
-    ckpt = Strategy(zero_stage=3, activation_checkpointing=True)
-    again = stage3_micro_step_seconds(LLAMA_1B, ckpt, 0.0, 4.8e12)["ZeRO-3 fetch hooks"]
-    assert again == pytest.approx(plain * (1 + cal.STAGE3_RECOMPUTE_HOOK_SHARE))
+    plain = host_micro_step_seconds(LLAMA_1B, Strategy(zero_stage=3))
+    again = host_micro_step_seconds(LLAMA_1B, Strategy(zero_stage=3, activation_checkpointing=True))
+    assert again["ZeRO-3 fetch hooks"] == pytest.approx(
+        plain["ZeRO-3 fetch hooks"] * (1 + cal.STAGE3_RECOMPUTE_HOOK_SHARE)
+    )
+    framework = "host-bound (framework Python)"
+    assert again[framework] == pytest.approx(plain[framework] * (1 + cal.HOST_RECOMPUTE_SHARE))
+    assert "ZeRO-3 fetch hooks" not in host_micro_step_seconds(LLAMA_1B, Strategy(zero_stage=2))
 
 
 def test_gather_copies_grow_with_parameters_and_shrink_with_bandwidth() -> None:
     s = Strategy(zero_stage=3)
-    small = stage3_micro_step_seconds(LLAMA_1B, s, 1.0, 4.8e12)["ZeRO-3 gather/partition copies"]
-    big = stage3_micro_step_seconds(MODELS["llama-7b"], s, 1.0, 4.8e12)["ZeRO-3 gather/partition copies"]
-    slow_hbm = stage3_micro_step_seconds(LLAMA_1B, s, 1.0, 2.4e12)["ZeRO-3 gather/partition copies"]
+    small = stage3_copy_seconds(LLAMA_1B, s, 4.8e12)
+    big = stage3_copy_seconds(MODELS["llama-7b"], s, 4.8e12)
+    slow_hbm = stage3_copy_seconds(LLAMA_1B, s, 2.4e12)
     assert big / small == pytest.approx(MODELS["llama-7b"].total_params / LLAMA_1B.total_params, rel=0.05)
     assert slow_hbm == pytest.approx(2 * small)
+
+
+def test_a_small_micro_batch_of_a_1b_model_is_host_bound() -> None:
+    """Micro-batch 1 of llama-1b at seq 2048 on the H200 took 0.157 s a step, micro-batch 2 0.175 s, 4 0.211 s
+    (bench/results/plan_accuracy-2026-12-01-1gpu-sweep.json, -12-02-1gpu-heldout.json): the host's Python sets
+    the pace below micro-batch ~4, the GPU's work above it."""
+    seconds = {
+        b: estimate_throughput(
+            ONE_H200, LLAMA_1B, Strategy(zero_stage=1, micro_batch_size=b), 2048
+        ).step_seconds
+        for b in (1, 2, 4, 16)
+    }
+    for b, measured in ((1, 0.157), (2, 0.175), (4, 0.211), (16, 0.633)):
+        assert seconds[b] == pytest.approx(measured, rel=0.10), b
+    parts = dict(
+        estimate_throughput(ONE_H200, LLAMA_1B, Strategy(zero_stage=1, micro_batch_size=1), 2048).parts
+    )
+    assert parts["host-bound (framework Python)"] > 0.02
 
 
 def test_pageable_copy_back_only_with_the_optimizer_offloaded_and_the_weights_on_the_gpu() -> None:
@@ -136,18 +165,23 @@ def refit(fz: ModuleType) -> dict[str, Any]:
     return fz.run()
 
 
-# Rows the model does not reach within 10 %: llama-1b z3 + checkpointing (its four timed steps spread 0.53-0.67 s,
-# the fastest still ~10 % slower than predicted; the sweep's second reading at seq 2048 is over-predicted too), and
-# since the three-family refit of the stage 0-2 constants the two gpt2-xl rows without offload (-10.4 %, -10.9 %:
-# predicted slow, they were -7.5 % and -7.7 % before); bench/results/zero3_refit-2026-12-01-replay.md.
-NOT_REACHED = {"llama-1b z3+ckpt mbs16", "gpt2-xl z3 mbs16", "gpt2-xl z3+ckpt mbs16"}
+# Rows the model does not reach within 10 % (bench/results/zero3_refit-2026-12-02-replay.md): gpt2-medium z3 mbs 8
+# (+11.5 %) and llama-1b z3 mbs 2 (+10.3 %), the two host-bound rows; llama-1b z3 mbs 16 at seq 1024 (-10.6 %) and
+# llama-1b z3 + optimizer and parameter offload (-12.1 %), one reading each.
+NOT_REACHED = {
+    "gpt2-medium z3 mbs8",
+    "llama-1b z3 mbs2",
+    "llama-1b z3 mbs16",
+    "llama-1b z3+opt:cpu+param:cpu+ckpt mbs16",
+}
 
 
 def test_committed_h200_zero3_rows_within_ten_percent(refit: dict[str, Any]) -> None:
     errs = {k: v["error"] for k, v in refit["rows"].items()}
-    assert len(errs) >= 12
+    assert len(errs) >= 20
     assert {k for k, e in errs.items() if abs(e) > 0.10} <= NOT_REACHED
-    assert refit["overall_now"]["median_abs"] <= 0.06  # 5.3-5.5 % since the three-family refit (4.9 % before)
+    assert refit["overall_now"]["median_abs"] <= 0.07  # 6.5 % since the host model (5.3 % before, max 26.6 %)
+    assert refit["overall_now"]["max_abs"] <= 0.13
 
 
 def test_calibration_holds_what_the_fit_finds(refit: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ class ZeroBuffers:
     allgather_bucket_elements: int = cal.ALLGATHER_BUCKET_ELEMENTS
     prefetch_elements: int = cal.STAGE3_PREFETCH_ELEMENTS
     max_live_parameters: int = cal.STAGE3_MAX_LIVE_PARAMETERS
+    max_reuse_distance: int = cal.STAGE3_MAX_REUSE_DISTANCE
     overlap_comm: bool | None = None  # None: DeepSpeed's default (on at stage 3 only)
 
 
@@ -166,15 +167,27 @@ def _optimizer_on_gpu(model: ModelSpec, s: Strategy) -> int:
 
 
 def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
-    """Gathered full parameters live during forward/backward: the module in use plus the prefetch bucket."""
+    """Gathered full parameters live during forward/backward: the module in use plus the prefetch bucket and, in
+    training, what the coordinator keeps for its reuse.
+
+    Training's trace runs forward, then backward over the same modules: releasing a module, DeepSpeed keeps every
+    parameter used again within ``stage3_max_reuse_distance`` elements of the trace (partitioned_param_coordinator.py
+    __params_to_release, DeepSpeed 0.19.8), so at the end of forward the last ``max_reuse_distance`` elements' worth
+    stay gathered for backward. Measured on one H200 with the parameters offloaded (gpt2-xl 1.56e9 and llama-1b
+    1.1e9 parameters, checkpointing, mbs 16): 1.05e9 and 1.07e9 gathered elements at the peak, min(P, 1e9) + the
+    5e7 prefetch bucket (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json). An inference pass is never
+    reused within its trace: only the module in use and the prefetch bucket are live."""
     if s.world_size == 1 and s.offload_param == "none":
         return 0  # one rank: the partition is the whole parameter
+    total = model.total_params
     # A module larger than max_live_parameters is still gathered whole; nothing beyond the model is ever live.
     live = max(
         model.largest_layer_params,
         min(buf.max_live_parameters, model.largest_layer_params + buf.prefetch_elements),
     )
-    return int(ft.stored_bytes_per_param(model, weight_bytes(s)) * min(model.total_params, live))
+    if s.mode == "train":
+        live = max(live, min(buf.max_reuse_distance, total) + buf.prefetch_elements)
+    return int(ft.stored_bytes_per_param(model, weight_bytes(s)) * min(total, live))
 
 
 def _stage3_sub_group(partition: int) -> int:
@@ -370,41 +383,27 @@ def nccl_bytes(s: Strategy) -> int:
 
 @dataclass(frozen=True)
 class Fragmentation:
-    """What the caching allocator holds beyond the allocated peak (max_memory_reserved - max_memory_allocated):
-    ``fixed + per_sample * micro_batch`` bytes, ``share`` of the large transient blocks (see ``fragmentation``)."""
+    """What the caching allocator holds beyond what is allocated (max_memory_reserved - max_memory_allocated), as
+    two lines in the micro-batch: one on top of the forward/backward moments, one on top of the optimizer step's
+    (see ``fragmentation``)."""
 
-    fixed: int
+    fixed: int  # forward/backward moments
     per_sample: int
-    share: float
+    step_fixed: int  # the optimizer step (the moment that holds the step's transient block)
+    step_per_sample: int
     blocks_fixed: int  # the step's largest transient state block (bytes)
     blocks_per_sample: int  # the loss head's fp32 logits block per sample (bytes)
 
     def fixed_for(self, phase: Phase) -> int:
-        """While the step's transient block is itself allocated (the optimizer step) it is in use, not lost."""
-        if phase.holds_step_transient:
-            return self.fixed - int(self.share * self.blocks_fixed)
-        return self.fixed
+        return self.step_fixed if phase.holds_step_transient else self.fixed
+
+    def per_sample_for(self, phase: Phase) -> int:
+        return self.step_per_sample if phase.holds_step_transient else self.per_sample
 
     def at(self, micro_batch: int, phase: Phase | None = None) -> int:
-        return (self.fixed if phase is None else self.fixed_for(phase)) + micro_batch * self.per_sample
-
-
-def fragmentation_share(s: Strategy) -> float:
-    """The share of the large transient blocks that the allocator cannot reuse (wizard.planner.calibration)."""
-    # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
-    # self.training): an inference pass with the flag set allocates exactly what one without it does.
-    if s.mode == "inference":
-        offloaded = s.offload_param != "none"
-        return (
-            cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD
-            if offloaded
-            else cal.FRAGMENTATION_SHARE_INFERENCE
-        )
-    recomputes = s.activation_checkpointing and s.mode == "train"
-    share = cal.FRAGMENTATION_SHARE_CHECKPOINTING if recomputes else cal.FRAGMENTATION_SHARE
-    if s.zero_stage == 3:
-        share *= cal.FRAGMENTATION_STAGE3_FACTOR
-    return share
+        if phase is None:
+            return self.fixed + micro_batch * self.per_sample
+        return self.fixed_for(phase) + micro_batch * self.per_sample_for(phase)
 
 
 def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> int:
@@ -416,14 +415,6 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
     if s.mode != "train":
         return 0
     w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
-    if (
-        s.zero_stage == 3 and s.offload_param == "cpu"
-    ):  # every parameter, trained or frozen, comes from the host
-        return w * model.total_params // N  # fetched module by module (measured: gpt2-xl, llama-1b)
-    if s.zero_stage == 3 and s.offload_param == "nvme":
-        return w * min(
-            model.total_params // N, cal.NVME_PARAM_BUFFER_ELEMENTS
-        )  # staged through the swap buffers
     if s.offload_optimizer != "none":
         if s.zero_stage == 1:
             return w * P // N
@@ -441,30 +432,43 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
 def fragmentation(
     model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
 ) -> Fragmentation:
-    """Reserved minus allocated, as a share of the large blocks that are allocated and freed every step.
+    """Reserved minus allocated: what the caching allocator keeps of the large blocks a step frees, bounded by
+    those blocks (so it never grows with the model beyond what DeepSpeed allocates at once).
 
-    Why: PyTorch's caching allocator keeps freed blocks and splits them to serve smaller requests; a large block
-    that a small, longer-lived tensor has landed in cannot take the next large request, so another segment is
-    reserved. The large requests of a step are the loss head's fp32 logits (4 bytes x vocab per token, allocated and
-    freed several times) and the optimizer step's fp32 gradient partition (``_step_transient_block``). With
-    activation checkpointing the backward pass recomputes every layer's forward, so many layer-sized tensors are
-    allocated into those freed blocks and far more of them are lost (the bench's OOM messages show ~one fp32-logits
-    block reserved but unusable). Stage 3's gather/release of parameters splits them further.
+    Why: PyTorch's caching allocator keeps freed blocks and splits them to serve smaller requests; a freed block
+    that smaller tensors have landed in cannot take the next large request, so another segment is reserved. A
+    training step frees two kinds of large blocks, each cached when the other is needed:
+    - at the forward/backward peak, part of the optimizer step's block (``_step_transient_block``) freed by the
+      last step, and of the fp32 logits, whose blocks the recomputed layers split further with checkpointing
+      (calibration.STEP_BLOCK_SHARE*, LOGITS_SHARE*); at stage 3 with parameters to gather (several GPUs, or
+      offloaded), the blocks the gathered parameters land in between the activations, forward and backward
+      (calibration.GATHERED_PARAMETER_SHARE of ``_stage3_working_set``);
+    - at the optimizer step, part of the forward's activations and logits, freed by backward, which the step's
+      single large block cannot reuse (calibration.FORWARD_TRANSIENT_SHARE_AT_STEP).
+    Inference frees only the logits, every pass (calibration.FRAGMENTATION_SHARE_INFERENCE*).
     """
-    share = fragmentation_share(s)
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits (training's loss, inference's scores)
+    if s.mode == "inference":
+        share = (
+            cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD
+            if s.offload_param != "none"
+            else cal.FRAGMENTATION_SHARE_INFERENCE
+        )
+        fixed, per_sample = cal.RESERVED_FIXED_BYTES_INFERENCE, int(share * logits)
+        return Fragmentation(fixed, per_sample, fixed, per_sample, 0, logits)
     step = _step_transient_block(model, s, buf)
-    step_share = share
-    if s.activation_checkpointing and s.zero_stage == 2 and s.offload_optimizer != "none":
-        step_share = cal.FRAGMENTATION_STEP_SHARE_OFFLOAD_CHECKPOINTING
-        # Offloading removes blocks, never adds them: no more cache than the same step with the optimizer here.
-        plain = s.with_(offload_optimizer="none")
-        step = min(step, int(share * _step_transient_block(model, plain, buf) / step_share))
-    fixed = cal.RESERVED_FIXED_BYTES + int(step_share * step)
+    gathered = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
+    # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
+    # self.training), so only training has the checkpointing shares.
+    step_share = cal.STEP_BLOCK_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.STEP_BLOCK_SHARE
+    logits_share = cal.LOGITS_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.LOGITS_SHARE
+
+    layers, head, _ = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     return Fragmentation(
-        fixed=fixed,
-        per_sample=int(share * logits),
-        share=share,
+        fixed=cal.RESERVED_FIXED_BYTES + int(step_share * step + cal.GATHERED_PARAMETER_SHARE * gathered),
+        per_sample=int(logits_share * logits),
+        step_fixed=cal.RESERVED_FIXED_BYTES,
+        step_per_sample=int(cal.FORWARD_TRANSIENT_SHARE_AT_STEP * (layers + head)),
         blocks_fixed=step,
         blocks_per_sample=logits,
     )
@@ -494,7 +498,7 @@ def max_micro_batch_for_capacity(
     budget = capacity_bytes - device_overhead(s)
     best = limit
     for p in phases:
-        fixed, slope = p.fixed_total() + frag.fixed_for(p), p.per_sample_total() + frag.per_sample
+        fixed, slope = p.fixed_total() + frag.fixed_for(p), p.per_sample_total() + frag.per_sample_for(p)
         if fixed > budget:
             best = 0
         elif slope > 0:
@@ -583,7 +587,7 @@ def estimate_memory(
     at = [(p, p.at(b)) for p in phases]
     peak, allocated = max(at, key=lambda x: x[1])
     frag = fragmentation(model, strategy, seq_len, buffers)
-    # The allocator's peak may come at a moment of fewer allocated bytes (see Fragmentation.fixed_for).
+    # The allocator's peak may come at a moment of fewer allocated bytes (see fragmentation).
     reserved = reserved_at(phases, frag, b)[1]
     items = tuple((k, v) for k, v in peak.fixed if v) + tuple((k, v * b) for k, v in peak.per_sample if v)
     cpu, cpu_items = host_bytes(model, strategy)

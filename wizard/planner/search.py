@@ -14,7 +14,7 @@ from typing import Any
 
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
-from wizard.history.record import family_group, family_key
+from wizard.history.record import strategy_lineage
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
@@ -150,8 +150,7 @@ def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
     history = ctx.request.calibration
     if history is None:
         return 1.0, 1.0
-    family = family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)
-    c = history.for_family(family, family_group(family, s.world_size))
+    c = history.for_family(*strategy_lineage(s))
     return c.tokens_per_sec.value, c.peak_gpu_bytes.value
 
 
@@ -262,12 +261,14 @@ def _rank_key(c: Candidate) -> tuple[Any, ...]:
 
 def _prefer_simpler(cands: list[Candidate]) -> list[Candidate]:
     """Within the model's accuracy (RECOMMEND_SIMPLER_WITHIN) of the fastest, recommend the simplest strategy:
-    a 1 % predicted gain does not justify offloading or a code change."""
+    a 1 % predicted gain does not justify offloading or a code change, nor stage 3's per-layer hooks, whose cost
+    depends on the host (the same ZeRO-3 config measured 10 % apart in two processes on one H200:
+    bench/results/plan_accuracy-2026-12-02-1gpu-heldout.md)."""
     if not cands or not cands[0].fits:
         return cands
     floor = cands[0].predicted.tokens_per_sec * (1 - cal.RECOMMEND_SIMPLER_WITHIN)
     pool = [i for i, c in enumerate(cands) if c.fits and c.predicted.tokens_per_sec >= floor]
-    pick = min(pool, key=lambda i: (_complexity(cands[i].strategy), i))
+    pick = min(pool, key=lambda i: (_complexity(cands[i].strategy), cands[i].strategy.zero_stage == 3, i))
     return [cands[pick], *cands[:pick], *cands[pick + 1 :]]
 
 

@@ -1,7 +1,7 @@
 """The throughput model (pure arithmetic): seconds per optimizer step, tokens/s and MFU for one strategy.
 
-A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead,
-stage 3's fetch hooks, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
+A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead, the
+host's Python work where the GPU waits for it, stage 3's fetch hooks among it, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
 offloaded, or behind NVMe). FLOPs per token follow PaLM (arXiv:2204.02311, appendix B). Constants:
 ``wizard.planner.calibration``.
 
@@ -82,7 +82,7 @@ def activation_traffic_bytes_per_token(model: ModelSpec, seq_len: int, s: Strate
     traffic = cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * (saved + cal.HEAD_BYTES_PER_HIDDEN * model.hidden)
     traffic += cal.LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB * model.vocab
     if s.mode == "inference":
-        return traffic * cal.FORWARD_SHARE_OF_TRAFFIC
+        return traffic * cal.INFERENCE_TRAFFIC_SHARE
     if s.activation_checkpointing:
         traffic += cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * saved * cal.FORWARD_SHARE_OF_TRAFFIC
     return traffic * (2.0 if s.precision == "fp32" else 1.0)
@@ -237,32 +237,50 @@ def _communication_seconds(
     return micro, v.per_optimizer_step / bus
 
 
-def stage3_micro_step_seconds(model: ModelSpec, s: Strategy, compute: float, hbm: float) -> dict[str, float]:
-    """What stage 3 adds to one micro-step on top of the collectives (``communication_volume``).
-
-    Fetch/release hooks: Python on the host for every submodule, forward and backward
-    (partitioned_param_coordinator.py fetch_sub_module / release_sub_module, DeepSpeed 0.19.8), run again by
-    checkpointing's recomputed forward. The host issues them while the GPU drains the kernels already queued, so
-    they cost time only where the host's hook work catches up with the GPU's compute: the two overlap as a smooth
-    maximum (a power mean), exposed = (compute^p + hooks^p)^(1/p) - compute.
-    Gather/partition copies: memory-bound work per parameter that stages 1-2 do not do (the gathered weight
-    buffer filled in every fetch, gradients copied into the reduce bucket, reduce-scattered, averaged and copied
-    into their partition: stage3.py __reduce_and_partition_ipg_grads / partition_grads); scales with HBM
-    bandwidth as the optimizer's per-parameter time does."""
+def host_micro_step_seconds(model: ModelSpec, s: Strategy) -> dict[str, float]:
+    """The host's own work in one micro-step, by cause: the framework's Python that issues every layer's kernels
+    (HF's module calls, autograd, DeepSpeed's gradient hooks), again for the forward that checkpointing recomputes;
+    at stage 3 also the fetch/release hooks of every submodule, forward and backward
+    (partitioned_param_coordinator.py fetch_sub_module / release_sub_module, DeepSpeed 0.19.8), which the
+    recomputed forward fires again (calibration.HOST_SECONDS_PER_LAYER, STAGE3_SECONDS_PER_LAYER)."""
     train = s.mode == "train"
+    per_layer = cal.HOST_SECONDS_PER_LAYER.get(model.family, cal.HOST_SECONDS_PER_LAYER_DEFAULT)
     if train:
-        hook_share = 1.0 + (cal.STAGE3_RECOMPUTE_HOOK_SHARE if s.activation_checkpointing else 0.0)
+        share = 1.0 + (cal.HOST_RECOMPUTE_SHARE if s.activation_checkpointing else 0.0)
     else:
-        hook_share = cal.INFERENCE_STAGE3_HOOK_SHARE
-    hooks = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share
-    power = cal.STAGE3_HOOK_OVERLAP_POWER
-    exposed = (compute**power + hooks**power) ** (1.0 / power) - compute if compute > 0 else hooks
+        share = cal.INFERENCE_LAUNCH_SHARE
+    out = {"host-bound (framework Python)": per_layer * model.layers * share}
+    if s.zero_stage == 3:
+        if train:
+            hook_share = 1.0 + (cal.STAGE3_RECOMPUTE_HOOK_SHARE if s.activation_checkpointing else 0.0)
+        else:
+            hook_share = cal.INFERENCE_STAGE3_HOOK_SHARE
+        out["ZeRO-3 fetch hooks"] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share
+    return out
+
+
+def exposed_host_seconds(gpu_seconds: float, host: dict[str, float]) -> dict[str, float]:
+    """What of the host's work a micro-step waits for, by cause. The host issues kernels while the GPU drains the
+    ones already queued, so host time costs only where it catches up with the GPU's: the two overlap as a smooth
+    maximum (a power mean), exposed = (gpu^p + host^p)^(1/p) - gpu, shared out in proportion to the causes. At a
+    small micro-batch of a ~1B model the host sets the pace (micro-batch 1 of llama-1b: 0.157 s a step on an H200
+    whose GPU work is ~0.1 s)."""
+    total = sum(host.values())
+    if total <= 0:
+        return dict.fromkeys(host, 0.0)
+    p = cal.HOST_OVERLAP_POWER
+    exposed = total if gpu_seconds <= 0 else (gpu_seconds**p + total**p) ** (1.0 / p) - gpu_seconds
+    return {k: max(0.0, exposed) * v / total for k, v in host.items()}
+
+
+def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
+    """Gather/partition copies per micro-step: memory-bound work per parameter that stages 1-2 do not do (the
+    gathered weight buffer filled in every fetch, gradients copied into the reduce bucket, reduce-scattered,
+    averaged and copied into their partition: stage3.py __reduce_and_partition_ipg_grads / partition_grads); scales
+    with HBM bandwidth as the optimizer's per-parameter time does."""
     params = ft.stored_parameter_bytes(model, weight_bytes(s)) / weight_bytes(s)
     copies = cal.STAGE3_SECONDS_PER_PARAM * params * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
-    return {
-        "ZeRO-3 fetch hooks": max(0.0, exposed),
-        "ZeRO-3 gather/partition copies": copies * (1.0 if train else cal.INFERENCE_STAGE3_HOOK_SHARE),
-    }
+    return copies * (1.0 if s.mode == "train" else cal.INFERENCE_STAGE3_HOOK_SHARE)
 
 
 def _optimizer_seconds(
@@ -346,8 +364,10 @@ def estimate_throughput(
     if comm_micro or comm_step:
         parts["communication"] = gas * exposed_micro + comm_step
 
+    for k, v in exposed_host_seconds(compute + launch, host_micro_step_seconds(model, s)).items():
+        parts[k] = gas * v
     if s.zero_stage == 3:
-        parts.update({k: gas * v for k, v in stage3_micro_step_seconds(model, s, compute, hbm).items()})
+        parts["ZeRO-3 gather/partition copies"] = gas * stage3_copy_seconds(model, s, hbm)
 
     if train:
         parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie))

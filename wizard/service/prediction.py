@@ -111,6 +111,7 @@ _BUFFER_KEYS = (
     ("allgather_bucket_size", "allgather_bucket_elements"),
     ("stage3_prefetch_bucket_size", "prefetch_elements"),
     ("stage3_max_live_parameters", "max_live_parameters"),
+    ("stage3_max_reuse_distance", "max_reuse_distance"),
 )
 
 
