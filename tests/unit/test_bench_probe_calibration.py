@@ -61,3 +61,18 @@ def test_the_report_names_the_wall_time_and_the_medians(pc: ModuleType) -> None:
     text = pc.markdown(doc)
     assert f"Probe wall time: {doc['probe']['wall_s']:.0f} s" in text
     assert "tokens/s: 14.5 % -> 8.1 %" in text
+
+
+def test_pythia_1b_probe_scores_again_and_calibrates_its_tokens_per_second(pc: ModuleType) -> None:
+    """Pythia-1B (GPT-NeoX, head dim 256: a shape no constant was fitted to), probed after this physics was fit:
+    the committed score is what the scoring gives now, and one probe brings the held-out tokens/s within 3 %
+    (median); its GPU memory is not corrected (the history only raises memory, and these are over-predicted)."""
+    raw = RESULTS / "probe_calibration-2026-12-02-1gpu-pythia-1b.json"
+    doc = json.loads(raw.read_text())
+    again = pc.analyze(doc)
+    assert again["summary"] == pytest.approx(doc["score"]["summary"])
+    s = again["summary"]
+    assert s["tokens_err_after_median"] <= 0.03 < s["tokens_err_before_median"]
+    # dswiz probe's own first candidate ran out of memory: an OOM is a result, recorded, and the probe went on
+    statuses = [c["status"] for c in doc["probe"]["result"]["candidates"]]
+    assert statuses[0] == "oom" and statuses.count("ok") == 2

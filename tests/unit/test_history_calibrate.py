@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wizard.hardware.report import HardwareReport, HostInfo
 from wizard.history.calibrate import MEMORY_BOUNDS, PRIOR_RUNS, TOKENS_BOUNDS, corrections
-from wizard.history.record import Figures, Hardware, Measurement, family_group
+from wizard.history.record import Figures, Hardware, Measurement, family_group, hardware_fingerprint
 
 HW = Hardware(gpu_name="NVIDIA H200", gpu_memory_bytes=141 * 1024**3, gpus_per_node=1)
 Z2 = {"stage": 2, "offload_optimizer": "none", "offload_param": "none"}
@@ -57,14 +59,18 @@ def test_only_successful_runs_of_the_same_hardware_count() -> None:
     assert corrections(runs, HW.key).runs == 0
 
 
-def test_families_are_corrected_separately_and_others_take_the_machines_correction() -> None:
+def test_families_are_corrected_separately_and_others_take_their_class_correction() -> None:
+    """An unmeasured family borrows from the runs of its class: a GPU-bound one (stages 0-2 without offload) never
+    takes a host-bound run's speed (ZeRO-3, offload: the host's Python and cores set it), and the other way round."""
     runs = [_run(1000, 700, strategy=Z3_CPU)] * 3 + [_run(1000, 1000)] * 3
     c = corrections(runs, HW.key)
     z3 = c.for_family("z3-opt:cpu-param:none").tokens_per_sec.value
     z2 = c.for_family("z2-opt:none-param:none").tokens_per_sec.value
     unseen = c.for_family("z1-opt:none-param:none").tokens_per_sec.value
+    unseen_host_bound = c.for_family("z3-opt:none-param:none").tokens_per_sec.value
     assert z3 < 0.9 and math.isclose(z2, 1.0)
-    assert math.isclose(unseen, c.overall.tokens_per_sec.value) and z3 < unseen < 1.0
+    assert math.isclose(unseen, z2) and z3 < c.overall.tokens_per_sec.value < 1.0
+    assert math.isclose(unseen_host_bound, z3)
     assert c.summary() is not None and c.summary().startswith("calibrated by 6 runs on this hardware")  # type: ignore[union-attr]
 
 
@@ -116,7 +122,8 @@ def test_corrections_never_leave_their_bounds_and_point_toward_the_measurements(
 
 def test_on_one_gpu_stages_0_to_2_teach_each_other_before_the_machine_wide_figure() -> None:
     """ZeRO-1 measured 10 % slow and ZeRO-3 40 % slow on one GPU: ZeRO-2 (the same work there) takes ZeRO-1's
-    correction, not the mix with ZeRO-3; with two GPUs, ZeRO-2 communicates differently and borrows the mix."""
+    correction, not the mix with ZeRO-3; with two GPUs, ZeRO-2 communicates differently: a group of its own, it
+    borrows from the GPU-bound runs (ZeRO-1 again here), never from ZeRO-3's host-bound speed."""
     z1 = {"stage": 1, "offload_optimizer": "none", "offload_param": "none", "world_size": 1}
     z3 = {"stage": 3, "offload_optimizer": "none", "offload_param": "none", "world_size": 1}
     runs = [_run(1000, 900, strategy=z1), _run(1000, 600, strategy=z3)]
@@ -125,8 +132,32 @@ def test_on_one_gpu_stages_0_to_2_teach_each_other_before_the_machine_wide_figur
     z2_one_gpu = c.for_family("z2-opt:none-param:none", family_group("z2-opt:none-param:none", 1))
     z2_two_gpus = c.for_family("z2-opt:none-param:none", family_group("z2-opt:none-param:none", 2))
     assert z2_one_gpu.tokens_per_sec.value == z1_own
-    assert z2_two_gpus.tokens_per_sec.value == c.overall.tokens_per_sec.value < z1_own
+    assert z2_two_gpus.tokens_per_sec.value == z1_own
+    assert c.overall.tokens_per_sec.value < z1_own
     # checkpointing and offload are other work: a group of their own, not ZeRO-1's
     assert family_group("z2-opt:none-param:none-ckpt", 1) != family_group("z1-opt:none-param:none", 1)
     assert family_group("z2-opt:cpu-param:none", 1) == "z2-opt:cpu-param:none"
     assert family_group("z3-opt:none-param:none", 1) == "z3-opt:none-param:none"
+
+
+def test_host_bound_runs_of_another_host_cpu_teach_nothing() -> None:
+    """Stage 3's hooks and CPU offload run on the host: runs on another CPU model of the same GPU teach those
+    families nothing (a GPU-bound family still learns from them), and runs that do not know their CPU count."""
+    here, there = replace(HW, host_cpu="AMD EPYC 9654"), replace(HW, host_cpu="Intel Xeon 8480+")
+    runs = [
+        _run(1000, 500, strategy=Z3_CPU, hw=there),
+        _run(1000, 800, hw=there),
+        _run(1000, 900, strategy=Z3_CPU, hw=replace(HW, host_cpu="")),
+    ]
+    c = corrections(runs, HW.key, host_cpu=here.host_cpu)
+    assert c.for_family("z3-opt:cpu-param:none").tokens_per_sec.runs == 1  # the run of unknown CPU only
+    assert c.for_family("z2-opt:none-param:none").tokens_per_sec.runs == 1  # GPU-bound: any host
+    assert corrections(runs, HW.key).for_family("z3-opt:cpu-param:none").tokens_per_sec.runs == 2
+
+
+def test_the_fingerprint_keeps_the_host_cpu_and_reads_old_records_without_it() -> None:
+    hw = HardwareReport(source="test", host=HostInfo(cpu_model="AMD EPYC 9654", physical_cores=96))
+    fp = hardware_fingerprint(hw)
+    assert fp.host_cpu == "AMD EPYC 9654" and Hardware.from_json(fp.to_json()) == fp
+    assert "EPYC" not in fp.key  # the key matches runs across hosts; host-bound families filter by CPU
+    assert Hardware.from_json({"gpu_name": "H200"}).host_cpu == ""

@@ -6,7 +6,9 @@ is the geometric mean of measured/predicted over its finished runs, shrunk towar
 ``n / (n + PRIOR_RUNS)`` so one noisy run moves the prediction only part of the way, and clamped to bounds a real
 machine cannot leave (a GPU does not run twice as fast as its physics says, nor does memory shrink below what the
 model states need). A family with no runs of its own takes its group's correction (families that do the same work
-on these GPUs, ``record.family_group``), else the hardware-wide one.
+on these GPUs, ``record.family_group``), else that of the runs of its class (host-bound: stage 3 or offload; GPU-
+bound: the rest, ``record.host_bound_family``), else the hardware-wide one. Host-bound runs of another host CPU are
+left out: the host sets their speed.
 
 Errors are judged leave-one-out (each run predicted from the others) when there are at least two runs, so "error
 after" is what a new run can expect, not the fit to itself.
@@ -19,7 +21,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from wizard.history.record import Measurement
+from wizard.history.record import Measurement, host_bound_family
 
 # A run stopped by the user (or by `dswiz probe` once it has its timed steps) measured as much as one that ended.
 MEASURED_OUTCOMES = ("success", "interrupted")
@@ -71,6 +73,9 @@ class Corrections:
     hardware_key: str = ""
     families: Mapping[str, FamilyCorrection] | None = None
     groups: Mapping[str, FamilyCorrection] | None = None  # record.family_group: families doing the same work
+    # "host-bound" / "gpu-bound" (record.host_bound_family): a family without runs of its own or of its group borrows
+    # from its class before the hardware-wide figure
+    classes: Mapping[str, FamilyCorrection] | None = None
     overall: FamilyCorrection = FamilyCorrection()
     problem: str = ""  # why the history could not be read (then nothing is corrected)
     left_out: int = (
@@ -86,16 +91,18 @@ class Corrections:
 
     def for_family(self, family: str, group: str | None = None) -> FamilyCorrection:
         """The family's own correction; else its group's (``record.family_group``: on one GPU, ZeRO-1 teaches ZeRO-2);
-        else the hardware-wide one, borrowed."""
+        else its class's (a GPU-bound family never takes a ZeRO-3 or offload run's host speed), else the
+        hardware-wide one, borrowed."""
         own = (self.families or {}).get(family)
         if own is not None:
             return own
         kin = (self.groups or {}).get(group or "")
         if kin is not None:
             return kin
+        source = (self.classes or {}).get(_class(family), self.overall)
         return FamilyCorrection(
-            _borrowed(self.overall.tokens_per_sec, TOKENS_BOUNDS),
-            _borrowed(self.overall.peak_gpu_bytes, MEMORY_BOUNDS),
+            _borrowed(source.tokens_per_sec, TOKENS_BOUNDS),
+            _borrowed(source.peak_gpu_bytes, MEMORY_BOUNDS),
         )
 
     def summary(self) -> str | None:
@@ -128,28 +135,40 @@ class Corrections:
         return text + "; --no-history plans from the physics alone"
 
 
-def corrections(records: Iterable[Measurement], hardware_key: str) -> Corrections:
-    """The corrections the runs of ``hardware_key`` give. Finished (or probe-stopped) runs teach tokens/s and
-    memory; a run that ran out of GPU memory teaches memory only: it needed at least the whole card, so the
-    prediction that let it start was too low."""
-    mine = [r for r in records if r.hardware.key == hardware_key]
+def corrections(records: Iterable[Measurement], hardware_key: str, host_cpu: str = "") -> Corrections:
+    """The corrections the runs of ``hardware_key`` give (host-bound runs only from ``host_cpu``, where both it and
+    the run's are known). Finished (or probe-stopped) runs teach tokens/s and memory; a run that ran out of GPU
+    memory teaches memory only: it needed at least the whole card, so the prediction that let it start was too low."""
+    mine = [
+        r
+        for r in records
+        if r.hardware.key == hardware_key
+        and not (r.host_bound and host_cpu and r.hardware.host_cpu and r.hardware.host_cpu != host_cpu)
+    ]
     usable = [r for r in mine if r.outcome in MEASURED_OUTCOMES or r.outcome == "oom"]
     if not usable:
         return Corrections(hardware_key=hardware_key, families={})
     plausible = [r for r in usable if _plausible(r)]
     by_family: dict[str, list[Measurement]] = {}
     by_group: dict[str, list[Measurement]] = {}
+    by_class: dict[str, list[Measurement]] = {}
     for r in plausible:
         by_family.setdefault(r.family, []).append(r)
         by_group.setdefault(r.group, []).append(r)
+        by_class.setdefault(_class(r.family), []).append(r)
     families = {fam: _family(runs) for fam, runs in by_family.items()}
     return Corrections(
         hardware_key=hardware_key,
         families=families,
         groups={g: _family(runs) for g, runs in by_group.items()},
+        classes={c: _family(runs) for c, runs in by_class.items()},
         overall=_family(plausible),
         left_out=len(usable) - len(plausible),
     )
+
+
+def _class(family: str) -> str:
+    return "host-bound" if host_bound_family(family) else "gpu-bound"
 
 
 def _family(runs: list[Measurement]) -> FamilyCorrection:

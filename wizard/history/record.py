@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wizard.hardware.report import HardwareReport
+from wizard.strategy import Strategy
 
 # "ended": a job watched by `dswiz monitor` whose processes are gone without an exit code to tell how.
 OUTCOMES = ("running", "success", "oom", "failed", "interrupted", "lost", "ended")
@@ -36,6 +37,7 @@ class Hardware:
     interconnect: str = ""  # "nvlink", "pcie", "cpu" ...
     host_ram_bytes: int | None = None
     host_cores: int | None = None
+    host_cpu: str = ""  # the host's CPU model: host-bound families calibrate only from runs of the same one
     driver: str = ""
     torch: str = ""
     deepspeed: str = ""
@@ -60,6 +62,7 @@ class Hardware:
             interconnect=_text(d.get("interconnect")),
             host_ram_bytes=_int(d.get("host_ram_bytes")),
             host_cores=_int(d.get("host_cores")),
+            host_cpu=_text(d.get("host_cpu")),
             driver=_text(d.get("driver")),
             torch=_text(d.get("torch")),
             deepspeed=_text(d.get("deepspeed")),
@@ -134,6 +137,10 @@ class Measurement:
         world = _int(self.strategy.get("world_size"))
         return family_group(self.family, world or 1)
 
+    @property
+    def host_bound(self) -> bool:
+        return host_bound_family(self.family)
+
     def ended(self, outcome: str, measured: Figures, *, at: float | None = None) -> Measurement:
         return replace(self, outcome=outcome, measured=measured, ended_at=time.time() if at is None else at)
 
@@ -201,6 +208,7 @@ def hardware_fingerprint(hw: HardwareReport) -> Hardware:
         interconnect=link,
         host_ram_bytes=hw.host.ram_total_bytes,
         host_cores=hw.host.physical_cores or hw.host.logical_cores,
+        host_cpu=hw.host.cpu_model or "",
         driver=sw.nvidia_driver or "",
         torch=sw.torch or "",
         deepspeed=sw.deepspeed or "",
@@ -224,6 +232,21 @@ def family_key(stage: int | None, offload_optimizer: str, offload_param: str, ch
     ZeRO-3 was predicted -25 % without it and +6 % with it, bench/results/calibration_replay-*.md)."""
     ckpt = "-ckpt" if checkpointing else ""
     return f"z{'?' if stage is None else stage}-opt:{offload_optimizer}-param:{offload_param}{ckpt}"
+
+
+def strategy_lineage(s: Strategy) -> tuple[str, str]:
+    """(family, group) of a planned strategy: what the calibration corrects it by (``family_key``,
+    ``family_group``)."""
+    family = family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)
+    return family, family_group(family, s.world_size)
+
+
+def host_bound_family(family: str) -> bool:
+    """Families whose speed the host sets as much as the GPU: stage 3's per-layer fetch hooks run in Python on the
+    host (the same ZeRO-3 config measured 6-10 % apart in two processes on one H200, and Qwen2-1.5B's 33.1k vs 23.5k
+    tokens/s on two hosts), and offload runs the optimizer on the host's cores. Their runs teach only runs of the
+    same host CPU, and no GPU-bound family borrows from them."""
+    return family.startswith("z3") or "opt:none-param:none" not in family
 
 
 def family_group(family: str, world_size: int) -> str:

@@ -27,7 +27,8 @@ def calibration_for(hardware: HardwareReport) -> Corrections | None:
     path = default_path()
     if path is None or not path.is_file() or not hardware.gpus:
         return None
-    key = hardware_fingerprint(hardware).key
+    fingerprint = hardware_fingerprint(hardware)
+    key = fingerprint.key
     try:
         runs = HistoryStore(path).runs(hardware_key=key)
     except DswizError as e:
@@ -37,20 +38,23 @@ def calibration_for(hardware: HardwareReport) -> Corrections | None:
         if r.physics == current:
             remade.append(r)
             continue
-        again = predicted_again(r, hardware)
+        again = predicted_again(r, hardware, current)
         if again is None:
             stale += 1
         else:
             remade.append(again)
-    found = replace(corrections(remade, key), stale=stale)
+    found = replace(corrections(remade, key, fingerprint.host_cpu), stale=stale)
     return found if found.runs or stale else None
 
 
-def predicted_again(record: Measurement, hardware: HardwareReport) -> Measurement | None:
+def predicted_again(
+    record: Measurement, hardware: HardwareReport, physics: str | None = None
+) -> Measurement | None:
     """``record`` with the prediction of the physics of this dswiz, for a record predicted by other physics (an older
     dswiz, a recalibration): a factor learned against the old figures would correct the new ones by what the old
     physics got wrong. None where the record does not hold its model's spec, strategy and sequence (then it can only
-    be left out); a record without a prediction (a launch without a plan) stays as it is."""
+    be left out); a record without a prediction (a launch without a plan) stays as it is. ``physics``: this dswiz's
+    physics_version(), where the caller has it already."""
     if record.predicted.tokens_per_sec is None and record.predicted.peak_gpu_bytes is None:
         return record
     spec, seq = record.model_spec, record.seq_len
@@ -62,7 +66,7 @@ def predicted_again(record: Measurement, hardware: HardwareReport) -> Measuremen
     except (DswizError, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError):
         return None  # a hand-edited or foreign record: left out
     figures = Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
-    return replace(record, predicted=figures, physics=physics_version())
+    return replace(record, predicted=figures, physics=physics or physics_version())
 
 
 def with_history(request: PlanRequest, hardware: HardwareReport, *, use: bool = True) -> PlanRequest:

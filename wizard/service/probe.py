@@ -31,7 +31,7 @@ from runner.run_history import SOURCE_ENV, measured
 from runner.rundir import METRICS_JSONL, RUN_JSON, read_run_record
 from wizard.config.sidecar import PlanSidecar, config_command, read_sidecar
 from wizard.errors import DswizError
-from wizard.history.record import Figures, family_group, family_key
+from wizard.history.record import Figures, strategy_lineage
 from wizard.planner import Candidate, Plan, PlanRequest, plan
 from wizard.service.history import with_history
 from wizard.strategy import Strategy
@@ -105,8 +105,8 @@ def distinct_candidates(p: Plan, top: int) -> list[Candidate]:
 
 
 def _group(s: Strategy) -> str:
-    family = family_key(s.zero_stage, s.offload_optimizer, s.offload_param, s.activation_checkpointing)
-    return family_group(family, s.world_size) + ("-zero++" if s.uses_zeropp else "") + f"-{s.precision}"
+    _, group = strategy_lineage(s)
+    return group + ("-zero++" if s.uses_zeropp else "") + f"-{s.precision}"
 
 
 def plan_for(sidecar: PlanSidecar, request: PlanRequest | None = None, *, use_history: bool = True) -> Plan:
