@@ -216,7 +216,8 @@ def markdown(res: dict[str, Any]) -> str:
         "# ZeRO-3 throughput refit (committed H200 rows, no new GPU run)",
         "",
         f"`python bench/fit_zero3.py` on {', '.join(res['inputs'])}: {len(res['rows'])} ZeRO-3 rows (one per "
-        "family), one H200, seq 1024 and 2048, bf16, one rank. Signed tokens/s errors (positive: over-predicts). Before: "
+        "family), one H200, seq 1024 and 2048, bf16, one rank. Signed tokens/s errors (positive: over-predicts). "
+        "Before: "
         f"{res['before_source']}. Now: wizard/planner/calibration.py as committed. Held out: each model's rows "
         "predicted with the constants fit on the other models' rows.",
         "",

@@ -60,6 +60,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -1464,7 +1465,7 @@ def _fit_suggestions(
     mem_rows: list[dict[str, Any]],
     ok: list[dict[str, Any]],
     hw: HardwareReport,
-    oom_rows: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    oom_rows: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Measured vs predicted bytes per extra sample and fixed bytes, per (model, strategy); the median ratios are
     what to multiply the activation constants (LOSS_HEAD_BYTES_PER_VOCAB, the recipes) by. Also the share of the
@@ -1540,7 +1541,7 @@ def predicted_device(r: dict[str, Any], reserved: float) -> float:
 
 def fit_allocator_cache(
     mem_rows: list[dict[str, Any]],
-    oom_rows: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    oom_rows: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Refit CACHE_CONSTANTS (wizard.planner.memory.fragmentation) to the measured device memory of the training
     rows: least squares of the relative error beyond 5 % plus a small pull on all of it, and a heavy penalty where a
@@ -2000,7 +2001,8 @@ def _markdown_families(run: dict[str, Any]) -> list[str]:
         return []
     md = [
         "Per family (issue 19 targets: tokens/s |median| <= 5 %, max <= 10 %; device <= 8 %; max-allocated <= 3 %; "
-        "signed errors: positive = over-predicts; under an allocator cap a predicted reserved above the cap counts as the cap):",
+        "signed errors: positive = over-predicts; under an allocator cap a predicted reserved above the cap counts "
+        "as the cap):",
         "",
         "| family | rows | tok/s median | tok/s max | device max | allocated max | host RSS peak GiB "
         "| pinned GiB | host pred GiB |",

@@ -192,8 +192,9 @@ GATHERED_PARAMETER_SHARE = 2.0
 # 7B, seq 2048, one H200, one config per process (bench/results/inference_accuracy-2026-12-01-1gpu-llama7b.json).
 # Parameters on the GPU, reserved - allocated = 1.37 / 3.51 / 10.03 GiB at micro-batch 1 / 8 / 32 uncapped, i.e.
 # 1.2-1.5 logits blocks per sample above RESERVED_FIXED_BYTES_INFERENCE; under a 24 GiB cap micro-batch 12 OOMed
-# asking for one more 2.93 GiB logits block with 4.10 GiB reserved but split, so >= 1.07 were needed. Parameters on the CPU: every layer's weights are gathered into blocks of their own between
-# the activations, and the cache grows twice as fast: 0.74 / 6.54 / 19.76 GiB (2.4-2.8 blocks per sample); under a
+# asking for one more 2.93 GiB logits block with 4.10 GiB reserved but split, so >= 1.07 were needed. Parameters on
+# the CPU: every layer's weights are gathered into blocks of their own between the activations, and the cache grows
+# twice as fast: 0.74 / 6.54 / 19.76 GiB (2.4-2.8 blocks per sample); under a
 # 24 GiB cap the allocator gives cache back and micro-batch 28 ran at the cap, so this share is conservative there.
 RESERVED_FIXED_BYTES_INFERENCE = int(1.0 * GiB)
 FRAGMENTATION_SHARE_INFERENCE = 1.2
@@ -225,7 +226,6 @@ HOST_OFFLOAD_PEAK_BYTES_PER_PARAM = {"stage 1-2": 26.1, "stage 3": 20.7, "stage 
 # NVMe offload staging buffers in pinned host memory (DeepSpeed defaults: optimizer 4 x 1e8 fp32, params 5 x 1e8).
 NVME_OPTIMIZER_PINNED_BYTES = 4 * 100_000_000 * 4
 NVME_PARAM_PINNED_BYTES = 5 * 100_000_000 * 2
-NVME_PARAM_BUFFER_ELEMENTS = 5 * 100_000_000  # offload_param buffer_count x buffer_size (DeepSpeed defaults)
 
 # ------------------------------------------------------------------------------------------------ throughput
 
@@ -320,10 +320,6 @@ OPTIMIZER_SECONDS_PER_PARAM = {0: 1.0e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
 # the largest (HOST_SECONDS_PER_LAYER_DEFAULT): a host-bound step predicted slow costs a smaller recommendation,
 # not an OOM. Stage 3: bench/fit_zero3.py refits its terms on the same rows (bench/results/
 # zero3_refit-2026-12-02-replay.md, with the leave-one-model-out errors); stage 0-2 predictions do not use them.
-# - hooks: 9.2 ms of host time per layer per micro-step on top of the framework's (fit). Checkpointing's recompute
-#   fires the forward hooks again: half of the two hooked passes more (set).
-STAGE3_SECONDS_PER_LAYER = 9.2e-3
-STAGE3_RECOMPUTE_HOOK_SHARE = 0.5
 HOST_SECONDS_PER_LAYER: dict[str, float] = {"gpt2": 2.6e-3, "llama": 7.0e-3, "neox": 5.0e-3}
 HOST_SECONDS_PER_LAYER_DEFAULT = 7.0e-3
 HOST_OVERLAP_POWER = 4.0
@@ -331,6 +327,10 @@ HOST_OVERLAP_POWER = 4.0
 # operators of one layer's forward + backward are the forward's (GPT-2, LLaMA, Qwen2, GPT-NeoX in transformers 5.24,
 # counted on CPU with a TorchDispatchMode).
 HOST_RECOMPUTE_SHARE = 0.4
+# - hooks: 9.2 ms of host time per layer per micro-step on top of the framework's (fit). Checkpointing's recompute
+#   fires the forward hooks again: half of the two hooked passes more (set).
+STAGE3_SECONDS_PER_LAYER = 9.2e-3
+STAGE3_RECOMPUTE_HOOK_SHARE = 0.5
 # - copies: 3e-12 s per parameter per micro-step (fit; ~14 bytes of HBM traffic per parameter at 4.8 TB/s: the
 #   1-rank all-gather and reduce-scatter are local copies, plus the gradient bucket, averaging and partition copies;
 #   the earlier fit, 2.3e-11, carried host time the hooks now account for). Counted per micro-step.

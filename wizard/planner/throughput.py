@@ -1,8 +1,8 @@
 """The throughput model (pure arithmetic): seconds per optimizer step, tokens/s and MFU for one strategy.
 
 A step is GAS micro-steps of forward+backward (matmul time at a size-dependent efficiency, launch overhead, the
-host's Python work where the GPU waits for it, stage 3's fetch hooks among it, exposed communication) plus one optimizer update (on the GPU, or on the CPU behind PCIe when
-offloaded, or behind NVMe). FLOPs per token follow PaLM (arXiv:2204.02311, appendix B). Constants:
+host's Python work where the GPU waits for it, stage 3's fetch hooks among it, exposed communication) plus one
+optimizer update (on the GPU, or on the CPU behind PCIe when offloaded, or behind NVMe). FLOPs per token follow PaLM (arXiv:2204.02311, appendix B). Constants:
 ``wizard.planner.calibration``.
 
 Inference (``Strategy.mode == "inference"``): a step is one forward over the micro-batch -- 2N + 4*L*h*s FLOPs per
