@@ -16,6 +16,8 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # Stages 0-2 of LLaMA-style and Qwen2 decoders at seq 2048 across micro-batches 1-16 (per-sample vs per-step
     # cost of a family the GPT-2 fit did not see), one process per config, ~7 min:
     python3 bench/plan_accuracy.py --family sweep --budget-s 400 --config-timeout-s 120 --out $OUT
+    # Today's recommendations the last analysis could not judge ("unknown"), each under its card's cap:
+    python3 bench/plan_accuracy.py --family recs --models gpt2-large,pythia-1b --cards full --label recs --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
 
@@ -159,8 +161,8 @@ HELDOUT_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int | None, int], ..
 )
 HELDOUT_SEQ = 2048
 HELDOUT_REC_MODELS = ("pythia-1.4b", "qwen2-1.5b", "pythia-1b")
-FAMILIES = ("gpt2", "zero3", "sweep", "heldout")
-PER_PROCESS_FAMILIES = ("zero3", "sweep", "heldout")  # one process (one engine) per config
+FAMILIES = ("gpt2", "zero3", "sweep", "heldout", "recs")
+PER_PROCESS_FAMILIES = ("zero3", "sweep", "heldout", "recs")  # one process (one engine) per config
 
 
 def family_seq(family: str, smoke: bool) -> int:
@@ -874,6 +876,10 @@ def family_grid(
             Config(m, st, checkpointing=ck, micro_batch=mb, tags=("sweep",))
             for m, st, ck, mb in SWEEP_CONFIGS
         ]
+    if family == "recs":
+        if smoke:
+            return [Config("tiny-llama", 1, micro_batch=2, tags=("rec:full",))]
+        return recs_grid(hw)
     if family == "heldout":
         if smoke:
             return [Config("tiny-llama", 3, checkpointing=True, micro_batch=2, repeat=1, tags=("heldout",))]
@@ -914,6 +920,25 @@ def recommendation_checks(hw: HardwareReport) -> list[Config]:
             if c is not None:
                 out.append(c)
     return out
+
+
+def recs_grid(hw: HardwareReport) -> list[Config]:
+    """--family recs: today's recommendation for every (model, card) the analysis judges -- the GPT-2 grid, the
+    ZeRO-3 models and the held-out models (at HELDOUT_SEQ), on the whole card and on 24/40/80 GiB caps -- so that
+    --models and --cards run exactly the ones the last analysis left "unknown"."""
+    out: list[Config] = []
+    for name in dict.fromkeys((*MODELS, *ZERO3_MODELS, *HELDOUT_REC_MODELS)):
+        seq = HELDOUT_SEQ if name in HELDOUT_REC_MODELS else None
+        for cap in CAPS_GIB:
+            c = recommended_config(hw, name, cap, seq)
+            if c is not None:
+                out.append(c)
+    return out
+
+
+def card_label(cap_gib: int | None) -> str:
+    """How --cards names a card: "full" (the whole card) or the cap in GiB ("24")."""
+    return "full" if cap_gib is None else str(cap_gib)
 
 
 def recommended_config(
@@ -1034,6 +1059,7 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
     tiers = parse_tiers(args.tiers)
     grid = family_grid(hw, gpus, args.smoke, tiers, args.family)
     wanted = [m for m in args.models.split(",") if m] if args.models else None
+    cards = [x.strip() for x in args.cards.split(",") if x.strip()] if args.cards else None
     order = [int(x) for x in args.indices.split(",") if x] if args.indices else range(len(grid))
     path = Path(args.out) / name
     doc = new_doc(args, hw, gpus, seq, tiers, grid)
@@ -1041,7 +1067,9 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
     print(f"plan_accuracy: {len(grid)} configs, one process each, budget {args.budget_s:.0f} s", flush=True)
     for i in order:
         c = grid[i]
-        if wanted is not None and c.model not in wanted:
+        if (wanted is not None and c.model not in wanted) or (
+            cards is not None and card_label(c.cap_gib) not in cards
+        ):
             continue
         elapsed = time.time() - args.t0
         if elapsed > args.budget_s:
@@ -2113,14 +2141,21 @@ def main() -> int:
         default="gpt2",
         help="gpt2: the GPT-2 grid above; zero3: stage 3 / offload / checkpointing on LLaMA-style and GPT-2 "
         "models of ~1B-7B, one process per config; sweep: stages 0-2 of LLaMA-style and Qwen2 models at seq 2048 "
-        "across micro-batches 1-16, one process per config",
+        "across micro-batches 1-16, one process per config; heldout: configs no constant was fitted to; recs: "
+        "today's recommendation for every (model, card), one process per config",
     )
     ap.add_argument(
         "--indices",
         default="",
         help="--family zero3/sweep: only these grid positions, in this order (e.g. 23,24,10)",
     )
-    ap.add_argument("--models", default="", help="--family zero3/sweep: only these models (comma-separated)")
+    ap.add_argument("--models", default="", help="--family zero3/sweep/recs: only these models (comma-separated)")
+    ap.add_argument(
+        "--cards",
+        default="",
+        help="per-process families: only configs for these cards (comma-separated: full, 24, 40, 80); with "
+        "--family recs, e.g. --models gpt2-large --cards full runs that recommendation",
+    )
     ap.add_argument(
         "--config-timeout-s", type=float, default=300.0, help="--family zero3/sweep: a config's process limit"
     )

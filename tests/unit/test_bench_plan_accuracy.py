@@ -393,3 +393,19 @@ def test_the_bench_predicts_its_old_use_cache_false_rows_by_what_transformers_sa
     without = _saved_per_token_per_layer(cfg, use_cache=False)
     expected = pa.USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN.get(family, 0.0) * h
     assert without - default == pytest.approx(expected, abs=0.1 * h)
+
+
+def test_recs_family_is_every_model_and_card_the_analysis_judges(pa: ModuleType) -> None:
+    """--family recs: one config per (model, card) -- the same recommendation the analysis re-plans -- each run
+    under its card's cap at the sequence its model is judged at, and --cards names them as the report does."""
+    hw = _h200(pa, 1)
+    grid = pa.family_grid(hw, 1, False, pa.ALL_TIERS, "recs")
+    assert len({(c.model, c.cap_gib) for c in grid}) == len(grid)
+    models = {*pa.MODELS, *pa.ZERO3_MODELS, *pa.HELDOUT_REC_MODELS}
+    assert {c.model for c in grid} <= models and {c.cap_gib for c in grid} == set(pa.CAPS_GIB)
+    for c in grid:
+        assert c.tags == ((f"rec:{c.cap_gib}GiB",) if c.cap_gib else ("rec:full",))
+        assert c.seq == (pa.HELDOUT_SEQ if c.model in pa.HELDOUT_REC_MODELS else None)
+        assert c == pa.recommended_config(hw, c.model, c.cap_gib, c.seq)
+    assert [pa.card_label(c) for c in (None, 24)] == ["full", "24"]
+    assert "recs" in pa.PER_PROCESS_FAMILIES
