@@ -336,6 +336,13 @@ def test_families_report_signed_errors_per_strategy(pa: ModuleType) -> None:
     assert g["device_error_max_abs"] == pytest.approx(14 / 14 - 1)
     assert f["allocated_error_max_abs"] == pytest.approx(0.02)
     assert f["host_rss_peak_gib"] == 30 and f["host_predicted_gib"] == 20
+    # a second reading of micro-batch 8 (another process) measured 100 -> 110 predicted twice: that config counts
+    # once, at the median of its readings' errors (+10 % and +20 % -> +15 %), beside the others' -10 % and +4 %
+    again = {**rows[0], "config": {**rows[0]["config"], "repeat": 1}, "tokens_per_sec": 110 / 1.2}
+    (h,) = pa.families([*rows, again])
+    assert (h["rows"], h["configs"]) == (4, 3)
+    assert h["tokens_per_sec_error_max_abs"] == pytest.approx(0.15)
+    assert h["tokens_per_sec_error_median"] == pytest.approx(0.04)
 
 
 def _saved_per_token_per_layer(cfg: dict, use_cache: bool) -> float:  # type: ignore[type-arg]
