@@ -37,6 +37,19 @@ VERDICT_KINDS = (
 OVERFLOW_STORM_MIN = 5  # skipped steps, and
 OVERFLOW_STORM_FRACTION = 0.5  # at least this share of the steps run
 HOST_OOM_FREE_FRACTION = 0.05  # host memory this low just before a SIGKILL: the OOM killer
+# Exceptions whose cause is known and whose fix is not in their text: (every substring the exception has, advice).
+KNOWN_EXCEPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    # deepspeed.zero.Init replaces torch.Tensor.__new__ while it is open (partition_parameters.py
+    # get_new_tensor_fn_for_dtype, DeepSpeed 0.19.8); TorchDynamo's polyfills, imported for the first time inside it
+    # (transformers imports torch._dynamo when a model class is first touched), check that __new__ against their own
+    # and raise (torch/_dynamo/decorators.py substitute_in_graph, torch 2.13). Importing torch._dynamo first avoids it:
+    # tests/fixtures/runs/zero_init_dynamo.
+    (
+        ("Signature mismatch between", "new_tensor", "tensor_pynew"),
+        "deepspeed.zero.Init and TorchDynamo clash when torch._dynamo is first imported inside zero.Init: add "
+        "`import torch._dynamo` (or import your model class) before `with deepspeed.zero.Init(...)`",
+    ),
+)
 # A process dying in native code: the C++ runtime's abort, CPython's fatal error (faulthandler prints segfaults so).
 _NATIVE_ABORT_RE = re.compile(
     r"^(?:\[rank\d+\]:\s?)?(terminate called (?:without an active exception|after throwing)|Fatal Python error:)"
@@ -458,6 +471,7 @@ def _rank_exception(f: EndFacts) -> RunVerdict | None:
         advice.append(f"then {', '.join(others)} stopped too (a consequence: a peer was gone)")
     if f.obs.loss_scale_floor:
         advice.append("fp16 loss scale hit its minimum: use bf16 where the GPU supports it, or lower the lr")
+    advice += [fix for needles, fix in KNOWN_EXCEPTIONS if all(n in cause.text for n in needles)]
     return RunVerdict(
         kind="overflow_storm" if f.obs.loss_scale_floor else "rank_failed",
         summary=f"{_who(cause.rank)} failed{f.at_step}: {cause.text}",

@@ -268,3 +268,16 @@ def test_a_native_abort_at_shutdown_is_named_with_the_likely_fix() -> None:
     )
     assert "destroy_process_group()" in v.advice[0]
     assert exit_code(v, codes, None) == 250
+
+
+def test_a_known_clash_gets_its_fix() -> None:
+    """A real run (tests/fixtures/runs/zero_init_dynamo: a transformers model class first touched inside
+    deepspeed.zero.Init, torch 2.13 + DeepSpeed 0.19.8): the exception is TorchDynamo's, the fix is an import."""
+    obs, codes = replay_stream("zero_init_dynamo")
+    v = decide(obs, launcher_returncodes=codes)
+    assert (v.kind, v.rank) == ("rank_failed", 0)
+    assert v.exception and v.exception.startswith("TypeError: Signature mismatch between")
+    assert any("`import torch._dynamo`" in a and "deepspeed.zero.Init" in a for a in v.advice)
+    # an unrelated exception gets no such advice
+    other, codes = replay_stream("rank_raises")
+    assert not any("torch._dynamo" in a for a in decide(other, launcher_returncodes=codes).advice)
