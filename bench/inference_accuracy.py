@@ -55,6 +55,7 @@ SEQ, SMOKE_SEQ = 1024, 32
 MODELS = ("gpt2-medium", "gpt2-xl")
 OFFLOADS = ("none", "cpu")
 CAP_GIB = 24
+SWEEP_MICRO_BATCHES = (1, 8, 32)  # the S tier
 WARMUP, TIMED = 1, 3
 
 
@@ -67,6 +68,12 @@ def _plan_accuracy() -> Any:
     sys.modules["plan_accuracy"] = module
     spec.loader.exec_module(module)
     return module
+
+
+def doc_use_cache(doc: dict[str, Any]) -> bool:
+    """Whether a raw file's models were built with use_cache (the KV cache of an eval forward): files say so since
+    2026-12-02; before that day's change to bench/plan_accuracy.py's USE_CACHE the bench built them without it."""
+    return bool(doc.get("use_cache", str(doc.get("date", "")) >= "2026-12-02"))
 
 
 @dataclass(frozen=True)
@@ -109,9 +116,11 @@ def card(c: Config, world: int) -> int | None:
     return c.cap_gib * GiB + device_overhead(c.strategy(world))
 
 
-def predict(hw: HardwareReport, c: Config, world: int, seq: int) -> dict[str, Any]:
+def predict(hw: HardwareReport, c: Config, world: int, seq: int, use_cache: bool = True) -> dict[str, Any]:
+    """The planner's figures for ``c``, for a model built with ``use_cache`` (doc_use_cache)."""
     request = PlanRequest(mode="inference", seq_len=seq, gpu_memory_bytes=card(c, world))
-    cand = evaluate(hw, load_model_spec(c.model), c.strategy(world), request)
+    with _plan_accuracy().built_with_cache(use_cache):
+        cand = evaluate(hw, load_model_spec(c.model), c.strategy(world), request)
     p = cand.predicted
     return {
         "allocated": p.gpu_allocated_bytes,
@@ -130,7 +139,11 @@ def build_grid(
     models: tuple[str, ...] = MODELS,
     seq: int = SEQ,
     caps: tuple[int, ...] = (CAP_GIB,),
+    sweep: tuple[int, ...] = SWEEP_MICRO_BATCHES,
+    twice: bool = True,
 ) -> list[Config]:
+    """The R tier (the largest micro-batch the planner lets fit each cap, then twice it unless ``twice`` is off),
+    then the S tier (``sweep`` micro-batches uncapped), for each model and parameter placement."""
     if smoke:
         return [Config("S", "gpt2-tiny", off, 2, None) for off in OFFLOADS]
     grid: list[Config] = []
@@ -147,8 +160,9 @@ def build_grid(
                     limit=512,
                 )
                 if top:
-                    grid += [Config("R", model, off, top, cap), Config("R", model, off, 2 * top, cap)]
-    grid += [Config("S", m, off, b, None) for m in models for off in OFFLOADS for b in (1, 8, 32)]
+                    grid += [Config("R", model, off, top, cap)]
+                    grid += [Config("R", model, off, 2 * top, cap)] if twice else []
+    grid += [Config("S", m, off, b, None) for m in models for off in OFFLOADS for b in sweep]
     return grid
 
 
@@ -181,7 +195,7 @@ def run_config(c: Config, seq: int, smoke: bool, row: Row) -> None:
         torch.manual_seed(0)
         # TorchDynamo imported for the first time inside zero.Init raises (runner/verdict.py KNOWN_EXCEPTIONS): the
         # model class's first use imports it, so import it before.
-        import torch._dynamo  # noqa: F401
+        import torch._dynamo
 
         with deepspeed.zero.Init(config_dict_or_path=cfg, dtype=torch.bfloat16):
             model = factory(config)
@@ -281,6 +295,10 @@ def _models(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(m for m in args.models.split(",") if m)
 
 
+def _sweep(args: argparse.Namespace) -> tuple[int, ...]:
+    return tuple(int(x) for x in args.sweep.split(",") if x.strip())
+
+
 def _caps(args: argparse.Namespace) -> tuple[int, ...]:
     return tuple(int(c) for c in args.caps.split(",") if c)
 
@@ -299,7 +317,7 @@ def worker(args: argparse.Namespace) -> int:
     world = dist.get_world_size()
     hw = pa.smoke_hardware(world) if smoke else pa.bench_hardware(world)
     seq = SMOKE_SEQ if smoke else args.seq
-    grid = build_grid(hw, world, smoke, _models(args), seq, _caps(args))
+    grid = build_grid(hw, world, smoke, _models(args), seq, _caps(args), _sweep(args), not args.no_twice)
     out = Path(args.out) / args.name
     c = grid[args.index]
     predicted = predict(hw, c, world, seq) if not smoke else predict(hw, replace_model(c), world, seq)
@@ -310,7 +328,8 @@ def worker(args: argparse.Namespace) -> int:
         doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {
             "bench": "bench/inference_accuracy.py", "argv": sys.argv[1:], "date": dt.date.today().isoformat(),
             "host": platform.node(), "world": world, "seq_len": seq, "smoke": smoke, "hardware": hw.to_dict(),
-            "versions": pa._versions(), "calibration": pa._calibration_snapshot(), "rows": [],
+            "versions": pa._versions(), "calibration": pa._calibration_snapshot(), "use_cache": pa.USE_CACHE,
+            "rows": [],
         }  # fmt: skip
         doc["rows"].append(asdict(row))
         pa._save(out, doc)
@@ -334,7 +353,16 @@ def launch(args: argparse.Namespace) -> int:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     pa = _plan_accuracy()
     hw = pa.smoke_hardware(gpus) if args.smoke else pa.bench_hardware(gpus)
-    grid = build_grid(hw, gpus, args.smoke, _models(args), SMOKE_SEQ if args.smoke else args.seq, _caps(args))
+    grid = build_grid(
+        hw,
+        gpus,
+        args.smoke,
+        _models(args),
+        SMOKE_SEQ if args.smoke else args.seq,
+        _caps(args),
+        _sweep(args),
+        not args.no_twice,
+    )
     (Path(args.out) / name).unlink(missing_ok=True)
     print(
         f"inference_accuracy: {gpus} rank(s), {len(grid)} configs, budget {args.budget_s:.0f} s", flush=True
@@ -348,10 +376,12 @@ def launch(args: argparse.Namespace) -> int:
             sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(gpus),
             "--master_port", str(args.master_port), "--no_local_rank", str(Path(__file__).resolve()),
             "--worker", "--index", str(i), "--out", str(args.out), "--name", name, "--models", args.models,
-            "--seq", str(args.seq), "--caps", args.caps,
+            "--seq", str(args.seq), "--caps", args.caps, "--sweep", args.sweep,
         ]  # fmt: skip
-        if args.smoke:
-            cmd.append("--smoke")
+        # The worker rebuilds the grid from these flags: every flag that shapes it goes along (the 2026-12-02
+        # gpt2-kv run passed neither --sweep nor --no-twice, so its workers ran the default grid's first 10 configs).
+        cmd += ["--smoke"] if args.smoke else []
+        cmd += ["--no-twice"] if args.no_twice else []
         rc = max(rc, subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode)
     print(f"wrote {Path(args.out) / name} and its .md", flush=True)
     return rc
@@ -368,6 +398,14 @@ def main() -> int:
     )
     p.add_argument("--seq", type=int, default=SEQ, help="tokens per sample")
     p.add_argument("--caps", default=str(CAP_GIB), help="comma-separated card sizes in GiB for the R tier")
+    p.add_argument(
+        "--sweep",
+        default=",".join(map(str, SWEEP_MICRO_BATCHES)),
+        help="comma-separated micro-batches of the S tier (uncapped; empty: none)",
+    )
+    p.add_argument(
+        "--no-twice", action="store_true", help="R tier: skip twice the largest micro-batch (the OOM check)"
+    )
     p.add_argument("--label", default="", help="added to the result file's name")
     p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--master-port", type=int, default=29561)

@@ -643,20 +643,22 @@ USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN = {"gpt2": -4.0, "gpt2-fused-gelu": -4.0
 
 @contextlib.contextmanager
 def built_with_cache(use_cache: bool) -> Any:
-    """Predict for models built with ``use_cache`` (the activation recipes of use_cache=False for raw files from
-    before USE_CACHE); the module's recipes are restored afterwards."""
+    """Predict for models built with ``use_cache`` (for raw files from before USE_CACHE: training's activation
+    recipes of use_cache=False, and an inference pass without the KV cache); the module's constants are restored
+    afterwards."""
     if use_cache:
         yield
         return
-    saved = dict(cal.ACTIVATION_RECIPES)
+    saved = dict(cal.ACTIVATION_RECIPES), cal.INFERENCE_KEEPS_KV_CACHE
     cal.ACTIVATION_RECIPES = {
         k: replace(r, per_hidden=r.per_hidden + USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN.get(k, 0.0))
-        for k, r in saved.items()
+        for k, r in saved[0].items()
     }
+    cal.INFERENCE_KEEPS_KV_CACHE = False
     try:
         yield
     finally:
-        cal.ACTIVATION_RECIPES = saved
+        cal.ACTIVATION_RECIPES, cal.INFERENCE_KEEPS_KV_CACHE = saved
 
 
 def row_use_cache(row: dict[str, Any]) -> bool:

@@ -100,7 +100,14 @@ def test_reasons_state_the_assumption_and_the_kv_cache() -> None:
     assert best is not None
     text = "\n".join(best.reasons)
     kv_gib = kv_cache_bytes_per_token(LLAMA_70B) * 2048 / GiB
-    assert "KV cache is not counted" in text and f"{kv_gib * 1024:.1f} MiB" in text
+    assert "with the KV cache transformers keeps by default (use_cache=True)" in text
+    assert f"{kv_gib * 1024:.1f} MiB" in text and "use_cache=False frees" in text
+    # and the prediction counts it: the peak's parts name it, at micro-batch x that per sample
+    parts = dict(best.predicted.breakdown)
+    assert (
+        parts["KV cache (use_cache)"]
+        == kv_cache_bytes_per_token(LLAMA_70B) * 2048 * best.strategy.micro_batch_size
+    )
     assert "per new token" in text
     assert "ZeRO-3 inference" in text
 

@@ -133,9 +133,16 @@ INFERENCE_RECIPES: dict[str, InferenceRecipe] = {
 # with HF generate keeps only the last position's logits, so this over-counts there (the safe side).
 INFERENCE_LOGITS_BYTES_PER_VOCAB = 2.0
 INFERENCE_SCORE_BYTES_PER_VOCAB = 8.0
-# Not counted: a KV cache (generation, or use_cache=True): 2 (K and V) x 2 bytes x layers x kv_dim per token of
-# context; the planner states it in its reasons instead.
+# A KV cache keeps 2 (K and V) x 2 bytes x layers x kv_dim per token of context. An inference pass counts it:
+# transformers' default use_cache=True builds one in every eval-mode forward (the HF Trainer's evaluate, a plain
+# model(input_ids, labels=...)) and keeps it until the output is dropped. Measured on the H200 (ZeRO-3 inference,
+# seq 1024, bench/results/inference_accuracy-2026-12-02-1gpu-gpt2.json): GPT-2-medium micro-batch 29 / 22 and
+# GPT-2-xl 26 / 22 (parameters on the GPU / the CPU) allocated 2.75 / 1.90 / 7.74 / 6.26 GiB above the pass without
+# it, against K and V of every layer's 2.72 / 2.06 / 7.94 / 6.72 GiB. The 2026-12-01 LLaMA-7B rows were built with
+# use_cache=False (bench/inference_accuracy.py then) and fit the rest without it. False: a model whose config turns
+# the cache off (evaluation with use_cache=False frees it; the reasons say how much).
 KV_CACHE_BYTES_PER_ELEMENT = 2
+INFERENCE_KEEPS_KV_CACHE = True
 
 # ------------------------------------------------------------------------------------------------ DeepSpeed state
 

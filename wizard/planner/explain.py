@@ -103,8 +103,9 @@ def _inference_reasons(ctx: PlanContext, s: Strategy, generation: GenerationCost
     kv = generation.kv_cache_bytes_per_sample
     decode = generation.seconds_per_new_token
     return [
-        f"counts one forward over micro-batch x {ctx.seq_len} tokens that scores every position (evaluation); "
-        f"generation's KV cache is not counted: it adds {fmt_bytes(kv)} per sample at {ctx.seq_len} tokens",
+        f"counts one forward over micro-batch x {ctx.seq_len} tokens that scores every position (evaluation), "
+        f"with the KV cache transformers keeps by default (use_cache=True): {fmt_bytes(kv)} per sample at "
+        f"{ctx.seq_len} tokens, which evaluating with use_cache=False frees",
         f"generation: ~{decode * 1000:,.0f} ms per new token for the micro-batch "
         + (
             "(every token fetches all weights again: bound by the transfers)"
