@@ -27,6 +27,7 @@ import argparse
 import datetime as dt
 import functools
 import importlib.util
+import itertools
 import json
 import os
 import platform
@@ -291,6 +292,73 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+FIT_NAMES = (
+    "RESERVED_FIXED_BYTES_INFERENCE (GiB)",
+    "FRAGMENTATION_SHARE_INFERENCE",
+    "FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD",
+)
+
+
+def analyze(paths: list[Path]) -> dict[str, Any]:
+    """Every ok row of raw files, predicted again by today's planner (for the model as that file built it), and the
+    allocator-cache constants refit to them: RESERVED_FIXED_BYTES_INFERENCE + FRAGMENTATION_SHARE_INFERENCE(_PARAM_
+    OFFLOAD) x one layer's transient per sample, on a grid, weighing an under-predicted reserved twice. Rows whose
+    reserved reached the cap (within 1 GiB) are left out: there the allocator gave cache back."""
+    from wizard.planner import calibration as cal
+    from wizard.planner.memory import inference_layer_bytes_per_token
+
+    rows = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        hw, seq, use_cache = HardwareReport.from_dict(doc["hardware"]), doc["seq_len"], doc_use_cache(doc)
+        for r in doc["rows"]:
+            c = Config(**r["config"])
+            if r["status"] != "ok" or not r.get("max_reserved") or r.get("outside_allocator") is None:
+                continue
+            p = predict(hw, c, doc["world"], seq, use_cache)
+            layer = inference_layer_bytes_per_token(load_model_spec(c.model), seq) * seq * c.micro_batch
+            rows.append({"file": path.name, "config": r["config"], "row": r, "predicted": p, "layer": layer,
+                         "censored": bool(c.cap_gib and r["max_reserved"] > (c.cap_gib - 1) * GiB)})  # fmt: skip
+
+    def cache_errors(fixed: float, share: float, share_off: float) -> list[float]:
+        out = []
+        for x in rows:
+            if x["censored"]:
+                continue
+            r, k = x["row"], share_off if x["config"]["offload_param"] != "none" else share
+            used = r["max_reserved"] + r["outside_allocator"]
+            out.append((r["max_allocated"] + fixed + k * x["layer"] + r["outside_allocator"]) / used - 1)
+        return out
+
+    best: tuple[float, float, float, float] | None = None
+    for fixed_gib, share, share_off in itertools.product(
+        [i / 20 for i in range(31)], [i / 20 for i in range(10, 41)], [i / 20 for i in range(20, 90)]
+    ):
+        loss = sum((e if e > 0 else 2 * e) ** 2 for e in cache_errors(fixed_gib * GiB, share, share_off))
+        if best is None or loss < best[0]:
+            best = (loss, fixed_gib, share, share_off)
+    assert best is not None
+    now = (cal.RESERVED_FIXED_BYTES_INFERENCE / GiB, cal.FRAGMENTATION_SHARE_INFERENCE,
+           cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD)  # fmt: skip
+
+    def summary(errs: list[float]) -> dict[str, float]:
+        return {"median": statistics.median(abs(e) for e in errs), "max": max(abs(e) for e in errs)}
+
+    return {
+        "rows": len(rows),
+        "censored": sum(x["censored"] for x in rows),
+        "device_error_now": summary(cache_errors(now[0] * GiB, now[1], now[2])),
+        "fit": dict(zip(FIT_NAMES, best[1:], strict=True)),
+        "device_error_fit": summary(cache_errors(best[1] * GiB, best[2], best[3])),
+        "allocated_error_now": summary(
+            [x["predicted"]["allocated"] / x["row"]["max_allocated"] - 1 for x in rows]
+        ),
+        "tokens_per_sec_error_now": summary(
+            [x["predicted"]["tokens_per_sec"] / x["row"]["tokens_per_sec"] - 1 for x in rows]
+        ),
+    }
+
+
 def _models(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(m for m in args.models.split(",") if m)
 
@@ -407,12 +475,22 @@ def main() -> int:
         "--no-twice", action="store_true", help="R tier: skip twice the largest micro-batch (the OOM check)"
     )
     p.add_argument("--label", default="", help="added to the result file's name")
+    p.add_argument(
+        "--analyze",
+        nargs="+",
+        type=Path,
+        metavar="RAW_JSON",
+        help="predict the ok rows of these raw files again, refit the allocator-cache constants, print both, stop",
+    )
     p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--master-port", type=int, default=29561)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--name", default="inference_accuracy.json", help=argparse.SUPPRESS)
     p.add_argument("--t0", type=float, default=time.time(), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.analyze:
+        print(json.dumps(analyze(args.analyze), indent=1))
+        return 0
     return worker(args) if args.worker else launch(args)
 
 

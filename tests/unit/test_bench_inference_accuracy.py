@@ -9,6 +9,7 @@ from types import ModuleType
 
 import pytest
 
+GiB = 1024**3
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -77,7 +78,19 @@ def test_every_capped_h200_row_the_planner_lets_fit_ran_without_oom(ia: ModuleTy
         )
     assert all(status == "ok" for fits, status in verdicts.values() if fits), verdicts
     assert verdicts[("none", 12, 24)] == (False, "oom")
-    assert sum(fits for fits, _ in verdicts.values()) >= 4  # the planner still lets the largest safe ones fit
+    # The planner still lets the largest safe ones fit: its largest micro-batch for each placement and card is at
+    # least 90 % of the largest that ran below the cap (a row at the cap ran because the allocator gave its cache
+    # back, which the planner does not count on).
+    largest: dict[tuple[str, int], int] = {}
+    allowed: dict[tuple[str, int], int] = {}
+    for r, use_cache in rows:
+        c = ia.Config(**r["config"])
+        allowed[(c.offload_param, c.cap_gib)] = ia.predict(hw, c, 1, 2048, use_cache)["max_micro_batch"]
+        if r["status"] == "ok" and r["max_reserved"] < (c.cap_gib - 1) * GiB:
+            key = (c.offload_param, c.cap_gib)
+            largest[key] = max(largest.get(key, 0), c.micro_batch)
+    assert len(largest) == 3, largest
+    assert all(allowed[k] >= 0.9 * b for k, b in largest.items()), (allowed, largest)
 
 
 def test_an_inference_pass_keeps_the_kv_cache_the_h200_measured(ia: ModuleType) -> None:

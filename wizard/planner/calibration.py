@@ -195,17 +195,18 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
 # offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU).
 GATHERED_PARAMETER_SHARE = 2.0
-# ZeRO-3 inference (no optimizer step, so the fp32 logits of the scoring loss are the large transient): LLaMA-style
-# 7B, seq 2048, one H200, one config per process (bench/results/inference_accuracy-2026-12-01-1gpu-llama7b.json).
-# Parameters on the GPU, reserved - allocated = 1.37 / 3.51 / 10.03 GiB at micro-batch 1 / 8 / 32 uncapped, i.e.
-# 1.2-1.5 logits blocks per sample above RESERVED_FIXED_BYTES_INFERENCE; under a 24 GiB cap micro-batch 12 OOMed
-# asking for one more 2.93 GiB logits block with 4.10 GiB reserved but split, so >= 1.07 were needed. Parameters on
-# the CPU: every layer's weights are gathered into blocks of their own between the activations, and the cache grows
-# twice as fast: 0.74 / 6.54 / 19.76 GiB (2.4-2.8 blocks per sample); under a
-# 24 GiB cap the allocator gives cache back and micro-batch 28 ran at the cap, so this share is conservative there.
-RESERVED_FIXED_BYTES_INFERENCE = int(1.0 * GiB)
-FRAGMENTATION_SHARE_INFERENCE = 1.2
-FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD = 2.5
+# ZeRO-3 inference: the cache holds blocks of the layers' transient activations (the MLP's intermediates, freed
+# before the next layer), which the larger logits cannot reuse, and with the parameters offloaded the gathered
+# weights' blocks between them -- shares of one layer's transient (memory.inference_layer_bytes_per_token). Fit
+# (bench/inference_accuracy.py --analyze, a grid over these three that weighs under-prediction twice) to the 20
+# uncapped or below-cap rows of LLaMA-7B (seq 2048, 2026-12-01) and GPT-2-medium/xl (seq 1024, 2026-12-02):
+# reserved - allocated grew 1.14-1.38 layer transients per sample for both families without offload, 2-3.7 with
+# the parameters on the CPU. The earlier shares of the fp32 logits (1.2 / 2.5 above 1 GiB, fit to LLaMA-7B alone)
+# over-predicted GPT-2's device memory by 20-80 % (its vocabulary is 1.6x LLaMA's at a third of the width). Under
+# a cap the allocator gives cache back (rows at the cap are left out of the fit), so these are conservative there.
+RESERVED_FIXED_BYTES_INFERENCE = int(0.2 * GiB)
+FRAGMENTATION_SHARE_INFERENCE = 1.8
+FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD = 3.45
 # Outside the allocator: NCCL ~0.5 GB per communicator (docs/measurements.md, "Outside the allocator": 1.30 GiB
 # without NCCL traffic, 1.68-1.76 with it), and DeepSpeed creates one even on a single GPU
 # (init_distributed, then broadcasts of the model). The rest is the CUDA context with its library handles:

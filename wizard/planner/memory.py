@@ -454,7 +454,9 @@ def fragmentation(
       (calibration.GATHERED_PARAMETER_SHARE of ``_stage3_working_set``);
     - at the optimizer step, part of the forward's activations and logits, freed by backward, which the step's
       single large block cannot reuse (calibration.FORWARD_TRANSIENT_SHARE_AT_STEP).
-    Inference frees only the logits, every pass (calibration.FRAGMENTATION_SHARE_INFERENCE*).
+    Inference frees each layer's transient activations before the next layer's (and, with the parameters to
+    gather, each layer's gathered weights between them): the cache holds a share of one layer's transient
+    (calibration.FRAGMENTATION_SHARE_INFERENCE*), which the larger logits cannot reuse.
     """
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits (training's loss, inference's scores)
     if s.mode == "inference":
@@ -463,8 +465,9 @@ def fragmentation(
             if s.offload_param != "none"
             else cal.FRAGMENTATION_SHARE_INFERENCE
         )
-        fixed, per_sample = cal.RESERVED_FIXED_BYTES_INFERENCE, int(share * logits)
-        return Fragmentation(fixed, per_sample, fixed, per_sample, 0, logits)
+        layer = inference_layer_bytes_per_token(model, seq_len) * seq_len
+        fixed, per_sample = cal.RESERVED_FIXED_BYTES_INFERENCE, int(share * layer)
+        return Fragmentation(fixed, per_sample, fixed, per_sample, 0, int(layer))
     step = _step_transient_block(model, s, buf)
     gathered = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
