@@ -302,7 +302,8 @@ FIT_NAMES = (
 def analyze(paths: list[Path]) -> dict[str, Any]:
     """Every ok row of raw files, predicted again by today's planner (for the model as that file built it), and the
     allocator-cache constants refit to them: RESERVED_FIXED_BYTES_INFERENCE + FRAGMENTATION_SHARE_INFERENCE(_PARAM_
-    OFFLOAD) x one layer's transient per sample, on a grid, weighing an under-predicted reserved twice. Rows whose
+    OFFLOAD) x one layer's transient per sample, on a grid; the loss squares the errors, an under-prediction's doubled
+    (4x the weight). Rows whose
     reserved reached the cap (within 1 GiB) are left out: there the allocator gave cache back."""
     from wizard.planner import calibration as cal
     from wizard.planner.memory import inference_layer_bytes_per_token
@@ -363,6 +364,15 @@ def _models(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(m for m in args.models.split(",") if m)
 
 
+def worker_args(args: argparse.Namespace, index: int, name: str) -> list[str]:
+    """The worker's arguments: it rebuilds the grid from them, so every flag that shapes the grid goes along (the
+    2026-12-02 gpt2-kv run passed neither --sweep nor --no-twice, and its workers ran the default grid's first 10
+    configs: tests/unit/test_bench_inference_accuracy.py holds this)."""
+    out = ["--worker", "--index", str(index), "--out", str(args.out), "--name", name, "--models", args.models,
+           "--seq", str(args.seq), "--caps", args.caps, "--sweep", args.sweep]  # fmt: skip
+    return out + ["--smoke"] * args.smoke + ["--no-twice"] * args.no_twice
+
+
 def _sweep(args: argparse.Namespace) -> tuple[int, ...]:
     return tuple(int(x) for x in args.sweep.split(",") if x.strip())
 
@@ -388,7 +398,7 @@ def worker(args: argparse.Namespace) -> int:
     grid = build_grid(hw, world, smoke, _models(args), seq, _caps(args), _sweep(args), not args.no_twice)
     out = Path(args.out) / args.name
     c = grid[args.index]
-    predicted = predict(hw, c, world, seq) if not smoke else predict(hw, replace_model(c), world, seq)
+    predicted = predict(hw, c if not smoke else replace_model(c), world, seq, pa.USE_CACHE)
     row = Row(config=asdict(c), predicted=predicted)
     run_config(c, seq, smoke, row)
     dist.barrier()
@@ -443,19 +453,15 @@ def launch(args: argparse.Namespace) -> int:
         cmd = [
             sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(gpus),
             "--master_port", str(args.master_port), "--no_local_rank", str(Path(__file__).resolve()),
-            "--worker", "--index", str(i), "--out", str(args.out), "--name", name, "--models", args.models,
-            "--seq", str(args.seq), "--caps", args.caps, "--sweep", args.sweep,
+            *worker_args(args, i, name),
         ]  # fmt: skip
-        # The worker rebuilds the grid from these flags: every flag that shapes it goes along (the 2026-12-02
-        # gpt2-kv run passed neither --sweep nor --no-twice, so its workers ran the default grid's first 10 configs).
-        cmd += ["--smoke"] if args.smoke else []
-        cmd += ["--no-twice"] if args.no_twice else []
         rc = max(rc, subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode)
     print(f"wrote {Path(args.out) / name} and its .md", flush=True)
     return rc
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (a function, so that tests parse what the launcher passes to its workers)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="CPU, a tiny GPT-2, 2 configs")
@@ -487,7 +493,11 @@ def main() -> int:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--name", default="inference_accuracy.json", help=argparse.SUPPRESS)
     p.add_argument("--t0", type=float, default=time.time(), help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
     if args.analyze:
         print(json.dumps(analyze(args.analyze), indent=1))
         return 0

@@ -639,6 +639,8 @@ class _FromConfig:
 CONSTRUCTION = "from_config(dtype)"
 USE_CACHE = True
 USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN = {"gpt2": -4.0, "gpt2-fused-gelu": -4.0, "neox": 4.0}
+# The planner's own constants for a model built with use_cache (what built_with_cache(True) restores).
+BUILT_WITH_CACHE = (dict(cal.ACTIVATION_RECIPES), cal.INFERENCE_KEEPS_KV_CACHE)
 
 
 @contextlib.contextmanager
@@ -646,10 +648,14 @@ def built_with_cache(use_cache: bool) -> Any:
     """Predict for models built with ``use_cache`` (for raw files from before USE_CACHE: training's activation
     recipes of use_cache=False, and an inference pass without the KV cache); the module's constants are restored
     afterwards."""
-    if use_cache:
-        yield
-        return
     saved = dict(cal.ACTIVATION_RECIPES), cal.INFERENCE_KEEPS_KV_CACHE
+    if use_cache:  # set, not assumed: an outer built_with_cache(False) may have changed them
+        cal.ACTIVATION_RECIPES, cal.INFERENCE_KEEPS_KV_CACHE = BUILT_WITH_CACHE
+        try:
+            yield
+        finally:
+            cal.ACTIVATION_RECIPES, cal.INFERENCE_KEEPS_KV_CACHE = saved
+        return
     cal.ACTIVATION_RECIPES = {
         k: replace(r, per_hidden=r.per_hidden + USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN.get(k, 0.0))
         for k, r in saved[0].items()
@@ -1210,8 +1216,9 @@ def _repredict(row: dict[str, Any], hw: HardwareReport) -> dict[str, Any]:
 
 
 def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """One run per (world, smoke) over every raw file given: rows of the same config are one row, the newer wins
-    (its finished_at, else its file's start, else the later file on the command line); tags are the union."""
+    """One run per (world, smoke) over every raw file given: rows of the same config (and the same use_cache build)
+    are one row, the newer wins (its finished_at, else its file's start, else the later file on the command line);
+    tags are the union."""
     groups: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
     for i, doc in enumerate(docs):
         groups.setdefault((doc["world"], bool(doc.get("smoke"))), []).append((i, doc))
@@ -1228,7 +1235,10 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
                     "use_cache": bool(doc.get("use_cache", False)),
                 }
                 r["_when"] = (r.get("finished_at") or 0.0, doc.get("started_at") or doc.get("date") or "", i)
-                key = _cfg(r).key()
+                # A config built with and without use_cache is two configs (their activations differ): the newer
+                # reading of one never hides the other's (Pythia-1B ZeRO-1 at micro-batch 34 ran out of memory built
+                # without it and ran built with it).
+                key = (*_cfg(r).key(), r["use_cache"])
                 old = merged.get(key)
                 if old is None:
                     order.append(key)
@@ -1410,13 +1420,16 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
     """Per (model, card) the run recommended for: today's recommendation (re-planned with the calibration as it is
     now), judged against the measured rows, vs the best measured row that fits that card."""
     out = []
-    pairs = dict.fromkeys(
-        (r["config"]["model"], t.split(":", 1)[1], r["seq_len"], row_use_cache(r))
-        for r in rows
-        for t in r["config"]["tags"]
-        if t.startswith("rec:")
-    )
-    for model, label, seq, use_cache in pairs:
+    # One entry per (model, card, sequence), re-planned for the model as its newest recommendation row built it (rows
+    # of one pair from before and after USE_CACHE would otherwise judge two recommendations for one card).
+    pairs: dict[tuple[str, str, int], tuple[float, bool]] = {}
+    for r in rows:
+        for t in r["config"]["tags"]:
+            if t.startswith("rec:"):
+                key = (r["config"]["model"], t.split(":", 1)[1], r["seq_len"])
+                newest = (r.get("finished_at") or 0.0, row_use_cache(r))
+                pairs[key] = max(pairs.get(key, newest), newest)
+    for (model, label, seq), (_, use_cache) in pairs.items():
         cap = _cap_bytes(label)
         with built_with_cache(use_cache):  # the recommendation for the model as the measured rows built it
             p = plan_for_card(hw, model, None if cap is None else cap // GiB, world, seq)
@@ -1454,7 +1467,9 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
                 seq=None if seq == SEQ else seq,
             )
         )
-        j = judge(rows, config, cap, best_c.predicted.tokens_per_sec, seq)
+        # the recommendation was planned for this build
+        built = [r for r in rows if row_use_cache(r) == use_cache]
+        j = judge(built, config, cap, best_c.predicted.tokens_per_sec, seq)
         tps, bound, est = j["tokens_per_sec"], j["tokens_per_sec_at_least"], j["tokens_per_sec_estimated"]
         best_tps = entry["best_tokens_per_sec"]
         status = {True: "ok", False: "oom", None: "?"}[j["fits"]]

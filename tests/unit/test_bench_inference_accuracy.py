@@ -100,6 +100,8 @@ def test_an_inference_pass_keeps_the_kv_cache_the_h200_measured(ia: ModuleType) 
     import json
 
     from wizard.hardware.report import HardwareReport
+    from wizard.model import load_model_spec
+    from wizard.planner.memory import kv_cache_bytes_per_token
 
     doc = json.loads(
         (ROOT / "bench" / "results" / "inference_accuracy-2026-12-02-1gpu-gpt2.json").read_text()
@@ -119,7 +121,25 @@ def test_an_inference_pass_keeps_the_kv_cache_the_h200_measured(ia: ModuleType) 
             )
         if p["fits"]:
             assert r["status"] == "ok", c
-        # without the cache the same rows were 15-37 % under
-        with ia._plan_accuracy().built_with_cache(False):
-            assert ia.predict(hw, c, 1, doc["seq_len"])["allocated"] < p["allocated"]
+        # the difference from a model built without the cache is exactly K and V of every layer for the micro-batch
+        without = ia.predict(hw, c, 1, doc["seq_len"], use_cache=False)
+        kv = kv_cache_bytes_per_token(load_model_spec(c.model)) * doc["seq_len"] * c.micro_batch
+        assert p["allocated"] - without["allocated"] == kv
     assert ok == 4
+
+
+def test_the_workers_rebuild_the_grid_the_launcher_runs(ia: ModuleType) -> None:
+    """Each config runs in a worker that rebuilds the grid from its own arguments and takes its index: the grid it
+    rebuilds from what the launcher passes must be the launcher's, whatever flags shape it."""
+    hw = ia._plan_accuracy().smoke_hardware(1)
+    for argv in ([], ["--no-twice", "--sweep", "8,32"], ["--sweep", "", "--caps", "24,40"], ["--no-twice"]):
+        launcher = ia.parser().parse_args(argv)
+        worker = ia.parser().parse_args(ia.worker_args(launcher, 3, "x.json"))
+        assert worker.worker and worker.index == 3
+
+        def grid(a):  # type: ignore[no-untyped-def]
+            return ia.build_grid(
+                hw, 1, False, ia._models(a), a.seq, ia._caps(a), ia._sweep(a), not a.no_twice
+            )
+
+        assert grid(worker) == grid(launcher), argv

@@ -4,6 +4,7 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
+from wizard.planner import calibration as cal
 from wizard.planner.memory import MemoryEstimate
 from wizard.planner.throughput import ThroughputEstimate
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
@@ -102,10 +103,15 @@ def _inference_reasons(ctx: PlanContext, s: Strategy, generation: GenerationCost
     """What an inference prediction assumes, and what generation would add, in numbers."""
     kv = generation.kv_cache_bytes_per_sample
     decode = generation.seconds_per_new_token
+    cache = (
+        f"with the KV cache transformers keeps by default (use_cache=True): {fmt_bytes(kv)} per sample at "
+        f"{ctx.seq_len} tokens, which evaluating with use_cache=False frees"
+        if cal.INFERENCE_KEEPS_KV_CACHE
+        else f"without a KV cache (use_cache=False); generation's adds {fmt_bytes(kv)} per sample at {ctx.seq_len} tokens"
+    )
     return [
         f"counts one forward over micro-batch x {ctx.seq_len} tokens that scores every position (evaluation), "
-        f"with the KV cache transformers keeps by default (use_cache=True): {fmt_bytes(kv)} per sample at "
-        f"{ctx.seq_len} tokens, which evaluating with use_cache=False frees",
+        + cache,
         f"generation: ~{decode * 1000:,.0f} ms per new token for the micro-batch "
         + (
             "(every token fetches all weights again: bound by the transfers)"

@@ -401,7 +401,8 @@ class Fragmentation:
     step_fixed: int  # the optimizer step (the moment that holds the step's transient block)
     step_per_sample: int
     blocks_fixed: int  # the step's largest transient state block (bytes)
-    blocks_per_sample: int  # the loss head's fp32 logits block per sample (bytes)
+    # the block per sample the cache is a share of: training's fp32 logits, inference's one-layer transient (bytes)
+    blocks_per_sample: int
 
     def fixed_for(self, phase: Phase) -> int:
         return self.step_fixed if phase.holds_step_transient else self.fixed
@@ -458,7 +459,6 @@ def fragmentation(
     gather, each layer's gathered weights between them): the cache holds a share of one layer's transient
     (calibration.FRAGMENTATION_SHARE_INFERENCE*), which the larger logits cannot reuse.
     """
-    logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits (training's loss, inference's scores)
     if s.mode == "inference":
         share = (
             cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD
@@ -468,6 +468,7 @@ def fragmentation(
         layer = inference_layer_bytes_per_token(model, seq_len) * seq_len
         fixed, per_sample = cal.RESERVED_FIXED_BYTES_INFERENCE, int(share * layer)
         return Fragmentation(fixed, per_sample, fixed, per_sample, 0, int(layer))
+    logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
     gathered = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
