@@ -120,8 +120,9 @@ def card(c: Config, world: int) -> int | None:
 def predict(hw: HardwareReport, c: Config, world: int, seq: int, use_cache: bool = True) -> dict[str, Any]:
     """The planner's figures for ``c``, for a model built with ``use_cache`` (doc_use_cache)."""
     request = PlanRequest(mode="inference", seq_len=seq, gpu_memory_bytes=card(c, world))
-    with _plan_accuracy().built_with_cache(use_cache):
-        cand = evaluate(hw, load_model_spec(c.model), c.strategy(world), request)
+    pa = _plan_accuracy()
+    with pa.built_with_cache(use_cache):
+        cand = evaluate(hw, pa.bench_spec(c.model), c.strategy(world), request)
     p = cand.predicted
     return {
         "allocated": p.gpu_allocated_bytes,

@@ -187,10 +187,12 @@ def family_seq(family: str, smoke: bool) -> int:
 
 def bench_spec(name: str) -> ModelSpec:
     """The bench's model by its short name (BENCH_MODELS, BENCH_HF_CONFIGS), else a preset or numbers as `dswiz plan
-    --model` takes."""
+    --model` takes; built with the use_cache of the innermost built_with_cache, if any."""
     if name in BENCH_HF_CONFIGS:
-        return spec_from_config(BENCH_HF_CONFIGS[name], name=name, source="bench")
-    return load_model_spec(BENCH_MODELS.get(name, name))
+        spec = spec_from_config(BENCH_HF_CONFIGS[name], name=name, source="bench")
+    else:
+        spec = load_model_spec(BENCH_MODELS.get(name, name))
+    return replace(spec, use_cache=_BUILT_WITH_CACHE[-1]) if _BUILT_WITH_CACHE else spec
 
 
 # ----------------------------------------------------------------------------------------------------- rows
@@ -631,40 +633,25 @@ class _FromConfig:
 
 # How the bench builds its models: from_config(config, dtype=bf16) on the GPU, as users do (and as
 # runner/examples/train_hf.py does), with transformers' default use_cache (True). Raw files without a "use_cache"
-# field were built with use_cache=False (and under torch.set_default_dtype, which changes nothing saved): then
-# transformers' GPT-2 keeps 4*h fewer bytes per token per layer for backward and GPT-NeoX 4*h more than the
-# planner's recipes, which are for the default (tests/unit/test_bench_plan_accuracy.py counts both on CPU; the
-# H200 rows agree: GPT-2 without checkpointing allocated 3.9*h less, Pythia 4.0-4.1*h more). Their rows are
-# predicted for the model they ran. Checkpointing turns the cache off in training whatever the config says.
+# field were built with use_cache=False (and under torch.set_default_dtype, which changes nothing saved): their rows
+# are predicted for the model they ran, a ModelSpec with use_cache=False (calibration.USE_CACHE_OFF_BYTES_PER_HIDDEN:
+# GPT-2 keeps 4*h fewer bytes per token per layer for backward, GPT-NeoX 4*h more; an inference pass keeps no KV
+# cache). Checkpointing turns the cache off in training whatever the config says.
 CONSTRUCTION = "from_config(dtype)"
 USE_CACHE = True
-USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN = {"gpt2": -4.0, "gpt2-fused-gelu": -4.0, "neox": 4.0}
-# The planner's own constants for a model built with use_cache (what built_with_cache(True) restores).
-BUILT_WITH_CACHE = (dict(cal.ACTIVATION_RECIPES), cal.INFERENCE_KEEPS_KV_CACHE)
+# The innermost built_with_cache's use_cache: bench_spec gives its models that one.
+_BUILT_WITH_CACHE: list[bool] = []
 
 
 @contextlib.contextmanager
 def built_with_cache(use_cache: bool) -> Any:
-    """Predict for models built with ``use_cache`` (for raw files from before USE_CACHE: training's activation
-    recipes of use_cache=False, and an inference pass without the KV cache); the module's constants are restored
-    afterwards."""
-    saved = dict(cal.ACTIVATION_RECIPES), cal.INFERENCE_KEEPS_KV_CACHE
-    if use_cache:  # set, not assumed: an outer built_with_cache(False) may have changed them
-        cal.ACTIVATION_RECIPES, cal.INFERENCE_KEEPS_KV_CACHE = BUILT_WITH_CACHE
-        try:
-            yield
-        finally:
-            cal.ACTIVATION_RECIPES, cal.INFERENCE_KEEPS_KV_CACHE = saved
-        return
-    cal.ACTIVATION_RECIPES = {
-        k: replace(r, per_hidden=r.per_hidden + USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN.get(k, 0.0))
-        for k, r in saved[0].items()
-    }
-    cal.INFERENCE_KEEPS_KV_CACHE = False
+    """Within it, bench_spec's models are built with ``use_cache`` (for raw files from before USE_CACHE: False).
+    Nothing of the planner's changes: the model's spec says it."""
+    _BUILT_WITH_CACHE.append(use_cache)
     try:
         yield
     finally:
-        cal.ACTIVATION_RECIPES, cal.INFERENCE_KEEPS_KV_CACHE = saved
+        _BUILT_WITH_CACHE.pop()
 
 
 def row_use_cache(row: dict[str, Any]) -> bool:
@@ -1627,8 +1614,7 @@ def fit_allocator_cache(
     def short_of_oom() -> list[float]:
         out = []
         for m, s, r in ooms:
-            with built_with_cache(row_use_cache(r)):
-                reserved = estimate_memory(m, s, r["seq_len"]).reserved
+            reserved = estimate_memory(replace(m, use_cache=row_use_cache(r)), s, r["seq_len"]).reserved
             now = r["now"]
             limit = now["card_bytes"] - (now["device"] - now["reserved"])
             out.append(max(0.0, 1.0 - reserved / limit))
@@ -1637,8 +1623,7 @@ def fit_allocator_cache(
     def errors() -> list[float]:
         out = []
         for m, s, r in cases:
-            with built_with_cache(row_use_cache(r)):
-                reserved = estimate_memory(m, s, r["seq_len"]).reserved
+            reserved = estimate_memory(replace(m, use_cache=row_use_cache(r)), s, r["seq_len"]).reserved
             out.append(predicted_device(r, reserved) / measured_device(r) - 1)  # type: ignore[operator]
         return out
 
@@ -1806,8 +1791,7 @@ def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, An
     saved = {n: _get_constant(n) for n in FIT_CONSTANTS}
 
     def predicted(m: ModelSpec, s: Strategy, seq: int, use_cache: bool) -> float:
-        with built_with_cache(use_cache):
-            return estimate_throughput(hw, m, s, seq).tokens_per_sec
+        return estimate_throughput(hw, replace(m, use_cache=use_cache), s, seq).tokens_per_sec
 
     def errors() -> list[float]:
         return [math.log(predicted(m, s, seq, c) / tps) for m, s, seq, tps, c in cases]

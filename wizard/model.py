@@ -62,6 +62,10 @@ class ModelSpec:
     attention: str = "sdpa"  # "eager" where transformers only materialises attention scores (DeBERTa)
     rel_pos_span: int = 0  # DeBERTa relative-position buckets (its c2p/p2c scores scale with it)
     encoder: bool = False  # masked-LM encoder (BERT-like) rather than a causal LM
+    # transformers' default; a config.json (or --model ...,use_cache=0) may turn it off. It changes what a training
+    # forward keeps for backward (calibration.USE_CACHE_OFF_BYTES_PER_HIDDEN) and whether an inference pass keeps
+    # every layer's K and V (memory.inference_phases).
+    use_cache: bool = True
     source: str = "preset"  # "preset", the config.json path, or "numbers"
     exact: bool = True  # False when the shape was guessed from a parameter count
     notes: tuple[str, ...] = ()
@@ -197,6 +201,7 @@ _NUMBER_KEYS = {
     "type": "type",
     "model_type": "type",
     "tied": "tied",
+    "use_cache": "use_cache",
     "name": "name",
 }
 _SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -210,6 +215,15 @@ def _parse_count(key: str, value: str) -> int:
     if n < 1 or n > 1e15:
         raise DswizError(f"{key}={value} is out of range", f"give {key} as a positive count, e.g. {key}=4096")
     return round(n)
+
+
+def _parse_flag(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise DswizError(f"{key}={value!r} is not a yes/no value", f"write {key}=1 or {key}=0")
 
 
 def spec_from_numbers(text: str) -> ModelSpec:
@@ -228,12 +242,14 @@ def spec_from_numbers(text: str) -> ModelSpec:
             raise DswizError(
                 f"unknown key {k!r} in --model {text!r}",
                 hint
-                + "known keys: params, layers, hidden, heads, kv_heads, ffn, vocab, seq, experts, top_k, type",
+                + "known keys: params, layers, hidden, heads, kv_heads, ffn, vocab, seq, experts, top_k, type, "
+                "tied, use_cache",
             )
         given[_NUMBER_KEYS[k]] = v.strip()
     mtype = given.pop("type", "llama").lower()
     name = given.pop("name", "")
     tied = given.pop("tied", "").lower() in ("1", "true", "yes")
+    use_cache = _parse_flag("use_cache", given.pop("use_cache", "1"))
     counts = {k: _parse_count(k, v) for k, v in given.items()}
     shape = {"layers", "hidden", "heads", "vocab"}
     notes: list[str] = []
@@ -293,7 +309,7 @@ def spec_from_numbers(text: str) -> ModelSpec:
             )
         ratio = counts["params"] / spec.total_params
         spec = replace(spec, total_params=counts["params"], active_params=round(spec.active_params * ratio))
-    return replace(spec, exact=exact and spec.exact, notes=spec.notes + tuple(notes))
+    return replace(spec, exact=exact and spec.exact, notes=spec.notes + tuple(notes), use_cache=use_cache)
 
 
 def _numbers_name(counts: Mapping[str, int]) -> str:
@@ -481,7 +497,10 @@ def _bounded(spec: ModelSpec, where: str) -> ModelSpec:
 def spec_from_config(cfg: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:
     """A ModelSpec from an HF config dict (transformers' class defaults fill missing keys, as from_config does)."""
     where = source if source != "preset" else f"preset {name}"
-    return _bounded(_spec_from_checked(validated_config(cfg, where), name=name, source=source), where)
+    spec = _spec_from_checked(validated_config(cfg, where), name=name, source=source)
+    if cfg.get("use_cache") is False:  # only an explicit false: transformers defaults it to true
+        spec = replace(spec, use_cache=False)
+    return _bounded(spec, where)
 
 
 def _spec_from_checked(cfg: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:

@@ -13,6 +13,7 @@ import pytest
 
 from wizard.hardware.report import HostInfo
 from wizard.model import load_model_spec
+from wizard.planner import calibration as cal
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 1024**3
@@ -398,7 +399,7 @@ def test_the_bench_predicts_its_old_use_cache_false_rows_by_what_transformers_sa
     h = 256
     default = _saved_per_token_per_layer(cfg, use_cache=True)
     without = _saved_per_token_per_layer(cfg, use_cache=False)
-    expected = pa.USE_CACHE_FALSE_RECIPE_DELTA_PER_HIDDEN.get(family, 0.0) * h
+    expected = cal.USE_CACHE_OFF_BYTES_PER_HIDDEN.get(family, 0.0) * h
     assert without - default == pytest.approx(expected, abs=0.1 * h)
 
 

@@ -340,3 +340,25 @@ def test_preset_names_are_sorted_and_listed_in_the_fix() -> None:
     with pytest.raises(DswizError) as e:
         load_model_spec("nonsense-model")
     assert all(n in (e.value.fix or "") for n in names)
+
+
+def test_use_cache_is_read_from_the_config_and_the_numbers(tmp_path: Path) -> None:
+    """transformers defaults use_cache to true; a config.json that says false, or --model ...,use_cache=0, gives a
+    spec without it (its training activations and its inference pass differ: wizard.planner.memory), and
+    anything else in the numbers is an error that names the fix."""
+    cfg = SMALL_CONFIGS["llama-gqa"][0]
+    for value, expected in ((None, True), (True, True), (False, False)):
+        given = dict(cfg) if value is None else {**cfg, "use_cache": value}
+        (tmp_path / "config.json").write_text(json.dumps(given))
+        assert load_model_spec(str(tmp_path)).use_cache is expected
+    assert load_model_spec("layers=4,hidden=256,heads=4,vocab=1000").use_cache
+    assert not load_model_spec("layers=4,hidden=256,heads=4,vocab=1000,use_cache=0").use_cache
+    with pytest.raises(DswizError) as e:
+        load_model_spec("layers=4,hidden=256,heads=4,vocab=1000,use_cache=maybe")
+    assert "use_cache=1 or use_cache=0" in str(e.value.fix)
+    # the spec round-trips through the history's JSON; an older record without the field reads as the default
+    spec = load_model_spec("gpt2")
+    off = spec_from_config({**cfg, "use_cache": False}, name="g", source="t")
+    assert type(spec).from_dict(off.to_dict()).use_cache is False
+    old = {k: v for k, v in spec.to_dict().items() if k != "use_cache"}
+    assert type(spec).from_dict(old).use_cache is True

@@ -3,6 +3,8 @@ larger than the GPUs run, and its throughput is bounded by the transfers."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from wizard.hardware import get_hardware
@@ -163,16 +165,14 @@ def test_moe_memory_counts_every_expert_and_compute_only_the_active_ones() -> No
     assert any("must be a ZeRO-3 leaf" in r for r in p.best.reasons)
 
 
-def test_a_model_without_the_kv_cache_is_planned_and_explained_without_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The KV cache is one switch (calibration.INFERENCE_KEEPS_KV_CACHE): off, the pass holds no cache, fits a
-    larger micro-batch on the same card, and the reasons say what generation would add instead."""
+def test_a_model_without_the_kv_cache_is_planned_and_explained_without_it() -> None:
+    """A model whose config turns the cache off (ModelSpec.use_cache, from config.json or --model ...,use_cache=0):
+    the pass holds no KV cache, fits a larger micro-batch on the same card, and the reasons say what generation
+    would add instead."""
     hw = get_hardware("8xA100-80GB,ram=1TiB")
     request = PlanRequest(mode="inference", seq_len=2048)
     with_cache = plan(hw, LLAMA_70B, request).best
-    monkeypatch.setattr(cal, "INFERENCE_KEEPS_KV_CACHE", False)
-    without = plan(hw, LLAMA_70B, request).best
+    without = plan(hw, replace(LLAMA_70B, use_cache=False), request).best
     assert with_cache is not None and without is not None
     assert "KV cache (use_cache)" not in dict(without.predicted.breakdown)
     assert without.max_micro_batch > with_cache.max_micro_batch

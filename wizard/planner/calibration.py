@@ -39,8 +39,7 @@ class ActivationRecipe:
 ACTIVATION_RECIPES: dict[str, ActivationRecipe] = {
     # GPT-2's gelu_new is written in Python: 5 ffn-sized tensors survive per layer (x, tanh, 1+tanh, 0.5x, out).
     # These recipes are for models whose config keeps transformers' default use_cache=True in training (the HF
-    # Trainer without checkpointing); with use_cache=False GPT-2 keeps 4*h less per token per layer and GPT-NeoX
-    # 4*h more (counted on CPU, and what the H200 rows of bench/plan_accuracy.py, built that way, allocated).
+    # Trainer without checkpointing); with use_cache=False see USE_CACHE_OFF_BYTES_PER_HIDDEN below.
     "gpt2": ActivationRecipe(
         20, 10, 0, dropout_masks=2, source="measured on CPU, transformers 5.24: 60.1*h at ffn=4h"
     ),
@@ -69,6 +68,12 @@ ACTIVATION_RECIPES: dict[str, ActivationRecipe] = {
         20, 8, 4, per_routed_hidden=4, per_expert=34, source="measured on CPU (Mixtral): 72.3*h, top-2 of 4"
     ),
 }
+# A model whose config sets use_cache=False keeps this many bytes per hidden unit per token per layer more for
+# backward in training (ACTIVATION_RECIPES are for the default, True): transformers' GPT-2 keeps 4*h less, GPT-NeoX
+# 4*h more, LLaMA-style the same. Counted on CPU by tests/unit/test_bench_plan_accuracy.py (the installed
+# transformers, both settings); the H200 rows of bench/plan_accuracy.py built with use_cache=False agree: GPT-2
+# allocated 3.9*h less than the default recipe at all four sizes, Pythia 4.0-4.1*h more.
+USE_CACHE_OFF_BYTES_PER_HIDDEN: dict[str, float] = {"gpt2": -4.0, "gpt2-fused-gelu": -4.0, "neox": 4.0}
 
 # Loss head: bf16 logits + their fp32 upcast + log-softmax, and the fp32 gradients in backward (about b*s*V*(2+4+4)
 # bytes in forward, up to 14 per logit in backward: docs/measurements.md, "Activations of HF GPT-2"). 12.0 matches the
@@ -139,10 +144,9 @@ INFERENCE_SCORE_BYTES_PER_VOCAB = 8.0
 # seq 1024, bench/results/inference_accuracy-2026-12-02-1gpu-gpt2.json): GPT-2-medium micro-batch 29 / 22 and
 # GPT-2-xl 26 / 22 (parameters on the GPU / the CPU) allocated 2.75 / 1.90 / 7.74 / 6.26 GiB above the pass without
 # it, against K and V of every layer's 2.72 / 2.06 / 7.94 / 6.72 GiB. The 2026-12-01 LLaMA-7B rows were built with
-# use_cache=False (bench/inference_accuracy.py then) and fit the rest without it. False: a model whose config turns
-# the cache off (evaluation with use_cache=False frees it; the reasons say how much).
+# use_cache=False (bench/inference_accuracy.py then) and fit the rest without it. ModelSpec.use_cache=False (a
+# config that turns the cache off, or --model ...,use_cache=0): no cache (the reasons say what it would add).
 KV_CACHE_BYTES_PER_ELEMENT = 2
-INFERENCE_KEEPS_KV_CACHE = True
 
 # ------------------------------------------------------------------------------------------------ DeepSpeed state
 

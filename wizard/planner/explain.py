@@ -4,7 +4,6 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
-from wizard.planner import calibration as cal
 from wizard.planner.memory import MemoryEstimate
 from wizard.planner.throughput import ThroughputEstimate
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
@@ -106,7 +105,7 @@ def _inference_reasons(ctx: PlanContext, s: Strategy, generation: GenerationCost
     cache = (
         f"with the KV cache transformers keeps by default (use_cache=True): {fmt_bytes(kv)} per sample at "
         f"{ctx.seq_len} tokens, which evaluating with use_cache=False frees"
-        if cal.INFERENCE_KEEPS_KV_CACHE
+        if ctx.model.use_cache
         else f"without a KV cache (use_cache=False); generation's adds {fmt_bytes(kv)} per sample at {ctx.seq_len} tokens"
     )
     return [

@@ -111,6 +111,8 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
     else:
         ffn = r.per_ffn * model.ffn_hidden
     b = r.per_hidden * h + ffn + r.per_kv * model.kv_dim + ft.layer_activation_delta_per_token(model)
+    if not model.use_cache:
+        b += cal.USE_CACHE_OFF_BYTES_PER_HIDDEN.get(model.family, 0.0) * h
     if model.dropout > 0:
         b += r.dropout_masks * h
     if model.attention == "eager":
@@ -327,11 +329,7 @@ def inference_phases(
         fixed.append(("persistent small parameters", w * persistent_parameter_elements(model)))
     layer = int(inference_layer_bytes_per_token(model, seq_len) * seq_len)
     head = int(inference_head_bytes_per_token(model) * seq_len)
-    kv = (
-        (("KV cache (use_cache)", kv_cache_bytes_per_token(model) * seq_len),)
-        if cal.INFERENCE_KEEPS_KV_CACHE
-        else ()
-    )
+    kv = (("KV cache (use_cache)", kv_cache_bytes_per_token(model) * seq_len),) if model.use_cache else ()
     return [
         Phase("forward (layers)", tuple(fixed), (("activations (one layer)", layer), *kv)),
         Phase("forward (logits)", tuple(fixed), (("logits (16-bit + fp32 scores)", head), *kv)),
