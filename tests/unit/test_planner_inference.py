@@ -14,6 +14,7 @@ from wizard.planner import calibration as cal
 from wizard.planner.memory import estimate_memory, inference_layer_bytes_per_token, kv_cache_bytes_per_token
 from wizard.planner.throughput import estimate_throughput, flops_per_token, pcie_bytes_per_s
 from wizard.strategy import Strategy
+from wizard.units import fmt_bytes
 
 GiB = 1024**3
 LLAMA_70B = load_model_spec("llama-70b")
@@ -106,10 +107,11 @@ def test_reasons_state_the_assumption_and_the_kv_cache() -> None:
     assert f"{kv_gib * 1024:.1f} MiB" in text and "use_cache=False frees" in text
     # and the prediction counts it: the peak's parts name it, at micro-batch x that per sample
     parts = dict(best.predicted.breakdown)
-    assert (
-        parts["KV cache (use_cache)"]
-        == kv_cache_bytes_per_token(LLAMA_70B) * 2048 * best.strategy.micro_batch_size
-    )
+    kv = kv_cache_bytes_per_token(LLAMA_70B) * 2048 * best.strategy.micro_batch_size
+    assert parts["KV cache (use_cache)"] == kv
+    # and the peak's reason names it apart from DeepSpeed's buffers
+    peak = next(r for r in best.reasons if r.startswith("peak during"))
+    assert f"KV cache {fmt_bytes(kv)}" in peak
     assert "per new token" in text
     assert "ZeRO-3 inference" in text
 

@@ -4,7 +4,7 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
-from wizard.planner.memory import MemoryEstimate
+from wizard.planner.memory import KV_CACHE_ITEM, MemoryEstimate
 from wizard.planner.throughput import ThroughputEstimate
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
 from wizard.strategy import Strategy
@@ -134,13 +134,16 @@ def _memory_reason(mem: MemoryEstimate) -> str:
     items = dict(mem.gpu_items)
     states = sum(items.get(k, 0) for k in _STATE_ITEMS)
     acts = sum(items.get(k, 0) for k in _ACTIVATION_ITEMS)
-    buffers = mem.allocated - states - acts
+    kv = items.get(KV_CACHE_ITEM, 0)
+    buffers = mem.allocated - states - acts - kv
     outside = mem.device - mem.allocated
     text = f"peak during {mem.peak_phase}: " + (
         f"model states {fmt_bytes(states)}" if states else "model states off the GPU"
     )
     if acts:
         text += f", activations {fmt_bytes(acts)} ({fmt_bytes(mem.per_sample_device)} per sample)"
+    if kv:
+        text += f", KV cache {fmt_bytes(kv)}"
     if buffers:
         text += f", DeepSpeed buffers {fmt_bytes(buffers)}"
     return text + f", allocator cache + CUDA context + NCCL {fmt_bytes(outside)}"

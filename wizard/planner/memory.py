@@ -297,6 +297,9 @@ def inference_head_bytes_per_token(model: ModelSpec) -> float:
     return per_vocab * model.vocab + 2 * model.hidden  # + the final hidden states feeding the head
 
 
+KV_CACHE_ITEM = "KV cache (use_cache)"  # the inference phases' name for it (explain.py shows it apart)
+
+
 def kv_cache_bytes_per_token(model: ModelSpec) -> int:
     """What a KV cache keeps per token of context: K and V of every layer (an inference pass with use_cache and
     generation alike)."""
@@ -329,7 +332,7 @@ def inference_phases(
         fixed.append(("persistent small parameters", w * persistent_parameter_elements(model)))
     layer = int(inference_layer_bytes_per_token(model, seq_len) * seq_len)
     head = int(inference_head_bytes_per_token(model) * seq_len)
-    kv = (("KV cache (use_cache)", kv_cache_bytes_per_token(model) * seq_len),) if model.use_cache else ()
+    kv = ((KV_CACHE_ITEM, kv_cache_bytes_per_token(model) * seq_len),) if model.use_cache else ()
     return [
         Phase("forward (layers)", tuple(fixed), (("activations (one layer)", layer), *kv)),
         Phase("forward (logits)", tuple(fixed), (("logits (16-bit + fp32 scores)", head), *kv)),
