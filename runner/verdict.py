@@ -49,6 +49,13 @@ KNOWN_EXCEPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "deepspeed.zero.Init and TorchDynamo clash when torch._dynamo is first imported inside zero.Init: add "
         "`import torch._dynamo` (or import your model class) before `with deepspeed.zero.Init(...)`",
     ),
+    # The rendezvous port was free when dswiz chose it (runner.preflight.reserve_port holds it against other dswiz
+    # launches) but another program bound it while the ranks imported torch: tests/fixtures/runs/port_taken.
+    (
+        ("EADDRINUSE",),
+        "another program took the rendezvous port while the ranks started: run again (dswiz picks a free port "
+        "on one machine), or pass --master-port with a port nothing else uses",
+    ),
 )
 # A process dying in native code: the C++ runtime's abort, CPython's fatal error (faulthandler prints segfaults so).
 _NATIVE_ABORT_RE = re.compile(

@@ -281,3 +281,13 @@ def test_a_known_clash_gets_its_fix() -> None:
     # an unrelated exception gets no such advice
     other, codes = replay_stream("rank_raises")
     assert not any("torch._dynamo" in a for a in decide(other, launcher_returncodes=codes).advice)
+
+
+def test_a_port_taken_while_the_ranks_start_says_to_run_again() -> None:
+    """A real run (tests/fixtures/runs/port_taken: the demo while another job bound port 29500 between dswiz
+    choosing it and rank 0 binding it): the verdict names the exception and says what to do."""
+    obs = replay_rank_logs("port_taken", with_launcher_lines=True)
+    v = decide(obs, launcher_returncodes=[1])
+    assert (v.kind, v.rank) == ("rank_failed", 0)
+    assert v.exception and "EADDRINUSE" in v.exception
+    assert any("took the rendezvous port" in a and "--master-port" in a for a in v.advice)
