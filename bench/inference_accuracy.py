@@ -318,7 +318,11 @@ def analyze(paths: list[Path]) -> dict[str, Any]:
             if r["status"] != "ok" or not r.get("max_reserved") or r.get("outside_allocator") is None:
                 continue
             p = predict(hw, c, doc["world"], seq, use_cache)
-            layer = inference_layer_bytes_per_token(load_model_spec(c.model), seq) * seq * c.micro_batch
+            layer = (
+                inference_layer_bytes_per_token(_plan_accuracy().bench_spec(c.model), seq)
+                * seq
+                * c.micro_batch
+            )
             rows.append({"file": path.name, "config": r["config"], "row": r, "predicted": p, "layer": layer,
                          "censored": bool(c.cap_gib and r["max_reserved"] > (c.cap_gib - 1) * GiB)})  # fmt: skip
 
@@ -365,6 +369,12 @@ def _models(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(m for m in args.models.split(",") if m)
 
 
+def grid_of(args: argparse.Namespace, hw: HardwareReport, world: int) -> list[Config]:
+    """The grid the command line asks for: the launcher and each worker build it here, from the same flags."""
+    seq = SMOKE_SEQ if args.smoke else args.seq
+    return build_grid(hw, world, args.smoke, _models(args), seq, _caps(args), _sweep(args), not args.no_twice)
+
+
 def worker_args(args: argparse.Namespace, index: int, name: str) -> list[str]:
     """The worker's arguments: it rebuilds the grid from them, so every flag that shapes the grid goes along (the
     2026-12-02 gpt2-kv run passed neither --sweep nor --no-twice, and its workers ran the default grid's first 10
@@ -396,7 +406,7 @@ def worker(args: argparse.Namespace) -> int:
     world = dist.get_world_size()
     hw = pa.smoke_hardware(world) if smoke else pa.bench_hardware(world)
     seq = SMOKE_SEQ if smoke else args.seq
-    grid = build_grid(hw, world, smoke, _models(args), seq, _caps(args), _sweep(args), not args.no_twice)
+    grid = grid_of(args, hw, world)
     out = Path(args.out) / args.name
     c = grid[args.index]
     predicted = predict(hw, c if not smoke else replace_model(c), world, seq, pa.USE_CACHE)
@@ -432,16 +442,7 @@ def launch(args: argparse.Namespace) -> int:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     pa = _plan_accuracy()
     hw = pa.smoke_hardware(gpus) if args.smoke else pa.bench_hardware(gpus)
-    grid = build_grid(
-        hw,
-        gpus,
-        args.smoke,
-        _models(args),
-        SMOKE_SEQ if args.smoke else args.seq,
-        _caps(args),
-        _sweep(args),
-        not args.no_twice,
-    )
+    grid = grid_of(args, hw, gpus)
     (Path(args.out) / name).unlink(missing_ok=True)
     print(
         f"inference_accuracy: {gpus} rank(s), {len(grid)} configs, budget {args.budget_s:.0f} s", flush=True

@@ -2094,7 +2094,7 @@ def _markdown_families(run: dict[str, Any]) -> list[str]:
     ]
     for f in fams:
         md.append(
-            f"| {f['family']} | {f.get('configs', f['rows'])} ({f['rows']}) | "
+            f"| {f['family']} | {f['configs']} ({f['rows']}) | "
             f"{_f(f['tokens_per_sec_error_median'], True)} | "
             f"{_f(f['tokens_per_sec_error_max_abs'], True)} | {_f(f['device_error_max_abs'], True)} | "
             f"{_f(f['allocated_error_max_abs'], True)} | {_f(f['host_rss_peak_gib'])} | "

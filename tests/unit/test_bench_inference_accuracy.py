@@ -136,10 +136,4 @@ def test_the_workers_rebuild_the_grid_the_launcher_runs(ia: ModuleType) -> None:
         launcher = ia.parser().parse_args(argv)
         worker = ia.parser().parse_args(ia.worker_args(launcher, 3, "x.json"))
         assert worker.worker and worker.index == 3
-
-        def grid(a):  # type: ignore[no-untyped-def]
-            return ia.build_grid(
-                hw, 1, False, ia._models(a), a.seq, ia._caps(a), ia._sweep(a), not a.no_twice
-            )
-
-        assert grid(worker) == grid(launcher), argv
+        assert ia.grid_of(worker, hw, 1) == ia.grid_of(launcher, hw, 1), argv
