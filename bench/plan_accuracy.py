@@ -175,8 +175,42 @@ REPEAT_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], ...
     ("llama-1b", 3, "cpu", "cpu", True, 16, 1024, None),
     ("qwen2-1.5b", 2, "cpu", "none", True, 7, 2048, 40),
 )
-FAMILIES = ("gpt2", "zero3", "sweep", "heldout", "recs", "repeats")
-PER_PROCESS_FAMILIES = ("zero3", "sweep", "heldout", "recs", "repeats")  # one process (one engine) per config
+# --family optimizer: the same configs stepped by DeepSpeed's fused AdamW (the grid's optimizer) and by the script's
+# own torch.optim.AdamW -- what dswiz's written config (no optimizer section) and its script hint leave to the user,
+# and what runner/examples/train_hf.py runs under `dswiz probe` -- in its default (foreach) and fused forms.
+OPTIMIZER_CONFIGS: tuple[tuple[str, int, bool, int, int, str], ...] = (
+    # (model, stage, checkpointing, micro-batch, seq, optimizer)
+    ("pythia-1b", 3, False, 17, 2048, "torch"),
+    ("pythia-1b", 3, False, 17, 2048, "ds"),
+    ("pythia-1b", 3, False, 17, 2048, "torch-fused"),
+    ("pythia-1b", 1, False, 17, 2048, "torch"),
+    ("pythia-1b", 1, False, 17, 2048, "ds"),
+    ("pythia-1b", 0, False, 35, 2048, "torch"),
+    ("gpt2-xl", 1, False, 16, 1024, "torch"),
+    ("llama-1b", 3, True, 16, 1024, "torch"),
+    ("pythia-1b", 0, False, 35, 2048, "ds"),
+)
+# --family boundary: Qwen2-1.5B (a 151,936-token vocabulary: one fp32 logits block is 27.8 GiB at micro-batch 24,
+# seq 2048) with checkpointing near the whole card's fit boundary, where `dswiz probe` of runner/examples/train_hf.py
+# ran out of memory at micro-batch 24 (bench/results/probe_calibration-2026-12-02-1gpu-qwen2-1.5b-fused.md).
+BOUNDARY_CONFIGS: tuple[tuple[str, int, bool, int, int, str], ...] = (
+    ("qwen2-1.5b", 1, True, 24, 2048, "ds"),
+    ("qwen2-1.5b", 1, True, 20, 2048, "ds"),
+    ("qwen2-1.5b", 1, True, 16, 2048, "ds"),
+    ("qwen2-1.5b", 1, True, 24, 2048, "torch-fused"),
+    ("qwen2-1.5b", 1, True, 12, 2048, "ds"),
+    ("qwen2-1.5b", 1, True, 22, 2048, "ds"),
+)
+FAMILIES = ("gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary")
+PER_PROCESS_FAMILIES = (
+    "zero3",
+    "sweep",
+    "heldout",
+    "recs",
+    "repeats",
+    "optimizer",
+    "boundary",
+)  # one process per config
 
 
 def family_seq(family: str, smoke: bool) -> int:
@@ -213,6 +247,10 @@ class Config:
     tags: tuple[str, ...] = ()
     seq: int | None = None  # None: the family's sequence length
     repeat: int = 0  # > 0: another reading of the same config, kept as a row of its own
+    # The optimizer: "ds" DeepSpeed's AdamW from the config (torch_adam, fused); "torch" / "torch-fused" the script's
+    # own torch.optim.AdamW (its default foreach implementation, or fused=True) and no optimizer section, as dswiz's
+    # written config and its script hint leave it.
+    optimizer: str = "ds"
 
     def key(self) -> tuple[Any, ...]:
         base = (
@@ -225,7 +263,12 @@ class Config:
             self.cap_gib,
         )
         # Rows written before seq/repeat existed keep their key (their seq is the family's, in the row).
-        return base + ((self.seq,) if self.seq else ()) + ((self.repeat,) if self.repeat else ())
+        return (
+            base
+            + ((self.seq,) if self.seq else ())
+            + ((self.repeat,) if self.repeat else ())
+            + ((self.optimizer,) if self.optimizer != "ds" else ())
+        )
 
     def seq_or(self, family_seq: int) -> int:
         return self.seq or family_seq
@@ -525,10 +568,11 @@ def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
         "gradient_accumulation_steps": 1,
         "gradient_clipping": 1.0,
         "zero_optimization": zero,
-        "optimizer": {"type": "AdamW", "params": params},
         "steps_per_print": 1_000_000,
         "wall_clock_breakdown": False,
     }
+    if c.optimizer == "ds":
+        cfg["optimizer"] = {"type": "AdamW", "params": params}
     if not smoke:
         cfg["bf16"] = {"enabled": True}
     if c.offload_optimizer != "none" and smoke:
@@ -710,6 +754,21 @@ def _pinned_peak() -> int | None:
     return None if value is None else int(value)
 
 
+def client_optimizer(c: Config, model: Any) -> Any:
+    """The script's own optimizer for ``c.optimizer`` "torch"/"torch-fused" (None: DeepSpeed's, from the config):
+    torch.optim.AdamW as a script writes it, its default implementation (foreach on a GPU) or fused=True."""
+    import torch
+
+    if c.optimizer == "ds":
+        return None
+    if c.offload_optimizer != "none":  # ZeRO-Offload steps with DeepSpeed's CPU Adam, not a torch optimizer
+        raise ValueError(
+            f"optimizer {c.optimizer!r} with the optimizer offloaded: DeepSpeed's CPU Adam runs it"
+        )
+    fused = True if c.optimizer == "torch-fused" else None
+    return torch.optim.AdamW(model.parameters(), lr=1e-5, fused=fused)
+
+
 def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
     import deepspeed
     import torch
@@ -728,7 +787,10 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         engine, _, _, _ = deepspeed.initialize(
-            model=model, model_parameters=model.parameters(), config=ds_config(c, smoke, ds_fused_adam)
+            model=model,
+            model_parameters=model.parameters(),
+            optimizer=client_optimizer(c, model),
+            config=ds_config(c, smoke, ds_fused_adam),
         )
         row.init_s = round(time.perf_counter() - start, 3)
         gen = torch.Generator(device="cpu").manual_seed(1)
@@ -891,6 +953,13 @@ def family_grid(
         return [
             Config(m, st, opt, par, ck, micro_batch=mb, seq=seq, cap_gib=cap, repeat=1, tags=("repeat",))  # type: ignore[arg-type]
             for m, st, opt, par, ck, mb, seq, cap in REPEAT_CONFIGS
+        ]
+    if family in ("optimizer", "boundary"):
+        if smoke:
+            return [Config("tiny-llama", 1, micro_batch=2, optimizer="torch", tags=(family,))]
+        return [
+            Config(m, st, checkpointing=ck, micro_batch=mb, seq=seq, optimizer=o, tags=(family,))
+            for m, st, ck, mb, seq, o in (OPTIMIZER_CONFIGS if family == "optimizer" else BOUNDARY_CONFIGS)
         ]
     if family == "recs":
         if smoke:
@@ -1844,6 +1913,10 @@ def _describe(c: dict[str, Any]) -> str:
         s += f" seq{c['seq']}"
     if c.get("repeat"):
         s += f" #{c['repeat'] + 1}"
+    if c.get("optimizer", "ds") != "ds":
+        s += {"torch": " adamw:foreach", "torch-fused": " adamw:fused"}.get(
+            c["optimizer"], f" {c['optimizer']}"
+        )
     return s
 
 

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     rank0_print(json.dumps({"trainable_params": trainable, "all_params": total}))
     frozen_before = {n: p.detach().cpu().clone() for n, p in model.named_parameters() if not p.requires_grad}
     params = [p for p in model.parameters() if p.requires_grad]
-    client_opt = torch.optim.AdamW(params, lr=args.lr) if "optimizer" not in ds_config else None
+    # fused=True: the optimizer step dswiz's planner assumes (and the HF Trainer's default, adamw_torch_fused).
+    client_opt = torch.optim.AdamW(params, lr=args.lr, fused=True) if "optimizer" not in ds_config else None
     engine, _, _, _ = deepspeed.initialize(
         args=argparse.Namespace(local_rank=args.local_rank, deepspeed_config=args.deepspeed_config),
         model=model,

@@ -141,7 +141,7 @@ def train_with_deepspeed(args: argparse.Namespace) -> None:
     rank0_print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters")
     client_opt = None
     if "optimizer" not in ds_config and not args.eval_only:
-        client_opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+        client_opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True)  # the step dswiz plans
     engine, _, _, _ = deepspeed.initialize(
         args=argparse.Namespace(local_rank=args.local_rank, deepspeed_config=args.deepspeed_config),
         model=model,
@@ -197,7 +197,7 @@ def train_with_accelerate(args: argparse.Namespace) -> None:
     if "optimizer" in ds_config:
         optimizer = DummyOptim(model.parameters(), lr=args.lr)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True)
     micro = ds_config.get("train_micro_batch_size_per_gpu", 4)
     micro = micro if isinstance(micro, int) else 4
     data = [

@@ -417,3 +417,29 @@ def test_recs_family_is_every_model_and_card_the_analysis_judges(pa: ModuleType)
         assert c == pa.recommended_config(hw, c.model, c.cap_gib, c.seq)
     assert [pa.card_label(c) for c in (None, 24)] == ["full", "24"]
     assert "recs" in pa.PER_PROCESS_FAMILIES
+
+
+def test_optimizer_family_steps_with_the_scripts_own_adamw(pa: ModuleType) -> None:
+    """--family optimizer: a config stepped by the script's torch.optim.AdamW is a config of its own (its key, its
+    label), its DeepSpeed config has no optimizer section, and the optimizer handed to deepspeed.initialize is
+    torch's AdamW in the form asked for; offloading the optimizer with a torch AdamW is refused."""
+    import torch
+
+    grid = pa.family_grid(_h200(pa, 1), 1, False, (0,), "optimizer")
+    assert len({c.key() for c in grid}) == len(grid)
+    assert {c.optimizer for c in grid} == {"ds", "torch", "torch-fused"}
+    ds = next(c for c in grid if c.optimizer == "ds")
+    foreach = replace(ds, optimizer="torch")
+    assert ds.key() != foreach.key() and ds.key() == replace(ds, optimizer="ds").key()
+    assert pa._describe(asdict(foreach)).endswith(" adamw:foreach")
+    assert "optimizer" in pa.ds_config(ds, False, False)
+    assert "optimizer" not in pa.ds_config(foreach, False, False)
+    model = torch.nn.Linear(4, 4)
+    assert pa.client_optimizer(ds, model) is None
+    opt = pa.client_optimizer(replace(ds, optimizer="torch-fused"), model)
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] is True
+    assert pa.client_optimizer(foreach, model).defaults["fused"] is None
+    with pytest.raises(ValueError, match="CPU Adam"):
+        pa.client_optimizer(replace(foreach, offload_optimizer="cpu"), model)
+    boundary = pa.family_grid(_h200(pa, 1), 1, False, (0,), "boundary")
+    assert {c.model for c in boundary} == {"qwen2-1.5b"} and all(c.checkpointing for c in boundary)

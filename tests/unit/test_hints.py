@@ -158,3 +158,21 @@ def test_to_dict_is_json_ready() -> None:
     d = code_hints("accelerate", "config", "script").to_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["findings"][0]["severity"] == "warning"
+
+
+def test_a_scripts_own_adamw_becomes_the_fused_step_the_planner_assumes() -> None:
+    """Where the hint rewrites the script, the script's optimizer is torch's AdamW with fused=True (a real parameter
+    of the installed torch): the step dswiz's planner figures were measured with, not torch's default foreach step.
+    (A script accelerate runs unchanged keeps its own optimizer.)"""
+    import torch
+
+    for consumer, opt, sched in ALL:
+        hints = code_hints(consumer, opt, sched)
+        for call in calls(hints.after, "AdamW") if hints.changed else []:
+            assert_binds(call, torch.optim.AdamW)
+            assert any(k.arg == "fused" and ast.literal_eval(k.value) is True for k in call.keywords), (
+                consumer,
+                opt,
+                sched,
+            )
+    assert "fused=True" in code_hints("deepspeed", "script", "none").diff
