@@ -200,6 +200,14 @@ BOUNDARY_CONFIGS: tuple[tuple[str, int, bool, int, int, str], ...] = (
     ("qwen2-1.5b", 1, True, 24, 2048, "torch-fused"),
     ("qwen2-1.5b", 1, True, 12, 2048, "ds"),
     ("qwen2-1.5b", 1, True, 22, 2048, "ds"),
+    (
+        "qwen2-1.5b",
+        1,
+        True,
+        23,
+        2048,
+        "ds",
+    ),  # the largest the planner allows since LOGITS_SHARE_CHECKPOINTING 0.75
 )
 FAMILIES = ("gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary")
 PER_PROCESS_FAMILIES = (
@@ -2008,8 +2016,12 @@ def _markdown_fit_checks(run: dict[str, Any]) -> list[str]:
         f"{len(fc['unsafe'])} unsafe (predicted to fit with the margin, OOMed), "
         f"{len(fc['unsafe_without_margin'])} that fit only by the margin's grace.",
     ]
-    for c in fc["unsafe"] + [c for c in fc["unsafe_without_margin"] if c not in fc["unsafe"]]:
-        md.append(f"- OOM predicted to fit: {c['config']} on {c['card']}")
+    md += [f"- OOM predicted to fit: {c['config']} on {c['card']}" for c in fc["unsafe"]]
+    md += [
+        f"- OOM that only the margin kept out: {c['config']} on {c['card']}"
+        for c in fc["unsafe_without_margin"]
+        if c not in fc["unsafe"]
+    ]
     return md
 
 
@@ -2084,7 +2096,7 @@ def _reading_key(r: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two rows readings of one config: the config without its repeat number, at the sequence it ran."""
     c = r["config"]
     return (*(c[k] for k in ("model", "zero_stage", "offload_optimizer", "offload_param", "checkpointing",
-                              "micro_batch", "cap_gib")), r.get("seq_len"))  # fmt: skip
+                              "micro_batch", "cap_gib")), r.get("seq_len"), c.get("optimizer", "ds"))  # fmt: skip
 
 
 def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -2097,7 +2109,14 @@ def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]] = {}
     for r in ok:
         c = r["config"]
-        key = (c["model"], c["zero_stage"], c["offload_optimizer"], c["offload_param"], c["checkpointing"])
+        key = (
+            c["model"],
+            c["zero_stage"],
+            c["offload_optimizer"],
+            c["offload_param"],
+            c["checkpointing"],
+            c.get("optimizer", "ds"),  # the script's own AdamW (--family optimizer) is a family of its own
+        )
         groups.setdefault(key, {}).setdefault(_reading_key(r), []).append(r)
 
     def per_config(configs: list[list[dict[str, Any]]], error: Any) -> list[float]:

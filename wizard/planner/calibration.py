@@ -193,7 +193,15 @@ RESERVED_FIXED_BYTES = int(0.85 * GiB)  # fit: small-pool segments and blocks no
 STEP_BLOCK_SHARE = 0.52  # fit: of the step's block, at the forward/backward peak
 STEP_BLOCK_SHARE_CHECKPOINTING = 0.50  # fit
 LOGITS_SHARE = 0.57  # fit: of the fp32 logits block
-LOGITS_SHARE_CHECKPOINTING = 0.57  # fit: with checkpointing, whose recomputed layers split it
+# With checkpointing, the backward's recomputed layers land in the freed fp32 logits segments and split them: the
+# next step's logits block needs a segment of its own. Qwen2-1.5B (151,936-token vocabulary), ZeRO-1 + checkpointing
+# at seq 2048, one H200 (plan_accuracy-2026-12-02-1gpu-boundary-boundary.json): the cache was 1.35 fp32 logits
+# blocks at micro-batch 12, 16 and 22 and 0.34 at 20, and micro-batch 24 ran out of memory asking for one 27.8 GiB
+# block with 21 GiB cached but split (also under `dswiz probe`, probe_calibration-2026-12-02-1gpu-qwen2-1.5b-
+# fused.md), which the joint fit's 0.57 let fit. Refit alone over every row (the others as above): 0.75 is the
+# smallest share that predicts that OOM not to fit; it also centres the checkpointing rows (signed median device
+# error -1.7 % -> -0.2 %, median |error| 4.6 % -> 3.3 %; p95 10.4 % -> 12.5 %, the rows whose cache was small).
+LOGITS_SHARE_CHECKPOINTING = 0.75  # fit: with checkpointing, whose recomputed layers split it
 FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + logits, at the optimizer step
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
