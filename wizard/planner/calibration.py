@@ -201,6 +201,7 @@ LOGITS_SHARE = 0.57  # fit: of the fp32 logits block
 # fused.md), which the joint fit's 0.57 let fit. Refit alone over every row (the others as above): 0.75 is the
 # smallest share that predicts that OOM not to fit; it also centres the checkpointing rows (signed median device
 # error -1.7 % -> -0.2 %, median |error| 4.6 % -> 3.3 %; p95 10.4 % -> 12.5 %, the rows whose cache was small).
+# Micro-batch 23, the largest this share allows there, ran (-boundary-boundary23.json, reserved at the card's limit).
 LOGITS_SHARE_CHECKPOINTING = 0.75  # fit: with checkpointing, whose recomputed layers split it
 FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + logits, at the optimizer step
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
