@@ -200,25 +200,13 @@ BOUNDARY_CONFIGS: tuple[tuple[str, int, bool, int, int, str], ...] = (
     ("qwen2-1.5b", 1, True, 24, 2048, "torch-fused"),
     ("qwen2-1.5b", 1, True, 12, 2048, "ds"),
     ("qwen2-1.5b", 1, True, 22, 2048, "ds"),
-    (
-        "qwen2-1.5b",
-        1,
-        True,
-        23,
-        2048,
-        "ds",
-    ),  # the largest the planner allows since LOGITS_SHARE_CHECKPOINTING 0.75
+    # the largest the planner allows since LOGITS_SHARE_CHECKPOINTING 0.75
+    ("qwen2-1.5b", 1, True, 23, 2048, "ds"),
 )
 FAMILIES = ("gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary")
-PER_PROCESS_FAMILIES = (
-    "zero3",
-    "sweep",
-    "heldout",
-    "recs",
-    "repeats",
-    "optimizer",
-    "boundary",
-)  # one process per config
+PER_PROCESS_FAMILIES = FAMILIES[1:]  # one process (one engine) per config: all but the GPT-2 grid
+# Config.optimizer: how a row's label names it ("ds", DeepSpeed's AdamW from the config, is the grid's default).
+OPTIMIZER_LABELS = {"ds": "", "torch": " adamw:foreach", "torch-fused": " adamw:fused"}
 
 
 def family_seq(family: str, smoke: bool) -> int:
@@ -767,6 +755,8 @@ def client_optimizer(c: Config, model: Any) -> Any:
     torch.optim.AdamW as a script writes it, its default implementation (foreach on a GPU) or fused=True."""
     import torch
 
+    if c.optimizer not in OPTIMIZER_LABELS:
+        raise ValueError(f"optimizer {c.optimizer!r}: one of {', '.join(OPTIMIZER_LABELS)}")
     if c.optimizer == "ds":
         return None
     if c.offload_optimizer != "none":  # ZeRO-Offload steps with DeepSpeed's CPU Adam, not a torch optimizer
@@ -1921,11 +1911,12 @@ def _describe(c: dict[str, Any]) -> str:
         s += f" seq{c['seq']}"
     if c.get("repeat"):
         s += f" #{c['repeat'] + 1}"
-    if c.get("optimizer", "ds") != "ds":
-        s += {"torch": " adamw:foreach", "torch-fused": " adamw:fused"}.get(
-            c["optimizer"], f" {c['optimizer']}"
-        )
-    return s
+    return s + OPTIMIZER_LABELS[_row_optimizer(c)]
+
+
+def _row_optimizer(c: dict[str, Any]) -> str:
+    """A raw row's Config.optimizer (rows from before it existed ran DeepSpeed's: the default)."""
+    return str(c.get("optimizer", Config.optimizer))
 
 
 def _f(x: Any, pct: bool = False) -> str:
@@ -2096,7 +2087,7 @@ def _reading_key(r: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two rows readings of one config: the config without its repeat number, at the sequence it ran."""
     c = r["config"]
     return (*(c[k] for k in ("model", "zero_stage", "offload_optimizer", "offload_param", "checkpointing",
-                              "micro_batch", "cap_gib")), r.get("seq_len"), c.get("optimizer", "ds"))  # fmt: skip
+                              "micro_batch", "cap_gib")), r.get("seq_len"), _row_optimizer(c))  # fmt: skip
 
 
 def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -2115,7 +2106,7 @@ def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
             c["offload_optimizer"],
             c["offload_param"],
             c["checkpointing"],
-            c.get("optimizer", "ds"),  # the script's own AdamW (--family optimizer) is a family of its own
+            _row_optimizer(c),  # the script's own AdamW (--family optimizer) is a family of its own
         )
         groups.setdefault(key, {}).setdefault(_reading_key(r), []).append(r)
 

@@ -86,6 +86,7 @@ _TORCH_OPTIMIZER = "torch.optim.AdamW(model.parameters(), lr=1e-4)"
 # The step the planner's figures were measured with (and the HF Trainer's default, adamw_torch_fused): torch's default
 # foreach AdamW ran 2-3 % slower on the H200 and moved the allocator's cache by -10 ... +4 GiB (docs/measurements.md).
 _FUSED_OPTIMIZER = "torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the step dswiz planned"
+_AFTER_OPT = f"optimizer = {_FUSED_OPTIMIZER}\n"  # where a hint rewrites the script's optimizer line
 
 _ACCELERATE_BEFORE_OPT = f"optimizer = {_TORCH_OPTIMIZER}\n"
 _ACCELERATE_BEFORE_SCHED = f"scheduler = {_SCRIPT_SCHEDULER.format(opt='optimizer')}\n"
@@ -125,7 +126,7 @@ def _accelerate(opt: str, sched: str) -> tuple[str, str, str]:
             "optimizer = DummyOptim(model.parameters(), lr=1e-4)  # DeepSpeed builds it from the config\n"
         )
     else:
-        after += f"optimizer = {_FUSED_OPTIMIZER}\n"
+        after += _AFTER_OPT
     if sched == "config":
         after += "scheduler = DummyScheduler(optimizer, total_num_steps=num_training_steps, warmup_num_steps=100)\n"
     elif sched == "script":
@@ -190,7 +191,7 @@ def _deepspeed(opt: str, sched: str) -> tuple[str, str, str]:
     if opt == "config":
         kwargs.append("model_parameters=model.parameters()")
     else:
-        after += f"optimizer = {_FUSED_OPTIMIZER}\n"
+        after += _AFTER_OPT
         kwargs.append("optimizer=optimizer")
     if sched == "script":
         if opt == "config":

@@ -441,5 +441,7 @@ def test_optimizer_family_steps_with_the_scripts_own_adamw(pa: ModuleType) -> No
     assert pa.client_optimizer(foreach, model).defaults["fused"] is None
     with pytest.raises(ValueError, match="CPU Adam"):
         pa.client_optimizer(replace(foreach, offload_optimizer="cpu"), model)
+    with pytest.raises(ValueError, match="one of ds, torch, torch-fused"):
+        pa.client_optimizer(replace(ds, optimizer="torch_fused"), model)
     boundary = pa.family_grid(_h200(pa, 1), 1, False, (0,), "boundary")
     assert {c.model for c in boundary} == {"qwen2-1.5b"} and all(c.checkpointing for c in boundary)
