@@ -178,6 +178,7 @@ class Job:
         self._stall: Stall | None = None
         self._unread_lines = 0  # lines dswiz failed to read (the job went on; they are in the logs)
         self._run_dir_gone = False
+        self._unsaved = False  # the last write of run.json failed: the next watch writes it again
 
     # -- control ---------------------------------------------------------------------------------------
 
@@ -305,6 +306,8 @@ class Job:
             self._handle_rank_lines(self._poll_rank_logs(), now)
             self._csv_progress(now)
             self._check_run_dir()
+            if self._unsaved and self._record is not None and not self._run_dir_gone:
+                self._write_record(self._record)
         self._check_stall(now)
         if now - self._last_status >= self.status_every_s:
             self._last_status = now
@@ -486,16 +489,23 @@ class Job:
     # -- the record and the end ------------------------------------------------------------------------
 
     def _write_record(self, record: RunRecord) -> bool:
-        """run.json, unless the run directory is gone (then said once; the job goes on)."""
+        """run.json, unless the run directory is gone (then said once; the job goes on). A write that fails is said
+        once and made again on each watch until one succeeds: the ranks' pids are not lost to one failed write."""
         try:
             rundir.write_run_record(self.prepared.run_dir, record)
-            return True
         except OSError as e:
             if not self.prepared.run_dir.is_dir():
                 self._check_run_dir()
-            else:
-                self.sink.on_notice(f"cannot write run.json ({e.strerror or e}); the job goes on")
+            elif not self._unsaved:  # said once until a write succeeds again
+                self.sink.on_notice(
+                    f"cannot write run.json ({e.strerror or e}); the job goes on and dswiz tries again"
+                )
+            self._unsaved = True
             return False
+        if self._unsaved:
+            self._unsaved = False
+            self.sink.on_notice("run.json is written again")
+        return True
 
     def _initial_record(self) -> RunRecord:
         p = self.prepared
