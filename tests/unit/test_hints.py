@@ -176,3 +176,21 @@ def test_a_scripts_own_adamw_becomes_the_fused_step_the_planner_assumes() -> Non
                 sched,
             )
     assert "fused=True" in code_hints("deepspeed", "script", "none").diff
+
+
+def test_the_plan_says_which_optimizer_step_its_figures_assume() -> None:
+    """The optimizer on the GPU: the reasons name the fused AdamW step the hint writes (torch's default foreach step
+    holds one more fp32 block). Offloaded: DeepSpeed's CPU Adam runs the step, and the reason says that instead."""
+    from wizard.hardware import get_hardware
+    from wizard.model import load_model_spec
+    from wizard.planner import PlanRequest, plan
+
+    p = plan(get_hardware("1xA100-80GB,ram=256GiB"), load_model_spec("gpt2-xl"), PlanRequest(seq_len=1024))
+    on_gpu = [c for c in p.candidates if c.fits and c.strategy.offload_optimizer == "none"]
+    on_cpu = [c for c in p.candidates if c.fits and c.strategy.offload_optimizer == "cpu"]
+    assert on_gpu and on_cpu
+    fused = "planned for a fused AdamW step, as the hints write it"
+    assert all(any(fused in r for r in c.reasons) for c in on_gpu if c.strategy.zero_stage > 0)
+    assert not any(fused in r for c in on_cpu for r in c.reasons)
+    assert any("CPU Adam each step" in r for c in on_cpu for r in c.reasons)
+    assert "fused=True" in code_hints("deepspeed", "script", "none").after

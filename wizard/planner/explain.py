@@ -177,7 +177,8 @@ def _stage_reason(ctx: PlanContext, s: Strategy, mem: MemoryEstimate) -> str:
     elif s.offload_optimizer == "nvme":
         text += f"; optimizer states on NVMe ({fmt_bytes(mem.nvme)} per node)"
     elif opt:
-        text += f" (optimizer states {fmt_bytes(opt)} per GPU)"
+        # torch's default (foreach) AdamW holds one more fp32 block in its step: the cache moves by GiBs
+        text += f" (optimizer states {fmt_bytes(opt)} per GPU; planned for a fused AdamW step, as the hints write it)"
     if s.offload_param != "none":
         text += (
             f"; parameters on {'the CPU' if s.offload_param == 'cpu' else 'NVMe'}, fetched every micro-step"
