@@ -112,7 +112,8 @@ def _accelerate(opt: str, sched: str) -> tuple[str, str, str]:
         return (
             before,
             before,
-            "no change: accelerator.prepare() hands your optimizer and scheduler to DeepSpeed",
+            "no change: accelerator.prepare() hands your optimizer and scheduler to DeepSpeed (dswiz planned "
+            "for a fused AdamW step: torch.optim.AdamW(..., fused=True))",
         )
     if opt == "config" and sched == "script":
         dummies = ["DummyOptim", "DummyScheduler"]

@@ -194,3 +194,5 @@ def test_the_plan_says_which_optimizer_step_its_figures_assume() -> None:
     assert not any(fused in r for c in on_cpu for r in c.reasons)
     assert any("CPU Adam each step" in r for c in on_cpu for r in c.reasons)
     assert "fused=True" in code_hints("deepspeed", "script", "none").after
+    # where the hint leaves the script as it is, it says which step the figures assume
+    assert "fused=True" in code_hints("accelerate", "script", "none").explanation
