@@ -18,7 +18,7 @@ import click
 
 from runner.configdir import ConfigChoice
 from wizard.cli_options import defaulted_option, flag_option, no_history_option, python_option
-from wizard.errors import DswizError
+from wizard.errors import DswizError, read_user_text
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
 from wizard.launch_command import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
@@ -362,7 +362,10 @@ def resolve_nodes(request: LaunchRequest, choice: ConfigChoice, launcher: str) -
     if master_addr is None and hostfile:
         master_addr = choice.master_addr  # launch.sh's: the first host of the plan
     hosts = (
-        launch_hosts(Path(hostfile).read_text(encoding="utf-8"), source=hostfile)
+        launch_hosts(
+            read_user_text(hostfile, "a hostfile", "pass a hostfile: one `host slots=N` line per node"),
+            source=hostfile,
+        )
         if hostfile and Path(hostfile).is_file()
         else []
     )
@@ -525,8 +528,15 @@ def start_job(checked: CheckedLaunch) -> tuple[Job, TerminalSink]:
 
     resolved, request = checked.resolved, checked.resolved.request
     spec = resolved.spec
-    yaml_text = Path(spec.accelerate_config).read_text(encoding="utf-8") if spec.accelerate_config else None
-    env_texts = [p.read_text(encoding="utf-8") for p in _deepspeed_env_files(resolved.choice)]
+    yaml_text = (
+        read_user_text(spec.accelerate_config, "an accelerate YAML", "pass the YAML `dswiz config` wrote")
+        if spec.accelerate_config
+        else None
+    )
+    env_texts = [
+        read_user_text(p, "a .deepspeed_env file", "write KEY=VALUE lines, or remove the file")
+        for p in _deepspeed_env_files(resolved.choice)
+    ]
     prepared = prepare_run(
         checked.specs,
         ds_config=resolved.ds_config,

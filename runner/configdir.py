@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wizard.config.parse import parse_json
-from wizard.errors import DswizError
+from wizard.errors import DswizError, read_user_text
 from wizard.fsio import settle_file_set
 from wizard.launch_command import accelerate_ds_config_file
 
@@ -109,10 +109,11 @@ def _single(directory: Path, pattern: str) -> Path | None:
 def _yaml_ds_file(yml: Path) -> Path | None:
     """The JSON an accelerate YAML names: as written (relative to the working directory, as accelerate opens it),
     else next to the YAML."""
-    try:
-        named = accelerate_ds_config_file(yml.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise DswizError(f"cannot read {yml}: {e.strerror}", "check the file's permissions") from e
+    named = accelerate_ds_config_file(
+        read_user_text(
+            yml, "an accelerate YAML", "pass the folder `dswiz config` wrote, or the config file itself"
+        )
+    )
     if named is None:
         return None
     for candidate in (Path(named), yml.parent / named):
@@ -127,7 +128,7 @@ def _yaml_ds_file(yml: Path) -> Path | None:
 def _launch_sh_hints(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # hints only: launch.sh is the user's to edit
         return {}
     exec_line = next((ln for ln in text.splitlines() if ln.startswith("exec ")), "")
     hints: dict[str, Any] = {}
@@ -169,10 +170,9 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
 
 def load_ds_config(path: Path) -> dict[str, Any]:
     """The DeepSpeed JSON as a dict; DswizError naming the line and column when it is not valid JSON."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise DswizError(f"cannot read {path}: {e.strerror}", "check the path and its permissions") from e
+    text = read_user_text(
+        path, "a DeepSpeed JSON", "pass a DeepSpeed JSON (ds_config.json) or a folder `dswiz config` wrote"
+    )
     data, problem = parse_json(text)
     if problem is not None:
         raise DswizError(
@@ -187,7 +187,9 @@ def load_ds_config(path: Path) -> dict[str, Any]:
 def read_env_file(path: Path) -> dict[str, str]:
     """``KEY=VALUE`` lines of a .deepspeed_env (what DeepSpeed exports to every node)."""
     out: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_user_text(
+        path, "a .deepspeed_env file", "write KEY=VALUE lines, or remove the file"
+    ).splitlines():
         if "=" in line and not line.lstrip().startswith("#"):
             key, value = line.split("=", 1)
             out[key.strip()] = value.strip()

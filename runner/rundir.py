@@ -268,7 +268,7 @@ def effective_status(record: RunRecord) -> str:
 
 RUN_JSON_FIX = (
     "run.json is written by `dswiz launch`: restore it from a backup, or pass another run directory "
-    "(`dswiz monitor` still shows the run's logs and metrics)"
+    "(the run's output is still in its logs/ folder)"
 )
 _REQUIRED = ("run_id", "run_dir", "status", "started_at", "command", "command_line")
 _STRUCTURED = (
@@ -389,9 +389,7 @@ def read_run_record(run_dir: Path | str) -> RunRecord:
     except DswizError as e:
         raise DswizError(f"{path}: {e.problem.removeprefix(RUN_JSON + ': ')}", e.fix) from None
     except (OSError, ValueError, RecursionError) as e:
-        raise DswizError(
-            f"{path} cannot be read ({str(e)[:100]})", "pass a run directory made by `dswiz launch`"
-        ) from None
+        raise DswizError(f"{path} cannot be read ({str(e)[:100]})", RUN_JSON_FIX) from None
 
 
 def write_private_file(path: Path | str, text: str) -> None:

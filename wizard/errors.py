@@ -25,3 +25,22 @@ def quoted(value: object, limit: int = 60) -> str:
     list stays one readable line)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_user_text(path: object, kind: str, fix: str) -> str:
+    """The text of a file the user named (``kind``: what it should be, "a hardware profile"), or a DswizError that
+    says why it cannot be read -- missing, a directory, not UTF-8 text (a binary file), unreadable -- with ``fix``."""
+    from pathlib import Path
+
+    p = Path(str(path))
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        problem = f"{p} does not exist"
+    except IsADirectoryError:
+        problem = f"{p} is a directory, not {kind}"
+    except UnicodeDecodeError as e:
+        problem = f"{p} is not a UTF-8 text file (byte {e.start:,} cannot be decoded), so not {kind}"
+    except OSError as e:
+        problem = f"cannot read {p}: {e.strerror or e}"
+    raise DswizError(problem, fix)

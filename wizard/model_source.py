@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wizard.errors import DswizError
+from wizard.errors import DswizError, read_user_text
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"  # transformers' SAFE_WEIGHTS_INDEX_NAME
@@ -73,9 +73,11 @@ def read_config_json(path: Path) -> dict[str, Any]:
                 f"{path} is {size:,} bytes: not a model's config.json (those are a few KiB)",
                 "pass the model's config.json, not its weights",
             )
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise DswizError(f"cannot read {path}: {e}", "check the path and its permissions") from e
+        data = json.loads(read_user_text(path, "a model's config.json", "pass the model's HF config.json"))
+    except OSError as e:  # the size check's stat
+        raise DswizError(
+            f"cannot read {path}: {e.strerror or e}", "check the path and its permissions"
+        ) from e
     except json.JSONDecodeError as e:
         raise DswizError(
             f"{path} is not valid JSON (line {e.lineno}: {e.msg})", "pass the model's HF config.json"

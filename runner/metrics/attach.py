@@ -19,7 +19,13 @@ import psutil
 from runner import rundir
 from runner.metrics.plan import PlanInfo
 from runner.metrics.tail import rank_of_log_file
-from runner.metrics.target import JobTarget, ds_config_facts, load_json_config, target_from_run_dir
+from runner.metrics.target import (
+    JobTarget,
+    ds_config_facts,
+    load_json_config,
+    read_run_json,
+    target_from_run_dir,
+)
 from wizard.errors import DswizError
 
 _LAUNCHER_MARKERS = (
@@ -38,7 +44,7 @@ def resolve_target(arg: str | None, runs_root: Path | None = None) -> JobTarget:
     """RUN_DIR | RUN_ID | PID | None (the latest run) -> JobTarget; a bad argument is a DswizError."""
     root = runs_root or rundir.runs_root()
     if arg is None:
-        return target_from_run_dir(latest_run_dir(root))
+        return _run_dir_target(latest_run_dir(root))
     path = Path(arg).expanduser()
     if path.is_dir():
         if not _looks_like_run_dir(path):
@@ -48,18 +54,29 @@ def resolve_target(arg: str | None, runs_root: Path | None = None) -> JobTarget:
                 + str(root)
                 + "`, or a job's PID",
             )
-        return target_from_run_dir(path)
+        return _run_dir_target(path)
     if rundir.is_run_id(arg):
         candidate = root / arg
         if not candidate.is_dir():
             raise DswizError(f"no run {arg} under {root}", f"list the runs with `ls {root}`")
-        return target_from_run_dir(candidate)
+        return _run_dir_target(candidate)
     if arg.isdigit():
         return target_from_pid(int(arg))
     raise DswizError(
         f"{arg!r} is neither a run directory, a run id (like 20261130-014135) nor a PID",
         "run `dswiz monitor` for the latest run, or pass a run directory, a run id or the job's PID",
     )
+
+
+def _run_dir_target(run_dir: Path) -> JobTarget:
+    """A run directory's target. A run.json there that says no status -- unreadable, not a JSON object, or without
+    the status `dswiz launch` writes first -- is refused before anything is written into the folder: the monitor
+    could never tell that job's end. (No run.json yet is fine: `dswiz launch` is creating it. A record with a value
+    of the wrong type is read as far as it goes, as everywhere in the monitor.)"""
+    if (run_dir / rundir.RUN_JSON).exists() and not isinstance(read_run_json(run_dir).get("status"), str):
+        rundir.read_run_record(run_dir)  # raises a DswizError that names what is wrong with it
+        raise DswizError(f"{run_dir / rundir.RUN_JSON} says no status", rundir.RUN_JSON_FIX)
+    return target_from_run_dir(run_dir)
 
 
 def _looks_like_run_dir(path: Path) -> bool:

@@ -116,7 +116,8 @@ def test_resolve_target_errors_and_latest(tmp_path: Path) -> None:
     root.mkdir()
     for name in ("20261130-010000", "20261130-020000"):
         (root / name).mkdir()
-        (root / name / rundir.RUN_JSON).write_text("{}")
+        record = rundir.RunRecord(name, str(root / name), "running", 0.0, ("python", "train.py"), "train.py")
+        rundir.write_run_record(root / name, record)
     assert resolve_target(None, root).run_dir == root / "20261130-020000"
     assert resolve_target("20261130-010000", root).run_dir == root / "20261130-010000"
     with pytest.raises(DswizError, match="no run 20261130-030000"):
@@ -127,6 +128,29 @@ def test_resolve_target_errors_and_latest(tmp_path: Path) -> None:
         resolve_target("latest-please", root)
     with pytest.raises(DswizError, match="no process with PID"):
         resolve_target("999999999", root)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (bytes(range(128, 256)), "cannot be read"),
+        (b"[1]", "holds list, not a JSON object"),
+        (b'{"pid": "abc"}', "lacks run_id"),
+    ],
+    ids=["binary", "a-list", "not-a-record"],
+)
+def test_a_damaged_run_json_is_refused_before_anything_is_written(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    """`dswiz monitor DIR` on a run.json that is no run record: one message naming the file and what is wrong, not
+    a dashboard of a job whose processes it cannot know (it would wait forever), and no metrics.jsonl left in DIR."""
+    run = tmp_path / "20261130-010000"
+    run.mkdir()
+    (run / rundir.RUN_JSON).write_bytes(content)
+    with pytest.raises(DswizError, match=said) as info:
+        resolve_target(str(run), tmp_path)
+    assert str(run / rundir.RUN_JSON) in info.value.problem and "logs/" in (info.value.fix or "")
+    assert sorted(p.name for p in run.iterdir()) == [rundir.RUN_JSON]
 
 
 RANK_SCRIPT = (

@@ -96,7 +96,9 @@ def check(
         guess = guess_consumer(file)
         consumer = guess.consumer
     findings = lint_path(file, consumer=consumer, world_size=world_size, hardware=report, launcher=launcher)
-    if not no_consumer_check:
+    # a file dswiz cannot read as text is nothing to hand DeepSpeed or accelerate either (their error would be a
+    # raw UnicodeDecodeError next to dswiz's own finding)
+    if not no_consumer_check and not any(f.code == "unreadable" for f in findings):
         from wizard.consumer.check import merge_with_own
 
         found = _consumer_findings(file, consumer=consumer, world_size=world_size, python=python)

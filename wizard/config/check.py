@@ -69,6 +69,7 @@ from wizard.config.schema import (
     SBATCH_NAME,
     Consumer,
 )
+from wizard.errors import DswizError, read_user_text
 from wizard.findings import Finding, sort_findings
 from wizard.hardware.report import HardwareReport
 
@@ -199,15 +200,13 @@ def _context(
 
 
 def _read(path: Path) -> tuple[str, Finding | None]:
+    what = "a DeepSpeed JSON, accelerate YAML or hostfile"
     try:
-        return path.read_text(encoding="utf-8"), None
-    except FileNotFoundError:
-        what, fix = f"{path} does not exist", "check the path"
-    except UnicodeDecodeError:
-        what, fix = f"{path} is not a UTF-8 text file", "pass a DeepSpeed JSON, accelerate YAML or hostfile"
-    except OSError as e:
-        what, fix = f"cannot read {path}: {e.strerror}", "check the file's permissions"
-    return "", finding(ERROR, "unreadable", what, "there is nothing to check", fix, str(path))
+        return read_user_text(path, what, f"pass {what}"), None
+    except DswizError as e:
+        return "", finding(
+            ERROR, "unreadable", e.problem, "there is nothing to check", e.fix or "", str(path)
+        )
 
 
 def _parse_finding(problem: ParseProblem, name: str, code_default: str) -> Finding:

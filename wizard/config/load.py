@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from wizard.config.parse import parse_json, parse_yaml
 from wizard.config.schema import ConfigSet, DeepSpeedSettings, Topology, _Section
-from wizard.errors import DswizError, quoted
+from wizard.errors import DswizError, quoted, read_user_text
 
 FileKind = Literal["deepspeed", "accelerate"]
 
@@ -56,18 +56,11 @@ def file_kind(path: Path, text: str) -> FileKind:
 
 
 def read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DswizError(f"{path} does not exist", "check the path (run from the right directory?)") from None
-    except IsADirectoryError:
-        raise DswizError(f"{path} is a directory", "pass the config file itself (ds_config.json)") from None
-    except UnicodeDecodeError:
-        raise DswizError(
-            f"{path} is not a UTF-8 text file", "pass a DeepSpeed JSON or accelerate YAML"
-        ) from None
-    except OSError as e:
-        raise DswizError(f"cannot read {path}: {e.strerror}", "check the file's permissions") from None
+    return read_user_text(
+        path,
+        "a DeepSpeed JSON or accelerate YAML",
+        "check the path, and pass the config file itself (ds_config.json)",
+    )
 
 
 def load_path(path: Path | str) -> LoadedConfig:

@@ -36,14 +36,15 @@ def get_hardware(spec: str | None = None) -> HardwareReport:
 def _load_report_json(path: Path) -> HardwareReport:
     import json
 
-    from wizard.errors import DswizError
+    from wizard.errors import DswizError, read_user_text
 
     fix = "give a file written by `dswiz detect --json > FILE.json` (or a YAML profile, or a spec like 8xA100-80GB)"
+    if not path.exists():
+        raise DswizError(f"hardware file {str(path)!r} not found", fix)
+    text = read_user_text(path, "a hardware profile", fix)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DswizError(f"hardware file {str(path)!r} not found", fix) from None
-    except (OSError, ValueError) as e:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
         raise DswizError(f"cannot read hardware file {str(path)!r}: {e}", fix) from None
     try:
         report = HardwareReport.from_dict(data)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wizard.errors import DswizError, quoted
+from wizard.errors import DswizError, quoted, read_user_text
 from wizard.hardware.catalog import described_gpu, find_model, known_names
 from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo
 from wizard.units import parse_size, whole_number
@@ -98,16 +98,15 @@ def describe_profile(path: Path) -> HardwareReport:
     """Read a YAML hardware profile (keys: ``PROFILE_KEYS``) into a described ``HardwareReport``."""
     import yaml  # only profiles need it; keeps `dswiz detect` fast
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         raise DswizError(
             f"hardware profile {str(path)!r} not found", f"check the path, or give a spec like {SPEC_FORMS}"
-        ) from None
-    except OSError as e:
-        raise DswizError(
-            f"cannot read hardware profile {str(path)!r}: {e.strerror}", "check the file"
-        ) from None
+        )
+    text = read_user_text(
+        path,
+        "a hardware profile",
+        f"pass a YAML profile (keys: {', '.join(PROFILE_KEYS)}) or a spec like {SPEC_FORMS}",
+    )
     if len(text) > MAX_PROFILE_CHARS:
         raise DswizError(
             f"hardware profile {str(path)!r} is {len(text):,} characters: not a profile (those are a few lines)",
