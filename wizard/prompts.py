@@ -52,11 +52,15 @@ class QuestionaryPrompter:
         return str(self._ask(self.q.text(message, default=default, **self.terminal)))
 
     def select(self, key: str, message: str, options: Sequence[Option], default: Any = None) -> Any:
-        choices = [self.q.Choice(title, value=value, disabled=why) for title, value, why in options]
-        start = next((c for c in choices if c.value == default and not c.disabled), None)
+        # questionary answers a choice's title when its value is None ("none: choose the strategy by hand" came
+        # back as that text, then was read as a model name): choices carry their index, the answer is the value.
+        choices = [self.q.Choice(title, value=i, disabled=why) for i, (title, _, why) in enumerate(options)]
+        start = next(
+            (c for c, (_, v, why) in zip(choices, options, strict=True) if v == default and why is None), None
+        )
         question = self.q.select(message, choices=choices, default=start, **self.terminal)
         _stop_at_the_ends(question, [why is not None for _, _, why in options])
-        return self._ask(question)
+        return options[self._ask(question)][1]
 
     def confirm(self, key: str, message: str, default: bool = True) -> bool:
         return bool(self._ask(self.q.confirm(message, default=default, **self.terminal)))

@@ -22,3 +22,22 @@ def test_bare_dswiz_without_a_terminal_explains_the_alternatives() -> None:
     assert "error: the full-screen wizard needs an interactive terminal" in proc.stderr
     assert "dswiz --plain" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_plain_without_a_terminal_says_so_instead_of_aborting() -> None:
+    """`dswiz --plain </dev/null` once warned "Input is not a terminal" and ended as if Ctrl-C'd (exit 130)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "--plain"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "error: `dswiz --plain` asks questions, but there is no terminal to ask them in" in proc.stderr
+    assert (
+        "dswiz config --yes" in proc.stderr
+        and "Traceback" not in proc.stderr
+        and "aborted" not in proc.stderr
+    )

@@ -35,3 +35,23 @@ def test_down_moves_and_stops_at_the_end() -> None:
 def test_next_offered_skips_disabled_options() -> None:
     assert next_offered([False, True, False], 0, 1) == 2
     assert next_offered([True, False, False], 1, -1) == 1
+
+
+def test_an_option_whose_value_is_none_answers_none_not_its_title() -> None:
+    """The model question's first option, "none: choose the strategy by hand", has the value None: questionary
+    would answer its title, which the wizard then tried to load as a model name, and asked again forever."""
+    from wizard.prompts import NO_MODEL
+
+    options = [(NO_MODEL, None, None), ("gpt2", "gpt2", None)]
+    with create_pipe_input() as pipe:
+        pipe.send_text("\r")
+        assert (
+            QuestionaryPrompter(input=pipe, output=DummyOutput()).select("model-preset", "Model", options)
+            is None
+        )
+    with create_pipe_input() as pipe:
+        pipe.send_text(DOWN + "\r")
+        assert (
+            QuestionaryPrompter(input=pipe, output=DummyOutput()).select("model-preset", "Model", options)
+            == "gpt2"
+        )

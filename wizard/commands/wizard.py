@@ -25,7 +25,15 @@ def run_wizard(
     from_path = Path(from_file) if from_file else None
     service = WizardService(use_history=use_history)
     if plain:
+        from wizard.commands.config import is_interactive
         from wizard.prompts import run_prompts
+
+        if not is_interactive():
+            raise DswizError(
+                "`dswiz --plain` asks questions, but there is no terminal to ask them in",
+                "run it in an interactive terminal, or pass your choices as flags: "
+                "dswiz config --yes --model gpt2-medium --out DIR",
+            )
 
         return run_prompts(
             hardware_spec=hardware, from_file=from_path, model_text=model_text, service=service
