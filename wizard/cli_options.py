@@ -242,8 +242,20 @@ OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 def strategy_choice(params: Mapping[str, Any], *, stage: int | None) -> StrategyChoice:
     """The parts of a strategy that ``stage`` and the ``strategy_options`` flags fix; None where not given."""
+    from wizard.errors import DswizError
     from wizard.planner.types import StrategyChoice
 
+    for flag, key in (("--offload-optimizer", "offload_optimizer"), ("--offload-param", "offload_param")):
+        if params.get("no_offload") and params.get(key) not in (None, "none"):
+            raise DswizError(
+                f"--no-offload and {flag} {params[key]} contradict each other",
+                f"drop --no-offload to offload, or {flag} to keep everything on the GPUs",
+            )
+    if params.get("no_checkpointing") and params.get("activation_checkpointing"):
+        raise DswizError(
+            "--no-checkpointing and --activation-checkpointing contradict each other",
+            "drop one of them (--no-activation-checkpointing fixes the strategy without checkpointing)",
+        )
     return StrategyChoice(
         zero_stage=stage,
         offload_optimizer=params.get("offload_optimizer"),

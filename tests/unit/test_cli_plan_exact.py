@@ -125,3 +125,29 @@ def test_exact_inference_strategy_keeps_the_candidate_contract_and_refuses_train
         (c,) = doc["candidates"]
         assert rc == 1 and not c["fits"] and "unsupported" in c["limits"], flags
         assert c["reasons"][0].startswith("not possible here:") and why in c["reasons"][0], flags
+
+
+def test_flags_that_contradict_each_other_are_refused_by_plan_and_config(tmp_path: Path) -> None:
+    """--no-offload with an offload device, --no-checkpointing with --activation-checkpointing: one message naming
+    both flags, exit 2, nothing planned or written (both were once taken silently, the later flag winning)."""
+    cases = [
+        (("--no-offload", "--offload-optimizer", "cpu"), "--no-offload and --offload-optimizer cpu"),
+        (
+            ("--no-offload", "--stage", "3", "--offload-param", "nvme"),
+            "--no-offload and --offload-param nvme",
+        ),
+        (
+            ("--no-checkpointing", "--activation-checkpointing"),
+            "--no-checkpointing and --activation-checkpointing",
+        ),
+    ]
+    for flags, said in cases:
+        for command in (("plan", "--json"), ("config", "--yes", "--out", str(tmp_path / "out"))):
+            proc = dswiz(*command, "--model", "gpt2", *A100, *flags)
+            assert proc.returncode == 2, (command, flags, proc.stderr)
+            assert f"error: {said} contradict each other" in proc.stderr and "fix:" in proc.stderr
+            assert proc.stdout == "" and not (tmp_path / "out").exists()
+    # an offload device of "none" says the same as --no-offload: no contradiction
+    assert (
+        dswiz("plan", "--model", "gpt2", *A100, "--no-offload", "--offload-optimizer", "none").returncode == 0
+    )
