@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.configdir import ConfigChoice
-from wizard.cli_options import defaulted_option, flag_option, no_history_option, python_option
+from wizard.cli_options import FiniteFloat, defaulted_option, flag_option, no_history_option, python_option
 from wizard.errors import DswizError, read_user_text
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
@@ -101,12 +101,18 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
     help="Where this run's files go. Default: a new folder under ~/.local/state/dswiz/runs/.",
 )
 @defaulted_option(
-    "--grace", float, 5.0, "S", "Seconds between SIGINT and SIGTERM (and SIGTERM and SIGKILL) when stopping."
+    "--grace",
+    FiniteFloat(min=0),
+    5.0,
+    "S",
+    "Seconds between SIGINT and SIGTERM (and SIGTERM and SIGKILL) when stopping.",
 )
-@defaulted_option("--status-every", float, 10.0, "S", "Seconds between status lines.")
+@defaulted_option(
+    "--status-every", FiniteFloat(min=0, min_open=True), 10.0, "S", "Seconds between status lines."
+)
 @click.option(
     "--stall-timeout",
-    type=float,
+    type=FiniteFloat(min=0, min_open=True),
     metavar="S",
     help="Stop the job when no new step comes for S seconds (counted from the last step seen: a job that never "
     "prints a step is never stopped); the verdict names the stall, exit code 124. Default: off (a stall is only "

@@ -3,6 +3,7 @@ name, the metavar and how a default is shown. Front-door code only (imports clic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +35,20 @@ def choice_option(*names: str, choices: tuple[str, ...], default: str, help: str
     return click.option(*names, type=click.Choice(choices), default=default, show_default=True, help=help)
 
 
-def defaulted_option(name: str, kind: type[Any], default: Any, metavar: str, help: str) -> Callable[[F], F]:
+class FiniteFloat(click.FloatRange):
+    """A number option within bounds that also refuses nan and inf: click's FloatRange lets nan through every
+    bound (every comparison with nan is false), and `--margin nan` once reached the planner as a traceback."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
+
+
+def defaulted_option(name: str, kind: Any, default: Any, metavar: str, help: str) -> Callable[[F], F]:
     """A number with a default that ``--help`` shows."""
     return click.option(name, type=kind, default=default, show_default=True, metavar=metavar, help=help)
 
@@ -159,7 +173,7 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
         flag_option("--no-checkpointing", help="Never use activation checkpointing."),
         click.option(
             "--margin",
-            type=click.FloatRange(0, 50),
+            type=FiniteFloat(0, 50),
             default=5.0,
             show_default=True,
             help="Percent of each GPU's memory to keep free.",

@@ -20,6 +20,7 @@ import click
 
 from wizard.cli_options import (
     F,
+    FiniteFloat,
     choice_option,
     finetune_from_flags,
     flag_option,
@@ -168,7 +169,11 @@ _NOT_PREFILLED = (
     help="Who builds the optimizer: DeepSpeed (config) or the script; auto = DeepSpeed's when offloading.",
 )
 @click.option(
-    "--lr", type=float, default=1e-4, show_default=True, help="Learning rate of DeepSpeed's optimizer."
+    "--lr",
+    type=FiniteFloat(min=0, min_open=True),
+    default=1e-4,
+    show_default=True,
+    help="Learning rate of DeepSpeed's optimizer.",
 )
 @click.option("--torch-adam", is_flag=True, help="DeepSpeed's optimizer as torch AdamW (no JIT build).")
 @click.option("--steps-per-print", type=click.IntRange(min=1), default=10, show_default=True)

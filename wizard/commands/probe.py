@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from wizard.cli_options import given_options, planning_options, planning_request, python_option
+from wizard.cli_options import FiniteFloat, given_options, planning_options, planning_request, python_option
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -42,7 +42,7 @@ from wizard.cli_options import given_options, planning_options, planning_request
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=10),
+    type=FiniteFloat(min=10),
     default=900.0,
     show_default=True,
     help="Seconds one strategy may take to reach its timed steps.",

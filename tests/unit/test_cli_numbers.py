@@ -1,0 +1,48 @@
+"""Number flags refuse nan and inf as well as values outside their range (click's FloatRange lets nan through every
+bound: `--margin nan` reached the planner as a traceback, `--lr nan` wrote `"lr": NaN`, which is not JSON)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_cli_plan import dswiz
+
+A100 = ("--hardware", "1xA100-80GB")
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "said"),
+    [
+        (("plan", "--model", "gpt2", *A100, "--margin", "nan"), "--margin", "'nan' is not a finite number"),
+        (
+            ("config", "--yes", "--model", "gpt2", *A100, "--lr", "nan"),
+            "--lr",
+            "'nan' is not a finite number",
+        ),
+        (
+            ("config", "--yes", "--model", "gpt2", *A100, "--lr", "inf"),
+            "--lr",
+            "'inf' is not a finite number",
+        ),
+        (("config", "--yes", "--model", "gpt2", *A100, "--lr", "-5"), "--lr", "is not in the range x>0"),
+        (("launch", "--dry-run", "--grace", "-1", "train.py"), "--grace", "is not in the range x>=0"),
+        (
+            ("launch", "--dry-run", "--stall-timeout", "nan", "train.py"),
+            "--stall-timeout",
+            "not a finite number",
+        ),
+        (("monitor", "--interval", "0"), "--interval", "is not in the range x>0"),
+        (("probe", "--model", "gpt2", "--timeout", "nan", "train.py"), "--timeout", "not a finite"),
+    ],
+    ids=["margin-nan", "lr-nan", "lr-inf", "lr-negative", "grace", "stall-timeout", "interval", "probe"],
+)
+def test_a_number_flag_refuses_nan_inf_and_out_of_range(
+    tmp_path: Path, args: tuple[str, ...], flag: str, said: str
+) -> None:
+    out = tmp_path / "out"
+    proc = dswiz(*args, *(("--out", str(out)) if args[0] == "config" else ()))
+    assert proc.returncode == 2, proc.stderr
+    assert f"Invalid value for '{flag}'" in proc.stderr and said in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
