@@ -19,7 +19,8 @@ Each finding has a stable code. Rule families, one module each in ``wizard/confi
   runtime        max-grad-norm-in-optimizer, accelerate-dummy-objects, activation-checkpointing-section,
                  accelerate-steps-per-print, no-steps-per-print, no-log-level
   accelerate     accelerate-not-deepspeed, accelerate-unknown-key, accelerate-unknown-ds-key,
-                 accelerate-num-processes, accelerate-config-file-conflict, accelerate-config-file-missing,
+                 accelerate-num-processes, accelerate-value-out-of-range, accelerate-config-file-conflict,
+                 accelerate-config-file-missing,
                  accelerate-config-file-relative, accelerate-default-stage, accelerate-zero3-init,
                  accelerate-plugin-on-cpu (+ offload/nvme/precision codes above for plugin fields)
   launcher       launcher-unknown, launcher-version, launcher-no-hostfile, launcher-no-master, launcher-filter

@@ -117,6 +117,7 @@ def lint_accelerate_dict(
         return AccelerateLint(out, None, None)
     out += _unknown_keys(ds, at, section="deepspeed_config")
     out += _num_processes(raw, at)
+    out += _out_of_range(raw, ds, at)
     out += lint_accelerate_launcher(raw, ds, at, ctx)
     if "deepspeed_config_file" in ds:
         out += _config_file_mode(raw, ds, at)
@@ -161,6 +162,42 @@ def _unknown_keys(mapping: dict[str, Any], at: Any, *, section: str | None) -> l
                     at(f"{section}.{key}"),
                 )
             )
+    return out
+
+
+_OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def _out_of_range(raw: dict[str, Any], ds: dict[str, Any], at: Any) -> list[Finding]:
+    """Values no run can start with (a wrong type is check_types' finding; "auto" is not a value here): accelerate
+    hands them on and DeepSpeed's config validation stops the job at start (deepspeed/runtime/zero/config.py
+    ZeroStageEnum, zero/offload_config.py OffloadDeviceEnum, runtime/config.py's gradient accumulation assertion,
+    DeepSpeed 0.19.8), or accelerate has no process to start."""
+    out = []
+
+    def bad(path: str, what: str, why: str, fix: str) -> None:
+        out.append(finding(ERROR, "accelerate-value-out-of-range", what, why, fix, at(path)))
+
+    stage = as_int(ds.get("zero_stage"))
+    if stage is not None and stage not in (0, 1, 2, 3):
+        bad("deepspeed_config.zero_stage", f"zero_stage {stage} is not a ZeRO stage",
+            "DeepSpeed stops at start: the stage must be 0, 1, 2 or 3", "write zero_stage: 0, 1, 2 or 3")  # fmt: skip
+    for key in ("offload_optimizer_device", "offload_param_device"):
+        device = ds.get(key)
+        if isinstance(device, str) and device not in _OFFLOAD_DEVICES:
+            bad(f"deepspeed_config.{key}", f"{key} {device!r} is not an offload device",
+                "DeepSpeed stops at start: the device must be none, cpu or nvme",
+                f"write {key}: none, cpu or nvme")  # fmt: skip
+    steps = as_int(ds.get("gradient_accumulation_steps"))
+    if steps is not None and steps < 1:
+        bad("deepspeed_config.gradient_accumulation_steps", f"gradient_accumulation_steps is {steps}",
+            "DeepSpeed stops at start: it must be greater than 0",
+            "write gradient_accumulation_steps: 1 (no accumulation) or more")  # fmt: skip
+    for key in ("num_processes", "num_machines"):
+        n = as_int(raw.get(key))
+        if n is not None and n < 1:
+            bad(key, f"{key} is {n}", "there is no process to train on: accelerate launch cannot start the job",
+                f"write {key}: 1 or more ({'every GPU of every machine' if key == 'num_processes' else 'machines'})")  # fmt: skip
     return out
 
 
