@@ -57,6 +57,28 @@ def test_train_batch_size_without_world_size_says_which_world_it_fits() -> None:
     assert "8 GPU(s)" in f.what and f.severity is Severity.INFO
 
 
+@pytest.mark.parametrize("consumer", ["accelerate", "trainer"])
+def test_a_batch_with_auto_parts_is_still_checked_against_the_numbers_given(consumer: str) -> None:
+    """micro-batch "auto": whatever the consumer fills in, 32 cannot be micro x 2 x 3; on 4 GPUs it can (micro 4)."""
+    cfg = {
+        **BASE,
+        "train_batch_size": 32,
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": 2,
+    }
+    (f,) = [f for f in lint_config(cfg, consumer=consumer, world_size=3) if f.code == "batch-arithmetic"]
+    assert f.severity is Severity.ERROR and "= 6" in f.what and "multiple of 6 (30)" in f.fix
+    assert "batch-arithmetic" not in codes(lint_config(cfg, consumer=consumer, world_size=4))
+    both_auto = {
+        **cfg,
+        "gradient_accumulation_steps": "auto",
+    }  # only the world size is known: 33 on 2 GPUs fails
+    assert "batch-arithmetic" in codes(
+        lint_config({**both_auto, "train_batch_size": 33}, consumer=consumer, world_size=2)
+    )
+    assert "batch-arithmetic" not in codes(lint_config(both_auto, consumer=consumer, world_size=2))
+
+
 def test_world_size_comes_from_the_hardware() -> None:
     cfg = {**BASE, "train_batch_size": 16, "gradient_accumulation_steps": 1}
     assert "batch-arithmetic" in codes(lint_config(cfg, hardware=get_hardware("4xA100-80GB")))

@@ -52,8 +52,9 @@ def complete_batch(
 def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     raw = {k: cfg.get(k) for k in (TRAIN, MICRO, GAS)}
     if any(is_auto(v) for v in raw.values()):
-        # The consumer fills them (or cannot: the "auto" rules say which); nothing to compute here.
-        return []
+        # The consumer fills them (or cannot: the "auto" rules say which); what the numbers given already rule out
+        # is checked.
+        return _check_with_auto(cfg, raw, ctx)
     values = {k: as_int(v) for k, v in raw.items()}
     if any(raw[k] is not None and values[k] is None for k in raw):
         return []  # not numbers: the type rules report them
@@ -124,6 +125,39 @@ def check_batch(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
             )
         ]
     return []
+
+
+def _check_with_auto(cfg: dict[str, Any], raw: dict[str, Any], ctx: LintContext) -> list[Finding]:
+    """Some sizes "auto": whatever the consumer fills in, train_batch_size (a number) must be a multiple of the
+    world size times the other numbers given, or DeepSpeed's assertion fails for every value it could fill."""
+    train = as_int(raw[TRAIN])
+    ranks = ctx.effective_world_size
+    if train is None or train <= 0 or ranks is None:
+        return []
+    world, _ = data_parallel_world(cfg, ranks)
+    known = {k: as_int(raw[k]) for k in (MICRO, GAS) if not is_auto(raw[k]) and raw[k] is not None}
+    if world is None or any(v is None or v <= 0 for v in known.values()):
+        return []  # the sequence-parallel split, and sizes that are not numbers, are reported elsewhere
+    parts = [f"{world} (world size)", *(f"{v} ({k})" for k, v in known.items())]
+    divisor = world
+    for v in known.values():
+        divisor *= v or 1
+    if train % divisor == 0:
+        return []
+    auto = [k for k in (MICRO, GAS) if is_auto(raw[k])]
+    return [
+        finding(
+            ERROR,
+            "batch-arithmetic",
+            f"train_batch_size {train} cannot be split over {_ranks_text(ranks, world)}: it is not a multiple "
+            f"of {' x '.join(parts)} = {divisor}",
+            f"whatever the consumer fills into {' and '.join(auto)}, DeepSpeed asserts train_batch_size == "
+            "micro x accumulation x world size",
+            f"make train_batch_size a multiple of {divisor} ({divisor * max(1, round(train / divisor))}), "
+            'or set it to "auto"',
+            TRAIN,
+        )
+    ]
 
 
 def _sequence_parallel(cfg: dict[str, Any]) -> int:
