@@ -64,9 +64,12 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     from wizard.units import parse_size
 
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+    if size <= 0:  # 0 once fell back to the card's whole memory unsaid
+        raise click.BadParameter(f"{value!r} is no memory: give a size above 0, e.g. 24GiB")
+    return size
 
 
 MODEL_HELP = (

@@ -213,7 +213,10 @@ def _parse_count(key: str, value: str) -> int:
         raise DswizError(f"{key}={value!r} is not a number", f"write e.g. {key}=7e9 or {key}=7B")
     n = float(m.group(1)) * _SUFFIX[m.group(2)]
     if n < 1 or n > 1e15:
-        raise DswizError(f"{key}={value} is out of range", f"give {key} as a positive count, e.g. {key}=4096")
+        raise DswizError(
+            f"{key}={value} is out of range: {key} is a count from 1 to 1e15",
+            f"give {key} as a positive count",
+        )
     return round(n)
 
 
@@ -229,6 +232,7 @@ def _parse_flag(key: str, value: str) -> bool:
 def spec_from_numbers(text: str) -> ModelSpec:
     """ "params=7e9" (shape guessed, LLaMA-like) or an explicit shape "layers=..,hidden=..,heads=..,vocab=.."."""
     given: dict[str, str] = {}
+    written: dict[str, str] = {}  # the key as the user wrote it, for the messages
     for part in re.split(r"[,\s]+", text.strip()):
         if not part:
             continue
@@ -245,12 +249,15 @@ def spec_from_numbers(text: str) -> ModelSpec:
                 + "known keys: params, layers, hidden, heads, kv_heads, ffn, vocab, seq, experts, top_k, type, "
                 "tied, use_cache",
             )
-        given[_NUMBER_KEYS[k]] = v.strip()
+        key = _NUMBER_KEYS[k]
+        if key in given:  # the later one once won unsaid
+            raise DswizError(f"{key} is given twice in --model {text!r}", "give each key once")
+        given[key], written[key] = v.strip(), k
     mtype = given.pop("type", "llama").lower()
     name = given.pop("name", "")
-    tied = given.pop("tied", "").lower() in ("1", "true", "yes")
+    tied = _parse_flag("tied", given.pop("tied", "0"))
     use_cache = _parse_flag("use_cache", given.pop("use_cache", "1"))
-    counts = {k: _parse_count(k, v) for k, v in given.items()}
+    counts = {k: _parse_count(written[k], v) for k, v in given.items()}
     shape = {"layers", "hidden", "heads", "vocab"}
     notes: list[str] = []
     exact = True
@@ -271,7 +278,18 @@ def spec_from_numbers(text: str) -> ModelSpec:
     h, heads = counts["hidden"], counts["heads"]
     if h % heads:
         raise DswizError(f"hidden={h} is not divisible by heads={heads}", "pick heads that divide hidden")
+    kv_heads = counts.get("kv_heads", heads)
+    if heads % kv_heads:  # grouped-query attention shares each K/V head among heads / kv_heads query heads
+        raise DswizError(
+            f"kv_heads={kv_heads} does not divide heads={heads}",
+            "give kv_heads that divides heads (equal to heads without grouped-query attention)",
+        )
     experts = counts.get("experts", 0)
+    if "top_k" in counts and counts["top_k"] > max(experts, 1):
+        raise DswizError(
+            f"top_k={counts['top_k']} routes each token to more experts than experts={experts}",
+            "give top_k at most experts (Mixtral: experts=8,top_k=2)",
+        )
     if mtype == "gpt2":
         cfg: dict[str, Any] = {
             "model_type": "gpt2",

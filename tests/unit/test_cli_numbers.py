@@ -16,6 +16,7 @@ A100 = ("--hardware", "1xA100-80GB")
     ("args", "flag", "said"),
     [
         (("plan", "--model", "gpt2", *A100, "--margin", "nan"), "--margin", "'nan' is not a finite number"),
+        (("plan", "--model", "gpt2", *A100, "--gpu-memory", "0"), "--gpu-memory", "is no memory"),
         (
             ("config", "--yes", "--model", "gpt2", *A100, "--lr", "nan"),
             "--lr",
@@ -36,7 +37,17 @@ A100 = ("--hardware", "1xA100-80GB")
         (("monitor", "--interval", "0"), "--interval", "is not in the range x>0"),
         (("probe", "--model", "gpt2", "--timeout", "nan", "train.py"), "--timeout", "not a finite"),
     ],
-    ids=["margin-nan", "lr-nan", "lr-inf", "lr-negative", "grace", "stall-timeout", "interval", "probe"],
+    ids=[
+        "margin-nan",
+        "gpu-memory-0",
+        "lr-nan",
+        "lr-inf",
+        "lr-negative",
+        "grace",
+        "stall-timeout",
+        "interval",
+        "probe",
+    ],
 )
 def test_a_number_flag_refuses_nan_inf_and_out_of_range(
     tmp_path: Path, args: tuple[str, ...], flag: str, said: str

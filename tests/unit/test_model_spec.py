@@ -302,6 +302,12 @@ def test_numbers_moe() -> None:
         ("layers=3", "neither params= nor a full shape", "layers="),
         ("layers=2,hidden=65,heads=4,vocab=10", "not divisible", "heads"),
         ("params=0", "out of range", "positive"),
+        ("params=1e20", "from 1 to 1e15", "positive"),
+        ("params=7e9,seq=0", "seq=0 is out of range", "positive"),  # the key as written, not max_positions
+        ("params=7e9,params=1e9", "params is given twice", "once"),
+        ("layers=2,hidden=64,heads=4,kv_heads=3,vocab=10", "kv_heads=3 does not divide heads=4", "divides"),
+        ("params=7e9,experts=8,top_k=9", "more experts than experts=8", "at most"),
+        ("params=7e9,tied=maybe", "not a yes/no value", "tied=1"),
     ],
 )
 def test_bad_model_text_names_the_problem_and_the_fix(text: str, problem: str, fix: str) -> None:
