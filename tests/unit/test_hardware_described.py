@@ -63,11 +63,14 @@ def test_spaces_and_case_are_forgiven() -> None:
     [
         ("8xB300", "unknown GPU model 'B300'", "H200"),
         ("8xA100", "ambiguous", "A100-80GB"),
-        ("0xA100-80GB", "between 1", "gpus_per_node"),
+        ("0xA100-80GB", "between 1", "8xH100 (GPUs per node"),  # spec syntax: gpus_per_node=8 is no spec
+        ("0x8xA100-80GB", "between 1", "2x8xH100 (nodes x GPUs per node)"),
+        ("8xH100,net=0", "above 0", "net=400"),  # 0 once read as "bandwidth unknown"
+        ("8xH100,ram=1TiB,ram=2TiB", "ram is given twice", "once"),
         ("8xH100,rma=1TiB", "did you mean 'ram'", "nvme"),
         ("8xH100,ram", "not key=value", "ram=1TiB"),
         ("8xH100,ram=lots", "ram", "80GiB"),
-        ("8xH100,net=fast", "must be a number", "inter_node_gbps=400"),
+        ("8xH100,net=fast", "must be a number", "net=400"),
         ("", "cannot read the hardware spec", "8xA100-80GB"),
         ("8x", "unknown GPU model '8x' in hardware spec '8x'", "A100-80GB"),
     ],
@@ -116,7 +119,7 @@ def test_yaml_memory_override_of_a_known_gpu(tmp_path: Path) -> None:
         ("gpu: A100-80GB\ngpus_per_nod: 8\n", "did you mean 'gpus_per_node'", "gpus_per_node"),
         ("gpus_per_node: 8\n", "does not say which GPU", "gpu: A100-80GB"),
         ("gpu: A100-80GB\nram: 512\n", "has no unit", "512GiB"),
-        ("gpu: A100-80GB\nnodes: two\n", "whole number", "nodes=8"),
+        ("gpu: A100-80GB\nnodes: two\n", "whole number", "nodes: 8"),
         ("gpu: [A100\n", "not valid YAML at line", "YAML"),
         ("- gpu: A100-80GB\n", "must be a mapping", "gpu: A100-80GB"),
         ("gpu: Z9000\n", "unknown GPU model", "A100-80GB"),

@@ -360,3 +360,13 @@ def test_a_slightly_faster_but_more_complex_strategy_does_not_win() -> None:
     assert best is not None and not best.strategy.activation_checkpointing
     assert best.strategy.offload_optimizer == "none"
     assert any("within the model's accuracy" in r for r in best.reasons)
+
+
+def test_a_cluster_without_its_network_says_which_bandwidth_the_tokens_per_second_assume() -> None:
+    model = load_model_spec("llama-7b")
+    unknown = plan(get_hardware("2x8xH100,ram=1TiB"), model, PlanRequest(seq_len=2048))
+    said = [n for n in unknown.notes if n.startswith("network between nodes unknown")]
+    assert said == [f"network between nodes unknown: {cal.DEFAULT_INTER_NODE_GBPS:g} Gbit/s assumed for the "
+                    "tokens/s (describe it, e.g. 2x8xH100,net=400)"]  # fmt: skip
+    for spec in ("2x8xH100,ram=1TiB,net=400", "8xH100,ram=1TiB"):  # described, or one node: nothing to say
+        assert not any("between nodes" in n for n in plan(get_hardware(spec), model, PlanRequest()).notes)

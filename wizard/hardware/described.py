@@ -90,8 +90,26 @@ def describe(spec: str) -> HardwareReport:
                 f"unknown option {key!r} in hardware spec {spec!r}{_did_you_mean(key, _OPTION_KEYS)}",
                 f"options are {', '.join(sorted(_OPTION_KEYS))}",
             )
+        if _OPTION_KEYS[key] in profile:  # the later one once won unsaid
+            raise DswizError(f"{key} is given twice in hardware spec {spec!r}", "give each option once")
         profile[_OPTION_KEYS[key]] = value.strip()
     return _build(profile, description=spec.strip(), where=f"hardware spec {spec!r}")
+
+
+# How a spec (not a YAML profile) writes each value, for the fixes: "write e.g. gpus_per_node=8" is no spec.
+_SPEC_EXAMPLES = {
+    "gpus_per_node": "8xH100 (GPUs per node before the GPU name)",
+    "nodes": "2x8xH100 (nodes x GPUs per node)",
+    "inter_node_gbps": "2x8xH100,net=400 (Gbit/s between nodes)",
+    "gpu_memory": "1xH100,mem=80GiB",
+    "cpu_cores": "8xH100,cores=64",
+    "tflops_bf16": "a YAML profile with tflops_bf16: 400",
+}
+
+
+def _write_e_g(key: str, where: str, profile_example: str) -> str:
+    spec = where.startswith("hardware spec") and key in _SPEC_EXAMPLES
+    return f"write e.g. {_SPEC_EXAMPLES[key] if spec else profile_example}"
 
 
 def describe_profile(path: Path) -> HardwareReport:
@@ -175,10 +193,13 @@ def _count(profile: Mapping[str, Any], key: str, where: str, default: int, maxim
     n = None if isinstance(value, (bool, float)) else whole_number(str(value).strip(), limit=10**12)
     if n is None:
         raise DswizError(
-            f"{key} in {where} must be a whole number, not {quoted(value)}", f"write e.g. {key}=8"
+            f"{key} in {where} must be a whole number, not {quoted(value)}",
+            _write_e_g(key, where, f"{key}: 8"),
         ) from None
     if not 1 <= n <= maximum:
-        raise DswizError(f"{key} in {where} must be between 1 and {maximum}, not {n}", f"write e.g. {key}=8")
+        raise DswizError(
+            f"{key} in {where} must be between 1 and {maximum}, not {n}", _write_e_g(key, where, f"{key}: 8")
+        )
     return n
 
 
@@ -188,10 +209,10 @@ def _number(profile: Mapping[str, Any], key: str, where: str) -> float | None:
         return None
     text = str(value).strip()
     m = re.fullmatch(r"(\d{1,15}(?:\.\d{1,15})?)\s*(?:(?i:gbps|gbit/s)|Gb/s|(GB/s))?", text)
-    if isinstance(value, bool) or not m:
+    if isinstance(value, bool) or not m or float(m.group(1)) <= 0:  # 0 once read as "unknown"
         raise DswizError(
-            f"{key} in {where} must be a number (at most 15 digits), not {quoted(value)}",
-            f"write e.g. {key}=400",
+            f"{key} in {where} must be a number above 0 (at most 15 digits), not {quoted(value)}",
+            _write_e_g(key, where, f"{key}: 400"),
         )
     return float(m.group(1)) * (8 if m.group(2) else 1)  # GB/s is bytes: 8 bits each
 

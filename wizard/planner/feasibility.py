@@ -25,6 +25,11 @@ def capacities(hardware: HardwareReport, request: PlanRequest | None = None) -> 
         cpu_cap = host.ram_total_bytes
     if cpu_cap is None:
         notes.append("host RAM unknown: CPU offload is not checked against it")
+    if hardware.nodes > 1 and not hardware.inter_node_gbps:
+        notes.append(
+            f"network between nodes unknown: {cal.DEFAULT_INTER_NODE_GBPS:g} Gbit/s assumed for the tokens/s "
+            "(describe it, e.g. 2x8xH100,net=400)"
+        )
     nvme_cap: int | None = request.nvme_bytes
     if nvme_cap is None:
         free = [d.free_bytes for d in host.disks if d.nvme]
