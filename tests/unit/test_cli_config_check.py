@@ -158,3 +158,47 @@ def test_check_json_output() -> None:
 def test_check_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     proc = dswiz("check", str(tmp_path / "nope.json"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_check_an_empty_file_is_said_to_be_empty(tmp_path: Path) -> None:
+    """An empty ds_config.json was read as hjson and checked as a config without a batch."""
+    (tmp_path / "empty.json").write_text("")
+    proc = dswiz("check", "empty.json", "--no-consumer-check", "--json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (f,) = json.loads(proc.stdout)["findings"]
+    assert (f["code"], f["what"], f["severity"]) == ("unreadable", "empty.json is empty", "error")
+
+
+def test_check_for_deepspeed_refuses_an_accelerate_yaml(tmp_path: Path) -> None:
+    """DeepSpeed does not read an accelerate YAML: its own validation of the mapping stopped on a raw TypeError."""
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\n")
+    proc = dswiz("check", "acc.yaml", "--for", "deepspeed", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "TypeError" not in proc.stdout
+    assert "error: acc.yaml is an accelerate YAML: accelerate reads it, not plain DeepSpeed" in proc.stderr
+
+
+def test_check_model_is_loaded_even_without_a_gpu_to_predict_for(tmp_path: Path) -> None:
+    """`--model nosuch` on a machine without a GPU (CUDA_VISIBLE_DEVICES="" hides any) once passed, exit 0, with a
+    note whose why and fix were empty."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+
+    def check(model: str) -> subprocess.CompletedProcess[str]:
+        argv = [
+            sys.executable,
+            "-m",
+            "wizard",
+            "check",
+            str(cfg),
+            "--model",
+            model,
+            "--no-consumer-check",
+            "--json",
+        ]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+
+    bad = check("nosuch")
+    assert bad.returncode == 2 and "error: unknown model 'nosuch'" in bad.stderr, bad.stderr
+    note = next(f for f in json.loads(check("gpt2").stdout)["findings"] if f["code"] == "plan-not-predicted")
+    assert note["what"] == "no NVIDIA GPU here to predict for" and note["why"] and "--hardware" in note["fix"]

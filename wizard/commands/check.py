@@ -89,6 +89,13 @@ def check(
         from wizard.hardware import get_hardware
 
         report = get_hardware(hardware)
+    if consumer == "deepspeed" and file.suffix.lower() in (".yaml", ".yml"):
+        # (DeepSpeed's own validation of a YAML's mapping once stopped on a raw TypeError)
+        raise DswizError(
+            f"{file} is an accelerate YAML: accelerate reads it, not plain DeepSpeed",
+            "drop --for deepspeed (or pass --for accelerate, or --for trainer for a Trainer script); to check the "
+            "DeepSpeed JSON it names as plain DeepSpeed reads it, pass that file",
+        )
     guess = None
     if consumer is None:
         from wizard.config.check import guess_consumer

@@ -203,11 +203,18 @@ def _context(
 def _read(path: Path) -> tuple[str, Finding | None]:
     what = "a DeepSpeed JSON, accelerate YAML or hostfile"
     try:
-        return read_user_text(path, what, f"pass {what}"), None
+        text = read_user_text(path, what, f"pass {what}")
     except DswizError as e:
         return "", finding(
             ERROR, "unreadable", e.problem, "there is nothing to check", e.fix or "", str(path)
         )
+    if not text.strip() and detect_kind(path, text) not in ("hostfile", "deepspeed_env"):
+        # (an empty JSON once read as hjson and checked as a config without a batch; hostfiles and .deepspeed_env
+        # have rules of their own for an empty file)
+        return "", finding(
+            ERROR, "unreadable", f"{path} is empty", "there is nothing to check", f"pass {what}", str(path)
+        )
+    return text, None
 
 
 def _parse_finding(problem: ParseProblem, name: str, code_default: str) -> Finding:

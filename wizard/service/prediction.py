@@ -47,18 +47,24 @@ def config_prediction(
     )
     from wizard.planner.types import StrategyChoice
 
+    model = load_model_spec(model_text)  # a model that does not load is an error, with or without a GPU here
     if not hardware.gpus:
         return _note(
-            "no NVIDIA GPU here to predict for: give the training machine with --hardware 8xA100-80GB"
+            "no NVIDIA GPU here to predict for",
+            "--model predicts the config's memory and speed on a GPU",
+            "give the training machine with --hardware, e.g. --hardware 8xA100-80GB",
         )
     try:
         loaded = load_path(file / DS_CONFIG_NAME if file.is_dir() else file)
     except DswizError as e:
-        return _note(f"no prediction: the config does not load ({e.problem})")
+        return _note(
+            f"no prediction: the config does not load ({e.problem})",
+            "the prediction reads the strategy from the config",
+            e.fix or "fix the config (the findings above say how)",
+        )
     s = strategy_from_config(loaded.config)
     if loaded.kind == "deepspeed":  # a DeepSpeed JSON names no topology: the hardware's
         s = s.with_(nodes=hardware.nodes, gpus_per_node=max(1, hardware.gpus_per_node))
-    model = load_model_spec(model_text)
     from wizard.service.history import with_history
 
     request = PlanRequest(precisions=(s.precision,), mode=s.mode, buffers=buffers_of(loaded.config))
@@ -100,8 +106,8 @@ def config_prediction(
     return ConfigPrediction(finding, candidate_to_json(chosen))
 
 
-def _note(text: str) -> ConfigPrediction:
-    return ConfigPrediction(Finding(Severity.INFO, "plan-not-predicted", text, "", ""), None)
+def _note(text: str, why: str, fix: str) -> ConfigPrediction:
+    return ConfigPrediction(Finding(Severity.INFO, "plan-not-predicted", text, why, fix), None)
 
 
 # DeepSpeed's zero_optimization keys for the buffers the memory model counts (deepspeed/runtime/zero/config.py,
