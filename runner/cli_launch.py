@@ -62,7 +62,8 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @click.option("--exclude", metavar="FILTER", help="DeepSpeed resource filter of GPUs not to use.")
 @click.option("--launcher", type=click.Choice(LAUNCHERS), help="Default: deepspeed (accelerate for a YAML).")
 @python_option(
-    "The training environment's python. Default: this one if it has DeepSpeed, else python3 on PATH."
+    "The training environment's python. Default: this one if it has DeepSpeed, else python3 on PATH.",
+    runs_here=False,
 )
 @click.option(
     "--config-arg",

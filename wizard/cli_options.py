@@ -20,9 +20,27 @@ if TYPE_CHECKING:  # the planner and the model are imported when a command plans
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def python_option(help: str) -> Callable[[F], F]:
-    """``--python PY``: the training environment's interpreter (each command says what it uses it for)."""
-    return click.option("--python", "python", metavar="PY", help=help)
+def _local_python(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--python for a command that runs it here: it must exist and be executable (a missing one was only a warning
+    in `dswiz check`, exit 0)."""
+    import shutil
+
+    from wizard.errors import DswizError
+
+    if value is not None and shutil.which(value) is None:
+        raise DswizError(
+            f"--python {value}: no such executable here",
+            "pass the training environment's interpreter (e.g. .venv/bin/python), or leave --python out",
+        )
+    return value
+
+
+def python_option(help: str, *, runs_here: bool = True) -> Callable[[F], F]:
+    """``--python PY``: the training environment's interpreter (each command says what it uses it for). Checked
+    to exist when the command runs it on this machine (``runs_here``); `dswiz launch` checks it in its preflight,
+    on every node."""
+    callback = _local_python if runs_here else None
+    return click.option("--python", "python", metavar="PY", help=help, callback=callback)
 
 
 def flag_option(*names: str, help: str) -> Callable[[F], F]:

@@ -202,3 +202,13 @@ def test_check_model_is_loaded_even_without_a_gpu_to_predict_for(tmp_path: Path)
     assert bad.returncode == 2 and "error: unknown model 'nosuch'" in bad.stderr, bad.stderr
     note = next(f for f in json.loads(check("gpt2").stdout)["findings"] if f["code"] == "plan-not-predicted")
     assert note["what"] == "no NVIDIA GPU here to predict for" and note["why"] and "--hardware" in note["fix"]
+
+
+def test_check_with_a_python_that_does_not_exist_is_refused(tmp_path: Path) -> None:
+    """--python names the interpreter the consumers' checks run in; a missing one was a warning and exit 0."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}}))
+    proc = dswiz("check", str(cfg), "--python", str(tmp_path / "no-python"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"error: --python {tmp_path / 'no-python'}: no such executable here" in proc.stderr
+    assert proc.stdout == ""  # refused before anything is checked
