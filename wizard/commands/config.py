@@ -159,7 +159,14 @@ _NOT_PREFILLED = (
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node.")
 @click.option("--hostfile-hosts", metavar="H1,H2,...", help="Host names of the nodes, node 0 first.")
 @click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
-@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True)
+@click.option(
+    "--master-port",
+    type=click.IntRange(1024, 65535),
+    default=29500,
+    show_default=True,
+    metavar="PORT",
+    help="Rendezvous port on node 0, written into launch.sh (a user's process cannot listen below 1024).",
+)
 @click.option("--nvme-path", metavar="DIR", help="Directory on a local NVMe drive for NVMe offload.")
 @cluster_options
 @choice_option(
@@ -176,7 +183,14 @@ _NOT_PREFILLED = (
     help="Learning rate of DeepSpeed's optimizer.",
 )
 @click.option("--torch-adam", is_flag=True, help="DeepSpeed's optimizer as torch AdamW (no JIT build).")
-@click.option("--steps-per-print", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--steps-per-print",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    metavar="N",
+    help="DeepSpeed prints its step, loss-scale and throughput lines every N steps (the live dashboard reads them).",
+)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Directory to write the files to.")
 @click.option(
     "--force",
