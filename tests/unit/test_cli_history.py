@@ -61,6 +61,22 @@ def test_export_then_import_on_another_machine(tmp_path: Path) -> None:
     assert "2 lines of" in again.stderr and "(line 3, 4)" in again.stderr and "--export" in again.stderr
 
 
+def test_export_keeps_an_existing_file_and_db_is_not_created_to_list(tmp_path: Path) -> None:
+    """--export once overwrote a file unasked; --db naming no file once created its folders and an empty database."""
+    a = tmp_path / "a.sqlite3"
+    _seed(a)
+    file = tmp_path / "mine.txt"
+    file.write_text("my notes\n")
+    kept = _dswiz("history", "--export", str(file), env_db=a)
+    assert kept.returncode == 2 and "already exists" in kept.stderr and "--force" in kept.stderr
+    assert file.read_text() == "my notes\n"
+    assert "exported 1 run" in _dswiz("history", "--export", str(file), "--force", env_db=a).stdout
+    missing = tmp_path / "no" / "such" / "h.db"
+    listed = _dswiz("history", "--db", str(missing), env_db=a)
+    assert listed.returncode == 2 and "does not exist: no run history there" in listed.stderr
+    assert not (tmp_path / "no").exists()
+
+
 def test_bad_inputs_are_messages_not_tracebacks(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite3"
     junk = tmp_path / "junk.jsonl"

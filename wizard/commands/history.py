@@ -41,13 +41,27 @@ from wizard.units import fmt_bytes
     type=click.Path(dir_okay=False, path_type=Path),
     help=f"The history file (default: ${ENV_PATH}, else the user data dir).",
 )
+@click.option("--force", is_flag=True, help="With --export: replace FILE if it exists.")
 def history(
-    as_json: bool, limit: int, export_to: Path | None, import_from: Path | None, db: Path | None
+    as_json: bool,
+    limit: int,
+    export_to: Path | None,
+    import_from: Path | None,
+    db: Path | None,
+    force: bool,
 ) -> int:
     """List the runs dswiz launched or watched, with predicted vs measured tokens/s and GPU memory."""
     path = db or default_path()
     if path is None:
         raise DswizError(f"the run history is turned off ({ENV_PATH}=off)", f"unset {ENV_PATH} to use it")
+    if db is not None and not db.exists() and import_from is None:
+        # (listing or exporting once created the folders and an empty database there)
+        raise DswizError(
+            f"{db} does not exist: no run history there",
+            "pass the history file dswiz keeps (leave --db out for the default), or --import FILE to start one",
+        )
+    if export_to is not None and export_to.exists() and not force:
+        raise DswizError(f"{export_to} already exists", "pass --force to replace it, or choose another file")
     store = HistoryStore(path)
     if import_from is not None:
         try:
