@@ -3,6 +3,11 @@ flags handed to `dswiz config` exactly as the user gave them."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import click
 
 from wizard.commands.probe import _planning_flags, probe
@@ -10,6 +15,8 @@ from wizard.hardware.described import describe
 from wizard.model import load_model_spec
 from wizard.planner import PlanRequest, plan
 from wizard.service.probe import distinct_candidates
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_distinct_candidates_are_different_strategies_in_rank_order() -> None:
@@ -67,3 +74,19 @@ def test_on_one_gpu_the_probe_measures_more_than_one_kind_of_work() -> None:
     assert len(groups) == 3
     ranks = [p.candidates.index(c) for c in top]
     assert ranks == sorted(ranks)
+
+
+def test_a_probe_that_cannot_plan_says_it_once_and_leaves_no_folder(tmp_path: Path) -> None:
+    """No GPU here (CUDA_VISIBLE_DEVICES="" hides any): `dswiz config` cannot plan the base config. Its own
+    "error: / fix:" is said once (it was wrapped whole inside the probe's), and the temporary folder the probe made
+    is removed: nothing ran in it (each failed probe once left an empty /tmp/dswiz-probe-*)."""
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "probe", "--model", "tiny", "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("error:") == 1 and proc.stderr.count("fix:") == 1, proc.stderr
+    assert "error: dswiz config could not plan the probe: no strategy fits tiny" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]

@@ -8,6 +8,7 @@ recorded in the run history (`dswiz history`), so the next `dswiz plan` on this 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -68,17 +69,32 @@ from wizard.cli_options import FiniteFloat, given_options, planning_options, pla
 @click.pass_context
 def probe(ctx: click.Context, **opts: Any) -> int:
     """Run the planner's top strategies for a few steps each here; keep and write the fastest measured."""
-    from wizard.config.sidecar import read_sidecar
     from wizard.errors import DswizError
-    from wizard.service.probe import ProbeSetup, write_base_config
-    from wizard.service.probe import probe as run_probe
 
     parent = ctx.parent.params if ctx.parent is not None else {}
     opts["no_history"] = opts["no_history"] or bool(parent.get("no_history"))  # `dswiz --no-history probe`
     if opts["hardware"] is None:
         opts["hardware"] = parent.get("hardware")
+    made_here = opts["work_dir"] is None
     work = opts["work_dir"] or Path(tempfile.mkdtemp(prefix="dswiz-probe-"))
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _probe(ctx, opts, work)
+    except DswizError:
+        if made_here and not any(
+            work.glob("run-*")
+        ):  # nothing ran: no logs to keep (empty folders were left)
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _probe(ctx: click.Context, opts: dict[str, Any], work: Path) -> int:
+    """The probe itself, in ``work``."""
+    from wizard.config.sidecar import read_sidecar
+    from wizard.errors import DswizError
+    from wizard.service.probe import ProbeSetup, write_base_config
+    from wizard.service.probe import probe as run_probe
+
     say = (lambda text: click.echo(text, err=True)) if opts["as_json"] else click.echo
     if opts["config_dir"] is not None:
         sidecar = read_sidecar(opts["config_dir"])

@@ -121,8 +121,9 @@ def write_base_config(config_args: Sequence[str], out: Path) -> PlanSidecar:
     proc = _dswiz(["config", "--yes", *config_args, "--out", str(out), "--force"])
     sidecar = read_sidecar(out) if proc.returncode == 0 else None
     if sidecar is None:
-        raise DswizError(
-            f"dswiz config could not plan the probe: {_last_lines(proc.stderr or proc.stdout)}",
+        raise _child_error(
+            proc,
+            "dswiz config could not plan the probe",
             "run the same `dswiz config --yes --model ...` to see why, fix it, then probe again",
         )
     return sidecar
@@ -136,8 +137,9 @@ def write_candidate(
         argv += ["--steps-per-print", str(steps_per_print)]
     proc = _dswiz(argv)
     if proc.returncode != 0:
-        raise DswizError(
-            f"dswiz config could not write {out}: {_last_lines(proc.stderr or proc.stdout)}",
+        raise _child_error(
+            proc,
+            f"dswiz config could not write {out}",
             "run `dswiz config` with these flags to see why: " + " ".join(argv),
         )
 
@@ -146,6 +148,17 @@ def _dswiz(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*DSWIZ, *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600, check=False
     )
+
+
+def _child_error(proc: subprocess.CompletedProcess[str], what: str, fix: str) -> DswizError:
+    """The error of a `dswiz config` child, said once: its own "error: ... / fix: ..." when it printed one (it was
+    wrapped whole inside ours, "error: ...: error: ... / fix: ..."), else its last lines with ``fix``."""
+    lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines()]
+    problem = next((ln.removeprefix("error: ") for ln in reversed(lines) if ln.startswith("error: ")), None)
+    if problem is None:
+        return DswizError(f"{what}: {_last_lines(proc.stderr or proc.stdout)}", fix)
+    own_fix = next((ln.removeprefix("fix: ") for ln in reversed(lines) if ln.startswith("fix: ")), None)
+    return DswizError(f"{what}: {problem}", own_fix or fix)
 
 
 def _last_lines(text: str, n: int = 3) -> str:
