@@ -189,6 +189,12 @@ def resolve_hub_id(repo_id: str, *, cache_dir: str | Path | None = None) -> Reso
                 f"fetch its config once online (`hf download {repo_id} config.json`, or unset HF_HUB_OFFLINE), "
                 "or pass a local config.json / checkpoint folder",
             )
+        host = _unresolved_hub_host()
+        if host is not None:
+            raise DswizError(
+                f"cannot reach the Hugging Face hub for {repo_id}: {host} does not resolve here (no network?)",
+                _offline_fix(),
+            )
         path = _download(repo_id, CONFIG_NAME, cache_dir)
         if path is None:
             raise DswizError(f"{repo_id} has no config.json on the hub", "pass the model's config.json path")
@@ -201,6 +207,31 @@ def resolve_hub_id(repo_id: str, *, cache_dir: str | Path | None = None) -> Reso
             index = _download(repo_id, INDEX_NAME, cache_dir)
         facts = index_facts(index, config) if index is not None else None
     return ResolvedModel(config, repo_id, f"hub:{repo_id}@{snapshot.name} ({path})", facts)
+
+
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _unresolved_hub_host() -> str | None:
+    """The hub's host name (HF_ENDPOINT's) when it does not resolve here and no proxy would reach it for us -- a
+    machine without internet: huggingface_hub would retry for about 25 s, printing each retry, to fail the same way."""
+    if any(os.environ.get(v) for v in _PROXY_VARS):
+        return None
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname
+    if not host:
+        return None
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return host
+    except OSError:
+        return None  # something else: let huggingface_hub try and say
+    return None
 
 
 def _cached(repo_id: str, filename: str, cache_dir: str | Path | None) -> Path | None:

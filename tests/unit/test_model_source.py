@@ -199,3 +199,32 @@ def test_online_errors_of_the_hub_name_the_fix(tmp_path: Path, repo: str, proble
         server.shutdown()
     assert out.returncode == 3, out.stderr[-2000:]
     assert problem in out.stdout and fix in out.stdout
+
+
+def test_a_hub_that_does_not_resolve_is_said_at_once(tmp_path: Path) -> None:
+    """Without DNS (a cluster without internet) huggingface_hub retried for about 25 s, printing every retry, before
+    failing; the `.invalid` top-level domain never resolves (RFC 2606)."""
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf"),
+        "PYTHONPATH": str(ROOT),
+        "HF_ENDPOINT": "https://hub.invalid",
+    }
+    for var in (
+        "HF_HUB_OFFLINE",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        env.pop(var, None)
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD, "org-x/model"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert (
+        "cannot reach the Hugging Face hub for org-x/model: hub.invalid does not resolve here" in out.stdout
+    )
+    assert "HF_HUB_OFFLINE=1 uses the cache" in out.stdout and "Retrying" not in out.stderr
