@@ -12,6 +12,7 @@ import click
 from wizard.tuning import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, FINETUNE_MODES, FineTune, make_finetune
 
 if TYPE_CHECKING:  # the planner and the model are imported when a command plans, not when `--help` is drawn
+    from wizard.errors import DswizError
     from wizard.hardware.report import HardwareReport
     from wizard.model import ModelSpec
     from wizard.planner import PlanRequest
@@ -231,6 +232,19 @@ def planning_model(params: Mapping[str, Any]) -> ModelSpec:
             f"--finetune {tuning.mode} trains adapters, --mode inference trains nothing", "drop one of them"
         )
     return with_finetune(load_model_spec(params["model_text"]), tuning)
+
+
+def no_gpu_error(report: HardwareReport, model_text: str, command: str) -> DswizError:
+    """What `dswiz plan` and `dswiz config --model` say on a machine without a GPU (the same words: they once told
+    two stories, "nothing to fit on" and "no strategy fits")."""
+    from wizard.errors import DswizError
+
+    reason = f" ({report.no_gpu_reason})" if report.no_gpu_reason else ""
+    return DswizError(
+        f"no NVIDIA GPU on this machine{reason}, so there is nothing to fit on",
+        f"plan for the machine you will train on: dswiz {command} --model {model_text} --hardware 8xA100-80GB "
+        "(or 2x8xH100, a YAML profile, or a `dswiz detect --json` saved there)",
+    )
 
 
 PLAN_WITHOUT_HISTORY = (

@@ -212,3 +212,18 @@ def test_check_with_a_python_that_does_not_exist_is_refused(tmp_path: Path) -> N
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"error: --python {tmp_path / 'no-python'}: no such executable here" in proc.stderr
     assert proc.stdout == ""  # refused before anything is checked
+
+
+def test_plan_and_config_say_the_same_without_a_gpu(tmp_path: Path) -> None:
+    """No GPU here: `dswiz plan` said "nothing to fit on", `dswiz config --yes` "no strategy fits": one story now,
+    with each command's own line to run instead."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    for command in (("plan",), ("config", "--yes", "--out", str(tmp_path / "out"))):
+        argv = [sys.executable, "-m", "wizard", *command, "--model", "tiny"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        assert proc.returncode == 2 and "so there is nothing to fit on" in proc.stderr, proc.stderr
+        assert (
+            f"dswiz {' '.join(command[:2]) if command[0] == 'config' else 'plan'} --model tiny --hardware"
+            in proc.stderr
+        )
+    assert not (tmp_path / "out").exists()

@@ -25,6 +25,7 @@ from wizard.cli_options import (
     finetune_from_flags,
     flag_option,
     given_options,
+    no_gpu_error,
     planning_model,
     planning_options,
     planning_request,
@@ -506,6 +507,8 @@ def recommended_strategy(planned: Planned, flags: Mapping[str, Any] | None = Non
     if choice is not None:
         return planner.choose(planned.plan, choice).strategy
     best = planned.plan.best
+    if best is None and not planned.plan.hardware.gpus:
+        raise no_gpu_error(planned.plan.hardware, planned.model_arg, "config --yes")
     if best is None:
         raise DswizError(
             f"no strategy fits {planned.model_arg} on this hardware",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from wizard.cli_options import (
+    no_gpu_error,
     planning_model,
     planning_options,
     planning_request,
@@ -108,12 +109,7 @@ def plan(
     model = planning_model(ctx.params)
     report = get_hardware(hardware)
     if not report.gpus:
-        reason = f" ({report.no_gpu_reason})" if report.no_gpu_reason else ""
-        raise DswizError(
-            f"no NVIDIA GPU on this machine{reason}, so there is nothing to fit on",
-            f"plan for the machine you will train on: dswiz plan --model {model_text} --hardware 8xA100-80GB "
-            "(or 2x8xH100, a YAML profile, or a `dswiz detect --json` saved there)",
-        )
+        raise no_gpu_error(report, model_text, "plan")
     request = planning_request(ctx.params, stages=stages, hardware=report)
     check_request(report, model, request)
     result = make_plan(report, model, request)
