@@ -40,7 +40,15 @@ LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
 @click.option(
     "--hardware", metavar="SPEC|FILE", help="Check against described hardware (8xA100-80GB, a profile)."
 )
-@click.option("--launcher", type=click.Choice(LAUNCHERS), help="Multi-node launcher (hostfile limits).")
+@click.option(
+    "--launcher-mode",
+    "--multinode-launcher",
+    "--launcher",
+    "launcher",
+    type=click.Choice(LAUNCHERS),
+    help="The multi-node backend the hostfile is for (its limits differ), named as `dswiz launch --launcher-mode` "
+    "and `dswiz config` name it.",
+)
 @python_option("Interpreter of the training environment for the consumers' own checks (default: this one).")
 @click.option("--no-consumer-check", is_flag=True, help="Skip DeepSpeed's/accelerate's own validation.")
 @click.option(

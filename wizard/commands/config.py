@@ -55,9 +55,9 @@ def cluster_options(command: F) -> F:
     for option in reversed(
         (
             click.option(
-                "--launcher",
                 "--launcher-mode",
                 "--multinode-launcher",
+                "--launcher",
                 "launcher",
                 type=click.Choice(MULTINODE_LAUNCHERS),
                 help=f"How a multi-node job starts its nodes (default {DEFAULT_LAUNCHER}: ssh from the first "
@@ -105,7 +105,7 @@ def cluster_answers(flags: dict[str, Any]) -> dict[str, Any]:
 
 def cluster_config_args(flags: dict[str, Any]) -> list[str]:
     """The cluster flags not at their default, to write the same files again."""
-    args = ["--launcher", flags["launcher"]] if flags["launcher"] else []
+    args = ["--launcher-mode", flags["launcher"]] if flags["launcher"] else []
     args += ["--sbatch"] if flags["sbatch"] else []
     for name in ("slurm_time", "slurm_partition", "slurm_cpus_per_task"):
         if flags[name] is not None:
