@@ -159,7 +159,7 @@ def findings_from_result(result: dict[str, Any], *, kind: str, python: str, loca
                 f"{source}-rejects",
                 f"{name}{' ' + version if version else ''} rejects this config: {message[:600]}",
                 f"this is {name}'s own validation, run in {python}: the job would stop the same way",
-                "fix what the message names (dswiz's findings above give the fix for the known cases)",
+                "fix what the message names" + _SEE_ABOVE,
                 location,
             )
         )
@@ -213,6 +213,9 @@ SAME_CAUSE: tuple[tuple[str, frozenset[str]], ...] = (
 )
 
 
+_SEE_ABOVE = " (dswiz's findings above give the fix for the known cases)"
+
+
 def merge_with_own(own: list[Finding], from_consumer: list[Finding]) -> list[Finding]:
     """dswiz's findings plus the consumers' own, one finding per cause: a consumer's error or warning that one of
     dswiz's findings already explains (``SAME_CAUSE``) is dropped, and that finding says the consumer agrees."""
@@ -222,11 +225,14 @@ def merge_with_own(own: list[Finding], from_consumer: list[Finding]) -> list[Fin
         # What a consumer makes of unfilled placeholders (hjson reads bare words as strings) is the template's
         # consequence, not another cause.
         return out + [f for f in from_consumer if f.severity is Severity.INFO]
+    own_errors = any(f.severity is Severity.ERROR for f in own)
     for found in from_consumer:
         explained = next(
             (covered for fragment, covered in SAME_CAUSE if fragment in found.what and covered & codes), None
         )
         if explained is None or found.severity is Severity.INFO:
+            if not own_errors:  # no finding of dswiz's "above" to point at
+                found = replace(found, fix=found.fix.replace(_SEE_ABOVE, ""))
             out.append(found)
             continue
         name = found.what.split(" rejects")[0].split(" warns")[0]
