@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wizard.cli_options import FiniteFloat, no_history_option
+from wizard.cli_options import no_history_option
 from wizard.errors import DswizError
 
 if TYPE_CHECKING:  # imported when a job is watched, not when `--help` is drawn
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported when a job is watched, not when `--help` is drawn
 )
 @click.option(
     "--interval",
-    type=FiniteFloat(min=0, min_open=True),
+    type=float,
     default=1.0,
     show_default=True,
     metavar="S",
