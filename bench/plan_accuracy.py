@@ -324,13 +324,14 @@ def predict(
         "allocated": mem.allocated,
         "reserved": mem.reserved,
         "device": mem.device,
+        "needed": mem.fit_bytes,
         "peak_phase": mem.peak_phase,
         "tokens_per_sec": tp.tokens_per_sec,
         "cpu": mem.cpu,
         "ds_estimate_gpu": None if ds is None else ds[1],
         "card_bytes": card,
-        "fits_with_margin": mem.device <= budget,
-        "fits_without_margin": mem.device <= card,
+        "fits_with_margin": mem.fit_bytes <= budget,
+        "fits_without_margin": mem.fit_bytes <= card,
     }
 
 
@@ -498,7 +499,7 @@ def zero3_grid(hw: HardwareReport) -> list[Config]:
 def predict_fits(hw: HardwareReport, c: Config, world: int) -> bool:
     total = hw.min_gpu_memory_bytes or 0
     mem = estimate_memory(bench_spec(c.model), c.strategy(world), SEQ)
-    return mem.device <= 0.95 * card_for_cap(total, c.cap_gib, world)
+    return mem.fit_bytes <= 0.95 * card_for_cap(total, c.cap_gib, world)
 
 
 # ----------------------------------------------------------------------------------------------------- worker
@@ -1565,8 +1566,8 @@ def _fit_checks(rows: list[dict[str, Any]], hw: HardwareReport, world: int) -> d
                     "config": _label(r),
                     "card": "full" if cap is None else f"{cap // GiB}GiB",
                     "fits": measured,
-                    "predicted_with_margin": mem.device <= card * (1 - cal.DEFAULT_SAFETY_MARGIN),
-                    "predicted_without_margin": mem.device <= card,
+                    "predicted_with_margin": mem.fit_bytes <= card * (1 - cal.DEFAULT_SAFETY_MARGIN),
+                    "predicted_without_margin": mem.fit_bytes <= card,
                 }
             )
     unsafe = [c for c in checks if c["predicted_with_margin"] and not c["fits"]]
@@ -2283,7 +2284,7 @@ def main() -> int:
         "models of ~1B-7B, one process per config; sweep: stages 0-2 of LLaMA-style and Qwen2 models at seq 2048 "
         "across micro-batches 1-16, one process per config; heldout: configs no constant was fitted to; recs: "
         "today's recommendation for every (model, card); repeats: second readings of the configs whose one reading "
-        "missed by > 10 %; one process per config",
+        "missed by > 10 %%; one process per config",
     )
     ap.add_argument(
         "--indices",

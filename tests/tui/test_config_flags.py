@@ -52,7 +52,7 @@ def test_config_plans_with_the_margin_it_is_given(tmp_path: Path) -> None:
         )
         # What is planned must fit the card less the margin; which strategy wins may change with the margin (a
         # smaller micro-batch can make checkpointing or another stage faster), so the micro-batch alone says little.
-        peak[margin] = json.loads((out / "dswiz-plan.json").read_text())["predicted"]["peak_gpu_bytes"]
+        peak[margin] = json.loads((out / "dswiz-plan.json").read_text())["predicted"]["needed_gpu_bytes"]
         assert peak[margin] <= (1 - int(margin) / 100) * 80 * 1024**3
     assert peak["40"] < peak["5"]  # 40 % of the GPU kept free leaves room for less
 

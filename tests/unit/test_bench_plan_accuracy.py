@@ -445,3 +445,49 @@ def test_optimizer_family_steps_with_the_scripts_own_adamw(pa: ModuleType) -> No
         pa.client_optimizer(replace(ds, optimizer="torch_fused"), model)
     boundary = pa.family_grid(_h200(pa, 1), 1, False, (0,), "boundary")
     assert {c.model for c in boundary} == {"qwen2-1.5b"} and all(c.checkpointing for c in boundary)
+
+
+def _measured_h200_rows(pa: ModuleType) -> tuple[list[dict], object]:  # type: ignore[type-arg]
+    """Every one-GPU row of the committed H200 raw files (as the merged analysis reads them) and that machine."""
+    from wizard.hardware.report import HardwareReport
+
+    summary = json.loads((ROOT / "bench/results/plan_accuracy-2026-12-03-1gpu-all-summary.json").read_text())
+    docs = [json.loads((ROOT / p).read_text()) for p in summary["inputs"]]
+    ((head, rows),) = pa._merge_runs(docs)
+    return rows, HardwareReport.from_dict(head["hardware"])
+
+
+def test_the_fit_rule_keeps_every_measured_oom_out_and_lets_the_measured_fits_in(
+    pa: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a card must hold (the allocator gives back its whole free segments before it fails) against 333 real
+    fit checks on one H200, capped to 24/40/80 GiB cards: no out-of-memory row predicted to fit with the margin,
+    and fewer fitting rows kept out than when the cache a roomy card shows is taken as the need."""
+    rows, hw = _measured_h200_rows(pa)
+    checks = pa._fit_checks(rows, hw, 1)
+    assert checks["checks"] >= 330 and checks["unsafe"] == []
+    assert sum(r["status"] == "oom" for r in rows) >= 11
+    # The roomy card's cache as the need (the planner's rule before 2026-12-03) keeps far more fits out.
+    for unreclaimable, roomy in (
+        ("UNRECLAIMABLE_STEP_BLOCK_SHARE", cal.STEP_BLOCK_SHARE),
+        ("UNRECLAIMABLE_LOGITS_SHARE", cal.LOGITS_SHARE),
+        ("UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING", cal.LOGITS_SHARE_CHECKPOINTING),
+        ("UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP", cal.FORWARD_TRANSIENT_SHARE_AT_STEP),
+    ):
+        monkeypatch.setattr(cal, unreclaimable, roomy)
+    roomy_checks = pa._fit_checks(rows, hw, 1)
+    assert roomy_checks["conservative"] >= checks["conservative"] + 20
+
+
+def test_the_recommendations_for_capped_cards_ran(pa: ModuleType) -> None:
+    """The planner's recommendations for 24/40 GiB cards that the fit rule of 2026-12-03 made (larger micro-batches
+    than before, or ZeRO-1 with checkpointing instead of CPU offload) all ran under the cap on the H200, and the
+    planner still recommends each of them."""
+    doc = json.loads((ROOT / "bench/results/plan_accuracy-2026-12-03-1gpu-recs-pressure2.json").read_text())
+    hw = pa.HardwareReport.from_dict(doc["hardware"])
+    assert len(doc["rows"]) == 10 and all(r["status"] == "ok" for r in doc["rows"])
+    for r in doc["rows"]:
+        c = r["config"]
+        with pa.built_with_cache(pa.row_use_cache({**r, "use_cache": doc.get("use_cache", False)})):
+            now = pa.recommended_config(hw, c["model"], c["cap_gib"], c["seq"])
+        assert now is not None and now.key() == pa._cfg(r).key(), c

@@ -44,7 +44,7 @@ def _check_invariants(p: Plan) -> None:
             assert s.global_batch_size == req.global_batch
         if c.fits:
             assert p.gpu_capacity_bytes is not None
-            assert c.predicted.gpu_bytes <= p.gpu_capacity_bytes * (1 - req.safety_margin)
+            assert c.predicted.fit_bytes <= p.gpu_capacity_bytes * (1 - req.safety_margin)
             if p.cpu_capacity_bytes is not None:
                 assert c.predicted.cpu_bytes <= p.cpu_capacity_bytes
             if c.predicted.nvme_bytes:
@@ -196,8 +196,8 @@ def test_max_micro_batch_is_the_edge_of_fitting() -> None:
         n = max_micro_batch(hw, m, base, 1024, safety_margin=0.0)
         assert n == c.max_micro_batch
         if n:
-            assert estimate_memory(m, base.with_(micro_batch_size=n), 1024).device <= 40 * GiB
-            assert estimate_memory(m, base.with_(micro_batch_size=n + 1), 1024).device > 40 * GiB
+            assert estimate_memory(m, base.with_(micro_batch_size=n), 1024).fit_bytes <= 40 * GiB
+            assert estimate_memory(m, base.with_(micro_batch_size=n + 1), 1024).fit_bytes > 40 * GiB
 
 
 def test_inference_plans_stage_3_without_optimizer() -> None:
@@ -351,8 +351,8 @@ def test_plan_never_raises_and_keeps_its_promises(hw: HardwareReport, m, data: s
 
 
 def test_a_slightly_faster_but_more_complex_strategy_does_not_win() -> None:
-    # gpt2-medium on a 16 GiB T4: checkpointing buys micro-batch 8 instead of 2 for a ~3 % predicted gain.
-    p = plan(get_hardware("1xT4"), load_model_spec("gpt2-medium"), PlanRequest(seq_len=1024))
+    # gpt2-medium on a 16 GiB V100: checkpointing buys a larger micro-batch for a gain within the model's accuracy.
+    p = plan(get_hardware("1xV100-16GB"), load_model_spec("gpt2-medium"), PlanRequest(seq_len=1024))
     fastest = max((c for c in p.candidates if c.fits), key=lambda c: c.predicted.tokens_per_sec)
     assert fastest.strategy.activation_checkpointing  # the premise: the more complex one is predicted faster
     _check_invariants(p)

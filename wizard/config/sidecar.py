@@ -20,7 +20,7 @@ refuses a higher ``version``)::
                    "report": {...}},                # the full HardwareReport, for re-planning
       "request": {"seq_len": ..., "global_batch": ... | null},   # what the planner was asked
       "strategy": {...},                            # wizard.strategy.Strategy.to_dict(): what the configs say
-      "predicted": {"peak_gpu_bytes": ..., "host_bytes": ..., "nvme_bytes": ..., "tokens_per_sec": ..., "mfu": ...}
+      "predicted": {"peak_gpu_bytes": ..., "needed_gpu_bytes": ..., "host_bytes": ..., "nvme_bytes": ..., "tokens_per_sec": ..., "mfu": ...}
                    | null,                          # per GPU / per node / whole job; null when not predicted
       "peak_tflops_per_gpu": ... | null,            # dense peak of one GPU at the strategy's precision
       "config_args": ["--for", "deepspeed", ...]    # `dswiz config` flags beyond the strategy (to write it again)
@@ -59,6 +59,9 @@ class PredictedNumbers:
     # not 1, so that the run's own history record can compare the physics with what it measures.
     tokens_factor: float = 1.0
     memory_factor: float = 1.0
+    # What the card must hold (what "fits" was judged on): peak_gpu_bytes less the cache the allocator gives back
+    # under pressure. 0: not recorded (sidecars before 2026-12-03).
+    needed_gpu_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ def sidecar_to_dict(s: PlanSidecar) -> dict[str, Any]:
         if p is None
         else {
             "peak_gpu_bytes": int(p.peak_gpu_bytes),
+            "needed_gpu_bytes": int(p.needed_gpu_bytes),
             "host_bytes": int(p.host_bytes),
             "nvme_bytes": int(p.nvme_bytes),
             "tokens_per_sec": round(float(p.tokens_per_sec), 1),
@@ -193,6 +197,7 @@ def load_sidecar(text: str, *, source: str = SIDECAR_NAME) -> PlanSidecar:
                 mfu=float(predicted["mfu"]),
                 tokens_factor=_factor(predicted.get("tokens_factor")),
                 memory_factor=_factor(predicted.get("memory_factor")),
+                needed_gpu_bytes=int(predicted.get("needed_gpu_bytes") or 0),
             ),
             peak_tflops_per_gpu=_opt_float(data.get("peak_tflops_per_gpu")),
             config_args=tuple(str(a) for a in data.get("config_args") or ()),

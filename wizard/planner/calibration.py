@@ -204,6 +204,27 @@ LOGITS_SHARE = 0.57  # fit: of the fp32 logits block
 # Micro-batch 23, the largest this share allows there, ran (-boundary-boundary23.json, reserved at the card's limit).
 LOGITS_SHARE_CHECKPOINTING = 0.75  # fit: with checkpointing, whose recomputed layers split it
 FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + logits, at the optimizer step
+# Under memory pressure (a card the step only just fits) the caching allocator frees every cached segment that is
+# wholly free and retries before it reports out of memory (PyTorch c10/cuda/CUDACachingAllocator.cpp: a failed
+# cudaMalloc releases the cached blocks, then tries again); only the free parts of segments that still hold live
+# tensors stay. So a card must hold less than the cache a roomy card shows (memory.MemoryEstimate.needed):
+# - at the forward, the last step's large block is a whole free segment (share 0);
+# - at the optimizer step, part of the forward's freed activations stays split by the gradients and buckets that
+#   backward placed in them: Pythia-1B ZeRO-1 + checkpointing at micro-batch 5 under a 24 GiB cap ran out of memory
+#   at the step with 22.7 GiB reserved (share 0 had let it fit; bench/results/plan_accuracy-2026-12-03-1gpu-recs-
+#   pressure.json), 0.4 keeps it out with the margin;
+# - the fp32 logits' segments stay split by what lands in them, with checkpointing by the recomputed layers: Qwen2-
+#   1.5B ZeRO-1 + checkpointing at micro-batch 24 on the whole H200 ran out with 21 GiB of a 27.8 GiB block cached
+#   but split (0.75 of it); 0.85 keeps that OOM out with the margin. Without checkpointing the roomy card's share.
+# Judged on the 336 fit checks of bench/results/plan_accuracy-2026-12-03-1gpu-all.md (capped rows ran under
+# torch.cuda.set_per_process_memory_fraction, which fails where a smaller card would): 0 unsafe, 31 conservative
+# (the roomy card's cache as the fit rule: 59); four OOM rows are kept out by the 5 % margin alone. Of the 26
+# recommendations that file judges, 20 ran (0 OOM; 17 of them today, -recs-pressure*.json) and 6 are bracketed
+# by runs of the same strategy; recommended / best measured >= 0.97 on 21 of the 26, worst 0.80.
+UNRECLAIMABLE_STEP_BLOCK_SHARE = 0.0
+UNRECLAIMABLE_LOGITS_SHARE = 0.57
+UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING = 0.85
+UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
 # offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU).

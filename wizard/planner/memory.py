@@ -64,17 +64,25 @@ class MemoryEstimate:
     reserved: int  # torch.cuda.max_memory_reserved
     cuda_context: int
     nccl: int
-    device: int  # reserved + context + NCCL: what has to fit in the card
+    device: int  # reserved + context + NCCL: what the card shows when it has room
     peak_phase: str
     gpu_items: tuple[tuple[str, int], ...]  # the peak phase's parts (sum == allocated)
-    per_sample_device: int  # device bytes one more sample in the micro-batch adds
+    per_sample_device: int  # device bytes one more sample in the micro-batch adds to what the card must hold
     cpu: int  # host RAM per node
     cpu_items: tuple[tuple[str, int], ...]
     nvme: int  # NVMe bytes per node
     phases: tuple[tuple[str, int], ...] = field(default=())  # allocated bytes at each moment
     history_correction: int = (
-        0  # device bytes the run history adds (negative: removes); included in ``device``
+        0  # device bytes the run history adds (negative: removes); included in ``device`` and ``needed``
     )
+    # What has to fit in the card: the peak allocation, the cache the allocator cannot give back under pressure
+    # (fragmentation(under_pressure=True)), context and NCCL. 0: not computed (taken as ``device``).
+    needed: int = 0
+
+    @property
+    def fit_bytes(self) -> int:
+        """The device bytes a card must hold for this step: what fits are judged on."""
+        return self.needed or self.device
 
     def breakdown(self) -> dict[str, int]:
         d = dict(self.gpu_items)
@@ -441,7 +449,11 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
 
 
 def fragmentation(
-    model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
+    model: ModelSpec,
+    s: Strategy,
+    seq_len: int,
+    buf: ZeroBuffers = DEFAULT_BUFFERS,
+    under_pressure: bool = False,
 ) -> Fragmentation:
     """Reserved minus allocated: what the caching allocator keeps of the large blocks a step frees, bounded by
     those blocks (so it never grows with the model beyond what DeepSpeed allocates at once).
@@ -459,6 +471,9 @@ def fragmentation(
     Inference frees each layer's transient activations before the next layer's (and, with the parameters to
     gather, each layer's gathered weights between them): the cache holds a share of one layer's transient
     (calibration.FRAGMENTATION_SHARE_INFERENCE*), which the larger logits cannot reuse.
+
+    ``under_pressure``: only the part the allocator cannot give back when a request fails -- the free parts of
+    segments that still hold live tensors (calibration.UNRECLAIMABLE_*): what a card that only just fits must hold.
     """
     if s.mode == "inference":
         share = (
@@ -474,15 +489,22 @@ def fragmentation(
     gathered = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
     # self.training), so only training has the checkpointing shares.
-    step_share = cal.STEP_BLOCK_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.STEP_BLOCK_SHARE
-    logits_share = cal.LOGITS_SHARE_CHECKPOINTING if s.activation_checkpointing else cal.LOGITS_SHARE
+    ck = s.activation_checkpointing
+    if under_pressure:
+        step_share = cal.UNRECLAIMABLE_STEP_BLOCK_SHARE
+        logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING if ck else cal.UNRECLAIMABLE_LOGITS_SHARE
+        at_step_share = cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
+    else:
+        step_share = cal.STEP_BLOCK_SHARE_CHECKPOINTING if ck else cal.STEP_BLOCK_SHARE
+        logits_share = cal.LOGITS_SHARE_CHECKPOINTING if ck else cal.LOGITS_SHARE
+        at_step_share = cal.FORWARD_TRANSIENT_SHARE_AT_STEP
 
     layers, head, _ = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     return Fragmentation(
         fixed=cal.RESERVED_FIXED_BYTES + int(step_share * step + cal.GATHERED_PARAMETER_SHARE * gathered),
         per_sample=int(logits_share * logits),
         step_fixed=cal.RESERVED_FIXED_BYTES,
-        step_per_sample=int(cal.FORWARD_TRANSIENT_SHARE_AT_STEP * (layers + head)),
+        step_per_sample=int(at_step_share * (layers + head)),
         blocks_fixed=step,
         blocks_per_sample=logits,
     )
@@ -603,9 +625,11 @@ def estimate_memory(
     frag = fragmentation(model, strategy, seq_len, buffers)
     # The allocator's peak may come at a moment of fewer allocated bytes (see fragmentation).
     reserved = reserved_at(phases, frag, b)[1]
+    pressure = fragmentation(model, strategy, seq_len, buffers, under_pressure=True)
+    needed = device_bytes_at(phases, pressure, strategy, b)
     items = tuple((k, v) for k, v in peak.fixed if v) + tuple((k, v * b) for k, v in peak.per_sample if v)
     cpu, cpu_items = host_bytes(model, strategy)
-    per_sample = reserved_at(phases, frag, b + 1)[1] - reserved
+    per_sample = device_bytes_at(phases, pressure, strategy, b + 1) - needed
     context, nccl = cal.CUDA_CONTEXT_BYTES, nccl_bytes(strategy)
     return MemoryEstimate(
         allocated=allocated,
@@ -613,6 +637,7 @@ def estimate_memory(
         cuda_context=context,
         nccl=nccl,
         device=reserved + context + nccl,
+        needed=needed,
         peak_phase=peak.name,
         gpu_items=items,
         per_sample_device=per_sample,

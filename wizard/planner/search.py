@@ -121,7 +121,7 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
         phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
     )
     limit = ctx.request.max_micro_batch
-    frag = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers)
+    frag = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers, under_pressure=True)
     budget = int(ctx.gpu_budget / _factors(ctx, base)[1])  # sized for the memory the history says it takes
     max_b = max_micro_batch_for_capacity(phases, frag, base, budget, limit=limit)
     if per_gpu is None:
@@ -161,7 +161,8 @@ def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputE
     t, m = _factors(ctx, s)
     if m != 1.0:
         delta = round(mem.device * (m - 1))
-        mem = replace(mem, device=mem.device + delta, history_correction=delta)
+        needed = mem.fit_bytes + round(mem.fit_bytes * (m - 1))
+        mem = replace(mem, device=mem.device + delta, needed=needed, history_correction=delta)
     if t != 1.0:
         tp = replace(
             tp,
@@ -177,7 +178,7 @@ def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputE
 def _limits(ctx: PlanContext, mem: MemoryEstimate) -> tuple[str, ...]:
     """What does not fit: "gpu", "cpu" (host RAM), "nvme"."""
     limits = []
-    if ctx.gpu_cap is None or mem.device > ctx.gpu_budget:
+    if ctx.gpu_cap is None or mem.fit_bytes > ctx.gpu_budget:
         limits.append("gpu")
     if ctx.cpu_budget is not None and mem.cpu > ctx.cpu_budget:
         limits.append("cpu")
@@ -192,6 +193,7 @@ def _prediction(ctx: PlanContext, s: Strategy, mem: MemoryEstimate, tp: Throughp
         tokens_factor=t,
         memory_factor=m,
         gpu_bytes=mem.device,
+        gpu_needed_bytes=mem.fit_bytes,
         cpu_bytes=mem.cpu,
         nvme_bytes=mem.nvme,
         tokens_per_sec=tp.tokens_per_sec,
@@ -216,7 +218,7 @@ def _candidate(ctx: PlanContext, sized: _Sized, problems: tuple[str, ...] = ()) 
         fits=not limits,
         predicted=_prediction(ctx, s, mem, sized.throughput),
         reasons=(),
-        headroom_bytes=(ctx.gpu_budget - mem.device) if ctx.gpu_cap else -mem.device,
+        headroom_bytes=(ctx.gpu_budget - mem.fit_bytes) if ctx.gpu_cap else -mem.fit_bytes,
         max_micro_batch=sized.max_micro_batch,
         limits=limits,
         deepspeed_estimate=deepspeed_estimate(ctx.model, s),
@@ -255,7 +257,8 @@ def _rank_key(c: Candidate) -> tuple[Any, ...]:
             math.log(max(c.predicted.tokens_per_sec, 1e-9)) / math.log(1.005)
         )  # 0.5 % buckets: ties
         return (0, -speed, -c.headroom_bytes, simplicity)
-    over = c.predicted.gpu_bytes / max(1, c.predicted.gpu_bytes + c.headroom_bytes)
+    need = c.predicted.fit_bytes
+    over = need / max(1, need + c.headroom_bytes)
     return (1, len(c.limits), round(over, 3), -c.predicted.tokens_per_sec, simplicity)
 
 
@@ -342,8 +345,8 @@ def _larger_gpu(ctx: PlanContext, cands: list[Candidate]) -> tuple[float, Candid
     gpu_short = [c for c in cands if c.limits == ("gpu",)]
     if not gpu_short:
         return None
-    frugal = min(gpu_short, key=lambda c: c.predicted.gpu_bytes)
-    return frugal.predicted.gpu_bytes / (1 - ctx.request.safety_margin), frugal
+    frugal = min(gpu_short, key=lambda c: c.predicted.fit_bytes)
+    return frugal.predicted.fit_bytes / (1 - ctx.request.safety_margin), frugal
 
 
 def _more_host_ram(ctx: PlanContext, cands: list[Candidate]) -> tuple[float, Candidate] | None:
@@ -435,7 +438,11 @@ def evaluate(
     phases = phases_for(model, s, seq_len, request.buffers)
     budget = int(ctx.gpu_budget / _factors(ctx, s)[1])
     max_b = max_micro_batch_for_capacity(
-        phases, fragmentation(model, s, seq_len, request.buffers), s, budget, limit=request.max_micro_batch
+        phases,
+        fragmentation(model, s, seq_len, request.buffers, under_pressure=True),
+        s,
+        budget,
+        limit=request.max_micro_batch,
     )
     problems = (*s.problems(), *hardware_problems(hardware, s, request), *ft.strategy_problems(model, s))
     return _candidate(ctx, _Sized(s, max_b, mem, tp, _limits(ctx, mem)), problems)
@@ -505,7 +512,7 @@ def max_batch_table(
                 max_micro_batch=max_b,
                 capped=max_b >= request.max_micro_batch,
                 tokens_per_sec=sized.throughput.tokens_per_sec if max_b else None,
-                gpu_bytes=sized.memory.device,
+                gpu_bytes=sized.memory.fit_bytes,
                 fits=not sized.limits and max_b > 0,
                 limits=sized.limits,
             )
@@ -531,5 +538,5 @@ def max_micro_batch(
     if not cap:
         return 0
     phases = phases_for(model, strategy, seq_len, buffers)
-    frag = fragmentation(model, strategy, seq_len, buffers)
+    frag = fragmentation(model, strategy, seq_len, buffers, under_pressure=True)
     return max_micro_batch_for_capacity(phases, frag, strategy, int(cap * (1 - safety_margin)), limit=limit)
