@@ -324,14 +324,14 @@ def predict(
         "allocated": mem.allocated,
         "reserved": mem.reserved,
         "device": mem.device,
-        "needed": mem.fit_bytes,
+        "needed": mem.needed,
         "peak_phase": mem.peak_phase,
         "tokens_per_sec": tp.tokens_per_sec,
         "cpu": mem.cpu,
         "ds_estimate_gpu": None if ds is None else ds[1],
         "card_bytes": card,
-        "fits_with_margin": mem.fit_bytes <= budget,
-        "fits_without_margin": mem.fit_bytes <= card,
+        "fits_with_margin": mem.needed <= budget,
+        "fits_without_margin": mem.needed <= card,
     }
 
 
@@ -499,7 +499,7 @@ def zero3_grid(hw: HardwareReport) -> list[Config]:
 def predict_fits(hw: HardwareReport, c: Config, world: int) -> bool:
     total = hw.min_gpu_memory_bytes or 0
     mem = estimate_memory(bench_spec(c.model), c.strategy(world), SEQ)
-    return mem.fit_bytes <= 0.95 * card_for_cap(total, c.cap_gib, world)
+    return mem.needed <= 0.95 * card_for_cap(total, c.cap_gib, world)
 
 
 # ----------------------------------------------------------------------------------------------------- worker
@@ -1566,8 +1566,8 @@ def _fit_checks(rows: list[dict[str, Any]], hw: HardwareReport, world: int) -> d
                     "config": _label(r),
                     "card": "full" if cap is None else f"{cap // GiB}GiB",
                     "fits": measured,
-                    "predicted_with_margin": mem.fit_bytes <= card * (1 - cal.DEFAULT_SAFETY_MARGIN),
-                    "predicted_without_margin": mem.fit_bytes <= card,
+                    "predicted_with_margin": mem.needed <= card * (1 - cal.DEFAULT_SAFETY_MARGIN),
+                    "predicted_without_margin": mem.needed <= card,
                 }
             )
     unsafe = [c for c in checks if c["predicted_with_margin"] and not c["fits"]]

@@ -48,7 +48,7 @@ def make_sidecar(
         p = candidate.predicted
         predicted = PredictedNumbers(
             peak_gpu_bytes=int(p.gpu_bytes),
-            needed_gpu_bytes=int(p.fit_bytes),
+            needed_gpu_bytes=int(p.gpu_needed_bytes),
             host_bytes=int(p.cpu_bytes),
             nvme_bytes=int(p.nvme_bytes),
             tokens_per_sec=round(float(p.tokens_per_sec), 1),  # as written: a sidecar reads back equal
@@ -110,12 +110,12 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
         return []  # e.g. the failed global batch does not divide this hardware's GPUs
     # The failed config needed more than the GPU has although the planner predicted it below that: whatever is
     # advised must at least be predicted to need less than it (on one GPU, ZeRO-1 needs what ZeRO-0 needs).
-    ceiling = before.predicted.fit_bytes
+    ceiling = before.predicted.gpu_needed_bytes
 
     def viable(c: planner.Candidate) -> bool:
         # Not the failed config again: the same kind must now take a smaller micro-batch.
         same = c.strategy.kind == failed.kind
-        smaller = c.predicted.fit_bytes < ceiling
+        smaller = c.predicted.gpu_needed_bytes < ceiling
         return c.fits and smaller and not (same and c.strategy.micro_batch_size >= failed.micro_batch_size)
 
     fitting = [c for c in result.candidates if viable(c)]
@@ -128,7 +128,7 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
 
     def fits_text(c: planner.Candidate) -> str:
         of = f" of {fmt_bytes(cap)}" if cap else ""
-        return f"fits {fmt_bytes(c.predicted.fit_bytes)}{of} per GPU (predicted)"
+        return f"fits {fmt_bytes(c.predicted.gpu_needed_bytes)}{of} per GPU (predicted)"
 
     def command(c: planner.Candidate) -> str:
         return shlex.join(config_command(sidecar, c.strategy, config_dir))

@@ -92,7 +92,9 @@ async def test_manual_stage_updates_bars_and_disables_invalid_offload(service: A
 
         def bars_show_current() -> bool:
             current = screen.current
-            return screen.query_one("#bar-gpu").used == (current.predicted.fit_bytes if current else None)
+            return screen.query_one("#bar-gpu").used == (
+                current.predicted.gpu_needed_bytes if current else None
+            )
 
         await click_visible(pilot, "#stage-2")
         assert app.choices.strategy.zero_stage == 2 and bars_show_current()

@@ -460,7 +460,7 @@ def _measured_h200_rows(pa: ModuleType) -> tuple[list[dict], object]:  # type: i
 def test_the_fit_rule_keeps_every_measured_oom_out_and_lets_the_measured_fits_in(
     pa: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a card must hold (the allocator gives back its whole free segments before it fails) against 333 real
+    """What a card must hold (the allocator gives back its whole free segments before it fails) against 336 real
     fit checks on one H200, capped to 24/40/80 GiB cards: no out-of-memory row predicted to fit with the margin,
     and fewer fitting rows kept out than when the cache a roomy card shows is taken as the need."""
     rows, hw = _measured_h200_rows(pa)

@@ -128,7 +128,7 @@ def test_the_verdict_names_the_config_that_fits_and_its_command_writes_it(
     fits = planner.max_micro_batch(H200, spec, s, 1024)
     assert s.micro_batch_size <= fits
     # The advice names what the card must hold for the config it writes (the sidecar keeps the roomy card's figure).
-    needed = predict(H200, spec, s, request).predicted.fit_bytes
+    needed = predict(H200, spec, s, request).predicted.gpu_needed_bytes
     assert rewritten.predicted is not None and f"fits {fmt_bytes(needed)}" in advice
     ds = json.loads((Path(out_dir) / "ds_config.json").read_text())
     assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] == 2048
@@ -159,8 +159,8 @@ def test_at_micro_batch_one_another_strategy_is_advised() -> None:
     after = predict(sidecar.hardware, sidecar.model, advised, request)
     before = predict(sidecar.hardware, sidecar.model, failed, request)
     assert after is not None and before is not None
-    assert after.predicted.fit_bytes < before.predicted.fit_bytes
-    assert f"the planner had predicted {fmt_bytes(before.predicted.fit_bytes)} per GPU" in lines[-1]
+    assert after.predicted.gpu_needed_bytes < before.predicted.gpu_needed_bytes
+    assert f"the planner had predicted {fmt_bytes(before.predicted.gpu_needed_bytes)} per GPU" in lines[-1]
 
 
 def test_when_nothing_fits_the_generic_advice_stays() -> None:

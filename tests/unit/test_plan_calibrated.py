@@ -124,7 +124,9 @@ def test_more_memory_measured_means_a_smaller_micro_batch_fits() -> None:
     assert 0 < z2_batch(hungry) < z2_batch(physics)
     for c in hungry.candidates:  # every fitting candidate still fits with the corrected memory
         if c.fits:
-            assert c.predicted.fit_bytes <= hungry.gpu_capacity_bytes * (1 - hungry.request.safety_margin)
+            assert c.predicted.gpu_needed_bytes <= hungry.gpu_capacity_bytes * (
+                1 - hungry.request.safety_margin
+            )
 
 
 def test_families_without_runs_take_the_machines_correction_and_the_plan_says_so() -> None:

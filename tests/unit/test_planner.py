@@ -44,7 +44,7 @@ def _check_invariants(p: Plan) -> None:
             assert s.global_batch_size == req.global_batch
         if c.fits:
             assert p.gpu_capacity_bytes is not None
-            assert c.predicted.fit_bytes <= p.gpu_capacity_bytes * (1 - req.safety_margin)
+            assert c.predicted.gpu_needed_bytes <= p.gpu_capacity_bytes * (1 - req.safety_margin)
             if p.cpu_capacity_bytes is not None:
                 assert c.predicted.cpu_bytes <= p.cpu_capacity_bytes
             if c.predicted.nvme_bytes:
@@ -196,8 +196,8 @@ def test_max_micro_batch_is_the_edge_of_fitting() -> None:
         n = max_micro_batch(hw, m, base, 1024, safety_margin=0.0)
         assert n == c.max_micro_batch
         if n:
-            assert estimate_memory(m, base.with_(micro_batch_size=n), 1024).fit_bytes <= 40 * GiB
-            assert estimate_memory(m, base.with_(micro_batch_size=n + 1), 1024).fit_bytes > 40 * GiB
+            assert estimate_memory(m, base.with_(micro_batch_size=n), 1024).needed <= 40 * GiB
+            assert estimate_memory(m, base.with_(micro_batch_size=n + 1), 1024).needed > 40 * GiB
 
 
 def test_inference_plans_stage_3_without_optimizer() -> None:

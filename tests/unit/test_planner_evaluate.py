@@ -153,7 +153,7 @@ def test_evaluate_a_hand_edited_micro_batch() -> None:
     )
     assert smaller.fits and smaller.max_micro_batch == top
     assert any(f"fits; up to {top} would" in r for r in smaller.reasons)
-    assert smaller.predicted.fit_bytes < best.predicted.fit_bytes
+    assert smaller.predicted.gpu_needed_bytes < best.predicted.gpu_needed_bytes
     bigger = evaluate(
         hw, GPT2_MEDIUM, best.strategy.with_(micro_batch_size=top + 4), PlanRequest(seq_len=1024)
     )
@@ -232,11 +232,11 @@ def test_max_batch_table_agrees_with_max_micro_batch(spec: str, name: str, seq: 
         )
         assert r.max_micro_batch == expected, r.label
         assert s.micro_batch_size == max(1, expected)
-        assert r.gpu_bytes == estimate_memory(model, s, seq).fit_bytes
+        assert r.gpu_bytes == estimate_memory(model, s, seq).needed
         assert r.fits == (expected >= 1 and not r.limits)
         assert (r.tokens_per_sec is None) == (expected == 0)
         if 0 < expected < req.max_micro_batch:  # the next one up does not fit
-            over = estimate_memory(model, s.with_(micro_batch_size=expected + 1), seq).fit_bytes
+            over = estimate_memory(model, s.with_(micro_batch_size=expected + 1), seq).needed
             assert over > hw.min_gpu_memory_bytes * (1 - req.safety_margin)
     doc = max_batch_to_json(rows)
     assert json.loads(json.dumps(doc)) == doc

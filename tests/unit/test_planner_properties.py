@@ -185,9 +185,9 @@ def test_device_memory_never_shrinks_with_the_micro_batch(data: st.DataObject, s
     a = estimate_memory(m, s, SEQ)
     b = estimate_memory(m, s.with_(micro_batch_size=s.micro_batch_size + 1), SEQ)
     assert b.allocated >= a.allocated and b.reserved >= a.reserved and b.device >= a.device
-    assert b.fit_bytes >= a.fit_bytes and b.fit_bytes - a.fit_bytes == a.per_sample_device
-    assert a.fit_bytes <= a.device + a.allocated  # what must fit never counts more than the allocation twice
-    assert a.fit_bytes >= a.allocated + a.cuda_context + a.nccl  # and never less than the allocation
+    assert b.needed >= a.needed and b.needed - a.needed == a.per_sample_device
+    assert a.needed <= a.device + a.allocated  # what must fit never counts more than the allocation twice
+    assert a.needed >= a.allocated + a.cuda_context + a.nccl  # and never less than the allocation
 
 
 @pytest.mark.parametrize("model", ["gpt2-xl", "llama-7b"])

@@ -183,9 +183,9 @@ def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
     verdict = "[green]fits[/]" if c.fits else f"[red]does not fit ({', '.join(c.limits)})[/]"
     console.print(f"{c.label}, {s.precision}, {batch}, sequence length {result.seq_len}: {verdict}")
     console.print(
-        f"  GPU {_g(p.fit_bytes)} of {_g(result.gpu_capacity_bytes)} GiB per GPU needed (allocated "
-        f"{_g(p.gpu_allocated_bytes)}, reserved {_g(p.gpu_reserved_bytes)} and {_g(p.gpu_bytes)} on the device "
-        f"where the card has room, peak in {p.peak_phase}); host "
+        f"  GPU needs {_g(p.gpu_needed_bytes)} of {_g(result.gpu_capacity_bytes)} GiB per GPU (allocated "
+        f"{_g(p.gpu_allocated_bytes)}, peak in {p.peak_phase}; a card with room shows reserved "
+        f"{_g(p.gpu_reserved_bytes)}, device {_g(p.gpu_bytes)}); host "
         f"{_g(p.cpu_bytes)} GiB" + (f"; NVMe {_g(p.nvme_bytes)} GiB" if p.nvme_bytes else "")
     )
     parts = ", ".join(f"{k} {_g(v)}" for k, v in p.breakdown if v)
@@ -334,7 +334,7 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
             row.append(s.precision)
         row += [
             f"{s.micro_batch_size}x{s.gradient_accumulation_steps}" if training else str(s.micro_batch_size),
-            _mark(_g(p.fit_bytes), "gpu" in c.limits),
+            _mark(_g(p.gpu_needed_bytes), "gpu" in c.limits),
             _mark(_g(p.cpu_bytes), "cpu" in c.limits),
         ]
         if any_nvme:

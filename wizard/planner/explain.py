@@ -27,7 +27,7 @@ def intrinsic_reasons(
         out.append("no GPU to fit on: plan for described hardware with --hardware")
     elif "gpu" in c.limits:
         out.append(
-            f"does not fit: needs {fmt_bytes(mem.fit_bytes)} per GPU, {fmt_bytes(-c.headroom_bytes)} more than the "
+            f"does not fit: needs {fmt_bytes(mem.needed)} per GPU, {fmt_bytes(-c.headroom_bytes)} more than the "
             f"{fmt_bytes(ctx.gpu_cap)} card allows"
             + (
                 f" with the {fmt_percent(ctx.request.safety_margin)} margin"
@@ -37,12 +37,12 @@ def intrinsic_reasons(
         )
     else:
         out.append(
-            f"fits: needs {fmt_bytes(mem.fit_bytes)} of {fmt_bytes(ctx.gpu_cap)} per GPU ({fmt_bytes(c.headroom_bytes)} "
+            f"fits: needs {fmt_bytes(mem.needed)} of {fmt_bytes(ctx.gpu_cap)} per GPU ({fmt_bytes(c.headroom_bytes)} "
             f"spare, {fmt_percent(ctx.request.safety_margin)} margin kept)"
             + (
                 f"; a card with room shows up to {fmt_bytes(mem.device)}: PyTorch's allocator keeps freed blocks "
                 "cached, and gives back the whole ones before it runs out"
-                if mem.device > mem.fit_bytes + GiB // 2
+                if mem.device > mem.needed + GiB // 2
                 else ""
             )
         )
@@ -63,7 +63,7 @@ def intrinsic_reasons(
         )
         out.append(text + (f" (the target is {target})" if target not in (None, s.global_batch_size) else ""))
     elif c.fits and ctx.gpu_cap:
-        nxt = mem.fit_bytes + mem.per_sample_device
+        nxt = mem.needed + mem.per_sample_device
         if s.micro_batch_size >= ctx.request.max_micro_batch:
             out.append(f"micro-batch {s.micro_batch_size} (the cap; more would fit)")
         elif s.micro_batch_size < c.max_micro_batch:
@@ -216,7 +216,7 @@ def _comparisons(best: Candidate, others: list[Candidate]) -> list[str]:
             continue
         seen.add(g)
         if not c.fits:
-            need = c.predicted.fit_bytes
+            need = c.predicted.gpu_needed_bytes
             if "gpu" in c.limits:
                 out.append(f"{g} does not fit (needs {fmt_bytes(need)} per GPU)")
             else:
@@ -283,7 +283,7 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
         bigger, c = what_ifs.more_gpus
         out.append(
             f"{bigger.nodes} nodes x {hw.gpus_per_node} GPUs ({bigger.total_gpus} GPUs) would fit: {c.label}, "
-            f"{fmt_bytes(c.predicted.fit_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s"
+            f"{fmt_bytes(c.predicted.gpu_needed_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s"
         )
     else:
         out.append("even 1024x the GPUs would not fit this model at this sequence length")
@@ -327,9 +327,9 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
         if best is not None:
             fixes.append(
                 f"use {best.label} (micro-batch {best.strategy.micro_batch_size}, "
-                f"{fmt_bytes(best.predicted.fit_bytes)} per GPU, ~{best.predicted.tokens_per_sec:,.0f} tokens/s)"
+                f"{fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, ~{best.predicted.tokens_per_sec:,.0f} tokens/s)"
             )
-        head = f"this config needs {fmt_bytes(p.fit_bytes)} per GPU on a {fmt_bytes(cap)} card"
+        head = f"this config needs {fmt_bytes(p.gpu_needed_bytes)} per GPU on a {fmt_bytes(cap)} card"
         out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
         if best is None:
             out += list(plan.advice)

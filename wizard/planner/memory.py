@@ -65,6 +65,9 @@ class MemoryEstimate:
     cuda_context: int
     nccl: int
     device: int  # reserved + context + NCCL: what the card shows when it has room
+    # What has to fit in the card (what fits are judged on): the peak allocation, the cache the allocator cannot give
+    # back under pressure (fragmentation(under_pressure=True)), context and NCCL.
+    needed: int
     peak_phase: str
     gpu_items: tuple[tuple[str, int], ...]  # the peak phase's parts (sum == allocated)
     per_sample_device: int  # device bytes one more sample in the micro-batch adds to what the card must hold
@@ -75,14 +78,6 @@ class MemoryEstimate:
     history_correction: int = (
         0  # device bytes the run history adds (negative: removes); included in ``device`` and ``needed``
     )
-    # What has to fit in the card: the peak allocation, the cache the allocator cannot give back under pressure
-    # (fragmentation(under_pressure=True)), context and NCCL. 0: not computed (taken as ``device``).
-    needed: int = 0
-
-    @property
-    def fit_bytes(self) -> int:
-        """The device bytes a card must hold for this step: what fits are judged on."""
-        return self.needed or self.device
 
     def breakdown(self) -> dict[str, int]:
         d = dict(self.gpu_items)

@@ -161,7 +161,7 @@ def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputE
     t, m = _factors(ctx, s)
     if m != 1.0:
         delta = round(mem.device * (m - 1))
-        needed = mem.fit_bytes + round(mem.fit_bytes * (m - 1))
+        needed = mem.needed + round(mem.needed * (m - 1))
         mem = replace(mem, device=mem.device + delta, needed=needed, history_correction=delta)
     if t != 1.0:
         tp = replace(
@@ -178,7 +178,7 @@ def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputE
 def _limits(ctx: PlanContext, mem: MemoryEstimate) -> tuple[str, ...]:
     """What does not fit: "gpu", "cpu" (host RAM), "nvme"."""
     limits = []
-    if ctx.gpu_cap is None or mem.fit_bytes > ctx.gpu_budget:
+    if ctx.gpu_cap is None or mem.needed > ctx.gpu_budget:
         limits.append("gpu")
     if ctx.cpu_budget is not None and mem.cpu > ctx.cpu_budget:
         limits.append("cpu")
@@ -193,7 +193,7 @@ def _prediction(ctx: PlanContext, s: Strategy, mem: MemoryEstimate, tp: Throughp
         tokens_factor=t,
         memory_factor=m,
         gpu_bytes=mem.device,
-        gpu_needed_bytes=mem.fit_bytes,
+        gpu_needed_bytes=mem.needed,
         cpu_bytes=mem.cpu,
         nvme_bytes=mem.nvme,
         tokens_per_sec=tp.tokens_per_sec,
@@ -218,7 +218,7 @@ def _candidate(ctx: PlanContext, sized: _Sized, problems: tuple[str, ...] = ()) 
         fits=not limits,
         predicted=_prediction(ctx, s, mem, sized.throughput),
         reasons=(),
-        headroom_bytes=(ctx.gpu_budget - mem.fit_bytes) if ctx.gpu_cap else -mem.fit_bytes,
+        headroom_bytes=(ctx.gpu_budget - mem.needed) if ctx.gpu_cap else -mem.needed,
         max_micro_batch=sized.max_micro_batch,
         limits=limits,
         deepspeed_estimate=deepspeed_estimate(ctx.model, s),
@@ -257,7 +257,7 @@ def _rank_key(c: Candidate) -> tuple[Any, ...]:
             math.log(max(c.predicted.tokens_per_sec, 1e-9)) / math.log(1.005)
         )  # 0.5 % buckets: ties
         return (0, -speed, -c.headroom_bytes, simplicity)
-    need = c.predicted.fit_bytes
+    need = c.predicted.gpu_needed_bytes
     over = need / max(1, need + c.headroom_bytes)
     return (1, len(c.limits), round(over, 3), -c.predicted.tokens_per_sec, simplicity)
 
@@ -345,8 +345,8 @@ def _larger_gpu(ctx: PlanContext, cands: list[Candidate]) -> tuple[float, Candid
     gpu_short = [c for c in cands if c.limits == ("gpu",)]
     if not gpu_short:
         return None
-    frugal = min(gpu_short, key=lambda c: c.predicted.fit_bytes)
-    return frugal.predicted.fit_bytes / (1 - ctx.request.safety_margin), frugal
+    frugal = min(gpu_short, key=lambda c: c.predicted.gpu_needed_bytes)
+    return frugal.predicted.gpu_needed_bytes / (1 - ctx.request.safety_margin), frugal
 
 
 def _more_host_ram(ctx: PlanContext, cands: list[Candidate]) -> tuple[float, Candidate] | None:
@@ -512,7 +512,7 @@ def max_batch_table(
                 max_micro_batch=max_b,
                 capped=max_b >= request.max_micro_batch,
                 tokens_per_sec=sized.throughput.tokens_per_sec if max_b else None,
-                gpu_bytes=sized.memory.fit_bytes,
+                gpu_bytes=sized.memory.needed,
                 fits=not sized.limits and max_b > 0,
                 limits=sized.limits,
             )

@@ -25,7 +25,7 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
             "gpu_bytes": int(p.gpu_bytes),
             # what the card must hold (fits and headroom_bytes are judged on it): gpu_bytes less the cache the
             # allocator gives back under pressure
-            "gpu_needed_bytes": int(p.fit_bytes),
+            "gpu_needed_bytes": int(p.gpu_needed_bytes),
             "cpu_bytes": int(p.cpu_bytes),
             "nvme_bytes": int(p.nvme_bytes),
             "tokens_per_sec": float(round(p.tokens_per_sec, 1)),

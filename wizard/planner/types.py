@@ -75,6 +75,9 @@ class StrategyChoice:
 @dataclass(frozen=True)
 class Prediction:
     gpu_bytes: int  # per GPU, device level (reserved + CUDA context + NCCL), as a card with room shows it
+    # What the card must hold (what fits are judged on): the allocator gives back the cache it can when a request
+    # fails, so this can be below gpu_bytes (memory.MemoryEstimate.needed).
+    gpu_needed_bytes: int
     cpu_bytes: int  # host RAM per node
     nvme_bytes: int  # per node
     tokens_per_sec: float  # whole job
@@ -90,13 +93,6 @@ class Prediction:
     # divides them out, so the history always compares the physics with the truth and corrections never compound.
     tokens_factor: float = 1.0
     memory_factor: float = 1.0
-    # What the card must hold (what fits are judged on): the allocator gives back the cache it can when a request
-    # fails, so this can be below gpu_bytes (memory.MemoryEstimate.needed). 0: not known (taken as gpu_bytes).
-    gpu_needed_bytes: int = 0
-
-    @property
-    def fit_bytes(self) -> int:
-        return self.gpu_needed_bytes or self.gpu_bytes
 
 
 @dataclass(frozen=True)

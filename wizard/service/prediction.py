@@ -89,7 +89,7 @@ def config_prediction(
             Severity.INFO,
             "plan-fits",
             f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {model.name}: "
-            f"{fmt_bytes(p.fit_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
+            f"{fmt_bytes(p.gpu_needed_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
             "the planner's prediction for this config on this hardware (`dswiz plan` with the same flags)",
             "; ".join(advice) or "nothing to change",
         )

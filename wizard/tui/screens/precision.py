@@ -157,7 +157,7 @@ class PrecisionStep(StepScreen):
                 self.set_status(e.problem, error=True)
         cap = self.wizard.service.capacity(self.wizard.choices)
         gpu, cpu = self.query_one("#bar-gpu", MemoryBar), self.query_one("#bar-cpu", MemoryBar)
-        gpu.used, gpu.capacity = (cand.predicted.fit_bytes if cand else None), cap.gpu
+        gpu.used, gpu.capacity = (cand.predicted.gpu_needed_bytes if cand else None), cap.gpu
         cpu.used, cpu.capacity = (cand.predicted.cpu_bytes if cand else None), cap.cpu
 
     def _confirm_if_over(self, s: Strategy) -> None:
@@ -172,7 +172,7 @@ class PrecisionStep(StepScreen):
         over = [
             f"{tier} {fmt_bytes(used)} of {fmt_bytes(capacity)}"
             for tier, used, capacity in (
-                ("GPU", cand.predicted.fit_bytes, cap.gpu),
+                ("GPU", cand.predicted.gpu_needed_bytes, cap.gpu),
                 ("host RAM", cand.predicted.cpu_bytes, cap.cpu),
             )
             if used is not None and capacity is not None and used > capacity

@@ -149,7 +149,7 @@ class StrategyStep(StepScreen):
                 summary.append("   does not fit", style="bold red")
         self.query_one("#chosen", Static).update(summary)
         for tier, used, capacity in (
-            ("gpu", cand.predicted.fit_bytes if cand else None, cap.gpu),
+            ("gpu", cand.predicted.gpu_needed_bytes if cand else None, cap.gpu),
             ("cpu", cand.predicted.cpu_bytes if cand else None, cap.cpu),
             ("nvme", cand.predicted.nvme_bytes if cand else None, cap.nvme),
         ):
