@@ -203,7 +203,31 @@ BOUNDARY_CONFIGS: tuple[tuple[str, int, bool, int, int, str], ...] = (
     # the largest the planner allows since LOGITS_SHARE_CHECKPOINTING 0.75
     ("qwen2-1.5b", 1, True, 23, 2048, "ds"),
 )
-FAMILIES = ("gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary")
+# --family pressure: micro-batches above what the fit rule of 2026-12-03 allows, under the caps whose recommendations
+# it kept below the best measured (plan_accuracy-2026-12-03-1gpu-all.md: offload + checkpointing on 24 GiB, stage 1
+# without checkpointing on 40 GiB): where each strategy runs out of memory under a cap bounds the allocator cache a
+# card must hold (calibration.UNRECLAIMABLE_*) from below, as the fits bound it from above.
+PRESSURE_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], ...] = (
+    # (model, stage, offload optimizer, offload param, checkpointing, micro-batch, seq, cap GiB)
+    ("gpt2-xl", 1, "cpu", "none", True, 26, 1024, 24),
+    ("qwen2-1.5b", 2, "cpu", "none", True, 5, 2048, 24),
+    ("llama-3b", 2, "cpu", "none", True, 27, 1024, 24),
+    ("llama-1b", 2, "cpu", "none", True, 40, 1024, 24),
+    ("pythia-1b", 2, "cpu", "none", True, 14, 2048, 24),
+    ("gpt2", 1, "none", "none", False, 32, 1024, 40),
+    ("gpt2-medium", 1, "none", "none", False, 16, 1024, 40),
+    ("gpt2-large", 1, "none", "none", True, 17, 1024, 24),
+    ("gpt2-xl", 1, "cpu", "none", True, 28, 1024, 24),
+    ("llama-3b", 2, "cpu", "none", True, 30, 1024, 24),
+    ("llama-1b", 2, "cpu", "none", True, 44, 1024, 24),
+    ("pythia-1b", 2, "cpu", "none", True, 16, 2048, 24),
+    ("pythia-1.4b", 2, "cpu", "none", True, 13, 2048, 24),
+    ("gpt2", 1, "none", "none", False, 33, 1024, 40),
+    ("gpt2-medium", 1, "none", "none", False, 17, 1024, 40),
+    ("gpt2-large", 1, "none", "none", True, 19, 1024, 24),
+    ("pythia-1.4b", 2, "cpu", "none", True, 14, 2048, 24),
+)
+FAMILIES = ("gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure")
 PER_PROCESS_FAMILIES = FAMILIES[1:]  # one process (one engine) per config: all but the GPT-2 grid
 # Config.optimizer: how a row's label names it ("ds", DeepSpeed's AdamW from the config, is the grid's default).
 OPTIMIZER_LABELS = {"ds": "", "torch": " adamw:foreach", "torch-fused": " adamw:fused"}
@@ -946,12 +970,15 @@ def family_grid(
             Config(m, st, checkpointing=ck, micro_batch=mb, tags=("sweep",))
             for m, st, ck, mb in SWEEP_CONFIGS
         ]
-    if family == "repeats":
+    if family in ("repeats", "pressure"):
+        tag, repeat = ("repeat", 1) if family == "repeats" else ("pressure", 0)
         if smoke:
-            return [Config("tiny-llama", 1, micro_batch=2, repeat=1, tags=("repeat",))]
+            return [Config("tiny-llama", 1, micro_batch=2, repeat=repeat, tags=(tag,))]
         return [
-            Config(m, st, opt, par, ck, micro_batch=mb, seq=seq, cap_gib=cap, repeat=1, tags=("repeat",))  # type: ignore[arg-type]
-            for m, st, opt, par, ck, mb, seq, cap in REPEAT_CONFIGS
+            Config(m, st, opt, par, ck, micro_batch=mb, seq=seq, cap_gib=cap, repeat=repeat, tags=(tag,))  # type: ignore[arg-type]
+            for m, st, opt, par, ck, mb, seq, cap in (
+                REPEAT_CONFIGS if family == "repeats" else PRESSURE_CONFIGS
+            )
         ]
     if family in ("optimizer", "boundary"):
         if smoke:
@@ -998,7 +1025,7 @@ def recommendation_checks(hw: HardwareReport) -> list[Config]:
     """Today's recommendation for each (model, card) of the GPT-2 grid and the ZeRO-3 models: run under the card's
     cap by --indices after a recalibration changed them (the rows merge with the earlier raw files)."""
     out = []
-    for name in (*MODELS, *ZERO3_MODELS):
+    for name in dict.fromkeys((*MODELS, *ZERO3_MODELS)):  # gpt2-xl is in both
         for cap in (24, 40, 80):
             c = recommended_config(hw, name, cap)
             if c is not None:
@@ -2284,7 +2311,8 @@ def main() -> int:
         "models of ~1B-7B, one process per config; sweep: stages 0-2 of LLaMA-style and Qwen2 models at seq 2048 "
         "across micro-batches 1-16, one process per config; heldout: configs no constant was fitted to; recs: "
         "today's recommendation for every (model, card); repeats: second readings of the configs whose one reading "
-        "missed by > 10 %%; one process per config",
+        "missed by > 10 %%; pressure: micro-batches above the fit rule's limit under a cap, to find where each runs out "
+        "of memory; one process per config",
     )
     ap.add_argument(
         "--indices",

@@ -30,9 +30,10 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec, load_model_spec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.memory import estimate_memory
+from wizard.planner.memory import estimate_memory, fragmentation
 from wizard.planner.throughput import (
     communication_volume,
+    compute_seconds_per_token,
     estimate_throughput,
     intra_node_bus_bytes_per_s,
 )
@@ -188,6 +189,40 @@ def test_device_memory_never_shrinks_with_the_micro_batch(data: st.DataObject, s
     assert b.needed >= a.needed and b.needed - a.needed == a.per_sample_device
     assert a.needed <= a.device + a.allocated  # what must fit never counts more than the allocation twice
     assert a.needed >= a.allocated + a.cuda_context + a.nccl  # and never less than the allocation
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_with_the_optimizer_offloaded_a_card_holds_less_of_the_split_logits(stage: int) -> None:
+    """Checkpointing's recomputed layers split the freed fp32 logits' segments; under pressure a card keeps far less
+    of them with the optimizer offloaded (measured OOM boundaries under 24 GiB caps), and only under pressure: the
+    cache a roomy card shows does not change with it."""
+    m = MODELS["gpt2-xl"]
+    on_gpu = Strategy(zero_stage=stage, activation_checkpointing=True, micro_batch_size=8)
+    offloaded = on_gpu.with_(offload_optimizer="cpu")
+    logits = 4 * m.vocab * SEQ
+    a, b = (
+        fragmentation(m, on_gpu, SEQ, under_pressure=True),
+        fragmentation(m, offloaded, SEQ, under_pressure=True),
+    )
+    assert a.per_sample == int(cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING * logits)
+    assert b.per_sample == int(cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD * logits) < a.per_sample
+    assert fragmentation(m, on_gpu, SEQ).per_sample == fragmentation(m, offloaded, SEQ).per_sample
+    # without checkpointing the offload changes nothing
+    plain_a = fragmentation(m, on_gpu.with_(activation_checkpointing=False), SEQ, under_pressure=True)
+    plain_b = fragmentation(m, offloaded.with_(activation_checkpointing=False), SEQ, under_pressure=True)
+    assert plain_a.per_sample == plain_b.per_sample == int(cal.UNRECLAIMABLE_LOGITS_SHARE * logits)
+
+
+@pytest.mark.parametrize("head_dim", [64, 192, 256])
+def test_attention_away_from_head_dim_128_is_slower_for_the_same_flops(head_dim: int) -> None:
+    """Fused attention runs fastest at head dim 128 (bench/attention_rate.py): the same width split into heads of
+    another size does the same FLOPs more slowly, and nothing else changes."""
+    base = replace(MODELS["llama-7b"], hidden=3072, heads=24, kv_heads=24, head_dim=128)
+    other = replace(base, heads=base.hidden // head_dim, kv_heads=base.hidden // head_dim, head_dim=head_dim)
+    s = Strategy(zero_stage=1, micro_batch_size=4)
+    fast = compute_seconds_per_token(base, s, SEQ, 1e15, 4e12)
+    slow = compute_seconds_per_token(other, s, SEQ, 1e15, 4e12)
+    assert slow[0] > fast[0] and slow[1] == fast[1]
 
 
 @pytest.mark.parametrize("model", ["gpt2-xl", "llama-7b"])

@@ -215,15 +215,24 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 #   pressure.json), 0.4 keeps it out with the margin;
 # - the fp32 logits' segments stay split by what lands in them, with checkpointing by the recomputed layers: Qwen2-
 #   1.5B ZeRO-1 + checkpointing at micro-batch 24 on the whole H200 ran out with 21 GiB of a 27.8 GiB block cached
-#   but split (0.75 of it); 0.85 keeps that OOM out with the margin. Without checkpointing the roomy card's share.
-# Judged on the 336 fit checks of bench/results/plan_accuracy-2026-12-03-1gpu-all.md (capped rows ran under
-# torch.cuda.set_per_process_memory_fraction, which fails where a smaller card would): 0 unsafe, 31 conservative
-# (the roomy card's cache as the fit rule: 59); four OOM rows are kept out by the 5 % margin alone. Of the 26
-# recommendations that file judges, 20 ran (0 OOM; 17 of them today, -recs-pressure*.json) and 6 are bracketed
-# by runs of the same strategy; recommended / best measured >= 0.97 on 21 of the 26, worst 0.80.
+#   but split (0.75 of it); 0.85 keeps that OOM out with the margin. With the optimizer offloaded less of them stays
+#   (measured; the mechanism is not pinned down -- no optimizer state, fp32 gradient or step block of the GPU's own
+#   is there to land in them). Micro-batches above the first rule's limit under a 24 GiB cap, one process each
+#   (plan_accuracy-2026-12-03-1gpu-pressure-pressure.json, -recs-pressure4/5.json): offload + checkpointing ran at
+#   gpt2-xl 26, Qwen2-1.5B 5, llama-3b 27, llama-1b 40, Pythia-1B 14, Pythia-1.4B 13 and ran out of memory at
+#   gpt2-xl 28, llama-3b 30, Pythia-1B 16 and llama-1b 41 (ZeRO-1 and ZeRO-2 alike: its 5.0 GiB logits block asked
+#   for with 2.84 GiB cached but split, 0.57 of a block, where micro-batch 40 had run). Share 0.25 keeps every one of
+#   those OOMs out with the margin (llama-1b at 41 needs 0.972 of the card); 0.1 let llama-1b at 41 fit.
+#   Without checkpointing: GPT-2 ZeRO-1 at micro-batch 32 ran out under a 40 GiB cap and Pythia-1B ZeRO-1 at 34 on
+#   the whole card: 0.3 puts them at 1.0 and 0.97 of the card (0.57, the roomy card's share, kept 8 more fits out).
+# Judged on the 354 fit checks of bench/results/plan_accuracy-2026-12-03-1gpu-all-b.md (capped rows ran under
+# torch.cuda.set_per_process_memory_fraction, which fails where a smaller card would): 0 unsafe, 23 conservative
+# (the rule before today's pressure runs: 38 on the same checks); seven OOM rows are kept out by the 5 % margin
+# alone, each at >= 0.956 of its card.
 UNRECLAIMABLE_STEP_BLOCK_SHARE = 0.0
-UNRECLAIMABLE_LOGITS_SHARE = 0.57
+UNRECLAIMABLE_LOGITS_SHARE = 0.3
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING = 0.85
+UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD = 0.25
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
@@ -311,11 +320,17 @@ MATMUL_EFFICIENCY = 0.7
 # - attention (SDPA's fused kernels, on PaLM's FLOP count) at head dims below 128 (fit: GPT-2 and llama-1b have head
 #   dim 64, Qwen2-1.5B 128) and, slower still, at a head dim that is not a multiple of 8, which SDPA pads before the
 #   fused kernel (set from llama-3b, head dim 100: its 6 rows of stages 1-3 at seq 1024 and 2048 come within
-#   -7 ... +11 % at 0.2, within +5 ... +29 % at 0.41).
+#   -7 ... +11 % at 0.2, within +5 ... +29 % at 0.41);
+# - attention at head dims above 128, measured: bench/attention_rate.py on one H200 (bench/results/attention_rate-
+#   2026-12-03.md, SDPA causal forward + backward, bf16, torch 2.11) ran head dim 256 at 0.82 (seq 2048) and 0.84
+#   (seq 1024) of head dim 128's rate, head dim 192 at 0.71 and 0.75 (the fused kernels' larger tiles fit fewer per
+#   SM). Pythia-1B (head dim 256) is the bench's model with such heads. The same runs put head dim 64 at 0.78 of 128
+#   and head dim 100 at 0.29-0.32: the fits above also carry what those models' rows add beyond attention.
 MATMUL_ALIGN_ELEMENTS = 8
 UNALIGNED_HEAD_MATMUL_SHARE = 0.192  # fit
 ATTENTION_SHARE_SMALL_HEAD = 0.49  # fit
 ATTENTION_SHARE_UNALIGNED_HEAD = 0.2
+ATTENTION_SHARE_LARGE_HEAD = 0.8  # measured (bench/attention_rate.py)
 ACTIVATION_TRAFFIC_PER_SAVED_BYTE = 9.06  # fit
 # The loss head's traffic per vocabulary entry per token: bf16 logits, their fp32 upcast, log-softmax and its
 # gradient (~36 bytes read and written by those kernels alone); fit.

@@ -468,7 +468,8 @@ def fragmentation(
     (calibration.FRAGMENTATION_SHARE_INFERENCE*), which the larger logits cannot reuse.
 
     ``under_pressure``: only the part the allocator cannot give back when a request fails -- the free parts of
-    segments that still hold live tensors (calibration.UNRECLAIMABLE_*): what a card that only just fits must hold.
+    segments that still hold live tensors (calibration.UNRECLAIMABLE_*; less of the logits with the optimizer
+    offloaded): what a card that only just fits must hold.
     """
     if s.mode == "inference":
         share = (
@@ -487,7 +488,12 @@ def fragmentation(
     ck = s.activation_checkpointing
     if under_pressure:
         step_share = cal.UNRECLAIMABLE_STEP_BLOCK_SHARE
-        logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING if ck else cal.UNRECLAIMABLE_LOGITS_SHARE
+        if not ck:
+            logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE
+        elif s.offload_optimizer != "none":
+            logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD
+        else:
+            logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING
         at_step_share = cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
     else:
         step_share = cal.STEP_BLOCK_SHARE_CHECKPOINTING if ck else cal.STEP_BLOCK_SHARE
