@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,3 +46,23 @@ def bench_script() -> Callable[[str], ModuleType]:
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def bench_smoke() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``bench/<name>.py --smoke --out OUT`` from the repository root (what CI can run of a GPU benchmark: the
+    script end to end on tiny inputs); a non-zero exit fails the test with the script's stderr."""
+
+    def run(name: str, out: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, f"bench/{name}.py", "--smoke", "--out", str(out)],
+            cwd=Path(__file__).parent.parent,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    return run

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def test_smoke_writes_results(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "bench/detect_time.py", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+def test_smoke_writes_results(tmp_path: Path, bench_smoke: Callable[..., Any]) -> None:
+    proc = bench_smoke("detect_time", tmp_path, timeout=120)
     (result_file,) = tmp_path.glob("detect_time-*-smoke.json")
     result = json.loads(result_file.read_text())
     assert len(result["detect_s"]) == 3 and result["median_s"] == sorted(result["detect_s"])[1]
