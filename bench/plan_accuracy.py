@@ -18,6 +18,9 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     python3 bench/plan_accuracy.py --family sweep --budget-s 400 --config-timeout-s 120 --out $OUT
     # Today's recommendations the last analysis could not judge ("unknown"), each under its card's cap:
     python3 bench/plan_accuracy.py --family recs --models gpt2-large,pythia-1b --cards full --label recs --out $OUT
+    # Micro-batches above the fit rule's limit under 24/40 GiB caps, to find where each strategy runs out of memory
+    # (2026-12-03: --indices 0,...,12 --label pressure, one process per config, ~8 min):
+    python3 bench/plan_accuracy.py --family pressure --budget-s 470 --config-timeout-s 120 --label pressure --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
 

@@ -443,6 +443,9 @@ def test_optimizer_family_steps_with_the_scripts_own_adamw(pa: ModuleType) -> No
         pa.client_optimizer(replace(foreach, offload_optimizer="cpu"), model)
     with pytest.raises(ValueError, match="one of ds, torch, torch-fused"):
         pa.client_optimizer(replace(ds, optimizer="torch_fused"), model)
+    pressure = pa.family_grid(_h200(pa, 1), 1, False, (0,), "pressure")
+    assert len({c.key() for c in pressure}) == len(pressure) == len(pa.PRESSURE_CONFIGS)
+    assert all(c.cap_gib in (24, 40) and c.tags == ("pressure",) and c.repeat == 0 for c in pressure)
     boundary = pa.family_grid(_h200(pa, 1), 1, False, (0,), "boundary")
     assert {c.model for c in boundary} == {"qwen2-1.5b"} and all(c.checkpointing for c in boundary)
 
