@@ -109,8 +109,8 @@ def attention_flops_per_token(
 
 def attention_share(model: ModelSpec) -> float:
     """Fused attention's speed on PaLM's FLOP count as a share of the matmuls': full speed at head dim 128, slower
-    below (fewer FLOPs per byte of each tile) and above (larger tiles, fewer of them per SM), slowest where the
-    head dim is not a multiple of 8 (SDPA pads it before the fused kernel)."""
+    below (fewer FLOPs per byte of each tile) and above (measured: bench/attention_rate.py), slowest where the head
+    dim is not a multiple of 8 (SDPA pads it before the fused kernel)."""
     if model.head_dim > 128 and model.head_dim % 8 == 0:
         return cal.ATTENTION_SHARE_LARGE_HEAD
     if model.head_dim in (0, 128):  # 0: not known
