@@ -45,36 +45,29 @@ def matmul_flops(tokens: int, hidden: int) -> float:
     return 3 * 2.0 * tokens * hidden * 4 * hidden
 
 
-def _timer(device: Any) -> Any:
+def _seconds_per_call(fn: Any, device: Any, iters: int) -> float:
+    """Mean seconds of ``iters`` calls of ``fn``: on CUDA events for a GPU (the kernels, not their launch), else the
+    wall clock."""
     import torch
 
-    if device.type == "cuda":
-
-        def run(fn: Any, iters: int) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end) / 1e3 / iters
-
-        return run
-
-    def run_cpu(fn: Any, iters: int) -> float:
+    if device.type != "cuda":
         t0 = time.perf_counter()
         for _ in range(iters):
             fn()
         return (time.perf_counter() - t0) / iters
-
-    return run_cpu
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
 
 
 def measure(fn: Any, device: Any, iters: int, repeats: int, warmup: int) -> float:
     """Median seconds per call of ``fn`` over ``repeats`` runs of ``iters`` calls, after ``warmup`` calls."""
-    timer = _timer(device)
-    timer(fn, warmup)
-    return statistics.median(timer(fn, iters) for _ in range(repeats))
+    _seconds_per_call(fn, device, warmup)
+    return statistics.median(_seconds_per_call(fn, device, iters) for _ in range(repeats))
 
 
 def attention_seconds(
@@ -183,6 +176,10 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(","))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: check that the script works")
@@ -196,15 +193,8 @@ def main() -> int:
     )
     ap.add_argument("--iters", type=int, default=10, help="calls per timed run (default 10)")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs; the median is kept (default 5)")
-    ap.add_argument(
-        "--seqs", type=lambda s: tuple(int(x) for x in s.split(",")), default=SEQS, help="e.g. 1024,2048"
-    )
-    ap.add_argument(
-        "--head-dims",
-        type=lambda s: tuple(int(x) for x in s.split(",")),
-        default=HEAD_DIMS,
-        help="e.g. 64,128,256",
-    )
+    ap.add_argument("--seqs", type=_ints, default=SEQS, help="e.g. 1024,2048")
+    ap.add_argument("--head-dims", type=_ints, default=HEAD_DIMS, help="e.g. 64,128,256")
     args = ap.parse_args()
     doc = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
