@@ -195,16 +195,20 @@ def _recognise(msg: str, source: str | None) -> tuple[str, dict[str, Any]] | Non
         return _throughput(msg)
     if "skipped=" in msg:
         return _step(msg)
+    # The launcher's records before the script's dict prints: ranks run under ``python -u`` share the launcher's
+    # stdout, so a print's text and its newline are two writes, and a launcher line written between them ends up
+    # on the same line as the dict (either order). A lost spawn line is a rank dswiz never watches; a lost loss
+    # print is one point of the curve.
+    if "spawned with command" in msg:
+        return _spawn(msg)
+    if "exits with return code" in msg or "exits successfully" in msg:
+        return _exit(msg)
     if "{" in msg and "}" in msg:
         found = _loss_dict(msg)
         if found is not None:
             return found
     if "OVERFLOW!" in msg:
         return _overflow(msg)
-    if "spawned with command" in msg:
-        return _spawn(msg)
-    if "exits with return code" in msg or "exits successfully" in msg:
-        return _exit(msg)
     if "out of memory" in msg or "can't allocate memory" in msg:
         return _oom(msg)
     if "Watchdog caught collective operation timeout" in msg:

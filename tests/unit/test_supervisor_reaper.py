@@ -31,7 +31,8 @@ from wizard.launch_command import LaunchCommand, LaunchSpec
 ROOT = Path(__file__).resolve().parents[2]
 
 # argv: MODE STEPS. Modes: "finish" (ranks print STEPS steps, exit 0), "hang" (steps, then sleep), "digits" (the
-# 5,000-digit rank line, then finish), "forever" (a step every 0.1 s until stopped).
+# 5,000-digit rank line, then finish), "forever" (a step every 0.1 s until stopped), "glued" (finish, with a rank's
+# print on the same line as rank 1's spawn line).
 FAKE_LAUNCHER = textwrap.dedent(
     """
     import os, subprocess, sys, time
@@ -54,8 +55,11 @@ FAKE_LAUNCHER = textwrap.dedent(
     for rank in range(2):
         p = subprocess.Popen([sys.executable, "-c", rank_code, mode, str(steps)], env=dict(os.environ, RANK=str(rank)))
         ranks.append(p)
-        print(f"[2026-12-01 01:00:00,000] [INFO] [launch.py:245:main] process {p.pid} spawned with command: "
-              f"['python', '-u', 'x.py', '--local_rank={rank}']", flush=True)
+        line = (f"[2026-12-01 01:00:00,000] [INFO] [launch.py:245:main] process {p.pid} spawned with command: "
+                f"['python', '-u', 'x.py', '--local_rank={rank}']")
+        if mode == "glued" and rank == 1:  # what a rank's print can do to the line under python -u
+            line += "{'loss': 0.5, 'learning_rate': 0.001, 'epoch': 0.1, 'step': 1}"
+        print(line, flush=True)
     sys.exit(max(p.wait() for p in ranks))
     """
 )
@@ -143,7 +147,9 @@ def kill_the_supervisor_mid_run(work: Path) -> float:
         driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(ROOT), str(work)], stderr=err)
     run_dir = work / "run"
     try:
-        # Generous: a shared CI machine once took over 30 s here (no cause was found); what was seen is said
+        # Twice on CI the second rank was never recorded: rank 0's first print had landed on rank 1's spawn line
+        # (the fake launcher runs under python -u) and the parser read the line as the print. Fixed in the parser
+        # and tested below; the wait stays generous and says what was seen
         assert wait_until(lambda: len(_record(run_dir).get("rank_pids") or {}) == 2, 90), (
             _what_the_driver_did(driver, driver_err, run_dir)
         )
@@ -185,6 +191,14 @@ def _record(run_dir: Path) -> dict[str, object]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def test_a_spawn_line_glued_to_a_rank_print_still_records_the_rank(tmp_path: Path) -> None:
+    outcome = Job(
+        prepared_run(tmp_path, "glued", steps=3), RecordingSink(), grace_s=0.5, term_grace_s=0.5
+    ).run()
+    record = rundir.read_run_record(outcome.run_dir)
+    assert outcome.verdict.kind == "success" and sorted(record.rank_pids) == [0, 1]
 
 
 def test_a_finished_job_lets_its_reaper_go_without_touching_the_verdict(tmp_path: Path) -> None:
