@@ -1447,31 +1447,65 @@ def _strategy_key(c: dict[str, Any], seq: int) -> tuple[Any, ...]:
     return (c["model"], c["zero_stage"], c["offload_optimizer"], c["offload_param"], c["checkpointing"], seq)
 
 
+def _memory_twin(config: dict[str, Any], seq: int, world: int = 1) -> dict[str, Any] | None:
+    """The config of the other stage that holds the same GPU memory, if any: ZeRO-1 <-> ZeRO-2 with the optimizer
+    offloaded and the parameters not, where both peak in the forward (both send their gradients through the reduce
+    bucket to the host and step on the CPU, stage_1_and_2.py, DeepSpeed 0.19.8; eight measured pairs peaked at
+    byte-identical allocations). Not where the memory model puts the peak at the end of the backward, where stage 1
+    still holds every 16-bit gradient (it reduces only after the backward without overlap_comm)."""
+    if (
+        config["offload_optimizer"] == "none"
+        or config["offload_param"] != "none"
+        or config["zero_stage"] not in (1, 2)
+    ):
+        return None
+    twin = {**config, "zero_stage": 3 - config["zero_stage"]}
+    model = bench_spec(config["model"])
+    a, b = (
+        estimate_memory(model, Config(**{**c, "tags": tuple(c.get("tags", ()))}).strategy(world), seq)
+        for c in (config, twin)
+    )
+    return twin if (a.allocated, a.needed) == (b.allocated, b.needed) else None
+
+
 def judge(
     rows: list[dict[str, Any]],
     config: dict[str, Any],
     cap: int | None,
     predicted_tps: float | None = None,
     seq: int = SEQ,
+    world: int = 1,
 ) -> dict[str, Any]:
     """Does ``config`` (model, strategy, micro-batch) fit a card capped at ``cap``? "measured" from a row of that
     very micro-batch; else "inferred" from rows of the same strategy (a smaller micro-batch than one that fit also
     fits, a larger one than one that OOMed also OOMs); else "unknown". Tokens/s: measured at that micro-batch; else
     a lower bound from the largest smaller micro-batch measured (tokens/s does not fall as the micro-batch grows)
     and an estimate: the nearest measured micro-batch scaled by the throughput model (``predicted_tps`` over that
-    row's prediction)."""
+    row's prediction). With the optimizer offloaded (and the parameters not), ZeRO-1 and ZeRO-2 hold the same GPU
+    memory where both peak in the forward (``_memory_twin``), so the rows of one judge the other's fit ("inferred")."""
     key, mbs = _strategy_key(config, seq), config["micro_batch"]
     same = [r for r in rows if _strategy_key(r["config"], r["seq_len"]) == key]
+    twin = _memory_twin(config, seq, world)
+    twins = (
+        []
+        if twin is None
+        else [r for r in rows if _strategy_key(r["config"], r["seq_len"]) == _strategy_key(twin, seq)]
+    )
     exact = [(r, _fits_at(r, cap)) for r in same if r["config"]["micro_batch"] == mbs]
     told = [f for _, f in exact if f is not None]
+    twin_told = [_fits_at(r, cap) for r in twins if r["config"]["micro_batch"] == mbs]
+    twin_told = [f for f in twin_told if f is not None]
     tps = next(
         (r["tokens_per_sec"] for r, _ in exact if r["status"] == "ok" and r.get("tokens_per_sec")), None
     )
+    kin = same + twins
     if told:
         how, fitted = "measured", told[0]
+    elif twin_told:
+        how, fitted = "inferred", twin_told[0]
     else:
-        bigger_fit = any(r["config"]["micro_batch"] > mbs and _fits_at(r, cap) is True for r in same)
-        smaller_oom = any(r["config"]["micro_batch"] < mbs and _fits_at(r, cap) is False for r in same)
+        bigger_fit = any(r["config"]["micro_batch"] > mbs and _fits_at(r, cap) is True for r in kin)
+        smaller_oom = any(r["config"]["micro_batch"] < mbs and _fits_at(r, cap) is False for r in kin)
         if bigger_fit and not smaller_oom:
             how, fitted = "inferred", True
         elif smaller_oom and not bigger_fit:
@@ -1554,7 +1588,7 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
         )
         # the recommendation was planned for this build
         built = [r for r in rows if row_use_cache(r) == use_cache]
-        j = judge(built, config, cap, best_c.predicted.tokens_per_sec, seq)
+        j = judge(built, config, cap, best_c.predicted.tokens_per_sec, seq, world)
         tps, bound, est = j["tokens_per_sec"], j["tokens_per_sec_at_least"], j["tokens_per_sec_estimated"]
         best_tps = entry["best_tokens_per_sec"]
         status = {True: "ok", False: "oom", None: "?"}[j["fits"]]
@@ -2278,7 +2312,12 @@ def main() -> int:
         default=400.0,
         help="stop starting configs after this many seconds from the launch (default 400)",
     )
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where results go (default bench/results; with --analyze, the first raw file's folder)",
+    )
     ap.add_argument("--smoke", action="store_true", help="CPU, 2 gloo ranks, tiny GPT-2, 2 configs")
     ap.add_argument(
         "--ds-fused-adam", action="store_true", help="DeepSpeed's FusedAdam (JIT build) for non-offload rows"
@@ -2344,8 +2383,9 @@ def main() -> int:
     if args.t0 is None:
         args.t0 = time.time()
     if args.analyze:
-        analyze(args.analyze, args.analyze[0].parent, args.report_name)
+        analyze(args.analyze, args.out or args.analyze[0].parent, args.report_name)
         return 0
+    args.out = args.out or ROOT / "bench" / "results"
     if args.worker:
         return worker(args)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -425,16 +425,19 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
     by what DeepSpeed allocates at once, so that the allocator's cache never grows with the model beyond it: the
     fp32 gradient partition the update reads (stage 1-2), one optimizer sub-group's fp32 gradient (stage 3),
     DeepSpeed's stage-0 flat 16-bit + fp32 gradient copies, or, with the optimizer offloaded, the reduce bucket the
-    gradients leave through (stage 2-3; stage 1 stages its 16-bit partition for the copy to the host)."""
+    gradients leave through (stages 1-3)."""
     if s.mode != "train":
         return 0
     w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
     if s.offload_optimizer != "none":
-        if s.zero_stage == 1:
-            return w * P // N
-        # Stage 2/3: gradients leave through the reduce bucket, one bucket at a time -- the configured one:
-        # DeepSpeed allocates it at reduce_bucket_size elements (stage_1_and_2.py setup_buckets, at every
-        # backward's first gradient; stage3.py's ipg bucket buffer; DeepSpeed 0.19.8), not at its default.
+        # Gradients leave through the reduce bucket, one bucket at a time -- the configured one: DeepSpeed allocates
+        # it at reduce_bucket_size elements (stage_1_and_2.py setup_buckets, at every backward's first gradient;
+        # stage3.py's ipg bucket buffer; DeepSpeed 0.19.8), not at its default. Stage 1 takes the same path with the
+        # optimizer offloaded (stage_1_and_2.py reduce_gradients -> reduce_ready_partitions_and_remove_grads, then
+        # the step's CPU branch, shared with stage 2): on the H200, eight ZeRO-1/ZeRO-2 pairs with CPU offload
+        # (gpt2-xl, llama-1b/3b, Pythia-1.4B, Qwen2-1.5B; 24 GiB caps and the whole card) peaked at byte-identical
+        # allocations, one pair running out of memory at the same bytes, and reserved the same or within 4 MiB
+        # (docs/measurements.md).
         return w * min(buf.reduce_bucket_elements, P // N)
     if s.zero_stage == 0:
         return (2 * w + 4) * P if w == 2 else w * P
