@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,7 +133,9 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 )
 @defaulted_option("--ssh-timeout", int, 10, "S", "Preflight ssh connect timeout per host.")
 @flag_option(
-    "--dry-run", help="Print the exact command and environment changes; start nothing, write nothing."
+    "--dry-run",
+    help="Print the exact command and environment changes (the TORCH_CUDA_ARCH_LIST fix included); start nothing, "
+    "write nothing. The preflight checks (GPUs, ports, hosts, the config) run at launch only.",
 )
 @no_history_option(
     "Leave the run history out: do not record this run (`dswiz history`; DSWIZ_HISTORY=off turns it off always)."
@@ -189,7 +192,14 @@ def run_launch(request: LaunchRequest) -> int:
         )
     resolved = resolve_launch(request)
     if request.dry_run:
-        _print_dry_run(list(resolved.specs), resolved.ds_config, request.steps_per_print)
+        from runner.preflight import check_arch_list
+
+        # The one environment change the launch makes on its own (a pure function of the environment), so that
+        # the printed command is the one that would run.
+        findings, fixes = check_arch_list(os.environ)
+        specs = _with_env_fixes(resolved.specs, fixes)
+        notes = [f"{f.what} ({f.why})" for f in findings]
+        _print_dry_run(list(specs), resolved.ds_config, request.steps_per_print, notes)
         return 0
     check_lost_runs(Path(resolved.spec.run_dir).parent, stop=request.stop_leftovers, grace_s=request.grace)
     checked = run_preflight(resolved)
@@ -516,11 +526,15 @@ def run_preflight(resolved: ResolvedLaunch) -> CheckedLaunch:
             f"preflight found {errors} error(s); nothing was started",
             "fix what is listed above and launch again",
         )
-    specs = resolved.specs
-    if result.env_fixes:
-        merged = {**dict(spec.env), **dict(result.env_fixes)}
-        specs = tuple(dataclasses.replace(s, env=tuple(sorted(merged.items()))) for s in specs)
+    specs = _with_env_fixes(resolved.specs, dict(result.env_fixes))
     return CheckedLaunch(resolved, specs, hardware, sidecar, use)
+
+
+def _with_env_fixes(specs: tuple[LaunchSpec, ...], fixes: Mapping[str, str | None]) -> tuple[LaunchSpec, ...]:
+    """The specs with the environment changes the preflight makes for the job (None: unset)."""
+    if not fixes:
+        return specs
+    return tuple(dataclasses.replace(s, env=tuple(sorted({**dict(s.env), **fixes}.items()))) for s in specs)
 
 
 # ---------------------------------------------------------------------------------- step 3 and 4: start, watch
@@ -696,11 +710,15 @@ def _print_findings(findings: tuple[Finding, ...]) -> None:
             click.echo(f"  fix: {f.fix}", err=err)
 
 
-def _print_dry_run(specs: list[LaunchSpec], ds_config: dict[str, Any] | None, steps_per_print: int) -> None:
+def _print_dry_run(
+    specs: list[LaunchSpec], ds_config: dict[str, Any] | None, steps_per_print: int, notes: list[str]
+) -> None:
     from wizard import launch_command as L
 
-    click.echo("# dry run: nothing was checked, started or written")
+    click.echo("# dry run: nothing was started or written; the preflight checks run at launch")
     click.echo(f"# run directory (not created): {specs[0].run_dir}")
+    for note in notes:
+        click.echo(f"# environment: {note}")
     for s in specs:
         argv, env = L.build_command(s)
         if len(specs) > 1:

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "runner" / "examples" / "train_tiny.py"
 
 
-def dswiz(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp / "state")}
+def dswiz(tmp: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp / "state"), **(env_extra or {})}
     return subprocess.run(
         [sys.executable, "-m", "wizard", "launch", *args],
         cwd=tmp,
@@ -85,6 +85,31 @@ def test_dry_run_prints_the_command_and_writes_nothing(tmp_path: Path) -> None:
     assert argv[argv.index("--num_gpus") + 1] == "1"  # unless told otherwise
     assert "# launched config: steps_per_print: 10" in proc.stdout
     assert not (tmp_path / "state").exists() and not run_dir.exists()
+
+
+def test_dry_run_prints_the_environment_fix_the_launch_makes(tmp_path: Path) -> None:
+    """A TORCH_CUDA_ARCH_LIST DeepSpeed's op builder cannot parse is fixed for the job at launch; the dry run's
+    command is the one that would run, fix included, and says why."""
+    cfg = config_dir(tmp_path)
+    proc = dswiz(
+        tmp_path,
+        "--dry-run",
+        "--config",
+        str(cfg),
+        str(TRAIN),
+        env_extra={"TORCH_CUDA_ARCH_LIST": "8.0;9.0a"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    [argv] = command_lines(proc.stdout)
+    assert "TORCH_CUDA_ARCH_LIST=8.0;9.0" in argv and "# env: TORCH_CUDA_ARCH_LIST=8.0;9.0" in proc.stdout
+    assert (
+        "# environment: TORCH_CUDA_ARCH_LIST='8.0;9.0a' has entries DeepSpeed cannot parse (9.0a)"
+        in proc.stdout
+    )
+    plain = dswiz(
+        tmp_path, "--dry-run", "--config", str(cfg), str(TRAIN), env_extra={"TORCH_CUDA_ARCH_LIST": "9.0"}
+    )
+    assert "TORCH_CUDA_ARCH_LIST" not in plain.stdout  # a list DeepSpeed parses is left alone
 
 
 def test_the_config_named_in_the_script_arguments_is_used(tmp_path: Path) -> None:
