@@ -135,7 +135,7 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @flag_option(
     "--dry-run",
     help="Print the exact command and environment changes (the TORCH_CUDA_ARCH_LIST fix included); start nothing, "
-    "write nothing. The preflight checks (GPUs, ports, hosts, the config) run at launch only.",
+    "write nothing. The preflight's checks of the GPUs, ports, hosts and config run at launch only.",
 )
 @no_history_option(
     "Leave the run history out: do not record this run (`dswiz history`; DSWIZ_HISTORY=off turns it off always)."
@@ -198,7 +198,7 @@ def run_launch(request: LaunchRequest) -> int:
         # the printed command is the one that would run.
         findings, fixes = check_arch_list(os.environ)
         specs = _with_env_fixes(resolved.specs, fixes)
-        notes = [f"{f.what} ({f.why})" for f in findings]
+        notes = [f"{f.what}; {f.why}" for f in findings]
         _print_dry_run(list(specs), resolved.ds_config, request.steps_per_print, notes)
         return 0
     check_lost_runs(Path(resolved.spec.run_dir).parent, stop=request.stop_leftovers, grace_s=request.grace)

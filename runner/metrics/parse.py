@@ -92,6 +92,11 @@ _PREFIX_RE = re.compile(
     r"\[(?P<src>[^:\]]+):(?P<line>\d+):(?P<fn>[^\]]+)\] (?P<msg>.*)$"
 )
 _DIST_RANK_RE = re.compile(r"^\[Rank (?P<rank>-?\d+)\] (?P<msg>.*)$")
+# A logger record that starts inside a line: ranks run under ``python -u`` write a print's text and its newline in
+# two writes to the pipe they share with the launcher, and a record written between them lands on the print's line.
+_GLUED_RECORD_RE = re.compile(
+    r"(?<=.)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?\] \[[A-Z]+\] \[[^:\]]+:\d+:)"
+)
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan"
 
 _THROUGHPUT_RE = re.compile(
@@ -108,7 +113,7 @@ _SCALE_RE = re.compile(r"Attempted loss scale: (?P<att>\d+), reducing to (?P<new
 _HYST_RE = re.compile(r"Attempted loss scale: (?P<att>\d+), but hysteresis is (?P<h>\d+)")
 _SPAWN_RE = re.compile(r"process (?P<pid>\d+) spawned with command: (?P<cmd>.*)$")
 _LOCAL_RANK_RE = re.compile(r"--local[_-]rank[= ](?P<lr>\d+)")
-_EXIT_FAIL_RE = re.compile(r"exits with return code = (?P<rc>-?\d+)\s*$")
+_EXIT_FAIL_RE = re.compile(r"exits with return code = (?P<rc>-?\d+)(?!\d)")
 _EXIT_OK_RE = re.compile(r"Process (?P<pid>\d+) exits successfully\.")
 _SIGNAL_RE = re.compile(r"Main process received (?P<sig>SIG[A-Z]+), exiting")
 _WORLD_RE = re.compile(r"^dist_world_size=(?P<n>\d+)\s*$")
@@ -140,17 +145,26 @@ def parse_line(line: str, *, default_rank: int | None = None) -> LogEvent | None
     """Recognise one line of a job's output. None for lines that carry nothing dswiz reads.
 
     ``default_rank`` is the rank of the file the line came from (per-rank logs); a rank in the line wins.
-    Progress-bar carriage returns are handled: the segments of a ``\\r``-joined line are tried last first.
+    Progress-bar carriage returns are handled: the segments of a ``\\r``-joined line are tried last first; so are
+    logger records that start inside a line (a launcher record written between a rank's print and its newline).
     """
     if not isinstance(line, str):
         return None
     text = _ANSI_RE.sub("", line[:MAX_LINE]).rstrip("\n")
-    segments = [s for s in text.split("\r") if s.strip()]
+    segments = [p for s in text.split("\r") for p in _split_glued_records(s) if p.strip()]
     for segment in reversed(segments):
         event = _parse_segment(segment.rstrip(), default_rank)
         if event is not None:
             return event
     return None
+
+
+def _split_glued_records(segment: str) -> list[str]:
+    """The logger records of one line, apart (usually one). A torch ``[rankN]:`` prefix stays with its record."""
+    parts = _GLUED_RECORD_RE.split(segment)
+    if len(parts) > 1 and TORCH_RANK_PREFIX_RE.fullmatch(parts[0]):
+        parts = [parts[0] + parts[1], *parts[2:]]
+    return parts
 
 
 def _parse_segment(text: str, default_rank: int | None) -> LogEvent | None:
@@ -195,14 +209,17 @@ def _recognise(msg: str, source: str | None) -> tuple[str, dict[str, Any]] | Non
         return _throughput(msg)
     if "skipped=" in msg:
         return _step(msg)
-    # The launcher's records before the script's dict prints: ranks run under ``python -u`` share the launcher's
-    # stdout, so a print's text and its newline are two writes, and a launcher line written between them ends up
-    # on the same line as the dict (either order). A lost spawn line is a rank dswiz never watches; a lost loss
-    # print is one point of the curve.
+    # The launcher's records before the script's dict prints: a launcher that prints (not logs) its record can
+    # have a rank's dict print land before its newline (parse_line splits off the opposite order). A lost spawn line
+    # is a rank dswiz never watches; a lost loss print is one point of the curve.
     if "spawned with command" in msg:
-        return _spawn(msg)
+        found = _spawn(msg)
+        if found is not None:
+            return found
     if "exits with return code" in msg or "exits successfully" in msg:
-        return _exit(msg)
+        found = _exit(msg)
+        if found is not None:
+            return found
     if "{" in msg and "}" in msg:
         found = _loss_dict(msg)
         if found is not None:

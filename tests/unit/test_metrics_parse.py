@@ -98,25 +98,43 @@ def test_engine_config_dump_gives_batch_and_world() -> None:
     assert cfg["steps_per_print"] == "5"
 
 
-SPAWN = "[2026-12-01 01:00:00,000] [INFO] [launch.py:245:main] process 4675 spawned with command: ['python', '-u', 'x.py', '--local_rank=1']"
+SPAWN = (
+    "[2026-12-01 01:00:00,000] [INFO] [launch.py:245:main] process 4675 spawned with command: "
+    "['python', '-u', 'x.py', '--local_rank=1']"
+)
+EXIT = (
+    "[2026-12-01 01:00:09,000] [ERROR] [launch.py:325:sigkill_handler] ['python'] exits with return code = -9"
+)
 LOSS = "{'loss': 1.0, 'learning_rate': 0.001, 'epoch': 0.1, 'step': 1}"
+TIMERS = "[Rank 0] time (ms) | fwd: 10.00 | bwd: 20.00 | bwd_inner: 1.00 | bwd_allreduce: 1.00 | step: 3.00"
 
 
-@pytest.mark.parametrize("line", [SPAWN + LOSS, LOSS + SPAWN], ids=["dict after", "dict before"])
+@pytest.mark.parametrize(
+    "line",
+    [SPAWN + LOSS, LOSS + SPAWN, TIMERS + SPAWN, "[rank0]:" + SPAWN],
+    ids=["dict after", "dict before", "timers before", "torch rank prefix"],
+)
 def test_a_spawn_line_glued_to_a_rank_print_still_names_the_rank(line: str) -> None:
-    # A rank under python -u writes a print's text and its newline separately; the launcher's line can land between.
+    # Ranks run under python -u write a print's text and its newline separately; the launcher's line can land
+    # between them. Whichever comes first, the launcher's record is read, with its own timestamp.
     event = parse_line(line)
-    assert event is not None and event.kind == "spawn"
+    assert (
+        event is not None and event.kind == "spawn" and event.level == "INFO" and event.timestamp is not None
+    )
     assert (event.values["pid"], event.values["local_rank"]) == (4675, 1)
 
 
-def test_an_exit_line_glued_to_a_rank_print_is_still_the_exit() -> None:
-    line = (
-        LOSS
-        + "[2026-12-01 01:00:09,000] [ERROR] [launch.py:325:sigkill_handler] ['python'] exits with return code = -9"
-    )
+@pytest.mark.parametrize(
+    "line", [LOSS + EXIT, EXIT + LOSS, TIMERS + EXIT], ids=["dict before", "dict after", "timers"]
+)
+def test_an_exit_line_glued_to_a_rank_print_is_still_the_exit(line: str) -> None:
     event = parse_line(line)
     assert event is not None and event.kind == "exit" and event.values["return_code"] == -9
+
+
+def test_a_torch_rank_prefix_stays_with_its_record() -> None:
+    event = parse_line("[rank3]:" + EXIT)
+    assert event is not None and event.kind == "exit" and event.rank == 3
 
 
 def test_killed_rank_reports_minus_9_without_a_pid() -> None:

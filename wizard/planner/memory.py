@@ -432,9 +432,10 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
     if s.offload_optimizer != "none":
         # Gradients leave through the reduce bucket, one bucket at a time -- the configured one: DeepSpeed allocates
         # it at reduce_bucket_size elements (stage_1_and_2.py setup_buckets, at every backward's first gradient;
-        # stage3.py's ipg bucket buffer; DeepSpeed 0.19.8), not at its default. Stage 1 takes the same path with the
-        # optimizer offloaded (stage_1_and_2.py reduce_gradients -> reduce_ready_partitions_and_remove_grads, then
-        # the step's CPU branch, shared with stage 2): on the H200, eight ZeRO-1/ZeRO-2 pairs with CPU offload
+        # stage3.py's ipg bucket buffer; DeepSpeed 0.19.8), not at its default. Stage 1 sends its gradients through
+        # the same bucket and CPU copy path, after the backward instead of during it (stage_1_and_2.py
+        # reduce_gradients -> reduce_ready_partitions_and_remove_grads), and steps in the same CPU branch: on the
+        # H200, eight ZeRO-1/ZeRO-2 pairs with CPU offload
         # (gpt2-xl, llama-1b/3b, Pythia-1.4B, Qwen2-1.5B; 24 GiB caps and the whole card) peaked at byte-identical
         # allocations, one pair running out of memory at the same bytes, and reserved the same or within 4 MiB
         # (docs/measurements.md).
