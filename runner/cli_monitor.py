@@ -72,7 +72,7 @@ def monitor(
 
         app = build_live_app(job, interval=interval, observer=observer)
         app.run()
-        code = 0
+        code = app.return_code or 0  # non-zero: the app ended on an error it has printed
     if not as_json:  # the JSON stream says it before its summary
         say_if_lost(job.run_dir, as_json=False)
     if watched is not None:

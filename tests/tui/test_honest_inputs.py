@@ -85,3 +85,14 @@ async def test_zeropp_notes_only_with_a_zeropp_switch_on(service: Any) -> None:
         assert "qwz" not in notes and "hpz" not in notes  # ZeRO-1, every ZeRO++ switch off
         assert app.screen.query_one("#qwz").disabled  # still not offered, the reason in its tooltip
         assert "stage 3" in str(app.screen.query_one("#qwz").tooltip)
+
+
+async def test_a_model_that_does_not_load_is_said_on_the_model_step(service: Any) -> None:
+    """`dswiz --model nosuch --hardware 1xH200`: the wizard opens on the Model step with the problem and its fix
+    (it used to crash: the step was not on screen yet when the status was set)."""
+    app = build_app(hardware_spec="1xH200", model_text="nosuch", service=service, skip_answered=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, ModelStep)
+        status = str(app.screen.query_one("#status").render())
+        assert "unknown model 'nosuch'" in status and "use a preset" in status

@@ -53,6 +53,8 @@ def run_wizard(
         service=service,
     )
     written = app.run()
+    if app.return_code:  # the app ended on an error it has printed
+        return app.return_code
     if written:
         for line in written_summary(app.service, app.choices, [Path(p) for p in written]):
             print(line)

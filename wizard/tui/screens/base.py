@@ -13,6 +13,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Static
@@ -57,11 +58,15 @@ class StepScreen(Screen[None]):
     def body(self) -> ComposeResult:  # pragma: no cover - every step overrides it
         yield from ()
 
+    _pending_status: Text | None = None
+
     def on_mount(self) -> None:
         self.refresh_from_state()
+        self._show_pending_status()
 
     def on_screen_resume(self) -> None:
         self.refresh_from_state()
+        self._show_pending_status()
 
     def refresh_from_state(self) -> None:
         """Show the current choices (called each time the step is shown)."""
@@ -75,7 +80,18 @@ class StepScreen(Screen[None]):
         return w.service.option_problems(s, w.choices, w.model)
 
     def set_status(self, message: str, *, error: bool = False) -> None:
-        self.query_one("#status", Static).update(Text(message, style="bold red" if error else "dim"))
+        """The line between Back and Next. Said before the step is on screen (a problem found while the wizard
+        opens on it), it is shown when the step is."""
+        text = Text(message, style="bold red" if error else "dim")
+        try:
+            self.query_one("#status", Static).update(text)
+        except NoMatches:
+            self._pending_status = text
+
+    def _show_pending_status(self) -> None:
+        if self._pending_status is not None:
+            text, self._pending_status = self._pending_status, None
+            self.query_one("#status", Static).update(text)
 
     def try_save(self) -> bool:
         try:
