@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from textual.app import App, ComposeResult
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import Footer
 
@@ -34,7 +34,14 @@ class MonitorApp(App[str]):
 
     CSS_PATH = "app.tcss"
     TITLE = "dswiz monitor"
-    BINDINGS: ClassVar[list[BindingType]] = [("q", "quit_monitor", "Quit the monitor")]
+    # Ctrl-C is a key while the dashboard owns the terminal, not SIGINT: it does what Ctrl-C does to a launch
+    # without the dashboard (stop the job cleanly), or, attached to a job dswiz did not start, leaves. Ctrl-Q asks as
+    # q does (Textual's own Ctrl-Q would leave a launched job running without a word).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        ("q", "quit_monitor", "Quit the monitor"),
+        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
+        Binding("ctrl+q", "quit_monitor", "Quit the monitor", show=False, priority=True),
+    ]
 
     def __init__(self, source: SnapshotSource, *, stop_job: Callable[[], None] | None = None) -> None:
         super().__init__()
@@ -101,6 +108,13 @@ class MonitorApp(App[str]):
                 self.exit("left")
 
         self.push_screen(QuitDialog(), decided)
+
+    def action_interrupt(self) -> None:
+        if self.stop_job is None:
+            self.exit("left")
+            return
+        self.stop_job()
+        self.exit("stopped")
 
     def on_unmount(self) -> None:
         self.source.stop()

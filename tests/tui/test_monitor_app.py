@@ -81,6 +81,40 @@ def test_q_inside_launch_asks_whether_to_stop_the_job(key: str, result: str, sto
     assert app.return_value == result and len(calls) == stopped
 
 
+@pytest.mark.parametrize(("launched", "result", "stopped"), [(True, "stopped", 1), (False, "left", 0)])
+def test_ctrl_c_stops_a_launched_job_and_leaves_an_attached_one(
+    launched: bool, result: str, stopped: int
+) -> None:
+    """Inside `dswiz launch` Ctrl-C stops the job as it does without the dashboard (Textual's own Ctrl-C only said
+    "press ctrl+q", and its Ctrl-Q left the job running); attached by `dswiz monitor`, it leaves."""
+    calls: list[str] = []
+    stop = (lambda: calls.append("stop")) if launched else None
+    app = create_monitor_app(ReplaySource(METRICS / "cpu_2rank" / "metrics.jsonl"), stop_job=stop)
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("ctrl+c")
+
+    asyncio.run(drive())
+    assert app.return_value == result and len(calls) == stopped
+
+
+def test_ctrl_q_inside_launch_asks_like_q() -> None:
+    calls: list[str] = []
+    app = create_monitor_app(
+        ReplaySource(METRICS / "cpu_2rank" / "metrics.jsonl"), stop_job=lambda: calls.append("s")
+    )
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("ctrl+q")
+            assert type(app.screen).__name__ == "QuitDialog"
+            await pilot.press("l")
+
+    asyncio.run(drive())
+    assert app.return_value == "left" and calls == []
+
+
 def test_escape_in_the_dialog_keeps_monitoring() -> None:
     app = create_monitor_app(ReplaySource(METRICS / "cpu_2rank" / "metrics.jsonl"), stop_job=lambda: None)
 
