@@ -362,8 +362,13 @@ def _rank_pids(value: Any) -> dict[int, int]:
 def write_run_record(run_dir: Path | str, record: RunRecord) -> Path:
     """Atomically (temp file + rename, mode 0600) replace ``<run>/run.json``: a reader never sees half a file."""
     path = Path(run_dir) / RUN_JSON
-    text = json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=".run.json.", suffix=".tmp", dir=path.parent)
+    _replace_text(path, json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """``path`` replaced by ``text`` at once (temp file + fsync + rename, mode 0600)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -375,7 +380,6 @@ def write_run_record(run_dir: Path | str, record: RunRecord) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
 
 
 def read_run_record(run_dir: Path | str) -> RunRecord:
@@ -427,7 +431,7 @@ def make_run_dir(path: Path | str) -> Path:
 # A run made with --run-dir outside the runs root is listed here (one absolute path per line), so that `dswiz
 # monitor` without a target still finds the latest run wherever it was made.
 ELSEWHERE_INDEX = "elsewhere.txt"
-# Only the newest lines are read (one line per run made elsewhere: the file stays small).
+# Only the newest lines are read (one line per run made elsewhere); past twice as many the file is cut back to them.
 _ELSEWHERE_KEEP = 200
 
 
@@ -438,8 +442,12 @@ def _remember_elsewhere(path: Path) -> None:
         if where.parent == root.resolve():
             return
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with (root / ELSEWHERE_INDEX).open("a", encoding="utf-8") as f:
+        index = root / ELSEWHERE_INDEX
+        with index.open("a", encoding="utf-8") as f:
             f.write(f"{where}\n")
+        lines = index.read_text(encoding="utf-8", errors="replace").splitlines()  # at most 2 x KEEP paths
+        if len(lines) > 2 * _ELSEWHERE_KEEP:  # (a line another launch appends meanwhile may be lost)
+            _replace_text(index, "".join(f"{line}\n" for line in lines[-_ELSEWHERE_KEEP:]))
     except OSError:
         pass  # only `dswiz monitor` without a target misses the run: never a reason to fail a launch
 

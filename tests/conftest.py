@@ -1,4 +1,4 @@
-"""Suite-wide: no test writes the user's own run history (every `dswiz launch` records one entry)."""
+"""Suite-wide: no test writes the user's own run history or state (every `dswiz launch` records one entry)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,13 @@ settings.load_profile("explore" if os.environ.get("DSWIZ_FUZZ") == "explore" els
 
 @pytest.fixture(autouse=True)
 def private_run_history(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point DSWIZ_HISTORY (inherited by the dswiz processes tests start) at a file of this test's own."""
+    """Point DSWIZ_HISTORY (inherited by the dswiz processes tests start) at a file of this test's own, and the
+    state and data folders too: runs made by a test (and the index of runs made with --run-dir elsewhere) never
+    land among the user's, where `dswiz monitor` would find them."""
     path = tmp_path_factory.mktemp("history") / "history.sqlite3"
     monkeypatch.setenv("DSWIZ_HISTORY", str(path))
+    monkeypatch.setenv("XDG_STATE_HOME", str(path.parent / "state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(path.parent / "data"))
     return path
 
 

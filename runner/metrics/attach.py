@@ -97,19 +97,22 @@ def latest_run_dir(root: Path) -> Path:
             f"no runs under {root} to monitor",
             "start one with `dswiz launch …`, or pass a run directory or the PID of a running job",
         )
+    # A run whose run.json cannot be read (a crash while it was written, a stray folder) is passed over for the
+    # newest one that can; it is chosen only when no run can be read (and then says why).
     return max(runs, key=_started_at)
 
 
-def _started_at(run_dir: Path) -> tuple[float, str]:
-    """When the run started (run.json), else when its folder was made; the name breaks ties (run ids sort by time)."""
+def _started_at(run_dir: Path) -> tuple[bool, float, str]:
+    """Whether run.json reads, when the run started (run.json), else when its folder was made; the name breaks ties
+    (run ids sort by time)."""
     try:
-        when = rundir.read_run_record(run_dir).started_at
+        return True, rundir.read_run_record(run_dir).started_at, run_dir.name
     except (DswizError, OSError):
         try:
             when = run_dir.stat().st_mtime
         except OSError:
             when = 0.0
-    return when, run_dir.name
+    return False, when, run_dir.name
 
 
 def is_launcher(cmdline: Sequence[str]) -> bool:

@@ -3,6 +3,7 @@ with --run-dir elsewhere (which `rundir.make_run_dir` remembers in the root's in
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,29 @@ def test_a_damaged_index_is_no_reason_to_fail(tmp_path: Path, monkeypatch: pytes
         latest_run_dir(root)
     run = _started(root / "20261201-100000", 1.0)
     assert latest_run_dir(root) == run
+
+
+def test_a_run_whose_record_cannot_be_read_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer run directory with a binary run.json (a crash, a stray folder) does not hide the newest run that
+    reads; alone, it is still the one chosen (and monitoring it says what is wrong)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    root = rundir.runs_root()
+    good = _started(tmp_path / "runs" / "good", 2000.0)
+    broken = rundir.make_run_dir(tmp_path / "runs" / "broken")
+    (broken / rundir.RUN_JSON).write_bytes(b"\x89PNG\r\n\x1a\n")
+    assert latest_run_dir(root) == good.resolve()
+    shutil.rmtree(good)
+    assert latest_run_dir(root) == broken.resolve()
+
+
+def test_the_index_of_runs_made_elsewhere_stays_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    index = rundir.runs_root() / rundir.ELSEWHERE_INDEX
+    made = [rundir.make_run_dir(tmp_path / "runs" / f"r{i:03d}") for i in range(450)]
+    lines = index.read_text().splitlines()
+    assert len(lines) <= 400 and lines[-1] == str(made[-1].resolve())
+    assert latest_run_dir(rundir.runs_root()) == made[-1].resolve()  # the newest are kept
