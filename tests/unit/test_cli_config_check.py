@@ -169,6 +169,20 @@ def test_check_an_empty_file_is_said_to_be_empty(tmp_path: Path) -> None:
     assert (f["code"], f["what"], f["severity"]) == ("unreadable", "empty.json is empty", "error")
 
 
+@pytest.mark.parametrize(
+    ("text", "kind"), [("[1, 2, 3]", "an array"), ("null", "null"), ('"hello"', "a string")]
+)
+def test_check_json_that_is_not_an_object_is_one_clear_error(tmp_path: Path, text: str, kind: str) -> None:
+    """Only dswiz's own finding: DeepSpeed's check is not run on it (it stopped on a raw AttributeError, reported with
+    the fix 'check that this Python has torch and DeepSpeed installed')."""
+    path = tmp_path / "ds.json"
+    path.write_text(text)
+    proc = dswiz("check", str(path))
+    assert proc.returncode == 1
+    assert f"a DeepSpeed config is a JSON object, not {kind}" in proc.stdout
+    assert "consumer-check-failed" not in proc.stdout and "AttributeError" not in proc.stdout + proc.stderr
+
+
 def test_check_for_deepspeed_refuses_an_accelerate_yaml(tmp_path: Path) -> None:
     """DeepSpeed does not read an accelerate YAML: its own validation of the mapping stopped on a raw TypeError."""
     (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\n")

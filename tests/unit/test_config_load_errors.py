@@ -25,7 +25,7 @@ BAD_FILES = {
         "zero_optimization.offload_param.device",
         "dswiz check",
     ),
-    "list.json": ("[1, 2]", "JSON object, not list", "train_micro_batch_size_per_gpu"),
+    "list.json": ("[1, 2]", "JSON object, not an array", "train_micro_batch_size_per_gpu"),
     "negative.json": ('{"gradient_clipping": -1}', "must not be negative", "dswiz check"),
     "not_yaml.yaml": ("a: [1, 2\nb: 3", "not valid YAML", "indentation"),
     "scalar.yaml": ("just text", "YAML mapping", "accelerate config"),

@@ -113,7 +113,8 @@ def check(
     findings = lint_path(file, consumer=consumer, world_size=world_size, hardware=report, launcher=launcher)
     # a file dswiz cannot read as text is nothing to hand DeepSpeed or accelerate either (their error would be a
     # raw UnicodeDecodeError next to dswiz's own finding)
-    if not no_consumer_check and not any(f.code == "unreadable" for f in findings):
+    # (nor is JSON that is not an object: DeepSpeed's check would stop on a raw AttributeError)
+    if not no_consumer_check and not any(f.code in ("unreadable", "not-an-object") for f in findings):
         from wizard.consumer.check import merge_with_own
 
         found = _consumer_findings(file, consumer=consumer, world_size=world_size, python=python)

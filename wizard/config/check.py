@@ -61,7 +61,7 @@ from wizard.config.lint.sbatch import lint_sbatch_text, looks_like_sbatch, plan_
 from wizard.config.lint.text import hjson_finding, parse_hjson, template_finding, template_placeholders
 from wizard.config.lint.types import check_types
 from wizard.config.lint.zero import check_zero
-from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
+from wizard.config.parse import ParseProblem, json_kind, parse_json, parse_yaml, yaml_key_lines
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
     DEEPSPEED_ENV_NAME,
@@ -103,7 +103,7 @@ def lint_config(
             finding(
                 ERROR,
                 "not-an-object",
-                f"a DeepSpeed config is a JSON object, not {type(cfg).__name__}",
+                f"a DeepSpeed config is a JSON object, not {json_kind(cfg)}",
                 "DeepSpeed reads its settings as key/value pairs",
                 'write it as { "train_micro_batch_size_per_gpu": 1, ... }',
             )

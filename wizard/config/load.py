@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from wizard.config.parse import parse_json, parse_yaml
+from wizard.config.parse import json_kind, parse_json, parse_yaml
 from wizard.config.schema import ConfigSet, DeepSpeedSettings, Topology, _Section
 from wizard.errors import DswizError, quoted, read_user_text
 
@@ -90,7 +90,7 @@ def settings_from_dict(raw: Any, *, source: str) -> DeepSpeedSettings:
     """A DeepSpeed config dict -> the model; unknown and unmanaged keys are kept in ``unmanaged``."""
     if not isinstance(raw, dict):
         raise DswizError(
-            f"{source}: a DeepSpeed config is a JSON object, not {type(raw).__name__}",
+            f"{source}: a DeepSpeed config is a JSON object, not {json_kind(raw)}",
             'write it as { "train_micro_batch_size_per_gpu": 1, ... }',
         )
     return _validate(DeepSpeedSettings, raw, source=source, prefix="")
