@@ -147,8 +147,9 @@ def test_planning_flags_without_a_model_are_named_as_ignored(tmp_path: Path) -> 
 
 def test_fixed_strategy_parts_are_sized_as_dswiz_plan_sizes_them(tmp_path: Path) -> None:
     """`config --stage 1 --no-activation-checkpointing` writes the micro-batch `plan` gives that strategy (not
-    the one the recommendation had with checkpointing); a fixed micro-batch that cannot fit is written as asked,
-    with a warning and the fix."""
+    the one the recommendation had with checkpointing); a fixed micro-batch that cannot fit is refused with the fix
+    (exit code 1, nothing written: `dswiz check --model` calls it an error), and written as asked with
+    --force-errors, with a warning and the fix."""
     hw = ("--model", "llama-7b", "--hardware", "8xA100-80GB", "--stage", "1", "--no-activation-checkpointing")
     planned = dswiz("plan", *hw, "--json")
     assert planned.returncode == 0, planned.stderr
@@ -157,8 +158,24 @@ def test_fixed_strategy_parts_are_sized_as_dswiz_plan_sizes_them(tmp_path: Path)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
     ds = json.loads((tmp_path / "a" / "ds_config.json").read_text())
     assert ds["train_micro_batch_size_per_gpu"] == want and ds["zero_optimization"]["stage"] == 1
-    big = dswiz("config", "--yes", *hw, "--micro-batch", "64", "--out", str(tmp_path / "b"))
+    refused = dswiz("config", "--yes", *hw, "--micro-batch", "64", "--out", str(tmp_path / "b"))
+    assert refused.returncode == 1 and not (tmp_path / "b").exists()
+    assert (
+        "ZeRO-1 at micro-batch 64: does not fit" in refused.stderr and "nothing was written" in refused.stderr
+    )
+    assert f"lower the micro-batch to {want}" in refused.stderr and "--force-errors" in refused.stderr
+    checked = dswiz(
+        "check", "--model", "llama-7b", "--hardware", "8xA100-80GB", str(tmp_path / "a" / "ds_config.json")
+    )
+    assert checked.returncode == 0  # the config it did write passes the same check
+    big = dswiz("config", "--yes", *hw, "--micro-batch", "64", "--force-errors", "--out", str(tmp_path / "b"))
     assert big.returncode == 0
     assert "warning: ZeRO-1 at micro-batch 64: does not fit" in big.stderr
     assert f"lower the micro-batch to {want}" in big.stderr
     assert json.loads((tmp_path / "b" / "ds_config.json").read_text())["train_micro_batch_size_per_gpu"] == 64
+    again = dswiz(
+        "check", "--model", "llama-7b", "--hardware", "8xA100-80GB", str(tmp_path / "b" / "ds_config.json")
+    )
+    assert (
+        again.returncode == 1 and "plan-does-not-fit" in again.stdout
+    )  # what config refused without the flag

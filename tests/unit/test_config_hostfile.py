@@ -42,3 +42,20 @@ def test_the_linter_and_the_launch_read_the_same_parse() -> None:
     with pytest.raises(DswizError, match="is not a hostfile line"):
         launch_hosts("a slots=4 extra\n")  # only a warning for the linter
     assert [f.code for f in lint_hostfile_text("a slots=4 extra\n")] == ["hostfile-trailing-text"]
+
+
+def test_the_placeholder_hosts_dswiz_wrote_are_a_warning_until_replaced() -> None:
+    """The hostfile `dswiz config` writes for nodes it was not told the names of says worker-N are placeholders;
+    `dswiz check` says so while they are there (it found "no problems"), and not once they are replaced -- nor for
+    real hosts that happen to be called worker-N, without the note."""
+    from wizard.config.build import config_set_from_strategy
+    from wizard.config.render import render_hostfile
+    from wizard.strategy import Strategy
+
+    written = render_hostfile(config_set_from_strategy(Strategy(nodes=2, gpus_per_node=8)))
+    (f,) = [f for f in lint_hostfile_text(written) if f.code == "hostfile-placeholders"]
+    assert f.severity.value == "warning" and "--hostfile-hosts" in f.fix
+    replaced = written.replace("worker-0", "gpu-a").replace("worker-1", "gpu-b")
+    assert [f.code for f in lint_hostfile_text(replaced)] == []
+    real = "\n".join(line for line in written.splitlines() if "placeholders" not in line)
+    assert [f.code for f in lint_hostfile_text(real)] == []

@@ -201,8 +201,8 @@ _NOT_PREFILLED = (
 )
 @flag_option(
     "--force-errors",
-    help="Write even when the check finds errors (DeepSpeed or accelerate would refuse the files); without it "
-    "nothing is written and the exit code is 1.",
+    help="Write even when the check finds errors (DeepSpeed or accelerate would refuse the files) or the planner "
+    "predicts the strategy the flags fix will not fit; without it nothing is written and the exit code is 1.",
 )
 @click.option(
     "--from",
@@ -223,7 +223,8 @@ def config(
 ) -> int:
     """Write DeepSpeed JSON, accelerate YAML, hostfile and launch.sh for a strategy (with --yes, no questions).
 
-    Files the check finds errors in are not written (exit code 1) unless --force-errors."""
+    Files the check finds errors in, or a strategy the planner predicts will not fit, are not written (exit code
+    1) unless --force-errors."""
 
     parent = ctx.parent.params if ctx.parent is not None else {}
     if flags["hardware"] is None:
@@ -262,7 +263,7 @@ def config(
         for note in planned.plan.notes:  # what changed the plan beyond the flags: the run history
             if note.startswith(HISTORY_NOTE_PREFIXES):
                 click.echo(f"note: {note}", err=True)
-        _say_if_it_does_not_fit(planned, strategy)
+        _say_if_it_does_not_fit(planned, strategy, force_errors=force_errors)
     options = write_options(flags, out_dir, hardware, planned.model if planned else None)
     from wizard.config.build import config_set_from_strategy
 
@@ -518,20 +519,26 @@ def recommended_strategy(planned: Planned, flags: Mapping[str, Any] | None = Non
     return strategy
 
 
-def _say_if_it_does_not_fit(planned: Planned, strategy: Strategy) -> None:
-    """A strategy the flags fixed that the planner predicts will not fit: said, with what would (the files are
-    still written: the user asked for exactly this)."""
+def _say_if_it_does_not_fit(planned: Planned, strategy: Strategy, *, force_errors: bool) -> None:
+    """A strategy the flags fixed that the planner predicts will not fit: what `dswiz check --model` calls an error
+    (plan-does-not-fit), so nothing is written (exit code 1) unless --force-errors; then it is written as asked, with
+    the warning. Either way with what would fit."""
     from wizard import planner
 
     chosen = planner.candidate_for(planned.plan, strategy)
     if chosen.fits:
         return
     why = planner.why_it_does_not_fit(chosen)
-    click.echo(
-        f"warning: {chosen.label} at micro-batch {strategy.micro_batch_size}: {why[0] if why else 'does not fit'}",
-        err=True,
-    )
-    for line in planner.choice_advice(chosen, planned.plan):
+    what = f"{chosen.label} at micro-batch {strategy.micro_batch_size}: {why[0] if why else 'does not fit'}"
+    advice = planner.choice_advice(chosen, planned.plan)
+    if not force_errors:
+        raise DswizError(
+            f"{what}; nothing was written",
+            "; ".join([*advice, "or pass --force-errors to write it anyway"]),
+            exit_code=1,  # as `dswiz check --model` when it predicts this
+        )
+    click.echo(f"warning: {what}", err=True)
+    for line in advice:
         click.echo(f"  fix: {line}", err=True)
 
 
@@ -797,12 +804,7 @@ def _report(
         print_findings(serious, f"check of {out_dir}")
     for note in config_set.script_notes:
         click.echo(f"note: {note}")
-    from wizard.config.hostfile import has_placeholders
-
-    if config_set.topology.multi_node and has_placeholders(config_set.topology.hosts):
-        click.echo(
-            f"note: replace the placeholder host names in {out_dir / 'hostfile'} (or pass --hostfile-hosts)"
-        )
+    # (placeholder host names are the check's hostfile-placeholders warning, above)
     click.echo("")
     if s.mode == "train":  # inference: the note above says how the script runs it
         for line in script_hint_lines(config_set, out_dir):

@@ -64,6 +64,9 @@ def checked_hostname(host: str, *, source: str) -> str:
 PLACEHOLDER_PREFIX = "worker-"
 
 
+PLACEHOLDER_NOTE = f"# {PLACEHOLDER_PREFIX}N are placeholders: replace them with your nodes' ssh host names"
+
+
 def placeholder_hosts(nodes: int) -> tuple[str, ...]:
     return tuple(f"{PLACEHOLDER_PREFIX}{i}" for i in range(nodes))
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from wizard.config.hostfile import PLACEHOLDER_PREFIX, has_placeholders, hostfile_lines
+from wizard.config.hostfile import PLACEHOLDER_NOTE, has_placeholders, hostfile_lines
 from wizard.config.launchers import PER_NODE_LAUNCHERS
 from wizard.config.sbatch import render_sbatch, wants_sbatch
 from wizard.config.schema import (
@@ -188,9 +188,7 @@ def render_hostfile(config: ConfigSet) -> str:
     topo = config.topology
     lines = [f"# DeepSpeed hostfile written by dswiz: {topo.nodes} nodes x {topo.gpus_per_node} GPUs"]
     if has_placeholders(topo.hosts):
-        lines.append(
-            f"# {PLACEHOLDER_PREFIX}N are placeholders: replace them with your nodes' ssh host names"
-        )
+        lines.append(PLACEHOLDER_NOTE)
     lines += hostfile_lines(topo.hosts, topo.gpus_per_node)
     return "\n".join(lines) + "\n"
 

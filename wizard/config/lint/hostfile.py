@@ -9,9 +9,11 @@ from dataclasses import replace
 from wizard.config.hostfile import (
     HOSTNAME_FIX,
     MAX_SLOTS,
+    PLACEHOLDER_NOTE,
     SLOTS_FIX,
     Hostfile,
     HostfileProblem,
+    has_placeholders,
     parse_hostfile,
 )
 from wizard.config.launchers import EQUAL_SLOTS_LAUNCHERS
@@ -82,7 +84,22 @@ def _problem_finding(p: HostfileProblem, name: str) -> Finding:
 def lint_hostfile_text(
     text: str, *, name: str = "hostfile", world_size: int | None = None, launcher: str | None = None
 ) -> list[Finding]:
-    return _lint_hostfile(parse_hostfile(text), name=name, world_size=world_size, launcher=launcher)
+    parsed = parse_hostfile(text)
+    out = _lint_hostfile(parsed, name=name, world_size=world_size, launcher=launcher)
+    if PLACEHOLDER_NOTE in text.splitlines() and has_placeholders(tuple(parsed.slots)):
+        out.append(
+            finding(
+                WARNING,
+                "hostfile-placeholders",
+                "the hostfile still names the placeholder hosts dswiz wrote (worker-0, worker-1, ...)",
+                "the launcher would ssh to hosts that do not exist (and launch.sh's --master_addr names worker-0)",
+                "put your nodes' ssh host names in their place and in launch.sh (or write the folder again with "
+                "dswiz config --hostfile-hosts h1,h2,...); if these are your hosts' real names, delete the comment "
+                "line that calls them placeholders",
+                f"{name}:1",
+            )
+        )
+    return out
 
 
 def _lint_hostfile(
