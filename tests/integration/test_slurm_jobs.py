@@ -180,7 +180,7 @@ def test_two_node_ranks_on_two_slurmd_of_this_host(slurm: dict[str, str], tmp_pa
     DeepSpeed's runner with --no_ssh on each node, rendezvous on the first host."""
     env = _job_env(slurm, tmp_path)
     sbatch = write_configs(
-        env, tmp_path / "cfg", "--nodes", "2", "--gpus-per-node", "1", "--launcher", "nossh"
+        env, tmp_path / "cfg", "--nodes", "2", "--gpus-per-node", "1", "--launcher-mode", "nossh"
     )
     for _attempt in range(2):  # the abort at exit is more frequent with two nodes (docs/cpu-testing.md)
         job = submit(env, tmp_path, sbatch, "--steps", "6")

@@ -142,7 +142,7 @@ def test_dswiz_check_reports_a_script_with_the_fix(tmp_path: Path) -> None:
 
 def test_dswiz_config_writes_what_the_flags_say(tmp_path: Path) -> None:
     out = tmp_path / "cfg"
-    argv = ["config", "--yes", "--nodes", "2", "--gpus-per-node", "4", "--launcher", "standard"]
+    argv = ["config", "--yes", "--nodes", "2", "--gpus-per-node", "4", "--launcher-mode", "standard"]
     argv += ["--slurm-time", "1-00:00:00", "--slurm-partition", "gpu", "--slurm-cpus-per-task", "16"]
     result = dswiz(*argv, "--out", str(out))
     assert result.returncode == 0, result.stderr

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import click
 
 from wizard.cli_options import no_history_option, python_option
+from wizard.config.launchers import MULTINODE_LAUNCHERS
 
 if TYPE_CHECKING:
     from wizard.config.schema import Consumer
     from wizard.findings import Finding
 
 CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
-LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
 
 
 @click.command()
@@ -43,9 +43,8 @@ LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
 @click.option(
     "--launcher-mode",
     "--multinode-launcher",
-    "--launcher",
     "launcher",
-    type=click.Choice(LAUNCHERS),
+    type=click.Choice(MULTINODE_LAUNCHERS),
     help="The multi-node backend the hostfile is for (its limits differ), named as `dswiz launch --launcher-mode` "
     "and `dswiz config` name it.",
 )

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------ cluster: launcher and job.sbatch
 def cluster_options(command: F) -> F:
-    """--launcher and the Slurm batch-script flags (wizard/config/launchers.py, wizard/config/sbatch.py)."""
+    """--launcher-mode and the Slurm batch-script flags (wizard/config/launchers.py, wizard/config/sbatch.py)."""
     from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS
 
     for option in reversed(
@@ -57,7 +57,6 @@ def cluster_options(command: F) -> F:
             click.option(
                 "--launcher-mode",
                 "--multinode-launcher",
-                "--launcher",
                 "launcher",
                 type=click.Choice(MULTINODE_LAUNCHERS),
                 help=f"How a multi-node job starts its nodes (default {DEFAULT_LAUNCHER}: ssh from the first "

@@ -257,7 +257,7 @@ def _launch_findings(script: BatchScript, plan: PlanBeside, at: Any) -> list[Fin
                 "sbatch-ssh-launcher",
                 "the job starts its nodes with DeepSpeed's pdsh launcher",
                 "pdsh reaches the other nodes over ssh, which many clusters do not allow between compute nodes",
-                "use the nossh or slurm launcher: dswiz config --launcher nossh ... writes such a job.sbatch",
+                "use the nossh or slurm launcher: dswiz config --launcher-mode nossh ... writes such a job.sbatch",
                 at("nodes"),
             )
         )
