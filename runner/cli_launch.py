@@ -702,7 +702,7 @@ def _deepspeed_env_files(choice: ConfigChoice) -> list[Path]:
 
 def _print_findings(findings: tuple[Finding, ...]) -> None:
     for f in findings:
-        where = f" ({f.location})" if f.location else ""
+        where = f" ({f.location})" if f.location and f.location not in f.what else ""  # not said twice
         err = f.severity is Severity.ERROR
         click.echo(f"{f.severity.value}: {f.what}{where}", err=err)
         if f.severity is not Severity.INFO:  # info is one line; what needs acting on says why and how

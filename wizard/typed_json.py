@@ -62,3 +62,13 @@ def typed_fields(cls: type, data: Mapping[str, Any], *, skip: tuple[str, ...] = 
         if value is not _WRONG:
             out[name] = value
     return out
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    kinds = {list: "an array", str: "a string", int: "a number", float: "a number"}
+    return next((k for t, k in kinds.items() if isinstance(value, t)), type(value).__name__)

@@ -40,7 +40,10 @@ def test_lists_predicted_against_measured(tmp_path: Path) -> None:
     rec = _seed(db)
     out = _dswiz("history", env_db=db)
     assert out.returncode == 0, out.stderr
-    assert rec.id[:8] in out.stdout and "predicted 1,200, measured 1,000 (prediction +20% off)" in out.stdout
+    assert (
+        f"  {rec.id}  " in out.stdout
+        and "predicted 1,200, measured 1,000 (prediction +20% off)" in out.stdout
+    )
     data = json.loads(_dswiz("history", "--json", env_db=db).stdout)
     assert data["runs"][0]["id"] == rec.id and data["runs"][0]["measured"]["tokens_per_sec"] == 1000.0
 

@@ -111,7 +111,7 @@ def _line(r: Measurement) -> str:
             else f"a job without a plan (dswiz {r.source})"
         )
         what = f"{kind} on {r.hardware.key}"
-    lines = [f"  {when}  {r.id[:8]}  {r.outcome:<11} {what}"]
+    lines = [f"  {when}  {r.id}  {r.outcome:<11} {what}"]  # the whole id: `dswiz monitor ID` takes it
     if r.predicted.tokens_per_sec is None and r.predicted.peak_gpu_bytes is None:
         measured = [
             f"{label} {text}"

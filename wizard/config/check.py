@@ -61,7 +61,7 @@ from wizard.config.lint.sbatch import lint_sbatch_text, looks_like_sbatch, plan_
 from wizard.config.lint.text import hjson_finding, parse_hjson, template_finding, template_placeholders
 from wizard.config.lint.types import check_types
 from wizard.config.lint.zero import check_zero
-from wizard.config.parse import ParseProblem, json_kind, parse_json, parse_yaml, yaml_key_lines
+from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
 from wizard.config.schema import (
     ACCELERATE_YAML_NAME,
     DEEPSPEED_ENV_NAME,
@@ -73,6 +73,7 @@ from wizard.config.schema import (
 from wizard.errors import DswizError, read_user_text
 from wizard.findings import Finding, sort_findings
 from wizard.hardware.report import HardwareReport
+from wizard.typed_json import json_kind
 
 RULES = (
     check_keys,

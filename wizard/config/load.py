@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from wizard.config.parse import json_kind, parse_json, parse_yaml
+from wizard.config.parse import parse_json, parse_yaml
 from wizard.config.schema import ConfigSet, DeepSpeedSettings, Topology, _Section
 from wizard.errors import DswizError, quoted, read_user_text
+from wizard.typed_json import json_kind
 
 FileKind = Literal["deepspeed", "accelerate"]
 

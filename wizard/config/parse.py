@@ -168,13 +168,3 @@ def yaml_key_lines(text: str) -> dict[str, int]:
     if root is not None:
         visit(root, "")
     return lines
-
-
-def json_kind(value: Any) -> str:
-    """What a JSON value is, in JSON's words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    kinds = {list: "an array", str: "a string", int: "a number", float: "a number"}
-    return next((k for t, k in kinds.items() if isinstance(value, t)), type(value).__name__)

@@ -46,6 +46,13 @@ def _load_report_json(path: Path) -> HardwareReport:
         data = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise DswizError(f"cannot read hardware file {str(path)!r}: {e}", fix) from None
+    if not isinstance(data, dict):
+        from wizard.typed_json import json_kind
+
+        raise DswizError(
+            f"hardware file {str(path)!r} is not a dswiz hardware report (a JSON object), but {json_kind(data)}",
+            fix,
+        )
     try:
         report = HardwareReport.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as e:

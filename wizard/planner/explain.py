@@ -329,7 +329,9 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
                 f"use {best.label} (micro-batch {best.strategy.micro_batch_size}, "
                 f"{fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, ~{best.predicted.tokens_per_sec:,.0f} tokens/s)"
             )
-        head = f"this config needs {fmt_bytes(p.gpu_needed_bytes)} per GPU on a {fmt_bytes(cap)} card"
+        card = fmt_bytes(cap)
+        article = "an" if card[:1] == "8" or card.startswith(("11 ", "11.", "18 ", "18.")) else "a"
+        head = f"this config needs {fmt_bytes(p.gpu_needed_bytes)} per GPU on {article} {card} card"
         out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
         if best is None:
             out += list(plan.advice)
