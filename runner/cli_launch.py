@@ -22,7 +22,7 @@ from wizard.cli_options import FiniteFloat, defaulted_option, flag_option, no_hi
 from wizard.errors import DswizError, read_user_text
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
-from wizard.launch_command import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, LaunchSpec
+from wizard.launch_command import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, PORTS, LaunchSpec
 
 # The steps below import what they need inside (psutil, the job, preflight, the planner): `dswiz launch --help`
 # and a bad flag answer without loading them.
@@ -89,7 +89,7 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @click.option("--master-addr", metavar="ADDR", help="Address of node rank 0.")
 @click.option(
     "--master-port",
-    type=int,
+    type=click.IntRange(*PORTS),
     metavar="PORT",
     help="Rendezvous port. Default: 29500, or a free one on a single node.",
 )

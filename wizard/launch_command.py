@@ -43,6 +43,9 @@ MULTINODE_LAUNCHERS = ("pdsh", "openmpi", "mpich", "impi", "mvapich", "slurm", "
 MPI_LAUNCHERS = ("openmpi", "mpich", "impi", "mvapich")
 DEFAULT_MASTER_PORT = 29500  # deepspeed.constants.TORCH_DISTRIBUTED_DEFAULT_PORT
 DEFAULT_STEPS_PER_PRINT = 10
+# A rendezvous port, on every command that takes one (below 1024 only root may listen).
+PORTS = (1024, 65535)
+PORT_FIX = f"choose a port between {PORTS[0]} and {PORTS[1]}"
 _CONFIG_ARG_RE = re.compile(r"^[A-Za-z][\w-]*$")
 # NODE_SPEC[@NODE_SPEC...], NODE_SPEC = NAME[:SLOT[,SLOT...]] (deepspeed/launcher/runner.py parse_resource_filter)
 _FILTER_RE = re.compile(r"^[^@:\s]+(:\d+(,\d+)*)?(@[^@:\s]+(:\d+(,\d+)*)?)*$")
@@ -324,10 +327,8 @@ def validate(spec: LaunchSpec) -> None:
             f"--config-arg {spec.config_arg!r} is not an argument name",
             "pass the name without dashes: deepspeed_config, deepspeed, or your script's own (e.g. ds_config)",
         )
-    if spec.master_port is not None and not 1 <= spec.master_port <= 65535:
-        raise DswizError(
-            f"--master-port {spec.master_port} is not a port", "choose a port between 1024 and 65535"
-        )
+    if spec.master_port is not None and not PORTS[0] <= spec.master_port <= PORTS[1]:
+        raise DswizError(f"--master-port {spec.master_port} is not a port dswiz uses", PORT_FIX)
     if spec.node_rank is not None and spec.node_rank < 0:
         raise DswizError(f"--node-rank {spec.node_rank} is negative", "node ranks count from 0")
     # accelerate may take its --machine_rank from the YAML instead

@@ -58,3 +58,18 @@ def test_a_number_flag_refuses_nan_inf_and_out_of_range(
     assert f"Invalid value for '{flag}'" in proc.stderr or f"error: {flag} " in proc.stderr, proc.stderr
     assert said in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("port", ["80", "70000"])
+@pytest.mark.parametrize("command", ["config", "launch"])
+def test_every_command_takes_the_same_rendezvous_ports(tmp_path: Path, command: str, port: str) -> None:
+    """--master-port is 1024-65535 on config and launch alike (launch took 80 and refused 99999 with that range)."""
+    out = tmp_path / "out"
+    args = (
+        ("config", "--yes", *A100, "--master-port", port, "--out", str(out))
+        if command == "config"
+        else ("launch", "--dry-run", "--master-port", port, "train.py")
+    )
+    proc = dswiz(*args)
+    assert proc.returncode == 2 and "is not in the range 1024<=x<=65535" in proc.stderr, proc.stderr
+    assert not out.exists()

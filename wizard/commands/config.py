@@ -34,6 +34,7 @@ from wizard.cli_options import (
 )
 from wizard.errors import DswizError
 from wizard.fsio import KEEP_BACKUPS
+from wizard.launch_command import PORTS
 
 if TYPE_CHECKING:
     from wizard.config.build import WriteOptions
@@ -161,7 +162,7 @@ _NOT_PREFILLED = (
 @click.option("--master-addr", metavar="ADDR", help="Address of node 0 (multi-node).")
 @click.option(
     "--master-port",
-    type=click.IntRange(1024, 65535),
+    type=click.IntRange(*PORTS),
     default=29500,
     show_default=True,
     metavar="PORT",

@@ -12,6 +12,7 @@ from textual.widgets import Input, Label, RadioButton, RadioSet, Static, TextAre
 from wizard.config.launchers import MultinodeLauncher
 from wizard.errors import DswizError
 from wizard.findings import Severity, has_errors
+from wizard.launch_command import PORT_FIX, PORTS
 from wizard.service import LAUNCHERS, parse_positive
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.fields import labelled, radio_set
@@ -133,8 +134,8 @@ class MultiNodeStep(StepScreen):
         nodes, gpus = self._topology()
         launcher = self._launcher()
         port = parse_positive(self.query_one("#master-port", Input).value, "master port") or 29500
-        if port > 65535:
-            raise DswizError(f"port {port} is out of range", "choose a port between 1024 and 65535")
+        if not PORTS[0] <= port <= PORTS[1]:
+            raise DswizError(f"port {port} is out of range", PORT_FIX)
         problems = self.wizard.service.launcher_problems(launcher, self.wizard.choices.hardware)
         if nodes > 1 and problems:
             raise DswizError(problems[0], "choose another launcher")
