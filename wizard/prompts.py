@@ -117,7 +117,7 @@ def _candidate_line(c: Candidate) -> str:
     s, p = c.strategy, c.predicted
     return (
         f"{strategy_label(s)}, {s.precision}, micro {s.micro_batch_size}×{s.gradient_accumulation_steps}: "
-        f"GPU {fmt_bytes(p.gpu_bytes)}, CPU {fmt_bytes(p.cpu_bytes)}, {p.tokens_per_sec:,.0f} tokens/s"
+        f"GPU {fmt_bytes(p.gpu_needed_bytes)}, CPU {fmt_bytes(p.cpu_bytes)}, {p.tokens_per_sec:,.0f} tokens/s"
     )
 
 

@@ -202,3 +202,20 @@ def test_plain_multi_node_launcher_choice_reaches_launch_sh(service: Any, tmp_pa
     assert p.disabled["launcher"] == {}  # a described cluster: no DeepSpeed version to hold nossh back
     launch_sh = (tmp_path / "dswiz-config" / "launch.sh").read_text()
     assert "torch.distributed.run --nproc_per_node 8 --nnodes 2" in launch_sh and "NODE_RANK" in launch_sh
+
+
+def test_plain_candidates_show_what_the_card_must_hold(service: Any, tmp_path: Path) -> None:
+    """The GPU figure of each candidate line is the one the fit is judged on and the wizard shows (what the card
+    must hold), so a fitting row never shows more than the card: it showed the cache a roomy card keeps (llama-7b on
+    one H200: "GPU 144.6 GiB" for a row that fits the 140.4 GiB card)."""
+    from wizard.units import parse_size
+
+    p = ScriptedPrompter({"model-preset": "llama-7b", "candidate": 0})
+    assert run_prompts(prompter=p, hardware_spec="1xH200", service=service, say=lambda _: None) == 0
+    card = service.get_hardware("1xH200").min_gpu_memory_bytes
+    shown = {k: parse_size(t.split("GPU ", 1)[1].split(",", 1)[0]) for k, t in p.titles["candidate"].items()}
+    fitting = [b for k, b in shown.items() if k not in p.disabled["candidate"]]
+    assert len(fitting) >= 3 and all(0 < b <= card for b in fitting), (shown, card)
+    assert all(
+        shown[k] > card * 0.95 for k in p.disabled["candidate"]
+    )  # the rows offered but refused: over the margin
