@@ -41,6 +41,11 @@ def fmt_gib(n: int | float | None) -> str:
     return f"{gib:.1f}" if gib < 100 else f"{gib:.0f}"
 
 
+def fmt_gib_unit(n: int | float | None) -> str:
+    """``fmt_gib`` with its unit ("12.3G"); nothing known is "–", without one."""
+    return "–" if n is None else f"{fmt_gib(n)}G"
+
+
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return "–"

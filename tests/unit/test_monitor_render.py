@@ -61,3 +61,14 @@ def test_fmt_num(value: float | None, text: str) -> None:
 
 def test_fmt_duration() -> None:
     assert [fmt_duration(s) for s in (None, 5, 75, 3725, 200_000)] == ["–", "5s", "1m15s", "1h02m", "2d07h"]
+
+
+def test_the_host_panel_says_unknown_sizes_without_a_unit() -> None:
+    """A finished or unreachable job has no RSS: "job RSS –", not "–G"; known sizes keep theirs."""
+    from runner.metrics.snapshot import Snapshot
+    from runner.monitor.widgets.host import HostPanel
+
+    text = HostPanel().draw(Snapshot(time=0.0), 40, 4).plain  # type: ignore[union-attr]
+    assert "job RSS –  CPU –" in text and "swap –" in text and "–G" not in text
+    known = HostPanel().draw(Snapshot(time=0.0, job_rss_bytes=3 * 2**30, host_swap_used_bytes=0), 40, 4)
+    assert "job RSS 3.0G" in known.plain and "swap 0.0G" in known.plain  # type: ignore[union-attr]
