@@ -162,6 +162,20 @@ async def test_no_gpu_says_so_and_plans_for_described_hardware(service: Any) -> 
         assert app.step == 1
 
 
+async def test_a_spec_that_does_not_read_leaves_the_hardware_in_use_on_screen(service: Any) -> None:
+    """An ambiguous spec: the problem and its fix below, the hardware still in use above ("Reading 8xA100…"
+    stayed there)."""
+    app = build_app(hardware_spec="1xH200", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await type_into(pilot, "#hw-spec", "8xA100")
+        await pilot.press("enter")
+        await settle(pilot)
+        source = str(app.screen.query_one("#hw-source").render())
+        assert "Reading" not in source and "H200" in source
+        assert "'A100' is ambiguous" in status(pilot) and app.choices.hardware.gpus_per_node == 1
+
+
 async def test_import_existing_file_shows_diff_and_keeps_backup(service: Any, tmp_path: Path) -> None:
     existing = tmp_path / "run1" / "ds_config.json"
     existing.parent.mkdir()

@@ -92,6 +92,12 @@ class HardwareStep(StepScreen):
 
     def show_hardware(self, spec: str | None, report: HardwareReport | DswizError) -> None:
         if isinstance(report, DswizError):
+            # "Reading …" gives way to what is still in use (or to nothing read), the problem below it
+            in_use = self.wizard.choices.hardware
+            if in_use is not None:
+                self._show(in_use)
+            else:
+                self.query_one("#hw-source", Static).update(Text(f"Could not read {spec or 'this machine'}"))
             self.set_status(f"{report.problem}" + (f" — {report.fix}" if report.fix else ""), error=True)
             return
         self.wizard.choices.hardware_spec = spec
