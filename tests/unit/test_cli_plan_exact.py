@@ -92,7 +92,7 @@ def test_check_with_model_predicts_the_config(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     assert proc.returncode == 1 and doc["ok"] is False
     (f,) = [f for f in doc["findings"] if f["code"] == "plan-does-not-fit"]
-    assert "per GPU on a 80.0 GiB card" in f["fix"] and "use ZeRO-" in f["fix"]
+    assert "per GPU on an 80.0 GiB card" in f["fix"] and "use ZeRO-" in f["fix"]
     p = doc["prediction"]
     assert (p["zero_stage"], p["micro_batch_size"], p["fits"]) == (2, 8, False)
     # The same config for a small model fits: an info finding, exit 0.
