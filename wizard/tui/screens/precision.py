@@ -32,7 +32,8 @@ def batch_text(s: Strategy) -> Text:
     text.append(f"{s.global_batch_size}", style="bold green")
     text.append(
         f" = micro-batch {s.micro_batch_size} × accumulation {s.gradient_accumulation_steps}"
-        f" × world {s.world_size} ({s.nodes} node{'s' if s.nodes != 1 else ''} × {s.gpus_per_node} GPUs)"
+        f" × world {s.world_size} ({s.nodes} node{'s' if s.nodes != 1 else ''}"
+        f" × {s.gpus_per_node} GPU{'s' if s.gpus_per_node != 1 else ''})"
     )
     return text
 
