@@ -1287,7 +1287,11 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _cfg(row: dict[str, Any]) -> Config:
-    c = row["config"]
+    return _config(row["config"])
+
+
+def _config(c: dict[str, Any]) -> Config:
+    """A Config from its JSON form (tags are a list there)."""
     return Config(**{**c, "tags": tuple(c.get("tags", ()))})
 
 
@@ -1461,10 +1465,7 @@ def _memory_twin(config: dict[str, Any], seq: int, world: int = 1) -> dict[str, 
         return None
     twin = {**config, "zero_stage": 3 - config["zero_stage"]}
     model = bench_spec(config["model"])
-    a, b = (
-        estimate_memory(model, Config(**{**c, "tags": tuple(c.get("tags", ()))}).strategy(world), seq)
-        for c in (config, twin)
-    )
+    a, b = (estimate_memory(model, _config(c).strategy(world), seq) for c in (config, twin))
     return twin if (a.allocated, a.needed) == (b.allocated, b.needed) else None
 
 
@@ -1493,8 +1494,9 @@ def judge(
     )
     exact = [(r, _fits_at(r, cap)) for r in same if r["config"]["micro_batch"] == mbs]
     told = [f for _, f in exact if f is not None]
-    twin_told = [_fits_at(r, cap) for r in twins if r["config"]["micro_batch"] == mbs]
-    twin_told = [f for f in twin_told if f is not None]
+    twin_told = [
+        f for r in twins if r["config"]["micro_batch"] == mbs and (f := _fits_at(r, cap)) is not None
+    ]
     tps = next(
         (r["tokens_per_sec"] for r, _ in exact if r["status"] == "ok" and r.get("tokens_per_sec")), None
     )
