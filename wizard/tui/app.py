@@ -131,7 +131,7 @@ class WizardApp(App[list[Path]]):
     def screen_status(self, e: DswizError) -> None:
         screen = self.get_screen(STEPS[self.step].__name__)
         if isinstance(screen, StepScreen):
-            screen.set_status(f"{e.problem}" + (f" — {e.fix}" if e.fix else ""), error=True)
+            screen.show_error(e)
 
     def load_and_plan(
         self,

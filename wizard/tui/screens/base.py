@@ -88,6 +88,10 @@ class StepScreen(Screen[None]):
         except NoMatches:
             self._pending_status = text
 
+    def show_error(self, e: DswizError) -> None:
+        """A problem and its fix, in the status line."""
+        self.set_status(f"{e.problem}" + (f" — {e.fix}" if e.fix else ""), error=True)
+
     def _show_pending_status(self) -> None:
         if self._pending_status is not None:
             text, self._pending_status = self._pending_status, None
@@ -97,7 +101,7 @@ class StepScreen(Screen[None]):
         try:
             self.save()
         except DswizError as e:
-            self.set_status(f"{e.problem}" + (f" — {e.fix}" if e.fix else ""), error=True)
+            self.show_error(e)
             return False
         return True
 

@@ -98,7 +98,7 @@ class HardwareStep(StepScreen):
                 self._show(in_use)
             else:
                 self.query_one("#hw-source", Static).update(Text(f"Could not read {spec or 'this machine'}"))
-            self.set_status(f"{report.problem}" + (f" — {report.fix}" if report.fix else ""), error=True)
+            self.show_error(report)
             return
         self.wizard.choices.hardware_spec = spec
         self.wizard.choices.hardware = report

@@ -248,7 +248,7 @@ class ReviewStep(StepScreen):
         try:
             results = self.wizard.service.write_files(c.out_dir, self.files, force=force)
         except DswizError as e:
-            self.set_status(f"{e.problem} — {e.fix}" if e.fix else e.problem, error=True)
+            self.show_error(e)
             return
         c.written = [r.path for r in results]
         self.written_files = dict(self.files)
