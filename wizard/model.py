@@ -62,6 +62,9 @@ class ModelSpec:
     attention: str = "sdpa"  # "eager" where transformers only materialises attention scores (DeBERTa)
     rel_pos_span: int = 0  # DeBERTa relative-position buckets (its c2p/p2c scores scale with it)
     encoder: bool = False  # masked-LM encoder (BERT-like) rather than a causal LM
+    # Outputs per token of one layer's nn.Linear modules that have a bias (torch.nn.functional.linear; GPT-2's Conv1D
+    # is not one): ZeRO-3's linear adds these biases in a kernel of its own (planner.throughput).
+    linear_bias_outputs: int = 0
     # transformers' default; a config.json (or --model ...,use_cache=0) may turn it off. It changes what a training
     # forward keeps for backward (calibration.USE_CACHE_OFF_BYTES_PER_HIDDEN) and whether an inference pass keeps
     # every layer's K and V (memory.inference_phases).
@@ -569,6 +572,7 @@ class _Extras(TypedDict, total=False):
     attention: str
     rel_pos_span: int
     encoder: bool
+    linear_bias_outputs: int
 
 
 def _spec(
@@ -610,7 +614,13 @@ def _spec(
 
 
 def _moe(
-    model_type: str, head_dim: int, experts: tuple[int, int, int], moe_layers: int, *, shared_ffn: int = 0
+    model_type: str,
+    head_dim: int,
+    experts: tuple[int, int, int],
+    moe_layers: int,
+    *,
+    shared_ffn: int = 0,
+    linear_bias_outputs: int = 0,
 ) -> _Extras:
     """The mixture-of-experts fields: ``experts`` is (experts, experts per token, per-expert FFN width); the block
     class ZeRO-3 must treat as a leaf comes from the model type."""
@@ -623,6 +633,7 @@ def _moe(
         "moe_ffn_hidden": expert_ffn,
         "moe_layers": moe_layers,
         "moe_layer_cls_name": MOE_LAYER_CLASSES[model_type],
+        "linear_bias_outputs": linear_bias_outputs,
     }
 
 
@@ -692,6 +703,10 @@ def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: st
         max(V * h, h * f + (f if mlp_bias else 0), h * q + (q if q_bias else 0)),
         head_dim=hd,
         activation=str(cfg.get("hidden_act", "silu")),
+        linear_bias_outputs=(
+            (q + 2 * kvd if mtype == "qwen2" else q + 2 * kvd + h if q_bias else 0)
+            + ((2 * f + h) if mlp_bias else 0)
+        ),
     )
 
 
@@ -732,7 +747,8 @@ def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mo
     step = max(1, _need_int(cfg, where, "decoder_sparse_step", default=1))
     mlp_only = set(cfg.get("mlp_only_layers") or [])  # validated: whole numbers
     q, kvd = a * hd, kv * hd
-    attn = h * q + 2 * h * kvd + q * h + ((q + 2 * kvd) if cfg.get("qkv_bias", True) else 0)
+    qkv_bias = (q + 2 * kvd) if cfg.get("qkv_bias", True) else 0
+    attn = h * q + 2 * h * kvd + q * h + qkv_bias
     # layers i with (i + 1) % step == 0 have experts, except mlp_only ones (counted without a loop over L)
     dense_listed = sum(1 for i in mlp_only if i < L and (i + 1) % step == 0)
     sparse_layers = L // step - dense_listed if E > 0 else 0
@@ -750,7 +766,7 @@ def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mo
         total,
         max(V * h, E * 3 * h * fm, dense),
         active=active,
-        **_moe("qwen2_moe", hd, (E, k, fm), sparse_layers, shared_ffn=fs),
+        **_moe("qwen2_moe", hd, (E, k, fm), sparse_layers, shared_ffn=fs, linear_bias_outputs=qkv_bias),
     )
 
 
@@ -778,6 +794,7 @@ def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         max(V * h, h * f + f, 3 * h * h + 3 * h),
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout", 0.0)),
+        linear_bias_outputs=(4 * h if bias else 0) + f + h,
     )
 
 
@@ -805,6 +822,7 @@ def _bert(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
         encoder=True,
+        linear_bias_outputs=5 * h + f,  # query, key, value, attention output; intermediate, output
     )
 
 
@@ -862,4 +880,5 @@ def _deberta_v2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> M
         attention="eager",
         rel_pos_span=span,
         encoder=True,
+        linear_bias_outputs=5 * h + f,  # query, key, value, attention output; intermediate, output
     )

@@ -368,3 +368,28 @@ def test_use_cache_is_read_from_the_config_and_the_numbers(tmp_path: Path) -> No
     assert type(spec).from_dict(off.to_dict()).use_cache is False
     old = {k: v for k, v in spec.to_dict().items() if k != "use_cache"}
     assert type(spec).from_dict(old).use_cache is True
+
+
+def _linear_bias_outputs_per_layer(model: Any, layers: int) -> float:
+    """What ZeRO-3's linear adds a bias to, per token of one layer: the outputs of every torch.nn.Linear with a bias
+    inside the repeated layers (GPT-2's Conv1D is not a Linear: it calls addmm itself). DeBERTa's pos_key_proj /
+    pos_query_proj project the relative-position table once a forward, not the tokens."""
+    import torch
+
+    total = 0
+    for name, module in model.named_modules():
+        parts = name.split(".")
+        in_layer = any(p in ("h", "layers", "layer") and i + 1 < len(parts) and parts[i + 1].isdigit()
+                       for i, p in enumerate(parts))  # fmt: skip
+        per_token = not parts[-1].startswith("pos_")
+        if in_layer and per_token and isinstance(module, torch.nn.Linear) and module.bias is not None:
+            total += module.out_features
+    return total / layers
+
+
+@pytest.mark.parametrize("key", sorted(SMALL_CONFIGS))
+def test_linear_bias_outputs_match_the_transformers_layers(key: str) -> None:
+    cfg, kind = SMALL_CONFIGS[key]
+    model = _build(cfg, kind)
+    spec = spec_from_config(cfg, name=key, source="test")
+    assert spec.linear_bias_outputs == _linear_bias_outputs_per_layer(model, spec.layers)

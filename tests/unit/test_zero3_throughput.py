@@ -20,17 +20,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wizard.hardware.report import HardwareReport
-from wizard.model import load_model_spec
+from wizard.model import load_model_spec, spec_from_config
 from wizard.planner import calibration as cal
 from wizard.planner.throughput import (
     estimate_throughput,
     exposed_host_seconds,
+    hbm_bytes_per_s,
     host_micro_step_seconds,
     stage3_copy_seconds,
 )
 from wizard.strategy import Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))  # _common: the bench's model configs
+from _common import PYTHIA_1B as PYTHIA_1B_CONFIG  # noqa: E402
+
 # The H200 the committed rows were measured on, as the bench recorded it (16 host cores, PCIe 5, 4.8 TB/s).
 ONE_H200 = HardwareReport.from_dict(
     json.loads((ROOT / "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json").read_text())["hardware"]
@@ -140,6 +144,30 @@ def test_pageable_copy_back_only_with_the_optimizer_offloaded_and_the_weights_on
     # What the H200 rows show: offloading the parameters too makes stage 3 + optimizer offload faster.
     fast = estimate_throughput(ONE_H200, LLAMA_1B, both, SEQ).tokens_per_sec
     assert fast > estimate_throughput(ONE_H200, LLAMA_1B, opt, SEQ).tokens_per_sec
+
+
+PYTHIA_1B = spec_from_config(PYTHIA_1B_CONFIG, name="pythia-1b", source="test")
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(mbs=st.integers(1, 32), ckpt=st.booleans(), stage=st.sampled_from([0, 1, 2, 3]))
+def test_zero3_linear_adds_biases_in_a_kernel_of_its_own(mbs: int, ckpt: bool, stage: int) -> None:
+    """Only stage 3 (its LinearFunctionForZeroStage3) pays for a biased model's bias adds: a read and a write of each
+    biased output per token and forward, again in the recomputed forward; the same model without biases, and every
+    stage below 3, pay nothing."""
+    s = Strategy(zero_stage=stage, micro_batch_size=mbs, activation_checkpointing=ckpt)
+    unbiased = replace(PYTHIA_1B, linear_bias_outputs=0)
+    extra = (
+        _parts(PYTHIA_1B, s)["element-wise (memory-bound)"]
+        - _parts(unbiased, s)["element-wise (memory-bound)"]
+    )
+    if stage < 3:
+        assert extra == 0
+        return
+    forwards = 2 if ckpt else 1
+    bytes_per_token = forwards * 2 * 2 * PYTHIA_1B.layers * PYTHIA_1B.linear_bias_outputs
+    assert extra == pytest.approx(mbs * SEQ * bytes_per_token / hbm_bytes_per_s(ONE_H200.gpus[0]))
+    assert PYTHIA_1B.linear_bias_outputs == 4 * 2048 + 8192 + 2048  # QKV, dense; MLP in and out
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)

@@ -81,11 +81,26 @@ def activation_traffic_bytes_per_token(model: ModelSpec, seq_len: int, s: Strate
     saved = model.layers * layer_activation_bytes_per_token(model, seq_len)
     traffic = cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * (saved + cal.HEAD_BYTES_PER_HIDDEN * model.hidden)
     traffic += cal.LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB * model.vocab
+    bias = zero3_bias_add_bytes_per_token(model, s)
     if s.mode == "inference":
-        return traffic * cal.INFERENCE_TRAFFIC_SHARE
+        return traffic * cal.INFERENCE_TRAFFIC_SHARE + bias
     if s.activation_checkpointing:
         traffic += cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * saved * cal.FORWARD_SHARE_OF_TRAFFIC
-    return traffic * (2.0 if s.precision == "fp32" else 1.0)
+    return traffic * (2.0 if s.precision == "fp32" else 1.0) + bias
+
+
+def zero3_bias_add_bytes_per_token(model: ModelSpec, s: Strategy) -> float:
+    """HBM bytes per token of the bias adds that ZeRO-3's linear runs as kernels of their own. When the engine
+    partitions a model it replaces torch.nn.functional.linear with LinearFunctionForZeroStage3
+    (deepspeed/runtime/zero/linear.py, installed by zero.Init(module=...) while memory_efficient_linear is on, its
+    default; DeepSpeed 0.19.8), whose forward of a 3-D input multiplies, then adds the bias in place: a read and a
+    write of every biased output, which torch's own linear folds into the GEMM. Again in the forward that
+    checkpointing recomputes; the backward's bias gradient is the same reduction either way."""
+    if s.zero_stage != 3 or not model.linear_bias_outputs:
+        return 0.0
+    forwards = 2 if s.mode == "train" and s.activation_checkpointing else 1
+    element = 4 if s.precision == "fp32" else 2
+    return forwards * 2 * element * model.layers * model.linear_bias_outputs
 
 
 def head_flops_per_token(model: ModelSpec, mode: str = "train") -> float:
