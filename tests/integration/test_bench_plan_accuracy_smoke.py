@@ -42,9 +42,16 @@ def test_smoke_runs_two_ranks_and_writes_raw_rows_and_the_report(tmp_path: Path)
     for r in rows:
         assert len(r["step_s"]) == 2 and r["tokens_per_sec"] > 0
         assert r["predicted"]["allocated"] > 0 and r["predicted"]["tokens_per_sec"] > 0
+        # every timed step split at its forward / backward / step boundaries, the three adding up to the step
+        assert set(r["phase_s"]) == {"forward", "backward", "step"} and r["warmup_steps"] == 1
+        for i, whole in enumerate(r["step_s"]):
+            parts = sum(r["phase_s"][k][i] for k in r["phase_s"])
+            assert 0 < parts <= whole * 1.01 + 1e-4
     assert rows[1]["config"]["zero_stage"] == 2 and rows[1]["config"]["checkpointing"] is True
     report = (tmp_path / raw.name.replace(".json", ".md")).read_text()
     assert "Targets (issue 3)" in report and "tiny z2+ckpt mbs2" in report
+    assert "Steps split at the forward / backward / optimizer-step boundaries" in report
+    assert "Families within issue 19's targets" in report
 
 
 @pytest.mark.integration
