@@ -379,9 +379,8 @@ class Row:
     # stream as the host reaches them (no extra synchronisation): the GPU's time from one boundary to the next,
     # host work that the GPU waits for included (CPU Adam lands in "step").
     phase_s: dict[str, list[float]] = field(default_factory=dict)
-    warmup_steps: int | None = (
-        None  # untimed steps before the timed ones (None: rows from before it was recorded)
-    )
+    # untimed steps before the timed ones (None: rows from before it was recorded)
+    warmup_steps: int | None = None
     finished_at: float | None = None  # unix time: when raw files are merged, the newer row of a config wins
 
 
@@ -876,9 +875,8 @@ class _PhaseMarks:
             self.marks.append(time.perf_counter())
 
     def seconds(self) -> list[float]:
-        if self.cuda:
-            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks[:-1], self.marks[1:], strict=True)]
-        return [b - a for a, b in zip(self.marks[:-1], self.marks[1:], strict=True)]
+        pairs = zip(self.marks[:-1], self.marks[1:], strict=True)
+        return [a.elapsed_time(b) / 1e3 if self.cuda else b - a for a, b in pairs]
 
 
 def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
@@ -2221,8 +2219,8 @@ def _markdown_phases(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for r in split:
         ph = {k: statistics.median(v) for k, v in r["phase_s"].items()}
-        whole = r["config"]["micro_batch"] * r["seq_len"] * r["world"] / r["tokens_per_sec"]
-        predicted = whole * r["tokens_per_sec"] / r["now"]["tokens_per_sec"]
+        tokens = r["config"]["micro_batch"] * r["seq_len"] * r["world"]
+        whole, predicted = tokens / r["tokens_per_sec"], tokens / r["now"]["tokens_per_sec"]
         md.append(
             f"| {_label(r)} | {ph.get('forward', math.nan):.3f} | {ph.get('backward', math.nan):.3f} | "
             f"{ph.get('step', math.nan):.3f} | {whole:.3f} | {predicted:.3f} | {r['now'].get('optimizer_s', math.nan):.3f} |"

@@ -684,14 +684,13 @@ def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: st
     V = _need_int(cfg, where, "vocab_size")
     f = _need_int(cfg, where, "intermediate_size", default=_llama_ffn(h))
     q, kvd = a * hd, kv * hd
-    attn = h * q + 2 * h * kvd + q * h
     q_bias = mtype == "qwen2" or (mtype == "llama" and bool(cfg.get("attention_bias")))
-    if mtype == "qwen2":
-        attn += q + 2 * kvd
-    elif q_bias:
-        attn += q + 2 * kvd + h
+    # bias elements, one per output of a biased linear: Qwen2's q/k/v; LLaMA's attention_bias adds o_proj's
+    attn_biases = q + 2 * kvd if mtype == "qwen2" else q + 2 * kvd + h if q_bias else 0
+    attn = h * q + 2 * h * kvd + q * h + attn_biases
     mlp_bias = mtype == "llama" and bool(cfg.get("mlp_bias"))
-    mlp = 3 * h * f + ((2 * f + h) if mlp_bias else 0)
+    mlp_biases = (2 * f + h) if mlp_bias else 0
+    mlp = 3 * h * f + mlp_biases
     tied = bool(cfg.get("tie_word_embeddings", False))
     total = V * h + L * (attn + mlp + 2 * h) + h + (0 if tied else V * h)
     return _spec(
@@ -703,10 +702,7 @@ def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: st
         max(V * h, h * f + (f if mlp_bias else 0), h * q + (q if q_bias else 0)),
         head_dim=hd,
         activation=str(cfg.get("hidden_act", "silu")),
-        linear_bias_outputs=(
-            (q + 2 * kvd if mtype == "qwen2" else q + 2 * kvd + h if q_bias else 0)
-            + ((2 * f + h) if mlp_bias else 0)
-        ),
+        linear_bias_outputs=attn_biases + mlp_biases,
     )
 
 
@@ -775,14 +771,9 @@ def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     h, a, _, _ = _attention_dims(cfg, where)
     V = _need_int(cfg, where, "vocab_size")
     f = _need_int(cfg, where, "intermediate_size", default=4 * h)
-    bias = bool(cfg.get("attention_bias", True))
-    layer = (
-        4 * h
-        + (3 * h * h + (3 * h if bias else 0))
-        + (h * h + (h if bias else 0))
-        + (h * f + f)
-        + (f * h + h)
-    )
+    # bias elements, one per output of a biased linear: QKV and dense (attention_bias), MLP in and out
+    biases = (4 * h if cfg.get("attention_bias", True) else 0) + f + h
+    layer = 4 * h + 3 * h * h + h * h + h * f + f * h + biases
     tied = bool(cfg.get("tie_word_embeddings", False))
     total = V * h + L * layer + 2 * h + (0 if tied else V * h)
     return _spec(
@@ -794,7 +785,7 @@ def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         max(V * h, h * f + f, 3 * h * h + 3 * h),
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout", 0.0)),
-        linear_bias_outputs=(4 * h if bias else 0) + f + h,
+        linear_bias_outputs=biases,
     )
 
 
@@ -808,7 +799,10 @@ def _bert(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
     T = _need_int(cfg, where, "type_vocab_size", default=2)
     tied = bool(cfg.get("tie_word_embeddings", True))
     emb = V * h + npos * h + T * h + 2 * h
-    layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h
+    biases = (
+        5 * h + f
+    )  # one per output of a biased linear: query, key, value, attention output; intermediate, output
+    layer = 4 * h * h + 2 * h * f + biases + 4 * h  # + two LayerNorms
     head = h * h + h + 2 * h + V + (0 if tied else V * h)
     total = emb + L * layer + head
     return _spec(
@@ -822,7 +816,7 @@ def _bert(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
         encoder=True,
-        linear_bias_outputs=5 * h + f,  # query, key, value, attention output; intermediate, output
+        linear_bias_outputs=biases,
     )
 
 
