@@ -275,8 +275,33 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("pythia-1b", 3, "none", "none", False, 17, 2048, None, 2),
     ("llama-7b", 3, "none", "none", True, 4, 1024, None, 2),
 )
+# --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
+# optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
+# then the same config at 1 again in the same session (a repeat) beside it. Stages 0-3, CPU optimizer offload, and a
+# host-bound micro-batch.
+ACCUM_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int, int], ...] = (
+    # (model, stage, offload optimizer, offload param, checkpointing, micro-batch, seq, cap GiB, accumulation, repeat)
+    ("llama-1b", 0, "none", "none", False, 4, 2048, None, 4, 0),
+    ("llama-1b", 0, "none", "none", False, 4, 2048, None, 1, 2),
+    ("qwen2-1.5b", 2, "none", "none", False, 5, 2048, None, 4, 0),
+    ("qwen2-1.5b", 2, "none", "none", False, 5, 2048, None, 1, 1),
+    ("pythia-1.4b", 1, "none", "none", False, 8, 2048, None, 4, 0),
+    ("pythia-1.4b", 1, "none", "none", False, 8, 2048, None, 1, 2),
+    ("llama-1b", 3, "none", "none", False, 16, 1024, None, 4, 0),
+    ("llama-1b", 3, "none", "none", False, 16, 1024, None, 1, 3),
+    ("llama-3b", 3, "none", "none", False, 16, 1024, None, 4, 0),
+    ("llama-3b", 3, "none", "none", False, 16, 1024, None, 1, 3),
+    ("llama-1b", 2, "cpu", "none", True, 32, 1024, 24, 4, 0),
+    ("llama-1b", 2, "cpu", "none", True, 32, 1024, 24, 1, 2),
+    ("gpt2-xl", 2, "none", "none", False, 16, 1024, None, 4, 0),
+    ("gpt2-xl", 2, "none", "none", False, 16, 1024, None, 1, 1),
+    ("llama-1b", 1, "none", "none", False, 2, 2048, None, 8, 0),
+    ("llama-1b", 1, "none", "none", False, 2, 2048, None, 1, 1),
+    ("llama-7b", 3, "none", "none", True, 4, 1024, None, 4, 0),
+    ("llama-7b", 3, "none", "none", True, 4, 1024, None, 1, 3),
+)
 FAMILIES = (
-    "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases"
+    "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases", "accum"
 )  # fmt: skip
 PER_PROCESS_FAMILIES = FAMILIES[1:]  # one process (one engine) per config: all but the GPT-2 grid
 # Config.optimizer: how a row's label names it ("ds", DeepSpeed's AdamW from the config, is the grid's default).
@@ -321,6 +346,8 @@ class Config:
     # own torch.optim.AdamW (its default foreach implementation, or fused=True) and no optimizer section, as dswiz's
     # written config and its script hint leave it.
     optimizer: str = "ds"
+    # Micro-steps per optimizer step: the forward/backward pairs run before each engine.step() that updates.
+    grad_accum: int = 1
 
     def key(self) -> tuple[Any, ...]:
         base = (
@@ -338,6 +365,7 @@ class Config:
             + ((self.seq,) if self.seq else ())
             + ((self.repeat,) if self.repeat else ())
             + ((self.optimizer,) if self.optimizer != "ds" else ())
+            + (("ga", self.grad_accum) if self.grad_accum != 1 else ())
         )
 
     def seq_or(self, family_seq: int) -> int:
@@ -350,6 +378,7 @@ class Config:
             offload_param=self.offload_param,  # type: ignore[arg-type]
             precision="bf16",
             micro_batch_size=self.micro_batch,
+            gradient_accumulation_steps=self.grad_accum,
             activation_checkpointing=self.checkpointing,
             gpus_per_node=world,
         )
@@ -382,6 +411,11 @@ class Row:
     # untimed steps before the timed ones (None: rows from before it was recorded)
     warmup_steps: int | None = None
     finished_at: float | None = None  # unix time: when raw files are merged, the newer row of a config wins
+
+
+def samples_per_step(c: dict[str, Any]) -> int:
+    """Samples per rank in one optimizer step of a config (its JSON form; rows from before ``grad_accum`` ran 1)."""
+    return int(c["micro_batch"]) * int(c.get("grad_accum", 1))
 
 
 def card_for_cap(total: int, cap_gib: int | None, world: int) -> int:
@@ -459,7 +493,15 @@ def build_grid(
         second = ("next:full",) if checks else ("below:full", "sweep")
         return [
             Config(SMOKE_MODEL, 0, micro_batch=2, tags=("rec:full",)),
-            Config(SMOKE_MODEL, 2, micro_batch=2, checkpointing=True, tier=0 if checks else 1, tags=second),
+            Config(
+                SMOKE_MODEL,
+                2,
+                micro_batch=2,
+                checkpointing=True,
+                tier=0 if checks else 1,
+                tags=second,
+                grad_accum=2,
+            ),
         ]
     total = hw.min_gpu_memory_bytes or 0
     grid: dict[int, list[Config]] = {0: [], 1: [], 2: [], 3: []}
@@ -648,7 +690,7 @@ def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
         params.update(torch_adam=True, fused=not smoke)
     cfg: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": c.micro_batch,
-        "gradient_accumulation_steps": 1,
+        "gradient_accumulation_steps": c.grad_accum,
         "gradient_clipping": 1.0,
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,
@@ -859,24 +901,28 @@ PHASES = ("forward", "backward", "step")
 
 class _PhaseMarks:
     """Boundaries of one training step: CUDA events on the current stream (read after the step's synchronize), or
-    the host's clock on CPU."""
+    the host's clock on CPU. ``mark(phase)`` closes the span since the previous mark as ``phase``; a phase marked in
+    every micro-step of an accumulating step adds up."""
 
     def __init__(self, cuda: bool) -> None:
-        self.cuda, self.marks = cuda, []  # type: ignore[var-annotated]
+        self.cuda = cuda
+        self.marks: list[tuple[str, Any]] = []
 
-    def mark(self) -> None:
+    def mark(self, phase: str = "") -> None:
         import torch
 
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            self.marks.append(event)
+            self.marks.append((phase, event))
         else:
-            self.marks.append(time.perf_counter())
+            self.marks.append((phase, time.perf_counter()))
 
-    def seconds(self) -> list[float]:
-        pairs = zip(self.marks[:-1], self.marks[1:], strict=True)
-        return [a.elapsed_time(b) / 1e3 if self.cuda else b - a for a, b in pairs]
+    def seconds(self) -> dict[str, float]:
+        out = dict.fromkeys(PHASES, 0.0)
+        for (_, a), (phase, b) in zip(self.marks[:-1], self.marks[1:], strict=True):
+            out[phase] += a.elapsed_time(b) / 1e3 if self.cuda else b - a
+        return out
 
 
 def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
@@ -914,24 +960,29 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
             marks = _PhaseMarks(cuda)
             t0 = time.perf_counter()
             marks.mark()
-            loss = engine(input_ids=ids, labels=ids).loss
-            marks.mark()
-            engine.backward(loss)
-            marks.mark()
+            for micro in range(c.grad_accum):
+                loss = engine(input_ids=ids, labels=ids).loss
+                marks.mark("forward")
+                engine.backward(loss)
+                if micro < c.grad_accum - 1:
+                    engine.step()  # not at the accumulation boundary: DeepSpeed only counts the micro-step
+                marks.mark("backward")
             engine.step()
-            marks.mark()
+            marks.mark("step")
             if cuda:
                 torch.cuda.synchronize(device)
             dt_s = time.perf_counter() - t0
             if i >= warmup:
                 row.step_s.append(round(dt_s, 5))
-                for name, seconds in zip(PHASES, marks.seconds(), strict=True):
+                for name, seconds in marks.seconds().items():
                     row.phase_s.setdefault(name, []).append(round(seconds, 5))
             if i == warmup and dt_s > 3.0 and timed > 2:  # a slow config: two timed steps are enough
                 timed = 2
                 if len(row.step_s) >= 2:
                     break
-        row.tokens_per_sec = round(c.micro_batch * seq * world / statistics.median(row.step_s), 1)
+        row.tokens_per_sec = round(
+            samples_per_step(asdict(c)) * seq * world / statistics.median(row.step_s), 1
+        )
         row.status = "ok"
     except torch.OutOfMemoryError as e:
         row.status, row.error = "oom", str(e).splitlines()[0][:300]
@@ -1082,6 +1133,25 @@ def family_grid(
             Config(m, st, opt, par, ck, micro_batch=mb, seq=seq, cap_gib=cap, repeat=rep, tags=("phases",))  # type: ignore[arg-type]
             for m, st, opt, par, ck, mb, seq, cap, rep in PHASES_CONFIGS
         ]
+    if family == "accum":
+        if smoke:
+            return [Config("tiny-llama", 1, micro_batch=2, grad_accum=3, tags=("accum",))]
+        return [
+            Config(
+                m,
+                st,
+                opt,
+                par,
+                ck,
+                micro_batch=mb,
+                seq=seq,
+                cap_gib=cap,
+                grad_accum=ga,
+                repeat=rep,
+                tags=("accum",),
+            )  # type: ignore[arg-type]
+            for m, st, opt, par, ck, mb, seq, cap, ga, rep in ACCUM_CONFIGS
+        ]
     if family in ("optimizer", "boundary"):
         if smoke:
             return [Config("tiny-llama", 1, micro_batch=2, optimizer="torch", tags=(family,))]
@@ -1211,6 +1281,7 @@ def _row_line(i: int, n: int, row: Row) -> str:
     what = (
         f"{c['model']} z{c['zero_stage']}{'+' + c['offload_optimizer'] if c['offload_optimizer'] != 'none' else ''}"
         f"{' ckpt' if c['checkpointing'] else ''} mbs {c['micro_batch']}"
+        f"{' ga ' + str(c['grad_accum']) if c.get('grad_accum', 1) != 1 else ''}"
         f"{' cap ' + str(c['cap_gib']) + 'GiB' if c['cap_gib'] else ''}"
     )
     got = f"{row.status}"
@@ -1549,7 +1620,10 @@ def _fits_at(r: dict[str, Any], cap: int | None) -> bool | None:
 
 
 def _strategy_key(c: dict[str, Any], seq: int) -> tuple[Any, ...]:
-    return (c["model"], c["zero_stage"], c["offload_optimizer"], c["offload_param"], c["checkpointing"], seq)
+    return (
+        c["model"], c["zero_stage"], c["offload_optimizer"], c["offload_param"], c["checkpointing"], seq,
+        c.get("grad_accum", 1),
+    )  # fmt: skip
 
 
 def _memory_twin(config: dict[str, Any], seq: int, world: int = 1) -> dict[str, Any] | None:
@@ -1904,6 +1978,7 @@ def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
             or c["zero_stage"] not in (1, 2)
             or c["offload_optimizer"] != "none"
             or c["checkpointing"]
+            or c.get("grad_accum", 1) != 1
         ):
             continue
         by_model.setdefault(c["model"], []).append((c["micro_batch"], statistics.median(r["step_s"])))
@@ -2077,6 +2152,8 @@ def _describe(c: dict[str, Any]) -> str:
         s += f" @{c['cap_gib']}GiB"
     if c.get("seq"):
         s += f" seq{c['seq']}"
+    if c.get("grad_accum", 1) != 1:
+        s += f" ga{c['grad_accum']}"
     if c.get("repeat"):
         s += f" #{c['repeat'] + 1}"
     return s + OPTIMIZER_LABELS[_row_optimizer(c)]
@@ -2219,7 +2296,7 @@ def _markdown_phases(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for r in split:
         ph = {k: statistics.median(v) for k, v in r["phase_s"].items()}
-        tokens = r["config"]["micro_batch"] * r["seq_len"] * r["world"]
+        tokens = samples_per_step(r["config"]) * r["seq_len"] * r["world"]
         whole, predicted = tokens / r["tokens_per_sec"], tokens / r["now"]["tokens_per_sec"]
         md.append(
             f"| {_label(r)} | {ph.get('forward', math.nan):.3f} | {ph.get('backward', math.nan):.3f} | "
@@ -2279,7 +2356,8 @@ def _reading_key(r: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two rows readings of one config: the config without its repeat number, at the sequence it ran."""
     c = r["config"]
     return (*(c[k] for k in ("model", "zero_stage", "offload_optimizer", "offload_param", "checkpointing",
-                              "micro_batch", "cap_gib")), r.get("seq_len"), _row_optimizer(c))  # fmt: skip
+                              "micro_batch", "cap_gib")), r.get("seq_len"), _row_optimizer(c),
+            c.get("grad_accum", 1))  # fmt: skip
 
 
 def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -2299,6 +2377,7 @@ def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
             c["offload_param"],
             c["checkpointing"],
             _row_optimizer(c),  # the script's own AdamW (--family optimizer) is a family of its own
+            c.get("grad_accum", 1),  # and so is gradient accumulation
         )
         groups.setdefault(key, {}).setdefault(_reading_key(r), []).append(r)
 

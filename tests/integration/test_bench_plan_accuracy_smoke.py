@@ -48,8 +48,14 @@ def test_smoke_runs_two_ranks_and_writes_raw_rows_and_the_report(tmp_path: Path)
             parts = sum(r["phase_s"][k][i] for k in r["phase_s"])
             assert 0 < parts <= whole * 1.01 + 1e-4
     assert rows[1]["config"]["zero_stage"] == 2 and rows[1]["config"]["checkpointing"] is True
+    # the second config accumulates 2 micro-steps per optimizer step: its tokens are both micro-steps'
+    assert [r["config"]["grad_accum"] for r in rows] == [1, 2]
+    for r in rows:
+        ga, steps = r["config"]["grad_accum"], sorted(r["step_s"])
+        median = (steps[0] + steps[1]) / 2
+        assert r["tokens_per_sec"] == pytest.approx(ga * 2 * r["seq_len"] * 2 / median, rel=1e-3)
     report = (tmp_path / raw.name.replace(".json", ".md")).read_text()
-    assert "Targets (issue 3)" in report and "tiny z2+ckpt mbs2" in report
+    assert "Targets (issue 3)" in report and "tiny z2+ckpt mbs2 ga2" in report
     assert "Steps split at the forward / backward / optimizer-step boundaries" in report
     assert "Families within issue 19's targets" in report
 
