@@ -13,7 +13,7 @@ stage 0-2 rows.
 
 Least squares on the log tokens/s error, Nelder-Mead over log values. Leave-one-model-out: for each model, the
 constants are fit on the other models' rows and the held-out model's rows are predicted with them; that is the
-error to expect on a model the fit has not seen. Writes bench/results/zero3_refit-2026-12-02-replay.{json,md}.
+error to expect on a model the fit has not seen. Writes bench/results/zero3_refit-2026-12-03-replay.{json,md}.
 """
 
 from __future__ import annotations
@@ -35,24 +35,16 @@ from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
 from wizard.planner.throughput import estimate_throughput  # noqa: E402
 
-RAW_FILES = (
-    "bench/results/plan_accuracy-2026-11-30-1gpu.json",
-    "bench/results/plan_accuracy-2026-11-30-1gpu-verify.json",
-    "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json",
-    "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-b.json",
-    "bench/results/plan_accuracy-2026-12-01-1gpu-sweep.json",
-    "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-c.json",
-    "bench/results/plan_accuracy-2026-12-02-1gpu-heldout.json",
-    "bench/results/plan_accuracy-2026-12-02-1gpu-heldout-recs.json",
-    "bench/results/plan_accuracy-2026-12-02-1gpu-zero3-recs.json",
-)
+# The raw files of the planner's committed analysis (the rows calibration.py's throughput constants are fit to).
+INPUTS_FROM = "bench/results/plan_accuracy-2026-12-03-1gpu-all-e-summary.json"
+RAW_FILES = tuple(json.loads((ROOT / INPUTS_FROM).read_text())["inputs"])
 # name -> (to the optimizer's coordinate, back): all positive.
 FIT = {
     "STAGE3_SECONDS_PER_LAYER": (math.log, math.exp),
     "STAGE3_SECONDS_PER_PARAM": (math.log, math.exp),
     "STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND": (math.log, math.exp),
 }
-STEM = "zero3_refit-2026-12-02-replay"
+STEM = "zero3_refit-2026-12-03-replay"
 
 
 def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, Any]]]:

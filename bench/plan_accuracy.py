@@ -23,8 +23,11 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     python3 bench/plan_accuracy.py --family pressure --budget-s 470 --config-timeout-s 120 --label pressure --out $OUT
     # Readings with each step split into forward / backward / optimizer step, of the families still over target
     # (2026-12-03: --indices 0,...,5 --label phases-offload; --indices 6,...,12 --label phases-zero3; --indices
-    # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm):
+    # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
+    # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
+    # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b):
+    python3 bench/plan_accuracy.py --family accum --budget-s 440 --config-timeout-s 150 --label accum --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
 
@@ -85,7 +88,7 @@ from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
 from wizard.planner.memory import deepspeed_estimate, device_overhead, estimate_memory  # noqa: E402
-from wizard.planner.throughput import estimate_throughput  # noqa: E402
+from wizard.planner.throughput import estimate_throughput, optimizer_kind  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 GiB = 1024**3
@@ -274,6 +277,12 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("llama-3b", 3, "none", "none", False, 16, 1024, None, 2),
     ("pythia-1b", 3, "none", "none", False, 17, 2048, None, 2),
     ("llama-7b", 3, "none", "none", True, 4, 1024, None, 2),
+    # the step phase of stage 1 on a 3B model and of stage 0 on the smallest (their whole steps miss by 10-16 % once
+    # the optimizer step is fit to the phases of 1-1.5B models)
+    ("llama-3b", 1, "none", "none", False, 1, 2048, None, 1),
+    ("llama-3b", 1, "none", "none", False, 4, 2048, None, 1),
+    ("gpt2", 0, "none", "none", False, 16, 1024, None, 1),
+    ("pythia-1.4b", 1, "none", "none", True, 16, 1024, None, 1),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -1737,6 +1746,9 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
             and r["seq_len"] == seq
             and r.get("tokens_per_sec")
             and _fits_at(r, cap)
+            # the planner recommends for one optimizer step per micro-batch (no global batch asked for): a row that
+            # accumulates spreads its optimizer step over more tokens, which no recommendation here can do
+            and r["config"].get("grad_accum", 1) == 1
         ]
         best = max(fitting, key=lambda r: r["tokens_per_sec"], default=None)
         entry: dict[str, Any] = {
@@ -1866,6 +1878,7 @@ def _fit_suggestions(
     return {
         "compute": _fit_compute(ok),
         "throughput": fit_throughput(ok, hw),
+        "optimizer_step": fit_optimizer_step(ok, hw),
         "allocator_cache": fit_allocator_cache(mem_rows, oom_rows),
         "groups": per_group,
         "activation_scale_no_ckpt": _pct([x for ck, x in slopes if not ck], 0.5),
@@ -2013,13 +2026,28 @@ FIT_CONSTANTS = (
     "UNALIGNED_HEAD_MATMUL_SHARE",
     "ATTENTION_SHARE_SMALL_HEAD",
     "MICRO_STEP_SECONDS_PER_LAYER",
-    "STEP_FIXED_SECONDS",
-    "STAGE0_STEP_SECONDS",
+    "STAGE0_MICRO_STEP_SECONDS",
     "STAGE3_SECONDS_PER_LAYER",
     "CPU_ADAM_PARAMS_PER_SECOND_PER_CORE",
+    "HOST_SECONDS_PER_LAYER[gpt2]",
+    "HOST_SECONDS_PER_LAYER[llama]",
+    "HOST_SECONDS_PER_LAYER[neox]",
+    "STAGE3_SECONDS_PER_PARAM",
+)
+# The optimizer step's constants, fit to the timed step phase (fit_optimizer_step), not to whole steps: a whole step
+# at one micro-step per optimizer step cannot tell them from the per-micro-step terms.
+OPTIMIZER_STEP_CONSTANTS = (
+    "OPTIMIZER_SECONDS_PER_LAYER",
+    "OPTIMIZER_SECONDS_PER_PARAM[stage 0]",
+    "OPTIMIZER_SECONDS_PER_PARAM[stage 1-2]",
+    "OPTIMIZER_SECONDS_PER_PARAM[stage 3]",
 )
 # A constant set to 0 starts the fit from this value (a search over log values cannot start at 0).
-_FIT_START_IF_ZERO = {"STEP_FIXED_SECONDS": 1e-3, "STAGE0_STEP_SECONDS": 1e-3}
+_FIT_START_IF_ZERO = {
+    "OPTIMIZER_SECONDS_PER_LAYER": 1e-3,
+    "STAGE0_MICRO_STEP_SECONDS": 1e-3,
+    "HOST_SECONDS_PER_LAYER[gpt2]": 1e-4,
+}
 
 
 def _dict_key(name: str) -> tuple[str, Any] | None:
@@ -2082,43 +2110,26 @@ def _nelder_mead(f: Any, x0: list[float], step: float = 0.3, iters: int = 4000) 
     return pts[best], vals[best]
 
 
-def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
-    """Refit FIT_CONSTANTS to the measured tokens/s of the ok rows (least squares on the log error, Nelder-Mead
-    over log values): what to write into wizard/planner/calibration.py. The module's constants are restored afterwards."""
-    rows = [r for r in ok if r.get("tokens_per_sec")]
-    if len(rows) < len(FIT_CONSTANTS) + 2:
-        return {}
-    cases = [
-        (
-            bench_spec(r["config"]["model"]),
-            _cfg(r).strategy(r["world"]),
-            r["seq_len"],
-            r["tokens_per_sec"],
-            row_use_cache(r),
-        )
-        for r in rows
-    ]
-    saved = {n: _get_constant(n) for n in FIT_CONSTANTS}
-
-    def predicted(m: ModelSpec, s: Strategy, seq: int, use_cache: bool) -> float:
-        return estimate_throughput(hw, replace(m, use_cache=use_cache), s, seq).tokens_per_sec
+def _fit_log(names: tuple[str, ...], predicted: Any, measured: list[float]) -> dict[str, Any]:
+    """Least squares on log(predicted / measured) over the constants ``names`` (Nelder-Mead over their log values);
+    ``predicted()`` predicts every case with the constants as set at the time. The module's constants are restored
+    afterwards."""
+    saved = {n: _get_constant(n) for n in names}
 
     def errors() -> list[float]:
-        return [math.log(predicted(m, s, seq, c) / tps) for m, s, seq, tps, c in cases]
+        return [math.log(p / m) for p, m in zip(predicted(), measured, strict=True)]
 
     def loss(x: list[float]) -> float:
-        for n, v in zip(FIT_CONSTANTS, x, strict=True):
+        for n, v in zip(names, x, strict=True):
             _set_constant(n, math.exp(v))
         return sum(e * e for e in errors())
 
     try:
         before = errors()
-        x, _ = _nelder_mead(
-            loss, [math.log(saved[n] or _FIT_START_IF_ZERO.get(n, 1e-6)) for n in FIT_CONSTANTS]
-        )
+        x, _ = _nelder_mead(loss, [math.log(saved[n] or _FIT_START_IF_ZERO.get(n, 1e-6)) for n in names])
         loss(x)
         after = errors()
-        fitted = {n: _get_constant(n) for n in FIT_CONSTANTS}
+        fitted = {n: _get_constant(n) for n in names}
     finally:
         for n, v in saved.items():
             _set_constant(n, v)
@@ -2128,11 +2139,66 @@ def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, An
         return {"median": _pct(a, 0.5), "p95": _pct(a, 0.95)}
 
     return {
-        "rows": len(cases),
+        "rows": len(measured),
         "constants": fitted,
         "error_now": spread(before),
         "error_fitted": spread(after),
     }
+
+
+def _row_case(r: dict[str, Any]) -> tuple[ModelSpec, Strategy, int]:
+    """A row's model (as its file built it), strategy and sequence length, to predict it again."""
+    spec = replace(bench_spec(r["config"]["model"]), use_cache=row_use_cache(r))
+    return spec, _cfg(r).strategy(r["world"]), r["seq_len"]
+
+
+def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
+    """Refit FIT_CONSTANTS to the measured tokens/s of the ok rows: what to write into
+    wizard/planner/calibration.py."""
+    rows = [r for r in ok if r.get("tokens_per_sec")]
+    if len(rows) < len(FIT_CONSTANTS) + 2:
+        return {}
+    cases = [_row_case(r) for r in rows]
+
+    def predicted() -> list[float]:
+        return [estimate_throughput(hw, m, s, seq).tokens_per_sec for m, s, seq in cases]
+
+    # tokens/s: a prediction too fast errs the same way as a step predicted too short
+    return _fit_log(FIT_CONSTANTS, predicted, [r["tokens_per_sec"] for r in rows])
+
+
+def optimizer_step_rows(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose optimizer step ran on the GPU and was timed as a phase of its own (Row.phase_s "step")."""
+    return [
+        r
+        for r in ok
+        if (r.get("phase_s") or {}).get("step")
+        and r["config"]["offload_optimizer"] == "none"
+        and r["config"]["offload_param"] == "none"
+        and r["world"] == 1
+    ]
+
+
+def fit_optimizer_step(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
+    """Refit OPTIMIZER_STEP_CONSTANTS to the measured step phase (median of the timed steps) of the rows whose
+    optimizer ran on the GPU: the planner's part of the step that runs in DeepSpeed's step (OPTIMIZER_PARTS). A
+    stage's per-parameter time is fit where rows of that stage were timed; the others stay as set."""
+    rows = optimizer_step_rows(ok)
+    kinds = {optimizer_kind(r["config"]["zero_stage"]) for r in rows}
+    names = tuple(n for n in OPTIMIZER_STEP_CONSTANTS if not (e := _dict_key(n)) or e[1] in kinds)
+    if len(rows) < len(names) + 2:
+        return {}
+    cases = [_row_case(r) for r in rows]
+
+    def predicted() -> list[float]:
+        out = []
+        for m, s, seq in cases:
+            parts = dict(estimate_throughput(hw, m, s, seq).parts)
+            out.append(sum(parts.get(k, 0.0) for k in OPTIMIZER_PARTS))
+        return out
+
+    measured = [statistics.median(r["phase_s"]["step"]) for r in rows]
+    return _fit_log(names, predicted, measured)
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -2316,18 +2382,7 @@ def _markdown_calibration(run: dict[str, Any]) -> list[str]:
         "(edit wizard/planner/calibration.py, then re-run --analyze).",
         "",
     ]
-    cache = fits.get("allocator_cache") or {}
-    if cache:
-        md += [
-            f"Allocator-cache constants refit to these {cache['rows']} rows (device memory error median "
-            f"{_f(cache['error_now']['median'], True)} -> {_f(cache['error_fitted']['median'], True)}, p95 "
-            f"{_f(cache['error_now']['p95'], True)} -> {_f(cache['error_fitted']['p95'], True)}):",
-            "",
-            "| constant | calibration | fit |",
-            "|---|---:|---:|",
-        ]
-        md += [f"| {n} | {_get_constant(n):.4g} | {v:.4g} |" for n, v in cache["constants"].items()]
-        md.append("")
+    md += _markdown_refit(fits.get("allocator_cache"), "Allocator-cache constants", "device memory")
     compute = fits["compute"]
     if compute.get("per_model"):
         md += ["| model | s per sample | fixed s per step | share of peak |", "|---|---:|---:|---:|"]
@@ -2337,19 +2392,27 @@ def _markdown_calibration(run: dict[str, Any]) -> list[str]:
                 f"{_f(v['efficiency'], True)} |"
             )
         md.append("")
-    tp = fits["throughput"]
-    if tp:
-        md += [
-            f"Throughput constants refit to these {tp['rows']} rows (tokens/s error median "
-            f"{_f(tp['error_now']['median'], True)} -> {_f(tp['error_fitted']['median'], True)}, p95 "
-            f"{_f(tp['error_now']['p95'], True)} -> {_f(tp['error_fitted']['p95'], True)}):",
-            "",
-            "| constant | calibration | fit |",
-            "|---|---:|---:|",
-        ]
-        md += [f"| {n} | {_get_constant(n):.4g} | {v:.4g} |" for n, v in tp["constants"].items()]
-        md.append("")
+    md += _markdown_refit(fits.get("throughput"), "Throughput constants", "tokens/s")
+    md += _markdown_refit(
+        fits.get("optimizer_step"), "The optimizer step's constants", "timed step phase (GPU optimizer)"
+    )
     return md
+
+
+def _markdown_refit(fit: dict[str, Any] | None, what: str, error: str) -> list[str]:
+    """One refit's table: the constants as calibrated and as fit, and the error before and after."""
+    if not fit:
+        return []
+    md = [
+        f"{what} refit to these {fit['rows']} rows ({error} error median "
+        f"{_f(fit['error_now']['median'], True)} -> {_f(fit['error_fitted']['median'], True)}, p95 "
+        f"{_f(fit['error_now']['p95'], True)} -> {_f(fit['error_fitted']['p95'], True)}):",
+        "",
+        "| constant | calibration | fit |",
+        "|---|---:|---:|",
+    ]
+    md += [f"| {n} | {_get_constant(n):.4g} | {v:.4g} |" for n, v in fit["constants"].items()]
+    return [*md, ""]
 
 
 def _reading_key(r: dict[str, Any]) -> tuple[Any, ...]:

@@ -230,8 +230,10 @@ def test_throughput_fit_recovers_constants_that_generated_the_rows(pa: ModuleTyp
     from wizard.planner.throughput import estimate_throughput
 
     hw = _h200(pa, 1)
-    truth = {"ACTIVATION_TRAFFIC_PER_SAVED_BYTE": 9.0, "MICRO_STEP_SECONDS_PER_LAYER": 1.2e-3}
     before = {n: pa._get_constant(n) for n in pa.FIT_CONSTANTS}
+    # two constants well away from the calibration (whatever it is now)
+    truth = {"ACTIVATION_TRAFFIC_PER_SAVED_BYTE": 1.3, "MICRO_STEP_SECONDS_PER_LAYER": 2.0}
+    truth = {n: f * before[n] for n, f in truth.items()}
     optimizer_before = dict(cal.OPTIMIZER_SECONDS_PER_PARAM)
     configs = [
         pa.Config(name, stage, off, "none", ck, micro_batch=mbs)
@@ -456,7 +458,7 @@ def _measured_h200_rows(pa: ModuleType) -> tuple[list[dict], object]:  # type: i
     from wizard.hardware.report import HardwareReport
 
     summary = json.loads(
-        (ROOT / "bench/results/plan_accuracy-2026-12-03-1gpu-all-d-summary.json").read_text()
+        (ROOT / "bench/results/plan_accuracy-2026-12-03-1gpu-all-e-summary.json").read_text()
     )
     docs = [json.loads((ROOT / p).read_text()) for p in summary["inputs"]]
     ((head, rows),) = pa._merge_runs(docs)
@@ -561,3 +563,50 @@ def test_family_targets_count_what_issue_19_asks_of_each_family(pa: ModuleType) 
         fam(None, None, math.nan, 0.0),  # no throughput reading, no device reading
     ]
     assert pa.family_targets(fams) == {"tokens_per_sec": 2, "device": 3, "allocated": 4, "all": 1}
+
+
+def test_optimizer_step_fit_recovers_the_constants_that_timed_the_step_phase(pa: ModuleType) -> None:
+    """Rows whose timed step phase is the planner's optimizer step under other constants: fit_optimizer_step finds
+    them again from that phase alone, fits only the optimizers the rows ran (no stage-0 row: its figure stays),
+    leaves rows with the optimizer on the CPU out, and restores wizard.planner.calibration."""
+    from wizard.planner import calibration as cal
+    from wizard.planner.throughput import estimate_throughput
+
+    hw = _h200(pa, 1)
+    before = {n: pa._get_constant(n) for n in pa.OPTIMIZER_STEP_CONSTANTS}
+    truth = {
+        "OPTIMIZER_SECONDS_PER_LAYER": 1.7 * before["OPTIMIZER_SECONDS_PER_LAYER"],
+        "OPTIMIZER_SECONDS_PER_PARAM[stage 1-2]": 0.6 * before["OPTIMIZER_SECONDS_PER_PARAM[stage 1-2]"],
+        "OPTIMIZER_SECONDS_PER_PARAM[stage 3]": 1.5 * before["OPTIMIZER_SECONDS_PER_PARAM[stage 3]"],
+    }
+    configs = [
+        pa.Config(name, stage, off, "none", False, micro_batch=8, grad_accum=ga)
+        for name in ("gpt2", "gpt2-xl", "llama-1b", "qwen2-1.5b")  # 12-48 layers, 0.12-1.6e9 parameters
+        for stage, off in ((1, "none"), (2, "none"), (3, "none"), (2, "cpu"))
+        for ga in (1, 4)
+    ]
+    for n, v in truth.items():
+        pa._set_constant(n, v)
+    try:
+        phases = []
+        for c in configs:
+            parts = dict(estimate_throughput(hw, pa.bench_spec(c.model), c.strategy(1), pa.SEQ).parts)
+            phases.append(sum(parts.get(k, 0.0) for k in pa.OPTIMIZER_PARTS))
+    finally:
+        for n, v in before.items():
+            pa._set_constant(n, v)
+    rows = []
+    for c, step in zip(configs, phases, strict=True):
+        row = _row(pa, hw, c, alloc_error=0.0, tps=1.0)
+        row["phase_s"] = {"forward": [0.1], "backward": [0.2], "step": [step, step]}
+        rows.append(row)
+    assert len(pa.optimizer_step_rows(rows)) == 24  # the 8 CPU-offload rows step on the host
+    fit = pa.fit_optimizer_step(rows, hw)
+    assert set(fit["constants"]) == set(truth)
+    assert fit["error_now"]["median"] > 0.1 and fit["error_fitted"]["p95"] < 0.005
+    for n, v in truth.items():
+        assert fit["constants"][n] == pytest.approx(v, rel=0.02), n
+    assert {n: pa._get_constant(n) for n in pa.OPTIMIZER_STEP_CONSTANTS} == before
+    assert cal.OPTIMIZER_SECONDS_PER_PARAM["stage 0"] == pa._get_constant(
+        "OPTIMIZER_SECONDS_PER_PARAM[stage 0]"
+    )

@@ -317,8 +317,9 @@ def test_a_second_nvlinked_gpu_never_lowers_tokens_per_second(
 
 def test_over_pcie_a_second_gpu_can_cost_more_than_it_adds() -> None:
     """The condition above is real: Mixtral's gradients cover all 8 experts while a token computes through 2, so a
-    V100 PCIe ring takes longer than the compute the second GPU takes over."""
-    m, s = MODELS["mixtral-8x7b"], Strategy(zero_stage=2, micro_batch_size=4)
+    V100 PCIe ring takes longer than the compute the second GPU takes over; at stage 0 each GPU still runs the whole
+    optimizer step, which stages 1-2 would halve."""
+    m, s = MODELS["mixtral-8x7b"], Strategy(zero_stage=0, micro_batch_size=4)
     assert _tokens("V100-PCIE-32GB", 2, 1, m, s) < _tokens("V100-PCIE-32GB", 1, 1, m, s)
     assert _tokens("H100", 2, 1, m, s) >= _tokens("H100", 1, 1, m, s)
 

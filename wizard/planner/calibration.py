@@ -295,16 +295,17 @@ FP32_SHARE_OF_PEAK = (
     0.5  # fp32 runs as TF32 on tensor cores: about half the 16-bit rate (A100/H100 datasheets)
 )
 
-# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.planner.throughput to the 87
-# ok stage 0-2 rows without offload at micro-batch >= 4 of four families on one H200 (bf16, gradient accumulation
-# 1): GPT-2 124M-1.5B at seq 1024 (bench/results/plan_accuracy-2026-11-30-1gpu.json and -verify.json), LLaMA-style
-# 1.1B/3.4B and Qwen2-1.5B at seq 2048 (plan_accuracy-2026-12-01-1gpu-sweep.json, + llama-1b z1+ckpt mbs34 of the
-# zero3-a file), and Pythia-1B/1.4B (plan_accuracy-2026-12-02-1gpu-heldout.json, -heldout-recs.json), each row
-# predicted for the model its file built (bench/plan_accuracy.py built_with_cache): tokens/s error median 1.5 %. The
-# host's Python work (HOST_SECONDS_PER_LAYER, below) was fit with the stage-3 terms on all 130 ok rows, micro-batch
-# 1-2 included. The first fit, on GPT-2 alone, predicted Qwen2-1.5B 11-22 % slow and llama-1b up to 50 % fast:
-# GPT-2's sizes share one vocabulary, one head dim (64) and one sequence length, so per-token costs that differ
-# between families (the output head, attention) were folded into the GPT-2 per-layer terms.
+# Throughput constants below marked "fit" are a least-squares fit (log error) of wizard.planner.throughput to every
+# ok one-GPU row the bench has measured on an H200 (bf16): bench/results/plan_accuracy-2026-12-03-1gpu-all-e.md (244
+# rows of 28 raw files, listed in its -summary.json; tokens/s error median 2.6 %, p95 11.3 %). The rows cover GPT-2
+# 124M-1.5B at seq 1024, LLaMA-style 1.1B/3.4B/6.7B, Qwen2-1.5B and Pythia-1B/1.4B at seq 1024 and 2048, stages 0-3,
+# CPU optimizer and parameter offload, checkpointing, micro-batch 1-64 and gradient accumulation 1, 4 and 8; each row
+# is predicted for the model its file built (bench/plan_accuracy.py built_with_cache). `python
+# bench/plan_accuracy.py --analyze <those files>` prints the refit beside these values. The optimizer step's
+# constants are not fit to whole steps: they are fit to the step's own phase (below). The first fit, on GPT-2 alone,
+# predicted Qwen2-1.5B 11-22 % slow and llama-1b up to 50 % fast: GPT-2's sizes share one vocabulary, one head dim
+# (64) and one sequence length, so per-token costs that differ between families (the output head, attention) were
+# folded into the GPT-2 per-layer terms.
 #
 # A micro-step's compute = matmul FLOPs / (peak x MATMUL_EFFICIENCY) + element-wise HBM traffic / bandwidth, where
 # the traffic is ACTIVATION_TRAFFIC_PER_SAVED_BYTE x the bytes forward saves for backward (the activation recipes)
@@ -327,17 +328,17 @@ MATMUL_EFFICIENCY = 0.7
 #   model with such heads. The same runs put head dim 64 at 0.78 of 128 and head dim 100 at 0.29-0.32: the fits
 #   above also carry what those models' rows add beyond attention.
 MATMUL_ALIGN_ELEMENTS = 8
-UNALIGNED_HEAD_MATMUL_SHARE = 0.192  # fit
-ATTENTION_SHARE_SMALL_HEAD = 0.49  # fit
+UNALIGNED_HEAD_MATMUL_SHARE = 0.178  # fit
+ATTENTION_SHARE_SMALL_HEAD = 0.536  # fit
 ATTENTION_SHARE_UNALIGNED_HEAD = 0.2
 ATTENTION_SHARE_LARGE_HEAD = 0.8  # measured (bench/attention_rate.py)
-ACTIVATION_TRAFFIC_PER_SAVED_BYTE = 9.06  # fit
+ACTIVATION_TRAFFIC_PER_SAVED_BYTE = 9.3  # fit
 # The loss head's traffic per vocabulary entry per token: bf16 logits, their fp32 upcast, log-softmax and its
 # gradient (~36 bytes read and written by those kernels alone); fit.
-LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB = 64.0
+LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB = 64.1
 # Share of the layers' traffic in the forward pass (repeated by checkpointing's recompute, alone in inference). Fit;
 # forward's share of the FLOPs is 1/3.
-FORWARD_SHARE_OF_TRAFFIC = 0.41
+FORWARD_SHARE_OF_TRAFFIC = 0.398
 # Inference: a forward pass costs this share of a training micro-step's per-layer Python/launch time (set: forward is
 # 1/3 of the FLOPs and has no gradient hooks); of stage 3's fetch/release hooks and gather copies, and of the
 # layers' element-wise traffic (fit, log least squares, to the 15 ZeRO-3 inference rows of LLaMA-style 7B at seq 2048
@@ -353,58 +354,74 @@ INFERENCE_TRAFFIC_SHARE = 0.6
 OFFLOAD_FETCH_OVERLAP = 0.5
 DEFAULT_MEMORY_GBS = 2000.0  # HBM bandwidth when the catalog has no figure (A100-40GB class)
 # Launch time per layer per micro-step that the GPU waits for whatever the host does (fit; what of the host's
-# Python overlaps the GPU is HOST_SECONDS_PER_LAYER below). The rows have gradient accumulation 1, so this is not
-# separated from per-step work; counted per micro-step.
-MICRO_STEP_SECONDS_PER_LAYER = 2.66e-3
-# Per optimizer step: DeepSpeed's fixed Python work (fit: 0, what it costs is inside the per-layer terms), then time
-# per parameter of the local optimizer partition: fused AdamW + unscale/clip + copies move ~48 bytes per parameter,
-# 1e-11 s at 4.8 TB/s (set, not fit: the fit cannot tell it from the per-layer time). Stage 0 (DeepSpeed's bf16
-# optimizer wrapper, fp32 gradient accumulation) costs a fixed STAGE0_STEP_SECONDS more per step (fit: 24 ms on
-# every family; the GPT-2-only fit charged it per parameter, 7.3e-11 s, which made llama-1b and Qwen2-1.5B's stage
-# 0 19-28 % slower than they ran).
-STEP_FIXED_SECONDS = 0.0
-STAGE0_STEP_SECONDS = 0.0224
-OPTIMIZER_SECONDS_PER_PARAM = {0: 1.0e-11, 1: 1.0e-11, 2: 1.0e-11, 3: 1.0e-11}
+# Python overlaps the GPU is HOST_SECONDS_PER_LAYER below). Counted per micro-step: with 4-8 micro-steps per
+# optimizer step the forward and backward took the same time per micro-step as at one (plan_accuracy-2026-12-03-1gpu-
+# accum-accum-a.md and -b.md, each config beside a reading at 1 in the same session).
+MICRO_STEP_SECONDS_PER_LAYER = 0.000813
+# The optimizer step, once per optimizer step: fit (plan_accuracy's fit_optimizer_step) to the step phase of the 38
+# rows whose optimizer ran on the GPU and whose step was timed on its own (bench/plan_accuracy.py Row.phase_s: CUDA
+# events at the forward / backward / step boundaries; median error 8.7 %, p95 32 %, GPT-2 124M's stage 0 and
+# gpt2-xl's stage 1 the farthest). It took 0.035-0.17 s, 2.5-8x what the earlier per-parameter figure (1e-11 s, set)
+# gave; the whole-step fit had put the difference into the per-micro-step terms, which then over-counted it with
+# gradient accumulation (llama-1b ZeRO-1 at 8 micro-steps of 2 was predicted 37 % below its measured tokens/s; now
+# 8 %). Two terms:
+# - per layer: DeepSpeed's step works tensor by tensor on the host (gradient norms, the overflow check, clearing
+#   gradients), and tensors come with layers; ~1.4 ms per layer (ZeRO-3: gpt2-xl's 48 layers 0.088 s, Qwen2-1.5B's 28
+#   layers 0.057 s, both 1.5B parameters);
+# - per parameter of the local partition, by stage: fused AdamW on fp32 states, the gradients' fp32 copies, the
+#   updated 16-bit weights written back; at 4.8 TB/s 1.5-3e-11 s is ~75-145 bytes per parameter. Stage 3 steps each
+#   sub-group's flat partition in place (llama-7b 0.17 s, llama-3b 0.09 s); stages 1-2 run one step
+#   (stage_1_and_2.py, one figure for both) that also writes the flat 16-bit copy and gathers it; stage 0
+#   (DeepSpeed's bf16 optimizer wrapper) copies tensor by tensor.
+OPTIMIZER_SECONDS_PER_LAYER = 0.00143
+OPTIMIZER_SECONDS_PER_PARAM = {"stage 0": 3.02e-11, "stage 1-2": 2.54e-11, "stage 3": 1.54e-11}
+# Stage 0 in bf16 adds each micro-step's 16-bit gradients into fp32 copies tensor by tensor at the end of its backward
+# (runtime/bf16_optimizer.py update_hp_grads, DeepSpeed 0.19.8): a fixed cost per micro-step (fit; the earlier fit
+# charged 22 ms per optimizer step; llama-1b ZeRO-0's backward took 0.104 s per micro-step at 1 and at 4 micro-steps).
+STAGE0_MICRO_STEP_SECONDS = 0.0142
 # The host's work per micro-step (wizard.planner.throughput.host_micro_step_seconds): the framework's Python per
 # layer, by activation-recipe family (LLaMA-style and Qwen2 run more operators per layer than GPT-2: rotary, RMSNorm
 # in Python), plus at stage 3 the fetch/release hooks per layer; the two overlap the GPU's work as a smooth maximum
 # of power HOST_OVERLAP_POWER (set: 4, the ZeRO-3 fit's 3.9; the fit wants a harder maximum and then misses held-out
-# models). Fit on all 130 ok rows of the raw files above (plan_accuracy's fit_throughput): tokens/s error median
-# 1.8 %, leave-one-model-out median 1.7 % (max 30 %: gpt2-medium z3 at micro-batch 8, host-bound, with GPT-2's host
-# time fit on the other GPT-2 sizes). Micro-batch 1-2 of a ~1B model is host-bound: llama-1b ZeRO-1 took 0.157 /
+# models). Fit with the constants above; GPT-2's fits to 0: what its host does per layer is in
+# MICRO_STEP_SECONDS_PER_LAYER, which does not overlap (the GPT-2 rows, mostly at large micro-batches, do not tell the
+# two apart). Micro-batch 1-2 of a ~1B model is host-bound: llama-1b ZeRO-1 took 0.157 /
 # 0.175 / 0.211 s a step at micro-batch 1 / 2 / 4 (the GPU's work 0.10 / 0.14 / 0.21 s); before this term the
 # planner predicted micro-batch 1 of llama-1b 49 %, of Qwen2-1.5B 87 % fast. A family without its own figure takes
 # the largest (HOST_SECONDS_PER_LAYER_DEFAULT): a host-bound step predicted slow costs a smaller recommendation,
 # not an OOM. Stage 3: bench/fit_zero3.py refits its terms on the same rows (bench/results/
-# zero3_refit-2026-12-02-replay.md, with the leave-one-model-out errors); stage 0-2 predictions do not use them.
-HOST_SECONDS_PER_LAYER: dict[str, float] = {"gpt2": 2.6e-3, "llama": 7.0e-3, "neox": 5.0e-3}
-HOST_SECONDS_PER_LAYER_DEFAULT = 7.0e-3
+# zero3_refit-2026-12-03-replay.md, with the leave-one-model-out errors); stage 0-2 predictions do not use them.
+HOST_SECONDS_PER_LAYER: dict[str, float] = {"gpt2": 0.0, "llama": 0.00442, "neox": 0.00309}
+HOST_SECONDS_PER_LAYER_DEFAULT = max(HOST_SECONDS_PER_LAYER.values())
 HOST_OVERLAP_POWER = 4.0
 # Checkpointing's recomputed forward runs the forward's share of a layer's operators again: 36-44 % of the aten
 # operators of one layer's forward + backward are the forward's (GPT-2, LLaMA, Qwen2, GPT-NeoX in transformers 5.24,
 # counted on CPU with a TorchDispatchMode).
 HOST_RECOMPUTE_SHARE = 0.4
-# - hooks: 9.2 ms of host time per layer per micro-step on top of the framework's (fit). Checkpointing's recompute
+# - hooks: 10 ms of host time per layer per micro-step on top of the framework's (fit). Checkpointing's recompute
 #   fires the forward hooks again: half of the two hooked passes more (set).
-STAGE3_SECONDS_PER_LAYER = 9.2e-3
+STAGE3_SECONDS_PER_LAYER = 0.00987
 STAGE3_RECOMPUTE_HOOK_SHARE = 0.5
-# - copies: 3e-12 s per parameter per micro-step (fit; ~14 bytes of HBM traffic per parameter at 4.8 TB/s: the
-#   1-rank all-gather and reduce-scatter are local copies, plus the gradient bucket, averaging and partition copies;
-#   the earlier fit, 2.3e-11, carried host time the hooks now account for). Counted per micro-step.
-STAGE3_SECONDS_PER_PARAM = 3.0e-12
+# - copies: 2.3e-11 s per parameter per micro-step (fit; the 1-rank all-gather and reduce-scatter are local copies,
+#   plus the gradient bucket, averaging and partition copies: ~30 bytes per parameter, 6e-12 s at 4.8 TB/s; the fit
+#   also carries what of the stage-3 optimizer step lands in the boundary backward: llama-7b's backward took 0.66 s
+#   per micro-step at one micro-step per optimizer step and 0.44 s at four). When the optimizer step's phase was not
+#   yet separated the fit was 3e-12. Counted per micro-step.
+STAGE3_SECONDS_PER_PARAM = 2.28e-11
 # - weight copy-back with the optimizer offloaded and the parameters on the GPU: 5.8 GB/s of 16-bit weights (fit;
 #   llama-1b / gpt2-xl z3 + CPU optimizer offload are 0.45-0.50 s slower per step than with the parameters offloaded
 #   too, 4-5 GB/s for their 2.2-3.1 GB of weights).
 STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND = 5.8e9
-# CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit: 5 rows of
-# gpt2-xl with the optimizer on a 16-core host, PCIe 5).
+# CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit with the constants
+# above; the step phase of stages 1-2 with the optimizer on the CPU measured 2.1-2.5e9 parameters/s on the 16-core
+# host, plan_accuracy-2026-12-03-1gpu-all-d.md).
 # Per direction, x16, PCI-SIG (each generation doubles the last: 2.5 GT/s 8b/10b = 250 MB/s per lane for gen 1).
 PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {
     1: 4e9, 2: 8e9, 3: 16e9, 4: 32e9, 5: 64e9, 6: 128e9, 7: 256e9
 }  # fmt: skip
 PCIE_EFFICIENCY = 0.6  # DeepSpeed's pinned copies in practice (assumption)
 DEFAULT_PCIE_GEN = 4
-CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.44e8
+CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.49e8
 DEFAULT_HOST_CORES = 16
 # The optimizer step is memory-bound: its per-parameter time scales with HBM bandwidth, measured on an H200.
 CALIBRATION_MEMORY_GBS = 4800.0

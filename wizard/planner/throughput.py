@@ -300,6 +300,12 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
     return copies * (1.0 if s.mode == "train" else cal.INFERENCE_STAGE3_HOOK_SHARE)
 
 
+def optimizer_kind(zero_stage: int) -> str:
+    """Which DeepSpeed optimizer step a stage runs (calibration.OPTIMIZER_SECONDS_PER_PARAM's key): the bf16 wrapper
+    at stage 0, stage_1_and_2.py's for stages 1 and 2, stage3.py's."""
+    return "stage 0" if zero_stage == 0 else "stage 3" if zero_stage == 3 else "stage 1-2"
+
+
 def _optimizer_seconds(
     hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float
 ) -> dict[str, float]:
@@ -307,11 +313,10 @@ def _optimizer_seconds(
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
     shards = N if s.zero_stage >= 1 else 1
     local = ft.trainable_params(model) / shards
-    parts = {
-        "optimizer step": cal.STEP_FIXED_SECONDS + (cal.STAGE0_STEP_SECONDS if s.zero_stage == 0 else 0.0)
-    }
+    parts = {"optimizer step": cal.OPTIMIZER_SECONDS_PER_LAYER * model.layers}
     if s.offload_optimizer == "none":
-        per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[s.zero_stage] * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
+        per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[optimizer_kind(s.zero_stage)]
+        per_param *= cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
         parts["optimizer step"] += per_param * local
         return parts
     cores = host_cores(hardware)
@@ -385,6 +390,10 @@ def estimate_throughput(
         parts[k] = gas * v
     if s.zero_stage == 3:
         parts["ZeRO-3 gather/partition copies"] = gas * stage3_copy_seconds(model, s, hbm)
+    if train and s.zero_stage == 0 and s.precision == "bf16":
+        # DeepSpeed's bf16 optimizer wrapper adds every 16-bit gradient into its fp32 copy at the end of each
+        # micro-step's backward, one tensor at a time (bf16_optimizer.py update_hp_grads, DeepSpeed 0.19.8)
+        parts["fp32 gradient accumulation"] = gas * cal.STAGE0_MICRO_STEP_SECONDS
 
     if train:
         parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie))
