@@ -132,6 +132,8 @@ def load_rows(doc: dict[str, Any], raw: list[dict[str, Any]]) -> tuple[HardwareR
         if r["status"] not in ("ok", "oom"):
             continue  # a timeout / killed process measured nothing
         cfg = pa._cfg(r)
+        if cfg.grad_accum != 1:
+            continue  # the replay's probe and history run one micro-step per optimizer step, as dswiz probe does
         device = None
         if r["status"] == "ok" and r.get("max_reserved") and r.get("outside_allocator") is not None:
             device = int(r["max_reserved"] + r["outside_allocator"])

@@ -88,7 +88,7 @@ from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
 from wizard.planner.memory import deepspeed_estimate, device_overhead, estimate_memory  # noqa: E402
-from wizard.planner.throughput import estimate_throughput, optimizer_kind  # noqa: E402
+from wizard.planner.throughput import STEP_PARTS, estimate_throughput, optimizer_kind  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 GiB = 1024**3
@@ -424,7 +424,12 @@ class Row:
 
 def samples_per_step(c: dict[str, Any]) -> int:
     """Samples per rank in one optimizer step of a config (its JSON form; rows from before ``grad_accum`` ran 1)."""
-    return int(c["micro_batch"]) * int(c.get("grad_accum", 1))
+    return int(c["micro_batch"]) * grad_accum(c)
+
+
+def grad_accum(c: dict[str, Any]) -> int:
+    """Micro-steps per optimizer step of a config in its JSON form (rows from before ``grad_accum`` ran 1)."""
+    return int(c.get("grad_accum", 1))
 
 
 def card_for_cap(total: int, cap_gib: int | None, world: int) -> int:
@@ -445,7 +450,7 @@ def predict(
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
     parts = dict(tp.parts)
     return {
-        "optimizer_s": sum(parts.get(k, 0.0) for k in OPTIMIZER_PARTS),
+        "optimizer_s": step_phase_seconds(parts),
         "allocated": mem.allocated,
         "reserved": mem.reserved,
         "device": mem.device,
@@ -460,8 +465,9 @@ def predict(
     }
 
 
-# The throughput model's parts that run after the backward, in DeepSpeed's step (Row.phase_s "step").
-OPTIMIZER_PARTS = ("optimizer step", "CPU Adam", "16-bit weights back (pageable)", "NVMe swaps")
+def step_phase_seconds(parts: dict[str, float]) -> float:
+    """What of a predicted step runs in DeepSpeed's step (Row.phase_s "step"): the throughput model's STEP_PARTS."""
+    return sum(parts.get(k, 0.0) for k in STEP_PARTS)
 
 
 def _pow2_floor(n: int) -> int:
@@ -1631,7 +1637,7 @@ def _fits_at(r: dict[str, Any], cap: int | None) -> bool | None:
 def _strategy_key(c: dict[str, Any], seq: int) -> tuple[Any, ...]:
     return (
         c["model"], c["zero_stage"], c["offload_optimizer"], c["offload_param"], c["checkpointing"], seq,
-        c.get("grad_accum", 1),
+        grad_accum(c),
     )  # fmt: skip
 
 
@@ -1748,7 +1754,7 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
             and _fits_at(r, cap)
             # the planner recommends for one optimizer step per micro-batch (no global batch asked for): a row that
             # accumulates spreads its optimizer step over more tokens, which no recommendation here can do
-            and r["config"].get("grad_accum", 1) == 1
+            and grad_accum(r["config"]) == 1
         ]
         best = max(fitting, key=lambda r: r["tokens_per_sec"], default=None)
         entry: dict[str, Any] = {
@@ -1848,7 +1854,7 @@ def _fit_suggestions(
     for r in mem_rows:
         c = r["config"]
         groups.setdefault(
-            (c["model"], c["zero_stage"], c["offload_optimizer"], c["checkpointing"]), []
+            (c["model"], c["zero_stage"], c["offload_optimizer"], c["checkpointing"], grad_accum(c)), []
         ).append(r)
     slopes, per_group = [], []
     for key, rs in sorted(groups.items(), key=str):
@@ -1991,7 +1997,7 @@ def _fit_compute(ok: list[dict[str, Any]]) -> dict[str, Any]:
             or c["zero_stage"] not in (1, 2)
             or c["offload_optimizer"] != "none"
             or c["checkpointing"]
-            or c.get("grad_accum", 1) != 1
+            or grad_accum(c) != 1
         ):
             continue
         by_model.setdefault(c["model"], []).append((c["micro_batch"], statistics.median(r["step_s"])))
@@ -2038,9 +2044,7 @@ FIT_CONSTANTS = (
 # at one micro-step per optimizer step cannot tell them from the per-micro-step terms.
 OPTIMIZER_STEP_CONSTANTS = (
     "OPTIMIZER_SECONDS_PER_LAYER",
-    "OPTIMIZER_SECONDS_PER_PARAM[stage 0]",
-    "OPTIMIZER_SECONDS_PER_PARAM[stage 1-2]",
-    "OPTIMIZER_SECONDS_PER_PARAM[stage 3]",
+    *(f"OPTIMIZER_SECONDS_PER_PARAM[{kind}]" for kind in cal.OPTIMIZER_SECONDS_PER_PARAM),
 )
 # A constant set to 0 starts the fit from this value (a search over log values cannot start at 0).
 _FIT_START_IF_ZERO = {
@@ -2176,12 +2180,13 @@ def optimizer_step_rows(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
         and r["config"]["offload_optimizer"] == "none"
         and r["config"]["offload_param"] == "none"
         and r["world"] == 1
+        and _row_optimizer(r["config"]) == "ds"  # DeepSpeed's own AdamW, as the constants describe
     ]
 
 
 def fit_optimizer_step(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
     """Refit OPTIMIZER_STEP_CONSTANTS to the measured step phase (median of the timed steps) of the rows whose
-    optimizer ran on the GPU: the planner's part of the step that runs in DeepSpeed's step (OPTIMIZER_PARTS). A
+    optimizer ran on the GPU: the planner's part of the step that runs in DeepSpeed's step (STEP_PARTS). A
     stage's per-parameter time is fit where rows of that stage were timed; the others stay as set."""
     rows = optimizer_step_rows(ok)
     kinds = {optimizer_kind(r["config"]["zero_stage"]) for r in rows}
@@ -2191,11 +2196,7 @@ def fit_optimizer_step(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str
     cases = [_row_case(r) for r in rows]
 
     def predicted() -> list[float]:
-        out = []
-        for m, s, seq in cases:
-            parts = dict(estimate_throughput(hw, m, s, seq).parts)
-            out.append(sum(parts.get(k, 0.0) for k in OPTIMIZER_PARTS))
-        return out
+        return [step_phase_seconds(dict(estimate_throughput(hw, m, s, seq).parts)) for m, s, seq in cases]
 
     measured = [statistics.median(r["phase_s"]["step"]) for r in rows]
     return _fit_log(names, predicted, measured)
@@ -2218,7 +2219,7 @@ def _describe(c: dict[str, Any]) -> str:
         s += f" @{c['cap_gib']}GiB"
     if c.get("seq"):
         s += f" seq{c['seq']}"
-    if c.get("grad_accum", 1) != 1:
+    if grad_accum(c) != 1:
         s += f" ga{c['grad_accum']}"
     if c.get("repeat"):
         s += f" #{c['repeat'] + 1}"
@@ -2349,7 +2350,7 @@ def _markdown_rows(rows: list[dict[str, Any]]) -> list[str]:
 
 def _markdown_phases(rows: list[dict[str, Any]]) -> list[str]:
     """Rows whose steps were split at the forward / backward / step boundaries (Row.phase_s): median seconds of each,
-    beside the planner's whole step and the part of it that runs in DeepSpeed's step (OPTIMIZER_PARTS)."""
+    beside the planner's whole step and the part of it that runs in DeepSpeed's step (STEP_PARTS)."""
     split = [r for r in rows if r["status"] == "ok" and r.get("phase_s") and r.get("tokens_per_sec")]
     if not split:
         return []
@@ -2420,7 +2421,7 @@ def _reading_key(r: dict[str, Any]) -> tuple[Any, ...]:
     c = r["config"]
     return (*(c[k] for k in ("model", "zero_stage", "offload_optimizer", "offload_param", "checkpointing",
                               "micro_batch", "cap_gib")), r.get("seq_len"), _row_optimizer(c),
-            c.get("grad_accum", 1))  # fmt: skip
+            grad_accum(c))  # fmt: skip
 
 
 def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -2440,7 +2441,7 @@ def families(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
             c["offload_param"],
             c["checkpointing"],
             _row_optimizer(c),  # the script's own AdamW (--family optimizer) is a family of its own
-            c.get("grad_accum", 1),  # and so is gradient accumulation
+            grad_accum(c),  # and so is gradient accumulation
         )
         groups.setdefault(key, {}).setdefault(_reading_key(r), []).append(r)
 

@@ -299,7 +299,7 @@ FP32_SHARE_OF_PEAK = (
 # ok one-GPU row the bench has measured on an H200 (bf16): bench/results/plan_accuracy-2026-12-03-1gpu-all-e.md (244
 # rows of 28 raw files, listed in its -summary.json; tokens/s error median 2.6 %, p95 11.3 %). The rows cover GPT-2
 # 124M-1.5B at seq 1024, LLaMA-style 1.1B/3.4B/6.7B, Qwen2-1.5B and Pythia-1B/1.4B at seq 1024 and 2048, stages 0-3,
-# CPU optimizer and parameter offload, checkpointing, micro-batch 1-64 and gradient accumulation 1, 4 and 8; each row
+# CPU optimizer and parameter offload, checkpointing, micro-batch 1-128 and gradient accumulation 1, 4 and 8; each row
 # is predicted for the model its file built (bench/plan_accuracy.py built_with_cache). `python
 # bench/plan_accuracy.py --analyze <those files>` prints the refit beside these values. The optimizer step's
 # constants are not fit to whole steps: they are fit to the step's own phase (below). The first fit, on GPT-2 alone,
@@ -356,7 +356,8 @@ DEFAULT_MEMORY_GBS = 2000.0  # HBM bandwidth when the catalog has no figure (A10
 # Launch time per layer per micro-step that the GPU waits for whatever the host does (fit; what of the host's
 # Python overlaps the GPU is HOST_SECONDS_PER_LAYER below). Counted per micro-step: with 4-8 micro-steps per
 # optimizer step the forward and backward took the same time per micro-step as at one (plan_accuracy-2026-12-03-1gpu-
-# accum-accum-a.md and -b.md, each config beside a reading at 1 in the same session).
+# accum-accum-a.md and -b.md, each config beside a reading at 1 in the same session), except llama-7b ZeRO-3 +
+# checkpointing (0.71 s per micro-step at 4, 0.96 s at 1).
 MICRO_STEP_SECONDS_PER_LAYER = 0.000813
 # The optimizer step, once per optimizer step: fit (plan_accuracy's fit_optimizer_step) to the step phase of the 38
 # rows whose optimizer ran on the GPU and whose step was timed on its own (bench/plan_accuracy.py Row.phase_s: CUDA

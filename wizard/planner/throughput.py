@@ -300,6 +300,10 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
     return copies * (1.0 if s.mode == "train" else cal.INFERENCE_STAGE3_HOOK_SHARE)
 
 
+# The parts of a training step that run in DeepSpeed's step, once per optimizer step whatever the accumulation.
+STEP_PARTS = ("optimizer step", "CPU Adam", "16-bit weights back (pageable)", "NVMe swaps")
+
+
 def optimizer_kind(zero_stage: int) -> str:
     """Which DeepSpeed optimizer step a stage runs (calibration.OPTIMIZER_SECONDS_PER_PARAM's key): the bf16 wrapper
     at stage 0, stage_1_and_2.py's for stages 1 and 2, stage3.py's."""
@@ -313,6 +317,8 @@ def _optimizer_seconds(
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
     shards = N if s.zero_stage >= 1 else 1
     local = ft.trainable_params(model) / shards
+    # the host's work tensor by tensor, with the optimizer on the CPU too (it sums the gradient norms one .item() per
+    # tensor there: stage_1_and_2.py complete_grad_norm_calculation_for_cpu_offload, DeepSpeed 0.19.8)
     parts = {"optimizer step": cal.OPTIMIZER_SECONDS_PER_LAYER * model.layers}
     if s.offload_optimizer == "none":
         per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[optimizer_kind(s.zero_stage)]
