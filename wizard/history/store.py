@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from wizard.errors import DswizError
 from wizard.history.record import Measurement
 
 SCHEMA_VERSION = 1
+# How long a process waits for another one's lock (the writes are short transactions).
+BUSY_TIMEOUT_S = 30.0
 EXPORT_FORMAT = "dswiz-history"
 ENV_PATH = "DSWIZ_HISTORY"  # a path overrides the default location; "off" turns recording off
 
@@ -88,8 +91,13 @@ class HistoryStore:
                         "upgrade dswiz, or point DSWIZ_HISTORY at another file",
                     )
                 if version < SCHEMA_VERSION:
-                    con.executescript(_DDL)
-                    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    # one process sets the schema up; the others wait for its lock, then find it done
+                    con.execute("BEGIN IMMEDIATE")
+                    if con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                        for statement in filter(str.strip, _DDL.split(";")):
+                            con.execute(statement)
+                        con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    con.execute("COMMIT")
             finally:
                 con.close()
         except sqlite3.DatabaseError as e:
@@ -108,9 +116,23 @@ class HistoryStore:
         )
 
     def _connect(self) -> sqlite3.Connection:
-        con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("PRAGMA synchronous=FULL")
+        con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            # Switching a new file to WAL takes an exclusive lock, and SQLite answers "database is locked" at once
+            # when another process holds one instead of waiting its busy timeout: wait here.
+            deadline = time.monotonic() + BUSY_TIMEOUT_S
+            while True:
+                try:
+                    con.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as e:
+                    if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            con.execute("PRAGMA synchronous=FULL")
+        except BaseException:
+            con.close()
+            raise
         return con
 
     @contextmanager
