@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,12 +37,8 @@ from wizard.planner.throughput import estimate_throughput  # noqa: E402
 # The raw files of the planner's committed analysis (the rows calibration.py's throughput constants are fit to).
 INPUTS_FROM = "bench/results/plan_accuracy-2026-12-03-1gpu-all-e-summary.json"
 RAW_FILES = tuple(json.loads((ROOT / INPUTS_FROM).read_text())["inputs"])
-# name -> (to the optimizer's coordinate, back): all positive.
-FIT = {
-    "STAGE3_SECONDS_PER_LAYER": (math.log, math.exp),
-    "STAGE3_SECONDS_PER_PARAM": (math.log, math.exp),
-    "STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND": (math.log, math.exp),
-}
+# The constants refit (all positive: searched over their log values).
+FIT = ("STAGE3_SECONDS_PER_LAYER", "STAGE3_SECONDS_PER_PARAM", "STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND")
 STEM = "zero3_refit-2026-12-03-replay"
 
 
@@ -64,15 +59,14 @@ def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, An
     return hw, z3, other
 
 
+def predicted(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:
+    """Tokens/s per row with the calibration as it is now."""
+    return [estimate_throughput(hw, *pa._row_case(r)).tokens_per_sec for r in rows]
+
+
 def errors(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:
     """Signed tokens/s error per row (positive: over-predicts) with the calibration as it is now."""
-    out = []
-    for r in rows:
-        c = pa._cfg(r)
-        with pa.built_with_cache(pa.row_use_cache(r)):
-            tp = estimate_throughput(hw, pa.bench_spec(c.model), c.strategy(r["world"]), r["seq_len"])
-        out.append(tp.tokens_per_sec / r["tokens_per_sec"] - 1)
-    return out
+    return [p / r["tokens_per_sec"] - 1 for p, r in zip(predicted(hw, rows), rows, strict=True)]
 
 
 def _set(values: dict[str, float]) -> None:
@@ -80,20 +74,12 @@ def _set(values: dict[str, float]) -> None:
         setattr(cal, name, v)
 
 
-def fit(hw: HardwareReport, rows: list[dict[str, Any]], start: dict[str, float]) -> dict[str, float]:
-    """Constants minimising the squared log error on ``rows``; the module's values are restored afterwards."""
-    names = list(FIT)
-    saved = {n: getattr(cal, n) for n in names}
-
-    def loss(x: list[float]) -> float:
-        _set({n: FIT[n][1](xi) for n, xi in zip(names, x, strict=True)})
-        return sum(math.log1p(e) ** 2 for e in errors(hw, rows))
-
-    try:
-        best, _ = pa._nelder_mead(loss, [FIT[n][0](start[n]) for n in names], step=0.4, iters=3000)
-        return {n: FIT[n][1](xi) for n, xi in zip(names, best, strict=True)}
-    finally:
-        _set(saved)
+def fit(hw: HardwareReport, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The FIT constants minimising the squared log tokens/s error on ``rows``, searched from the values they have
+    now (bench/plan_accuracy.py's fit); the module's values are restored afterwards."""
+    measured = [r["tokens_per_sec"] for r in rows]
+    found = pa._fit_log(FIT, lambda: predicted(hw, rows), measured, step=0.4, iters=3000)
+    return dict(found["constants"])
 
 
 def family(r: dict[str, Any]) -> str:
@@ -133,7 +119,7 @@ def _overall(errs: list[float]) -> dict[str, float]:
 
 
 def leave_one_model_out(
-    hw: HardwareReport, rows: list[dict[str, Any]], start: dict[str, float]
+    hw: HardwareReport, rows: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[float]]:
     """Per model: the constants fit without its rows and its rows' errors with them."""
     held_out: dict[str, Any] = {}
@@ -142,7 +128,7 @@ def leave_one_model_out(
     saved = {n: getattr(cal, n) for n in FIT}
     for model in dict.fromkeys(r["config"]["model"] for r in rows):
         test = [r for r in rows if r["config"]["model"] == model]
-        c = fit(hw, [r for r in rows if r["config"]["model"] != model], start)
+        c = fit(hw, [r for r in rows if r["config"]["model"] != model])
         _set(c)
         e = errors(hw, test)
         _set(saved)
@@ -157,11 +143,11 @@ def run() -> dict[str, Any]:
     committed = {n: float(getattr(cal, n)) for n in FIT}
     now = errors(hw, z3)  # the calibration as committed
     other_now = errors(hw, other)
-    constants = fit(hw, z3, committed)
+    constants = fit(hw, z3)
     _set(constants)
     other_fit = errors(hw, other)
     _set(committed)
-    held_out, held_rows, held_errs = leave_one_model_out(hw, z3, committed)
+    held_out, held_rows, held_errs = leave_one_model_out(hw, z3)
     return {
         "note": "refit on committed H200 measurements (no new GPU run): bench/fit_zero3.py",
         "inputs": list(RAW_FILES),

@@ -1296,7 +1296,7 @@ def _row_line(i: int, n: int, row: Row) -> str:
     what = (
         f"{c['model']} z{c['zero_stage']}{'+' + c['offload_optimizer'] if c['offload_optimizer'] != 'none' else ''}"
         f"{' ckpt' if c['checkpointing'] else ''} mbs {c['micro_batch']}"
-        f"{' ga ' + str(c['grad_accum']) if c.get('grad_accum', 1) != 1 else ''}"
+        f"{' ga ' + str(grad_accum(c)) if grad_accum(c) != 1 else ''}"
         f"{' cap ' + str(c['cap_gib']) + 'GiB' if c['cap_gib'] else ''}"
     )
     got = f"{row.status}"
@@ -2114,10 +2114,12 @@ def _nelder_mead(f: Any, x0: list[float], step: float = 0.3, iters: int = 4000) 
     return pts[best], vals[best]
 
 
-def _fit_log(names: tuple[str, ...], predicted: Any, measured: list[float]) -> dict[str, Any]:
-    """Least squares on log(predicted / measured) over the constants ``names`` (Nelder-Mead over their log values);
-    ``predicted()`` predicts every case with the constants as set at the time. The module's constants are restored
-    afterwards."""
+def _fit_log(
+    names: tuple[str, ...], predicted: Any, measured: list[float], step: float = 0.3, iters: int = 4000
+) -> dict[str, Any]:
+    """Least squares on log(predicted / measured) over the constants ``names`` (Nelder-Mead over their log values,
+    from the values they have now, with ``step`` and ``iters``); ``predicted()`` predicts every case with the
+    constants as set at the time. The module's constants are restored afterwards."""
     saved = {n: _get_constant(n) for n in names}
 
     def errors() -> list[float]:
@@ -2130,7 +2132,8 @@ def _fit_log(names: tuple[str, ...], predicted: Any, measured: list[float]) -> d
 
     try:
         before = errors()
-        x, _ = _nelder_mead(loss, [math.log(saved[n] or _FIT_START_IF_ZERO.get(n, 1e-6)) for n in names])
+        x0 = [math.log(saved[n] or _FIT_START_IF_ZERO.get(n, 1e-6)) for n in names]
+        x, _ = _nelder_mead(loss, x0, step=step, iters=iters)
         loss(x)
         after = errors()
         fitted = {n: _get_constant(n) for n in names}
@@ -2220,7 +2223,7 @@ def _describe(c: dict[str, Any]) -> str:
     if c.get("seq"):
         s += f" seq{c['seq']}"
     if grad_accum(c) != 1:
-        s += f" ga{c['grad_accum']}"
+        s += f" ga{grad_accum(c)}"
     if c.get("repeat"):
         s += f" #{c['repeat'] + 1}"
     return s + OPTIMIZER_LABELS[_row_optimizer(c)]
