@@ -98,6 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "screenshots")
     args = ap.parse_args()
+    args.out = args.out.resolve()  # the walk changes directory: a relative --out must not follow it
     args.out.mkdir(parents=True, exist_ok=True)
     all_svgs: list[Path] = []
     with tempfile.TemporaryDirectory() as work:
@@ -107,7 +108,7 @@ def main() -> None:
             here = Path(work) / name
             here.mkdir()
             os.chdir(here)  # the review step diffs against files in the output dir: start from an empty one
-            all_svgs += asyncio.run(shoot(name, hw, model, args.out.resolve()))
+            all_svgs += asyncio.run(shoot(name, hw, model, args.out))
             os.chdir(ROOT)
     png = to_png(all_svgs)
     print(
