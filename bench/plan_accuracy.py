@@ -241,6 +241,29 @@ PRESSURE_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], .
     ("gpt2-large", 1, "none", "none", True, 19, 1024, 24),
     ("pythia-1.4b", 2, "cpu", "none", True, 14, 2048, 24),
 )
+# --family allocator (run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, analysed on its own): the configs
+# whose allocator cache the default allocator made the least predictable (plan_accuracy-2026-12-03-1gpu-all-e.md:
+# Qwen2-1.5B ZeRO-1 + checkpointing cached 18.8 / 25.0 / 8.0 / 34.3 GiB at micro-batch 12 / 16 / 20 / 22; gpt2-xl
+# 7.7 / 2.8 / 14.1 at 16 / 32 / 64), and five that ran out of memory with the default allocator's cache split.
+ALLOCATOR_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], ...] = (
+    # (model, stage, offload optimizer, offload param, checkpointing, micro-batch, seq, cap GiB)
+    ("qwen2-1.5b", 1, "none", "none", True, 20, 2048, None),
+    ("qwen2-1.5b", 1, "none", "none", True, 22, 2048, None),
+    ("qwen2-1.5b", 1, "none", "none", True, 24, 2048, None),
+    ("gpt2-xl", 1, "none", "none", True, 32, 1024, None),
+    ("gpt2-xl", 1, "none", "none", True, 64, 1024, None),
+    ("gpt2-large", 1, "none", "none", True, 64, 1024, None),
+    ("pythia-1b", 1, "none", "none", False, 34, 2048, None),
+    ("gpt2-xl", 1, "cpu", "none", True, 28, 1024, 24),
+    ("pythia-1b", 2, "cpu", "none", True, 16, 2048, 24),
+    ("llama-3b", 3, "none", "none", False, 16, 1024, None),
+    ("qwen2-1.5b", 1, "none", "none", True, 16, 2048, None),
+    ("gpt2-medium", 1, "none", "none", True, 32, 1024, None),
+    ("pythia-1.4b", 1, "none", "none", True, 16, 1024, None),
+    ("gpt2", 1, "none", "none", False, 32, 1024, 40),
+    ("gpt2-xl", 1, "none", "none", True, 16, 1024, None),
+    ("qwen2-1.5b", 1, "none", "none", True, 12, 2048, None),
+)
 # --family phases: another reading, each step split into forward / backward / optimizer step (Row.phase_s), of the
 # families whose errors stayed over target (plan_accuracy-2026-12-03-1gpu-all-c.md): CPU optimizer offload at seq
 # 2048 (predicted 0.06-0.12 s a step slow) beside two seq-1024 controls that it predicts within 1-2 %; ZeRO-3 with the
@@ -310,7 +333,8 @@ ACCUM_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int, 
     ("llama-7b", 3, "none", "none", True, 4, 1024, None, 1, 3),
 )
 FAMILIES = (
-    "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases", "accum"
+    "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases", "accum",
+    "allocator",
 )  # fmt: skip
 PER_PROCESS_FAMILIES = FAMILIES[1:]  # one process (one engine) per config: all but the GPT-2 grid
 # Config.optimizer: how a row's label names it ("ds", DeepSpeed's AdamW from the config, is the grid's default).
@@ -1131,14 +1155,14 @@ def family_grid(
             Config(m, st, checkpointing=ck, micro_batch=mb, tags=("sweep",))
             for m, st, ck, mb in SWEEP_CONFIGS
         ]
-    if family in ("repeats", "pressure"):
-        tag, repeat = ("repeat", 1) if family == "repeats" else ("pressure", 0)
+    if family in ("repeats", "pressure", "allocator"):
+        tag, repeat = ("repeat", 1) if family == "repeats" else (family, 0)
         if smoke:
             return [Config("tiny-llama", 1, micro_batch=2, repeat=repeat, tags=(tag,))]
         return [
             Config(m, st, opt, par, ck, micro_batch=mb, seq=seq, cap_gib=cap, repeat=repeat, tags=(tag,))  # type: ignore[arg-type]
             for m, st, opt, par, ck, mb, seq, cap in (
-                REPEAT_CONFIGS if family == "repeats" else PRESSURE_CONFIGS
+                {"repeats": REPEAT_CONFIGS, "pressure": PRESSURE_CONFIGS}.get(family, ALLOCATOR_CONFIGS)
             )
         ]
     if family == "phases":
@@ -2653,7 +2677,8 @@ def main() -> int:
         "across micro-batches 1-16, one process per config; heldout: configs no constant was fitted to; recs: "
         "today's recommendation for every (model, card); repeats: second readings of the configs whose one reading "
         "missed by > 10 %%; pressure: micro-batches above the fit rule's limit under a cap, to find where each runs out "
-        "of memory; one process per config",
+        "of memory; allocator: the configs whose allocator cache varied most, to run with expandable_segments; one "
+        "process per config",
     )
     ap.add_argument(
         "--indices",
