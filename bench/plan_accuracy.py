@@ -263,6 +263,18 @@ ALLOCATOR_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], 
     ("gpt2", 1, "none", "none", False, 32, 1024, 40),
     ("gpt2-xl", 1, "none", "none", True, 16, 1024, None),
     ("qwen2-1.5b", 1, "none", "none", True, 12, 2048, None),
+    # then micro-batches above those, to find where the expandable allocator runs out of memory (16-26)
+    ("gpt2-xl", 1, "cpu", "none", True, 29, 1024, 24),
+    ("pythia-1b", 2, "cpu", "none", True, 17, 2048, 24),
+    ("llama-1b", 2, "cpu", "none", True, 46, 1024, 24),
+    ("llama-3b", 2, "cpu", "none", True, 31, 1024, 24),
+    ("gpt2", 1, "none", "none", False, 35, 1024, 40),
+    ("qwen2-1.5b", 1, "none", "none", True, 30, 2048, None),
+    ("llama-1b", 2, "cpu", "none", True, 44, 1024, 24),
+    ("llama-3b", 2, "cpu", "none", True, 30, 1024, 24),
+    ("gpt2", 1, "none", "none", False, 34, 1024, 40),
+    ("qwen2-1.5b", 1, "none", "none", True, 28, 2048, None),
+    ("qwen2-1.5b", 1, "none", "none", True, 32, 2048, None),
 )
 # --family phases: another reading, each step split into forward / backward / optimizer step (Row.phase_s), of the
 # families whose errors stayed over target (plan_accuracy-2026-12-03-1gpu-all-c.md): CPU optimizer offload at seq
@@ -456,12 +468,14 @@ def grad_accum(c: dict[str, Any]) -> int:
     return int(c.get("grad_accum", 1))
 
 
-def card_for_cap(total: int, cap_gib: int | None, world: int) -> int:
+def card_for_cap(total: int, cap_gib: int | None, world: int, s: Strategy | None = None) -> int:
     """The card a capped H200 stands for: the cap is the allocator's; the CUDA context and NCCL, as the planner
-    counts them, sit outside it."""
+    counts them for the strategy ``s`` that runs under it, sit outside it. Without one (a plan for the card, before
+    a strategy is chosen): a stage-2 strategy's, which at one rank holds no NCCL buffers -- the smallest such card,
+    so that no plan counts on memory the cap withholds."""
     if cap_gib is None:
         return total
-    return cap_gib * GiB + device_overhead(Strategy(gpus_per_node=world))
+    return cap_gib * GiB + device_overhead(s or Strategy(gpus_per_node=world))
 
 
 def predict(
@@ -666,7 +680,7 @@ def zero3_grid(hw: HardwareReport) -> list[Config]:
 def predict_fits(hw: HardwareReport, c: Config, world: int) -> bool:
     total = hw.min_gpu_memory_bytes or 0
     mem = estimate_memory(bench_spec(c.model), c.strategy(world), SEQ)
-    return mem.needed <= 0.95 * card_for_cap(total, c.cap_gib, world)
+    return mem.needed <= 0.95 * card_for_cap(total, c.cap_gib, world, c.strategy(world))
 
 
 # ----------------------------------------------------------------------------------------------------- worker
@@ -1080,7 +1094,7 @@ def worker(args: argparse.Namespace) -> int:
                 print(f"budget spent after {i} of {len(grid)} configs ({elapsed:.0f} s)", flush=True)
             break
         model = bench_spec(c.model)
-        card = card_for_cap(total, c.cap_gib, world)
+        card = card_for_cap(total, c.cap_gib, world, c.strategy(world))
         row = Row(
             config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
         )
@@ -1292,7 +1306,7 @@ def _worker_one(
     """Run one config and append its row to the raw file the launcher started (one process per config)."""
     import torch.distributed as dist
 
-    card = card_for_cap(hw.min_gpu_memory_bytes or 0, c.cap_gib, world)
+    card = card_for_cap(hw.min_gpu_memory_bytes or 0, c.cap_gib, world, c.strategy(world))
     row = Row(
         config=asdict(c),
         world=world,
@@ -1410,7 +1424,7 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
             status = "timeout"
         doc = json.loads(path.read_text())
         if len(doc["rows"]) == before:  # the process died before writing its row
-            card = card_for_cap(hw.min_gpu_memory_bytes or 0, c.cap_gib, gpus)
+            card = card_for_cap(hw.min_gpu_memory_bytes or 0, c.cap_gib, gpus, c.strategy(gpus))
             row = Row(config=asdict(c), world=gpus, seq_len=c.seq_or(seq), status=status or "killed")
             row.predicted = predict(hw, bench_spec(c.model), c, gpus, c.seq_or(seq), card)
             row.finished_at = round(time.time(), 1)
@@ -1508,7 +1522,7 @@ def _repredict(row: dict[str, Any], hw: HardwareReport) -> dict[str, Any]:
     """Predictions for a recorded row with the calibration as it is now (recalibrate, then re-analyze), for the
     model as its file built it (``built_with_cache``)."""
     cfg = _cfg(row)
-    card = card_for_cap(hw.min_gpu_memory_bytes or 0, cfg.cap_gib, row["world"])
+    card = card_for_cap(hw.min_gpu_memory_bytes or 0, cfg.cap_gib, row["world"], cfg.strategy(row["world"]))
     with built_with_cache(row_use_cache(row)):
         return predict(hw, bench_spec(cfg.model), cfg, row["world"], row["seq_len"], card)
 
@@ -1843,7 +1857,7 @@ def _fit_checks(rows: list[dict[str, Any]], hw: HardwareReport, world: int) -> d
             measured = _fits_at(r, cap)
             if measured is None or (cap != own and not (own is None and r["status"] == "ok")):
                 continue  # beyond its own cap, only an uncapped run that fit tells something new
-            card = card_for_cap(total, None if cap is None else cap // GiB, world)
+            card = card_for_cap(total, None if cap is None else cap // GiB, world, cfg.strategy(world))
             checks.append(
                 {
                     "config": _label(r),
