@@ -83,6 +83,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 
 from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env  # noqa: E402
 
+from wizard.alloc_conf import expandable_segments  # noqa: E402
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
 from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
@@ -275,6 +276,11 @@ ALLOCATOR_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], 
     ("gpt2", 1, "none", "none", False, 34, 1024, 40),
     ("qwen2-1.5b", 1, "none", "none", True, 28, 2048, None),
     ("qwen2-1.5b", 1, "none", "none", True, 32, 2048, None),
+    # GPT-2 at micro-batch 32 under the 40 GiB cap ran 21 % below the same step without it (27-29): the same step
+    # on the whole card, and micro-batch 30, whose cache the cap holds, under it
+    ("gpt2", 1, "none", "none", False, 32, 1024, None),
+    ("gpt2", 1, "none", "none", False, 30, 1024, 40),
+    ("gpt2", 1, "none", "none", False, 33, 1024, 40),
 )
 # --family phases: another reading, each step split into forward / backward / optimizer step (Row.phase_s), of the
 # families whose errors stayed over target (plan_accuracy-2026-12-03-1gpu-all-c.md): CPU optimizer offload at seq
@@ -479,10 +485,20 @@ def card_for_cap(total: int, cap_gib: int | None, world: int, s: Strategy | None
 
 
 def predict(
-    hw: HardwareReport, model: ModelSpec, c: Config, world: int, seq: int, card: int
+    hw: HardwareReport,
+    model: ModelSpec,
+    c: Config,
+    world: int,
+    seq: int,
+    card: int,
+    expandable: bool | None = None,
 ) -> dict[str, Any]:
+    """The planner's figures for a config; ``expandable``: the ranks run PyTorch's allocator with expandable
+    segments (None: as this process's environment says, which the ranks inherit)."""
     s = c.strategy(world)
-    mem = estimate_memory(model, s, seq)
+    if expandable is None:
+        expandable = expandable_segments(os.environ)
+    mem = estimate_memory(model, s, seq, expandable_segments=expandable)
     tp = estimate_throughput(hw, model, s, seq)
     ds = deepspeed_estimate(model, s)
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
@@ -1518,22 +1534,29 @@ def _config(c: dict[str, Any]) -> Config:
     return Config(**{**c, "tags": tuple(c.get("tags", ()))})
 
 
-def _repredict(row: dict[str, Any], hw: HardwareReport) -> dict[str, Any]:
+def run_expandable(doc: dict[str, Any]) -> bool:
+    """Whether a raw file's ranks ran PyTorch's allocator with expandable segments (its recorded alloc_conf)."""
+    return expandable_segments({"PYTORCH_CUDA_ALLOC_CONF": doc.get("alloc_conf") or ""})
+
+
+def _repredict(row: dict[str, Any], hw: HardwareReport, expandable: bool = False) -> dict[str, Any]:
     """Predictions for a recorded row with the calibration as it is now (recalibrate, then re-analyze), for the
     model as its file built it (``built_with_cache``)."""
     cfg = _cfg(row)
     card = card_for_cap(hw.min_gpu_memory_bytes or 0, cfg.cap_gib, row["world"], cfg.strategy(row["world"]))
     with built_with_cache(row_use_cache(row)):
-        return predict(hw, bench_spec(cfg.model), cfg, row["world"], row["seq_len"], card)
+        return predict(hw, bench_spec(cfg.model), cfg, row["world"], row["seq_len"], card, expandable)
 
 
 def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """One run per (world, smoke) over every raw file given: rows of the same config (and the same use_cache build)
-    are one row, the newer wins (its finished_at, else its file's start, else the later file on the command line);
-    tags are the union."""
+    """One run per (world, smoke, allocator settings) over every raw file given: rows of the same config (and the
+    same use_cache build) are one row, the newer wins (its finished_at, else its file's start, else the later file on
+    the command line); tags are the union."""
     groups: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
     for i, doc in enumerate(docs):
-        groups.setdefault((doc["world"], bool(doc.get("smoke"))), []).append((i, doc))
+        # The allocator settings make runs of their own: a config read with expandable_segments never stands in for
+        # its reading with the default allocator the planner predicts.
+        groups.setdefault((doc["world"], bool(doc.get("smoke")), doc.get("alloc_conf")), []).append((i, doc))
     out = []
     for members in groups.values():
         merged: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -1582,8 +1605,9 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
     md = ["# Planner accuracy on real DeepSpeed steps", ""]
     for doc, rows in _merge_runs(docs):
         hw = HardwareReport.from_dict(doc["hardware"])
+        expandable = run_expandable(doc)
         for r in rows:
-            r["now"] = _repredict(r, hw)
+            r["now"] = _repredict(r, hw, expandable)
         ok = [r for r in rows if r["status"] == "ok"]
         mem_rows = [r for r in ok if r.get("max_allocated") is not None]
         err_alloc = [r["now"]["allocated"] / r["max_allocated"] - 1 for r in mem_rows]
@@ -1621,7 +1645,7 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         run["families"] = families(ok)
         run["family_targets"] = family_targets(run["families"])
         run["recommendations"] = _recommendations(rows, hw, doc["world"])
-        run["fit_checks"] = _fit_checks(rows, hw, doc["world"])
+        run["fit_checks"] = _fit_checks(rows, hw, doc["world"], expandable)
         run["fits"] = _fit_suggestions(mem_rows, ok, hw, [r for r in rows if r["status"] == "oom"])
         summary["per_run"].append(run)
         md += _markdown_run(doc, run, rows)
@@ -1841,7 +1865,9 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
     return out
 
 
-def _fit_checks(rows: list[dict[str, Any]], hw: HardwareReport, world: int) -> dict[str, Any]:
+def _fit_checks(
+    rows: list[dict[str, Any]], hw: HardwareReport, world: int, expandable: bool = False
+) -> dict[str, Any]:
     """Every (row, card) the measurements decide -- the row's own cap (or the whole card), and the bench's caps an
     uncapped row's reserved memory stayed within -- against the memory model's "fits" (with the planner's margin
     and without). "unsafe": predicted to fit with the margin, measured OOM (must be none)."""
@@ -1851,7 +1877,9 @@ def _fit_checks(rows: list[dict[str, Any]], hw: HardwareReport, world: int) -> d
     for r in rows:
         cfg = _cfg(r)
         with built_with_cache(row_use_cache(r)):
-            mem = estimate_memory(bench_spec(cfg.model), cfg.strategy(r["world"]), r["seq_len"])
+            mem = estimate_memory(
+                bench_spec(cfg.model), cfg.strategy(r["world"]), r["seq_len"], expandable_segments=expandable
+            )
         own = r["config"]["cap_gib"] * GiB if r["config"]["cap_gib"] else None
         for cap in caps:
             measured = _fits_at(r, cap)

@@ -194,11 +194,15 @@ def run_launch(request: LaunchRequest) -> int:
     if request.dry_run:
         from runner.preflight import check_arch_list
 
-        # The one environment change the launch makes on its own (a pure function of the environment), so that
-        # the printed command is the one that would run.
+        # The environment changes the launch makes on its own (pure functions of the environment and the plan), so
+        # that the printed command is the one that would run.
         findings, fixes = check_arch_list(os.environ)
-        specs = _with_env_fixes(resolved.specs, fixes)
-        notes = [f"{f.what}; {f.why}" for f in findings]
+        allocator = plan_env(load_plan_sidecar(resolved.choice), os.environ)
+        specs = _with_env_fixes(resolved.specs, {**fixes, **allocator})
+        notes = [f"{f.what}; {f.why}" for f in findings] + [
+            f"the plan counted on PyTorch's expandable segments: {k}={v} for the job"
+            for k, v in allocator.items()
+        ]
         _print_dry_run(list(specs), resolved.ds_config, request.steps_per_print, notes)
         return 0
     check_lost_runs(Path(resolved.spec.run_dir).parent, stop=request.stop_leftovers, grace_s=request.grace)
@@ -526,8 +530,22 @@ def run_preflight(resolved: ResolvedLaunch) -> CheckedLaunch:
             f"preflight found {errors} error(s); nothing was started",
             "fix what is listed above and launch again",
         )
-    specs = _with_env_fixes(resolved.specs, dict(result.env_fixes))
+    allocator = plan_env(sidecar, os.environ)
+    for k, v in allocator.items():
+        click.echo(f"note: the plan counted on PyTorch's expandable segments: {k}={v} for the job", err=True)
+    specs = _with_env_fixes(resolved.specs, {**dict(result.env_fixes), **allocator})
     return CheckedLaunch(resolved, specs, hardware, sidecar, use)
+
+
+def plan_env(sidecar: PlanSidecar | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment the plan counted on that ``environ`` lacks: PyTorch's expandable segments, when the plan
+    was made for them (its micro-batch may not fit without them)."""
+    from wizard import alloc_conf
+
+    if sidecar is None or not sidecar.expandable_segments or alloc_conf.expandable_segments(environ):
+        return {}
+    name, value = alloc_conf.with_expandable_segments(environ)
+    return {name: value}
 
 
 def _with_env_fixes(specs: tuple[LaunchSpec, ...], fixes: Mapping[str, str | None]) -> tuple[LaunchSpec, ...]:

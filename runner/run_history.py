@@ -157,7 +157,10 @@ def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:
 
     try:
         p = evaluate(
-            sidecar.hardware, sidecar.model, strategy, PlanRequest(seq_len=sidecar.seq_len)
+            sidecar.hardware,
+            sidecar.model,
+            strategy,
+            PlanRequest(seq_len=sidecar.seq_len, expandable_segments=sidecar.expandable_segments),
         ).predicted
     except (
         DswizError,

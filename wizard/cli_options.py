@@ -4,6 +4,7 @@ name, the metavar and how a default is shown. Front-door code only (imports clic
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -209,6 +210,14 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
         click.option(
             "--nvme", callback=_size, metavar="SIZE", help="Assume an NVMe drive of this size for offload."
         ),
+        click.option(
+            "--expandable-segments/--no-expandable-segments",
+            default=None,
+            help="Plan for PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+            "expandable_segments:True): under memory pressure it keeps almost no cache, so larger micro-batches "
+            "fit. The configs then carry the variable (launch.sh, dswiz-plan.json; dswiz launch sets it). "
+            "Default: what this shell's PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF say.",
+        ),
         no_history_option(),
     ]
 
@@ -278,12 +287,20 @@ def planning_request(
         safety_margin=params["margin"] / 100,
         gpu_memory_bytes=params["gpu_memory"],
         nvme_bytes=params["nvme"],
+        expandable_segments=planned_expandable_segments(params.get("expandable_segments")),
     )
     if hardware is None:
         return request
     from wizard.service.history import with_history
 
     return with_history(request, hardware, use=not params["no_history"])
+
+
+def planned_expandable_segments(flag: bool | None, environ: Mapping[str, str] | None = None) -> bool:
+    """--expandable-segments / --no-expandable-segments, else what the environment's allocator settings say."""
+    from wizard.alloc_conf import expandable_segments
+
+    return flag if flag is not None else expandable_segments(os.environ if environ is None else environ)
 
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")

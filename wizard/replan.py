@@ -72,6 +72,7 @@ def make_sidecar(
         predicted=predicted,
         peak_tflops_per_gpu=peak,
         config_args=tuple(config_args),
+        expandable_segments=request.expandable_segments,
     )
 
 
@@ -102,6 +103,7 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
         mode=failed.mode,
         precisions=(failed.precision,),
         max_micro_batch=max(1, failed.micro_batch_size - 1),
+        expandable_segments=sidecar.expandable_segments,
     )
     try:
         result = planner.plan(hw, sidecar.model, request)

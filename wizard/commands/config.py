@@ -26,6 +26,7 @@ from wizard.cli_options import (
     flag_option,
     given_options,
     no_gpu_error,
+    planned_expandable_segments,
     planning_model,
     planning_options,
     planning_request,
@@ -695,6 +696,7 @@ def write_options(
         steps_per_print=flags["steps_per_print"],
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         save_16bit_model=flags.get("save_16bit") is not False,
+        expandable_segments=planned_expandable_segments(flags.get("expandable_segments")),
         **cluster_answers(flags),
     )
 

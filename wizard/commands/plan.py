@@ -72,6 +72,7 @@ def plan(
     margin: float,
     gpu_memory: int | None,
     nvme: int | None,
+    expandable_segments: bool | None,  # read from ctx.params by planning_request
     no_history: bool,  # read from ctx.params by planning_request
     top: int | None,
     show_all: bool,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from wizard.alloc_conf import with_expandable_segments
 from wizard.config.hostfile import placeholder_hosts
 from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems, parse_version
 from wizard.config.schema import (
@@ -88,6 +89,9 @@ class WriteOptions:
     # accelerate opens them relative to where it is launched (`dswiz config` passes the absolute --out).
     config_dir: str = "."
     node_env: dict[str, str] = field(default_factory=dict)
+    # The plan counted on PyTorch's allocator with expandable segments: the job's environment turns them on
+    # (launch.sh exports it, .deepspeed_env carries it to the other nodes).
+    expandable_segments: bool = False
     slurm: SlurmJob = field(default_factory=SlurmJob)  # job.sbatch (wizard/config/sbatch.py)
 
 
@@ -187,6 +191,8 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         options.zero3_init if options.zero3_init is not None else stage3 and options.consumer == "accelerate"
     )
     node_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **options.node_env} if strategy.nodes > 1 else {}
+    if options.expandable_segments:
+        node_env.update([with_expandable_segments({})])
     topology = Topology(
         nodes=strategy.nodes,
         gpus_per_node=strategy.gpus_per_node,

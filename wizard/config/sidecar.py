@@ -18,7 +18,8 @@ refuses a higher ``version``)::
                    "summary": "...", "nodes": ..., "gpus_per_node": ..., "gpu_name": ..., "gpu_memory_bytes": ...,
                    "host_ram_bytes": ...,
                    "report": {...}},                # the full HardwareReport, for re-planning
-      "request": {"seq_len": ..., "global_batch": ... | null},   # what the planner was asked
+      "request": {"seq_len": ..., "global_batch": ... | null,    # what the planner was asked
+                  "expandable_segments": true},             # only when planned for them (absent: false)
       "strategy": {...},                            # wizard.strategy.Strategy.to_dict(): what the configs say
       "predicted": {"peak_gpu_bytes": ..., "needed_gpu_bytes": ..., "host_bytes": ..., "nvme_bytes": ..., "tokens_per_sec": ..., "mfu": ...}
                    | null,                          # per GPU / per node / whole job; null when not predicted
@@ -79,6 +80,8 @@ class PlanSidecar:
     predicted: PredictedNumbers | None = None
     peak_tflops_per_gpu: float | None = None
     config_args: tuple[str, ...] = ()
+    # Planned for PyTorch's allocator with expandable segments: ``dswiz launch`` turns them on for the job.
+    expandable_segments: bool = False
 
     @property
     def hardware_summary(self) -> str:
@@ -125,7 +128,11 @@ def sidecar_to_dict(s: PlanSidecar) -> dict[str, Any]:
             "host_ram_bytes": hw.host.ram_total_bytes,
             "report": hw.to_dict(),
         },
-        "request": {"seq_len": s.seq_len, "global_batch": s.global_batch},
+        "request": {
+            "seq_len": s.seq_len,
+            "global_batch": s.global_batch,
+            **({"expandable_segments": True} if s.expandable_segments else {}),
+        },
         "strategy": s.strategy.to_dict(),
         "predicted": None
         if p is None
@@ -201,6 +208,7 @@ def load_sidecar(text: str, *, source: str = SIDECAR_NAME) -> PlanSidecar:
             ),
             peak_tflops_per_gpu=_opt_float(data.get("peak_tflops_per_gpu")),
             config_args=tuple(str(a) for a in data.get("config_args") or ()),
+            expandable_segments=request.get("expandable_segments") is True,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise DswizError(f"{source} is incomplete or damaged ({type(e).__name__}: {e})", _fix(source)) from e
@@ -294,6 +302,7 @@ def config_command(
     if s.hardware_arg:
         words += ["--hardware", s.hardware_arg]
     words += ["--seq-len", str(s.seq_len)]
+    words.append("--expandable-segments" if s.expandable_segments else "--no-expandable-segments")
     if strategy.mode != "train":
         words += ["--mode", strategy.mode]
     words += ["--stage", str(strategy.zero_stage)]

@@ -229,6 +229,16 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 # torch.cuda.set_per_process_memory_fraction, which fails where a smaller card would): 0 unsafe, 23 conservative
 # (the rule before the pressure runs, 0.57 / 0.85: 45 on the same checks); six OOM rows are kept out by the 5 %
 # margin alone, each needing >= 0.956 of its card.
+# With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) a pool is one segment that grows by
+# mapping pages and unmaps its free pages when a request would fail, so under pressure only a fixed remainder stays.
+# One H200, one config per process (bench/results/plan_accuracy-2026-12-03-1gpu-allocator-expandable-a/b/c.json,
+# docs/measurements.md "Expandable segments"): seven configs that ran within 0.5 GiB of a 24 GiB cap reserved
+# 0.05-0.14 GiB above their peak allocation (llama-1b ZeRO-2 + offload + checkpointing at micro-batch 46: 23.75 GiB
+# allocated of 24); Qwen2-1.5B ZeRO-1 + checkpointing allocated 137.5 GiB of the whole card at micro-batch 32 (23 ran
+# out of memory with the default allocator); the two that ran out of memory were predicted to allocate more than
+# their cap. 0.25 GiB: the largest remainder seen, with room for the allocation model's error there (it predicted
+# those offload rows 0.24-0.26 GiB low).
+EXPANDABLE_UNRECLAIMABLE_BYTES = int(0.25 * GiB)
 UNRECLAIMABLE_STEP_BLOCK_SHARE = 0.0
 UNRECLAIMABLE_LOGITS_SHARE = 0.3
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING = 0.85
@@ -250,14 +260,15 @@ GATHERED_PARAMETER_SHARE = 2.0
 RESERVED_FIXED_BYTES_INFERENCE = int(0.2 * GiB)
 FRAGMENTATION_SHARE_INFERENCE = 1.8
 FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD = 3.45
-# Outside the allocator: NCCL ~0.5 GB per communicator (docs/measurements.md, "Outside the allocator": 1.30 GiB
-# without NCCL traffic, 1.68-1.76 with it), and DeepSpeed creates one even on a single GPU
-# (init_distributed, then broadcasts of the model). The rest is the CUDA context with its library handles:
-# bench/results/plan_accuracy-2026-11-30-1gpu.json measured cudaMemGetInfo used - memory_reserved = 1.68-1.76 GiB
-# (median 1.73) on every one of 66 rows at one rank (H200, torch 2.11 + CUDA 13), so 1.73 - 0.5 ~= 1.25 GiB; older
-# figures of 0.3-0.5 GB for the context alone are too small for this stack.
-CUDA_CONTEXT_BYTES = int(1.25 * GiB)
-NCCL_BYTES_PER_COMMUNICATOR = int(0.5 * GiB)
+# Outside the allocator (cudaMemGetInfo's used minus memory_reserved; docs/measurements.md, "Outside the
+# allocator"), one H200, torch 2.11 + CUDA 13, one config per process: stages 0-2 at one rank 1.28-1.36 GiB (median
+# 1.30, 121 rows), ZeRO-3 at one rank 1.66-1.72 GiB (median 1.68, 50 rows) -- the CUDA context with its library
+# handles, and for ZeRO-3 one NCCL communicator's buffers (its all-gathers and reduce-scatters run even at one rank;
+# stages 0-2 there only broadcast the model, which left none). The readings of 2026-11-30, several configs per
+# process with the bench's own barriers between them, held 1.68-1.76 GiB at every stage. Several ranks: unmeasured
+# (only one GPU was lent); each communicator is counted at the one-rank figure.
+CUDA_CONTEXT_BYTES = int(1.30 * GiB)
+NCCL_BYTES_PER_COMMUNICATOR = int(0.40 * GiB)
 # Ranking policy: a strategy that needs offload, checkpointing or ZeRO++ is recommended over a simpler one only when it
 # is predicted faster by more than this (the throughput model's typical error; revisit after the GPU bench).
 RECOMMEND_SIMPLER_WITHIN = 0.03

@@ -152,7 +152,7 @@ def _memory_reason(mem: MemoryEstimate) -> str:
         text += f", KV cache {fmt_bytes(kv)}"
     if buffers:
         text += f", DeepSpeed buffers {fmt_bytes(buffers)}"
-    return text + f", allocator cache + CUDA context + NCCL {fmt_bytes(outside)}"
+    return text + f", allocator cache + CUDA context{' + NCCL' if mem.nccl else ''} {fmt_bytes(outside)}"
 
 
 def _stage_reason(ctx: PlanContext, s: Strategy, mem: MemoryEstimate) -> str:

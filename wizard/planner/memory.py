@@ -388,8 +388,11 @@ def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
 
 
 def nccl_bytes(s: Strategy) -> int:
-    """NCCL's buffers: one communicator even on one GPU (DeepSpeed initialises it and broadcasts the model), one
-    more for hpZ's intra-node group."""
+    """NCCL's buffers: one communicator, one more for hpZ's intra-node group. At one rank only ZeRO-3 has them:
+    stages 0-2 there run no collective but DeepSpeed's broadcast of the model (engine.py ``_broadcast_model``,
+    DeepSpeed 0.19.8), and the device held no NCCL buffers (calibration.NCCL_BYTES_PER_COMMUNICATOR)."""
+    if s.world_size == 1 and s.zero_stage < 3:
+        return 0
     communicators = 1 + (1 if s.zero_hpz_partition_size > 1 else 0)
     return communicators * cal.NCCL_BYTES_PER_COMMUNICATOR
 
@@ -453,6 +456,7 @@ def fragmentation(
     seq_len: int,
     buf: ZeroBuffers = DEFAULT_BUFFERS,
     under_pressure: bool = False,
+    expandable_segments: bool = False,
 ) -> Fragmentation:
     """Reserved minus allocated: what the caching allocator keeps of the large blocks a step frees, bounded by
     those blocks (so it never grows with the model beyond what DeepSpeed allocates at once).
@@ -474,7 +478,15 @@ def fragmentation(
     ``under_pressure``: only the part the allocator cannot give back when a request fails -- the free parts of
     segments that still hold live tensors (calibration.UNRECLAIMABLE_*; less of the logits with the optimizer
     offloaded): what a card that only just fits must hold.
+
+    ``expandable_segments`` (PyTorch's allocator run with ``expandable_segments:True``): each pool is one segment
+    that grows by mapping pages and unmaps the free ones when a request would fail, so no split block stays out of
+    reach. Under pressure it keeps a small fixed amount (calibration.EXPANDABLE_UNRECLAIMABLE_BYTES) whatever the
+    step; with room it caches about what the default allocator does (the same roomy shares).
     """
+    if under_pressure and expandable_segments:
+        kept = cal.EXPANDABLE_UNRECLAIMABLE_BYTES
+        return Fragmentation(kept, 0, kept, 0, 0, 0)
     if s.mode == "inference":
         share = (
             cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD
@@ -621,7 +633,11 @@ def nvme_bytes(model: ModelSpec, s: Strategy) -> int:
 
 
 def estimate_memory(
-    model: ModelSpec, strategy: Strategy, seq_len: int, buffers: ZeroBuffers = DEFAULT_BUFFERS
+    model: ModelSpec,
+    strategy: Strategy,
+    seq_len: int,
+    buffers: ZeroBuffers = DEFAULT_BUFFERS,
+    expandable_segments: bool = False,
 ) -> MemoryEstimate:
     phases = phases_for(model, strategy, seq_len, buffers)
     b = strategy.micro_batch_size
@@ -630,7 +646,7 @@ def estimate_memory(
     frag = fragmentation(model, strategy, seq_len, buffers)
     # The allocator's peak may come at a moment of fewer allocated bytes (see fragmentation).
     reserved = reserved_at(phases, frag, b)[1]
-    pressure = fragmentation(model, strategy, seq_len, buffers, under_pressure=True)
+    pressure = fragmentation(model, strategy, seq_len, buffers, True, expandable_segments)
     needed = device_bytes_at(phases, pressure, strategy, b)
     items = tuple((k, v) for k, v in peak.fixed if v) + tuple((k, v * b) for k, v in peak.per_sample if v)
     cpu, cpu_items = host_bytes(model, strategy)

@@ -44,6 +44,7 @@ from wizard.planner.types import (
     WhatIfs,
 )
 from wizard.strategy import OFFLOAD_DEVICES, OffloadDevice, Precision, Strategy
+from wizard.units import fmt_bytes
 
 
 def _context(
@@ -121,7 +122,9 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
         phases_for(ctx.model, probe, ctx.seq_len, ctx.request.buffers) if probe is not base else phases
     )
     limit = ctx.request.max_micro_batch
-    frag = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers, under_pressure=True)
+    frag = fragmentation(
+        ctx.model, base, ctx.seq_len, ctx.request.buffers, True, ctx.request.expandable_segments
+    )
     budget = int(ctx.gpu_budget / _factors(ctx, base)[1])  # sized for the memory the history says it takes
     max_b = max_micro_batch_for_capacity(phases, frag, base, budget, limit=limit)
     if per_gpu is None:
@@ -156,7 +159,7 @@ def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
 
 def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputEstimate]:
     """The physics' memory and throughput for exactly ``s``, corrected by the run history where it has runs."""
-    mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers)
+    mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers, ctx.request.expandable_segments)
     tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len)
     t, m = _factors(ctx, s)
     if m != 1.0:
@@ -415,7 +418,18 @@ def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None
         cpu_capacity_bytes=ctx.cpu_cap,
         nvme_capacity_bytes=ctx.nvme_cap,
         advice=advice_lines,
-        notes=tuple(notes) + _history_notes(request),
+        notes=tuple(notes) + _allocator_notes(request) + _history_notes(request),
+    )
+
+
+def _allocator_notes(request: PlanRequest) -> tuple[str, ...]:
+    if not request.expandable_segments:
+        return ()
+    return (
+        "planned for PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+        f"expandable_segments:True): under memory pressure it keeps about {fmt_bytes(cal.EXPANDABLE_UNRECLAIMABLE_BYTES)} of cache "
+        "where the default allocator keeps split blocks; the job must run with it (launch.sh and dswiz launch "
+        "set it)",
     )
 
 
@@ -439,7 +453,7 @@ def evaluate(
     budget = int(ctx.gpu_budget / _factors(ctx, s)[1])
     max_b = max_micro_batch_for_capacity(
         phases,
-        fragmentation(model, s, seq_len, request.buffers, under_pressure=True),
+        fragmentation(model, s, seq_len, request.buffers, True, request.expandable_segments),
         s,
         budget,
         limit=request.max_micro_batch,
@@ -530,13 +544,14 @@ def max_micro_batch(
     buffers: ZeroBuffers = DEFAULT_BUFFERS,
     limit: int = 1 << 20,
     gpu_memory_bytes: int | None = None,
+    expandable_segments: bool = False,
 ) -> int:
     """The largest micro-batch of ``strategy`` (its other fields as given) that fits every GPU of ``hardware`` (or a
     card of ``gpu_memory_bytes``) with the margin; 0 when not even 1 fits or there is no GPU. GPU memory only (host
-    RAM does not grow with it)."""
+    RAM does not grow with it). ``expandable_segments``: the job runs PyTorch's allocator with them."""
     cap = gpu_memory_bytes or hardware.min_gpu_memory_bytes
     if not cap:
         return 0
     phases = phases_for(model, strategy, seq_len, buffers)
-    frag = fragmentation(model, strategy, seq_len, buffers, under_pressure=True)
+    frag = fragmentation(model, strategy, seq_len, buffers, True, expandable_segments)
     return max_micro_batch_for_capacity(phases, frag, strategy, int(cap * (1 - safety_margin)), limit=limit)

@@ -36,6 +36,9 @@ class PlanRequest:
     gpu_memory_bytes: int | None = None  # plan for this much per GPU instead of the card's total
     nvme_bytes: int | None = None  # a described NVMe size (overrides the detected disks)
     buffers: ZeroBuffers = DEFAULT_BUFFERS
+    # The job runs PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True):
+    # under memory pressure it keeps almost no cache, so a card fits more (memory.fragmentation).
+    expandable_segments: bool = False
     # What this hardware's run history corrects (``dswiz history``); None: the physics alone (--no-history).
     calibration: Corrections | None = None
 

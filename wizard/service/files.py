@@ -55,6 +55,7 @@ class WriteAnswers(TypedDict, total=False):
     accelerate_mode: AccelerateMode
     gradient_clipping: float
     save_16bit_model: bool
+    expandable_segments: bool
     slurm: SlurmJob
 
 

@@ -9,12 +9,13 @@ One seam: what "this machine" is (``hardware_source``), so a test does not depen
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wizard import planner
+from wizard import alloc_conf, planner
 from wizard.config.hostfile import hostfile_lines, placeholder_hosts
 from wizard.config.launchers import LAUNCHER_NOTES, launcher_problems
 from wizard.errors import DswizError
@@ -50,9 +51,20 @@ class WizardService:
 
     LAUNCHER_NOTES: Mapping[str, str] = LAUNCHER_NOTES
 
-    def __init__(self, hardware_source: HardwareSource = get_hardware, *, use_history: bool = True) -> None:
+    def __init__(
+        self,
+        hardware_source: HardwareSource = get_hardware,
+        *,
+        use_history: bool = True,
+        expandable_segments: bool | None = None,
+    ) -> None:
         self._hardware_source = hardware_source
         self._use_history = use_history  # False: --no-history, the physics alone
+        # The job will run PyTorch's allocator with expandable segments (None: as this environment's allocator
+        # settings say): planned for, and written into the configs' environment.
+        self.expandable_segments = (
+            alloc_conf.expandable_segments(os.environ) if expandable_segments is None else expandable_segments
+        )
         # the calibrated base request for the hardware it was read for (the history is read once per hardware)
         self._history: tuple[HardwareReport, PlanRequest] | None = None
 
@@ -110,7 +122,7 @@ class WizardService:
     def request(self, choices: Choices) -> PlanRequest:
         """The planner's question for the choices so far, calibrated by the hardware's run history."""
         hw = choices.hardware
-        base = PlanRequest()
+        base = PlanRequest(expandable_segments=self.expandable_segments)
         if hw is not None:
             if self._history is None or self._history[0] is not hw:
                 self._history = (hw, with_history(base, hw, use=self._use_history))
@@ -223,6 +235,7 @@ class WizardService:
             nvme_path=choices.nvme_path.strip() or None,
             consumer=choices.consumer,
             save_16bit_model=choices.save_16bit,
+            expandable_segments=self.expandable_segments,
         )
 
     def config_set(self, choices: Choices, model: ModelSpec | None) -> ConfigSet:
