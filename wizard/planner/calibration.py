@@ -239,6 +239,12 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 # their cap. 0.25 GiB: the largest remainder seen, with room for the allocation model's error there (it predicted
 # those offload rows 0.24-0.26 GiB low).
 EXPANDABLE_UNRECLAIMABLE_BYTES = int(0.25 * GiB)
+# What that costs: where the cache a roomy card would keep exceeded the budget, the steps ran 8-94 ms slower than
+# predicted (median 46 ms; nine configs under 24/40 GiB caps, -expandable-{a,b,c,d}.json; GPT-2 124M at micro-batch
+# 30-33 under 40 GiB: 22-53 ms, 13-29 % of its step), charged per micro-step; the same step on the whole card ran as
+# predicted (GPT-2 at 32: -1.7 %). Qwen2-1.5B at 28-32 on the whole card, past its budget too, showed none (-1 to -2 %,
+# as at 12-22): the caps (set_per_process_memory_fraction) may cost more than a small card would -- not measured.
+EXPANDABLE_REMAP_SECONDS = 0.046
 UNRECLAIMABLE_STEP_BLOCK_SHARE = 0.0
 UNRECLAIMABLE_LOGITS_SHARE = 0.3
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING = 0.85

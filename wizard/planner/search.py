@@ -145,7 +145,22 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
             max_b = max_b_acc  # the largest micro-batch of the strategy as chosen, accumulating
     s = base.with_(micro_batch_size=mbs, gradient_accumulation_steps=gas)
     mem, tp = _predict(ctx, s)
+    if per_gpu is None and _remaps(ctx, mem):
+        # Past where the cache a roomy card keeps fits the budget, expandable segments remap every micro-step: the
+        # largest micro-batch that stays short of that may be the faster one.
+        roomy = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers)
+        calm = max_micro_batch_for_capacity(phases, roomy, base, budget, limit=limit)
+        if 1 <= calm < mbs:
+            calm_mem, calm_tp = _predict(ctx, base.with_(micro_batch_size=calm))
+            if calm_tp.tokens_per_sec >= tp.tokens_per_sec:
+                s, mem, tp = base.with_(micro_batch_size=calm), calm_mem, calm_tp
     return _Sized(s, max_b, mem, tp, _limits(ctx, mem))
+
+
+def _remaps(ctx: PlanContext, mem: MemoryEstimate) -> bool:
+    """Whether a job planned for expandable segments remaps pages every micro-step: the cache a roomy card would
+    keep does not fit the budget (measured under allocator caps; docs/measurements.md, "Expandable segments")."""
+    return bool(ctx.request.expandable_segments and ctx.gpu_cap and mem.device > ctx.gpu_budget)
 
 
 def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
@@ -160,7 +175,7 @@ def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
 def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputEstimate]:
     """The physics' memory and throughput for exactly ``s``, corrected by the run history where it has runs."""
     mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers, ctx.request.expandable_segments)
-    tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len)
+    tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len, allocator_remaps=_remaps(ctx, mem))
     t, m = _factors(ctx, s)
     if m != 1.0:
         delta = round(mem.device * (m - 1))

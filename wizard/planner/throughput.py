@@ -365,10 +365,15 @@ def _parameter_fetch_seconds(model: ModelSpec, s: Strategy, pcie: float, compute
     return fetch
 
 
+ALLOCATOR_REMAP_PART = "allocator remapping (expandable segments)"
+
+
 def estimate_throughput(
-    hardware: HardwareReport, model: ModelSpec, s: Strategy, seq_len: int
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, seq_len: int, *, allocator_remaps: bool = False
 ) -> ThroughputEstimate:
-    """Seconds per optimizer step (training) or per forward pass (inference) by cause, and what follows."""
+    """Seconds per optimizer step (training) or per forward pass (inference) by cause, and what follows.
+    ``allocator_remaps``: PyTorch's allocator runs with expandable segments on a card that cannot hold the cache
+    it would keep with room, so it unmaps and maps pages every micro-step (calibration.EXPANDABLE_REMAP_SECONDS)."""
     gpu = hardware.gpus[0] if hardware.gpus else None
     peak, peak_source = peak_flops(gpu, s.precision)
     train = s.mode == "train"
@@ -408,6 +413,8 @@ def estimate_throughput(
     if s.offload_param != "none":
         parts.update(_parameter_fetch_seconds(model, s, pcie, compute))
 
+    if allocator_remaps:
+        parts[ALLOCATOR_REMAP_PART] = gas * cal.EXPANDABLE_REMAP_SECONDS
     step = sum(parts.values())
     samples = gas * b * N / step
     tokens = samples * seq_len
