@@ -83,7 +83,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 
 from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env  # noqa: E402
 
-from wizard.alloc_conf import expandable_segments  # noqa: E402
+from wizard.alloc_conf import expandable_segments, planned_expandable_segments  # noqa: E402
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
 from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
@@ -496,12 +496,12 @@ def predict(
     """The planner's figures for a config; ``expandable``: the ranks run PyTorch's allocator with expandable
     segments (None: as this process's environment says, which the ranks inherit)."""
     s = c.strategy(world)
-    if expandable is None:
-        expandable = expandable_segments(os.environ)
+    expandable = planned_expandable_segments(expandable, os.environ)
     mem = estimate_memory(model, s, seq, expandable_segments=expandable)
-    tp = estimate_throughput(hw, model, s, seq)
-    ds = deepspeed_estimate(model, s)
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
+    # as the planner charges it (search._remaps): past the budget, expandable segments remap every micro-step
+    tp = estimate_throughput(hw, model, s, seq, allocator_remaps=expandable and mem.device > budget)
+    ds = deepspeed_estimate(model, s)
     parts = dict(tp.parts)
     return {
         "optimizer_s": step_phase_seconds(parts),

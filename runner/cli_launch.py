@@ -544,8 +544,7 @@ def plan_env(sidecar: PlanSidecar | None, environ: Mapping[str, str]) -> dict[st
 
     if sidecar is None or not sidecar.expandable_segments or alloc_conf.expandable_segments(environ):
         return {}
-    name, value = alloc_conf.with_expandable_segments(environ)
-    return {name: value}
+    return alloc_conf.with_expandable_segments(environ)
 
 
 def _with_env_fixes(specs: tuple[LaunchSpec, ...], fixes: Mapping[str, str | None]) -> tuple[LaunchSpec, ...]:

@@ -33,6 +33,14 @@ def private_run_history(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     return path
 
 
+@pytest.fixture(autouse=True)
+def default_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell's PyTorch allocator settings are a planning input (--expandable-segments' default): every test
+    starts without them, so a developer's shell that sets them changes no expected plan."""
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def bench_script() -> Callable[[str], ModuleType]:
     """``bench/<name>.py`` as a module (the bench scripts are scripts, not a package), loaded once per name."""

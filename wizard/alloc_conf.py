@@ -1,27 +1,21 @@
 """PyTorch's CUDA allocator settings in a job's environment: whether it runs with expandable segments, and the
-variable that turns them on while keeping the user's other settings. Pure: an environment mapping in, strings out.
+variables that turn them on while keeping the user's other settings. Pure: an environment mapping in, strings out.
 
-PyTorch reads ``PYTORCH_ALLOC_CONF`` and, where that is unset, ``PYTORCH_CUDA_ALLOC_CONF`` (the older name, still
-read, with a deprecation warning: c10/core/AllocatorConfig.cpp, PyTorch 2.9 on): comma-separated ``key:value`` pairs
-such as ``expandable_segments:True,max_split_size_mb:512``. Expandable segments exist since PyTorch 2.1; the older
-variable is the one every such version reads.
+Two variables carry the settings, comma-separated ``key:value`` pairs such as
+``expandable_segments:True,max_split_size_mb:512``: ``PYTORCH_CUDA_ALLOC_CONF``, which every PyTorch with expandable
+segments (2.1 on) reads, and ``PYTORCH_ALLOC_CONF``, its newer name (2.9 on). Which one wins where both are set
+differs between PyTorch's allocator configs and versions (c10/core/AllocatorConfig.cpp reads the newer name first,
+c10/cuda/CUDAAllocatorConfig.h the older one), so dswiz counts expandable segments as on only when every variable
+that is set turns them on, and turning them on sets both where both are set. PyTorch accepts only ``True`` and
+``False`` as the value (anything else stops the job at its first allocation), so only ``True`` counts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")  # in the order PyTorch looks
+ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 EXPANDABLE = "expandable_segments"
-
-
-def alloc_conf(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """(variable, value) of the allocator settings PyTorch would read from ``environ``; None when there are none."""
-    for name in ALLOC_CONF_VARS:
-        value = environ.get(name)
-        if value:
-            return name, value
-    return None
 
 
 def _pairs(value: str) -> list[tuple[str, str]]:
@@ -33,18 +27,30 @@ def _pairs(value: str) -> list[tuple[str, str]]:
     return out
 
 
+def _turns_on(value: str) -> bool:
+    values = [v for k, v in _pairs(value) if k == EXPANDABLE]
+    return bool(values) and values[-1] == "True"  # the last setting of a key wins
+
+
 def expandable_segments(environ: Mapping[str, str]) -> bool:
-    """Whether a job started with ``environ`` runs PyTorch's allocator with expandable segments."""
-    found = alloc_conf(environ)
-    if found is None:
-        return False
-    values = [v for k, v in _pairs(found[1]) if k == EXPANDABLE]
-    return bool(values) and values[-1].lower() == "true"  # the last setting of a key wins
+    """Whether a job started with ``environ`` runs PyTorch's allocator with expandable segments, whichever of the
+    two variables its PyTorch reads."""
+    confs = [environ[name] for name in ALLOC_CONF_VARS if environ.get(name)]
+    return bool(confs) and all(_turns_on(c) for c in confs)
 
 
-def with_expandable_segments(environ: Mapping[str, str]) -> tuple[str, str]:
-    """The variable and value that turn expandable segments on for a job started from ``environ``, keeping the
-    user's other allocator settings (and a setting of expandable segments to False becomes True)."""
-    name, value = alloc_conf(environ) or ("PYTORCH_CUDA_ALLOC_CONF", "")
-    kept = [f"{k}:{v}" for k, v in _pairs(value) if k != EXPANDABLE]
-    return name, ",".join([*kept, f"{EXPANDABLE}:True"])
+def planned_expandable_segments(flag: bool | None, environ: Mapping[str, str]) -> bool:
+    """--expandable-segments / --no-expandable-segments, else what ``environ``'s allocator settings say."""
+    return flag if flag is not None else expandable_segments(environ)
+
+
+def with_expandable_segments(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables that turn expandable segments on for a job started from ``environ``: the older one always, the
+    newer one where it is set, each keeping the user's other settings (a setting of False becomes True)."""
+    out = {}
+    for name in ALLOC_CONF_VARS:
+        value = environ.get(name, "")
+        if value or name == "PYTORCH_CUDA_ALLOC_CONF":
+            kept = [f"{k}:{v}" for k, v in _pairs(value) if k != EXPANDABLE]
+            out[name] = ",".join([*kept, f"{EXPANDABLE}:True"])
+    return out

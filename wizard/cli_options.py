@@ -214,8 +214,9 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
             "--expandable-segments/--no-expandable-segments",
             default=None,
             help="Plan for PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF="
-            "expandable_segments:True): under memory pressure it keeps almost no cache, so larger micro-batches "
-            "fit. The configs then carry the variable (launch.sh, dswiz-plan.json; dswiz launch sets it). "
+            "expandable_segments:True): under memory pressure it keeps almost no cache, so a tight card fits larger "
+            "micro-batches; near the card's limit it remaps pages every micro-step, which the plan charges and "
+            "weighs. dswiz config writes the variable into launch.sh and dswiz-plan.json; dswiz launch sets it. "
             "Default: what this shell's PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF say.",
         ),
         no_history_option(),
@@ -296,11 +297,11 @@ def planning_request(
     return with_history(request, hardware, use=not params["no_history"])
 
 
-def planned_expandable_segments(flag: bool | None, environ: Mapping[str, str] | None = None) -> bool:
-    """--expandable-segments / --no-expandable-segments, else what the environment's allocator settings say."""
-    from wizard.alloc_conf import expandable_segments
+def planned_expandable_segments(flag: bool | None) -> bool:
+    """--expandable-segments / --no-expandable-segments, else what this shell's allocator settings say."""
+    from wizard import alloc_conf
 
-    return flag if flag is not None else expandable_segments(os.environ if environ is None else environ)
+    return alloc_conf.planned_expandable_segments(flag, os.environ)
 
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")

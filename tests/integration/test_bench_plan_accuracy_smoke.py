@@ -64,7 +64,8 @@ def test_smoke_runs_two_ranks_and_writes_raw_rows_and_the_report(tmp_path: Path)
 @pytest.mark.timeout(240)
 def test_smoke_verify_mode_records_the_allocator_and_merges_with_the_full_run(tmp_path: Path) -> None:
     """--tiers 0 (the recommendations + one boundary check each) writes its own ...-verify.json with the ranks'
-    PYTORCH_CUDA_ALLOC_CONF in it; --analyze takes it together with a full run and merges the rows."""
+    PYTORCH_CUDA_ALLOC_CONF in it; --analyze takes it together with a full run of the same allocator settings and
+    merges the rows, and keeps a run with other settings apart."""
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -85,7 +86,9 @@ def test_smoke_verify_mode_records_the_allocator_and_merges_with_the_full_run(tm
     assert doc["tiers"] == [0] and doc["alloc_conf"] == "expandable_segments:True"
     assert [r["config"]["tags"] for r in doc["rows"]] == [["rec:full"], ["next:full"]]
     assert all(r["status"] == "ok" and r["finished_at"] for r in doc["rows"])
-    full = dict(doc, tiers=[0, 1, 2, 3], alloc_conf=None, started_at="2000-01-01T00:00:00+00:00")
+    full = dict(
+        doc, tiers=[0, 1, 2, 3], started_at="2000-01-01T00:00:00+00:00"
+    )  # the same allocator settings
     full["rows"] = [dict(r, finished_at=1.0, tokens_per_sec=1.0) for r in doc["rows"][:1]]
     older = tmp_path / "plan_accuracy-2000-01-01-smoke.json"
     older.write_text(json.dumps(full))
@@ -97,3 +100,10 @@ def test_smoke_verify_mode_records_the_allocator_and_merges_with_the_full_run(tm
     report = (tmp_path / "plan_accuracy-2000-01-01-smoke-merged.md").read_text()
     assert "PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True" in report and "Merged from" in report
     assert f"{doc['rows'][0]['tokens_per_sec']:,.0f}" in report
+    # a reading with the default allocator is a run of its own, never replaced by one with expandable segments
+    default = tmp_path / "plan_accuracy-2000-01-02-smoke.json"
+    default.write_text(json.dumps(dict(full, alloc_conf=None)))
+    proc = run("--analyze", str(default), str(raw))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "plan_accuracy-2000-01-02-smoke-merged-summary.json").read_text())
+    assert sorted(r["rows"] for r in summary["per_run"]) == [1, 2]

@@ -17,6 +17,7 @@ from types import ModuleType
 import pytest
 
 from wizard.alloc_conf import expandable_segments, with_expandable_segments
+from wizard.config.sidecar import config_command, read_sidecar
 from wizard.hardware import get_hardware
 from wizard.hardware.report import HardwareReport
 from wizard.model import load_model_spec
@@ -37,10 +38,12 @@ ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
     [
         ({}, False),
         ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, True),
-        ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512, expandable_segments:true"}, True),
+        ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512, expandable_segments:True"}, True),
+        # PyTorch takes only True / False: "true" stops the job at its first allocation
+        ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:true"}, False),
         ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, False),
         ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,expandable_segments:False"}, False),
-        # PyTorch reads PYTORCH_ALLOC_CONF first and then ignores the older name
+        # which of the two a PyTorch reads first differs between versions: on only when both say so
         (
             {
                 "PYTORCH_ALLOC_CONF": "max_split_size_mb:512",
@@ -48,24 +51,40 @@ ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
             },
             False,
         ),
+        (
+            {
+                "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+                "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512",
+            },
+            False,
+        ),
+        (
+            {
+                "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+                "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            },
+            True,
+        ),
         ({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, True),
         ({"PYTORCH_ALLOC_CONF": "", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, True),
         ({"PYTORCH_CUDA_ALLOC_CONF": "garbage"}, False),
+        ({"PYTORCH_CUDA_ALLOC_CONF": ",,:,expandable_segments"}, False),
     ],
 )
 def test_the_environment_says_whether_segments_expand(environ: dict[str, str], on: bool) -> None:
     assert expandable_segments(environ) is on
-    name, value = with_expandable_segments(environ)
-    assert expandable_segments({**environ, name: value})  # what the launch sets always turns them on
+    assert expandable_segments(
+        {**environ, **with_expandable_segments(environ)}
+    )  # what the launch sets turns them on
 
 
 def test_turning_them_on_keeps_the_users_other_settings() -> None:
     env = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:False"}
-    assert with_expandable_segments(env) == (
-        "PYTORCH_ALLOC_CONF",
-        "max_split_size_mb:512,expandable_segments:True",
-    )
-    assert with_expandable_segments({}) == ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    assert with_expandable_segments(env) == {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "PYTORCH_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:True",
+    }
+    assert with_expandable_segments({}) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
 # ------------------------------------------------------------------------------------------------ the planner
@@ -135,9 +154,12 @@ def dswiz(
     )
 
 
-def _config(out: Path, *flags: str, env: dict[str, str] | None = None) -> dict[str, object]:
+def _config(
+    out: Path, *flags: str, env: dict[str, str] | None = None, hardware: str = "1xH200"
+) -> dict[str, object]:
+    card = ("--gpu-memory", "24GiB") if hardware == "1xH200" else ()
     proc = dswiz(
-        "config", "--yes", "--model", "gpt2-xl", "--hardware", "1xH200", "--gpu-memory", "24GiB",
+        "config", "--yes", "--model", "gpt2-xl", "--hardware", hardware, *card,
         "--seq-len", "1024", "--no-history", *flags, "--out", str(out), env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -251,3 +273,54 @@ def test_past_the_cache_a_roomy_card_keeps_the_remapping_is_charged_and_weighed(
     # the default allocator never pays it
     default = plan(hw, load_model_spec("gpt2"), replace(card, expandable_segments=False))
     assert all(ALLOCATOR_REMAP_PART not in dict(c.predicted.time_parts) for c in default.candidates)
+
+
+def test_check_predicts_a_written_config_with_the_allocator_it_was_planned_for(tmp_path: Path) -> None:
+    """`dswiz check DIR --model M` reads the plan's choice from dswiz-plan.json: the config `dswiz config
+    --expandable-segments` wrote is predicted to fit as planned, not judged with the default allocator's cache."""
+    cfg = tmp_path / "cfg"
+    _config(cfg, "--expandable-segments", hardware="1xA10-24GB")
+    args = ("check", str(cfg), "--model", "gpt2-xl", "--hardware", "1xA10-24GB", "--no-history", "--json")
+    proc = dswiz(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fits gpt2-xl" in proc.stdout and "expandable segments" in proc.stdout
+    (cfg / "dswiz-plan.json").unlink()  # without the plan: this shell's settings decide
+    assert dswiz(*args).returncode == 1
+    assert dswiz(*args, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}).returncode == 0
+
+
+def test_the_max_batch_table_and_json_say_what_was_planned() -> None:
+    """The table's row is the largest micro-batch with its own figures (remapping included), even where the plan
+    keeps a smaller one; `dswiz plan --json` carries the choice in its request."""
+    proc = dswiz(
+        "plan", "--model", "gpt2", "--hardware", "1xH200", "--gpu-memory", "40GiB", "--seq-len", "1024",
+        "--no-offload", "--no-history", "--expandable-segments", "--max-batch", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["request"]["expandable_segments"] is True
+    best = doc["candidates"][0]
+    row = next(r for r in doc["max_batch_table"] if r["zero_stage"] == best["strategy"]["zero_stage"])
+    assert row["max_micro_batch"] > best["strategy"]["micro_batch_size"]
+    assert row["tokens_per_sec"] < best["predicted"]["tokens_per_sec"]
+
+
+def test_every_node_and_the_oom_advice_keep_the_choice(tmp_path: Path) -> None:
+    """Several nodes: .deepspeed_env carries the variable to the other nodes (DeepSpeed exports only a few prefixes
+    itself); the command the OOM advice gives writes the config again with the same choice."""
+    out = tmp_path / "two"
+    proc = dswiz(
+        "config", "--yes", "--model", "llama-7b", "--hardware", "2x8xH100", "--no-history",
+        "--expandable-segments", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        in (out / ".deepspeed_env").read_text().splitlines()
+    )
+    sidecar = read_sidecar(out)
+    assert sidecar is not None and sidecar.expandable_segments
+    again = config_command(sidecar, sidecar.strategy, str(tmp_path / "again"))
+    assert "--expandable-segments" in again and "--no-expandable-segments" not in again
+    plain = replace(sidecar, expandable_segments=False)
+    assert "--no-expandable-segments" in config_command(plain, plain.strategy, str(tmp_path / "again"))

@@ -242,6 +242,7 @@ def config(
             from_file=from_file or (Path(from_parent) if from_parent else None),
             prefill=prefill_from_flags(flags),
             use_history=not flags["no_history"],
+            expandable_segments=flags.get("expandable_segments"),
         )
     if out_dir is None:
         raise DswizError("no output directory given", "pass --out DIR (it is created if needed)")
@@ -353,7 +354,7 @@ def write_from_file(
     from wizard.errors import DswizError
     from wizard.service.wizard_service import WizardService, initial_choices
 
-    service = WizardService()
+    service = WizardService(expandable_segments=flags.get("expandable_segments"))
     hardware = _hardware(flags) if flags["hardware"] is not None else None
     choices = initial_choices(service, hardware=hardware, from_file=from_file, out_dir=out_dir)
     assert choices.strategy is not None  # an import always has one
@@ -429,6 +430,7 @@ def run_interactive(
     prompter: Prompter | None = None,
     prefill: dict[str, Any] | None = None,
     use_history: bool = True,
+    expandable_segments: bool | None = None,
 ) -> int:
     """The wizard's questions as line prompts (``wizard.prompts.run_prompts``); refused without a terminal."""
 
@@ -442,7 +444,7 @@ def run_interactive(
     from wizard.service import WizardService
 
     return run_prompts(
-        service=WizardService(use_history=use_history),
+        service=WizardService(use_history=use_history, expandable_segments=expandable_segments),
         prompter=prompter,
         hardware_spec=hardware,
         from_file=from_file,

@@ -192,7 +192,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
     )
     node_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **options.node_env} if strategy.nodes > 1 else {}
     if options.expandable_segments:
-        node_env.update([with_expandable_segments({})])
+        node_env.update(with_expandable_segments({}))
     topology = Topology(
         nodes=strategy.nodes,
         gpus_per_node=strategy.gpus_per_node,

@@ -231,14 +231,14 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 # margin alone, each needing >= 0.956 of its card.
 # With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) a pool is one segment that grows by
 # mapping pages and unmaps its free pages when a request would fail, so under pressure only a fixed remainder stays.
-# One H200, one config per process (bench/results/plan_accuracy-2026-12-03-1gpu-allocator-expandable-a/b/c.json,
-# docs/measurements.md "Expandable segments"): seven configs that ran within 0.5 GiB of a 24 GiB cap reserved
-# 0.05-0.14 GiB above their peak allocation (llama-1b ZeRO-2 + offload + checkpointing at micro-batch 46: 23.75 GiB
-# allocated of 24); Qwen2-1.5B ZeRO-1 + checkpointing allocated 137.5 GiB of the whole card at micro-batch 32 (23 ran
-# out of memory with the default allocator); the two that ran out of memory were predicted to allocate more than
-# their cap. 0.25 GiB: the largest remainder seen, with room for the allocation model's error there (it predicted
-# those offload rows 0.24-0.26 GiB low).
-EXPANDABLE_UNRECLAIMABLE_BYTES = int(0.25 * GiB)
+# One H200, one config per process (bench/results/plan_accuracy-2026-12-03-1gpu-allocator-expandable-*.json,
+# docs/measurements.md "Expandable segments"): the six configs that ran under a 24 GiB cap reserved 0.05-0.15 GiB
+# above their peak allocation (GPT-2 at micro-batch 33 under 40 GiB: 0.13); llama-1b ZeRO-2 + offload +
+# checkpointing allocated 23.75 GiB of 24 at micro-batch 46; Qwen2-1.5B ZeRO-1 + checkpointing allocated 137.5 GiB
+# of the whole card at micro-batch 32 (24 ran out of memory with the default allocator); the two that ran out of
+# memory were predicted to allocate more than their cap. 0.4 GiB: the largest remainder with the allocation model's
+# error there on top (it predicted those offload rows 0.24-0.26 GiB low).
+EXPANDABLE_UNRECLAIMABLE_BYTES = int(0.4 * GiB)
 # What that costs: where the cache a roomy card would keep exceeded the budget, the steps ran 8-94 ms slower than
 # predicted (median 46 ms; nine configs under 24/40 GiB caps, -expandable-{a,b,c,d}.json; GPT-2 124M at micro-batch
 # 30-33 under 40 GiB: 22-53 ms, 13-29 % of its step), charged per micro-step; the same step on the whole card ran as
@@ -272,9 +272,10 @@ FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD = 3.45
 # handles, and for ZeRO-3 one NCCL communicator's buffers (its all-gathers and reduce-scatters run even at one rank;
 # stages 0-2 there only broadcast the model, which left none). The readings of 2026-11-30, several configs per
 # process with the bench's own barriers between them, held 1.68-1.76 GiB at every stage. Several ranks: unmeasured
-# (only one GPU was lent); each communicator is counted at the one-rank figure.
+# here (only one GPU was lent), so each communicator keeps the earlier, larger figure of 0.5 GB.
 CUDA_CONTEXT_BYTES = int(1.30 * GiB)
-NCCL_BYTES_PER_COMMUNICATOR = int(0.40 * GiB)
+NCCL_BYTES_ONE_RANK = int(0.40 * GiB)
+NCCL_BYTES_PER_COMMUNICATOR = int(0.5 * GiB)
 # Ranking policy: a strategy that needs offload, checkpointing or ZeRO++ is recommended over a simpler one only when it
 # is predicted faster by more than this (the throughput model's typical error; revisit after the GPU bench).
 RECOMMEND_SIMPLER_WITHIN = 0.03

@@ -390,9 +390,9 @@ def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
 def nccl_bytes(s: Strategy) -> int:
     """NCCL's buffers: one communicator, one more for hpZ's intra-node group. At one rank only ZeRO-3 has them:
     stages 0-2 there run no collective but DeepSpeed's broadcast of the model (engine.py ``_broadcast_model``,
-    DeepSpeed 0.19.8), and the device held no NCCL buffers (calibration.NCCL_BYTES_PER_COMMUNICATOR)."""
-    if s.world_size == 1 and s.zero_stage < 3:
-        return 0
+    DeepSpeed 0.19.8), and the device held no NCCL buffers (calibration.NCCL_BYTES_ONE_RANK)."""
+    if s.world_size == 1:
+        return cal.NCCL_BYTES_ONE_RANK if s.zero_stage == 3 else 0
     communicators = 1 + (1 if s.zero_hpz_partition_size > 1 else 0)
     return communicators * cal.NCCL_BYTES_PER_COMMUNICATOR
 

@@ -175,12 +175,12 @@ def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
 def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputEstimate]:
     """The physics' memory and throughput for exactly ``s``, corrected by the run history where it has runs."""
     mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers, ctx.request.expandable_segments)
-    tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len, allocator_remaps=_remaps(ctx, mem))
     t, m = _factors(ctx, s)
     if m != 1.0:
         delta = round(mem.device * (m - 1))
         needed = mem.needed + round(mem.needed * (m - 1))
         mem = replace(mem, device=mem.device + delta, needed=needed, history_correction=delta)
+    tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len, allocator_remaps=_remaps(ctx, mem))
     if t != 1.0:
         tp = replace(
             tp,
@@ -535,6 +535,12 @@ def max_batch_table(
             continue
         sized = _size(ctx, base)
         max_b = sized.max_micro_batch
+        if (
+            0 < max_b != sized.strategy.micro_batch_size
+        ):  # sized short of the remapping: the table shows the largest
+            s = sized.strategy.with_(micro_batch_size=max_b)
+            mem, tp = _predict(ctx, s)
+            sized = _Sized(s, max_b, mem, tp, _limits(ctx, mem))
         out.append(
             MaxBatchRow(
                 strategy=sized.strategy,

@@ -67,6 +67,7 @@ def plan_to_json(plan: Plan, candidates: tuple[Candidate, ...] | None = None) ->
             "mode": req.mode,
             "precisions": list(req.precisions),
             "safety_margin": req.safety_margin,
+            "expandable_segments": req.expandable_segments,
         },
         "capacity": {
             "gpu_bytes": plan.gpu_capacity_bytes,

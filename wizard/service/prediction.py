@@ -6,6 +6,7 @@ candidate's stable JSON (``dswiz plan --json``'s contract)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,12 @@ def config_prediction(
         s = s.with_(nodes=hardware.nodes, gpus_per_node=max(1, hardware.gpus_per_node))
     from wizard.service.history import with_history
 
-    request = PlanRequest(precisions=(s.precision,), mode=s.mode, buffers=buffers_of(loaded.config))
+    request = PlanRequest(
+        precisions=(s.precision,),
+        mode=s.mode,
+        buffers=buffers_of(loaded.config),
+        expandable_segments=planned_allocator(file),
+    )
     request = with_history(request, hardware, use=use_history)
     result = plan(hardware, model, request)
     chosen = choose(
@@ -83,7 +89,9 @@ def config_prediction(
     )
     p = chosen.predicted
     advice = choice_advice(chosen, result)
-    speed = f"~{p.tokens_per_sec:,.0f} tokens/s"
+    speed = f"~{p.tokens_per_sec:,.0f} tokens/s" + (
+        " (with PyTorch's expandable segments)" if request.expandable_segments else ""
+    )
     if chosen.fits:
         finding = Finding(
             Severity.INFO,
@@ -104,6 +112,20 @@ def config_prediction(
             "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
         )
     return ConfigPrediction(finding, candidate_to_json(chosen))
+
+
+def planned_allocator(file: Path) -> bool:
+    """Whether the config's job runs PyTorch's allocator with expandable segments: its folder's dswiz-plan.json
+    says so (dswiz config wrote the variable into its launch.sh), else this shell's allocator settings."""
+    from wizard import alloc_conf
+    from wizard.config.sidecar import read_sidecar
+
+    try:
+        sidecar = read_sidecar(file if file.is_dir() else file.parent)
+    except DswizError:  # a damaged plan file is reported by the check itself
+        sidecar = None
+    planned = True if sidecar is not None and sidecar.expandable_segments else None
+    return alloc_conf.planned_expandable_segments(planned, os.environ)
 
 
 def _note(text: str, why: str, fix: str) -> ConfigPrediction:

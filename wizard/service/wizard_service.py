@@ -62,9 +62,7 @@ class WizardService:
         self._use_history = use_history  # False: --no-history, the physics alone
         # The job will run PyTorch's allocator with expandable segments (None: as this environment's allocator
         # settings say): planned for, and written into the configs' environment.
-        self.expandable_segments = (
-            alloc_conf.expandable_segments(os.environ) if expandable_segments is None else expandable_segments
-        )
+        self.expandable_segments = alloc_conf.planned_expandable_segments(expandable_segments, os.environ)
         # the calibrated base request for the hardware it was read for (the history is read once per hardware)
         self._history: tuple[HardwareReport, PlanRequest] | None = None
 
