@@ -465,6 +465,23 @@ def check_arch_list(environ: Mapping[str, str]) -> tuple[list[Finding], dict[str
     ], {"TORCH_CUDA_ARCH_LIST": fixed or None}
 
 
+def check_alloc_conf(environ: Mapping[str, str]) -> list[Finding]:
+    """An expandable-segments setting PyTorch cannot parse stops the job at its first CUDA allocation."""
+    from wizard.alloc_conf import refused_settings
+
+    return [
+        Finding(
+            Severity.ERROR,
+            "alloc-conf-unparsable",
+            f"{name} sets expandable_segments:{value}; PyTorch takes only True or False",
+            "the job would stop at its first CUDA allocation (Expected 'True' or 'False' ... in ConfigTokenizer)",
+            f"write expandable_segments:True (or False) in {name}",
+            name,
+        )
+        for name, value in refused_settings(environ)
+    ]
+
+
 def check_build_locks(environ: Mapping[str, str], home: Path) -> list[Finding]:
     """A JIT-build lock no process holds makes the job hang before its first step (runner.build_locks)."""
     from runner.build_locks import find_build_locks
@@ -689,6 +706,7 @@ def preflight(
         findings += check_host_ram(ds_config, hardware, need_bytes=cpu_offload_need_bytes)
     arch_findings, arch_fix = check_arch_list(environ)
     findings += arch_findings
+    findings += check_alloc_conf(environ)
     findings += check_build_locks(environ, Path(environ.get("HOME") or Path.home()))
     ordered = sorted(findings, key=lambda f: f.severity.rank)
     return PreflightResult(

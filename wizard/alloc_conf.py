@@ -54,3 +54,14 @@ def with_expandable_segments(environ: Mapping[str, str]) -> dict[str, str]:
             kept = [f"{k}:{v}" for k, v in _pairs(value) if k != EXPANDABLE]
             out[name] = ",".join([*kept, f"{EXPANDABLE}:True"])
     return out
+
+
+def refused_settings(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(variable, value) of each expandable-segments setting PyTorch refuses: it parses only True and False
+    (c10/core/AllocatorConfig.h ``ConfigTokenizer::toBool``) and stops the job at its first allocation otherwise."""
+    return [
+        (name, value)
+        for name in ALLOC_CONF_VARS
+        for key, value in _pairs(environ.get(name, ""))
+        if key == EXPANDABLE and value not in ("True", "False")
+    ]

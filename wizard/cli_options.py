@@ -363,13 +363,14 @@ def strategy_options(f: F) -> F:
 
 
 def given_options(ctx: click.Context, values: Mapping[str, Any]) -> list[tuple[click.Option, Any]]:
-    """The command's options the user gave (not None, not off, not at their default), with their values."""
+    """The command's options the user gave (not None, not at their default, not a plain switch left off; the off
+    side of an on/off pair such as --no-expandable-segments counts), with their values."""
     out = []
     for param in ctx.command.params:
         if not isinstance(param, click.Option) or param.name is None:
             continue
         value = values.get(param.name)
-        if value is None or value is False or value == param.default:
+        if value is None or (value is False and not param.secondary_opts) or value == param.default:
             continue
         out.append((param, value))
     return out

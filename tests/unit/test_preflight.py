@@ -155,6 +155,16 @@ def test_parsable_arch_list_is_left_alone(value: str) -> None:
     assert pf.check_arch_list({}) == ([], {})
 
 
+@pytest.mark.parametrize("value", ["true", "1", "yes", ""])
+def test_an_allocator_value_pytorch_refuses_stops_the_launch(value: str) -> None:
+    env = {"PYTORCH_CUDA_ALLOC_CONF": f"max_split_size_mb:512,expandable_segments:{value}"}
+    [finding] = pf.check_alloc_conf(env)
+    assert finding.severity is Severity.ERROR and finding.code == "alloc-conf-unparsable"
+    assert "PYTORCH_CUDA_ALLOC_CONF" in finding.what and "expandable_segments:True" in finding.fix
+    assert pf.check_alloc_conf({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}) == []
+    assert pf.check_alloc_conf({}) == []
+
+
 def test_hostfile_findings(tmp_path: Path) -> None:
     good = tmp_path / "hostfile"
     good.write_text("nodeA slots=1\nnodeB slots=1\n")

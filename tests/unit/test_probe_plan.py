@@ -55,6 +55,44 @@ def test_planning_flags_reach_dswiz_config_as_given() -> None:
     assert isinstance(cctx, click.Context) and cctx.params["gpu_memory"] == 24 * 1024**3
 
 
+def test_the_off_side_of_an_on_off_flag_reaches_dswiz_config_too() -> None:
+    """--no-expandable-segments is a choice, not an absence: the child `dswiz config` must not fall back to the
+    shell's allocator settings."""
+    for given, passed in (("--no-expandable-segments", False), ("--expandable-segments", True)):
+        ctx = probe.make_context("probe", ["--model", "gpt2", given, "train.py"])
+        flags = _planning_flags(ctx, dict(ctx.params))
+        assert given in flags
+        from wizard.commands.config import config
+
+        assert config.make_context("config", [*flags, "--yes"]).params["expandable_segments"] is passed
+    ctx = probe.make_context("probe", ["--model", "gpt2", "train.py"])
+    assert not any("expandable" in f for f in _planning_flags(ctx, dict(ctx.params)))
+
+
+def test_a_probe_of_a_folder_plans_with_the_allocator_it_was_written_for(tmp_path: Path) -> None:
+    from dataclasses import replace as _replace
+
+    from wizard.replan import make_sidecar
+    from wizard.service.probe import plan_for
+
+    hw, spec = describe("1xA10-24GB"), load_model_spec("gpt2-xl")
+    request = PlanRequest(seq_len=1024, expandable_segments=True)
+    best = plan(hw, spec, request).best
+    assert best is not None
+    sidecar = make_sidecar(
+        model_arg="gpt2-xl",
+        model=spec,
+        hardware_arg="1xA10-24GB",
+        hardware=hw,
+        request=request,
+        candidate=best,
+    )
+    assert plan_for(sidecar, use_history=False).request.expandable_segments
+    assert not plan_for(
+        _replace(sidecar, expandable_segments=False), use_history=False
+    ).request.expandable_segments
+
+
 def test_on_one_gpu_the_probe_measures_more_than_one_kind_of_work() -> None:
     """One H200: ZeRO-1 and ZeRO-2 without offload do the same work there, so the probe's three runs are the
     planner's best and the best of two other groups (stage 3, checkpointing, offload), not ZeRO-1, -2 and -0."""

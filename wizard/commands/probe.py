@@ -155,7 +155,10 @@ def _planning_flags(ctx: click.Context, opts: dict[str, Any]) -> list[str]:
         if option.name in _PROBE_ONLY:
             continue
         name = max(option.opts, key=len)  # the long spelling
-        flags += [name] if value is True else [name, str(value)]
+        if isinstance(value, bool):  # a switch, or the off side of an on/off pair (--no-expandable-segments)
+            flags.append(name if value else max(option.secondary_opts, key=len))
+        else:
+            flags += [name, str(value)]
     return flags
 
 

@@ -110,9 +110,11 @@ def _group(s: Strategy) -> str:
 
 
 def plan_for(sidecar: PlanSidecar, request: PlanRequest | None = None, *, use_history: bool = True) -> Plan:
-    """The plan the candidates come from: the user's planning flags, at the sequence the base config planned,
-    calibrated by the run history of the sidecar's hardware unless ``use_history`` is False."""
-    base = replace(request or PlanRequest(), seq_len=sidecar.seq_len, global_batch=sidecar.global_batch)
+    """The plan the candidates come from: the user's planning flags (without them, the allocator the base config
+    was planned for), at the sequence the base config planned, calibrated by the run history of the sidecar's
+    hardware unless ``use_history`` is False."""
+    own = PlanRequest(expandable_segments=sidecar.expandable_segments)
+    base = replace(request or own, seq_len=sidecar.seq_len, global_batch=sidecar.global_batch)
     return plan(sidecar.hardware, sidecar.model, with_history(base, sidecar.hardware, use=use_history))
 
 
