@@ -88,7 +88,12 @@ from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E4
 from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
-from wizard.planner.memory import deepspeed_estimate, device_overhead, estimate_memory  # noqa: E402
+from wizard.planner.memory import (  # noqa: E402
+    allocator_remaps,
+    deepspeed_estimate,
+    device_overhead,
+    estimate_memory,
+)
 from wizard.planner.throughput import STEP_PARTS, estimate_throughput, optimizer_kind  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
@@ -499,8 +504,7 @@ def predict(
     expandable = planned_expandable_segments(expandable, os.environ)
     mem = estimate_memory(model, s, seq, expandable_segments=expandable)
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
-    # as the planner charges it (search._remaps): past the budget, expandable segments remap every micro-step
-    tp = estimate_throughput(hw, model, s, seq, allocator_remaps=expandable and mem.device > budget)
+    tp = estimate_throughput(hw, model, s, seq, allocator_remaps=allocator_remaps(mem, budget, expandable))
     ds = deepspeed_estimate(model, s)
     parts = dict(tp.parts)
     return {

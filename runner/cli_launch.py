@@ -199,10 +199,7 @@ def run_launch(request: LaunchRequest) -> int:
         findings, fixes = check_arch_list(os.environ)
         allocator = plan_env(load_plan_sidecar(resolved.choice), os.environ)
         specs = _with_env_fixes(resolved.specs, {**fixes, **allocator})
-        notes = [f"{f.what}; {f.why}" for f in findings] + [
-            f"the plan counted on PyTorch's expandable segments: {k}={v} for the job"
-            for k, v in allocator.items()
-        ]
+        notes = [f"{f.what}; {f.why}" for f in findings] + allocator_notes(allocator)
         _print_dry_run(list(specs), resolved.ds_config, request.steps_per_print, notes)
         return 0
     check_lost_runs(Path(resolved.spec.run_dir).parent, stop=request.stop_leftovers, grace_s=request.grace)
@@ -531,8 +528,8 @@ def run_preflight(resolved: ResolvedLaunch) -> CheckedLaunch:
             "fix what is listed above and launch again",
         )
     allocator = plan_env(sidecar, os.environ)
-    for k, v in allocator.items():
-        click.echo(f"note: the plan counted on PyTorch's expandable segments: {k}={v} for the job", err=True)
+    for note in allocator_notes(allocator):
+        click.echo(f"note: {note}", err=True)
     specs = _with_env_fixes(resolved.specs, {**dict(result.env_fixes), **allocator})
     return CheckedLaunch(resolved, specs, hardware, sidecar, use)
 
@@ -545,6 +542,14 @@ def plan_env(sidecar: PlanSidecar | None, environ: Mapping[str, str]) -> dict[st
     if sidecar is None or not sidecar.expandable_segments or alloc_conf.expandable_segments(environ):
         return {}
     return alloc_conf.with_expandable_segments(environ)
+
+
+def allocator_notes(allocator: Mapping[str, str]) -> list[str]:
+    """What the launch says about the variables ``plan_env`` set."""
+    return [
+        f"the plan counted on PyTorch's expandable segments: {k}={v} for the job"
+        for k, v in allocator.items()
+    ]
 
 
 def _with_env_fixes(specs: tuple[LaunchSpec, ...], fixes: Mapping[str, str | None]) -> tuple[LaunchSpec, ...]:

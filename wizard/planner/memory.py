@@ -537,6 +537,14 @@ def reserved_at(phases: list[Phase], frag: Fragmentation, micro_batch: int) -> t
     return max(((p, p.at(micro_batch) + frag.at(micro_batch, p)) for p in phases), key=lambda x: x[1])
 
 
+def allocator_remaps(mem: MemoryEstimate, budget: float | None, expandable_segments: bool) -> bool:
+    """Whether a job on PyTorch's allocator with expandable segments unmaps and maps pages every micro-step: the
+    cache a card with room would keep (``mem.device``) does not fit the ``budget`` (None: no card to fit). Measured
+    under allocator caps (docs/measurements.md, "Expandable segments"); its time is
+    calibration.EXPANDABLE_REMAP_SECONDS."""
+    return bool(expandable_segments and budget and mem.device > budget)
+
+
 def device_bytes_at(phases: list[Phase], frag: Fragmentation, s: Strategy, micro_batch: int) -> int:
     return reserved_at(phases, frag, micro_batch)[1] + device_overhead(s)
 

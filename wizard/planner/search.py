@@ -24,6 +24,7 @@ from wizard.planner.memory import (
     DEFAULT_BUFFERS,
     MemoryEstimate,
     ZeroBuffers,
+    allocator_remaps,
     deepspeed_estimate,
     estimate_memory,
     fragmentation,
@@ -151,16 +152,15 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
         roomy = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers)
         calm = max_micro_batch_for_capacity(phases, roomy, base, budget, limit=limit)
         if 1 <= calm < mbs:
-            calm_mem, calm_tp = _predict(ctx, base.with_(micro_batch_size=calm))
+            calm_s = base.with_(micro_batch_size=calm)
+            calm_mem, calm_tp = _predict(ctx, calm_s)
             if calm_tp.tokens_per_sec >= tp.tokens_per_sec:
-                s, mem, tp = base.with_(micro_batch_size=calm), calm_mem, calm_tp
+                s, mem, tp = calm_s, calm_mem, calm_tp
     return _Sized(s, max_b, mem, tp, _limits(ctx, mem))
 
 
 def _remaps(ctx: PlanContext, mem: MemoryEstimate) -> bool:
-    """Whether a job planned for expandable segments remaps pages every micro-step: the cache a roomy card would
-    keep does not fit the budget (measured under allocator caps; docs/measurements.md, "Expandable segments")."""
-    return bool(ctx.request.expandable_segments and ctx.gpu_cap and mem.device > ctx.gpu_budget)
+    return allocator_remaps(mem, ctx.gpu_budget if ctx.gpu_cap else None, ctx.request.expandable_segments)
 
 
 def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
@@ -440,11 +440,11 @@ def plan(hardware: HardwareReport, model: ModelSpec, request: PlanRequest | None
 def _allocator_notes(request: PlanRequest) -> tuple[str, ...]:
     if not request.expandable_segments:
         return ()
+    kept = fmt_bytes(cal.EXPANDABLE_UNRECLAIMABLE_BYTES)
     return (
         "planned for PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF="
-        f"expandable_segments:True): under memory pressure it keeps about {fmt_bytes(cal.EXPANDABLE_UNRECLAIMABLE_BYTES)} of cache "
-        "where the default allocator keeps split blocks; the job must run with it (launch.sh and dswiz launch "
-        "set it)",
+        f"expandable_segments:True): under memory pressure it keeps about {kept} of cache where the default "
+        "allocator keeps split blocks; the job must run with it (launch.sh and dswiz launch set it)",
     )
 
 
@@ -535,9 +535,8 @@ def max_batch_table(
             continue
         sized = _size(ctx, base)
         max_b = sized.max_micro_batch
-        if (
-            0 < max_b != sized.strategy.micro_batch_size
-        ):  # sized short of the remapping: the table shows the largest
+        # sized short of the remapping (see _size): the table shows the largest micro-batch, with its own figures
+        if 0 < max_b != sized.strategy.micro_batch_size:
             s = sized.strategy.with_(micro_batch_size=max_b)
             mem, tp = _predict(ctx, s)
             sized = _Sized(s, max_b, mem, tp, _limits(ctx, mem))
