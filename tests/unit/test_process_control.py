@@ -12,8 +12,6 @@ import textwrap
 import threading
 from pathlib import Path
 
-import psutil
-
 from runner import rundir
 from runner.job.prepare import PreparedRun
 from runner.job.session import forwarded_signals, session_processes
@@ -22,6 +20,7 @@ from runner.job.stopping import StopEscalation, StopReason, StopStage
 from runner.job.supervisor import Job
 from runner.phases import Phase
 from runner.verdict import Status
+from tests.unit.process_support import living
 from wizard.launch_command import LaunchCommand, LaunchSpec
 
 FAKE_LAUNCHER = textwrap.dedent(
@@ -120,9 +119,7 @@ def test_stop_escalates_and_leaves_no_process_behind(tmp_path: Path) -> None:
     assert sink.on_ready.is_set()
     pids = pids_of(sink)
     assert len(pids) == 3
-    assert not [
-        p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-    ]
+    assert living(pids) == []
     assert session_processes(job.sids) == []
     # SIGINT was ignored by all three, SIGTERM by the stubborn one: the escalation went all the way
     assert any(n.startswith("SIGINT: stopping the job") for n in sink.notices)

@@ -26,6 +26,7 @@ from runner.job.sink import RunOutcome
 from runner.job.supervisor import Job
 from runner.phases import Phase
 from runner.verdict import Status
+from tests.unit.process_support import living
 from wizard.launch_command import LaunchCommand, LaunchSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,10 +106,6 @@ def prepared_run(tmp_path: Path, mode: str, steps: int = 5) -> PreparedRun:
     )
 
 
-def alive(pids: list[int]) -> list[int]:
-    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-
-
 def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -160,7 +157,7 @@ def kill_the_supervisor_mid_run(work: Path) -> float:
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=10)
         t0 = time.monotonic()
-        assert wait_until(lambda: not alive(job_pids), 10), f"left: {alive(job_pids)}"
+        assert wait_until(lambda: not living(job_pids), 10), f"left: {living(job_pids)}"
         took = time.monotonic() - t0
     finally:
         if driver.poll() is None:
@@ -207,7 +204,7 @@ def test_a_finished_job_lets_its_reaper_go_without_touching_the_verdict(tmp_path
     outcome = job.run()
     record = rundir.read_run_record(outcome.run_dir)
     assert outcome.verdict.kind == "success" and record.status == "finished"
-    assert record.reaper_pid is not None and not alive([record.reaper_pid])
+    assert record.reaper_pid is not None and not living([record.reaper_pid])
     assert record.job_token == job.token and session_processes(job.sids, job.token) == []
 
 
