@@ -220,10 +220,13 @@ def run_launch(request: LaunchRequest) -> int:
 def history_entry(checked: CheckedLaunch, job: Job) -> Measurement | None:
     """The run history's entry for this launch, written now (outcome "running") so a killed launch keeps it;
     None when the history is off or could not be written (a warning says why; the launch goes on)."""
+    from runner.job.session import environ_with
     from runner.run_history import entry_at_start, record
+    from wizard import alloc_conf
     from wizard.history.record import hardware_fingerprint
 
     prepared = job.prepared
+    job_environ = environ_with(dict(prepared.specs[0].env), os.environ)
     entry = entry_at_start(
         run_id=prepared.run_id,
         run_dir=prepared.run_dir,
@@ -232,6 +235,7 @@ def history_entry(checked: CheckedLaunch, job: Job) -> Measurement | None:
         applies=checked.use.applies,
         script=prepared.specs[0].script,
         ds_config=checked.resolved.ds_config,
+        expandable_segments=alloc_conf.expandable_segments(job_environ),
     )
     warning = record(entry)
     if warning:

@@ -51,15 +51,18 @@ def entry_at_start(
     script: str = "",
     source: str | None = None,
     ds_config: Mapping[str, Any] | None = None,
+    expandable_segments: bool = False,
 ) -> Measurement:
     """The entry a launch writes when its job starts; the run id is the run directory's (one entry per run).
 
-    The strategy is what the launched DeepSpeed config holds (``ds_config``): the plan's, with the numbers the user
-    edited since (micro-batch, accumulation, stage, offload), or, without a plan, what the config states. The plan's
-    prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for other hardware
-    says nothing about this run; for an edited config it is the physics' prediction of exactly what runs, so that the
-    history never compares a measurement with the prediction of another strategy. ``source`` defaults to
-    ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe`` sets it for the launches it starts), else "launch"."""
+        The strategy is what the launched DeepSpeed config holds (``ds_config``): the plan's, with the numbers the user
+        edited since (micro-batch, accumulation, stage, offload), or, without a plan, what the config states. The plan's
+        prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for other hardware
+        says nothing about this run; for an edited config it is the physics' prediction of exactly what runs, so that the
+        history never compares a measurement with the prediction of another strategy, nor with the prediction for another
+    allocator: ``expandable_segments`` is the job's own setting (wizard.alloc_conf), whatever the plan was made for.
+    ``source`` defaults to
+        ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe`` sets it for the launches it starts), else "launch"."""
     model: dict[str, Any] = {"name": Path(script).name or "script"}
     strategy: dict[str, Any] = _config_strategy(ds_config)
     predicted = Figures()
@@ -83,7 +86,7 @@ def entry_at_start(
         if applies:
             # The physics of this dswiz (no history) for exactly what runs: the plan's own figures may come from
             # an older dswiz, or a strategy the user has edited since.
-            predicted = _physics_prediction(sidecar, ran)
+            predicted = _physics_prediction(sidecar, ran, expandable_segments)
             physics = physics_version() if predicted.tokens_per_sec is not None else ""
     chosen = source or os.environ.get(SOURCE_ENV, "") or "launch"
     return Measurement(
@@ -95,6 +98,7 @@ def entry_at_start(
         physics=physics,
         model_spec=model_spec,
         seq_len=seq_len,
+        expandable_segments=expandable_segments,
         run_dir=str(run_dir),
         source=chosen if chosen in SOURCES else "launch",
     )
@@ -151,8 +155,9 @@ def recorded_strategy(record: Mapping[str, Any], gpus_per_node: int) -> Strategy
     return s if sane else None
 
 
-def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:
-    """The planner's physics (no history) for exactly ``strategy`` on the plan's model, hardware and sequence."""
+def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy, expandable_segments: bool) -> Figures:
+    """The planner's physics (no history) for exactly ``strategy`` on the plan's model, hardware and sequence, with
+    the allocator the job runs with."""
     from wizard.planner import PlanRequest, evaluate
 
     try:
@@ -160,7 +165,7 @@ def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy) -> Figures:
             sidecar.hardware,
             sidecar.model,
             strategy,
-            PlanRequest(seq_len=sidecar.seq_len, expandable_segments=sidecar.expandable_segments),
+            PlanRequest(seq_len=sidecar.seq_len, expandable_segments=expandable_segments),
         ).predicted
     except (
         DswizError,

@@ -49,20 +49,26 @@ def signal_job(sids: set[int], sig: int, token: str | None = None) -> None:
             pass
 
 
+def environ_with(changes: Mapping[str, str | None], environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with ``changes`` applied (None: unset): the environment a job started with them sees."""
+    env = dict(environ)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
 def start_in_new_session(
     argv: Sequence[str], *, cwd: str, env_changes: Mapping[str, str | None], token: str | None = None
 ) -> subprocess.Popen[bytes]:
     """Start a launcher as the leader of a new session, stdout and stderr on one pipe, no stdin.
     ``env_changes`` is applied to this environment (None: unset); ``token`` marks every process of the job.
     Raises OSError when it cannot start."""
-    env = dict(os.environ)
+    env = environ_with(env_changes, os.environ)
     if token is not None:
         env[reaper.TOKEN_ENV] = token
-    for key, value in env_changes.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
     return subprocess.Popen(
         list(argv),
         cwd=cwd,

@@ -57,9 +57,14 @@ def run(tmp: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProc
     )
 
 
-def start(tmp: Path, *args: str) -> subprocess.Popen[str]:
+def start(tmp: Path, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        dswiz_argv(*args), cwd=tmp, env=env(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        dswiz_argv(*args),
+        cwd=tmp,
+        env={**env(tmp), **(extra_env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 

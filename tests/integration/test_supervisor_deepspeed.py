@@ -115,22 +115,22 @@ def test_a_rank_printing_a_5000_digit_rank_number_still_succeeds(workdir: Path) 
 @pytest.mark.timeout(600)
 def test_two_launches_one_second_apart_on_default_settings_both_succeed(workdir: Path) -> None:  # noqa: F811
     dirs = [workdir / "first", workdir / "second"]
+    # the first job's shell turns PyTorch's expandable segments on (harmless on CPU): its history entry says so
+    shells = [{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, {}]
     procs = []
-    for run_dir in dirs:
-        procs.append(
-            start(
-                workdir,
-                "--nproc",
-                "2",
-                "--config",
-                "ds_config.json",
-                "--run-dir",
-                str(run_dir),
-                str(TRAIN),
-                "--steps",
-                "6",
-            )
+    for run_dir, shell in zip(dirs, shells, strict=True):
+        args = (
+            "--nproc",
+            "2",
+            "--config",
+            "ds_config.json",
+            "--run-dir",
+            str(run_dir),
+            str(TRAIN),
+            "--steps",
+            "6",
         )
+        procs.append(start(workdir, *args, extra_env=shell))
         time.sleep(1.0)
     outs = [p.communicate(timeout=300)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
@@ -144,6 +144,7 @@ def test_two_launches_one_second_apart_on_default_settings_both_succeed(workdir:
     entries = {e["run_dir"]: e for e in history(workdir)}
     assert set(entries) == {str(d) for d in dirs}
     assert all(e["outcome"] == "success" and e["measured"].get("steps") for e in entries.values()), entries
+    assert [entries[str(d)].get("expandable_segments", False) for d in dirs] == [True, False]
 
 
 def test_a_hung_rank_is_stopped_by_stall_timeout(workdir: Path) -> None:  # noqa: F811

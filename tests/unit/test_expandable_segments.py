@@ -16,16 +16,21 @@ from types import ModuleType
 
 import pytest
 
+from runner.job.session import environ_with
+from runner.run_history import entry_at_start, record
 from wizard.alloc_conf import expandable_segments, with_expandable_segments
 from wizard.config.sidecar import config_command, read_sidecar
 from wizard.hardware import get_hardware
 from wizard.hardware.report import HardwareReport
+from wizard.history.record import Figures, Measurement, hardware_fingerprint
+from wizard.history.store import HistoryStore
 from wizard.model import load_model_spec
 from wizard.planner import PlanRequest, evaluate, plan
 from wizard.planner import calibration as cal
 from wizard.planner.memory import estimate_memory, phases_for
 from wizard.planner.search import max_micro_batch
 from wizard.planner.throughput import ALLOCATOR_REMAP_PART
+from wizard.service.history import predicted_again
 from wizard.strategy import Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,3 +329,48 @@ def test_every_node_and_the_oom_advice_keep_the_choice(tmp_path: Path) -> None:
     assert "--expandable-segments" in again and "--no-expandable-segments" not in again
     plain = replace(sidecar, expandable_segments=False)
     assert "--no-expandable-segments" in config_command(plain, plain.strategy, str(tmp_path / "again"))
+
+
+def test_the_run_history_keeps_the_allocator_the_job_ran_with(tmp_path: Path) -> None:
+    """A launch records whether its job ran with expandable segments; its prediction, then and when a newer physics
+    predicts the run again, is for that allocator -- not the default allocator's cache, nor the plan's choice where
+    the job's shell said otherwise."""
+    cfg = tmp_path / "cfg"
+    _config(cfg, "--expandable-segments", hardware="1xA10-24GB")
+    sidecar = read_sidecar(cfg)
+    assert sidecar is not None and sidecar.expandable_segments
+    hw = hardware_fingerprint(sidecar.hardware)
+
+    def start(expandable: bool) -> Measurement:
+        return entry_at_start(
+            run_id=f"r{expandable}", run_dir=tmp_path, hardware=hw, sidecar=sidecar, applies=True,
+            expandable_segments=expandable,
+        )  # fmt: skip
+
+    on, off = start(True), start(False)
+    request = PlanRequest(seq_len=sidecar.seq_len, expandable_segments=True)
+    expected = evaluate(sidecar.hardware, sidecar.model, sidecar.strategy, request).predicted
+    assert ALLOCATOR_REMAP_PART in dict(expected.time_parts)  # its micro-batch fits the card by remapping
+    assert on.predicted.peak_gpu_bytes == expected.gpu_bytes
+    assert on.predicted.tokens_per_sec == pytest.approx(expected.tokens_per_sec)
+    assert off.predicted.tokens_per_sec > on.predicted.tokens_per_sec  # type: ignore[operator]
+    db = tmp_path / "h.sqlite3"
+    assert record(on, db) is None and record(off, db) is None
+    kept = HistoryStore(db).get(on.id)
+    assert kept is not None and kept.expandable_segments and "expandable_segments" in kept.to_json()
+    plain = HistoryStore(db).get(off.id)
+    assert (
+        plain is not None and not plain.expandable_segments and "expandable_segments" not in plain.to_json()
+    )
+    # predicted by an older physics: made again with the allocator the job ran with
+    stale = replace(kept, physics="older", predicted=Figures(tokens_per_sec=1.0, peak_gpu_bytes=1))
+    again = predicted_again(stale, sidecar.hardware)
+    assert again is not None and again.predicted.peak_gpu_bytes == expected.gpu_bytes
+    assert again.predicted.tokens_per_sec == pytest.approx(expected.tokens_per_sec)
+
+
+def test_the_job_environment_is_the_shell_with_the_launch_changes() -> None:
+    shell = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "HOME": "/h"}
+    assert not expandable_segments(environ_with({"PYTORCH_CUDA_ALLOC_CONF": None}, shell))
+    assert expandable_segments(environ_with({}, shell)) and environ_with({}, shell) == shell
+    assert environ_with({"A": "1"}, shell) == {**shell, "A": "1"}

@@ -125,6 +125,9 @@ class Measurement:
     physics: str = ""
     # the planner's whole ModelSpec (ModelSpec.to_dict), to predict the run again under other physics
     model_spec: Mapping[str, Any] | None = None
+    # whether the job ran with PyTorch's expandable segments (wizard.alloc_conf): its prediction, made again under
+    # other physics, counts the allocator it ran with
+    expandable_segments: bool = False
 
     @property
     def family(self) -> str:
@@ -160,6 +163,7 @@ class Measurement:
             "measured": self.measured.to_json(),
             **({"physics": self.physics} if self.physics else {}),
             **({"model_spec": dict(self.model_spec)} if self.model_spec else {}),
+            **({"expandable_segments": True} if self.expandable_segments else {}),
         }
 
     @classmethod
@@ -187,6 +191,7 @@ class Measurement:
             measured=Figures.from_json(data.get("measured")),
             physics=_text(data.get("physics"))[:64],
             model_spec=_spec(data.get("model_spec")),
+            expandable_segments=data.get("expandable_segments") is True,
         )
 
 

@@ -62,7 +62,12 @@ def predicted_again(
     if not isinstance(spec, Mapping) or strategy is None or not seq:
         return None
     try:
-        p = evaluate(hardware, ModelSpec.from_dict(spec), strategy, PlanRequest(seq_len=seq)).predicted
+        p = evaluate(
+            hardware,
+            ModelSpec.from_dict(spec),
+            strategy,
+            PlanRequest(seq_len=seq, expandable_segments=record.expandable_segments),
+        ).predicted
     except (DswizError, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError):
         return None  # a hand-edited or foreign record: left out
     figures = Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
