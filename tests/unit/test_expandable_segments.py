@@ -175,10 +175,7 @@ def test_config_writes_the_variable_the_plan_counted_on(tmp_path: Path) -> None:
     plain = _config(tmp_path / "plain")
     grown = _config(tmp_path / "grown", "--expandable-segments")
     assert grown["train_micro_batch_size_per_gpu"] > plain["train_micro_batch_size_per_gpu"]  # type: ignore[operator]
-    assert (
-        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-        in (tmp_path / "grown/launch.sh").read_text()
-    )
+    assert _launch_sh_env(tmp_path / "grown", {})["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert "ALLOC_CONF" not in (tmp_path / "plain/launch.sh").read_text()
     sidecar = json.loads((tmp_path / "grown/dswiz-plan.json").read_text())
     assert sidecar["request"]["expandable_segments"] is True
@@ -192,6 +189,48 @@ def test_config_writes_the_variable_the_plan_counted_on(tmp_path: Path) -> None:
         tmp_path / "off", "--no-expandable-segments", env={"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
     )
     assert off["train_micro_batch_size_per_gpu"] == plain["train_micro_batch_size_per_gpu"]
+
+
+def _launch_sh_env(directory: Path, shell: dict[str, str]) -> dict[str, str]:
+    """The allocator variables launch.sh gives the job when run by bash from ``shell`` (its PYTHON a script that
+    prints them instead of starting DeepSpeed)."""
+    stub = directory.parent / "print_alloc_conf"
+    stub.write_text("#!/bin/sh\n" + "".join(f'echo "{k}=${{{k}-<unset>}}"\n' for k in ALLOC_VARS))
+    stub.chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}
+    proc = subprocess.run(
+        ["bash", str(directory / "launch.sh"), "train.py"],
+        env={**base, **shell, "PYTHON": str(stub)}, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pairs = (line.split("=", 1) for line in proc.stdout.splitlines())
+    return {k: v for k, v in pairs if v != "<unset>"}
+
+
+@pytest.mark.parametrize(
+    "shell",
+    [
+        {},
+        {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"},
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False,max_split_size_mb:512"},
+        {"PYTORCH_CUDA_ALLOC_CONF": ",expandable_segments : True,"},
+        {"PYTORCH_ALLOC_CONF": "garbage_collection_threshold:0.6"},
+        {
+            "PYTORCH_ALLOC_CONF": "expandable_segments:False",
+            "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64",
+        },
+    ],
+)
+def test_launch_sh_keeps_the_shells_other_settings_as_dswiz_launch_does(
+    shell: dict[str, str], tmp_path: Path
+) -> None:
+    """launch.sh turns expandable segments on for the job the way `dswiz launch` does: the user's other allocator
+    settings in the shell that runs it are kept, an earlier expandable_segments setting is replaced."""
+    cfg = tmp_path / "cfg"
+    _config(cfg, "--expandable-segments")
+    job = _launch_sh_env(cfg, shell)
+    assert expandable_segments(job)
+    assert job == {**shell, **with_expandable_segments(shell)}
 
 
 def test_launch_sets_them_for_the_job_unless_the_shell_has(tmp_path: Path) -> None:
