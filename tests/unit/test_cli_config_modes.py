@@ -138,6 +138,8 @@ def test_planning_flags_without_a_model_are_named_as_ignored(tmp_path: Path) -> 
     )
     assert proc.returncode == 0, proc.stderr
     assert "note: --seq-len, --margin: used to plan, which needs --model; ignored here" in proc.stderr
+    # and the config written is said to be a starting point no model's memory was checked against
+    assert "note: no --model, so nothing was planned" in proc.stderr and "--model NAME" in proc.stderr
     assert json.loads((tmp_path / "a" / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3
     quiet = dswiz(
         "config", "--yes", "--hardware", "1xH100-80GB", "--stage", "3", "--out", str(tmp_path / "b")

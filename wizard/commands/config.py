@@ -259,6 +259,13 @@ def config(
         )
     planned = plan_for_flags(flags, hardware, force_errors=force_errors)
     strategy = resolve_strategy(flags, hardware, planned)
+    if planned is None:
+        click.echo(
+            "note: no --model, so nothing was planned: this is a starting point (the strategy flags on the defaults), "
+            "not checked against any model's memory; `--model NAME` (a preset, hub id, folder or config.json) plans "
+            "the stage, offload and micro-batch that fit",
+            err=True,
+        )
     if planned is not None:
         from wizard.history.calibrate import HISTORY_NOTE_PREFIXES
 
