@@ -355,13 +355,23 @@ def test_every_node_and_the_oom_advice_keep_the_choice(tmp_path: Path) -> None:
     out = tmp_path / "two"
     proc = dswiz(
         "config", "--yes", "--model", "llama-7b", "--hardware", "2x8xH100", "--no-history",
-        "--expandable-segments", "--out", str(out),
+        "--expandable-segments", "--slurm-time", "1:00:00", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
         in (out / ".deepspeed_env").read_text().splitlines()
     )
+    # job.sbatch's environment, run by bash up to its rendezvous: the submitting shell's other settings kept
+    sbatch = (out / "job.sbatch").read_text()
+    head = sbatch[: sbatch.index("# The rendezvous")] + 'echo "$PYTORCH_CUDA_ALLOC_CONF"\n'
+    shell = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:False"}
+    ran = subprocess.run(
+        ["bash", "-c", head, "job.sbatch", "train.py"], env={**os.environ, **shell},
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == with_expandable_segments(shell)["PYTORCH_CUDA_ALLOC_CONF"]
     sidecar = read_sidecar(out)
     assert sidecar is not None and sidecar.expandable_segments
     again = config_command(sidecar, sidecar.strategy, str(tmp_path / "again"))

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from wizard.alloc_conf import ALLOC_CONF_VARS, EXPANDABLE, expandable_segments
 from wizard.config.hostfile import PLACEHOLDER_NOTE, has_placeholders, hostfile_lines
+from wizard.config.job_env import env_lines
 from wizard.config.launchers import PER_NODE_LAUNCHERS
 from wizard.config.sbatch import render_sbatch, wants_sbatch
 from wizard.config.schema import (
@@ -278,27 +278,6 @@ def _shell_word(word: str) -> str:
     return shlex.quote(word)
 
 
-def _expandable_segments_sh() -> list[str]:
-    """Lines that turn PyTorch's expandable segments on for the job and keep the shell's other allocator settings,
-    as `dswiz launch` does (wizard.alloc_conf.with_expandable_segments): the older variable always, the newer one
-    where the shell sets it, any earlier expandable_segments setting dropped."""
-    return [
-        "# The plan counted on PyTorch's expandable segments: on for the job, this shell's other allocator settings kept",
-        "with_expandable_segments() {",
-        '  local out="" item items',
-        '  IFS=, read -ra items <<< "$1"',
-        '  for item in "${items[@]}"; do',
-        f'    case "${{item// /}}" in {EXPANDABLE}:* | "") ;; *) out="${{out:+$out,}}$item" ;; esac',
-        "  done",
-        f'  printf "%s" "${{out:+$out,}}{EXPANDABLE}:True"',
-        "}",
-        'export PYTORCH_CUDA_ALLOC_CONF="$(with_expandable_segments "${PYTORCH_CUDA_ALLOC_CONF:-}")"',
-        'if [ -n "${PYTORCH_ALLOC_CONF:-}" ]; then',
-        '  export PYTORCH_ALLOC_CONF="$(with_expandable_segments "$PYTORCH_ALLOC_CONF")"',
-        "fi",
-    ]
-
-
 def render_launch_sh(config: ConfigSet) -> str:
     topo = config.topology
     command = launch_command(config)
@@ -331,13 +310,8 @@ def render_launch_sh(config: ConfigSet) -> str:
     ]
     if every_node:
         lines.append(': "${NODE_RANK:?set NODE_RANK to the rank of this node, 0 on the first host}"')
-    allocator = {k: v for k, v in command.env.items() if k in ALLOC_CONF_VARS and v is not None}
-    for key, value in sorted(command.env.items()):
-        # The environment dswiz launch gives the job (with .deepspeed_env: what DeepSpeed exports to other nodes).
-        if key not in allocator:
-            lines.append(f"unset {key}" if value is None else f"export {key}={_shell_word(value)}")
-    if allocator and expandable_segments(allocator):
-        lines += _expandable_segments_sh()
+    # The environment dswiz launch gives the job (with .deepspeed_env: what DeepSpeed exports to other nodes).
+    lines += env_lines(command.env, _shell_word)
     lines.append("exec " + " ".join(_shell_word(w) for w in command.argv))
     return "\n".join(lines) + "\n"
 

@@ -28,6 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass, replace
 
+from wizard.config.job_env import env_lines
 from wizard.config.launchers import PER_NODE_LAUNCHERS
 from wizard.config.schema import SBATCH_NAME, ConfigSet, SlurmJob, Topology
 from wizard.errors import DswizError
@@ -211,9 +212,7 @@ def render_sbatch(config: ConfigSet, launch_sh_spec: LaunchSpec) -> str:
         'DSWIZ="${DSWIZ:-dswiz}"',
         "export DIR DSWIZ SCRIPT",
     ]
-    env = sorted({**dict(JOB_ENV), **config.node_env}.items()) if topo.multi_node else []
-    for key, value in env:
-        lines.append(f"export {key}={shlex.quote(value)}")
+    lines += env_lines({**dict(JOB_ENV), **config.node_env}) if topo.multi_node else []
     if topo.multi_node:
         lines += [
             "# The rendezvous: the allocation's first host (this batch step runs there), a port free on it now.",
