@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runner import rundir
@@ -183,6 +184,10 @@ def test_attach_by_pid_to_a_job_dswiz_did_not_start(tmp_path: Path) -> None:
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
+        # a user attaches to a rank that runs: until its exec, /proc shows this test's own command line
+        deadline = time.monotonic() + 10
+        while psutil.Process(proc.pid).cmdline()[-1:] != ["70"] and time.monotonic() < deadline:
+            time.sleep(0.01)
         target = target_from_pid(proc.pid)
         assert target.logs == (log,) and target.run_dir is None
         assert target.csv_dir == tmp_path / "csvout" / "j"  # relative to the rank's working directory
