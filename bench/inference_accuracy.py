@@ -17,7 +17,7 @@ Grid, in priority order (stops starting configs once --budget-s is spent; every 
 Each config in a process of its own (an engine leaks its model states into the next config of the same process:
 docs/measurements.md), started by the real DeepSpeed launcher: the model (GPT-2 or LLaMA-style, from the preset's
 shape) built inside deepspeed.zero.Init (so no rank ever holds it whole, as dswiz tells users to), bf16, seq 1024
-(--seq), 1 warm-up forward, then the median of 3 timed forwards. Results:
+(--seq), 3 warm-up forwards, then the median of 5 timed forwards. Results:
 <out>/inference_accuracy-<date>-<1gpu|smoke>[-label].json (+ .md), a row added as each config ends.
 """
 
@@ -57,7 +57,11 @@ MODELS = ("gpt2-medium", "gpt2-xl")
 OFFLOADS = ("none", "cpu")
 CAP_GIB = 24
 SWEEP_MICRO_BATCHES = (1, 8, 32)  # the S tier
-WARMUP, TIMED = 1, 3
+# ZeRO-3's parameter coordinator prefetches by a trace of the order its modules ran in: the first pass only turns
+# recording on, the second records, and prefetching by the trace starts with the third (DeepSpeed 0.19.8,
+# runtime/zero/partitioned_param_coordinator.py reset_step). The rows of 2026-12-01/02 ran one warm-up forward; their
+# first timed forward took 3-5x the next two, and the median of three settled on the slower of the steady two.
+WARMUP, TIMED = 3, 5
 
 
 @functools.cache
@@ -297,65 +301,122 @@ FIT_NAMES = (
     "RESERVED_FIXED_BYTES_INFERENCE (GiB)",
     "FRAGMENTATION_SHARE_INFERENCE",
     "FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD",
+    "FRAGMENTATION_SHARE_KV_CACHE",
 )
+# The grid --analyze searches, per FIT_NAMES entry.
+FIT_GRID = (
+    [i / 20 for i in range(21)],
+    [i / 20 for i in range(10, 41)],
+    [i / 10 for i in range(10, 45)],
+    [i / 20 for i in range(21)],
+)
+
+
+# The inference throughput constants (wizard/planner/calibration.py) --analyze refits to the rows' tokens/s.
+TPS_FIT_NAMES = ("INFERENCE_LAUNCH_SHARE", "INFERENCE_STAGE3_HOOK_SHARE", "INFERENCE_TRAFFIC_SHARE")
 
 
 def analyze(paths: list[Path]) -> dict[str, Any]:
     """Every ok row of raw files, predicted again by today's planner (for the model as that file built it), and the
-    allocator-cache constants refit to them: RESERVED_FIXED_BYTES_INFERENCE + FRAGMENTATION_SHARE_INFERENCE(_PARAM_
-    OFFLOAD) x one layer's transient per sample, on a grid; the loss squares the errors, an under-prediction's doubled
-    (4x the weight). Rows whose
-    reserved reached the cap (within 1 GiB) are left out: there the allocator gave cache back."""
+    allocator-cache constants refit to them on a grid (FIT_GRID): RESERVED_FIXED_BYTES_INFERENCE +
+    FRAGMENTATION_SHARE_INFERENCE(_PARAM_OFFLOAD) x one layer's transient per sample + FRAGMENTATION_SHARE_KV_CACHE x
+    the KV cache per sample (models built with use_cache); the loss squares the device-memory errors, and a setting
+    that lets a capped run that ran out of memory fit (its predicted allocation plus that cache, with the 5 % margin,
+    within the cap) is not taken. Rows whose reserved reached the cap (within 1 GiB) are left out of the loss: there
+    the allocator gave cache back."""
     from wizard.planner import calibration as cal
-    from wizard.planner.memory import inference_layer_bytes_per_token
+    from wizard.planner.memory import inference_layer_bytes_per_token, kv_cache_bytes_per_token
 
-    rows = []
+    rows, ooms = [], []
+    hw_of: dict[str, HardwareReport] = {}
+    seq_of: dict[str, int] = {}
     for path in paths:
         doc = json.loads(path.read_text())
         hw, seq, use_cache = HardwareReport.from_dict(doc["hardware"]), doc["seq_len"], doc_use_cache(doc)
+        hw_of[path.name], seq_of[path.name] = hw, seq
         for r in doc["rows"]:
             c = Config(**r["config"])
+            spec = _plan_accuracy().bench_spec(c.model)
+            sizes = {
+                "layer": inference_layer_bytes_per_token(spec, seq) * seq * c.micro_batch,
+                "kv": kv_cache_bytes_per_token(spec) * seq * c.micro_batch if use_cache else 0,
+            }
+            if r["status"] == "oom" and c.cap_gib:
+                ooms.append({"config": r["config"], **sizes,
+                             "predicted": predict(hw, c, doc["world"], seq, use_cache)})  # fmt: skip
             if r["status"] != "ok" or not r.get("max_reserved") or r.get("outside_allocator") is None:
                 continue
             p = predict(hw, c, doc["world"], seq, use_cache)
-            layer = (
-                inference_layer_bytes_per_token(_plan_accuracy().bench_spec(c.model), seq)
-                * seq
-                * c.micro_batch
-            )
-            rows.append({"file": path.name, "config": r["config"], "row": r, "predicted": p, "layer": layer,
+            rows.append({"file": path.name, "config": r["config"], "row": r, "predicted": p, **sizes,
+                         "world": doc["world"], "use_cache": use_cache,
                          "censored": bool(c.cap_gib and r["max_reserved"] > (c.cap_gib - 1) * GiB)})  # fmt: skip
 
-    def cache_errors(fixed: float, share: float, share_off: float) -> list[float]:
+    def cached(x: dict[str, Any], fixed: float, share: float, share_off: float, kv: float) -> float:
+        k = share_off if x["config"]["offload_param"] != "none" else share
+        return fixed + k * x["layer"] + kv * x["kv"]
+
+    def cache_errors(*constants: float) -> list[float]:
         out = []
         for x in rows:
             if x["censored"]:
                 continue
-            r, k = x["row"], share_off if x["config"]["offload_param"] != "none" else share
+            r = x["row"]
             used = r["max_reserved"] + r["outside_allocator"]
-            out.append((r["max_allocated"] + fixed + k * x["layer"] + r["outside_allocator"]) / used - 1)
+            out.append((r["max_allocated"] + cached(x, *constants) + r["outside_allocator"]) / used - 1)
         return out
 
-    best: tuple[float, float, float, float] | None = None
-    for fixed_gib, share, share_off in itertools.product(
-        [i / 20 for i in range(31)], [i / 20 for i in range(10, 41)], [i / 20 for i in range(20, 90)]
-    ):
-        loss = sum((e if e > 0 else 2 * e) ** 2 for e in cache_errors(fixed_gib * GiB, share, share_off))
+    def lets_an_oom_fit(*constants: float) -> bool:
+        return any(
+            (x["predicted"]["allocated"] + cached(x, *constants)) * (1 + cal.DEFAULT_SAFETY_MARGIN)
+            <= x["config"]["cap_gib"] * GiB
+            for x in ooms
+        )
+
+    best: tuple[float, ...] | None = None
+    for fixed_gib, share, share_off, kv in itertools.product(*FIT_GRID):
+        if lets_an_oom_fit(fixed_gib * GiB, share, share_off, kv):
+            continue
+        loss = sum(e * e for e in cache_errors(fixed_gib * GiB, share, share_off, kv))
         if best is None or loss < best[0]:
-            best = (loss, fixed_gib, share, share_off)
+            best = (loss, fixed_gib, share, share_off, kv)
     assert best is not None
     now = (cal.RESERVED_FIXED_BYTES_INFERENCE / GiB, cal.FRAGMENTATION_SHARE_INFERENCE,
-           cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD)  # fmt: skip
+           cal.FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD, cal.FRAGMENTATION_SHARE_KV_CACHE)  # fmt: skip
+
+    def per_row(x: dict[str, Any]) -> dict[str, Any]:
+        measured, predicted = x["row"]["tokens_per_sec"], x["predicted"]["tokens_per_sec"]
+        error = round(predicted / measured - 1, 4)
+        return {
+            "file": x["file"],
+            **x["config"],
+            "tokens_per_sec": measured,
+            "predicted": predicted,
+            "error": error,
+        }
 
     def summary(errs: list[float]) -> dict[str, float]:
         return {"median": statistics.median(abs(e) for e in errs), "max": max(abs(e) for e in errs)}
 
+    timed = [(x, hw_of[x["file"]], seq_of[x["file"]]) for x in rows if x["row"].get("tokens_per_sec")]
+
+    def predicted_tps() -> list[float]:
+        return [
+            predict(hw, Config(**x["config"]), x["world"], seq, x["use_cache"])["tokens_per_sec"]
+            for x, hw, seq in timed
+        ]
+
+    tps_fit = _plan_accuracy()._fit_log(
+        TPS_FIT_NAMES, predicted_tps, [x["row"]["tokens_per_sec"] for x, _, _ in timed]
+    )
     return {
         "rows": len(rows),
+        "per_row": [per_row(x) for x, _, _ in timed],
+        "tokens_per_sec_fit": tps_fit,
         "censored": sum(x["censored"] for x in rows),
-        "device_error_now": summary(cache_errors(now[0] * GiB, now[1], now[2])),
+        "device_error_now": summary(cache_errors(now[0] * GiB, *now[1:])),
+        "now_lets_an_oom_fit": lets_an_oom_fit(now[0] * GiB, *now[1:]),
         "fit": dict(zip(FIT_NAMES, best[1:], strict=True)),
-        "device_error_fit": summary(cache_errors(best[1] * GiB, best[2], best[3])),
+        "device_error_fit": summary(cache_errors(best[1] * GiB, *best[2:])),
         "allocated_error_now": summary(
             [x["predicted"]["allocated"] / x["row"]["max_allocated"] - 1 for x in rows]
         ),

@@ -473,7 +473,8 @@ def fragmentation(
       single large block cannot reuse (calibration.FORWARD_TRANSIENT_SHARE_AT_STEP).
     Inference frees each layer's transient activations before the next layer's (and, with the parameters to
     gather, each layer's gathered weights between them): the cache holds a share of one layer's transient
-    (calibration.FRAGMENTATION_SHARE_INFERENCE*), which the larger logits cannot reuse.
+    (calibration.FRAGMENTATION_SHARE_INFERENCE*), which the larger logits cannot reuse, and a share of the KV cache
+    (calibration.FRAGMENTATION_SHARE_KV_CACHE), whose tensors land among each layer's transients.
 
     ``under_pressure``: only the part the allocator cannot give back when a request fails -- the free parts of
     segments that still hold live tensors (calibration.UNRECLAIMABLE_*; less of the logits with the optimizer
@@ -494,7 +495,9 @@ def fragmentation(
             else cal.FRAGMENTATION_SHARE_INFERENCE
         )
         layer = inference_layer_bytes_per_token(model, seq_len) * seq_len
-        fixed, per_sample = cal.RESERVED_FIXED_BYTES_INFERENCE, int(share * layer)
+        kv = kv_cache_bytes_per_token(model) * seq_len if model.use_cache else 0
+        fixed = cal.RESERVED_FIXED_BYTES_INFERENCE
+        per_sample = int(share * layer + cal.FRAGMENTATION_SHARE_KV_CACHE * kv)
         return Fragmentation(fixed, per_sample, fixed, per_sample, 0, int(layer))
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
