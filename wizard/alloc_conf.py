@@ -18,24 +18,27 @@ ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 EXPANDABLE = "expandable_segments"
 
 
-def _pairs(value: str) -> list[tuple[str, str]]:
+def _items(value: str) -> list[tuple[str, str, str]]:
+    """(key, value, the item as written less its outer whitespace) of each comma-separated ``key:value`` item whose
+    key is not empty."""
     out = []
     for item in value.split(","):
         key, _, val = item.partition(":")
         if key.strip():
-            out.append((key.strip(), val.strip()))
+            out.append((key.strip(), val.strip(), item.strip()))
     return out
 
 
 def _turns_on(value: str) -> bool:
-    values = [v for k, v in _pairs(value) if k == EXPANDABLE]
+    values = [v for k, v, _ in _items(value) if k == EXPANDABLE]
     return bool(values) and values[-1] == "True"  # the last setting of a key wins
 
 
 def expandable_segments(environ: Mapping[str, str]) -> bool:
     """Whether a job started with ``environ`` runs PyTorch's allocator with expandable segments, whichever of the
-    two variables its PyTorch reads."""
-    confs = [environ[name] for name in ALLOC_CONF_VARS if environ.get(name)]
+    two variables its PyTorch reads. A variable set to nothing counts as set: PyTorch reads it (no setting at all)
+    instead of the other one (c10/core/AllocatorConfig.cpp checks the variable for null, not for empty)."""
+    confs = [environ[name] for name in ALLOC_CONF_VARS if name in environ]
     return bool(confs) and all(_turns_on(c) for c in confs)
 
 
@@ -46,12 +49,12 @@ def planned_expandable_segments(flag: bool | None, environ: Mapping[str, str]) -
 
 def with_expandable_segments(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables that turn expandable segments on for a job started from ``environ``: the older one always, the
-    newer one where it is set, each keeping the user's other settings (a setting of False becomes True)."""
+    newer one where it is set (even to nothing), each keeping the user's other settings as written (a setting of False
+    becomes True). wizard.config.job_env writes the same rule in bash for launch.sh and job.sbatch."""
     out = {}
     for name in ALLOC_CONF_VARS:
-        value = environ.get(name, "")
-        if value or name == "PYTORCH_CUDA_ALLOC_CONF":
-            kept = [f"{k}:{v}" for k, v in _pairs(value) if k != EXPANDABLE]
+        if name in environ or name == "PYTORCH_CUDA_ALLOC_CONF":
+            kept = [text for k, _, text in _items(environ.get(name, "")) if k != EXPANDABLE]
             out[name] = ",".join([*kept, f"{EXPANDABLE}:True"])
     return out
 
@@ -62,6 +65,6 @@ def refused_settings(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     return [
         (name, value)
         for name in ALLOC_CONF_VARS
-        for key, value in _pairs(environ.get(name, ""))
+        for key, value, _ in _items(environ.get(name, ""))
         if key == EXPANDABLE and value not in ("True", "False")
     ]

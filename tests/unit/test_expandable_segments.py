@@ -71,7 +71,8 @@ ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
             True,
         ),
         ({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, True),
-        ({"PYTORCH_ALLOC_CONF": "", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, True),
+        # set to nothing is set: a PyTorch that reads PYTORCH_ALLOC_CONF first takes no setting from it
+        ({"PYTORCH_ALLOC_CONF": "", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
         ({"PYTORCH_CUDA_ALLOC_CONF": "garbage"}, False),
         ({"PYTORCH_CUDA_ALLOC_CONF": ",,:,expandable_segments"}, False),
     ],
@@ -219,6 +220,12 @@ def _launch_sh_env(directory: Path, shell: dict[str, str]) -> dict[str, str]:
             "PYTORCH_ALLOC_CONF": "expandable_segments:False",
             "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64",
         },
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments,max_split_size_mb:512"},
+        {"PYTORCH_CUDA_ALLOC_CONF": "\texpandable_segments:False, max_split_size_mb : 512 ,:x"},
+        {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512\n,garbage_collection_threshold:0.6"},
+        {"PYTORCH_CUDA_ALLOC_CONF": "roundup_power2_divisions:[256:1,512:2,>:8],*,a b:1,'q'"},
+        {"PYTORCH_ALLOC_CONF": ""},
+        {"PYTORCH_CUDA_ALLOC_CONF": ""},
     ],
 )
 def test_launch_sh_keeps_the_shells_other_settings_as_dswiz_launch_does(

@@ -10,18 +10,21 @@ from collections.abc import Callable, Mapping
 
 from wizard.alloc_conf import ALLOC_CONF_VARS, EXPANDABLE, expandable_segments
 
+# No arrays (an empty one is an unbound variable under set -u before bash 4.4), every item split on commas itself.
 _EXPANDABLE_SEGMENTS_SH = (
     "# The plan counted on PyTorch's expandable segments: on for the job, this shell's other allocator settings kept",
     "with_expandable_segments() {",
-    '  local out="" item items',
-    '  IFS=, read -ra items <<< "$1"',
-    '  for item in "${items[@]}"; do',
-    f'    case "${{item// /}}" in {EXPANDABLE}:* | "") ;; *) out="${{out:+$out,}}$item" ;; esac',
+    '  local rest="$1," out="" item key',
+    '  while [ -n "$rest" ]; do',
+    '    item="${rest%%,*}"; rest="${rest#*,}"',
+    '    item="${item#"${item%%[![:space:]]*}"}"; item="${item%"${item##*[![:space:]]}"}"',
+    '    key="${item%%:*}"; key="${key%"${key##*[![:space:]]}"}"',
+    f'    case "$key" in "" | {EXPANDABLE}) ;; *) out="${{out:+$out,}}$item" ;; esac',
     "  done",
     f'  printf "%s" "${{out:+$out,}}{EXPANDABLE}:True"',
     "}",
     'export PYTORCH_CUDA_ALLOC_CONF="$(with_expandable_segments "${PYTORCH_CUDA_ALLOC_CONF:-}")"',
-    'if [ -n "${PYTORCH_ALLOC_CONF:-}" ]; then',
+    'if [ -n "${PYTORCH_ALLOC_CONF+set}" ]; then',
     '  export PYTORCH_ALLOC_CONF="$(with_expandable_segments "$PYTORCH_ALLOC_CONF")"',
     "fi",
 )
