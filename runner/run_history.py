@@ -55,14 +55,13 @@ def entry_at_start(
 ) -> Measurement:
     """The entry a launch writes when its job starts; the run id is the run directory's (one entry per run).
 
-        The strategy is what the launched DeepSpeed config holds (``ds_config``): the plan's, with the numbers the user
-        edited since (micro-batch, accumulation, stage, offload), or, without a plan, what the config states. The plan's
-        prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for other hardware
-        says nothing about this run; for an edited config it is the physics' prediction of exactly what runs, so that the
-        history never compares a measurement with the prediction of another strategy, nor with the prediction for another
-    allocator: ``expandable_segments`` is the job's own setting (wizard.alloc_conf), whatever the plan was made for.
-    ``source`` defaults to
-        ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe`` sets it for the launches it starts), else "launch"."""
+    The strategy is what the launched DeepSpeed config holds (``ds_config``): the plan's, with the numbers the user
+    edited since (micro-batch, accumulation, stage, offload), or, without a plan, what the config states. The plan's
+    prediction is kept only when it ``applies`` (made for this GPU model and count): a prediction for other hardware
+    says nothing about this run; for an edited config it is the physics' prediction of exactly what runs, so that the
+    history never compares a measurement with the prediction of another strategy, nor of another allocator:
+    ``expandable_segments`` is the job's own setting (wizard.alloc_conf), whatever the plan was made for. ``source``
+    defaults to ``$DSWIZ_HISTORY_SOURCE`` (``dswiz probe`` sets it for the launches it starts), else "launch"."""
     model: dict[str, Any] = {"name": Path(script).name or "script"}
     strategy: dict[str, Any] = _config_strategy(ds_config)
     predicted = Figures()

@@ -85,7 +85,7 @@ _SCRIPT_SCHEDULER = "torch.optim.lr_scheduler.LambdaLR({opt}, lambda step: 1 - s
 _TORCH_OPTIMIZER = "torch.optim.AdamW(model.parameters(), lr=1e-4)"
 # The step the planner's figures were measured with (and the HF Trainer's default, adamw_torch_fused): torch's default
 # foreach AdamW ran 2-3 % slower on the H200 and moved the allocator's cache by -10 ... +4 GiB (docs/measurements.md).
-_FUSED_OPTIMIZER = "torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the step dswiz planned"
+_FUSED_OPTIMIZER = "torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the step dswiz plans for"
 _AFTER_OPT = f"optimizer = {_FUSED_OPTIMIZER}\n"  # where a hint rewrites the script's optimizer line
 
 _ACCELERATE_BEFORE_OPT = f"optimizer = {_TORCH_OPTIMIZER}\n"

@@ -266,7 +266,7 @@ def config(
             "the stage, offload and micro-batch that fit",
             err=True,
         )
-    if planned is not None:
+    else:
         from wizard.history.calibrate import HISTORY_NOTE_PREFIXES
 
         for note in planned.plan.notes:  # what changed the plan beyond the flags: the run history
