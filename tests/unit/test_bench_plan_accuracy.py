@@ -222,6 +222,11 @@ def test_a_config_read_more_than_once_counts_at_its_median_on_both_sides(pa: Mod
     rows.append(_row(pa, hw, replace(rec, repeat=3), alloc_error=0, tps=47.0))
     _, best_tps = pa._best_reading(rows)
     assert best_tps == pa.judge(rows, asdict(rec), 24 * GiB)["tokens_per_sec"] == 46.0
+    # the recommendation read again under another cap is still itself, not a better config to compare it with
+    rows.append(_row(pa, hw, replace(rec, cap_gib=None), alloc_error=0, tps=60.0, reserved=20 * GiB))
+    tps = pa.judge(rows, asdict(rec), 24 * GiB)["tokens_per_sec"]
+    best, best_tps = pa._best_against(rows, asdict(rec), pa.SEQ, tps)
+    assert best_tps == tps == 46.0 and best["config"]["micro_batch"] == 16
 
 
 def test_raw_files_merge_and_the_newer_row_wins(pa: ModuleType, tmp_path: Path) -> None:
