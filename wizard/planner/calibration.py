@@ -266,8 +266,12 @@ GATHERED_PARAMETER_SHARE = 2.0
 # parameters on the CPU (4.2); GPT-2 1.2-1.5 and 1.7-3.3. With the three layer shares alone (1.8 / 3.45, fit before
 # the LLaMA rows with the cache), the planner let LLaMA-7B at micro-batch 5 fit a 24 GiB card (parameters on the
 # GPU); it ran out of memory there with 3.4 GiB cached that the allocator could not give back
-# (bench/results/inference_accuracy-2026-12-03-1gpu-llama7b-w3.md). Device memory error on those rows: median 4.4 %,
-# max 19 % (GPT-2-medium at micro-batch 1 with the parameters offloaded: 0.66 GiB cached of 1.4).
+# (bench/results/inference_accuracy-2026-12-03-1gpu-llama7b-w3.md). The KV share is a bound that one run sets: without
+# the rule about OOMs the fit takes 0 (0.25 GiB, 1.55 / 3.2: median 3.7 %), and 0.1 refuses that micro-batch 5 by
+# 0.2 % (22.9 GiB predicted x 1.05 against 24); 4, which the planner now allows, ran under the cap with 22.4 GiB
+# reserved where it predicts 20.9 (4.3 layer transients per sample cached). Device memory error on the rows below
+# their cap: median 4.4 %, max 19 % (GPT-2-medium at micro-batch 1 with the parameters offloaded: 0.66 GiB cached of
+# 1.4).
 RESERVED_FIXED_BYTES_INFERENCE = int(0.2 * GiB)
 FRAGMENTATION_SHARE_INFERENCE = 1.55
 FRAGMENTATION_SHARE_INFERENCE_PARAM_OFFLOAD = 3.1
