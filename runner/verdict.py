@@ -417,6 +417,16 @@ def _nccl_timeout(f: EndFacts) -> RunVerdict | None:
     )
 
 
+def _first_silent_death(f: EndFacts) -> RankDeath | None:
+    """The rank a SIGKILL took: the first seen dead among the ranks that printed no traceback. A rank whose
+    collective failed because its peer vanished (gloo: "Connection closed by peer") raises and exits within
+    milliseconds, often inside the same tick of the death watch, and its traceback shows it reacted; the killed
+    rank prints nothing."""
+    raised = {e.rank for e in f.exceptions if e.rank is not None}
+    silent = [d for d in f.deaths if d.rank not in raised]
+    return min(silent or f.deaths, key=lambda d: d.at) if f.deaths else None
+
+
 def _sigkilled(f: EndFacts) -> RunVerdict | None:
     """A rank died of SIGKILL (and no traceback explains it): the host's OOM killer when memory was low just
     before, or when that cannot be told; else someone else's kill."""
@@ -426,7 +436,7 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
     )
     if not sigkilled or not (cause is None or cause.secondary):
         return None
-    first = min(f.deaths, key=lambda d: d.at) if f.deaths else None
+    first = _first_silent_death(f)
     who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
     if first is None or first.host_available_bytes is None:
         return _host_oom(f, who, first, low=False)

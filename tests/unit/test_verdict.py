@@ -87,6 +87,24 @@ def test_sigkilled_rank_with_host_memory_left_is_not_blamed_on_the_oom_killer() 
     assert exit_code(v, codes, None) == 137
 
 
+def test_the_killed_rank_is_the_silent_one_when_its_peer_dies_in_the_same_tick() -> None:
+    """On a busy machine the death watch can see both ranks gone in one tick: the SIGKILLed rank 1 and rank 0, whose
+    gloo all-reduce failed at once ("Connection closed by peer", its real traceback from a run) -- the rank that
+    printed a traceback reacted, the silent one was killed (CI once blamed rank 0 on such a tie)."""
+    obs, codes = replay_stream("rank_sigkilled")
+    log = next((RUNS / "rank_raises" / "ranks").glob("*_rank0.log")).read_text().splitlines()
+    start = next(i for i, line in enumerate(log) if "Traceback" in line)
+    for i, line in enumerate(log[start:]):
+        obs.feed(line, 100.0 + i, rank=0, stream="rank0")
+    assert {e.rank for e in obs.tracebacks.exceptions} == {0}
+    tie = [
+        RankDeath(rank=0, pid=18090, at=9.1, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB),
+        RankDeath(rank=1, pid=18091, at=9.1, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB),
+    ]
+    v = decide(obs, launcher_returncodes=codes, deaths=tie)
+    assert v.kind == "killed" and v.rank == 1 and "rank 1 (pid 18091)" in v.summary
+
+
 def test_sigkill_with_host_memory_exhausted_is_the_oom_killer() -> None:
     obs, codes = replay_stream("rank_sigkilled")
     starved = [
