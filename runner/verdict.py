@@ -427,16 +427,33 @@ def _first_silent_death(f: EndFacts) -> RankDeath | None:
     return min(silent or f.deaths, key=lambda d: d.at) if f.deaths else None
 
 
+def _silent_death_came_first(f: EndFacts, first: RankDeath | None) -> bool:
+    """A rank died without a traceback no later than every rank that raised one: what a signal does (a Python
+    rank that raises prints its traceback). Its peers' exceptions are then the consequence, and the launcher's
+    exit code may be theirs: it reports the first failed rank its once-a-second poll finds
+    (deepspeed/launcher/launch.py, main, DeepSpeed 0.19.8)."""
+    if first is None or not f.failed:
+        return False
+    raised = {e.rank for e in f.exceptions if e.rank is not None}
+    if first.rank in raised:
+        return False
+    return all(first.at <= d.at for d in f.deaths if d.rank in raised)
+
+
 def _sigkilled(f: EndFacts) -> RunVerdict | None:
     """A rank died of SIGKILL (and no traceback explains it): the host's OOM killer when memory was low just
-    before, or when that cannot be told; else someone else's kill."""
+    before, or when that cannot be told; else someone else's kill. Also when the launcher reported another rank's
+    exit code but the death watch saw this rank die silently first (``_silent_death_came_first``)."""
     cause = root_cause(f.exceptions)
-    sigkilled = -9 in f.obs.exit_codes or any(
+    if not (cause is None or cause.secondary):
+        return None
+    reported = -9 in f.obs.exit_codes or any(
         rc in (-9, 137, 247) for rc in f.launcher_returncodes if rc is not None
     )
-    if not sigkilled or not (cause is None or cause.secondary):
-        return None
     first = _first_silent_death(f)
+    seen = _silent_death_came_first(f, first) and first is not None and first.host_available_bytes is not None
+    if not reported and not seen:
+        return None
     who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
     if first is None or first.host_available_bytes is None:
         return _host_oom(f, who, first, low=False)
@@ -445,9 +462,15 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
         and first.host_available_bytes < HOST_OOM_FREE_FRACTION * first.host_total_bytes
     ):
         return _host_oom(f, who, first, low=True)
+    how = (
+        "was killed with SIGKILL (exit -9)"
+        if reported
+        else "died without a traceback, killed by a signal (SIGKILL, most likely; the launcher reported the exit "
+        "code of a rank that stopped because of it)"
+    )
     return RunVerdict(
         kind="killed",
-        summary=f"{who} was killed with SIGKILL (exit -9){f.at_step}; the host still had "
+        summary=f"{who} {how}{f.at_step}; the host still had "
         f"{fmt_bytes(first.host_available_bytes)} of memory available, so not by the out-of-memory killer",
         rank=first.rank,
         advice=("check for a job scheduler limit, a watchdog, or a manual kill",),

@@ -105,6 +105,36 @@ def test_the_killed_rank_is_the_silent_one_when_its_peer_dies_in_the_same_tick()
     assert v.kind == "killed" and v.rank == 1 and "rank 1 (pid 18091)" in v.summary
 
 
+def test_a_silent_death_first_is_the_kill_even_when_the_launcher_reports_its_peers_exit_code() -> None:
+    """DeepSpeed's launcher reports the first failed rank its once-a-second poll finds: when rank 0's gloo error
+    (exit 1) is found before the SIGKILLed rank 1, the job's code is 1 and no -9 is printed. The death watch saw
+    rank 1 die silently first: that is the kill. A rank that dies silently after another raised (the launcher's
+    SIGTERM) is not."""
+    lines = (RUNS / "rank_sigkilled" / "stream.log").read_text().splitlines()
+    log = next((RUNS / "rank_raises" / "ranks").glob("*_rank0.log")).read_text().splitlines()
+    gloo = log[next(i for i, line in enumerate(log) if "Traceback" in line) :]
+
+    def observed() -> JobObserver:
+        obs = JobObserver(started=0.0)
+        for i, line in enumerate(ln for ln in lines if "exits with return code" not in ln):
+            obs.feed(line, float(i))
+        for i, line in enumerate(gloo):
+            obs.feed(line, 1000.0 + i, rank=0, stream="rank0")
+        assert not obs.exit_codes
+        return obs
+
+    def death(rank: int, at: float) -> RankDeath:
+        return RankDeath(
+            rank=rank, pid=18090 + rank, at=at, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB
+        )
+
+    v = decide(observed(), launcher_returncodes=[1], deaths=[death(0, 9.1), death(1, 9.1)])
+    assert (v.kind, v.rank) == ("killed", 1) and "died without a traceback" in v.summary
+    assert exit_code(v, [1], None) == 137
+    later = decide(observed(), launcher_returncodes=[1], deaths=[death(0, 9.1), death(1, 10.0)])
+    assert (later.kind, later.rank) == ("rank_failed", 0) and any("consequence" in a for a in later.advice)
+
+
 def test_sigkill_with_host_memory_exhausted_is_the_oom_killer() -> None:
     obs, codes = replay_stream("rank_sigkilled")
     starved = [
