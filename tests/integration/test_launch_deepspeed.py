@@ -214,7 +214,12 @@ def test_a_rank_killed_with_sigkill(workdir: Path) -> None:
     final = rundir.read_run_record(run_dir)
     assert final.verdict is not None and final.verdict.kind in ("killed", "host_oom")
     assert final.verdict.rank == 1
-    assert f"rank 1 (pid {record.rank_pids[1]}) was killed with SIGKILL (exit -9)" in out
+    # DeepSpeed's launcher reports the first failed rank its once-a-second poll finds: rank 1's -9, or rank 0's exit 1
+    # when its gloo all-reduce failed first (then the death watch's order names the kill: runner/verdict.py)
+    who = f"rank 1 (pid {record.rank_pids[1]})"
+    assert (
+        f"{who} was killed with SIGKILL (exit -9)" in out or f"{who} died without a traceback, killed" in out
+    )
 
 
 def test_two_nodes_over_loopback_with_one_launcher_per_node(workdir: Path) -> None:
