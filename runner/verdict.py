@@ -417,43 +417,33 @@ def _nccl_timeout(f: EndFacts) -> RunVerdict | None:
     )
 
 
-def _first_silent_death(f: EndFacts) -> RankDeath | None:
-    """The rank a SIGKILL took: the first seen dead among the ranks that printed no traceback. A rank whose
-    collective failed because its peer vanished (gloo: "Connection closed by peer") raises and exits within
-    milliseconds, often inside the same tick of the death watch, and its traceback shows it reacted; the killed
-    rank prints nothing."""
-    raised = {e.rank for e in f.exceptions if e.rank is not None}
-    silent = [d for d in f.deaths if d.rank not in raised]
-    return min(silent or f.deaths, key=lambda d: d.at) if f.deaths else None
-
-
-def _silent_death_came_first(f: EndFacts, first: RankDeath | None) -> bool:
-    """A rank died without a traceback no later than every rank that raised one: what a signal does (a Python
-    rank that raises prints its traceback). Its peers' exceptions are then the consequence, and the launcher's
-    exit code may be theirs: it reports the first failed rank its once-a-second poll finds
-    (deepspeed/launcher/launch.py, main, DeepSpeed 0.19.8)."""
-    if first is None or not f.failed:
-        return False
-    raised = {e.rank for e in f.exceptions if e.rank is not None}
-    if first.rank in raised:
-        return False
-    return all(first.at <= d.at for d in f.deaths if d.rank in raised)
-
-
 def _sigkilled(f: EndFacts) -> RunVerdict | None:
     """A rank died of SIGKILL (and no traceback explains it): the host's OOM killer when memory was low just
-    before, or when that cannot be told; else someone else's kill. Also when the launcher reported another rank's
-    exit code but the death watch saw this rank die silently first (``_silent_death_came_first``)."""
+    before, or when that cannot be told; else someone else's kill.
+
+    The rank is the first seen dead among the ranks that printed no traceback: a rank whose collective failed
+    because its peer vanished (gloo: "Connection closed by peer") raises and exits within milliseconds, often inside
+    the same tick of the death watch, and its traceback shows it reacted; the killed rank prints nothing. Such a
+    silent death no later than every rank that raised is a signal's even when the launcher reported another rank's
+    exit code: it reports the first failed rank its once-a-second poll finds (deepspeed/launcher/launch.py, main,
+    DeepSpeed 0.19.8)."""
     cause = root_cause(f.exceptions)
     if not (cause is None or cause.secondary):
         return None
     reported = -9 in f.obs.exit_codes or any(
         rc in (-9, 137, 247) for rc in f.launcher_returncodes if rc is not None
     )
-    first = _first_silent_death(f)
-    seen = _silent_death_came_first(f, first) and first is not None and first.host_available_bytes is not None
+    raised = {e.rank for e in f.exceptions if e.rank is not None}
+    silent = min((d for d in f.deaths if d.rank not in raised), key=lambda d: d.at, default=None)
+    seen = (
+        silent is not None
+        and f.failed
+        and silent.host_available_bytes is not None
+        and all(silent.at <= d.at for d in f.deaths if d.rank in raised)
+    )
     if not reported and not seen:
         return None
+    first = silent or min(f.deaths, key=lambda d: d.at, default=None)
     who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
     if first is None or first.host_available_bytes is None:
         return _host_oom(f, who, first, low=False)
