@@ -226,7 +226,8 @@ def history_entry(checked: CheckedLaunch, job: Job) -> Measurement | None:
     from wizard.history.record import hardware_fingerprint
 
     prepared = job.prepared
-    job_environ = environ_with(dict(prepared.specs[0].env), os.environ)
+    # the environment start_in_new_session gives the job
+    job_environ = environ_with(prepared.commands[0].env, os.environ)
     entry = entry_at_start(
         run_id=prepared.run_id,
         run_dir=prepared.run_dir,
