@@ -328,12 +328,9 @@ def analyze(paths: list[Path]) -> dict[str, Any]:
     from wizard.planner.memory import inference_layer_bytes_per_token, kv_cache_bytes_per_token
 
     rows, ooms = [], []
-    hw_of: dict[str, HardwareReport] = {}
-    seq_of: dict[str, int] = {}
     for path in paths:
         doc = json.loads(path.read_text())
         hw, seq, use_cache = HardwareReport.from_dict(doc["hardware"]), doc["seq_len"], doc_use_cache(doc)
-        hw_of[path.name], seq_of[path.name] = hw, seq
         for r in doc["rows"]:
             c = Config(**r["config"])
             spec = _plan_accuracy().bench_spec(c.model)
@@ -348,7 +345,7 @@ def analyze(paths: list[Path]) -> dict[str, Any]:
                 continue
             p = predict(hw, c, doc["world"], seq, use_cache)
             rows.append({"file": path.name, "config": r["config"], "row": r, "predicted": p, **sizes,
-                         "world": doc["world"], "use_cache": use_cache,
+                         "world": doc["world"], "use_cache": use_cache, "hw": hw, "seq": seq,
                          "censored": bool(c.cap_gib and r["max_reserved"] > (c.cap_gib - 1) * GiB)})  # fmt: skip
 
     def cached(x: dict[str, Any], fixed: float, share: float, share_off: float, kv: float) -> float:
@@ -397,20 +394,20 @@ def analyze(paths: list[Path]) -> dict[str, Any]:
     def summary(errs: list[float]) -> dict[str, float]:
         return {"median": statistics.median(abs(e) for e in errs), "max": max(abs(e) for e in errs)}
 
-    timed = [(x, hw_of[x["file"]], seq_of[x["file"]]) for x in rows if x["row"].get("tokens_per_sec")]
+    timed = [x for x in rows if x["row"].get("tokens_per_sec")]
 
     def predicted_tps() -> list[float]:
         return [
-            predict(hw, Config(**x["config"]), x["world"], seq, x["use_cache"])["tokens_per_sec"]
-            for x, hw, seq in timed
+            predict(x["hw"], Config(**x["config"]), x["world"], x["seq"], x["use_cache"])["tokens_per_sec"]
+            for x in timed
         ]
 
     tps_fit = _plan_accuracy()._fit_log(
-        TPS_FIT_NAMES, predicted_tps, [x["row"]["tokens_per_sec"] for x, _, _ in timed]
+        TPS_FIT_NAMES, predicted_tps, [x["row"]["tokens_per_sec"] for x in timed]
     )
     return {
         "rows": len(rows),
-        "per_row": [per_row(x) for x, _, _ in timed],
+        "per_row": [per_row(x) for x in timed],
         "tokens_per_sec_fit": tps_fit,
         "censored": sum(x["censored"] for x in rows),
         "device_error_now": summary(cache_errors(now[0] * GiB, *now[1:])),

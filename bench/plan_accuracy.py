@@ -1830,6 +1830,13 @@ def _best_against(
     return best, best_tps
 
 
+def _best_fields(best: dict[str, Any] | None, best_tps: float | None) -> dict[str, Any]:
+    return {
+        "best_in_grid": None if best is None else _describe(best["config"]),
+        "best_tokens_per_sec": best_tps,
+    }
+
+
 def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int) -> list[dict[str, Any]]:
     """Per (model, card) the run recommended for: today's recommendation (re-planned with the calibration as it is
     now), judged against the measured rows, vs the best measured row that fits that card."""
@@ -1860,16 +1867,15 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
             and grad_accum(r["config"]) == 1
             and _row_optimizer(r["config"]) == Config.optimizer  # stepped as the recommendations are
         ]
-        best, best_tps = _best_reading(fitting)
-        entry: dict[str, Any] = {
-            "model": model,
-            "card": label,
-            "best_in_grid": None if best is None else _describe(best["config"]),
-            "best_tokens_per_sec": best_tps,
-            "grid_rows_fitting": len(fitting),
-        }
+        entry: dict[str, Any] = {"model": model, "card": label, "grid_rows_fitting": len(fitting)}
         if best_c is None:
-            entry.update(recommended=None, how="unknown", fits=None, status="nothing fits (planner)")
+            entry.update(
+                _best_fields(*_best_reading(fitting)),
+                recommended=None,
+                how="unknown",
+                fits=None,
+                status="nothing fits (planner)",
+            )
             out.append(entry)
             continue
         s = best_c.strategy
@@ -1890,9 +1896,7 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
         j = judge(built, config, cap, best_c.predicted.tokens_per_sec, seq, world)
         tps, bound, est = j["tokens_per_sec"], j["tokens_per_sec_at_least"], j["tokens_per_sec_estimated"]
         best, best_tps = _best_against(fitting, config, seq, tps)
-        entry.update(
-            best_in_grid=None if best is None else _describe(best["config"]), best_tokens_per_sec=best_tps
-        )
+        entry.update(_best_fields(best, best_tps))
         status = {True: "ok", False: "oom", None: "?"}[j["fits"]]
         entry.update(
             recommended=_describe(config),
