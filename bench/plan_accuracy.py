@@ -23,7 +23,8 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     python3 bench/plan_accuracy.py --family pressure --budget-s 470 --config-timeout-s 120 --label pressure --out $OUT
     # Readings with each step split into forward / backward / optimizer step, of the families still over target
     # (2026-12-03: --indices 0,...,5 --label phases-offload; --indices 6,...,12 --label phases-zero3; --indices
-    # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step):
+    # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step;
+    # 2026-12-04: --indices 29,...,33 --label phases-third):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b):
@@ -329,6 +330,14 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("llama-3b", 1, "none", "none", False, 4, 2048, None, 1),
     ("gpt2", 0, "none", "none", False, 16, 1024, None, 1),
     ("pythia-1.4b", 1, "none", "none", True, 16, 1024, None, 1),
+    # (2026-12-04, --indices 29,...,33 --label phases-third) another reading of each config whose family misses the
+    # tokens/s target on one reading, or on two that straddle it (plan_accuracy-2026-12-03-1gpu-all-g.md: +19.6 / -1.3,
+    # +25.8 / -1.8, -2.9 / +14.4 %)
+    ("gpt2-medium", 0, "none", "none", True, 16, 1024, None, 2),
+    ("qwen2-1.5b", 2, "none", "none", False, 1, 2048, None, 2),
+    ("gpt2-xl", 3, "cpu", "cpu", True, 16, 1024, None, 2),
+    ("pythia-1b", 1, "none", "none", True, 2, 2048, 24, 1),
+    ("llama-3b", 1, "none", "none", True, 8, 1024, None, 1),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,

@@ -74,6 +74,17 @@ ACTIVATION_RECIPES: dict[str, ActivationRecipe] = {
 # transformers, both settings); the H200 rows of bench/plan_accuracy.py built with use_cache=False agree: GPT-2
 # allocated 3.9*h less than the default recipe at all four sizes, Pythia 4.0-4.1*h more.
 USE_CACHE_OFF_BYTES_PER_HIDDEN: dict[str, float] = {"gpt2": -4.0, "gpt2-fused-gelu": -4.0, "neox": 4.0}
+# On CUDA, SDPA's flash kernel takes head dims up to 256; PyTorch pads a head dim that is not a multiple of 8 with
+# zeros up to one before the kernel and slices the output back (pad_last_dim in
+# aten/src/ATen/native/transformers/attention.cpp). Training then keeps, per token per layer, padded copies of
+# query, key and value and the padded output for the kernel's backward, plus a contiguous copy of the sliced output
+# for the output projection -- where an aligned head dim keeps one set; and with use_cache on, the KV cache still
+# holds the unpadded keys and values the padded copies replaced. The activation recipes are counted on CPU, where
+# SDPA does not pad. Measured on one H200 (bench/attention_memory.py, bench/results/attention_memory-2026-12-04*.md,
+# torch 2.11): head dims 90, 92 and 100, MHA and GQA, kept 2.2-2.6*h more for backward, within 0.05*h of this
+# count, and the cache 4*kv_dim bytes more (4.0*h with MHA, 0.5*h with 8 query heads per KV head).
+SDPA_HEAD_DIM_MULTIPLE = 8
+SDPA_FLASH_MAX_HEAD_DIM = 256
 
 # Loss head: bf16 logits + their fp32 upcast + log-softmax, and the fp32 gradients in backward (about b*s*V*(2+4+4)
 # bytes in forward, up to 14 per logit in backward: docs/measurements.md, "Activations of HF GPT-2"). 12.0 matches the

@@ -114,6 +114,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
     else:
         ffn = r.per_ffn * model.ffn_hidden
     b = r.per_hidden * h + ffn + r.per_kv * model.kv_dim + ft.layer_activation_delta_per_token(model)
+    b += sdpa_padding_bytes_per_token(model)[0]
     if not model.use_cache:
         b += cal.USE_CACHE_OFF_BYTES_PER_HIDDEN.get(model.family, 0.0) * h
     if model.dropout > 0:
@@ -126,6 +127,33 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
     return b
 
 
+def sdpa_padded_head_dim(model: ModelSpec) -> int:
+    """The head dim SDPA's CUDA flash kernel runs at: padded up to a multiple of calibration.SDPA_HEAD_DIM_MULTIPLE
+    (the model's own where it is one, or where the kernel is not flash: eager attention, head dims above its
+    limit)."""
+    hd, m = model.head_dim, cal.SDPA_HEAD_DIM_MULTIPLE
+    if model.attention != "sdpa" or not 0 < hd <= cal.SDPA_FLASH_MAX_HEAD_DIM:
+        return hd
+    return -(-hd // m) * m
+
+
+def sdpa_padding_bytes_per_token(model: ModelSpec) -> tuple[float, float]:
+    """16-bit bytes per token per layer a training forward keeps beyond the activation recipe where SDPA pads the
+    head dim (calibration.SDPA_HEAD_DIM_MULTIPLE): (saved for backward, held by the KV cache with use_cache on).
+
+    Saved: the padded query, key and value replace the unpadded ones (a share r-1 more each), and the padded output
+    (r times the unpadded one) is kept beside a contiguous copy of its slice, which the output projection reads.
+    Cache: the unpadded keys and values, which the padded copies no longer share."""
+    padded = sdpa_padded_head_dim(model)
+    if padded == model.head_dim:
+        return 0.0, 0.0
+    r = padded / model.head_dim
+    q = model.heads * model.head_dim
+    saved = 2.0 * ((r - 1.0) * (q + 2 * model.kv_dim) + r * q)
+    cache = 4.0 * model.kv_dim if model.use_cache and not model.encoder else 0.0
+    return saved, cache
+
+
 def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int, int]:
     """Per sample, 16-bit training: (layers' saved tensors, loss head at its peak, one layer's backward transient).
 
@@ -136,7 +164,8 @@ def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: b
         saved = model.layers * cal.CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER * model.hidden
         transient = (cal.BACKWARD_TRANSIENT_LAYERS + cal.CHECKPOINT_RECOMPUTE_LAYERS) * per_layer
     else:
-        saved = model.layers * per_layer
+        # checkpointed layers build no KV cache (transformers' GradientCheckpointingLayer turns use_cache off)
+        saved = model.layers * (per_layer + sdpa_padding_bytes_per_token(model)[1])
         transient = cal.BACKWARD_TRANSIENT_LAYERS * per_layer
     head = cal.LOSS_HEAD_BYTES_PER_VOCAB * model.vocab + cal.HEAD_BYTES_PER_HIDDEN * model.hidden
     return int(saved * seq_len), int(head * seq_len), int(transient * seq_len)

@@ -125,12 +125,13 @@ def attention_flops_per_token(
 def attention_share(model: ModelSpec) -> float:
     """Fused attention's speed on PaLM's FLOP count as a share of the matmuls': full speed at head dim 128, slower
     below (fewer FLOPs per byte of each tile) and above (measured: bench/attention_rate.py), slowest where the head
-    dim is not a multiple of 8 (SDPA pads it before the fused kernel)."""
-    if model.head_dim > 128 and model.head_dim % 8 == 0:
+    dim is not a multiple of calibration.SDPA_HEAD_DIM_MULTIPLE (SDPA pads it before the fused kernel)."""
+    aligned = model.head_dim % cal.SDPA_HEAD_DIM_MULTIPLE == 0
+    if model.head_dim > 128 and aligned:
         return cal.ATTENTION_SHARE_LARGE_HEAD
     if model.head_dim in (0, 128):  # 0: not known
         return 1.0
-    if model.head_dim % 8 == 0:
+    if aligned:
         return cal.ATTENTION_SHARE_SMALL_HEAD
     return cal.ATTENTION_SHARE_UNALIGNED_HEAD
 

@@ -1,0 +1,99 @@
+"""SDPA's padded head dims in the activation memory (memory.sdpa_padding_bytes_per_token): held to what one H200
+measured per layer (bench/attention_memory.py, committed under bench/results/), and its rules where no GPU is
+needed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from wizard.model import load_model_spec, spec_from_config
+from wizard.planner import calibration as cal
+from wizard.planner.memory import (
+    activation_bytes_per_sample,
+    layer_activation_bytes_per_token,
+    sdpa_padded_head_dim,
+    sdpa_padding_bytes_per_token,
+)
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+H200 = RESULTS / "attention_memory-2026-12-04-b16.json"
+
+
+def test_every_measured_layer_within_one_percent(bench_script: Callable[[str], ModuleType]) -> None:
+    # Batch 16 x seq 1024 (the tokens of the llama-3b ZeRO-3 rows of bench/plan_accuracy.py): what stayed allocated
+    # across each layer, head dims 64-128 aligned and not, MHA and GQA, the KV cache on and off.
+    am = bench_script("attention_memory")
+    doc = json.loads(H200.read_text())
+    assert doc["device"].startswith("NVIDIA") and not doc["smoke"]
+    unaligned = [r for r in doc["rows"] if r["head_dim"] % cal.SDPA_HEAD_DIM_MULTIPLE]
+    assert len(unaligned) >= 8 and {r["use_cache"] for r in unaligned} == {True, False}
+    for r in doc["rows"]:
+        predicted = am.planner_per_token(r, doc["seq"])
+        assert predicted == pytest.approx(r["retained_per_token"], rel=0.01), r
+
+
+def test_the_padding_is_what_an_aligned_head_dim_would_not_keep(
+    bench_script: Callable[[str], ModuleType],
+) -> None:
+    # Measured: head dim 100 kept 2.3*h more for backward than 128 at the same width, and the cache 4*h more (MHA).
+    doc = json.loads(H200.read_text())
+    by = {(r["head_dim"], r["kv_heads"], r["use_cache"]): r for r in doc["rows"]}
+    aligned, padded, padded_cache = by[(128, 16, False)], by[(100, 32, False)], by[(100, 32, True)]
+    cfg = bench_script("attention_memory").llama_config(100, 32, 32, 2, True)
+    saved, cache = sdpa_padding_bytes_per_token(spec_from_config(cfg, name="l", source="test"))
+    h = 3200
+    measured_saved = padded["saved_per_token"] / h - aligned["saved_per_token"] / (16 * 128)
+    measured_cache = (padded_cache["retained_per_token"] - padded["retained_per_token"]) / h
+    assert saved / h == pytest.approx(measured_saved, abs=0.1)
+    assert cache / h == pytest.approx(measured_cache, abs=0.1)
+
+
+@pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
+def test_aligned_head_dims_keep_nothing_more(head_dim: int) -> None:
+    spec = replace(load_model_spec("llama-7b"), head_dim=head_dim)
+    assert sdpa_padded_head_dim(spec) == head_dim
+    assert sdpa_padding_bytes_per_token(spec) == (0.0, 0.0)
+
+
+def test_padding_only_where_the_flash_kernel_pads() -> None:
+    base = replace(load_model_spec("llama-7b"), head_dim=100)
+    assert sdpa_padded_head_dim(base) == 104
+    assert sdpa_padded_head_dim(replace(base, head_dim=90)) == 96
+    # above the flash kernel's limit, and with eager attention, nothing is padded
+    assert sdpa_padded_head_dim(replace(base, head_dim=cal.SDPA_FLASH_MAX_HEAD_DIM + 4)) == 260
+    assert sdpa_padding_bytes_per_token(replace(base, attention="eager")) == (0.0, 0.0)
+
+
+def test_the_cache_copies_count_only_for_a_decoder_with_the_cache_and_without_checkpointing() -> None:
+    spec = replace(load_model_spec("llama-7b"), head_dim=100)
+    seq = 1024
+    _, cache = sdpa_padding_bytes_per_token(spec)
+    assert cache == 4 * spec.kv_dim
+    assert sdpa_padding_bytes_per_token(replace(spec, use_cache=False))[1] == 0
+    assert sdpa_padding_bytes_per_token(replace(spec, encoder=True))[1] == 0
+    with_cache = activation_bytes_per_sample(spec, seq, checkpointing=False)[0]
+    without = activation_bytes_per_sample(replace(spec, use_cache=False), seq, checkpointing=False)[0]
+    assert with_cache - without == pytest.approx(spec.layers * cache * seq, abs=spec.layers)
+    # transformers turns the cache off in checkpointed layers: the same bytes either way
+    assert activation_bytes_per_sample(spec, seq, checkpointing=True) == activation_bytes_per_sample(
+        replace(spec, use_cache=False), seq, checkpointing=True
+    )
+
+
+def test_more_padding_keeps_more() -> None:
+    # at one width, a head dim further from the next multiple of 8 pads more of every head
+    spec = load_model_spec("llama-7b")
+    extra = [
+        sdpa_padding_bytes_per_token(replace(spec, heads=16, kv_heads=16, head_dim=hd))[0] / (16 * hd)
+        for hd in (95, 94, 92, 90, 89)
+    ]
+    assert extra == sorted(extra)
+    assert layer_activation_bytes_per_token(
+        replace(spec, head_dim=100), 1024
+    ) > layer_activation_bytes_per_token(replace(spec, head_dim=104), 1024)
