@@ -24,10 +24,11 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # Readings with each step split into forward / backward / optimizer step, of the families still over target
     # (2026-12-03: --indices 0,...,5 --label phases-offload; --indices 6,...,12 --label phases-zero3; --indices
     # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step;
-    # 2026-12-04: --indices 29,...,33 --label phases-third):
+    # 2026-12-04: --indices 29,...,33 --label phases-third; --indices 34 --label phases-padding):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
-    # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b):
+    # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
+    # --label accum-offload; --indices 26,27 --label accum-offload3):
     python3 bench/plan_accuracy.py --family accum --budget-s 440 --config-timeout-s 150 --label accum --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
@@ -338,6 +339,10 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("gpt2-xl", 3, "cpu", "cpu", True, 16, 1024, None, 2),
     ("pythia-1b", 1, "none", "none", True, 2, 2048, 24, 1),
     ("llama-3b", 1, "none", "none", True, 8, 1024, None, 1),
+    # (2026-12-04, index 34) held out from SDPA's padded head dims (memory.sdpa_padding_bytes_per_token, set by
+    # bench/attention_memory.py's layers): head dim 100 without checkpointing at a stage, micro-batch and sequence
+    # no earlier row ran
+    ("llama-3b", 2, "none", "none", False, 6, 2048, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -368,6 +373,17 @@ ACCUM_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int, 
     ("llama-1b", 0, "none", "none", False, 4, 2048, None, 4, 1),
     ("llama-1b", 1, "none", "none", False, 2, 2048, None, 8, 1),
     ("llama-1b", 2, "cpu", "none", True, 32, 1024, 24, 4, 1),
+    # (2026-12-04, indices 22-25) held out from the accumulation rules the llama-1b ZeRO-2 pair set (pinned 16-bit
+    # sums on the host, two PCIe transfers per extra micro-step): ZeRO-1 and ZeRO-2 + offload of two other models
+    # beside their readings at 1, and ZeRO-3 + offload, whose host-side partitions add the same way, at 4 and at 1
+    ("pythia-1.4b", 1, "cpu", "none", True, 10, 2048, 24, 4, 0),
+    ("qwen2-1.5b", 2, "cpu", "none", True, 4, 2048, 24, 4, 0),
+    ("llama-1b", 3, "cpu", "none", True, 16, 1024, None, 4, 0),
+    ("llama-1b", 3, "cpu", "none", True, 16, 1024, None, 1, 1),
+    # (2026-12-04, indices 26-27) held out from the ZeRO-3 rule that llama-1b's pair set (the reduce stream hides the
+    # extra transfers): two other models at 4 micro-steps
+    ("llama-3b", 3, "cpu", "none", True, 16, 1024, None, 4, 0),
+    ("gpt2-xl", 3, "cpu", "none", True, 16, 1024, None, 4, 0),
 )
 FAMILIES = (
     "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases", "accum",

@@ -17,6 +17,7 @@ from wizard.planner.throughput import (
     estimate_throughput,
     flop_params,
     flops_per_token,
+    offload_gradient_transfers,
     peak_flops,
 )
 from wizard.strategy import Strategy
@@ -210,8 +211,15 @@ def test_the_optimizer_step_is_paid_once_per_optimizer_step(
         if name in STEP_PARTS:
             assert b[name] == pytest.approx(a[name]), name
         elif name == "PCIe copies":
-            # gradients to the host every micro-step; stages 1-2 copy the weights back once per step
-            assert a[name] < b[name] <= gas * a[name] * (1 + 1e-12)
+            # the weights come back once per step; the gradients go to the host once per step at stage 1 (it reduces
+            # only at the boundary), and stages 2-3 carry the running sum in and out every further micro-step
+            # (throughput.offload_gradient_transfers; ZeRO-3's behind the compute)
+            if stage == 1:
+                assert b[name] == pytest.approx(a[name])
+            elif stage == 2:
+                assert a[name] < b[name] <= offload_gradient_transfers(stage, gas) * a[name] * (1 + 1e-12)
+            else:
+                assert a[name] <= b[name]
         else:
             assert b[name] == pytest.approx(gas * a[name]), name
     assert a["optimizer step"] > 0

@@ -4,7 +4,12 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
-from wizard.planner.memory import KV_CACHE_ITEM, MemoryEstimate
+from wizard.planner.memory import (
+    KV_CACHE_ITEM,
+    MemoryEstimate,
+    sdpa_padded_head_dim,
+    sdpa_padding_bytes_per_token,
+)
 from wizard.planner.throughput import ThroughputEstimate
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
 from wizard.strategy import Strategy
@@ -91,6 +96,9 @@ def intrinsic_reasons(
         out += _inference_reasons(ctx, s, generation)
     if tp.peak_source != "catalog":
         out.append(f"GPU peak {tp.peak_flops_per_gpu / 1e12:.0f} TFLOP/s taken from the {tp.peak_source}")
+    padding = _head_dim_padding_reason(ctx, s)
+    if padding:
+        out.append(padding)
     if m.is_moe:
         out.append(
             f"MoE: memory counts all {m.total_params / 1e9:.1f} B parameters, compute the "
@@ -102,6 +110,27 @@ def intrinsic_reasons(
             "dswiz config writes it (zero_optimization.leaf_module, or accelerate's deepspeed_moe_layer_cls_names)"
         )
     return out
+
+
+def _head_dim_padding_reason(ctx: PlanContext, s: Strategy) -> str | None:
+    """What a head dim SDPA pads costs a training step (memory.sdpa_padding_bytes_per_token): the padded copies every
+    layer keeps (with checkpointing, the one layer recomputed at a time), and a slower attention."""
+    m = ctx.model
+    padded = sdpa_padded_head_dim(m)
+    if s.mode != "train" or padded == m.head_dim:
+        return None
+    saved, cache = sdpa_padding_bytes_per_token(m)
+    layers = 1 if s.activation_checkpointing else m.layers
+    extra = int(
+        (saved + (0 if s.activation_checkpointing else cache))
+        * layers
+        * s.micro_batch_size
+        * ctx.seq_len
+    )
+    return (
+        f"head dim {m.head_dim} is not a multiple of 8: PyTorch pads it to {padded} for the fused attention kernel, "
+        f"which keeps {fmt_bytes(extra)} more activations at this micro-batch and runs attention slower (both counted)"
+    )
 
 
 def _inference_reasons(ctx: PlanContext, s: Strategy, generation: GenerationCost) -> list[str]:

@@ -195,6 +195,25 @@ def trainable_params(m: ModelSpec) -> int:
     return lora_params(m) if m.finetune.uses_lora else m.total_params
 
 
+def trainable_tensors(m: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(elements, how many) of the tensors that get gradients: LoRA's A and B per adapted layer; for full training
+    every linear weight and the input embedding (the head too where it is not tied to it), then everything else
+    (norms, biases, position tables: small tensors) as one remainder."""
+    if m.finetune.uses_lora:
+        r = m.finetune.lora_rank
+        return tuple(
+            t
+            for layer in lora_layers(m)
+            for t in ((r * layer.fan_in, layer.count), (r * layer.fan_out, layer.count))
+        )
+    listed = [
+        (layer.weights, layer.count) for layer in linear_layers(m) if not (layer.head and m.tied_embeddings)
+    ]
+    listed.append((m.vocab * m.hidden, 1))
+    rest = m.total_params - sum(n * c for n, c in listed)
+    return (*listed, (rest, 1)) if rest > 0 else tuple(listed)
+
+
 def with_finetune(m: ModelSpec, ft: FineTune) -> ModelSpec:
     """The model trained this way; DswizError for targets the model does not have (checked here, once)."""
     if ft.uses_lora:  # PEFT's default targets written out: the label, the hints and the sidecar name them

@@ -271,6 +271,15 @@ def training_phases(
         step_extra = (2 * w + 4) * P if w == 2 else w * P  # gradients, their flat copy, fp32 for the update
     if accumulating and grads_full:
         persistent.append(("accumulated gradients", grads_full))
+    if accumulating and stage == 1:
+        # Every backward allocates the reduce bucket at its first gradient (stage_1_and_2.py process_gradients ->
+        # setup_buckets); stage 2 frees it in each backward's epilogue, stage 1 only when it reduces at the
+        # boundary (engine.py allreduce_gradients, DeepSpeed 0.19.8), so the next micro-steps' forwards hold it.
+        # Measured: llama-1b at 8 micro-steps, Pythia-1.4B with the optimizer offloaded at 4, 0.93-1.0 GiB above
+        # the same step at 1 (bench/results/plan_accuracy-2026-12-03-1gpu-accum-accum-b.json,
+        # -2026-12-04-1gpu-accum-accum-offload.json).
+        persistent.append(("reduce bucket (kept across micro-steps)", in_backward_buffers))
+        in_backward_buffers = 0
 
     layers, head, transient = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     fwd = Phase(
@@ -640,10 +649,34 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     if setup > 0:
         items.append(("offload set-up peak (pinned copies)", ranks * setup))
         steady += setup
+    accumulation = offload_accumulation_bytes(model, s)
+    if accumulation:
+        items.append(("gradient accumulation buffers (pinned)", ranks * accumulation))
     extra = max(0, load - steady)
     if extra:
         items.append(("model copy while loading", ranks * extra))
     return sum(v for _, v in items), tuple(items)
+
+
+def pinned_bytes(n: int) -> int:
+    """What PyTorch's pinned-memory allocator takes for an n-byte request: the next power of two (CUDA's
+    CachingHostAllocator rounds every block up to one)."""
+    return 1 << max(0, n - 1).bit_length() if n > 0 else 0
+
+
+def offload_accumulation_bytes(model: ModelSpec, s: Strategy) -> int:
+    """Host RAM per rank that ZeRO-2 with the optimizer on the CPU adds when it accumulates gradients over more than
+    one micro-step: one pinned 16-bit buffer per trainable tensor, each rounded up to a power of two
+    (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, DeepSpeed 0.19.8; allocated at the first backward, on
+    top of the running step's host memory). Measured: llama-1b and Qwen2-1.5B at 4 micro-steps pinned 2.70 and 3.62
+    GiB more than at 1, as counted; ZeRO-1, which reduces once at the boundary, pinned nothing more (Pythia-1.4B;
+    docs/measurements.md)."""
+    if not (s.mode == "train" and s.offload_optimizer == "cpu" and s.zero_stage == 2):
+        return 0
+    if s.gradient_accumulation_steps <= 1:
+        return 0
+    w = weight_bytes(s)
+    return sum(pinned_bytes(w * n) * count for n, count in ft.trainable_tensors(model)) // s.world_size
 
 
 def _offload_setup_peak(model: ModelSpec, s: Strategy) -> int:

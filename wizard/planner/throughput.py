@@ -311,10 +311,32 @@ def optimizer_kind(zero_stage: int) -> str:
     return "stage 0" if zero_stage == 0 else "stage 3" if zero_stage == 3 else "stage 1-2"
 
 
+def offload_gradient_transfers(zero_stage: int, gradient_accumulation_steps: int) -> int:
+    """How many times a step moves each 16-bit gradient over PCIe with the optimizer on the CPU (DeepSpeed 0.19.8):
+    - ZeRO-1 reduces only at the accumulation boundary (engine.py allreduce_gradients): once, however many
+      micro-steps accumulate on the GPU;
+    - ZeRO-2 reduces in every backward. At one micro-step it copies the gradients out once. Accumulating, it keeps the
+      running sum in pinned host buffers: every micro-step copies its gradients out, every one after the first first
+      copies the sum back in to add to it (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu), and the boundary
+      copies the result into the fp32 gradients: 2 x steps;
+    - ZeRO-3's gradient partitions live in host memory; every micro-step after the first copies them in and out to
+      add (stage3.py partition_grads): 2 more per extra micro-step, on the reduce stream (see _optimizer_seconds)."""
+    gas = gradient_accumulation_steps
+    if gas <= 1 or zero_stage == 1:
+        return 1
+    return 2 * gas if zero_stage == 2 else 1 + 2 * (gas - 1)
+
+
 def _optimizer_seconds(
-    hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float, compute: float
 ) -> dict[str, float]:
-    """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps)."""
+    """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps). ``compute`` is
+    one micro-step's: accumulating, ZeRO-3 moves the running sum of every micro-step after the first on the reduce
+    stream (overlap_comm, its default), which hides it behind that share of the micro-step's compute as it hides the
+    collectives (calibration.COMM_OVERLAP); the copy to the host at the boundary, which the optimizer step waits for,
+    stays in the step as at one micro-step. Measured: llama-1b ZeRO-3 + offload + checkpointing ran 4 micro-steps
+    at 0.49 s each where 1 took 0.52 s, the 6 more transfers nowhere to be seen
+    (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
     shards = N if s.zero_stage >= 1 else 1
     local = ft.trainable_params(model) / shards
@@ -336,11 +358,17 @@ def _optimizer_seconds(
     # pageable rate; into offloaded (pinned host) parameters it is a host-side conversion, no PCIe at all. Stages
     # 1-2 convert into a pinned 16-bit buffer first and copy that without blocking (stage_1_and_2.py step).
     weights_back = w * local
+    grads = offload_gradient_transfers(s.zero_stage, gas) * w * local
+    if s.zero_stage == 3 and gas > 1:
+        # the round trips of the micro-steps after the first, each behind its own micro-step's compute
+        round_trips = grads - w * local
+        hidden = (gas - 1) * cal.COMM_OVERLAP * compute * pcie
+        grads = w * local + max(0.0, round_trips - hidden)
     if s.zero_stage == 3:
         if s.offload_param == "none":
             parts["16-bit weights back (pageable)"] = weights_back / cal.STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND
         weights_back = 0.0
-    parts["PCIe copies"] = (gas * w * local + weights_back) / pcie
+    parts["PCIe copies"] = (grads + weights_back) / pcie
     if s.offload_optimizer == "nvme":
         node_bytes = s.gpus_per_node * 2 * 16 * local  # read and write fp32 states, per node
         parts["NVMe swaps"] = node_bytes / cal.NVME_BYTES_PER_SECOND
@@ -408,7 +436,7 @@ def estimate_throughput(
         parts["fp32 gradient accumulation"] = gas * cal.STAGE0_MICRO_STEP_SECONDS
 
     if train:
-        parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie))
+        parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie, compute))
         if model.finetune.quantized:
             parts["4-bit dequantization"] = ft.dequantization_seconds(model, s, hbm)
     if s.offload_param != "none":
