@@ -28,7 +28,7 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
-    # --label accum-offload; --indices 26,27 --label accum-offload3):
+    # --label accum-offload; --indices 26,27 --label accum-offload3; --indices 28,29 --label accum-gpt2xl):
     python3 bench/plan_accuracy.py --family accum --budget-s 440 --config-timeout-s 150 --label accum --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
@@ -384,6 +384,10 @@ ACCUM_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int, 
     # extra transfers): two other models at 4 micro-steps
     ("llama-3b", 3, "cpu", "none", True, 16, 1024, None, 4, 0),
     ("gpt2-xl", 3, "cpu", "none", True, 16, 1024, None, 4, 0),
+    # (indices 28-29) gpt2-xl, which ran 28 % below the prediction at 4 micro-steps: a second reading, and one at 1
+    # split into phases beside it
+    ("gpt2-xl", 3, "cpu", "none", True, 16, 1024, None, 4, 1),
+    ("gpt2-xl", 3, "cpu", "none", True, 16, 1024, None, 1, 1),
 )
 FAMILIES = (
     "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases", "accum",

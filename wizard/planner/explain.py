@@ -122,10 +122,7 @@ def _head_dim_padding_reason(ctx: PlanContext, s: Strategy) -> str | None:
     saved, cache = sdpa_padding_bytes_per_token(m)
     layers = 1 if s.activation_checkpointing else m.layers
     extra = int(
-        (saved + (0 if s.activation_checkpointing else cache))
-        * layers
-        * s.micro_batch_size
-        * ctx.seq_len
+        (saved + (0 if s.activation_checkpointing else cache)) * layers * s.micro_batch_size * ctx.seq_len
     )
     return (
         f"head dim {m.head_dim} is not a multiple of 8: PyTorch pads it to {padded} for the fused attention kernel, "
