@@ -8,10 +8,11 @@ own folder (Python puts it first on ``sys.path``); it needs nothing outside the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,35 @@ def load_bench_script(name: str) -> Any:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def write_result(out: Path, stem: str, doc: dict[str, Any], markdown: str) -> None:
+    """A GPU bench's result: ``<stem>.json`` (the raw document) and ``<stem>.md`` beside it in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / f"{stem}.md").write_text(markdown)
+    print(f"wrote {out / stem}.json and .md")
+
+
+def result_stem(name: str, doc: dict[str, Any], label: str) -> str:
+    """``<name>-<date>[-smoke][-<label>]``, the result files' name."""
+    return f"{name}-{doc['date']}" + ("-smoke" if doc["smoke"] else "") + (f"-{label}" if label else "")
+
+
+def saved_tensor_bytes(params: Iterable[Any], forward: Callable[[], Any]) -> int:
+    """Bytes of the tensors autograd saves for backward while ``forward()`` runs, each storage once, the
+    parameters' (``params``) left out."""
+    import torch
+
+    skip = {p.untyped_storage().data_ptr() for p in params}
+    seen: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    return sum(seen.values())

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import md_heading, md_table  # noqa: E402
+from _common import md_heading, md_table, result_stem, saved_tensor_bytes, write_result  # noqa: E402
 
 from wizard.model import spec_from_config  # noqa: E402
 from wizard.planner.memory import activation_bytes_per_sample  # noqa: E402
@@ -76,16 +76,7 @@ def _one_forward(
         model = transformers.AutoModelForCausalLM.from_config(
             config, attn_implementation="sdpa", dtype=dtype
         ).train()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
-    seen: dict[int, int] = {}
-
-    def pack(t: Any) -> Any:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
     cuda = device.type == "cuda"
     ends: list[int] = []
     hooks = (
@@ -96,17 +87,22 @@ def _one_forward(
         if cuda
         else []
     )
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(input_ids=ids, labels=ids).loss
+    saved = saved_tensor_bytes(model.parameters(), lambda: model(input_ids=ids, labels=ids).loss)
     for h in hooks:
         h.remove()
     steps = sorted(b - a for a, b in itertools.pairwise(ends))
-    retained = float(steps[len(steps) // 2]) if steps else None
-    del loss, model
+    return saved, float(steps[len(steps) // 2]) if steps else None
+
+
+def _measure(cfg: dict[str, Any], batch: int, seq: int, device: Any, dtype: Any) -> tuple[int, float | None]:
+    """``_one_forward``, then its model's memory given back before the next one is built."""
+    import torch
+
+    result = _one_forward(cfg, batch, seq, device, dtype)
     gc.collect()
-    if cuda:
+    if device.type == "cuda":
         torch.cuda.empty_cache()
-    return sum(seen.values()), retained
+    return result
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -120,10 +116,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for head_dim, heads, kv_heads in shapes:
         for use_cache in (True, False):
-            one = _one_forward(
-                llama_config(head_dim, heads, kv_heads, 1, use_cache), batch, seq, device, dtype
-            )
-            two = _one_forward(
+            one = _measure(llama_config(head_dim, heads, kv_heads, 1, use_cache), batch, seq, device, dtype)
+            two = _measure(
                 llama_config(head_dim, heads, kv_heads, LAYERS, use_cache), batch, seq, device, dtype
             )
             tokens = batch * seq
@@ -221,11 +215,7 @@ def main() -> int:
             print(f"wrote {path.with_suffix('.md')}")
         return 0
     doc = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"attention_memory-{doc['date']}{'-smoke' if doc['smoke'] else ''}{'-' + args.label if args.label else ''}"
-    (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown(doc))
-    print(f"wrote {args.out / stem}.json and .md")
+    write_result(args.out, result_stem("attention_memory", doc, args.label), doc, markdown(doc))
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import platform
 import statistics
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import md_heading, md_table  # noqa: E402
+from _common import md_heading, md_table, result_stem, write_result  # noqa: E402
 
 HEAD_DIMS = (64, 80, 96, 100, 128, 192, 256)
 SEQS = (1024, 2048)
@@ -197,15 +196,7 @@ def main() -> int:
     ap.add_argument("--head-dims", type=_ints, default=HEAD_DIMS, help="e.g. 64,128,256")
     args = ap.parse_args()
     doc = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = (
-        f"attention_rate-{doc['date']}"
-        + ("-smoke" if doc["smoke"] else "")
-        + (f"-{args.label}" if args.label else "")
-    )
-    (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown(doc))
-    print(f"wrote {args.out / stem}.json and .md")
+    write_result(args.out, result_stem("attention_rate", doc, args.label), doc, markdown(doc))
     return 0
 
 

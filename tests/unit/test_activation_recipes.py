@@ -7,6 +7,8 @@ Dropout is off here because CPU kernels store dropout masks differently from CUD
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,9 @@ from wizard.planner.memory import layer_activation_bytes_per_token
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import _common  # noqa: E402  (the bench's count, which bench/attention_memory.py runs on the GPU)
 
 SEQ = 128
 
@@ -27,19 +32,8 @@ def _saved_bytes(cfg: dict[str, Any], masked: bool, seq: int) -> int:
     attn = "eager" if config.model_type == "deberta-v2" else "sdpa"
     torch.manual_seed(0)
     model = auto.from_config(config, attn_implementation=attn).to(torch.bfloat16).train()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: Any) -> Any:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
     ids = torch.randint(0, config.vocab_size, (1, seq))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids)
-    return sum(seen.values())
+    return int(_common.saved_tensor_bytes(model.parameters(), lambda: model(input_ids=ids, labels=ids)))
 
 
 def _per_layer_measured(cfg: dict[str, Any], masked: bool, seq: int) -> float:

@@ -5,10 +5,13 @@ needed."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -137,3 +140,24 @@ def test_a_held_out_deepspeed_step_allocates_what_the_count_says(
     monkeypatch.setattr(memory, "sdpa_padding_bytes_per_token", lambda model: (0.0, 0.0))
     without = memory.estimate_memory(spec, s, row["seq_len"]).allocated
     assert without < row["max_allocated"] * 0.95
+
+
+def test_the_bench_runs_on_cpu_and_renders_again(tmp_path: Path, bench_smoke: Callable[..., Any]) -> None:
+    # --smoke: tiny layers on the CPU (where SDPA pads nothing, and no allocation is read); --analyze writes the
+    # markdown again from the raw file with the planner as it is.
+    bench_smoke("attention_memory", tmp_path)
+    (raw,) = tmp_path.glob("attention_memory-*-smoke.json")
+    doc = json.loads(raw.read_text())
+    assert doc["smoke"] and [r["head_dim"] for r in doc["rows"]] == [8, 8, 10, 10]
+    assert all(r["saved_per_token"] > 0 and r["retained_per_token"] is None for r in doc["rows"])
+    first = raw.with_suffix(".md").read_text()
+    raw.with_suffix(".md").unlink()
+    proc = subprocess.run(
+        [sys.executable, "bench/attention_memory.py", "--analyze", str(raw)],
+        cwd=RESULTS.parents[1],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert raw.with_suffix(".md").read_text() == first
