@@ -373,9 +373,9 @@ ACCUM_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int, 
     ("llama-1b", 0, "none", "none", False, 4, 2048, None, 4, 1),
     ("llama-1b", 1, "none", "none", False, 2, 2048, None, 8, 1),
     ("llama-1b", 2, "cpu", "none", True, 32, 1024, 24, 4, 1),
-    # (2026-12-04, indices 22-25) held out from the accumulation rules the llama-1b ZeRO-2 pair set (pinned 16-bit
-    # sums on the host, two PCIe transfers per extra micro-step): ZeRO-1 and ZeRO-2 + offload of two other models
-    # beside their readings at 1, and ZeRO-3 + offload, whose host-side partitions add the same way, at 4 and at 1
+    # (2026-12-04, indices 22-25) held out from the accumulation rule the llama-1b ZeRO-2 pair set (pinned 16-bit
+    # sums on the host, 2 x steps PCIe transfers a step): ZeRO-1 and ZeRO-2 + offload of two other models beside
+    # their readings at 1, and ZeRO-3 + offload, whose host-side partitions add the same way, at 4 and at 1
     ("pythia-1.4b", 1, "cpu", "none", True, 10, 2048, 24, 4, 0),
     ("qwen2-1.5b", 2, "cpu", "none", True, 4, 2048, 24, 4, 0),
     ("llama-1b", 3, "cpu", "none", True, 16, 1024, None, 4, 0),

@@ -27,6 +27,7 @@ from wizard.planner.memory import (
 )
 from wizard.planner.search import plan
 from wizard.planner.types import PlanRequest
+from wizard.units import fmt_bytes
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 H200 = RESULTS / "attention_memory-2026-12-04-b16.json"
@@ -59,6 +60,17 @@ def test_the_padding_is_what_an_aligned_head_dim_would_not_keep(
     measured_cache = (padded_cache["retained_per_token"] - padded["retained_per_token"]) / h
     assert saved / h == pytest.approx(measured_saved, abs=0.1)
     assert cache / h == pytest.approx(measured_cache, abs=0.1)
+
+
+def test_the_cache_holds_the_unpadded_keys_and_values_of_the_kv_heads() -> None:
+    # What the cache added on the H200 per layer and token: 4*kv_dim bytes, i.e. 4.0*h with MHA and 0.5*h with 32
+    # query heads over 4 KV heads -- the KV width, not the query width.
+    doc = json.loads(H200.read_text())
+    by = {(r["head_dim"], r["kv_heads"], r["use_cache"]): r for r in doc["rows"]}
+    for kv_heads in (32, 4):
+        on, off = by[(100, kv_heads, True)], by[(100, kv_heads, False)]
+        measured = on["retained_per_token"] - off["retained_per_token"]
+        assert measured == pytest.approx(4 * kv_heads * 100, rel=0.05)
 
 
 @pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
@@ -116,7 +128,10 @@ def test_the_plan_says_what_the_padding_costs() -> None:
     best = plan(hw, padded, PlanRequest(seq_len=1024)).best
     assert best is not None
     (line,) = [r for r in best.reasons if r.startswith("head dim 100 is not a multiple of 8")]
-    assert "pads it to 104" in line and "more activations" in line
+    s = best.strategy
+    kept, transient = memory.sdpa_padding_bytes_per_sample(padded, 1024, s.activation_checkpointing)
+    extra = (transient if s.activation_checkpointing else kept) * s.micro_batch_size
+    assert f"pads it to 104 for the fused attention kernel, which keeps {fmt_bytes(extra)} more" in line
     aligned = plan(hw, load_model_spec("llama-7b"), PlanRequest(seq_len=1024)).best
     assert aligned is not None and not any("is not a multiple of 8" in r for r in aligned.reasons)
 

@@ -4,11 +4,12 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
+from wizard.planner import calibration as cal
 from wizard.planner.memory import (
     KV_CACHE_ITEM,
     MemoryEstimate,
     sdpa_padded_head_dim,
-    sdpa_padding_bytes_per_token,
+    sdpa_padding_bytes_per_sample,
 )
 from wizard.planner.throughput import ThroughputEstimate
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
@@ -113,20 +114,19 @@ def intrinsic_reasons(
 
 
 def _head_dim_padding_reason(ctx: PlanContext, s: Strategy) -> str | None:
-    """What a head dim SDPA pads costs a training step (memory.sdpa_padding_bytes_per_token): the padded copies every
-    layer keeps (with checkpointing, the one layer recomputed at a time), and a slower attention."""
+    """What a head dim SDPA pads costs a training step (memory.sdpa_padding_bytes_per_sample): the padded copies
+    every layer keeps, or with checkpointing the recomputed layer's, and a slower attention."""
     m = ctx.model
     padded = sdpa_padded_head_dim(m)
     if s.mode != "train" or padded == m.head_dim:
         return None
-    saved, cache = sdpa_padding_bytes_per_token(m)
-    layers = 1 if s.activation_checkpointing else m.layers
-    extra = int(
-        (saved + (0 if s.activation_checkpointing else cache)) * layers * s.micro_batch_size * ctx.seq_len
-    )
+    kept, transient = sdpa_padding_bytes_per_sample(m, ctx.seq_len, s.activation_checkpointing)
+    where = "while a layer is recomputed" if s.activation_checkpointing else f"over the {m.layers} layers"
+    extra = (transient if s.activation_checkpointing else kept) * s.micro_batch_size
     return (
-        f"head dim {m.head_dim} is not a multiple of 8: PyTorch pads it to {padded} for the fused attention kernel, "
-        f"which keeps {fmt_bytes(extra)} more activations at this micro-batch and runs attention slower (both counted)"
+        f"head dim {m.head_dim} is not a multiple of {cal.SDPA_HEAD_DIM_MULTIPLE}: PyTorch pads it to {padded} for "
+        f"the fused attention kernel, which keeps {fmt_bytes(extra)} more activations {where} at this micro-batch "
+        "and runs attention slower (both counted)"
     )
 
 

@@ -195,23 +195,27 @@ def trainable_params(m: ModelSpec) -> int:
     return lora_params(m) if m.finetune.uses_lora else m.total_params
 
 
-def trainable_tensors(m: ModelSpec) -> tuple[tuple[int, int], ...]:
-    """(elements, how many) of the tensors that get gradients: LoRA's A and B per adapted layer; for full training
-    every linear weight and the input embedding (the head too where it is not tied to it), then everything else
-    (norms, biases, position tables: small tensors) as one remainder."""
+def trainable_tensors(m: ModelSpec) -> tuple[tuple[tuple[int, int], ...], int]:
+    """The tensors that get gradients, as ((elements, how many), ...) and the elements of the small ones left over
+    (norms, biases, position tables), which are not listed one by one. LoRA: A and B of every adapted layer. Full
+    training: every linear weight, the input embedding (the head too where it is not tied to it), and the experts'
+    fused weights and router of each MoE layer (transformers keeps an expert stack as two 3-D tensors)."""
     if m.finetune.uses_lora:
         r = m.finetune.lora_rank
-        return tuple(
-            t
-            for layer in lora_layers(m)
-            for t in ((r * layer.fan_in, layer.count), (r * layer.fan_out, layer.count))
-        )
+        pairs = tuple((r * layer.fan_in, layer.count) for layer in lora_layers(m))
+        return pairs + tuple((r * layer.fan_out, layer.count) for layer in lora_layers(m)), 0
     listed = [
         (layer.weights, layer.count) for layer in linear_layers(m) if not (layer.head and m.tied_embeddings)
     ]
     listed.append((m.vocab * m.hidden, 1))
-    rest = m.total_params - sum(n * c for n, c in listed)
-    return (*listed, (rest, 1)) if rest > 0 else tuple(listed)
+    if m.is_moe and m.moe_layers:
+        experts = m.num_experts * m.moe_ffn_hidden * m.hidden
+        listed += [
+            (2 * experts, m.moe_layers),
+            (experts, m.moe_layers),
+            (m.num_experts * m.hidden, m.moe_layers),
+        ]
+    return tuple(listed), max(0, m.total_params - sum(n * c for n, c in listed))
 
 
 def with_finetune(m: ModelSpec, ft: FineTune) -> ModelSpec:

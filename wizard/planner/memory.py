@@ -99,7 +99,13 @@ def weight_bytes(strategy: Strategy) -> int:
 
 
 def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Saved-for-backward bytes per token of one transformer layer in 16-bit (ACTIVATION_RECIPES)."""
+    """Saved-for-backward bytes per token of one transformer layer in 16-bit: the recipe, plus the copies a padded
+    head dim keeps (sdpa_padding_bytes_per_token)."""
+    return recipe_activation_bytes_per_token(model, seq_len) + sdpa_padding_bytes_per_token(model)[0]
+
+
+def recipe_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
+    """One layer's saved bytes per token as the activation recipe counts them (ACTIVATION_RECIPES, counted on CPU)."""
     r = cal.ACTIVATION_RECIPES.get(model.family, cal.ACTIVATION_RECIPES["llama"])
     h = model.hidden
     if model.is_moe:
@@ -114,7 +120,6 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
     else:
         ffn = r.per_ffn * model.ffn_hidden
     b = r.per_hidden * h + ffn + r.per_kv * model.kv_dim + ft.layer_activation_delta_per_token(model)
-    b += sdpa_padding_bytes_per_token(model)[0]
     if not model.use_cache:
         b += cal.USE_CACHE_OFF_BYTES_PER_HIDDEN.get(model.family, 0.0) * h
     if model.dropout > 0:
@@ -130,7 +135,9 @@ def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
 def sdpa_padded_head_dim(model: ModelSpec) -> int:
     """The head dim SDPA's CUDA flash kernel runs at: padded up to a multiple of calibration.SDPA_HEAD_DIM_MULTIPLE
     (the model's own where it is one, or where the kernel is not flash: eager attention, head dims above its
-    limit)."""
+    limit). The planner assumes the flash kernel runs: 16-bit training on an Ampere or newer GPU without an attention
+    mask, as the HF Trainer's causal LMs run; in fp32, or on an older GPU, SDPA picks another kernel and pads
+    nothing, so there it counts a little more than is kept."""
     hd, m = model.head_dim, cal.SDPA_HEAD_DIM_MULTIPLE
     if model.attention != "sdpa" or not 0 < hd <= cal.SDPA_FLASH_MAX_HEAD_DIM:
         return hd
@@ -152,6 +159,17 @@ def sdpa_padding_bytes_per_token(model: ModelSpec) -> tuple[float, float]:
     saved = 2.0 * ((r - 1.0) * (q + 2 * model.kv_dim) + r * q)
     cache = 4.0 * model.kv_dim if model.use_cache and not model.encoder else 0.0
     return saved, cache
+
+
+def sdpa_padding_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int]:
+    """The padded head dim's part of activation_bytes_per_sample's (layers' saved tensors, backward transient): every
+    layer's copies and cache entries without checkpointing, the recomputed layer's copies with it."""
+    saved, cache = sdpa_padding_bytes_per_token(model)
+    transient_layers = cal.BACKWARD_TRANSIENT_LAYERS + (
+        cal.CHECKPOINT_RECOMPUTE_LAYERS if checkpointing else 0
+    )
+    kept = 0.0 if checkpointing else model.layers * (saved + cache)
+    return int(kept * seq_len), int(transient_layers * saved * seq_len)
 
 
 def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int, int]:
@@ -271,20 +289,20 @@ def training_phases(
         step_extra = (2 * w + 4) * P if w == 2 else w * P  # gradients, their flat copy, fp32 for the update
     if accumulating and grads_full:
         persistent.append(("accumulated gradients", grads_full))
+    carried: tuple[tuple[str, int], ...] = ()
     if accumulating and stage == 1:
-        # Every backward allocates the reduce bucket at its first gradient (stage_1_and_2.py process_gradients ->
+        # The first gradient of a step allocates the reduce bucket (stage_1_and_2.py process_gradients ->
         # setup_buckets); stage 2 frees it in each backward's epilogue, stage 1 only when it reduces at the
-        # boundary (engine.py allreduce_gradients, DeepSpeed 0.19.8), so the next micro-steps' forwards hold it.
-        # Measured: llama-1b at 8 micro-steps, Pythia-1.4B with the optimizer offloaded at 4, 0.93-1.0 GiB above
-        # the same step at 1 (bench/results/plan_accuracy-2026-12-03-1gpu-accum-accum-b.json,
-        # -2026-12-04-1gpu-accum-accum-offload.json).
-        persistent.append(("reduce bucket (kept across micro-steps)", in_backward_buffers))
-        in_backward_buffers = 0
+        # boundary (engine.py allreduce_gradients -> reduce_gradients, DeepSpeed 0.19.8), before the optimizer
+        # step: the next micro-steps' forwards hold it. Measured: llama-1b at 8 micro-steps, Pythia-1.4B with the
+        # optimizer offloaded at 4, 0.93-1.0 GiB above the same step at 1
+        # (bench/results/plan_accuracy-2026-12-03-1gpu-accum-accum-b.json, -2026-12-04-1gpu-accum-accum-offload.json).
+        carried = (("reduce bucket (kept across micro-steps)", in_backward_buffers),)
 
     layers, head, transient = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     fwd = Phase(
         "forward/loss",
-        tuple(persistent),
+        (*persistent, *carried),
         (("activations", layers), ("loss head (logits, fp32 upcast)", head)),
     )
     grads_now = 0 if accumulating else grads_full
@@ -676,7 +694,8 @@ def offload_accumulation_bytes(model: ModelSpec, s: Strategy) -> int:
     if s.gradient_accumulation_steps <= 1:
         return 0
     w = weight_bytes(s)
-    return sum(pinned_bytes(w * n) * count for n, count in ft.trainable_tensors(model)) // s.world_size
+    tensors, rest = ft.trainable_tensors(model)
+    return (sum(pinned_bytes(w * n) * count for n, count in tensors) + w * rest) // s.world_size
 
 
 def _offload_setup_peak(model: ModelSpec, s: Strategy) -> int:

@@ -18,7 +18,7 @@ from wizard.hardware.report import GPUInfo, HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.memory import layer_activation_bytes_per_token, weight_bytes
+from wizard.planner.memory import recipe_activation_bytes_per_token, sdpa_padded_head_dim, weight_bytes
 from wizard.strategy import Strategy
 
 
@@ -78,7 +78,8 @@ def activation_traffic_bytes_per_token(model: ModelSpec, seq_len: int, s: Strate
     """HBM bytes per token that the element-wise work (norms, GELU/SwiGLU, dropout, softmax, the loss head's fp32
     upcast) moves in forward + backward: a multiple of what forward saves for backward (both scale with the
     activation tensors), repeated for the forward part when checkpointing recomputes it."""
-    saved = model.layers * layer_activation_bytes_per_token(model, seq_len)
+    # the recipe's bytes: a padded head dim's copies are in the attention's own rate (attention_share)
+    saved = model.layers * recipe_activation_bytes_per_token(model, seq_len)
     traffic = cal.ACTIVATION_TRAFFIC_PER_SAVED_BYTE * (saved + cal.HEAD_BYTES_PER_HIDDEN * model.hidden)
     traffic += cal.LOSS_HEAD_TRAFFIC_BYTES_PER_VOCAB * model.vocab
     bias = zero3_bias_add_bytes_per_token(model, s)
@@ -125,8 +126,8 @@ def attention_flops_per_token(
 def attention_share(model: ModelSpec) -> float:
     """Fused attention's speed on PaLM's FLOP count as a share of the matmuls': full speed at head dim 128, slower
     below (fewer FLOPs per byte of each tile) and above (measured: bench/attention_rate.py), slowest where the head
-    dim is not a multiple of calibration.SDPA_HEAD_DIM_MULTIPLE (SDPA pads it before the fused kernel)."""
-    aligned = model.head_dim % cal.SDPA_HEAD_DIM_MULTIPLE == 0
+    dim SDPA pads before the fused kernel (memory.sdpa_padded_head_dim)."""
+    aligned = sdpa_padded_head_dim(model) == model.head_dim
     if model.head_dim > 128 and aligned:
         return cal.ATTENTION_SHARE_LARGE_HEAD
     if model.head_dim in (0, 128):  # 0: not known
@@ -328,13 +329,13 @@ def offload_gradient_transfers(zero_stage: int, gradient_accumulation_steps: int
 
 
 def _optimizer_seconds(
-    hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float, compute: float
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float, hidden_behind: float
 ) -> dict[str, float]:
-    """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps). ``compute`` is
-    one micro-step's: accumulating, ZeRO-3 moves the running sum of every micro-step after the first on the reduce
-    stream (overlap_comm, its default), which hides it behind that share of the micro-step's compute as it hides the
-    collectives (calibration.COMM_OVERLAP); the copy to the host at the boundary, which the optimizer step waits for,
-    stays in the step as at one micro-step. Measured: llama-1b ZeRO-3 + offload + checkpointing ran 4 micro-steps
+    """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps).
+    ``hidden_behind``: seconds of each micro-step's compute the reduce stream has left after the collectives
+    (calibration.COMM_OVERLAP's share, less what the collectives take). Accumulating, ZeRO-3 moves the running sum of
+    every micro-step after the first on that stream (overlap_comm, its default); the copy to the host at the
+    boundary, which the optimizer step waits for, stays in the step as at one micro-step. Measured: llama-1b ZeRO-3 + offload + checkpointing ran 4 micro-steps
     at 0.49 s each where 1 took 0.52 s, the 6 more transfers nowhere to be seen
     (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
@@ -362,7 +363,7 @@ def _optimizer_seconds(
     if s.zero_stage == 3 and gas > 1:
         # the round trips of the micro-steps after the first, each behind its own micro-step's compute
         round_trips = grads - w * local
-        hidden = (gas - 1) * cal.COMM_OVERLAP * compute * pcie
+        hidden = (gas - 1) * hidden_behind * pcie
         grads = w * local + max(0.0, round_trips - hidden)
     if s.zero_stage == 3:
         if s.offload_param == "none":
@@ -436,7 +437,9 @@ def estimate_throughput(
         parts["fp32 gradient accumulation"] = gas * cal.STAGE0_MICRO_STEP_SECONDS
 
     if train:
-        parts.update(_optimizer_seconds(hardware, model, s, hbm, pcie, compute))
+        parts.update(
+            _optimizer_seconds(hardware, model, s, hbm, pcie, max(0.0, overlap * compute - comm_micro))
+        )
         if model.finetune.quantized:
             parts["4-bit dequantization"] = ft.dequantization_seconds(model, s, hbm)
     if s.offload_param != "none":
