@@ -39,9 +39,9 @@ from _common import md_heading, md_table, result_stem, saved_tensor_bytes, write
 from wizard.model import spec_from_config  # noqa: E402
 from wizard.planner.memory import activation_bytes_per_sample  # noqa: E402
 
+LAYERS = 4  # the retained bytes are the median of the three steps between four layers' ends
 # (head dim, heads, key/value heads): aligned controls (64, 128), OpenLLaMA-3B's 100 with and without GQA, and head
 # dims 4 and 2 short of a multiple of 8.
-LAYERS = 4  # the retained bytes are the median of the three steps between four layers' ends
 SHAPES = ((64, 32, 32), (128, 16, 16), (100, 32, 32), (100, 32, 4), (92, 16, 16), (90, 16, 16), (80, 32, 32))
 
 
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for head_dim, heads, kv_heads in shapes:
         for use_cache in (True, False):
             one = _measure(llama_config(head_dim, heads, kv_heads, 1, use_cache), batch, seq, device, dtype)
-            two = _measure(
+            many = _measure(
                 llama_config(head_dim, heads, kv_heads, LAYERS, use_cache), batch, seq, device, dtype
             )
             tokens = batch * seq
@@ -128,16 +128,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "kv_heads": kv_heads,
                 "hidden": h,
                 "use_cache": use_cache,
-                "saved_per_token": (two[0] - one[0]) / (LAYERS - 1) / tokens,
+                "saved_per_token": (many[0] - one[0]) / (LAYERS - 1) / tokens,
                 # what a layer leaves allocated: saved tensors, the KV cache's entry, and its output (h 16-bit
                 # values, the next layer's input, which the planner counts among the saved tensors)
-                "retained_per_token": None if two[1] is None else two[1] / tokens,
+                "retained_per_token": None if many[1] is None else many[1] / tokens,
             }
             rows.append(row)
-            peak = row["retained_per_token"]
+            retained = row["retained_per_token"]
             print(
                 f"head dim {head_dim:3d} heads {heads}/{kv_heads} cache {int(use_cache)}: saved "
-                f"{row['saved_per_token'] / h:5.2f}*h, retained {'-' if peak is None else f'{peak / h:5.2f}*h'}, "
+                f"{row['saved_per_token'] / h:5.2f}*h, retained {'-' if retained is None else f'{retained / h:5.2f}*h'}, "
                 f"planner {planner_per_token(row, seq) / h:5.2f}*h"
             )
     return {

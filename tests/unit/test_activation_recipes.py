@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from wizard.model import spec_from_config
-from wizard.planner.memory import layer_activation_bytes_per_token
+from wizard.planner.memory import recipe_activation_bytes_per_token
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -146,7 +146,7 @@ def test_layer_activation_recipe_matches_saved_tensors(key: str) -> None:
     cfg, masked = CASES[key]
     measured = _per_layer_measured(cfg, masked, SEQ)
     spec = spec_from_config({**cfg, "num_hidden_layers": 2, "n_layer": 2}, name=key, source="test")
-    predicted = layer_activation_bytes_per_token(spec, SEQ)
+    predicted = recipe_activation_bytes_per_token(spec, SEQ)
     # DeBERTa's recipe is a least-squares fit (max error 7 % over its grid); the others are exact counts.
     tolerance = 0.08 if key == "deberta-v2" else 0.03
     ratio = predicted / measured
@@ -161,4 +161,4 @@ def test_eager_attention_follows_the_sequence_length(seq: int) -> None:
     cfg, masked = CASES["deberta-v2"]
     spec = spec_from_config({**cfg, "num_hidden_layers": 2}, name="d", source="test")
     measured = _per_layer_measured(cfg, masked, seq)
-    assert layer_activation_bytes_per_token(spec, seq) == pytest.approx(measured, rel=0.08)
+    assert recipe_activation_bytes_per_token(spec, seq) == pytest.approx(measured, rel=0.08)

@@ -98,14 +98,9 @@ def weight_bytes(strategy: Strategy) -> int:
     return 4 if strategy.precision == "fp32" else 2
 
 
-def layer_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Saved-for-backward bytes per token of one transformer layer in 16-bit: the recipe, plus the copies a padded
-    head dim keeps (sdpa_padding_bytes_per_token)."""
-    return recipe_activation_bytes_per_token(model, seq_len) + sdpa_padding_bytes_per_token(model)[0]
-
-
 def recipe_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
-    """One layer's saved bytes per token as the activation recipe counts them (ACTIVATION_RECIPES, counted on CPU)."""
+    """Saved-for-backward bytes per token of one transformer layer in 16-bit as the activation recipe counts them
+    (ACTIVATION_RECIPES, counted on CPU; a padded head dim's copies come on top: sdpa_padding_bytes_per_token)."""
     r = cal.ACTIVATION_RECIPES.get(model.family, cal.ACTIVATION_RECIPES["llama"])
     h = model.hidden
     if model.is_moe:
@@ -161,30 +156,41 @@ def sdpa_padding_bytes_per_token(model: ModelSpec) -> tuple[float, float]:
     return saved, cache
 
 
-def sdpa_padding_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int]:
-    """The padded head dim's part of activation_bytes_per_sample's (layers' saved tensors, backward transient): every
-    layer's copies and cache entries without checkpointing, the recomputed layer's copies with it."""
+def _transient_layers(checkpointing: bool) -> float:
+    """Layers' worth of activations live while one layer runs backward: its gradients, and with checkpointing its
+    recomputed forward."""
+    return cal.BACKWARD_TRANSIENT_LAYERS + (cal.CHECKPOINT_RECOMPUTE_LAYERS if checkpointing else 0)
+
+
+def _padding_per_token(model: ModelSpec, checkpointing: bool) -> tuple[float, float]:
+    """Per token, the padded head dim's bytes among the layers' saved tensors and in the backward transient: every
+    layer's copies and cache entries without checkpointing (checkpointed layers build no KV cache: transformers'
+    GradientCheckpointingLayer turns use_cache off), the transient layers' copies either way."""
     saved, cache = sdpa_padding_bytes_per_token(model)
-    transient_layers = cal.BACKWARD_TRANSIENT_LAYERS + (
-        cal.CHECKPOINT_RECOMPUTE_LAYERS if checkpointing else 0
-    )
     kept = 0.0 if checkpointing else model.layers * (saved + cache)
-    return int(kept * seq_len), int(transient_layers * saved * seq_len)
+    return kept, _transient_layers(checkpointing) * saved
+
+
+def sdpa_padding_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int]:
+    """The padded head dim's part of activation_bytes_per_sample's (layers' saved tensors, backward transient)."""
+    kept, transient = _padding_per_token(model, checkpointing)
+    return int(kept * seq_len), int(transient * seq_len)
 
 
 def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: bool) -> tuple[int, int, int]:
     """Per sample, 16-bit training: (layers' saved tensors, loss head at its peak, one layer's backward transient).
 
     The forward/loss peak holds the first two; while the layers run backward the head's tensors are gone and one
-    layer's transient (its gradients; with checkpointing also its recomputed activations) sits on top instead."""
-    per_layer = layer_activation_bytes_per_token(model, seq_len)
+    layer's transient (its gradients; with checkpointing also its recomputed activations) sits on top instead. A
+    padded head dim adds its copies to both (_padding_per_token)."""
+    per_layer = recipe_activation_bytes_per_token(model, seq_len)
     if checkpointing:
         saved = model.layers * cal.CHECKPOINT_BYTES_PER_HIDDEN_PER_LAYER * model.hidden
-        transient = (cal.BACKWARD_TRANSIENT_LAYERS + cal.CHECKPOINT_RECOMPUTE_LAYERS) * per_layer
     else:
-        # checkpointed layers build no KV cache (transformers' GradientCheckpointingLayer turns use_cache off)
-        saved = model.layers * (per_layer + sdpa_padding_bytes_per_token(model)[1])
-        transient = cal.BACKWARD_TRANSIENT_LAYERS * per_layer
+        saved = model.layers * per_layer
+    padding_saved, padding_transient = _padding_per_token(model, checkpointing)
+    saved += padding_saved
+    transient = _transient_layers(checkpointing) * per_layer + padding_transient
     head = cal.LOSS_HEAD_BYTES_PER_VOCAB * model.vocab + cal.HEAD_BYTES_PER_HIDDEN * model.hidden
     return int(saved * seq_len), int(head * seq_len), int(transient * seq_len)
 

@@ -335,9 +335,9 @@ def _optimizer_seconds(
     ``hidden_behind``: seconds of each micro-step's compute the reduce stream has left after the collectives
     (calibration.COMM_OVERLAP's share, less what the collectives take). Accumulating, ZeRO-3 moves the running sum of
     every micro-step after the first on that stream (overlap_comm, its default); the copy to the host at the
-    boundary, which the optimizer step waits for, stays in the step as at one micro-step. Measured: llama-1b ZeRO-3 + offload + checkpointing ran 4 micro-steps
-    at 0.49 s each where 1 took 0.52 s, the 6 more transfers nowhere to be seen
-    (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
+    boundary, which the optimizer step waits for, stays in the step as at one micro-step. Measured: llama-1b ZeRO-3
+    + offload + checkpointing ran 4 micro-steps at 0.49 s each where 1 took 0.52 s, the 6 more transfers nowhere to
+    be seen (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
     shards = N if s.zero_stage >= 1 else 1
     local = ft.trainable_params(model) / shards
