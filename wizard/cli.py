@@ -122,6 +122,17 @@ def cli(
     )
 
 
+def _json_error(argv: list[str] | None, problem: str, fix: str | None, exit_code: int) -> None:
+    """Under --json, the error as JSON on stdout too, so that `dswiz plan --json | jq` reads an object, not
+    nothing: {"error": ..., "fix": ..., "exit_code": ...} (the commands that take --json: plan, check, detect,
+    probe, history, monitor). A script's own --json after `--` is not dswiz's."""
+    import json
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--json" in (args[: args.index("--")] if "--" in args else args):
+        click.echo(json.dumps({"error": problem, "fix": fix, "exit_code": exit_code}, indent=2))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: turns DswizError into a clear message and a non-zero exit."""
     try:
@@ -130,11 +141,14 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {e.problem}", err=True)
         if e.fix:
             click.echo(f"  fix: {e.fix}", err=True)
+        _json_error(argv, e.problem, e.fix, e.exit_code)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
+        fix = f"see {e.ctx.command_path} --help" if isinstance(e, click.UsageError) and e.ctx else None
+        _json_error(argv, e.format_message(), fix, e.exit_code)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -275,6 +275,7 @@ def planning_request(
     ``hardware``, calibrated by its run history unless --no-history."""
     from wizard.planner import PlanRequest
 
+    _check_gpu_memory(params["gpu_memory"], hardware)
     precision = params["precision"]
     request = PlanRequest(
         seq_len=params["seq_len"],
@@ -295,6 +296,22 @@ def planning_request(
     from wizard.service.history import with_history
 
     return with_history(request, hardware, use=not params["no_history"])
+
+
+def _check_gpu_memory(asked: int | None, hardware: HardwareReport | None) -> None:
+    """--gpu-memory plans for less of each card than it has; more than the smallest card holds is a mistake (a plan
+    for a 1 TiB H200 fits what no H200 can run)."""
+    from wizard.errors import DswizError
+    from wizard.units import fmt_bytes
+
+    card = hardware.min_gpu_memory_bytes if hardware is not None else None
+    if asked and card and asked > card:
+        name = hardware.gpus[0].name if hardware is not None and hardware.gpus else "the GPU"
+        raise DswizError(
+            f"--gpu-memory {fmt_bytes(asked)} is more than the {name} holds ({fmt_bytes(card)} per GPU)",
+            f"give at most {fmt_bytes(card)} (it plans for part of each card), or describe the card you mean "
+            "with --hardware",
+        )
 
 
 def planned_expandable_segments(flag: bool | None) -> bool:

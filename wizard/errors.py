@@ -27,14 +27,27 @@ def quoted(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def read_user_text(path: object, kind: str, fix: str) -> str:
+# The most of a file the user names that dswiz reads (a DeepSpeed JSON, a YAML, a hostfile, a profile, a model's
+# config.json are a few KiB): a bigger file is not one of them, and a device or pipe that never ends (/dev/zero) is
+# read no further than this.
+MAX_USER_FILE_BYTES = 16 * 1024 * 1024
+
+
+def read_user_text(path: object, kind: str, fix: str, *, limit: int = MAX_USER_FILE_BYTES) -> str:
     """The text of a file the user named (``kind``: what it should be, "a hardware profile"), or a DswizError that
-    says why it cannot be read -- missing, a directory, not UTF-8 text (a binary file), unreadable -- with ``fix``."""
+    says why it cannot be read -- missing, a directory, larger than ``limit`` bytes (or endless: /dev/zero), not
+    UTF-8 text (a binary file), unreadable -- with ``fix``."""
     from pathlib import Path
 
     p = Path(str(path))
     try:
-        return p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            problem = f"{p} is larger than {limit // (1024 * 1024)} MiB (or does not end), so not {kind}"
+        else:
+            # as text mode reads it: universal newlines
+            return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError:
         problem = f"{p} does not exist"
     except IsADirectoryError:

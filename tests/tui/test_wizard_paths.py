@@ -222,6 +222,21 @@ async def test_quit_asks_before_discarding_choices(service: Any) -> None:
     assert app.return_value == []
 
 
+async def test_ctrl_c_quits_from_a_text_field_asking_first(service: Any) -> None:
+    """Ctrl+C did nothing (Textual binds it to a hint, and to copy inside a field): users expect it to leave."""
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause()
+    assert app.return_value == []
+
+
 async def test_back_keeps_answers_and_help_opens(service: Any) -> None:
     app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:

@@ -169,6 +169,15 @@ def test_check_an_empty_file_is_said_to_be_empty(tmp_path: Path) -> None:
     assert (f["code"], f["what"], f["severity"]) == ("unreadable", "empty.json is empty", "error")
 
 
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_check_an_endless_file_is_refused_after_a_bounded_read() -> None:
+    """/dev/zero is valid UTF-8 that never ends: check read it until the machine ran out of memory."""
+    proc = dswiz("check", "/dev/zero", "--no-consumer-check", "--json")
+    assert proc.returncode == 1, proc.stderr
+    (f,) = json.loads(proc.stdout)["findings"]
+    assert f["code"] == "unreadable" and "larger than 16 MiB (or does not end)" in f["what"]
+
+
 @pytest.mark.parametrize(
     ("text", "kind"), [("[1, 2, 3]", "an array"), ("null", "null"), ('"hello"', "a string")]
 )
@@ -241,3 +250,60 @@ def test_plan_and_config_say_the_same_without_a_gpu(tmp_path: Path) -> None:
             in proc.stderr
         )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["plan", "config"])
+def test_gpu_memory_above_the_card_is_refused(tmp_path: Path, command: str) -> None:
+    """--gpu-memory 1TiB on an H200 planned for a card no H200 is, and said it fit."""
+    extra = ("--yes", "--out", str(tmp_path / "cfg")) if command == "config" else ()
+    proc = dswiz(command, "--model", "gpt2", "--hardware", "1xH200", "--gpu-memory", "1TiB", *extra)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--gpu-memory 1.0 TiB is more than the NVIDIA H200 holds (140.4 GiB per GPU)" in proc.stderr
+    assert "give at most 140.4 GiB" in proc.stderr and not (tmp_path / "cfg").exists()
+    ok = dswiz(command, "--model", "gpt2", "--hardware", "1xH200", "--gpu-memory", "24GiB", *extra)
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "spec"), [("--nodes", "2", "2x8x"), ("--gpus-per-node", "16", "1x16x")]
+)
+def test_more_gpus_than_the_hardware_has_says_how_to_describe_them(
+    tmp_path: Path, flag: str, value: str, spec: str
+) -> None:
+    """The fix was only "or pass --force-errors to write it anyway"."""
+    out = tmp_path / "cfg"
+    proc = dswiz(
+        "config", "--yes", "--model", "gpt2", "--hardware", "8xA100-80GB", flag, value, "--out", str(out)
+    )
+    assert proc.returncode == 1 and not out.exists(), proc.stderr
+    fix = proc.stderr.split("fix: ", 1)[1]
+    assert fix.startswith(
+        "ask for at most 1 node(s) of 8 GPU(s), as the hardware is, or plan for the machines"
+    )
+    suggested = fix.split("--hardware ", 1)[1].split(";")[0]
+    assert suggested.startswith(spec)
+    again = dswiz(
+        "config", "--yes", "--model", "gpt2", "--hardware", suggested, flag, value, "--out", str(out)
+    )
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "problem", "fix"),
+    [
+        (
+            ("plan", "--model", "nope-model", "--hardware", "1xH200"),
+            "unknown model 'nope-model'",
+            "use a preset",
+        ),
+        (("check", "/nonexistent/ds.json"), "/nonexistent/ds.json does not exist", "check the path"),
+        (("plan", "--model", "gpt2", "--bogus"), "No such option '--bogus'.", "see dswiz plan --help"),
+    ],
+)
+def test_errors_under_json_are_a_json_object_on_stdout(args: tuple[str, ...], problem: str, fix: str) -> None:
+    """`dswiz plan --json | jq` got empty input on an error: now an object with the same words as stderr."""
+    proc = dswiz(*args, "--json")
+    assert proc.returncode == 2 and f"rror: {problem}" in proc.stderr  # click says "Error:"
+    got = json.loads(proc.stdout)
+    assert got["error"] == problem and got["fix"].startswith(fix) and got["exit_code"] == 2
+    assert dswiz(*args).stdout == ""  # without --json, stdout stays empty

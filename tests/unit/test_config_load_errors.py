@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from wizard.config.load import load_path
-from wizard.errors import DswizError
+from wizard.errors import DswizError, read_user_text
 
 BAD_FILES = {
     "not_json.json": ('{"train_micro_batch_size_per_gpu": 4,}', "not valid JSON", "trailing commas"),
@@ -81,6 +81,18 @@ def test_binary_file(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00\x01")
     with pytest.raises(DswizError, match="UTF-8"):
         load_path(path)
+
+
+def test_reads_are_bounded_and_keep_text_modes_newlines(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_text("{" + " " * 100 + "}")
+    with pytest.raises(DswizError, match="larger than") as info:
+        read_user_text(big, "a DeepSpeed JSON", "pass the config", limit=64)
+    assert info.value.fix == "pass the config"
+    assert read_user_text(big, "a DeepSpeed JSON", "pass the config", limit=102).startswith("{ ")
+    crlf = tmp_path / "crlf.json"
+    crlf.write_bytes(b'{"a": 1,\r\n "b": 2}\r')
+    assert read_user_text(crlf, "x", "y") == '{"a": 1,\n "b": 2}\n'
 
 
 def test_yaml_config_file_path_is_resolved_next_to_the_yaml(

@@ -168,6 +168,7 @@ def _consumer_findings(
     from wizard.config.check import detect_kind
     from wizard.config.schema import ACCELERATE_YAML_NAME, DS_CONFIG_NAME
     from wizard.consumer.check import consumer_findings
+    from wizard.errors import DswizError, read_user_text
 
     targets: list[tuple[Path, str]] = []
     if file.is_dir():
@@ -177,8 +178,8 @@ def _consumer_findings(
             targets.append((file / DS_CONFIG_NAME, "deepspeed"))
     else:
         try:
-            kind = detect_kind(file, file.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
+            kind = detect_kind(file, read_user_text(file, "a config", ""))
+        except DswizError:  # the check's own reading of the file says why
             return []
         if kind in ("deepspeed", "accelerate"):
             targets.append((file, kind))

@@ -379,9 +379,7 @@ def _lint_dir(
     if HOSTFILE_NAME in present and launcher is None and ACCELERATE_YAML_NAME in present:
         launcher = _yaml_launcher(present[ACCELERATE_YAML_NAME])  # the hostfile's rules depend on it
     if HOSTFILE_NAME in present and world_size is None:
-        slots = parse_hostfile(
-            present[HOSTFILE_NAME].read_text(encoding="utf-8", errors="replace")
-        ).total_slots
+        slots = parse_hostfile(_read(present[HOSTFILE_NAME])[0]).total_slots
         world_size = slots or None
     for name, path in present.items():
         text, unreadable = _read(path)

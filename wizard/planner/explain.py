@@ -4,6 +4,7 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
+from wizard.hardware.report import HardwareReport
 from wizard.planner import calibration as cal
 from wizard.planner.memory import (
     KV_CACHE_ITEM,
@@ -361,6 +362,13 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
         out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
         if best is None:
             out += list(plan.advice)
+    elif not chosen.fits and _topology_short(s, plan.hardware):
+        hw = plan.hardware
+        gpu = hw.gpus[0].name if hw.gpus else "GPU"
+        out.append(
+            f"ask for at most {hw.nodes} node(s) of {hw.gpus_per_node} GPU(s), as the hardware is, or plan for the "
+            f"machines you will train on: --hardware {s.nodes}x{s.gpus_per_node}x{gpu.removeprefix('NVIDIA ')}"
+        )
     elif chosen.fits and best is not None and best.strategy != s:
         gain = best.predicted.tokens_per_sec / max(p.tokens_per_sec, 1e-9) - 1
         if gain > 0.005:
@@ -369,6 +377,11 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
                 f"~{best.predicted.tokens_per_sec:,.0f} tokens/s, {fmt_percent(gain)} faster"
             )
     return out
+
+
+def _topology_short(s: Strategy, hardware: HardwareReport) -> bool:
+    """More nodes or GPUs per node than the hardware has (feasibility.problems says it in words)."""
+    return bool(hardware.gpus) and (s.nodes > hardware.nodes or s.gpus_per_node > hardware.gpus_per_node)
 
 
 def _history_reason(tokens_factor: float, memory_factor: float) -> str | None:

@@ -49,6 +49,9 @@ class WizardApp(App[list[Path]]):
         Binding("ctrl+p", "move(-1)", "Back", key_display="^p"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", key_display="^q", priority=True),
+        # Ctrl+C leaves as it does everywhere else (Textual's default only says "press ^q"), asking first when
+        # there are choices to lose; from a text field too (no copy: the terminal's own selection copies).
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("n", "move(1)", "Next", show=False),
         Binding("b", "move(-1)", "Back", show=False),
         Binding("question_mark", "help", "Help", show=False),
