@@ -2378,6 +2378,11 @@ def _row_optimizer(c: dict[str, Any]) -> str:
     return str(c.get("optimizer", Config.optimizer))
 
 
+def _whole_mib(gib: float | None) -> float | None:
+    """A GiB figure with less than a MiB shown as 0 (torch's host allocator pins a few bytes for itself)."""
+    return None if gib is None else (0.0 if gib < 1 / 1024 else gib)
+
+
 def _f(x: Any, pct: bool = False) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -2663,7 +2668,7 @@ def _markdown_families(run: dict[str, Any]) -> list[str]:
             f"{_f(f['tokens_per_sec_error_median'], True)} | "
             f"{_f(f['tokens_per_sec_error_max_abs'], True)} | {_f(f['device_error_max_abs'], True)} | "
             f"{_f(f['allocated_error_max_abs'], True)} | {_f(f['host_rss_peak_gib'])} | "
-            f"{_f(f['host_pinned_peak_gib'])} | {_f(f['host_predicted_gib'])} |"
+            f"{_f(_whole_mib(f['host_pinned_peak_gib']))} | {_f(f['host_predicted_gib'])} |"
         )
     met = family_targets(fams)
     md += [

@@ -252,18 +252,17 @@ def worker(args: argparse.Namespace) -> int:
     os._exit(0)  # skip interpreter teardown: DeepSpeed's atexit work is not what is measured
 
 
-def predicted_tokens_per_sec(c: Any, seq: int, smoke: bool) -> float:
-    hw = pa.smoke_hardware(1) if smoke else pa.bench_hardware(1)
+def predicted_tokens_per_sec(c: Any, seq: int, hw: Any) -> float:
     with pa.built_with_cache(True):
         spec = pa.bench_spec(c.model)
     return float(pa.estimate_throughput(hw, spec, c.strategy(1), seq).tokens_per_sec)
 
 
-def _row(loops: dict[str, dict[str, Any]], smoke: bool) -> list[str]:
+def _row(loops: dict[str, dict[str, Any]], hw: Any) -> list[str]:
     """One config's table row: the planner, each loop's tokens/s, the loops' ratios to the bench, the errors."""
     c = Config(**{**loops[next(iter(loops))]["config"], "tags": ()})
     seq = c.seq_or(pa.SEQ)
-    pred = predicted_tokens_per_sec(c, seq, smoke)
+    pred = predicted_tokens_per_sec(c, seq, hw)
     tok = {
         k: loops[k]["tokens_per_sec"] if k in loops and loops[k]["status"] == "ok" else None for k in LOOPS
     }
@@ -281,7 +280,8 @@ def markdown(doc: dict[str, Any]) -> str:
     by: dict[int, dict[str, dict[str, Any]]] = {}
     for r in doc["readings"]:
         by.setdefault(r["index"], {})[r["loop"]] = r
-    rows = [_row(loops, doc["smoke"]) for _, loops in sorted(by.items())]
+    hw = pa.HardwareReport.from_dict(doc["hardware"])  # the machine the readings were taken on
+    rows = [_row(loops, hw) for _, loops in sorted(by.items())]
     lines = md_heading(
         f"Training loops: bench vs script vs HF Trainer ({doc['gpu']}, {doc['date']})",
         f"torch {doc['versions'].get('torch')}, deepspeed {doc['versions'].get('deepspeed')}, transformers "
@@ -325,6 +325,7 @@ def launch(args: argparse.Namespace) -> int:
         "smoke": smoke,
         "gpu": torch.cuda.get_device_name(0) if not smoke else f"CPU ({platform.machine()})",
         "versions": _versions(),
+        "hardware": (pa.smoke_hardware(1) if smoke else pa.bench_hardware(1)).to_dict(),
         "warmup": _steps(smoke)[0],
         "timed": _steps(smoke)[1],
         "readings": [],

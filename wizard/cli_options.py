@@ -230,6 +230,10 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
     return apply
 
 
+# --micro-batch / --grad-accum: a million sequences per GPU per step is past any real run (a typo, not a plan)
+MAX_BATCH_FLAG = 1_000_000
+
+
 def planning_model(params: Mapping[str, Any]) -> ModelSpec:
     """The model the planning flags name, trained as --finetune/--lora-* say (``planning_options``; --model given)."""
     from wizard.errors import DswizError
@@ -366,8 +370,12 @@ def strategy_options(f: F) -> F:
                 type=click.Choice(OFFLOAD_DEVICES),
                 help="Offload parameters (stage 3): none, cpu, nvme.",
             ),
-            click.option("--micro-batch", type=click.IntRange(min=1), help="Micro-batch per GPU."),
-            click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps."),
+            click.option(
+                "--micro-batch", type=click.IntRange(1, MAX_BATCH_FLAG), help="Micro-batch per GPU."
+            ),
+            click.option(
+                "--grad-accum", type=click.IntRange(1, MAX_BATCH_FLAG), help="Gradient accumulation steps."
+            ),
             click.option(
                 "--activation-checkpointing/--no-activation-checkpointing",
                 default=None,

@@ -307,3 +307,10 @@ def test_errors_under_json_are_a_json_object_on_stdout(args: tuple[str, ...], pr
     got = json.loads(proc.stdout)
     assert got["error"] == problem and got["fix"].startswith(fix) and got["exit_code"] == 2
     assert dswiz(*args).stdout == ""  # without --json, stdout stays empty
+
+
+@pytest.mark.parametrize("flag", ["--micro-batch", "--grad-accum"])
+def test_batch_flags_are_bounded(flag: str) -> None:
+    """--micro-batch 99999999999999999999 planned "148,681,640,624,999,989,248 bytes of 140 GiB"."""
+    proc = dswiz("plan", "--model", "gpt2", "--hardware", "1xH200", flag, "99999999999999999999")
+    assert proc.returncode == 2 and "is not in the range 1<=x<=1000000" in proc.stderr

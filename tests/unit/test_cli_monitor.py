@@ -41,8 +41,10 @@ def dswiz(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
 )
 def test_bad_targets_are_errors_with_a_fix(tmp_path: Path, args: tuple[str, ...], problem: str) -> None:
     proc = dswiz("monitor", *args, "--json", state=tmp_path)
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert problem in proc.stderr and "fix: " in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert problem in proc.stderr and "fix: " in proc.stderr
+    error = json.loads(proc.stdout)  # --json: the error as an object on stdout too, nothing else there
+    assert problem in error["error"] and error["fix"] and error["exit_code"] == 2
 
 
 def test_json_on_a_failed_run_ends_with_the_summary(tmp_path: Path) -> None:

@@ -41,3 +41,19 @@ def test_fixture_loads_as_hardware_spec(path: Path) -> None:
 def test_described_fixture_matches_what_dswiz_describes_today() -> None:
     saved = HardwareReport.from_dict(json.loads((FIXTURES / "described-8xA100-80GB.json").read_text()))
     assert saved == get_hardware("8xA100-80GB")
+
+
+def test_a_json_that_is_not_a_report_names_the_missing_key(tmp_path: Path) -> None:
+    """It said "HardwareReport.__init__() missing 1 required positional argument: 'source'"."""
+    from wizard.errors import DswizError
+    from wizard.hardware import get_hardware
+
+    path = tmp_path / "some.json"
+    path.write_text('{"a": 1}')
+    with pytest.raises(DswizError) as info:
+        get_hardware(str(path))
+    assert (
+        info.value.problem
+        == f"hardware file {str(path)!r} is not a dswiz hardware report (it has no 'source')"
+    )
+    assert "dswiz detect --json" in (info.value.fix or "")

@@ -298,6 +298,7 @@ def test_numbers_moe() -> None:
         ("", "no model given", "preset"),
         ("./no/such/config.json", "no such file", "hub id"),
         ("params=abc", "is not a number", "params=7e9"),
+        ("params=-7e9", "params=-7e9 is negative", "params=7e9"),
         ("layerz=3,hidden=64,heads=4,vocab=10", "unknown key 'layerz'", "did you mean layers"),
         ("layers=3", "neither params= nor a full shape", "layers="),
         ("layers=2,hidden=65,heads=4,vocab=10", "not divisible", "heads"),

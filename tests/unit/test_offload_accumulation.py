@@ -169,3 +169,67 @@ def test_zero1_keeps_its_reduce_bucket_between_micro_steps(bench_script: Callabl
         mem = estimate_memory(pa.bench_spec(row["config"]["model"]), s, row["seq_len"])
         assert mem.allocated == pytest.approx(row["max_allocated"], rel=0.01), pa._label(row)
         assert dict(mem.gpu_items)["reduce bucket (kept across micro-steps)"] > 0
+
+
+def test_an_offload_plan_says_what_accumulating_would_give(bench_script: Callable[[str], ModuleType]) -> None:
+    """Qwen2-1.5B ZeRO-2 + CPU offload + checkpointing at micro-batch 4 under 24 GiB ran 7,363 tokens/s at one
+    micro-step per optimizer step and 14,113 at four (CPU Adam once per four): a plan that sizes one micro-step says
+    so, and prices it with the same model; with a global batch asked for, or without offload, it says nothing."""
+    from wizard.planner import PlanRequest, evaluate
+
+    pa = bench_script("plan_accuracy")
+    doc = json.loads((RESULTS / "plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json").read_text())
+    hw = HardwareReport.from_dict(doc["hardware"])
+    (four,) = (r for r in doc["rows"] if r["config"]["model"] == "qwen2-1.5b" and r["status"] == "ok")
+    s4 = pa._cfg(four).strategy(1)
+    s1 = s4.with_(gradient_accumulation_steps=1)
+    spec = pa.bench_spec("qwen2-1.5b")
+    request = PlanRequest(seq_len=four["seq_len"])
+
+    def hint(s: Strategy, req: PlanRequest = request) -> list[str]:
+        return [r for r in evaluate(hw, spec, s, req).reasons if r.startswith("CPU Adam takes")]
+
+    (text,) = hint(s1)
+    one, more = (estimate_throughput(hw, spec, s, four["seq_len"]).tokens_per_sec for s in (s1, s4))
+    assert f"(--global-batch 16) would run it once per 4, ~{more:,.0f} tokens/s" in text
+    assert more / one == pytest.approx(
+        14_113 / 7_363, rel=0.1
+    )  # the measured pair, four["tokens_per_sec"] beside it
+    assert four["tokens_per_sec"] == pytest.approx(14_112.6)
+    assert hint(s4) == [] and hint(s1.with_(offload_optimizer="none")) == []
+    assert hint(s1, replace(request, global_batch=4)) == []
+
+
+def test_stages_0_1_reduce_only_at_the_boundary(bench_script: Callable[[str], ModuleType]) -> None:
+    """llama-1b ZeRO-1 at 8 micro-steps of 2 (host-bound) ran 38.5k and 42.4k tokens/s where every micro-step was
+    charged the boundary's reduce (35.3k): the seven before it skip that Python. One micro-step per step, stage 2
+    (it reduces in every backward) and a GPU-bound micro-batch keep their figures."""
+    from wizard.planner.throughput import FRAMEWORK_HOST_PART, host_before_boundary, host_micro_step_seconds
+
+    pa = bench_script("plan_accuracy")
+    doc = json.loads((RESULTS / "plan_accuracy-2026-12-03-1gpu-accum-accum-b.json").read_text())
+    hw = HardwareReport.from_dict(doc["hardware"])
+    spec = pa.bench_spec("llama-1b")
+    s = Strategy(zero_stage=1, precision="bf16", micro_batch_size=2, gradient_accumulation_steps=8)
+    host = host_micro_step_seconds(spec, s)
+    assert host_before_boundary(spec, s, host)[FRAMEWORK_HOST_PART] == pytest.approx(
+        host[FRAMEWORK_HOST_PART] - 0.001 * spec.layers
+    )
+    for other in (s.with_(zero_stage=2), s.with_(mode="inference", gradient_accumulation_steps=1)):
+        assert host_before_boundary(spec, other, host) == host
+    measured = [
+        r["tokens_per_sec"]
+        for name in ("accum-accum-b", "accum-accum2")
+        for r in json.loads((RESULTS / f"plan_accuracy-2026-12-03-1gpu-{name}.json").read_text())["rows"]
+        if r["config"]["model"] == "llama-1b" and r["config"].get("grad_accum") == 8
+    ]
+    assert sorted(measured) == [38518.0, 42414.6]
+    got = estimate_throughput(hw, spec, s, 2048).tokens_per_sec
+    assert got == pytest.approx(sum(measured) / 2, rel=0.05)
+    # one micro-step per step: every micro-step is the boundary, as fit
+    one = s.with_(gradient_accumulation_steps=1)
+    parts = dict(estimate_throughput(hw, spec, one, 2048).parts)
+    ga8 = dict(estimate_throughput(hw, spec, s, 2048).parts)
+    assert ga8[FRAMEWORK_HOST_PART] < 8 * parts[FRAMEWORK_HOST_PART]
+    big = s.with_(micro_batch_size=16)  # the GPU's work hides the host's either way
+    assert dict(estimate_throughput(hw, spec, big, 2048).parts)[FRAMEWORK_HOST_PART] < 1e-3

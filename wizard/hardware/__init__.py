@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo, SoftwareInfo
@@ -56,5 +57,7 @@ def _load_report_json(path: Path) -> HardwareReport:
     try:
         report = HardwareReport.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise DswizError(f"hardware file {str(path)!r} is not a dswiz hardware report ({e})", fix) from None
+        missing = re.findall(r"'(\w+)'", str(e)) if "missing" in str(e) and "required" in str(e) else []
+        why = f"it has no {', '.join(repr(k) for k in missing)}" if missing else str(e)
+        raise DswizError(f"hardware file {str(path)!r} is not a dswiz hardware report ({why})", fix) from None
     return report

@@ -438,6 +438,14 @@ HOST_OVERLAP_POWER = 4.0
 # operators of one layer's forward + backward are the forward's (GPT-2, LLaMA, Qwen2, GPT-NeoX in transformers 5.24,
 # counted on CPU with a TorchDispatchMode).
 HOST_RECOMPUTE_SHARE = 0.4
+# Stages 0 and 1 reduce the gradients only at the accumulation boundary (engine.py allreduce_gradients: stage 1's
+# reduce_gradients, stage 0's buffered_allreduce_fallback, DeepSpeed 0.19.8), tensor by tensor in Python, at the end
+# of that micro-step's backward; stage 2 reduces in every backward. The per-layer host time above was fit to steps of
+# one micro-step, so it carries this; the micro-steps before the boundary do not pay it. llama-1b ZeRO-1 at
+# micro-batch 2 (host-bound): the backward took 0.077 s at one micro-step per step and 0.058 s a micro-step at eight,
+# where seven of eight skip the reduce (plan_accuracy-2026-12-03-1gpu-accum-accum2.md, phases): ~22 ms for 22
+# layers (set from that split).
+BOUNDARY_REDUCE_HOST_SECONDS_PER_LAYER = 0.001
 # - hooks: 10 ms of host time per layer per micro-step on top of the framework's (fit). Checkpointing's recompute
 #   fires the forward hooks again: half of the two hooked passes more (set).
 STAGE3_SECONDS_PER_LAYER = 0.00987

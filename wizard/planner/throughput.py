@@ -268,7 +268,7 @@ def host_micro_step_seconds(model: ModelSpec, s: Strategy) -> dict[str, float]:
         share = 1.0 + (cal.HOST_RECOMPUTE_SHARE if s.activation_checkpointing else 0.0)
     else:
         share = cal.INFERENCE_LAUNCH_SHARE
-    out = {"host-bound (framework Python)": per_layer * model.layers * share}
+    out = {FRAMEWORK_HOST_PART: per_layer * model.layers * share}
     if s.zero_stage == 3:
         if train:
             hook_share = 1.0 + (cal.STAGE3_RECOMPUTE_HOOK_SHARE if s.activation_checkpointing else 0.0)
@@ -276,6 +276,17 @@ def host_micro_step_seconds(model: ModelSpec, s: Strategy) -> dict[str, float]:
             hook_share = cal.INFERENCE_STAGE3_HOOK_SHARE
         out["ZeRO-3 fetch hooks"] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share
     return out
+
+
+def host_before_boundary(model: ModelSpec, s: Strategy, host: dict[str, float]) -> dict[str, float]:
+    """The host's work in a micro-step before the accumulation boundary: at stages 0-1 the gradients are reduced at
+    the boundary only, tensor by tensor in Python (calibration.BOUNDARY_REDUCE_HOST_SECONDS_PER_LAYER, part of the
+    per-layer figure fit at one micro-step per step); the earlier micro-steps skip it. Stages 2-3 reduce in every
+    backward."""
+    if s.mode != "train" or s.zero_stage > 1:
+        return host
+    skipped = cal.BOUNDARY_REDUCE_HOST_SECONDS_PER_LAYER * model.layers
+    return {**host, FRAMEWORK_HOST_PART: max(0.0, host[FRAMEWORK_HOST_PART] - skipped)}
 
 
 def exposed_host_seconds(gpu_seconds: float, host: dict[str, float]) -> dict[str, float]:
@@ -303,7 +314,9 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
 
 
 # The parts of a training step that run in DeepSpeed's step, once per optimizer step whatever the accumulation.
-STEP_PARTS = ("optimizer step", "CPU Adam", "16-bit weights back (pageable)", "NVMe swaps")
+CPU_ADAM_PART = "CPU Adam"
+FRAMEWORK_HOST_PART = "host-bound (framework Python)"
+STEP_PARTS = ("optimizer step", CPU_ADAM_PART, "16-bit weights back (pageable)", "NVMe swaps")
 
 
 def optimizer_kind(zero_stage: int) -> str:
@@ -351,7 +364,7 @@ def _optimizer_seconds(
         return parts
     cores = host_cores(hardware)
     cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
-    parts["CPU Adam"] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
+    parts[CPU_ADAM_PART] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
     # Gradients to the host every micro-step, updated 16-bit weights back once per step. Stage 3 writes the weights
     # back with one blocking fp32 (host) -> 16-bit copy_ (stage3.py _reassign_or_swap_out_partitioned_parameters,
     # DeepSpeed 0.19.8): into the GPU partition, PyTorch converts on the host into a pageable temporary and copies
@@ -427,8 +440,11 @@ def estimate_throughput(
     if comm_micro or comm_step:
         parts["communication"] = gas * exposed_micro + comm_step
 
-    for k, v in exposed_host_seconds(compute + launch, host_micro_step_seconds(model, s)).items():
-        parts[k] = gas * v
+    host = host_micro_step_seconds(model, s)
+    at_boundary = exposed_host_seconds(compute + launch, host)
+    before = exposed_host_seconds(compute + launch, host_before_boundary(model, s, host))
+    for k, v in at_boundary.items():
+        parts[k] = v + (gas - 1) * before[k]
     if s.zero_stage == 3:
         parts["ZeRO-3 gather/partition copies"] = gas * stage3_copy_seconds(model, s, hbm)
     if train and s.zero_stage == 0 and s.precision == "bf16":
