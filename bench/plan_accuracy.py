@@ -28,7 +28,8 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
-    # --label accum-offload; --indices 26,27 --label accum-offload3; --indices 28,29 --label accum-gpt2xl):
+    # --label accum-offload; --indices 26,27 --label accum-offload3; --indices 28,29 --label accum-gpt2xl;
+    # --indices 30,...,36 --label accum-boundary):
     python3 bench/plan_accuracy.py --family accum --budget-s 440 --config-timeout-s 150 --label accum --out $OUT
     # Here, on CPU: the real launcher, 2 gloo ranks, a tiny GPT-2, 2 configs (proves the script before the GPU):
     python3 bench/plan_accuracy.py --smoke --out /tmp/pa
@@ -388,6 +389,16 @@ ACCUM_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int, 
     # split into phases beside it
     ("gpt2-xl", 3, "cpu", "none", True, 16, 1024, None, 4, 1),
     ("gpt2-xl", 3, "cpu", "none", True, 16, 1024, None, 1, 1),
+    # (indices 30-36) held out from the boundary rule that llama-1b ZeRO-1 at 8 micro-steps of 2 set (stages 0-1
+    # reduce only at the accumulation boundary): micro-batch 1 of three other models and of llama-1b, host-bound,
+    # at 8 micro-steps beside readings at 1; stage 0 on Pythia-1B
+    ("pythia-1.4b", 1, "none", "none", False, 1, 2048, None, 8, 0),
+    ("pythia-1.4b", 1, "none", "none", False, 1, 2048, None, 1, 0),
+    ("qwen2-1.5b", 1, "none", "none", False, 1, 2048, None, 8, 0),
+    ("qwen2-1.5b", 1, "none", "none", False, 1, 2048, None, 1, 0),
+    ("llama-1b", 1, "none", "none", False, 1, 2048, None, 8, 0),
+    ("pythia-1b", 0, "none", "none", False, 1, 2048, None, 8, 0),
+    ("pythia-1b", 0, "none", "none", False, 1, 2048, None, 1, 0),
 )
 FAMILIES = (
     "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases", "accum",
