@@ -19,7 +19,8 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # Today's recommendations the last analysis could not judge ("unknown"), each under its card's cap:
     python3 bench/plan_accuracy.py --family recs --models gpt2-large,pythia-1b --cards full --label recs --out $OUT
     # Micro-batches above the fit rule's limit under 24/40 GiB caps, to find where each strategy runs out of memory
-    # (2026-12-03: --indices 0,...,12 --label pressure, one process per config, ~8 min):
+    # (2026-12-03: --indices 0,...,12 --label pressure, one process per config, ~8 min; 2026-12-04: --indices
+    # 17,...,20 --label pressure-z0):
     python3 bench/plan_accuracy.py --family pressure --budget-s 470 --config-timeout-s 120 --label pressure --out $OUT
     # Readings with each step split into forward / backward / optimizer step, of the families still over target
     # (2026-12-03: --indices 0,...,5 --label phases-offload; --indices 6,...,12 --label phases-zero3; --indices
@@ -249,6 +250,12 @@ PRESSURE_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], .
     ("gpt2-medium", 1, "none", "none", False, 17, 1024, 40),
     ("gpt2-large", 1, "none", "none", True, 19, 1024, 24),
     ("pythia-1.4b", 2, "cpu", "none", True, 14, 2048, 24),
+    # (2026-12-04, indices 17-20) ZeRO-0 + checkpointing under 24 GiB, recommended since stage 0's step is counted at
+    # what it holds: the largest micro-batch the model fits without the margin, and one above it
+    ("llama-1b", 0, "none", "none", True, 14, 1024, 24),
+    ("llama-1b", 0, "none", "none", True, 15, 1024, 24),
+    ("pythia-1b", 0, "none", "none", True, 6, 2048, 24),
+    ("pythia-1b", 0, "none", "none", True, 7, 2048, 24),
 )
 # --family allocator (run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, analysed on its own): the configs
 # whose allocator cache the default allocator made the least predictable (plan_accuracy-2026-12-03-1gpu-all-e.md:
@@ -2187,7 +2194,7 @@ FIT_CONSTANTS = (
     "UNALIGNED_HEAD_MATMUL_SHARE",
     "ATTENTION_SHARE_SMALL_HEAD",
     "MICRO_STEP_SECONDS_PER_LAYER",
-    "STAGE0_MICRO_STEP_SECONDS",
+    "STAGE0_STEP_SECONDS",
     "STAGE3_SECONDS_PER_LAYER",
     "CPU_ADAM_PARAMS_PER_SECOND_PER_CORE",
     "HOST_SECONDS_PER_LAYER[gpt2]",
@@ -2204,7 +2211,7 @@ OPTIMIZER_STEP_CONSTANTS = (
 # A constant set to 0 starts the fit from this value (a search over log values cannot start at 0).
 _FIT_START_IF_ZERO = {
     "OPTIMIZER_SECONDS_PER_LAYER": 1e-3,
-    "STAGE0_MICRO_STEP_SECONDS": 1e-3,
+    "STAGE0_STEP_SECONDS": 1e-3,
     "HOST_SECONDS_PER_LAYER[gpt2]": 1e-4,
 }
 

@@ -484,7 +484,7 @@ def _measured_h200_rows(pa: ModuleType) -> tuple[list[dict], object]:  # type: i
     from wizard.hardware.report import HardwareReport
 
     summary = json.loads(
-        (ROOT / "bench/results/plan_accuracy-2026-12-04-1gpu-all-j-summary.json").read_text()
+        (ROOT / "bench/results/plan_accuracy-2026-12-04-1gpu-all-k-summary.json").read_text()
     )
     docs = [json.loads((ROOT / p).read_text()) for p in summary["inputs"]]
     ((head, rows),) = pa._merge_runs(docs)
@@ -529,9 +529,12 @@ def test_no_recommendation_runs_out_of_memory_on_the_measured_cards(pa: ModuleTy
     assert [r["recommended"] for r in judged if r["fits"] is False] == []
     assert [r["recommended"] for r in judged if r["fits"] is None] == []
     llama = next(r for r in judged if r["model"] == "llama-1b" and r["card"] == "24GiB")
-    assert (
-        "opt:cpu+ckpt" in llama["recommended"] and int(llama["recommended"].split("mbs")[1].split()[0]) <= 40
-    )
+    # ZeRO-0 + checkpointing at 7 since stage 0's step is counted at what it holds (it ran: 32.6k tokens/s, where
+    # the offload configs ran 27.5k at best); the offload strategy's own largest micro-batch stays below 41
+    assert llama["recommended"] == "z0+ckpt mbs7 @24GiB" and llama["fits"] is True
+    offload = pa.Config("llama-1b", 1, "cpu", checkpointing=True).strategy(1)
+    card = pa.card_for_cap(hw.min_gpu_memory_bytes or 0, 24, 1, offload)
+    assert pa.max_micro_batch(hw, pa.bench_spec("llama-1b"), offload, pa.SEQ, gpu_memory_bytes=card) <= 40
 
 
 def test_zero1_and_zero2_with_the_optimizer_offloaded_measured_and_planned_the_same_memory(

@@ -233,3 +233,35 @@ def test_stages_0_1_reduce_only_at_the_boundary(bench_script: Callable[[str], Mo
     assert ga8[FRAMEWORK_HOST_PART] < 8 * parts[FRAMEWORK_HOST_PART]
     big = s.with_(micro_batch_size=16)  # the GPU's work hides the host's either way
     assert dict(estimate_throughput(hw, spec, big, 2048).parts)[FRAMEWORK_HOST_PART] < 1e-3
+
+
+def test_the_optimizer_step_holds_what_it_holds_at_one_micro_step(
+    bench_script: Callable[[str], ModuleType],
+) -> None:
+    """Micro-batch 1 peaks at the optimizer step (Qwen2-1.5B's forward at 8 micro-steps, holding their sum, is as
+    high). Pythia-1B ZeRO-0 held 6 bytes a parameter above its states there
+    (the 16-bit gradients and the fp32 copy they are added into; 8 were counted), and ZeRO-0/1 at 8 micro-steps held
+    at the step what they held at 1 (the boundary hands the summed gradients over; they were added again)."""
+    from wizard.planner.memory import training_phases
+
+    pa = bench_script("plan_accuracy")
+    doc = json.loads((RESULTS / "plan_accuracy-2026-12-04-1gpu-accum-accum-boundary.json").read_text())
+    rows = [r for r in doc["rows"] if r["status"] == "ok"]
+    assert len(rows) == 7
+    for r in rows:
+        s = pa._cfg(r).strategy(1)
+        with pa.built_with_cache(pa.row_use_cache(r)):
+            spec = pa.bench_spec(r["config"]["model"])
+        est = estimate_memory(spec, s, r["seq_len"])  # the step, or Qwen2's forward with 8 micro-steps' sum
+        assert est.allocated == pytest.approx(r["max_allocated"], rel=0.01), pa._label(r)
+        step = next(p for p in training_phases(spec, s, r["seq_len"]) if p.name == "optimizer step")
+        assert "accumulated gradients" not in dict(step.fixed)
+        if s.gradient_accumulation_steps > 1:  # held from the first backward to the boundary
+            fwd = next(p for p in training_phases(spec, s, r["seq_len"]) if p.name == "forward/loss")
+            assert dict(fwd.fixed)["accumulated gradients"] > 0
+    z0 = next(r for r in rows if r["config"]["zero_stage"] == 0 and r["config"]["grad_accum"] == 1)
+    s0 = pa._cfg(z0).strategy(1)
+    step = next(
+        p for p in training_phases(pa.bench_spec("pythia-1b"), s0, 2048) if p.name == "optimizer step"
+    )
+    assert dict(step.fixed)["gradients for the update"] == 6 * pa.bench_spec("pythia-1b").total_params

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
 from wizard.model import load_model_spec
 from wizard.planner.throughput import (
+    FRAMEWORK_HOST_PART,
+    STAGE0_PART,
     STEP_PARTS,
     estimate_throughput,
     flop_params,
@@ -198,8 +200,8 @@ def test_the_optimizer_step_is_paid_once_per_optimizer_step(
     stage: int, gas: int, mbs: int, offload: str
 ) -> None:
     """On one GPU an optimizer step of ``gas`` micro-steps is ``gas`` micro-steps plus one optimizer update: what
-    DeepSpeed's step does (the update, CPU Adam, the weights written back) does not grow with accumulation, every
-    other part does -- as the H200 readings at 4-8 micro-steps per step showed (docs/measurements.md)."""
+    DeepSpeed's step does (the update, CPU Adam, the weights written back, stage 0's bf16 wrapper) does not grow with
+    accumulation, every other part does (the host's less at stages 0-1, which reduce at the boundary only) -- as the H200 readings at 4-8 micro-steps per step showed (docs/measurements.md)."""
     offload = offload if stage >= 1 else "none"  # DeepSpeed offloads the optimizer at stages 1-3 only
     one = Strategy(zero_stage=stage, micro_batch_size=mbs, offload_optimizer=offload)  # type: ignore[arg-type]
     a = dict(estimate_throughput(ONE_H200, GPT2_MEDIUM, one, 1024).parts)
@@ -208,8 +210,11 @@ def test_the_optimizer_step_is_paid_once_per_optimizer_step(
     )
     assert a.keys() == b.keys()
     for name in a:
-        if name in STEP_PARTS:
+        if name in STEP_PARTS or name == STAGE0_PART:
             assert b[name] == pytest.approx(a[name]), name
+        elif name == FRAMEWORK_HOST_PART and stage <= 1:
+            # stages 0-1 reduce at the boundary only: the micro-steps before it do less on the host
+            assert a[name] <= b[name] <= gas * a[name] * (1 + 1e-12), name
         elif name == "PCIe copies":
             # the weights come back once per step; the gradients go to the host once per step at stage 1 (it reduces
             # only at the boundary), and stages 2-3 carry the running sum in and out every further micro-step
@@ -225,17 +230,14 @@ def test_the_optimizer_step_is_paid_once_per_optimizer_step(
     assert a["optimizer step"] > 0
 
 
-def test_stage_0_pays_its_fp32_gradient_accumulation_every_micro_step_in_bf16_only() -> None:
-    """DeepSpeed's bf16 optimizer wrapper (stage 0) adds each micro-step's 16-bit gradients into fp32 copies at the
-    end of the backward (runtime/bf16_optimizer.py update_hp_grads, 0.19.8); fp16 and stages 1-3 have no such pass."""
+def test_stage_0_pays_its_bf16_wrapper_once_per_optimizer_step_in_bf16_only() -> None:
+    """DeepSpeed's bf16 optimizer wrapper (stage 0) costs a fixed time a step; the micro-steps of an accumulating
+    step take what they take at one (llama-1b at micro-batch 4: 0.154 s forward + backward at 1 and at 4)."""
     bf16 = Strategy(zero_stage=0, micro_batch_size=4, precision="bf16")
     parts = dict(estimate_throughput(ONE_H200, GPT2_MEDIUM, bf16, 1024).parts)
     four = dict(
         estimate_throughput(ONE_H200, GPT2_MEDIUM, bf16.with_(gradient_accumulation_steps=4), 1024).parts
     )
-    assert parts["fp32 gradient accumulation"] > 0
-    assert four["fp32 gradient accumulation"] == pytest.approx(4 * parts["fp32 gradient accumulation"])
+    assert parts[STAGE0_PART] > 0 and four[STAGE0_PART] == parts[STAGE0_PART]
     for other in (bf16.with_(precision="fp16"), bf16.with_(zero_stage=1)):
-        assert "fp32 gradient accumulation" not in dict(
-            estimate_throughput(ONE_H200, GPT2_MEDIUM, other, 1024).parts
-        )
+        assert STAGE0_PART not in dict(estimate_throughput(ONE_H200, GPT2_MEDIUM, other, 1024).parts)

@@ -415,10 +415,13 @@ MICRO_STEP_SECONDS_PER_LAYER = 0.000813
 #   (DeepSpeed's bf16 optimizer wrapper) copies tensor by tensor.
 OPTIMIZER_SECONDS_PER_LAYER = 0.00143
 OPTIMIZER_SECONDS_PER_PARAM = {"stage 0": 3.02e-11, "stage 1-2": 2.54e-11, "stage 3": 1.54e-11}
-# Stage 0 in bf16 adds each micro-step's 16-bit gradients into fp32 copies tensor by tensor at the end of its backward
-# (runtime/bf16_optimizer.py update_hp_grads, DeepSpeed 0.19.8): a fixed cost per micro-step (fit; the earlier fit
-# charged 22 ms per optimizer step; llama-1b ZeRO-0's backward took 0.104 s per micro-step at 1 and at 4 micro-steps).
-STAGE0_MICRO_STEP_SECONDS = 0.0142
+# Stage 0 in bf16 (DeepSpeed's bf16 optimizer wrapper, runtime/bf16_optimizer.py, DeepSpeed 0.19.8) costs a fixed
+# ~14 ms a step more than the per-parameter and per-layer figures above give (fit to whole steps, mostly GPT-2's).
+# Once per optimizer step, not per micro-step: the forward and backward of its micro-steps take what the model gives
+# them without it at one micro-step and at four or eight (llama-1b at micro-batch 4: 0.154 s, predicted 0.156;
+# GPT-2 124M at 16: 0.087 s, predicted 0.087; Pythia-1B at 1, 8 micro-steps:
+# plan_accuracy-2026-12-04-1gpu-accum-accum-boundary.md); GPT-2 124M's step phase is where its 13 ms shows.
+STAGE0_STEP_SECONDS = 0.0142
 # The host's work per micro-step (wizard.planner.throughput.host_micro_step_seconds): the framework's Python per
 # layer, by activation-recipe family (LLaMA-style and Qwen2 run more operators per layer than GPT-2: rotary, RMSNorm
 # in Python), plus at stage 3 the fetch/release hooks per layer; the two overlap the GPU's work as a smooth maximum

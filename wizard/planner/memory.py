@@ -292,9 +292,15 @@ def training_phases(
     else:  # stage 0: DeepSpeed's 16-bit optimizer wrapper over plain data parallelism
         grads_full = w * P
         in_backward_buffers = w * min(buf.allgather_bucket_elements, P) if N > 1 else 0
-        step_extra = (2 * w + 4) * P if w == 2 else w * P  # gradients, their flat copy, fp32 for the update
-    if accumulating and grads_full:
-        persistent.append(("accumulated gradients", grads_full))
+        # The 16-bit gradients and the fp32 flat copy update_hp_grads adds them into (bf16_optimizer.py, DeepSpeed
+        # 0.19.8; Pythia-1B at micro-batch 1, whose peak is the step: 6 bytes a parameter above the states, at one
+        # micro-step and at eight); fp16's wrapper also flattens fp32 copies of the gradients at the step.
+        step_extra = (w + 4) * P if s.precision == "bf16" else (2 * w + 4) * P if w == 2 else w * P
+    # Gradients summed across micro-steps live from the first backward to the boundary, which hands them to the
+    # update (stages 0-1) or steps the partition they sum in (stage 2): the step holds what it holds at one
+    # micro-step (Pythia-1.4B, Qwen2-1.5B, llama-1b ZeRO-1 and Pythia-1B ZeRO-0 at micro-batch 1 peaked at the step
+    # at eight micro-steps as at one: plan_accuracy-2026-12-04-1gpu-accum-accum-boundary.json).
+    accumulated = (("accumulated gradients", grads_full),) if accumulating and grads_full else ()
     carried: tuple[tuple[str, int], ...] = ()
     if accumulating and stage == 1:
         # The first gradient of a step allocates the reduce bucket (stage_1_and_2.py process_gradients ->
@@ -308,19 +314,19 @@ def training_phases(
     layers, head, transient = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     fwd = Phase(
         "forward/loss",
-        (*persistent, *carried),
+        (*persistent, *accumulated, *carried),
         (("activations", layers), ("loss head (logits, fp32 upcast)", head)),
     )
     grads_now = 0 if accumulating else grads_full
     # Backward: activations drain while gradients fill, so the peak is at one end of that trade.
     bwd_start = Phase(
         "backward",
-        (*persistent, ("gradient buckets", in_backward_buffers)),
+        (*persistent, *accumulated, ("gradient buckets", in_backward_buffers)),
         (("activations", layers), ("backward transient (one layer)", transient)),
     )
     bwd_end = Phase(
         "backward",
-        (*persistent, ("gradient buckets", in_backward_buffers), ("gradients", grads_now)),
+        (*persistent, *accumulated, ("gradient buckets", in_backward_buffers), ("gradients", grads_now)),
         (),
     )
     step = Phase(

@@ -316,6 +316,7 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
 # The parts of a training step that run in DeepSpeed's step, once per optimizer step whatever the accumulation.
 CPU_ADAM_PART = "CPU Adam"
 FRAMEWORK_HOST_PART = "host-bound (framework Python)"
+STAGE0_PART = "bf16 wrapper (stage 0)"
 STEP_PARTS = ("optimizer step", CPU_ADAM_PART, "16-bit weights back (pageable)", "NVMe swaps")
 
 
@@ -448,9 +449,8 @@ def estimate_throughput(
     if s.zero_stage == 3:
         parts["ZeRO-3 gather/partition copies"] = gas * stage3_copy_seconds(model, s, hbm)
     if train and s.zero_stage == 0 and s.precision == "bf16":
-        # DeepSpeed's bf16 optimizer wrapper adds every 16-bit gradient into its fp32 copy at the end of each
-        # micro-step's backward, one tensor at a time (bf16_optimizer.py update_hp_grads, DeepSpeed 0.19.8)
-        parts["fp32 gradient accumulation"] = gas * cal.STAGE0_MICRO_STEP_SECONDS
+        # DeepSpeed's bf16 optimizer wrapper, once per optimizer step (calibration.STAGE0_STEP_SECONDS)
+        parts[STAGE0_PART] = cal.STAGE0_STEP_SECONDS
 
     if train:
         parts.update(
