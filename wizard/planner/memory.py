@@ -494,9 +494,9 @@ class Fragmentation:
 def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> int:
     """The largest block a training step allocates and frees outside the forward/backward activations -- bounded
     by what DeepSpeed allocates at once, so that the allocator's cache never grows with the model beyond it: the
-    fp32 gradient partition the update reads (stage 1-2), one optimizer sub-group's fp32 gradient (stage 3),
-    DeepSpeed's stage-0 flat 16-bit + fp32 gradient copies, or, with the optimizer offloaded, the reduce bucket the
-    gradients leave through (stages 1-3)."""
+    fp32 gradient partition the update reads (stage 1-2), one optimizer sub-group's fp32 gradient (stage 3), what
+    stage 0's step holds beyond the forward (in bf16 the 16-bit gradients and their fp32 copy, as training_phases
+    counts it), or, with the optimizer offloaded, the reduce bucket the gradients leave through (stages 1-3)."""
     if s.mode != "train":
         return 0
     w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
@@ -512,7 +512,7 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
         # (docs/measurements.md).
         return w * min(buf.reduce_bucket_elements, P // N)
     if s.zero_stage == 0:
-        return (2 * w + 4) * P if w == 2 else w * P
+        return (w + 4) * P if s.precision == "bf16" else (2 * w + 4) * P if w == 2 else w * P
     if s.zero_stage == 3:
         return 4 * _stage3_sub_group(P // N)
     return 4 * P // N
