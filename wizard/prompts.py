@@ -292,8 +292,12 @@ def _ask_strategy(a: _Asking, model: ModelSpec, plan: Plan) -> Strategy:
     for line in plan.advice:
         a.say(line)
     if all(why for _, _, why in options):
+        # the planner's own "what would fit" (printed above) is the fix; it says when a shorter sequence would not help
         raise DswizError(
-            "nothing fits on this hardware", "lower the sequence length or batch, or plan for more GPUs"
+            "nothing fits on this hardware",
+            "make one of the changes listed above (each would fit), then answer again"
+            if plan.advice
+            else "plan for more or larger GPUs (--hardware), or a shorter sequence",
         )
     planned = (plan.best or plan.candidates[0]).strategy
     imported = c.strategy

@@ -219,3 +219,16 @@ def test_plain_candidates_show_what_the_card_must_hold(service: Any, tmp_path: P
     assert all(
         shown[k] > card * 0.95 for k in p.disabled["candidate"]
     )  # the rows offered but refused: over the margin
+
+
+def test_plain_nothing_fits_points_at_the_advice_it_printed(service: Any, tmp_path: Path) -> None:
+    """Mixtral on 8 x A100-80GB: the advice said a shorter sequence alone would not help, and the error's fix said
+    "lower the sequence length or batch"; the fix now points at the advice printed above it."""
+    said: list[str] = []
+    p = ScriptedPrompter({"model-preset": "mixtral-8x7b"})
+    with pytest.raises(DswizError) as info:
+        run_prompts(prompter=p, hardware_spec="8xA100-80GB,ram=1TiB", service=service, say=said.append)
+    assert info.value.problem == "nothing fits on this hardware"
+    assert info.value.fix == "make one of the changes listed above (each would fit), then answer again"
+    assert any("a shorter sequence alone would not help" in line for line in said)
+    assert not (tmp_path / "dswiz-config").exists()
