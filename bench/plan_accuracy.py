@@ -25,7 +25,8 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # Readings with each step split into forward / backward / optimizer step, of the families still over target
     # (2026-12-03: --indices 0,...,5 --label phases-offload; --indices 6,...,12 --label phases-zero3; --indices
     # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step;
-    # 2026-12-04: --indices 29,...,33 --label phases-third; --indices 34 --label phases-padding):
+    # 2026-12-04: --indices 29,...,33 --label phases-third; --indices 34 --label phases-padding; --indices 35,36,37
+    # --label phases-z0step):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
@@ -351,6 +352,11 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     # bench/attention_memory.py's layers): head dim 100 without checkpointing at a stage, micro-batch and sequence
     # no earlier row ran
     ("llama-3b", 2, "none", "none", False, 6, 2048, None, 0),
+    # (2026-12-04, indices 35-37) held out from what stage 0's optimizer step holds (set on Pythia-1B): micro-batch 1,
+    # whose peak is the step, of two LLaMA-style sizes and of GPT-2's
+    ("llama-3b", 0, "none", "none", False, 1, 2048, None, 0),
+    ("gpt2-xl", 0, "none", "none", False, 1, 1024, None, 0),
+    ("llama-7b", 0, "none", "none", False, 1, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
