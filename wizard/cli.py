@@ -122,6 +122,10 @@ def cli(
     )
 
 
+# The commands that take --json (`dswiz launch` passes its script's arguments on, --json among them).
+JSON_COMMANDS = frozenset({"plan", "check", "detect", "probe", "history", "monitor"})
+
+
 def _json_error(argv: list[str] | None, problem: str, fix: str | None, exit_code: int) -> None:
     """Under --json, the error as JSON on stdout too, so that `dswiz plan --json | jq` reads an object, not
     nothing: {"error": ..., "fix": ..., "exit_code": ...} (the commands that take --json: plan, check, detect,
@@ -129,7 +133,9 @@ def _json_error(argv: list[str] | None, problem: str, fix: str | None, exit_code
     import json
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--json" in (args[: args.index("--")] if "--" in args else args):
+    args = args[: args.index("--")] if "--" in args else args
+    command = next((a for a in args if a in cli.list_commands(click.Context(cli))), None)
+    if command in JSON_COMMANDS and "--json" in args[args.index(command) + 1 :]:
         click.echo(json.dumps({"error": problem, "fix": fix, "exit_code": exit_code}, indent=2))
 
 

@@ -279,7 +279,7 @@ def planning_request(
     ``hardware``, calibrated by its run history unless --no-history."""
     from wizard.planner import PlanRequest
 
-    _check_gpu_memory(params["gpu_memory"], hardware)
+    gpu_memory = _gpu_memory(params["gpu_memory"], hardware)
     precision = params["precision"]
     request = PlanRequest(
         seq_len=params["seq_len"],
@@ -291,7 +291,7 @@ def planning_request(
         allow_nvme=not params["no_offload"],
         allow_activation_checkpointing=not params["no_checkpointing"],
         safety_margin=params["margin"] / 100,
-        gpu_memory_bytes=params["gpu_memory"],
+        gpu_memory_bytes=gpu_memory,
         nvme_bytes=params["nvme"],
         expandable_segments=planned_expandable_segments(params.get("expandable_segments")),
     )
@@ -302,20 +302,24 @@ def planning_request(
     return with_history(request, hardware, use=not params["no_history"])
 
 
-def _check_gpu_memory(asked: int | None, hardware: HardwareReport | None) -> None:
-    """--gpu-memory plans for less of each card than it has; more than the smallest card holds is a mistake (a plan
-    for a 1 TiB H200 fits what no H200 can run)."""
+def _gpu_memory(asked: int | None, hardware: HardwareReport | None) -> int | None:
+    """--gpu-memory: plan for less of each card than it has. A card's memory is sold rounded (a "24 GB" RTX 4090 is
+    23.99 GiB, an "80 GB" H100 79.6 GiB), so up to 2 % more than the smallest card is taken as the card; more than
+    that is a mistake (a plan for a 1 TiB H200 fits what no H200 can run)."""
     from wizard.errors import DswizError
     from wizard.units import fmt_bytes
 
     card = hardware.min_gpu_memory_bytes if hardware is not None else None
-    if asked and card and asked > card:
-        name = hardware.gpus[0].name if hardware is not None and hardware.gpus else "the GPU"
-        raise DswizError(
-            f"--gpu-memory {fmt_bytes(asked)} is more than the {name} holds ({fmt_bytes(card)} per GPU)",
-            f"give at most {fmt_bytes(card)} (it plans for part of each card), or describe the card you mean "
-            "with --hardware",
-        )
+    if not asked or not card or asked <= card:
+        return asked
+    if asked <= card * 1.02:
+        return card
+    name = hardware.gpus[0].name if hardware is not None and hardware.gpus else "the GPU"
+    raise DswizError(
+        f"--gpu-memory {fmt_bytes(asked)} is more than the {name} holds ({fmt_bytes(card)} per GPU)",
+        f"give at most {fmt_bytes(card)} (it plans for part of each card), or describe the card you mean "
+        "with --hardware",
+    )
 
 
 def planned_expandable_segments(flag: bool | None) -> bool:

@@ -213,11 +213,12 @@ _SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 def _parse_count(key: str, value: str) -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmbgt]?)\s*", value.lower())
     if not m:
-        if re.fullmatch(r"\s*-\s*\d.*", value):
+        example = f"{key}=7e9 or {key}=7B" if key == "params" else f"{key}=32"
+        if re.fullmatch(r"\s*-\s*0*[1-9].*", value):
             raise DswizError(
-                f"{key}={value} is negative: {key} is a count from 1 to 1e15", f"write e.g. {key}=7e9"
+                f"{key}={value} is negative: {key} is a count from 1 to 1e15", f"write e.g. {example}"
             )
-        raise DswizError(f"{key}={value!r} is not a number", f"write e.g. {key}=7e9 or {key}=7B")
+        raise DswizError(f"{key}={value!r} is not a number", f"write e.g. {example}")
     n = float(m.group(1)) * _SUFFIX[m.group(2)]
     if n < 1 or n > 1e15:
         raise DswizError(

@@ -222,8 +222,10 @@ async def test_quit_asks_before_discarding_choices(service: Any) -> None:
     assert app.return_value == []
 
 
-async def test_ctrl_c_quits_from_a_text_field_asking_first(service: Any) -> None:
-    """Ctrl+C did nothing (Textual binds it to a hint, and to copy inside a field): users expect it to leave."""
+@pytest.mark.parametrize("answer", ["y", "ctrl+c"])
+async def test_ctrl_c_quits_from_a_text_field_asking_first(service: Any, answer: str) -> None:
+    """Ctrl+C did nothing (Textual binds it to a hint, and to copy inside a field): users expect it to leave. It asks
+    first when there are choices to lose; "y", or a second Ctrl+C (which once stacked a second dialog), leaves."""
     app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -232,9 +234,9 @@ async def test_ctrl_c_quits_from_a_text_field_asking_first(service: Any) -> None
         await pilot.press("ctrl+c")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
-        await pilot.press("y")
+        await pilot.press(answer)
         await pilot.pause()
-    assert app.return_value == []
+    assert not app.is_running and app.return_value == []
 
 
 async def test_back_keeps_answers_and_help_opens(service: Any) -> None:

@@ -484,7 +484,7 @@ def _measured_h200_rows(pa: ModuleType) -> tuple[list[dict], object]:  # type: i
     from wizard.hardware.report import HardwareReport
 
     summary = json.loads(
-        (ROOT / "bench/results/plan_accuracy-2026-12-04-1gpu-all-l-summary.json").read_text()
+        (ROOT / "bench/results/plan_accuracy-2026-12-04-1gpu-all-m-summary.json").read_text()
     )
     docs = [json.loads((ROOT / p).read_text()) for p in summary["inputs"]]
     ((head, rows),) = pa._merge_runs(docs)

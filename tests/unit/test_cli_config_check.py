@@ -314,3 +314,41 @@ def test_batch_flags_are_bounded(flag: str) -> None:
     """--micro-batch 99999999999999999999 planned "148,681,640,624,999,989,248 bytes of 140 GiB"."""
     proc = dswiz("plan", "--model", "gpt2", "--hardware", "1xH200", flag, "99999999999999999999")
     assert proc.returncode == 2 and "is not in the range 1<=x<=1000000" in proc.stderr
+
+
+def test_json_errors_come_only_from_commands_that_take_json() -> None:
+    """`dswiz launch ... train.py --json` passes --json to the script: its error stays text; and the list of
+    commands that answer errors in JSON is the list of commands with a --json option."""
+    import click
+
+    from wizard.cli import JSON_COMMANDS, cli
+
+    with_json = {
+        name
+        for name in cli.list_commands(click.Context(cli))
+        if any("--json" in p.opts for p in cli.get_command(click.Context(cli), name).params)  # type: ignore[union-attr]
+    }
+    assert with_json == JSON_COMMANDS
+    proc = dswiz("launch", "--config", "/nonexistent-dir", "train.py", "--json")
+    assert proc.returncode == 2 and proc.stdout == "" and "error:" in proc.stderr
+    assert dswiz("config", "--json").stdout == ""
+
+
+def test_a_card_sold_rounded_takes_its_nominal_size_and_a_pasteable_hardware_spec() -> None:
+    """A "24 GB" RTX 4090 holds 23.99 GiB: --gpu-memory 24GiB was refused as more than the card; and the topology
+    fix printed "--hardware 2x1xGeForce RTX 4090", which a shell splits."""
+    ok = dswiz("plan", "--model", "gpt2", "--hardware", "1xRTX4090", "--gpu-memory", "24GiB")
+    assert ok.returncode == 0, ok.stderr
+    proc = dswiz(
+        "config",
+        "--yes",
+        "--model",
+        "gpt2",
+        "--hardware",
+        "1xRTX4090",
+        "--nodes",
+        "2",
+        "--out",
+        "/nonexistent/x",
+    )
+    assert proc.returncode == 1 and "--hardware 2x1xRTX4090;" in proc.stderr, proc.stderr

@@ -192,14 +192,16 @@ def test_max_batch_table_hf_blog_shape() -> None:
     """The HF blog's example (accelerate + DeepSpeed): a ~900M model (DeBERTa-v2-xlarge) fine-tuned on two 24 GB
     cards in fp16, short sequences. Plain data parallelism (stage 0) keeps all optimizer states on every card and
     fits a much smaller micro-batch than ZeRO-2 (the blog: 8 vs 40). dswiz counts a language-model head on the
-    128k vocabulary (the blog's classifier has none), so its batches are smaller than the blog's; the shape holds."""
+    128k vocabulary (the blog's classifier has none), so its batches are smaller than the blog's; and it plans stage 0
+    for a script's torch AdamW (DeepSpeed's FP16_UnfusedOptimizer: 6 bytes a parameter at the step, measured), where
+    the blog's config stepped DeepSpeed's FusedAdam (FP16_Optimizer, flat fp32 copies); the shape holds."""
     hw = get_hardware("2xRTX3090,ram=64GiB")
     model = load_model_spec("deberta-v2-xlarge")
     assert 0.8e9 < model.total_params < 1.0e9
     rows = {r.label: r for r in max_batch_table(hw, model, PlanRequest(seq_len=128, precisions=("fp16",)))}
     ddp, z2 = rows["ZeRO-0"], rows["ZeRO-2"]
     assert ddp.max_micro_batch >= 1 and ddp.fits
-    assert z2.max_micro_batch >= 1.8 * ddp.max_micro_batch
+    assert z2.max_micro_batch >= 1.5 * ddp.max_micro_batch
     assert rows["ZeRO-2 optimizer->cpu"].max_micro_batch > z2.max_micro_batch  # offload frees more
     assert rows["ZeRO-2 ckpt"].max_micro_batch >= 2 * z2.max_micro_batch  # so does checkpointing
     assert z2.tokens_per_sec is not None and ddp.tokens_per_sec is not None

@@ -176,7 +176,7 @@ def _consumer_findings(
             targets.append((file / ACCELERATE_YAML_NAME, "accelerate"))
         elif (file / DS_CONFIG_NAME).is_file():
             targets.append((file / DS_CONFIG_NAME, "deepspeed"))
-    else:
+    elif file.is_file():  # a pipe or device is read once, by the check itself
         try:
             kind = detect_kind(file, read_user_text(file, "a config", ""))
         except DswizError:  # the check's own reading of the file says why

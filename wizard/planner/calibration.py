@@ -412,15 +412,15 @@ MICRO_STEP_SECONDS_PER_LAYER = 0.000813
 #   updated 16-bit weights written back; at 4.8 TB/s 1.5-3e-11 s is ~75-145 bytes per parameter. Stage 3 steps each
 #   sub-group's flat partition in place (llama-7b 0.17 s, llama-3b 0.09 s); stages 1-2 run one step
 #   (stage_1_and_2.py, one figure for both) that also writes the flat 16-bit copy and gathers it; stage 0
-#   (DeepSpeed's bf16 optimizer wrapper) copies tensor by tensor.
+#   (DeepSpeed's 16-bit optimizer wrapper, FP16_UnfusedOptimizer for bf16 too) copies tensor by tensor.
 OPTIMIZER_SECONDS_PER_LAYER = 0.00143
 OPTIMIZER_SECONDS_PER_PARAM = {"stage 0": 3.02e-11, "stage 1-2": 2.54e-11, "stage 3": 1.54e-11}
-# Stage 0 in bf16 (DeepSpeed's bf16 optimizer wrapper, runtime/bf16_optimizer.py, DeepSpeed 0.19.8) costs a fixed
-# ~14 ms a step more than the per-parameter and per-layer figures above give (fit to whole steps, mostly GPT-2's).
-# Once per optimizer step, not per micro-step: the forward and backward of its micro-steps take what the model gives
-# them without it at one micro-step and at four or eight (llama-1b at micro-batch 4: 0.154 s, predicted 0.156;
-# GPT-2 124M at 16: 0.087 s, predicted 0.087; Pythia-1B at 1, 8 micro-steps:
-# plan_accuracy-2026-12-04-1gpu-accum-accum-boundary.md); GPT-2 124M's step phase is where its 13 ms shows.
+# Stage 0 in 16 bits (DeepSpeed's FP16_UnfusedOptimizer wrapper, for bf16 too: memory.stage0_step_bytes) costs a
+# fixed ~14 ms a step more than the per-parameter and per-layer figures above give (fit to whole steps, mostly
+# GPT-2's; it is kept beside the step's own figure, not in it). Once per optimizer step, not per micro-step: the
+# forward and backward of its micro-steps take what the model gives them without it at one micro-step and at four or
+# eight (llama-1b at micro-batch 4: 0.154 s, predicted 0.156; GPT-2 124M at 16: 0.087 s, predicted 0.087; Pythia-1B
+# at 1, 8 micro-steps: plan_accuracy-2026-12-04-1gpu-accum-accum-boundary.md).
 STAGE0_STEP_SECONDS = 0.0142
 # The host's work per micro-step (wizard.planner.throughput.host_micro_step_seconds): the framework's Python per
 # layer, by activation-recipe family (LLaMA-style and Qwen2 run more operators per layer than GPT-2: rotary, RMSNorm

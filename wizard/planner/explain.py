@@ -4,11 +4,14 @@ English out; nothing here decides what fits."""
 
 from __future__ import annotations
 
+import shlex
+
 from wizard.hardware.report import HardwareReport
 from wizard.planner import calibration as cal
 from wizard.planner.memory import (
     KV_CACHE_ITEM,
     MemoryEstimate,
+    estimate_memory,
     sdpa_padded_head_dim,
     sdpa_padding_bytes_per_sample,
 )
@@ -367,10 +370,11 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
             out += list(plan.advice)
     elif not chosen.fits and _topology_short(s, plan.hardware):
         hw = plan.hardware
-        gpu = hw.gpus[0].name if hw.gpus else "GPU"
+        first = hw.gpus[0]
+        gpu = first.catalog_key or shlex.quote(first.name.removeprefix("NVIDIA "))
         out.append(
             f"ask for at most {hw.nodes} node(s) of {hw.gpus_per_node} GPU(s), as the hardware is, or plan for the "
-            f"machines you will train on: --hardware {s.nodes}x{s.gpus_per_node}x{gpu.removeprefix('NVIDIA ')}"
+            f"machines you will train on: --hardware {s.nodes}x{s.gpus_per_node}x{gpu}"
         )
     elif chosen.fits and best is not None and best.strategy != s:
         gain = best.predicted.tokens_per_sec / max(p.tokens_per_sec, 1e-9) - 1
@@ -393,15 +397,16 @@ def _offload_accumulation_reason(ctx: PlanContext, s: Strategy, tp: ThroughputEs
     choice, so this is a hint, not the plan."""
     if s.mode != "train" or s.offload_optimizer == "none" or ctx.request.global_batch is not None:
         return None
-    if s.gradient_accumulation_steps != 1:
+    if s.gradient_accumulation_steps != 1 or ctx.gpu_cap is None:
+        return None
+    accumulating = s.with_(gradient_accumulation_steps=OFFLOAD_ACCUMULATION_STEPS)
+    needed = estimate_memory(
+        ctx.model, accumulating, ctx.seq_len, ctx.request.buffers, ctx.request.expandable_segments
+    ).needed
+    if needed > ctx.gpu_budget:  # ZeRO-1 keeps its 16-bit gradients between micro-steps: it may not fit
         return None
     adam = dict(tp.parts).get(CPU_ADAM_PART, 0.0)
-    more = estimate_throughput(
-        ctx.hardware,
-        ctx.model,
-        s.with_(gradient_accumulation_steps=OFFLOAD_ACCUMULATION_STEPS),
-        ctx.seq_len,
-    )
+    more = estimate_throughput(ctx.hardware, ctx.model, accumulating, ctx.seq_len)
     gain = more.tokens_per_sec / estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len).tokens_per_sec
     if gain < 1.1:
         return None

@@ -253,6 +253,17 @@ def _stage3_sub_group(partition: int) -> int:
     return min(partition, cal.STAGE3_SUB_GROUP_ELEMENTS)
 
 
+def stage0_step_bytes(w: int, params: int) -> int:
+    """What stage 0's optimizer step holds beyond the forward, the allocator's step block too. 16-bit: DeepSpeed wraps
+    the optimizer in FP16_UnfusedOptimizer for fp16 and for bf16 alike (engine.py _do_optimizer_sanity_check: no
+    separate gradient-accumulation dtype -> _configure_fp16_optimizer; DeepSpeed 0.19.8), whose step gives each fp32
+    master an fp32 copy of its 16-bit gradient, tensor by tensor (fp16/unfused_optimizer.py): the 16-bit gradients
+    and those copies, 6 bytes a parameter. Measured: Pythia-1B at micro-batch 1, whose peak is the step, 18.92 GiB at
+    one micro-step and at eight (8 bytes were counted: 20.73 GiB); llama-3b, gpt2-xl, llama-7b held out within 2.3 %
+    (bench/results/plan_accuracy-2026-12-04-1gpu-phases-phases-z0step.md). fp32: the gradients only."""
+    return (w + 4) * params if w == 2 else w * params
+
+
 def training_phases(
     model: ModelSpec, s: Strategy, seq_len: int, buf: ZeroBuffers = DEFAULT_BUFFERS
 ) -> list[Phase]:
@@ -292,10 +303,7 @@ def training_phases(
     else:  # stage 0: DeepSpeed's 16-bit optimizer wrapper over plain data parallelism
         grads_full = w * P
         in_backward_buffers = w * min(buf.allgather_bucket_elements, P) if N > 1 else 0
-        # The 16-bit gradients and the fp32 flat copy update_hp_grads adds them into (bf16_optimizer.py, DeepSpeed
-        # 0.19.8; Pythia-1B at micro-batch 1, whose peak is the step: 6 bytes a parameter above the states, at one
-        # micro-step and at eight); fp16's wrapper also flattens fp32 copies of the gradients at the step.
-        step_extra = (w + 4) * P if s.precision == "bf16" else (2 * w + 4) * P if w == 2 else w * P
+        step_extra = stage0_step_bytes(w, P)
     # Gradients summed across micro-steps live from the first backward to the boundary, which hands them to the
     # update (stages 0-1) or steps the partition they sum in (stage 2): the step holds what it holds at one
     # micro-step (Pythia-1.4B, Qwen2-1.5B, llama-1b ZeRO-1 and Pythia-1B ZeRO-0 at micro-batch 1 peaked at the step
@@ -512,7 +520,7 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
         # (docs/measurements.md).
         return w * min(buf.reduce_bucket_elements, P // N)
     if s.zero_stage == 0:
-        return (w + 4) * P if s.precision == "bf16" else (2 * w + 4) * P if w == 2 else w * P
+        return stage0_step_bytes(w, P)
     if s.zero_stage == 3:
         return 4 * _stage3_sub_group(P // N)
     return 4 * P // N

@@ -316,13 +316,13 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
 # The parts of a training step that run in DeepSpeed's step, once per optimizer step whatever the accumulation.
 CPU_ADAM_PART = "CPU Adam"
 FRAMEWORK_HOST_PART = "host-bound (framework Python)"
-STAGE0_PART = "bf16 wrapper (stage 0)"
+STAGE0_PART = "16-bit optimizer wrapper (stage 0)"
 STEP_PARTS = ("optimizer step", CPU_ADAM_PART, "16-bit weights back (pageable)", "NVMe swaps")
 
 
 def optimizer_kind(zero_stage: int) -> str:
-    """Which DeepSpeed optimizer step a stage runs (calibration.OPTIMIZER_SECONDS_PER_PARAM's key): the bf16 wrapper
-    at stage 0, stage_1_and_2.py's for stages 1 and 2, stage3.py's."""
+    """Which DeepSpeed optimizer step a stage runs (calibration.OPTIMIZER_SECONDS_PER_PARAM's key): the 16-bit
+    wrapper at stage 0 (FP16_UnfusedOptimizer, for bf16 too), stage_1_and_2.py's for stages 1 and 2, stage3.py's."""
     return "stage 0" if zero_stage == 0 else "stage 3" if zero_stage == 3 else "stage 1-2"
 
 
@@ -448,8 +448,8 @@ def estimate_throughput(
         parts[k] = v + (gas - 1) * before[k]
     if s.zero_stage == 3:
         parts["ZeRO-3 gather/partition copies"] = gas * stage3_copy_seconds(model, s, hbm)
-    if train and s.zero_stage == 0 and s.precision == "bf16":
-        # DeepSpeed's bf16 optimizer wrapper, once per optimizer step (calibration.STAGE0_STEP_SECONDS)
+    if train and s.zero_stage == 0 and weight_bytes(s) == 2:
+        # DeepSpeed's 16-bit optimizer wrapper, once per optimizer step (calibration.STAGE0_STEP_SECONDS)
         parts[STAGE0_PART] = cal.STAGE0_STEP_SECONDS
 
     if train:

@@ -201,6 +201,11 @@ class WizardApp(App[list[Path]]):
             self.push_screen(HelpScreen(STEP_TITLES[screen.STEP], screen.HELP))
 
     async def action_quit(self) -> None:
+        if isinstance(
+            self.screen, ConfirmScreen
+        ):  # Ctrl+C again at a dialog (the quit one): leave, as asked twice
+            self.exit([] if self.dirty else list(self.choices.written))
+            return
         if not self.dirty:
             self.exit(list(self.choices.written))
             return
