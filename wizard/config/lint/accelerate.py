@@ -188,6 +188,31 @@ def _out_of_range(raw: dict[str, Any], ds: dict[str, Any], at: Any) -> list[Find
             bad(f"deepspeed_config.{key}", f"{key} {device!r} is not an offload device",
                 "DeepSpeed stops at start: the device must be none, cpu or nvme",
                 f"write {key}: none, cpu or nvme")  # fmt: skip
+    numbers = [
+        (f"deepspeed_config.{k}", ds.get(k))
+        for k in ("gradient_accumulation_steps", "gradient_clipping", "zero_stage")
+    ]
+    numbers += [
+        (k, raw.get(k)) for k in ("num_processes", "num_machines", "machine_rank", "main_process_port")
+    ]
+    for path, value in numbers:
+        if (
+            value is None
+            or value == "auto"
+            or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        ):
+            continue
+        key = path.split(".")[-1]
+        out.append(
+            finding(
+                ERROR,
+                "wrong-type",
+                f"{path} is {value!r}, not a number",
+                "DeepSpeed (or accelerate) stops at start comparing it with a number",
+                f"write {key}: a number without quotes (e.g. {key}: {1 if key != 'gradient_clipping' else 1.0})",
+                at(path),
+            )
+        )
     steps = as_int(ds.get("gradient_accumulation_steps"))
     if steps is not None and steps < 1:
         bad("deepspeed_config.gradient_accumulation_steps", f"gradient_accumulation_steps is {steps}",
