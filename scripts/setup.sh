@@ -14,3 +14,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q -c constraints/test.txt -e '.[deepspeed,test]'
   echo "$want" > "$stamp"
 fi
+# DeepSpeed's CPU jobs load one compiled op; build it here, once, not inside the first job: a job stopped during
+# that build leaves a lock file every later job waits on (scripts/build_cpu_ops.py says more).
+.venv/bin/python scripts/build_cpu_ops.py

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -78,3 +81,56 @@ def bench_smoke() -> Callable[..., subprocess.CompletedProcess[str]]:
         return proc
 
     return run
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    """After a failing run, what about this machine could explain it (CI prints only the end of the output)."""
+    if exitstatus == 0:
+        return
+    terminalreporter.section("the machine these tests ran on")
+    for line in machine_lines():
+        terminalreporter.write_line(line)
+
+
+def machine_lines() -> list[str]:
+    import psutil
+
+    from runner.build_locks import find_build_locks
+
+    mem = psutil.virtual_memory()
+    lines = [
+        f"cores {len(os.sched_getaffinity(0))}, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}, "
+        f"memory {mem.available / 2**30:.1f} of {mem.total / 2**30:.1f} GiB free",
+    ]
+    for label, folder in (
+        ("temp", Path(os.environ.get("TMPDIR", "/tmp"))),
+        ("home", Path.home()),
+        ("shm", Path("/dev/shm")),
+    ):
+        try:
+            usage = shutil.disk_usage(folder)
+            lines.append(f"{label} {folder}: {usage.free / 2**30:.1f} of {usage.total / 2**30:.1f} GiB free")
+        except OSError as e:
+            lines.append(f"{label} {folder}: {e}")
+    lines.append(f"hostname {socket.gethostname()} resolves to {_resolve(socket.gethostname())}")
+    for lock in find_build_locks(os.environ, Path.home()):
+        lines.append(
+            f"JIT-build lock {lock.path}: " + (f"held by {lock.held_by}" if lock.held_by else "stale")
+        )
+    return lines
+
+
+def _resolve(host: str, seconds: float = 5) -> str:
+    """The addresses ``host`` resolves to, or why not (gloo resolves the hostname when a rank starts)."""
+    found: list[str] = []
+
+    def look() -> None:
+        try:
+            found.append(", ".join(sorted({a[4][0] for a in socket.getaddrinfo(host, None)})))
+        except OSError as e:
+            found.append(f"nothing ({e})")
+
+    worker = threading.Thread(target=look, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return found[0] if found else f"nothing within {seconds:.0f} s"

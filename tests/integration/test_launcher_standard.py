@@ -4,7 +4,9 @@ job: the config writers' launch.sh started twice on this machine, NODE_RANK 0 an
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -43,15 +45,17 @@ def test_two_nodes_with_the_standard_launcher_over_loopback(tmp_path: Path) -> N
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # launch.sh, torchrun and its rank: one group to stop
         )
         for rank in (0, 1)
     ]
     try:
         outputs = [p.communicate(timeout=240)[0] for p in nodes]
     finally:
-        for p in nodes:
-            if p.poll() is None:
-                p.kill()
+        for p in nodes:  # a failed node's torchrun and rank outlive bash: stop the whole group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     assert [p.returncode for p in nodes] == [0, 0], outputs
     assert "done: 6 steps" in outputs[0]
     assert "world=2 " in outputs[0]  # one job of two ranks, not two one-rank jobs
