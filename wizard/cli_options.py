@@ -161,6 +161,41 @@ def hardware_option() -> Callable[[F], F]:
     )
 
 
+def together(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click options as one decorator, listed by --help in the order given."""
+
+    def apply(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def seq_len_option(help_text: str) -> Callable[[F], F]:
+    """--seq-len: tokens per sample (planning; `dswiz check --model`)."""
+    return click.option("--seq-len", type=click.IntRange(1, 10_000_000), help=help_text)
+
+
+def card_memory_options() -> tuple[Callable[[F], F], ...]:
+    """--margin and --gpu-memory: how much of each card a plan (or `dswiz check --model`'s prediction) may use."""
+    return (
+        click.option(
+            "--margin",
+            type=FiniteFloat(0, 50),
+            default=5.0,
+            show_default=True,
+            help="Percent of each GPU's memory to keep free.",
+        ),
+        click.option(
+            "--gpu-memory",
+            callback=_size,
+            metavar="SIZE",
+            help="Plan for this much memory per GPU (e.g. 24GiB) instead of the card's total.",
+        ),
+    )
+
+
 def planning_options(*, model_required: bool) -> Callable[[F], F]:
     """What the planner is asked (``planning_model``, ``planning_request``): model and how it is fine-tuned,
     hardware, sequence, batch, precision, mode, what it may use (offload, checkpointing) and the memory it plans
@@ -169,11 +204,7 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
         model_option(required=model_required),
         *finetune_options(),
         hardware_option(),
-        click.option(
-            "--seq-len",
-            type=click.IntRange(1, 10_000_000),
-            help="Tokens per sample (default: the model's context, at most 2048).",
-        ),
+        seq_len_option("Tokens per sample (default: the model's context, at most 2048)."),
         click.option(
             "--global-batch",
             type=click.IntRange(1, 100_000_000),
@@ -194,19 +225,7 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
         ),
         flag_option("--no-offload", help="Never offload to CPU or NVMe."),
         flag_option("--no-checkpointing", help="Never use activation checkpointing."),
-        click.option(
-            "--margin",
-            type=FiniteFloat(0, 50),
-            default=5.0,
-            show_default=True,
-            help="Percent of each GPU's memory to keep free.",
-        ),
-        click.option(
-            "--gpu-memory",
-            callback=_size,
-            metavar="SIZE",
-            help="Plan for this much memory per GPU (e.g. 24GiB) instead of the card's total.",
-        ),
+        *card_memory_options(),
         click.option(
             "--nvme", callback=_size, metavar="SIZE", help="Assume an NVMe drive of this size for offload."
         ),
@@ -222,12 +241,7 @@ def planning_options(*, model_required: bool) -> Callable[[F], F]:
         no_history_option(),
     ]
 
-    def apply(f: F) -> F:
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return apply
+    return together(*options)
 
 
 # --micro-batch / --grad-accum: a million sequences per GPU per step is past any real run (a typo, not a plan)
@@ -279,7 +293,7 @@ def planning_request(
     ``hardware``, calibrated by its run history unless --no-history."""
     from wizard.planner import PlanRequest
 
-    gpu_memory = _gpu_memory(params["gpu_memory"], hardware)
+    gpu_memory = gpu_memory_for(params["gpu_memory"], hardware)
     precision = params["precision"]
     request = PlanRequest(
         seq_len=params["seq_len"],
@@ -302,7 +316,7 @@ def planning_request(
     return with_history(request, hardware, use=not params["no_history"])
 
 
-def _gpu_memory(asked: int | None, hardware: HardwareReport | None) -> int | None:
+def gpu_memory_for(asked: int | None, hardware: HardwareReport | None) -> int | None:
     """--gpu-memory: plan for less of each card than it has. A card's memory is sold rounded (a "24 GB" RTX 4090 is
     23.99 GiB, an "80 GB" H100 79.6 GiB), so up to 2 % more than the smallest card is taken as the card; more than
     that is a mistake (a plan for a 1 TiB H200 fits what no H200 can run)."""

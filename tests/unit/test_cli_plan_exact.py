@@ -153,3 +153,75 @@ def test_flags_that_contradict_each_other_are_refused_by_plan_and_config(tmp_pat
     assert (
         dswiz("plan", "--model", "gpt2", *A100, "--no-offload", "--offload-optimizer", "none").returncode == 0
     )
+
+
+def _z2_config(tmp_path: Path, micro_batch: int) -> Path:
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2}, "steps_per_print": 10,
+    }))  # fmt: skip
+    return cfg
+
+
+def check_json(cfg: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    proc = dswiz("check", str(cfg), *args, "--no-consumer-check", "--json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_check_predicts_at_the_sequence_and_fine_tuning_plan_is_told_for_the_same_strategy(
+    tmp_path: Path,
+) -> None:
+    """`dswiz check --model` takes plan's --seq-len, --finetune/--lora-*, --gpu-memory and --margin, and predicts
+    exactly what `dswiz plan` does for that strategy with those flags."""
+    cfg = _z2_config(tmp_path, 2)
+    exact = ("--stage", "2", "--offload-optimizer", "none", "--offload-param", "none", "--micro-batch", "2")
+    exact += ("--grad-accum", "1", "--no-activation-checkpointing", "--precision", "bf16")
+    cases = [
+        (),
+        ("--seq-len", "4096"),
+        ("--finetune", "lora", "--lora-rank", "16"),
+        ("--seq-len", "1024", "--gpu-memory", "40GiB", "--margin", "10"),
+    ]
+    predicted = []
+    for flags in cases:
+        _, checked = check_json(cfg, "--model", "llama-7b", *A100, *flags)
+        _, planned = plan_json("--model", "llama-7b", *A100, *exact, *flags)
+        (candidate,) = [c for c in planned["candidates"] if c["zero_stage"] == 2]
+        assert checked["prediction"]["predicted"] == candidate["predicted"], flags
+        assert checked["prediction"]["fits"] == candidate["fits"], flags
+        predicted.append(checked["prediction"]["predicted"]["gpu_needed_bytes"])
+    default, longer, lora, _ = predicted
+    assert (
+        longer > default > lora
+    )  # twice the tokens hold more activations; LoRA keeps no full optimizer state
+    _, doc = check_json(cfg, "--model", "llama-7b", *A100, "--seq-len", "4096")
+    (f,) = [f for f in doc["findings"] if f["code"].startswith("plan-")]
+    assert "4,096 tokens a sample (--seq-len)" in f["what"]
+
+
+def test_check_reads_the_sequence_of_the_plan_the_folder_was_written_for(tmp_path: Path) -> None:
+    out = tmp_path / "cfg"
+    proc = dswiz("config", "--yes", "--model", "gpt2", *A100, "--seq-len", "512", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    _, from_sidecar = check_json(out, "--model", "gpt2", *A100)
+    _, told = check_json(out, "--model", "gpt2", *A100, "--seq-len", "512")
+    _, default = check_json(out, "--model", "gpt2", *A100, "--seq-len", "1024")
+    assert from_sidecar["prediction"]["predicted"] == told["prediction"]["predicted"]
+    assert default["prediction"]["predicted"] != told["prediction"]["predicted"]
+    (f,) = [f for f in from_sidecar["findings"] if f["code"] == "plan-fits"]
+    assert "512 tokens a sample (as dswiz-plan.json planned" in f["what"]
+
+
+def test_check_refuses_prediction_flags_without_a_model_and_a_card_it_does_not_have(tmp_path: Path) -> None:
+    cfg = _z2_config(tmp_path, 2)
+    proc = dswiz("check", str(cfg), "--seq-len", "4096", "--finetune", "lora", "--no-consumer-check")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--seq-len, --finetune shape the prediction, and no --model asks for one" in proc.stderr
+    assert "add --model NAME" in proc.stderr
+    proc = dswiz("check", str(cfg), "--model", "gpt2", *A100, "--gpu-memory", "1TiB", "--no-consumer-check")
+    assert proc.returncode == 2 and "more than the NVIDIA A100-SXM4-80GB holds" in proc.stderr, proc.stderr
+    # An emulated 24 GiB card: the same config no longer fits, and the finding says what would.
+    code, doc = check_json(cfg, "--model", "llama-7b", *A100, "--gpu-memory", "24GiB")
+    assert code == 1 and doc["prediction"]["fits"] is False

@@ -169,7 +169,9 @@ def test_dswiz_check_of_the_papers_own_config_says_it_fits(tmp_path: Path) -> No
     assert paper.returncode == 0, paper.stdout
 
     def gib(out: str) -> float:
-        return float(re.search(r"fits custom-62x4096: ([\d.]+) GiB", out).group(1))  # type: ignore[union-attr]
+        return float(
+            re.search(r"fits custom-62x4096 at [\d,]+ tokens a sample \([^)]*\): ([\d.]+) GiB", out).group(1)
+        )  # type: ignore[union-attr]
 
     assert "[plan-fits]" in default.stdout or "[plan-does-not-fit]" in default.stdout, default.stdout
     if "[plan-fits]" in default.stdout:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wizard.cli_options import no_history_option, python_option
+from wizard.cli_options import (
+    card_memory_options,
+    finetune_options,
+    no_history_option,
+    python_option,
+    seq_len_option,
+    together,
+)
 from wizard.config.launchers import MULTINODE_LAUNCHERS
 
 if TYPE_CHECKING:
@@ -56,8 +63,13 @@ CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
     "model_text",
     metavar="NAME|CONFIG|NUMBERS",
     help="Also predict this config for that model (as `dswiz plan --model`): fits, GPU/host memory, tokens/s, "
-    "what to change. On --hardware, else this machine.",
+    "what to change. On --hardware, else this machine. The flags below shape that prediction.",
 )
+@seq_len_option(
+    "Tokens per sample for --model's prediction (default: the folder's dswiz-plan.json, else the model's "
+    "context, at most 2048)."
+)
+@together(*finetune_options(), *card_memory_options())
 @no_history_option()
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 @click.pass_context
@@ -71,6 +83,13 @@ def check(
     python: str | None,
     no_consumer_check: bool,
     model_text: str | None,
+    seq_len: int | None,
+    finetune: str,
+    lora_rank: int,
+    lora_alpha: int,
+    lora_targets: str | None,
+    margin: float,
+    gpu_memory: int | None,
     no_history: bool,
     as_json: bool,
 ) -> int:
@@ -81,6 +100,24 @@ def check(
 
     if not file.exists():
         raise DswizError(f"{file} does not exist", "check the path (dswiz check ds_config.json)")
+    if model_text is None:  # the prediction's flags without the prediction: say so rather than ignore them
+        given = [
+            name
+            for name, on in (
+                ("--seq-len", seq_len is not None),
+                ("--finetune", finetune != "full"),
+                ("--lora-targets", lora_targets is not None),
+                ("--gpu-memory", gpu_memory is not None),
+                ("--margin", margin != 5.0),
+            )
+            if on
+        ]
+        if given:
+            raise DswizError(
+                f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} the prediction, and no --model asks for one",
+                f"add --model NAME (dswiz check {file} --model llama-7b {' '.join(given)} ...), or drop "
+                + ("it" if len(given) == 1 else "them"),
+            )
     from wizard.fsio import interrupted_write, settle_file_set
 
     folder = file if file.is_dir() else file.parent
@@ -120,13 +157,20 @@ def check(
         findings = merge_with_own(findings, found)
     prediction = None
     if model_text is not None:
+        from wizard.cli_options import finetune_from_flags, gpu_memory_for
         from wizard.hardware import get_hardware
-        from wizard.service.prediction import config_prediction
+        from wizard.service.prediction import PredictionAsk, config_prediction
 
         use_history = not (no_history or (ctx.parent is not None and ctx.parent.params.get("no_history")))
-        prediction = config_prediction(
-            file, model_text, report or get_hardware(None), use_history=use_history
+        target = report or get_hardware(None)
+        ask = PredictionAsk(
+            seq_len=seq_len,
+            tuning=finetune_from_flags(ctx.params),
+            safety_margin=margin / 100,
+            gpu_memory_bytes=gpu_memory_for(gpu_memory, target),
+            use_history=use_history,
         )
+        prediction = config_prediction(file, model_text, target, ask)
         findings.append(prediction.finding)
     findings = sort_findings(findings)
     reader = _reader_line(consumer, guess.reason if guess is not None else None)

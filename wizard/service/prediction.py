@@ -18,7 +18,9 @@ from wizard.units import fmt_bytes
 
 if TYPE_CHECKING:  # the planner is imported when a prediction is asked for, not when `dswiz check` starts
     from wizard.config.schema import ConfigSet
+    from wizard.config.sidecar import PlanSidecar
     from wizard.planner.memory import ZeroBuffers
+    from wizard.tuning import FineTune
 
 
 @dataclass(frozen=True)
@@ -29,11 +31,23 @@ class ConfigPrediction:
     )  # candidate_to_json of the config's strategy; None when none could be made
 
 
+@dataclass(frozen=True)
+class PredictionAsk:
+    """What shapes the prediction beyond the config (`dswiz check --model`'s flags, as `dswiz plan` takes them)."""
+
+    seq_len: int | None = None  # None: the folder's dswiz-plan.json, else the model's context (at most 2048)
+    tuning: FineTune | None = None  # --finetune / --lora-*; None: every weight trains
+    safety_margin: float | None = None  # share of each card kept free; None: the planner's default
+    gpu_memory_bytes: int | None = None  # plan for this much of each card
+    use_history: bool = (
+        True  # calibrated by the hardware's run history, as `dswiz plan` is (--no-history: not)
+    )
+
+
 def config_prediction(
-    file: Path, model_text: str, hardware: HardwareReport, *, use_history: bool = True
+    file: Path, model_text: str, hardware: HardwareReport, ask: PredictionAsk = PredictionAsk()
 ) -> ConfigPrediction:
-    """The planner's verdict on the config in ``file`` for ``model_text`` on ``hardware``, calibrated by the
-    hardware's run history as `dswiz plan` is (unless ``use_history`` is False: --no-history)."""
+    """The planner's verdict on the config in ``file`` for ``model_text`` on ``hardware``, as ``ask`` shapes it."""
     from wizard.config.load import load_path
     from wizard.config.reimport import strategy_from_config
     from wizard.config.schema import DS_CONFIG_NAME
@@ -49,6 +63,10 @@ def config_prediction(
     from wizard.planner.types import StrategyChoice
 
     model = load_model_spec(model_text)  # a model that does not load is an error, with or without a GPU here
+    if ask.tuning is not None:
+        from wizard.planner import with_finetune
+
+        model = with_finetune(model, ask.tuning)
     if not hardware.gpus:
         return _note(
             "no NVIDIA GPU here to predict for",
@@ -66,15 +84,26 @@ def config_prediction(
     s = strategy_from_config(loaded.config)
     if loaded.kind == "deepspeed":  # a DeepSpeed JSON names no topology: the hardware's
         s = s.with_(nodes=hardware.nodes, gpus_per_node=max(1, hardware.gpus_per_node))
+    if ask.tuning is not None and ask.tuning.uses_lora and s.mode == "inference":
+        raise DswizError(
+            f"--finetune {ask.tuning.mode} trains adapters, and the config runs inference (no optimizer)",
+            "drop --finetune, or check the training config",
+        )
     from wizard.service.history import with_history
 
+    sidecar = _sidecar(file)
+    seq_len, seq_source = _sequence(ask.seq_len, sidecar)
     request = PlanRequest(
+        seq_len=seq_len,
         precisions=(s.precision,),
         mode=s.mode,
         buffers=buffers_of(loaded.config),
-        expandable_segments=planned_allocator(file),
+        gpu_memory_bytes=ask.gpu_memory_bytes,
+        expandable_segments=planned_allocator(sidecar),
     )
-    request = with_history(request, hardware, use=use_history)
+    if ask.safety_margin is not None:
+        request = replace(request, safety_margin=ask.safety_margin)
+    request = with_history(request, hardware, use=ask.use_history)
     result = plan(hardware, model, request)
     chosen = choose(
         result,
@@ -96,7 +125,8 @@ def config_prediction(
         finding = Finding(
             Severity.INFO,
             "plan-fits",
-            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {model.name}: "
+            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {model.name} at "
+            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}): "
             f"{fmt_bytes(p.gpu_needed_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
             "the planner's prediction for this config on this hardware (`dswiz plan` with the same flags)",
             "; ".join(advice) or "nothing to change",
@@ -106,7 +136,8 @@ def config_prediction(
         finding = Finding(
             Severity.ERROR,
             "plan-does-not-fit",
-            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {model.name}: "
+            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {model.name} at "
+            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}): "
             + ("; ".join(why_not) or ", ".join(chosen.limits)),
             "it would stop at the first step (CUDA out of memory, or the host's OOM killer for host RAM)",
             "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
@@ -114,16 +145,30 @@ def config_prediction(
     return ConfigPrediction(finding, candidate_to_json(chosen))
 
 
-def planned_allocator(file: Path) -> bool:
-    """Whether the config's job runs PyTorch's allocator with expandable segments: its folder's dswiz-plan.json
-    says so (dswiz config wrote the variable into its launch.sh), else this shell's allocator settings."""
-    from wizard import alloc_conf
+def _sidecar(file: Path) -> PlanSidecar | None:
+    """The dswiz-plan.json beside the config (dswiz config wrote it), if it reads."""
     from wizard.config.sidecar import read_sidecar
 
     try:
-        sidecar = read_sidecar(file if file.is_dir() else file.parent)
+        return read_sidecar(file if file.is_dir() else file.parent)
     except DswizError:  # a damaged plan file is reported by the check itself
-        sidecar = None
+        return None
+
+
+def _sequence(asked: int | None, sidecar: PlanSidecar | None) -> tuple[int | None, str]:
+    """The tokens per sample to predict for, and where that figure comes from (said in the finding)."""
+    if asked is not None:
+        return asked, "--seq-len"
+    if sidecar is not None:
+        return sidecar.seq_len, "as dswiz-plan.json planned; --seq-len to change"
+    return None, "the model's context, at most 2048; --seq-len to change"
+
+
+def planned_allocator(sidecar: PlanSidecar | None) -> bool:
+    """Whether the config's job runs PyTorch's allocator with expandable segments: its folder's dswiz-plan.json
+    says so (dswiz config wrote the variable into its launch.sh), else this shell's allocator settings."""
+    from wizard import alloc_conf
+
     planned = True if sidecar is not None and sidecar.expandable_segments else None
     return alloc_conf.planned_expandable_segments(planned, os.environ)
 
