@@ -225,3 +225,19 @@ def test_check_refuses_prediction_flags_without_a_model_and_a_card_it_does_not_h
     # An emulated 24 GiB card: the same config no longer fits, and the finding says what would.
     code, doc = check_json(cfg, "--model", "llama-7b", *A100, "--gpu-memory", "24GiB")
     assert code == 1 and doc["prediction"]["fits"] is False
+
+
+def test_check_of_a_lora_folder_predicts_lora_unless_told_otherwise(tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    written = dswiz("config", "--yes", "--model", "llama-7b", *A100, "--finetune", "lora", "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    _, planned = check_json(out, "--model", "llama-7b", *A100)
+    _, told = check_json(out, "--model", "llama-7b", *A100, "--finetune", "lora")
+    _, full = check_json(out, "--model", "llama-7b", *A100, "--finetune", "full")
+    assert planned["prediction"]["predicted"] == told["prediction"]["predicted"]
+    assert (
+        full["prediction"]["predicted"]["gpu_needed_bytes"]
+        > planned["prediction"]["predicted"]["gpu_needed_bytes"]
+    )
+    (f,) = [f for f in planned["findings"] if f["code"].startswith("plan-")]
+    assert "LoRA r=8 (q_proj,v_proj) as dswiz-plan.json planned" in f["what"]

@@ -67,7 +67,7 @@ CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
 )
 @seq_len_option(
     "Tokens per sample for --model's prediction (default: the folder's dswiz-plan.json, else the model's "
-    "context, at most 2048)."
+    "context, at most 2048). --finetune/--lora-*: default the folder's dswiz-plan.json, else full."
 )
 @together(*finetune_options(), *card_memory_options())
 @no_history_option()
@@ -105,10 +105,10 @@ def check(
             name
             for name, on in (
                 ("--seq-len", seq_len is not None),
-                ("--finetune", finetune != "full"),
+                ("--finetune", _given(ctx, "finetune", "lora_rank", "lora_alpha")),
                 ("--lora-targets", lora_targets is not None),
                 ("--gpu-memory", gpu_memory is not None),
-                ("--margin", margin != 5.0),
+                ("--margin", _given(ctx, "margin")),
             )
             if on
         ]
@@ -165,7 +165,7 @@ def check(
         target = report or get_hardware(None)
         ask = PredictionAsk(
             seq_len=seq_len,
-            tuning=finetune_from_flags(ctx.params),
+            tuning=finetune_from_flags(ctx.params) if _given(ctx, *FINETUNE_FLAGS) else None,
             safety_margin=margin / 100,
             gpu_memory_bytes=gpu_memory_for(gpu_memory, target),
             use_history=use_history,
@@ -193,6 +193,14 @@ def check(
         click.echo(reader)
         print_findings(findings, str(file))
     return 1 if has_errors(findings) else 0
+
+
+FINETUNE_FLAGS = ("finetune", "lora_rank", "lora_alpha", "lora_targets")
+
+
+def _given(ctx: click.Context, *names: str) -> bool:
+    """Whether any of these options was given on the command line (not left at its default)."""
+    return any(ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT) for n in names)
 
 
 def _reader_line(consumer: Consumer | None, guessed: str | None) -> str:

@@ -63,10 +63,6 @@ def config_prediction(
     from wizard.planner.types import StrategyChoice
 
     model = load_model_spec(model_text)  # a model that does not load is an error, with or without a GPU here
-    if ask.tuning is not None:
-        from wizard.planner import with_finetune
-
-        model = with_finetune(model, ask.tuning)
     if not hardware.gpus:
         return _note(
             "no NVIDIA GPU here to predict for",
@@ -89,9 +85,14 @@ def config_prediction(
             f"--finetune {ask.tuning.mode} trains adapters, and the config runs inference (no optimizer)",
             "drop --finetune, or check the training config",
         )
+    from wizard.planner import with_finetune
     from wizard.service.history import with_history
 
     sidecar = _sidecar(file)
+    planned_for_it = sidecar is not None and sidecar.model.name == model.name and s.mode == "train"
+    tuning = ask.tuning or (sidecar.model.finetune if sidecar is not None and planned_for_it else None)
+    if tuning is not None:
+        model = with_finetune(model, tuning)
     seq_len, seq_source = _sequence(ask.seq_len, sidecar)
     request = PlanRequest(
         seq_len=seq_len,
@@ -126,7 +127,7 @@ def config_prediction(
             Severity.INFO,
             "plan-fits",
             f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {model.name} at "
-            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}): "
+            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){_tuned(tuning, ask)}: "
             f"{fmt_bytes(p.gpu_needed_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
             "the planner's prediction for this config on this hardware (`dswiz plan` with the same flags)",
             "; ".join(advice) or "nothing to change",
@@ -137,7 +138,7 @@ def config_prediction(
             Severity.ERROR,
             "plan-does-not-fit",
             f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {model.name} at "
-            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}): "
+            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){_tuned(tuning, ask)}: "
             + ("; ".join(why_not) or ", ".join(chosen.limits)),
             "it would stop at the first step (CUDA out of memory, or the host's OOM killer for host RAM)",
             "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
@@ -153,6 +154,13 @@ def _sidecar(file: Path) -> PlanSidecar | None:
         return read_sidecar(file if file.is_dir() else file.parent)
     except DswizError:  # a damaged plan file is reported by the check itself
         return None
+
+
+def _tuned(tuning: FineTune | None, ask: PredictionAsk) -> str:
+    """ ", LoRA r=16 (...) as dswiz-plan.json planned" when the prediction is not for full fine-tuning."""
+    if tuning is None or not tuning.uses_lora:
+        return ""
+    return f", {tuning.label()}" + ("" if ask.tuning is not None else " as dswiz-plan.json planned")
 
 
 def _sequence(asked: int | None, sidecar: PlanSidecar | None) -> tuple[int | None, str]:
