@@ -78,8 +78,9 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
     "--launcher-mode",
     "--multinode-launcher",
     "launcher_mode",
-    type=click.Choice(MULTINODE_LAUNCHERS),
-    help="Multi-node backend: pdsh (ssh, default), openmpi, mpich, impi, mvapich, slurm, or nossh (one launch per node).",
+    type=click.Choice((*MULTINODE_LAUNCHERS, "standard")),
+    help="Multi-node backend: pdsh (ssh, default), openmpi, mpich, impi, mvapich, slurm, nossh (one launch per node), "
+    "or standard (torchrun on every node: --launcher torchrun), as `dswiz config` and `dswiz check` name them.",
 )
 @click.option("--launcher-args", metavar="ARGS", help="Passed to the multi-node backend as one string.")
 @click.option("--num-nodes", type=int, metavar="N", help="Use the first N hosts of the hostfile.")
@@ -144,7 +145,21 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch_cmd(**opts: Any) -> int:
     """Check, start and watch a DeepSpeed training job; stop it cleanly; give the verdict."""
-    return run_launch(LaunchRequest(**opts))
+    return run_launch(LaunchRequest(**_standard_mode(opts)))
+
+
+def _standard_mode(opts: dict[str, Any]) -> dict[str, Any]:
+    """--launcher-mode standard, the name `dswiz config` writes a folder for: no DeepSpeed runner, torchrun on
+    every node, which is what --launcher torchrun runs (wizard/config/launchers.py)."""
+    if opts.get("launcher_mode") != "standard":
+        return opts
+    if opts.get("launcher") not in (None, "torchrun"):
+        raise DswizError(
+            f"--launcher-mode standard runs torchrun on every node, and --launcher {opts['launcher']} asks for "
+            f"{opts['launcher']}",
+            f"drop --launcher {opts['launcher']} (or --launcher-mode standard, to use {opts['launcher']})",
+        )
+    return {**opts, "launcher": "torchrun", "launcher_mode": None}
 
 
 launch = launch_cmd  # the name wizard.cli looks up ("runner.cli_launch:launch")

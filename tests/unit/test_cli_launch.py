@@ -262,3 +262,23 @@ def test_run_record_round_trip_and_run_directory_rules(tmp_path: Path) -> None:
         rundir.read_run_record(run)
     with pytest.raises(DswizError, match="does not exist"):
         rundir.read_run_record(tmp_path / "nothing")
+
+
+def test_launcher_mode_standard_is_torchrun_on_every_node_as_config_names_it(tmp_path: Path) -> None:
+    """`dswiz config --launcher-mode standard` writes a folder for torchrun on every node; `dswiz launch` takes the
+    same name for the same thing (it was an invalid choice there)."""
+    hosts = tmp_path / "hostfile"
+    hosts.write_text("node-a slots=2\nnode-b slots=2\n")
+    common = ("--dry-run", "--hostfile", str(hosts), "--node-rank", "1", "--master-addr", "10.0.0.1")
+    common += ("--master-port", "29555", "--run-dir", str(tmp_path / "run"), "--config-arg", "", str(TRAIN))
+    standard = dswiz(tmp_path, "--launcher-mode", "standard", *common)
+    torchrun = dswiz(tmp_path, "--launcher", "torchrun", *common)
+    assert standard.returncode == 0, standard.stderr
+    assert standard.stdout == torchrun.stdout
+    (cmd,) = command_lines(standard.stdout)
+    assert cmd[cmd.index("-m") + 1] == "torch.distributed.run"
+    assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--node_rank") + 1] == "1"
+    clash = dswiz(tmp_path, "--launcher-mode", "standard", "--launcher", "deepspeed", *common)
+    assert clash.returncode == 2 and "Traceback" not in clash.stderr
+    assert "--launcher-mode standard runs torchrun on every node" in clash.stderr
+    assert "fix: drop --launcher deepspeed" in clash.stderr
