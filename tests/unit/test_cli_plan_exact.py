@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.unit.test_cli_plan import dswiz
 
 A100 = ("--hardware", "1xA100-80GB,ram=512GiB")
@@ -201,19 +203,6 @@ def test_check_predicts_at_the_sequence_and_fine_tuning_plan_is_told_for_the_sam
     assert "4,096 tokens a sample (--seq-len)" in f["what"]
 
 
-def test_check_reads_the_sequence_of_the_plan_the_folder_was_written_for(tmp_path: Path) -> None:
-    out = tmp_path / "cfg"
-    proc = dswiz("config", "--yes", "--model", "gpt2", *A100, "--seq-len", "512", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    _, from_sidecar = check_json(out, "--model", "gpt2", *A100)
-    _, told = check_json(out, "--model", "gpt2", *A100, "--seq-len", "512")
-    _, default = check_json(out, "--model", "gpt2", *A100, "--seq-len", "1024")
-    assert from_sidecar["prediction"]["predicted"] == told["prediction"]["predicted"]
-    assert default["prediction"]["predicted"] != told["prediction"]["predicted"]
-    (f,) = [f for f in from_sidecar["findings"] if f["code"] == "plan-fits"]
-    assert "512 tokens a sample (as dswiz-plan.json planned" in f["what"]
-
-
 def test_check_refuses_prediction_flags_without_a_model_and_a_card_it_does_not_have(tmp_path: Path) -> None:
     cfg = _z2_config(tmp_path, 2)
     proc = dswiz("check", str(cfg), "--seq-len", "4096", "--finetune", "lora", "--no-consumer-check")
@@ -227,17 +216,37 @@ def test_check_refuses_prediction_flags_without_a_model_and_a_card_it_does_not_h
     assert code == 1 and doc["prediction"]["fits"] is False
 
 
-def test_check_of_a_lora_folder_predicts_lora_unless_told_otherwise(tmp_path: Path) -> None:
-    out = tmp_path / "lora"
-    written = dswiz("config", "--yes", "--model", "llama-7b", *A100, "--finetune", "lora", "--out", str(out))
+@pytest.mark.parametrize(
+    ("model", "written_with", "other", "said"),
+    [
+        (
+            "gpt2",
+            ("--seq-len", "512"),
+            ("--seq-len", "1024"),
+            "512 tokens a sample (as dswiz-plan.json planned",
+        ),
+        (
+            "llama-7b",
+            ("--finetune", "lora"),
+            ("--finetune", "full"),
+            "LoRA r=8 (q_proj,v_proj) as dswiz-plan.json planned",
+        ),
+    ],
+)
+def test_check_predicts_for_what_the_folders_plan_was_made_for_unless_told_otherwise(
+    tmp_path: Path, model: str, written_with: tuple[str, ...], other: tuple[str, ...], said: str
+) -> None:
+    """The sequence length and the fine-tuning are not in a DeepSpeed config: `dswiz check --model` takes them
+    from the dswiz-plan.json that `dswiz config` wrote beside it (a LoRA folder checked as full fine-tuning was an
+    error), and the flags win."""
+    out = tmp_path / "cfg"
+    written = dswiz("config", "--yes", "--model", model, *A100, *written_with, "--out", str(out))
     assert written.returncode == 0, written.stderr
-    _, planned = check_json(out, "--model", "llama-7b", *A100)
-    _, told = check_json(out, "--model", "llama-7b", *A100, "--finetune", "lora")
-    _, full = check_json(out, "--model", "llama-7b", *A100, "--finetune", "full")
+    _, planned = check_json(out, "--model", model, *A100)
+    _, told = check_json(out, "--model", model, *A100, *written_with)
+    _, otherwise = check_json(out, "--model", model, *A100, *other)
     assert planned["prediction"]["predicted"] == told["prediction"]["predicted"]
-    assert (
-        full["prediction"]["predicted"]["gpu_needed_bytes"]
-        > planned["prediction"]["predicted"]["gpu_needed_bytes"]
-    )
+    needed = "gpu_needed_bytes"
+    assert otherwise["prediction"]["predicted"][needed] > planned["prediction"]["predicted"][needed]
     (f,) = [f for f in planned["findings"] if f["code"].startswith("plan-")]
-    assert "LoRA r=8 (q_proj,v_proj) as dswiz-plan.json planned" in f["what"]
+    assert said in f["what"]
