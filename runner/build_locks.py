@@ -63,13 +63,40 @@ def _real(p: Path) -> str:
         return str(p)
 
 
-def _open_files(proc: Path, wanted: set[str]) -> dict[str, set[int]]:
-    """Which of ``wanted`` (real paths) each process has open; processes we may not look into are skipped."""
+def remove_stale(lock: BuildLock, proc: Path = Path("/proc")) -> str | None:
+    """Delete a lock file found stale, after checking again that it is the same file and that no process holds it
+    now, nor could hold it unseen (a process whose open files we may not read: another user's). None when removed,
+    else why it was left (a folder named lock is the user's to remove)."""
+    try:
+        before = lock.path.lstat()
+    except FileNotFoundError:
+        return None  # its build ended meanwhile
+    if not lock.path.is_file() or lock.path.is_symlink():
+        return f"{lock.path} is not a plain file: remove it yourself if no build runs (rm -r {lock.path})"
+    unseen: list[int] = []
+    if _open_files(proc, {_real(lock.path)}, unseen) or unseen:
+        return f"{lock.path} may be held by a build (processes {unseen[:3]} could not be read)"
+    try:
+        if lock.path.lstat().st_ino != before.st_ino:
+            return f"{lock.path} was taken again meanwhile"
+        lock.path.unlink()
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def _open_files(proc: Path, wanted: set[str], unseen: list[int] | None = None) -> dict[str, set[int]]:
+    """Which of ``wanted`` (real paths) each process has open; processes we may not look into are skipped (and
+    listed in ``unseen``, when given)."""
     out: dict[str, set[int]] = {}
     for pid_dir in _pid_dirs(proc):
         try:
             fds = list((pid_dir / "fd").iterdir())
-        except OSError:  # gone, or another user's
+        except PermissionError:  # another user's
+            if unseen is not None:
+                unseen.append(int(pid_dir.name))
+            continue
+        except OSError:  # gone
             continue
         for fd in fds:
             try:

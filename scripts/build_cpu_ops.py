@@ -10,7 +10,8 @@ minute (a test's timeout, Ctrl-C) leaves the file, and every later DeepSpeed job
 Every build lock that no process holds open is removed first, this op's or another's: it is what a killed build
 leaves (the rule of ``dswiz launch``'s preflight, runner/build_locks.py), and a machine that was copied or stopped
 mid-build keeps it. On a machine whose DeepSpeed accelerator is not the CPU there
-is nothing to build. Exit 1, with the compiler's last lines, when the build fails.
+is nothing to build. Exit 1, with the compiler's last lines, when the build fails (setup.sh then warns and goes on:
+the first DeepSpeed job will try the build again).
 """
 
 from __future__ import annotations
@@ -20,21 +21,22 @@ import sys
 import time
 from pathlib import Path
 
-from runner.build_locks import find_build_locks
+from runner.build_locks import find_build_locks, remove_stale
 
 OP = "deepspeed_shm_comm"
 
 
 def main() -> int:
     for lock in find_build_locks(os.environ, Path.home()):
-        if not lock.held_by:
-            lock.path.unlink(missing_ok=True)
-            print(f"removed {lock.path}: a killed build of {lock.op} left it, and no process holds it")
+        if lock.held_by:
+            continue
+        left = remove_stale(lock)
+        print(left or f"removed {lock.path}: a killed build of {lock.op} left it, and no process holds it")
     try:
         from deepspeed.accelerator import get_accelerator
         from deepspeed.comm.torch import build_shm_op
     except ImportError as e:
-        print(f"DeepSpeed is not importable here ({e}): run scripts/setup.sh again", file=sys.stderr)
+        print(f"DeepSpeed is not importable here ({e}): pip install -e '.[deepspeed]'", file=sys.stderr)
         return 1
     if get_accelerator().device_name() != "cpu":
         print(f"DeepSpeed's accelerator here is {get_accelerator().device_name()}: no CPU op to build")

@@ -111,34 +111,47 @@ def model_option(*, required: bool) -> Callable[[F], F]:
     )
 
 
-def finetune_options() -> tuple[Callable[[F], F], ...]:
+def finetune_options(*, from_plan: bool = False) -> tuple[Callable[[F], F], ...]:
     """``--finetune full|lora|qlora`` with ``--lora-rank``, ``--lora-alpha``, ``--lora-targets``: which parameters
-    train (``finetune_from_flags`` turns them into a wizard.tuning.FineTune)."""
+    train (``finetune_from_flags`` turns them into a wizard.tuning.FineTune). ``from_plan``: no defaults of their
+    own (None when not given): what they leave out comes from a folder's dswiz-plan.json (`dswiz check --model`)."""
+    then = " Default: the folder's dswiz-plan.json (for the same model), else " if from_plan else ""
     return (
         click.option(
             "--finetune",
             type=click.Choice(FINETUNE_MODES),
-            default="full",
-            show_default=True,
+            default=None if from_plan else "full",
+            show_default=not from_plan,
             help="full: every weight trains; lora: PEFT adapters on a frozen 16-bit base; qlora: adapters on a "
-            "frozen 4-bit NF4 base (bitsandbytes, double quantization).",
+            "frozen 4-bit NF4 base (bitsandbytes, double quantization)."
+            + (then + "full." if from_plan else ""),
         ),
-        _lora_number("--lora-rank", DEFAULT_LORA_RANK, "LoRA rank r (peft.LoraConfig's default)."),
+        _lora_number(
+            "--lora-rank",
+            DEFAULT_LORA_RANK,
+            "LoRA rank r (peft.LoraConfig's default).",
+            then + str(DEFAULT_LORA_RANK) + "." if from_plan else "",
+        ),
         _lora_number(
             "--lora-alpha",
             DEFAULT_LORA_ALPHA,
             "LoRA alpha (scales the update by alpha/r; no effect on memory).",
+            then + str(DEFAULT_LORA_ALPHA) + "." if from_plan else "",
         ),
         click.option(
             "--lora-targets",
             metavar="NAMES|all-linear",
             help="Modules to adapt, comma-separated (q_proj,v_proj), or all-linear. Default: PEFT's for the "
-            "architecture (q_proj,v_proj for LLaMA/Mistral/Qwen2, c_attn for GPT-2).",
+            "architecture (q_proj,v_proj for LLaMA/Mistral/Qwen2, c_attn for GPT-2)."
+            + (" With a folder's dswiz-plan.json for the same model: its targets." if from_plan else ""),
         ),
     )
 
 
-def _lora_number(name: str, default: int, help: str) -> Callable[[F], F]:
+def _lora_number(name: str, default: int, help: str, from_plan: str = "") -> Callable[[F], F]:
+    """A --lora-* count; ``from_plan`` (the help's default sentence) when a plan file supplies the default."""
+    if from_plan:
+        return click.option(name, type=click.IntRange(1, 65536), default=None, help=help + from_plan)
     return click.option(name, type=click.IntRange(1, 65536), default=default, show_default=True, help=help)
 
 

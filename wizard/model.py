@@ -31,6 +31,9 @@ MOE_LAYER_CLASSES = {"mixtral": "MixtralSparseMoeBlock", "qwen2_moe": "Qwen2MoeS
 _LLAMA_LIKE = ("llama", "mistral", "qwen2")
 
 
+LEARNED_POSITION_FAMILIES = ("gpt2", "bert")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """The numbers the planner needs about one model. Counts are parameters (elements), not bytes."""
@@ -73,6 +76,12 @@ class ModelSpec:
     exact: bool = True  # False when the shape was guessed from a parameter count
     notes: tuple[str, ...] = ()
     finetune: FineTune = FULL  # which parameters train (wizard.planner.finetune does the accounting)
+
+    @property
+    def learned_positions(self) -> int | None:
+        """The longest sequence the model can take: GPT-2 and BERT learn one embedding per position (a longer
+        sequence indexes past the table); rotary and ALiBi models have no such limit (None)."""
+        return self.max_positions if self.family.startswith(LEARNED_POSITION_FAMILIES) else None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0 and self.heads:

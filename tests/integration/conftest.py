@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.build_locks import find_build_locks
+from runner.build_locks import find_build_locks, remove_stale
 
 
 def _stale() -> list[Path]:
@@ -31,11 +31,11 @@ def no_stale_build_lock() -> Iterator[None]:
             f"remove it (rm {before[0]}) or run scripts/setup.sh, which does"
         )
     yield
-    left = _stale()
-    for path in left:
-        path.unlink(missing_ok=True)
+    left = [lock for lock in find_build_locks(os.environ, Path.home()) if not lock.held_by]
+    kept = [why for why in map(remove_stale, left) if why]
     if left:
         pytest.fail(
-            f"this test stopped a job during a JIT build and left its lock file {left[0]} (removed now, so the "
-            "tests after it do not hang); run scripts/setup.sh first, which builds DeepSpeed's CPU op"
+            f"this test stopped a job during a JIT build and left its lock file {left[0].path} ("
+            + (f"not removed: {kept[0]}" if kept else "removed now, so the tests after it do not hang")
+            + "); run scripts/setup.sh first, which builds DeepSpeed's CPU op"
         )

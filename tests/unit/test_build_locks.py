@@ -7,9 +7,11 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from runner.build_locks import build_roots, find_build_locks
+from runner.build_locks import build_roots, find_build_locks, remove_stale
 from runner.preflight import check_build_locks
 from wizard.findings import Severity
 
@@ -19,6 +21,19 @@ def _lock(root: Path, *parts: str) -> Path:
     path.parent.mkdir(parents=True)
     path.write_text("")
     return path
+
+
+@contextmanager
+def holding(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process that holds ``path`` open, as a build holds its lock, until the block ends (then it is killed)."""
+    code = "import sys, time; f = open(sys.argv[1]); print('open', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_the_default_root_is_the_users_cache_and_torch_extensions_dir_wins(tmp_path: Path) -> None:
@@ -41,26 +56,12 @@ def test_a_lock_nobody_holds_is_stale_and_the_fix_removes_exactly_it(tmp_path: P
 
 def test_a_lock_a_running_build_holds_open_is_a_note_with_its_pid(tmp_path: Path) -> None:
     lock = _lock(tmp_path / "ext", "aio")
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; f = open(sys.argv[1]); print('open', flush=True); time.sleep(60)",
-            str(lock),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
-        env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    with holding(lock) as holder:
         [found] = find_build_locks(env, tmp_path)
         assert found.op == "aio" and holder.pid in found.held_by
         [finding] = check_build_locks(env, tmp_path)
         assert finding.severity is Severity.INFO and str(holder.pid) in finding.what
-    finally:
-        holder.kill()
-        holder.wait()
     deadline = time.monotonic() + 5
     while find_build_locks(env, tmp_path)[0].held_by and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -77,3 +78,28 @@ def test_a_folder_named_lock_blocks_the_build_too_and_the_fix_removes_it(tmp_pat
     folder.mkdir(parents=True)
     [finding] = check_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, tmp_path)
     assert finding.code == "op-build-lock-stale" and finding.fix.startswith(f"rm -r {folder}")
+
+
+def test_remove_stale_removes_a_lock_nobody_holds_and_leaves_one_taken_meanwhile(tmp_path: Path) -> None:
+    """scripts/build_cpu_ops.py and the integration tests' guard remove stale locks with remove_stale: it checks
+    again, just before, that no process holds the file."""
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    stale = _lock(tmp_path / "ext", "deepspeed_shm_comm")
+    [found] = find_build_locks(env, tmp_path)
+    assert remove_stale(found) is None and not stale.exists()
+    assert remove_stale(found) is None  # already gone: nothing to do
+    # Found stale, then a build takes the lock before the removal: it stays.
+    stale.write_text("")
+    [found] = find_build_locks(env, tmp_path)
+    with holding(stale):
+        assert found.held_by == ()
+        why = remove_stale(found)
+        assert why is not None and "may be held" in why and stale.exists()
+
+
+def test_remove_stale_leaves_a_folder_named_lock_with_the_command_that_removes_it(tmp_path: Path) -> None:
+    folder = tmp_path / "ext" / "fused_adam" / "lock"
+    folder.mkdir(parents=True)
+    [found] = find_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, tmp_path)
+    why = remove_stale(found)
+    assert why is not None and f"rm -r {folder}" in why and folder.is_dir()

@@ -250,3 +250,61 @@ def test_check_predicts_for_what_the_folders_plan_was_made_for_unless_told_other
     assert otherwise["prediction"]["predicted"][needed] > planned["prediction"]["predicted"][needed]
     (f,) = [f for f in planned["findings"] if f["code"].startswith("plan-")]
     assert said in f["what"]
+
+
+def test_check_lora_flags_refine_the_folders_lora_plan_and_need_lora(tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    written = dswiz("config", "--yes", "--model", "llama-7b", *A100, "--finetune", "lora", "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    # --lora-rank alone keeps the plan's LoRA, at that rank (it once switched to full fine-tuning, silently)
+    code, doc = check_json(out, "--model", "llama-7b", *A100, "--lora-rank", "16")
+    _, told = check_json(out, "--model", "llama-7b", *A100, "--finetune", "lora", "--lora-rank", "16")
+    assert code == 0 and doc["prediction"]["predicted"] == told["prediction"]["predicted"]
+    (f,) = [f for f in doc["findings"] if f["code"] == "plan-fits"]
+    assert "LoRA r=16 (q_proj,v_proj) (--lora-rank)" in f["what"]
+    for argv, said in [
+        (("--finetune", "full", "--lora-rank", "16"), "--lora-rank shapes LoRA adapters"),
+        (("--lora-alpha", "32"), "--lora-alpha shapes the prediction, and no --model asks for one"),
+    ]:
+        with_model = ("--model", "llama-7b", *A100) if argv[0] == "--finetune" else ()
+        proc = dswiz("check", str(out), *with_model, *argv, "--no-consumer-check")
+        assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_check_of_an_inference_folder_predicts_inference(tmp_path: Path) -> None:
+    out = tmp_path / "inf"
+    written = dswiz("config", "--yes", "--model", "llama-7b", *A100, "--mode", "inference", "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    code, doc = check_json(out, "--model", "llama-7b", *A100)
+    _, planned = plan_json("--model", "llama-7b", *A100, "--mode", "inference", "--stage", "3")
+    assert code == 0 and doc["prediction"]["fits"] is True  # it had been predicted as training: 470 GiB
+    best = planned["candidates"][0]
+    assert doc["prediction"]["micro_batch_size"] == best["micro_batch_size"]
+    assert doc["prediction"]["predicted"]["gpu_needed_bytes"] == best["predicted"]["gpu_needed_bytes"]
+    proc = dswiz(
+        "check", str(out), "--model", "llama-7b", *A100, "--finetune", "qlora", "--no-consumer-check"
+    )
+    assert proc.returncode == 2 and "the config runs inference" in proc.stderr
+
+
+def test_check_takes_the_plans_sequence_for_its_own_model_only_and_refuses_one_past_learned_positions(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "cfg"
+    written = dswiz("config", "--yes", "--model", "llama-7b", *A100, "--seq-len", "4096", "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    _, other = check_json(out, "--model", "gpt2", *A100)
+    (f,) = [f for f in other["findings"] if f["code"].startswith("plan-")]
+    assert "gpt2 at 1,024 tokens a sample (the model's context" in f["what"]
+    proc = dswiz("check", str(out), "--model", "gpt2", *A100, "--seq-len", "4096", "--no-consumer-check")
+    assert proc.returncode == 2 and "longer than gpt2's 1024 learned positions" in proc.stderr
+
+
+def test_check_says_when_the_folders_plan_does_not_read(tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    written = dswiz("config", "--yes", "--model", "llama-7b", *A100, "--finetune", "lora", "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    (out / "dswiz-plan.json").write_text("not json")
+    _, doc = check_json(out, "--model", "llama-7b", *A100)
+    (f,) = [f for f in doc["findings"] if f["code"] == "plan-file-unreadable"]
+    assert f["severity"] == "warning" and "not valid JSON" in f["what"] and "full fine-tuning" in f["why"]

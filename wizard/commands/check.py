@@ -66,10 +66,10 @@ CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
     "what to change. On --hardware, else this machine. The flags below shape that prediction.",
 )
 @seq_len_option(
-    "Tokens per sample for --model's prediction (default: the folder's dswiz-plan.json, else the model's "
-    "context, at most 2048). --finetune/--lora-*: default the folder's dswiz-plan.json, else full."
+    "Tokens per sample for --model's prediction. Default: the folder's dswiz-plan.json (for the same model), "
+    "else the model's context, at most 2048."
 )
-@together(*finetune_options(), *card_memory_options())
+@together(*finetune_options(from_plan=True), *card_memory_options())
 @no_history_option()
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 @click.pass_context
@@ -84,9 +84,9 @@ def check(
     no_consumer_check: bool,
     model_text: str | None,
     seq_len: int | None,
-    finetune: str,
-    lora_rank: int,
-    lora_alpha: int,
+    finetune: str | None,
+    lora_rank: int | None,
+    lora_alpha: int | None,
     lora_targets: str | None,
     margin: float,
     gpu_memory: int | None,
@@ -105,7 +105,9 @@ def check(
             name
             for name, on in (
                 ("--seq-len", seq_len is not None),
-                ("--finetune", _given(ctx, "finetune", "lora_rank", "lora_alpha")),
+                ("--finetune", finetune is not None),
+                ("--lora-rank", lora_rank is not None),
+                ("--lora-alpha", lora_alpha is not None),
                 ("--lora-targets", lora_targets is not None),
                 ("--gpu-memory", gpu_memory is not None),
                 ("--margin", _given(ctx, "margin")),
@@ -157,21 +159,21 @@ def check(
         findings = merge_with_own(findings, found)
     prediction = None
     if model_text is not None:
-        from wizard.cli_options import finetune_from_flags, gpu_memory_for
+        from wizard.cli_options import gpu_memory_for
         from wizard.hardware import get_hardware
-        from wizard.service.prediction import PredictionAsk, config_prediction
+        from wizard.service.prediction import FINETUNE_FLAGS, PredictionAsk, config_prediction
 
         use_history = not (no_history or (ctx.parent is not None and ctx.parent.params.get("no_history")))
         target = report or get_hardware(None)
         ask = PredictionAsk(
             seq_len=seq_len,
-            tuning=finetune_from_flags(ctx.params) if _given(ctx, *FINETUNE_FLAGS) else None,
+            finetune_flags={name: ctx.params[name] for name in FINETUNE_FLAGS},
             safety_margin=margin / 100,
             gpu_memory_bytes=gpu_memory_for(gpu_memory, target),
             use_history=use_history,
         )
         prediction = config_prediction(file, model_text, target, ask)
-        findings.append(prediction.finding)
+        findings += [prediction.finding, *prediction.notes]
     findings = sort_findings(findings)
     reader = _reader_line(consumer, guess.reason if guess is not None else None)
     if as_json:
@@ -193,9 +195,6 @@ def check(
         click.echo(reader)
         print_findings(findings, str(file))
     return 1 if has_errors(findings) else 0
-
-
-FINETUNE_FLAGS = ("finetune", "lora_rank", "lora_alpha", "lora_targets")
 
 
 def _given(ctx: click.Context, *names: str) -> bool:

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TOP = 8
 # Families whose positions are learned embeddings: a longer sequence has no position to look up.
-_LEARNED_POSITIONS = ("gpt2", "bert")
 
 
 @click.command()
@@ -202,10 +201,10 @@ def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
 
 def check_request(report: HardwareReport, model: ModelSpec, request: Any) -> None:
     seq = request.resolved_seq_len(model)
-    if model.max_positions and seq > model.max_positions and model.family.startswith(_LEARNED_POSITIONS):
+    if model.learned_positions and seq > model.learned_positions:
         raise DswizError(
-            f"--seq-len {seq} is longer than {model.name}'s {model.max_positions} learned positions",
-            f"use --seq-len {model.max_positions} or less",
+            f"--seq-len {seq} is longer than {model.name}'s {model.learned_positions} learned positions",
+            f"use --seq-len {model.learned_positions} or less",
         )
     gpu = report.gpus[0]
     for p in request.precisions:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from wizard.units import fmt_bytes
 if TYPE_CHECKING:  # the planner is imported when a prediction is asked for, not when `dswiz check` starts
     from wizard.config.schema import ConfigSet
     from wizard.config.sidecar import PlanSidecar
+    from wizard.model import ModelSpec
     from wizard.planner.memory import ZeroBuffers
     from wizard.tuning import FineTune
 
@@ -29,14 +31,23 @@ class ConfigPrediction:
     candidate: (
         dict[str, Any] | None
     )  # candidate_to_json of the config's strategy; None when none could be made
+    notes: tuple[Finding, ...] = ()  # what the prediction could not use (a damaged dswiz-plan.json)
+
+
+# --finetune and the --lora-* flags, by their click names
+FINETUNE_FLAGS = ("finetune", "lora_rank", "lora_alpha", "lora_targets")
 
 
 @dataclass(frozen=True)
 class PredictionAsk:
     """What shapes the prediction beyond the config (`dswiz check --model`'s flags, as `dswiz plan` takes them)."""
 
-    seq_len: int | None = None  # None: the folder's dswiz-plan.json, else the model's context (at most 2048)
-    tuning: FineTune | None = None  # --finetune / --lora-*; None: every weight trains
+    seq_len: int | None = (
+        None  # None: the folder's dswiz-plan.json (for this model), else the model's context
+    )
+    # The FINETUNE_FLAGS given on the command line. What they leave out comes from the folder's dswiz-plan.json when
+    # it was planned for this model, else full fine-tuning (and PEFT's defaults).
+    finetune_flags: Mapping[str, Any] = field(default_factory=dict)
     safety_margin: float | None = None  # share of each card kept free; None: the planner's default
     gpu_memory_bytes: int | None = None  # plan for this much of each card
     use_history: bool = (
@@ -77,23 +88,18 @@ def config_prediction(
             "the prediction reads the strategy from the config",
             e.fix or "fix the config (the findings above say how)",
         )
-    s = strategy_from_config(loaded.config)
+    sidecar, notes = _sidecar(file)
+    s = strategy_from_config(loaded.config, mode=sidecar.strategy.mode if sidecar is not None else "train")
     if loaded.kind == "deepspeed":  # a DeepSpeed JSON names no topology: the hardware's
         s = s.with_(nodes=hardware.nodes, gpus_per_node=max(1, hardware.gpus_per_node))
-    if ask.tuning is not None and ask.tuning.uses_lora and s.mode == "inference":
-        raise DswizError(
-            f"--finetune {ask.tuning.mode} trains adapters, and the config runs inference (no optimizer)",
-            "drop --finetune, or check the training config",
-        )
     from wizard.planner import with_finetune
     from wizard.service.history import with_history
 
-    sidecar = _sidecar(file)
-    planned_for_it = sidecar is not None and sidecar.model.name == model.name and s.mode == "train"
-    tuning = ask.tuning or (sidecar.model.finetune if sidecar is not None and planned_for_it else None)
-    if tuning is not None:
-        model = with_finetune(model, tuning)
-    seq_len, seq_source = _sequence(ask.seq_len, sidecar)
+    # dswiz-plan.json's sequence and fine-tuning describe its own model's run only
+    planned = sidecar if sidecar is not None and sidecar.model.name == model.name else None
+    tuning, tuning_words = _tuning(ask.finetune_flags, planned, s.mode)
+    model = with_finetune(model, tuning)
+    seq_len, seq_source = _sequence(ask.seq_len, planned, model)
     request = PlanRequest(
         seq_len=seq_len,
         precisions=(s.precision,),
@@ -127,7 +133,7 @@ def config_prediction(
             Severity.INFO,
             "plan-fits",
             f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {model.name} at "
-            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){_tuned(tuning, ask)}: "
+            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){tuning_words}: "
             f"{fmt_bytes(p.gpu_needed_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
             "the planner's prediction for this config on this hardware (`dswiz plan` with the same flags)",
             "; ".join(advice) or "nothing to change",
@@ -138,37 +144,82 @@ def config_prediction(
             Severity.ERROR,
             "plan-does-not-fit",
             f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {model.name} at "
-            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){_tuned(tuning, ask)}: "
+            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){tuning_words}: "
             + ("; ".join(why_not) or ", ".join(chosen.limits)),
             "it would stop at the first step (CUDA out of memory, or the host's OOM killer for host RAM)",
             "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
         )
-    return ConfigPrediction(finding, candidate_to_json(chosen))
+    return ConfigPrediction(finding, candidate_to_json(chosen), notes)
 
 
-def _sidecar(file: Path) -> PlanSidecar | None:
-    """The dswiz-plan.json beside the config (dswiz config wrote it), if it reads."""
+def _sidecar(file: Path) -> tuple[PlanSidecar | None, tuple[Finding, ...]]:
+    """The dswiz-plan.json beside the config (dswiz config wrote it), or a warning that it does not read."""
     from wizard.config.sidecar import read_sidecar
 
     try:
-        return read_sidecar(file if file.is_dir() else file.parent)
-    except DswizError:  # a damaged plan file is reported by the check itself
-        return None
+        return read_sidecar(file if file.is_dir() else file.parent), ()
+    except DswizError as e:
+        return None, (
+            Finding(
+                Severity.WARNING,
+                "plan-file-unreadable",
+                f"the prediction could not use the folder's plan: {e.problem}",
+                "its sequence length, fine-tuning and mode are not in the config itself; the prediction assumed "
+                "the model's context, full fine-tuning and training",
+                e.fix or "write the folder again with dswiz config, or give --seq-len and --finetune",
+            ),
+        )
 
 
-def _tuned(tuning: FineTune | None, ask: PredictionAsk) -> str:
-    """ ", LoRA r=16 (...) as dswiz-plan.json planned" when the prediction is not for full fine-tuning."""
-    if tuning is None or not tuning.uses_lora:
-        return ""
-    return f", {tuning.label()}" + ("" if ask.tuning is not None else " as dswiz-plan.json planned")
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def _sequence(asked: int | None, sidecar: PlanSidecar | None) -> tuple[int | None, str]:
-    """The tokens per sample to predict for, and where that figure comes from (said in the finding)."""
+def _tuning(flags: Mapping[str, Any], planned: PlanSidecar | None, mode: str) -> tuple[FineTune, str]:
+    """The fine-tuning to predict for, and the words the finding adds for it ("" for full fine-tuning nobody
+    asked for): the --finetune/--lora-* flags given, the rest from the plan made for this model."""
+    from wizard.tuning import FULL, make_finetune
+
+    base = planned.model.finetune if planned is not None and mode == "train" else FULL
+    given = {k: v for k, v in flags.items() if v is not None}
+    if not given:
+        return base, (f", {base.label()} as dswiz-plan.json planned" if base.uses_lora else "")
+    chosen = given.get("finetune") or base.mode
+    lora_flags = [_flag(k) for k in given if k != "finetune"]
+    if chosen == "full" and lora_flags:
+        raise DswizError(
+            f"{', '.join(lora_flags)} shape{'s' if len(lora_flags) == 1 else ''} LoRA adapters, and the "
+            "prediction is for full fine-tuning"
+            + ("" if "finetune" in given else " (no --finetune, no LoRA plan)"),
+            "add --finetune lora (or qlora), or drop the --lora-* flags",
+        )
+    if chosen != "full" and mode == "inference":
+        raise DswizError(
+            f"--finetune {chosen} trains adapters, and the config runs inference (no optimizer)",
+            "drop --finetune, or check the training config",
+        )
+    same = base.mode == chosen
+    tuning = make_finetune(
+        chosen,
+        rank=given.get("lora_rank", base.lora_rank if same else None),
+        alpha=given.get("lora_alpha", base.lora_alpha if same else None),
+        targets=given.get("lora_targets", base.lora_targets if same else ()),
+    )
+    return tuning, f", {tuning.label()} ({', '.join(_flag(k) for k in given)})"
+
+
+def _sequence(asked: int | None, planned: PlanSidecar | None, model: ModelSpec) -> tuple[int | None, str]:
+    """The tokens per sample to predict for, and where that figure comes from (said in the finding); a sequence
+    longer than a model with learned positions can take is the error `dswiz plan` gives."""
+    if asked is not None and model.learned_positions and asked > model.learned_positions:
+        raise DswizError(
+            f"--seq-len {asked} is longer than {model.name}'s {model.learned_positions} learned positions",
+            f"use --seq-len {model.learned_positions} or less",
+        )
     if asked is not None:
         return asked, "--seq-len"
-    if sidecar is not None:
-        return sidecar.seq_len, "as dswiz-plan.json planned; --seq-len to change"
+    if planned is not None:
+        return planned.seq_len, "as dswiz-plan.json planned; --seq-len to change"
     return None, "the model's context, at most 2048; --seq-len to change"
 
 
@@ -206,7 +257,7 @@ def buffers_of(config: ConfigSet) -> ZeroBuffers:
     if zero is None:
         return DEFAULT_BUFFERS
     changes: dict[str, Any] = {}
-    for key, field in _BUFFER_KEYS:
+    for key, name in _BUFFER_KEYS:
         v = getattr(zero, key, None)
         if (
             isinstance(v, (int, float))
@@ -214,7 +265,7 @@ def buffers_of(config: ConfigSet) -> ZeroBuffers:
             and math.isfinite(v)
             and 0 < v <= MAX_COUNT
         ):
-            changes[field] = int(v)
+            changes[name] = int(v)
     if zero.overlap_comm is not None:
         changes["overlap_comm"] = zero.overlap_comm
     return replace(DEFAULT_BUFFERS, **changes)
