@@ -322,6 +322,17 @@ def validate(spec: LaunchSpec) -> None:
                 f"the {spec.multinode_launcher} launcher rejects {name} (DeepSpeed's MPI backends take no filter)",
                 "drop the filter and list exactly the hosts and slots to use in the hostfile",
             )
+    if spec.launcher_args and not spec.ssh_multinode:
+        used_by = "DeepSpeed's runner reaching other nodes (pdsh, MPI, slurm), with a hostfile"
+        if spec.launcher != "deepspeed":
+            this = f"{spec.launcher} has no such backend"
+        elif not spec.multinode:
+            this = "this launch has no hostfile"
+        else:
+            this = "nossh starts one launcher per node"
+        raise DswizError(
+            f"--launcher-args goes to {used_by}; {this}, so it would be ignored", "drop --launcher-args"
+        )
     if spec.config_arg and not _CONFIG_ARG_RE.match(spec.config_arg):
         raise DswizError(
             f"--config-arg {spec.config_arg!r} is not an argument name",

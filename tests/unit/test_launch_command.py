@@ -167,6 +167,15 @@ def test_accelerate_passes_its_yaml_copy_and_no_config_argument_by_default() -> 
         ({"include": "localhost:a"}, "not a resource filter"),
         ({"include": "localhost:0", "launcher": "torchrun"}, "only with the DeepSpeed launcher"),
         ({"include": "h1", "hostfile": "/h", "multinode_launcher": "openmpi"}, "rejects --include"),
+        ({"launcher_args": "-x FOO"}, "this launch has no hostfile, so it would be ignored"),
+        (
+            {"launcher_args": "-x", "launcher": "torchrun", "hostfile": "/h", "num_nodes": 2},
+            "torchrun has no such",
+        ),
+        (
+            {"launcher_args": "-x", "hostfile": "/h", "multinode_launcher": "nossh", "node_rank": 0},
+            "nossh starts one launcher per node",
+        ),
         ({"config_arg": "--deepspeed"}, "not an argument name"),
         ({"master_port": 70000}, "not a port"),
         ({"hostfile": "/h", "multinode_launcher": "nossh", "master_addr": "x"}, "needs this node's rank"),
