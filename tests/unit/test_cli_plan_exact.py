@@ -308,3 +308,19 @@ def test_check_says_when_the_folders_plan_does_not_read(tmp_path: Path) -> None:
     _, doc = check_json(out, "--model", "llama-7b", *A100)
     (f,) = [f for f in doc["findings"] if f["code"] == "plan-file-unreadable"]
     assert f["severity"] == "warning" and "not valid JSON" in f["what"] and "full fine-tuning" in f["why"]
+
+
+def test_a_fix_that_is_the_planners_own_pick_is_said_once(tmp_path: Path) -> None:
+    """ZeRO-1 + CPU offload + checkpointing at micro-batch 22 for llama-7b at 8,192 tokens: the planner's pick is
+    the same strategy at the micro-batch that fits, so the fix names it once (it said "lower the micro-batch to 11,
+    or use <the same strategy> (micro-batch 11 ...)")."""
+    out = tmp_path / "cfg"
+    written = dswiz("config", "--yes", "--model", "llama-7b", *A100, "--seq-len", "4096", "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    code, doc = check_json(out, "--model", "llama-7b", *A100, "--seq-len", "8192")
+    (f,) = [f for f in doc["findings"] if f["code"] == "plan-does-not-fit"]
+    want = doc["prediction"]["max_micro_batch"]
+    assert (
+        code == 1 and f"lower the micro-batch to {want} (~" in f["fix"] and "the planner's pick" in f["fix"]
+    )
+    assert ", or use" not in f["fix"]

@@ -357,7 +357,13 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
         fixes = []
         if 0 < chosen.max_micro_batch < s.micro_batch_size:
             fixes.append(f"lower the micro-batch to {chosen.max_micro_batch}")
-        if best is not None:
+        if (
+            best is not None
+            and fixes
+            and (best.label, best.strategy.micro_batch_size) == (chosen.label, chosen.max_micro_batch)
+        ):  # the planner's pick is this strategy at that micro-batch: say it once
+            fixes[0] += f" (~{best.predicted.tokens_per_sec:,.0f} tokens/s, the planner's pick)"
+        elif best is not None:
             fixes.append(
                 f"use {best.label} (micro-batch {best.strategy.micro_batch_size}, "
                 f"{fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, ~{best.predicted.tokens_per_sec:,.0f} tokens/s)"
