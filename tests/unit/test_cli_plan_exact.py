@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +326,26 @@ def test_a_fix_that_is_the_planners_own_pick_is_said_once(tmp_path: Path) -> Non
         code == 1 and f"lower the micro-batch to {want} (~" in f["fix"] and "the planner's pick" in f["fix"]
     )
     assert ", or use" not in f["fix"]
+
+
+def test_check_model_on_a_file_that_is_no_config_says_which_to_check(tmp_path: Path) -> None:
+    """A hostfile names no strategy (the prediction had said "an accelerate config is a YAML mapping, not str"),
+    and a pipe is read once, by the check (a second read for the prediction would wait for ever)."""
+    hosts = tmp_path / "hostfile"
+    hosts.write_text("node-a slots=8\nnode-b slots=8\n")
+    _, doc = check_json(hosts, "--model", "gpt2", *A100)
+    (f,) = [f for f in doc["findings"] if f["code"] == "plan-not-predicted"]
+    assert (
+        f["what"].startswith("no prediction for a hostfile")
+        and f"dswiz check {tmp_path} --model gpt2" in f["fix"]
+    )
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"cat {_z2_config(tmp_path, 2)} > {fifo}"])
+    try:
+        _, doc = check_json(fifo, "--model", "gpt2", *A100)
+    finally:
+        writer.kill()
+        writer.wait()
+    (f,) = [f for f in doc["findings"] if f["code"] == "plan-not-predicted"]
+    assert "a pipe or a device is read once" in f["what"]

@@ -80,6 +80,24 @@ def config_prediction(
             "--model predicts the config's memory and speed on a GPU",
             "give the training machine with --hardware, e.g. --hardware 8xA100-80GB",
         )
+    if not file.is_dir() and not file.is_file():  # a pipe or a device: the check itself read it, once
+        return _note(
+            f"no prediction for {file}: a pipe or a device is read once, by the check",
+            "--model reads the config again to predict it",
+            f"save it to a file and check that: dswiz check ds_config.json --model {model_text}",
+        )
+    kind = _kind(file)
+    if kind not in ("deepspeed", "accelerate"):
+        names = {
+            "hostfile": "a hostfile",
+            "deepspeed_env": "a .deepspeed_env",
+            "sbatch": "a Slurm batch script",
+        }
+        return _note(
+            f"no prediction for {names.get(kind, kind)}: it names no ZeRO stage, offload or batch",
+            "--model predicts a DeepSpeed JSON or an accelerate YAML",
+            f"check the config beside it: dswiz check {file.parent} --model {model_text}",
+        )
     try:
         loaded = load_path(file / DS_CONFIG_NAME if file.is_dir() else file)
     except DswizError as e:
@@ -169,6 +187,19 @@ def _sidecar(file: Path) -> tuple[PlanSidecar | None, tuple[Finding, ...]]:
                 e.fix or "write the folder again with dswiz config, or give --seq-len and --finetune",
             ),
         )
+
+
+def _kind(file: Path) -> str:
+    """What kind of file the prediction was asked for (a folder: its DeepSpeed JSON)."""
+    from wizard.config.check import detect_kind
+    from wizard.errors import read_user_text
+
+    if file.is_dir():
+        return "deepspeed"
+    try:
+        return detect_kind(file, read_user_text(file, "a config", ""))
+    except DswizError:  # the check's own reading says why; the prediction then says the config does not load
+        return "deepspeed"
 
 
 def _flag(name: str) -> str:
