@@ -80,24 +80,9 @@ def config_prediction(
             "--model predicts the config's memory and speed on a GPU",
             "give the training machine with --hardware, e.g. --hardware 8xA100-80GB",
         )
-    if not file.is_dir() and not file.is_file():  # a pipe or a device: the check itself read it, once
-        return _note(
-            f"no prediction for {file}: a pipe or a device is read once, by the check",
-            "--model reads the config again to predict it",
-            f"save it to a file and check that: dswiz check ds_config.json --model {model_text}",
-        )
-    kind = _kind(file)
-    if kind not in ("deepspeed", "accelerate"):
-        names = {
-            "hostfile": "a hostfile",
-            "deepspeed_env": "a .deepspeed_env",
-            "sbatch": "a Slurm batch script",
-        }
-        return _note(
-            f"no prediction for {names.get(kind, kind)}: it names no ZeRO stage, offload or batch",
-            "--model predicts a DeepSpeed JSON or an accelerate YAML",
-            f"check the config beside it: dswiz check {file.parent} --model {model_text}",
-        )
+    not_a_config = _not_a_config(file, model_text)
+    if not_a_config is not None:
+        return not_a_config
     try:
         loaded = load_path(file / DS_CONFIG_NAME if file.is_dir() else file)
     except DswizError as e:
@@ -187,6 +172,30 @@ def _sidecar(file: Path) -> tuple[PlanSidecar | None, tuple[Finding, ...]]:
                 e.fix or "write the folder again with dswiz config, or give --seq-len and --finetune",
             ),
         )
+
+
+def _not_a_config(file: Path, model_text: str) -> ConfigPrediction | None:
+    """The note for a file the prediction cannot read a strategy from (a pipe the check has read, a hostfile, a
+    .deepspeed_env, a batch script); None for a DeepSpeed JSON, an accelerate YAML or a config folder."""
+    if not file.is_dir() and not file.is_file():  # a pipe or a device: the check itself read it, once
+        return _note(
+            f"no prediction for {file}: a pipe or a device is read once, by the check",
+            "--model reads the config again to predict it",
+            f"save it to a file and check that: dswiz check ds_config.json --model {model_text}",
+        )
+    kind = _kind(file)
+    if kind not in ("deepspeed", "accelerate"):
+        names = {
+            "hostfile": "a hostfile",
+            "deepspeed_env": "a .deepspeed_env",
+            "sbatch": "a Slurm batch script",
+        }
+        return _note(
+            f"no prediction for {names.get(kind, kind)}: it names no ZeRO stage, offload or batch",
+            "--model predicts a DeepSpeed JSON or an accelerate YAML",
+            f"check the config beside it: dswiz check {file.parent} --model {model_text}",
+        )
+    return None
 
 
 def _kind(file: Path) -> str:
