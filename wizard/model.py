@@ -29,8 +29,7 @@ if (
 MOE_LAYER_CLASSES = {"mixtral": "MixtralSparseMoeBlock", "qwen2_moe": "Qwen2MoeSparseMoeBlock"}
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2")
-
-
+# Families whose positions are learned embeddings: a longer sequence has no position to look up.
 LEARNED_POSITION_FAMILIES = ("gpt2", "bert")
 
 
@@ -82,6 +81,14 @@ class ModelSpec:
         """The longest sequence the model can take: GPT-2 and BERT learn one embedding per position (a longer
         sequence indexes past the table); rotary and ALiBi models have no such limit (None)."""
         return self.max_positions if self.family.startswith(LEARNED_POSITION_FAMILIES) else None
+
+    def check_seq_len(self, seq: int) -> None:
+        """DswizError for a --seq-len past the positions the model learned (`dswiz plan`, `dswiz check --model`)."""
+        if self.learned_positions and seq > self.learned_positions:
+            raise DswizError(
+                f"--seq-len {seq} is longer than {self.name}'s {self.learned_positions} learned positions",
+                f"use --seq-len {self.learned_positions} or less",
+            )
 
     def __post_init__(self) -> None:
         if self.head_dim == 0 and self.heads:

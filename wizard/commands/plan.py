@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from wizard.planner import Candidate, Plan, StrategyChoice
 
 DEFAULT_TOP = 8
-# Families whose positions are learned embeddings: a longer sequence has no position to look up.
 
 
 @click.command()
@@ -200,12 +199,7 @@ def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
 
 
 def check_request(report: HardwareReport, model: ModelSpec, request: Any) -> None:
-    seq = request.resolved_seq_len(model)
-    if model.learned_positions and seq > model.learned_positions:
-        raise DswizError(
-            f"--seq-len {seq} is longer than {model.name}'s {model.learned_positions} learned positions",
-            f"use --seq-len {model.learned_positions} or less",
-        )
+    model.check_seq_len(request.resolved_seq_len(model))
     gpu = report.gpus[0]
     for p in request.precisions:
         supported = gpu.supports_bf16 if p == "bf16" else gpu.supports_fp16 if p == "fp16" else True

@@ -42,17 +42,15 @@ FINETUNE_FLAGS = ("finetune", "lora_rank", "lora_alpha", "lora_targets")
 class PredictionAsk:
     """What shapes the prediction beyond the config (`dswiz check --model`'s flags, as `dswiz plan` takes them)."""
 
-    seq_len: int | None = (
-        None  # None: the folder's dswiz-plan.json (for this model), else the model's context
-    )
+    # None: the folder's dswiz-plan.json (for this model), else the model's context
+    seq_len: int | None = None
     # The FINETUNE_FLAGS given on the command line. What they leave out comes from the folder's dswiz-plan.json when
     # it was planned for this model, else full fine-tuning (and PEFT's defaults).
     finetune_flags: Mapping[str, Any] = field(default_factory=dict)
     safety_margin: float | None = None  # share of each card kept free; None: the planner's default
     gpu_memory_bytes: int | None = None  # plan for this much of each card
-    use_history: bool = (
-        True  # calibrated by the hardware's run history, as `dswiz plan` is (--no-history: not)
-    )
+    # calibrated by the hardware's run history, as `dswiz plan` is (--no-history: not)
+    use_history: bool = True
 
 
 def config_prediction(
@@ -131,12 +129,14 @@ def config_prediction(
     speed = f"~{p.tokens_per_sec:,.0f} tokens/s" + (
         " (with PyTorch's expandable segments)" if request.expandable_segments else ""
     )
+    trained = (
+        f"{model.name} at {request.resolved_seq_len(model):,} tokens a sample ({seq_source}){tuning_words}"
+    )
     if chosen.fits:
         finding = Finding(
             Severity.INFO,
             "plan-fits",
-            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {model.name} at "
-            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){tuning_words}: "
+            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {trained}: "
             f"{fmt_bytes(p.gpu_needed_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
             "the planner's prediction for this config on this hardware (`dswiz plan` with the same flags)",
             "; ".join(advice) or "nothing to change",
@@ -146,8 +146,7 @@ def config_prediction(
         finding = Finding(
             Severity.ERROR,
             "plan-does-not-fit",
-            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {model.name} at "
-            f"{request.resolved_seq_len(model):,} tokens a sample ({seq_source}){tuning_words}: "
+            f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {trained}: "
             + ("; ".join(why_not) or ", ".join(chosen.limits)),
             "it would stop at the first step (CUDA out of memory, or the host's OOM killer for host RAM)",
             "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
@@ -251,12 +250,8 @@ def _tuning(flags: Mapping[str, Any], planned: PlanSidecar | None, mode: str) ->
 def _sequence(asked: int | None, planned: PlanSidecar | None, model: ModelSpec) -> tuple[int | None, str]:
     """The tokens per sample to predict for, and where that figure comes from (said in the finding); a sequence
     longer than a model with learned positions can take is the error `dswiz plan` gives."""
-    if asked is not None and model.learned_positions and asked > model.learned_positions:
-        raise DswizError(
-            f"--seq-len {asked} is longer than {model.name}'s {model.learned_positions} learned positions",
-            f"use --seq-len {model.learned_positions} or less",
-        )
     if asked is not None:
+        model.check_seq_len(asked)
         return asked, "--seq-len"
     if planned is not None:
         return planned.seq_len, "as dswiz-plan.json planned; --seq-len to change"

@@ -201,9 +201,8 @@ class WizardApp(App[list[Path]]):
             self.push_screen(HelpScreen(STEP_TITLES[screen.STEP], screen.HELP))
 
     async def action_quit(self) -> None:
-        if isinstance(
-            self.screen, ConfirmScreen
-        ):  # Ctrl+C again at a dialog (the quit one): leave, as asked twice
+        # Ctrl+C again at a dialog (the quit one): leave, as asked twice
+        if isinstance(self.screen, ConfirmScreen):
             self.exit([] if self.dirty else list(self.choices.written))
             return
         if not self.dirty:
