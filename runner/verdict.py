@@ -67,13 +67,17 @@ _SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGS
 
 @dataclass(frozen=True)
 class RankDeath:
-    """A rank seen gone by the process watcher (it is not dswiz's child: its exit code is the launcher's)."""
+    """A rank seen gone by the process watcher. It is the launcher's child, not dswiz's: how it ended is known only
+    when the watcher saw it as a zombie, before the launcher reaped it."""
 
     rank: int
     pid: int
     at: float  # monotonic seconds since the job started
     host_available_bytes: int | None = None  # the lowest host available memory seen shortly before
     host_total_bytes: int | None = None
+    returncode: int | None = (
+        None  # -N for signal N, else the exit code; None when the watcher could not read it
+    )
 
 
 @dataclass(frozen=True)
@@ -421,24 +425,37 @@ def _nccl_timeout(f: EndFacts) -> RunVerdict | None:
     )
 
 
+def _kill_order(d: RankDeath) -> tuple[float, int]:
+    """First seen dead first; of the deaths seen in the same pass of the watch (which came first is not known), a
+    SIGKILL read from the zombie first, then an end not read, then any other end."""
+    return (d.at, 0 if d.returncode == -9 else 1 if d.returncode is None else 2)
+
+
 def _sigkilled(f: EndFacts) -> RunVerdict | None:
     """A rank died of SIGKILL (and no traceback explains it): the host's OOM killer when memory was low just
     before, or when that cannot be told; else someone else's kill.
 
-    The rank is the first seen dead among the ranks that printed no traceback: a rank whose collective failed
-    because its peer vanished (gloo: "Connection closed by peer") raises and exits within milliseconds, often inside
-    the same tick of the death watch, and its traceback shows it reacted; the killed rank prints nothing. Such a
-    silent death no later than every rank that raised is a signal's even when the launcher reported another rank's
-    exit code: it reports the first failed rank its once-a-second poll finds (deepspeed/launcher/launch.py, main,
-    DeepSpeed 0.19.8)."""
+    The rank is the first seen dead among the ranks that printed no traceback and did not end some other way: a
+    rank whose collective failed because its peer vanished (gloo: "Connection closed by peer") raises and exits
+    within milliseconds, often inside the same pass of the death watch, and its traceback shows it reacted; one
+    whose gloo thread aborted (SIGABRT) or that the launcher stopped (SIGTERM) shows it in its exit status; the
+    killed rank prints nothing. Such a silent death no later than every rank that raised is a signal's even when
+    the launcher reported another rank's exit code: it reports the first failed rank its once-a-second poll finds
+    (deepspeed/launcher/launch.py, main, DeepSpeed 0.19.8)."""
     cause = root_cause(f.exceptions)
     if not (cause is None or cause.secondary):
         return None
-    reported = -9 in f.obs.exit_codes or any(
-        rc in (-9, 137, 247) for rc in f.launcher_returncodes if rc is not None
+    reported = (
+        -9 in f.obs.exit_codes
+        or any(rc in (-9, 137, 247) for rc in f.launcher_returncodes if rc is not None)
+        or any(d.returncode == -9 for d in f.deaths)
     )
     raised = {e.rank for e in f.exceptions if e.rank is not None}
-    silent = min((d for d in f.deaths if d.rank not in raised), key=lambda d: d.at, default=None)
+    silent = min(
+        (d for d in f.deaths if d.rank not in raised and d.returncode in (-9, None)),
+        key=_kill_order,
+        default=None,
+    )
     seen = (
         silent is not None
         and f.failed
@@ -447,7 +464,7 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
     )
     if not reported and not seen:
         return None
-    first = silent or min(f.deaths, key=lambda d: d.at, default=None)
+    first = silent or min(f.deaths, key=_kill_order, default=None)
     who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
     if first is None or first.host_available_bytes is None:
         return _host_oom(f, who, first, low=False)

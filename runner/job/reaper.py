@@ -44,8 +44,9 @@ _GIVE_UP_S = (
 )
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name (which may hold spaces and parentheses): state is [0], session [3]."""
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses): state is [0], session [3],
+    a zombie's exit status [49] (proc(5): field 52, since Linux 3.5). None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read().decode("ascii", "replace")
@@ -73,7 +74,7 @@ def job_processes(sids: Iterable[int], token: str | None) -> list[int]:
         if not name.isdigit() or int(name) == me:
             continue
         pid = int(name)
-        fields = _stat_fields(pid)
+        fields = stat_fields(pid)
         if fields is None or len(fields) < 4 or fields[0] == "Z":
             continue
         if (fields[3].isdigit() and int(fields[3]) in sid_set) or (marker and _has_token(pid, marker)):

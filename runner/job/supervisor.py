@@ -482,6 +482,7 @@ class Job:
                     at=death.at - self._t0,
                     host_available_bytes=death.host_available_bytes,
                     host_total_bytes=death.host_total_bytes,
+                    returncode=death.returncode,
                 )
             )
         return sorted(deaths, key=lambda d: d.at)

@@ -16,6 +16,7 @@ from typing import IO
 
 import psutil
 
+from runner.job.reaper import stat_fields
 from runner.metrics.tail import rank_of_log_file
 
 
@@ -62,13 +63,31 @@ def rank_of_process(pid: int) -> int | None:
         return None
 
 
+def zombie_returncode(pid: int) -> int | None:
+    """How a dead process that its parent has not reaped yet ended, written as subprocess does: -N for signal N,
+    else its exit code. A rank is the launcher's child, not dswiz's: its status is read from the zombie's
+    /proc/PID/stat (DeepSpeed's launcher reaps it on its next once-a-second poll). None when the process is gone or
+    not a zombie, and for 0, which is also what the kernel shows for a process it does not let this user inspect."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 50 or fields[0] != "Z" or not fields[49].isdigit():
+        return None
+    status = int(fields[49])
+    if status == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+
+
 @dataclass(frozen=True)
 class Death:
-    """When a watched process was first seen dead, and the lowest host available memory just before."""
+    """When a watched process was first seen dead, how it ended when that could be read, and the lowest host
+    available memory just before."""
 
-    at: float  # the job's clock
+    at: float  # the job's clock, once per pass of the watch: deaths seen in the same pass tie
     host_available_bytes: int | None
     host_total_bytes: int | None
+    returncode: int | None = None  # zombie_returncode
 
 
 class DeathWatch:
@@ -116,6 +135,9 @@ class DeathWatch:
             self._check()
 
     def _check(self) -> None:
+        # One time for the whole pass: which of two deaths seen in one pass came first is not known, and the order
+        # of the pids must not pretend it is (rank 0, checked first, would always look first).
+        now = self._clock()
         with self._lock:
             pids = [p for p in self._pids if p not in self.died]
         for pid in pids:
@@ -124,5 +146,6 @@ class DeathWatch:
             except psutil.Error:
                 alive = False
             if not alive:
+                low = min(self._mem) if self._mem else None
                 with self._lock:
-                    self.died[pid] = Death(self._clock(), min(self._mem) if self._mem else None, self._total)
+                    self.died[pid] = Death(now, low, self._total, zombie_returncode(pid))

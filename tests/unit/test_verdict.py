@@ -106,6 +106,49 @@ def test_the_killed_rank_is_the_silent_one_when_its_peer_dies_in_the_same_tick()
     assert v.kind == "killed" and v.rank == 1 and "rank 1 (pid 18091)" in v.summary
 
 
+def test_a_tie_of_two_silent_deaths_is_told_by_how_each_ended() -> None:
+    """CI, once, named rank 0 for a SIGKILL sent to rank 1: read as rank 0 gone in the same pass of the death watch
+    without a traceback (the launcher's SIGTERM, or an abort in native code), the pass checking rank 0 first. The
+    exit status the watcher reads from each zombie tells such a tie apart."""
+    lines = (RUNS / "rank_sigkilled" / "stream.log").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("[rank0]: Traceback"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("[rank0]: RuntimeError"))
+    silent_rank0 = lines[:start] + lines[end + 1 :]  # the same run, rank 0 gone without a word
+
+    def observed(*, launcher_line: bool) -> JobObserver:
+        obs = JobObserver(started=0.0)
+        for i, line in enumerate(
+            ln for ln in silent_rank0 if launcher_line or "exits with return code" not in ln
+        ):
+            obs.feed(line, float(i))
+        assert not obs.tracebacks.exceptions and (-9 in obs.exit_codes) == launcher_line
+        return obs
+
+    def death(rank: int, returncode: int | None) -> RankDeath:
+        return RankDeath(
+            rank=rank, pid=18090 + rank, at=9.1, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB,
+            returncode=returncode,
+        )  # fmt: skip
+
+    for rank0 in (-6, -15, 1, None):
+        v = decide(
+            observed(launcher_line=True), launcher_returncodes=[-9], deaths=[death(0, rank0), death(1, -9)]
+        )
+        assert (v.kind, v.rank) == ("killed", 1), rank0
+        assert "rank 1 (pid 18091) was killed with SIGKILL (exit -9)" in v.summary
+    # the killed rank already reaped (its end not read), its peer's SIGTERM read: the peer is still not blamed
+    v = decide(
+        observed(launcher_line=True), launcher_returncodes=[-9], deaths=[death(0, -15), death(1, None)]
+    )
+    assert (v.kind, v.rank) == ("killed", 1)
+    # a SIGKILL read from the zombie is a kill even when the launcher reported the peer's exit code 1
+    v = decide(observed(launcher_line=False), launcher_returncodes=[1], deaths=[death(0, 1), death(1, -9)])
+    assert (v.kind, v.rank) == ("killed", 1) and "was killed with SIGKILL (exit -9)" in v.summary
+    # a rank that died of SIGTERM alone is not called SIGKILLed
+    v = decide(observed(launcher_line=False), launcher_returncodes=[-15], deaths=[death(0, -15)])
+    assert v.kind == "failed" and "SIGTERM" in v.summary, v.summary
+
+
 def test_a_silent_death_first_is_the_kill_even_when_the_launcher_reports_its_peers_exit_code() -> None:
     """DeepSpeed's launcher reports the first failed rank its once-a-second poll finds: when rank 0's gloo error
     (exit 1) is found before the SIGKILLed rank 1, the job's code is 1 and no -9 is printed. The death watch saw
