@@ -451,11 +451,8 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
         or any(d.returncode == -9 for d in f.deaths)
     )
     raised = {e.rank for e in f.exceptions if e.rank is not None}
-    silent = min(
-        (d for d in f.deaths if d.rank not in raised and d.returncode in (-9, None)),
-        key=_kill_order,
-        default=None,
-    )
+    candidates = [d for d in f.deaths if d.rank not in raised and d.returncode in (-9, None)]
+    silent = min(candidates, key=_kill_order, default=None)
     seen = (
         silent is not None
         and f.failed
@@ -465,14 +462,16 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
     if not reported and not seen:
         return None
     first = silent or min(f.deaths, key=_kill_order, default=None)
-    who = f"rank {first.rank} (pid {first.pid})" if first else "a rank"
+    tied = [d for d in candidates if first is not None and _kill_order(d) == _kill_order(first)]
+    who = _who_died(tied) if len(tied) > 1 else f"rank {first.rank} (pid {first.pid})" if first else "a rank"
+    rank = first.rank if first is not None and len(tied) <= 1 else None
     if first is None or first.host_available_bytes is None:
-        return _host_oom(f, who, first, low=False)
+        return _host_oom(f, who, first, rank, low=False)
     if (
         first.host_total_bytes
         and first.host_available_bytes < HOST_OOM_FREE_FRACTION * first.host_total_bytes
     ):
-        return _host_oom(f, who, first, low=True)
+        return _host_oom(f, who, first, rank, low=True)
     how = (
         "was killed with SIGKILL (exit -9)"
         if reported
@@ -483,12 +482,21 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
         kind="killed",
         summary=f"{who} {how}{f.at_step}; the host still had "
         f"{fmt_bytes(first.host_available_bytes)} of memory available, so not by the out-of-memory killer",
-        rank=first.rank,
+        rank=rank,
         advice=("check for a job scheduler limit, a watchdog, or a manual kill",),
     )
 
 
-def _host_oom(f: EndFacts, who: str, first: RankDeath | None, *, low: bool) -> RunVerdict:
+def _who_died(tied: Sequence[RankDeath]) -> str:
+    """Ranks seen gone in the same pass of the death watch that their exit status does not tell apart: each was
+    killed when each status says SIGKILL; else which one was is not known, and the verdict does not guess."""
+    named = [f"rank {d.rank} (pid {d.pid})" for d in sorted(tied, key=lambda d: d.rank)]
+    if all(d.returncode == -9 for d in tied):
+        return "each of " + " and ".join(named)
+    return " or ".join(named) + " (found gone at the same moment; which one first is not known)"
+
+
+def _host_oom(f: EndFacts, who: str, first: RankDeath | None, rank: int | None, *, low: bool) -> RunVerdict:
     mem = ""
     if low and first is not None and first.host_available_bytes is not None:
         mem = f" (host memory available just before: {fmt_bytes(first.host_available_bytes)})"
@@ -496,7 +504,7 @@ def _host_oom(f: EndFacts, who: str, first: RankDeath | None, *, low: bool) -> R
         kind="host_oom",
         summary=f"{who} was killed with SIGKILL (exit -9){f.at_step}, most likely by the host's "
         f"out-of-memory killer{mem}",
-        rank=first.rank if first else None,
+        rank=rank,
         advice=(
             "confirm with `dmesg -T | grep -i -E 'killed process|out of memory'`",
             "CPU offload, pinned memory and data-loader workers live in host RAM: offload less, lower "

@@ -213,13 +213,16 @@ def test_a_rank_killed_with_sigkill(workdir: Path) -> None:
     assert dswiz.returncode == 137, out[-3000:]
     final = rundir.read_run_record(run_dir)
     assert final.verdict is not None and final.verdict.kind in ("killed", "host_oom")
-    assert final.verdict.rank == 1
     # DeepSpeed's launcher reports the first failed rank its once-a-second poll finds: rank 1's -9, or rank 0's exit 1
     # when its gloo all-reduce failed first (then the death watch's order names the kill: runner/verdict.py)
     who = f"rank 1 (pid {record.rank_pids[1]})"
-    assert (
+    named = (
         f"{who} was killed with SIGKILL (exit -9)" in out or f"{who} died without a traceback, killed" in out
     )
+    # on a machine stalled so long that the launcher reaped both ranks before the watch looked, the verdict may say
+    # it cannot tell rank 0's end from rank 1's; it never names rank 0 alone
+    unsure = final.verdict.rank is None and f" or {who} (found gone at the same moment;" in out
+    assert (final.verdict.rank == 1 and named) or unsure, final.verdict.summary
 
 
 def test_two_nodes_over_loopback_with_one_launcher_per_node(workdir: Path) -> None:

@@ -144,6 +144,20 @@ def test_a_tie_of_two_silent_deaths_is_told_by_how_each_ended() -> None:
     # a SIGKILL read from the zombie is a kill even when the launcher reported the peer's exit code 1
     v = decide(observed(launcher_line=False), launcher_returncodes=[1], deaths=[death(0, 1), death(1, -9)])
     assert (v.kind, v.rank) == ("killed", 1) and "was killed with SIGKILL (exit -9)" in v.summary
+    # both gone by the same pass and neither end read (a stalled machine: the launcher reaped both first): which
+    # was killed is not known, and the verdict says so rather than name the rank checked first
+    v = decide(
+        observed(launcher_line=True), launcher_returncodes=[-9], deaths=[death(0, None), death(1, None)]
+    )
+    assert v.kind == "killed" and v.rank is None
+    assert v.summary.startswith(
+        "rank 0 (pid 18090) or rank 1 (pid 18091) (found gone at the same moment; which"
+    )
+    # both read as SIGKILL (a kill -9 to the whole job): both named
+    v = decide(observed(launcher_line=True), launcher_returncodes=[-9], deaths=[death(0, -9), death(1, -9)])
+    assert v.rank is None and v.summary.startswith(
+        "each of rank 0 (pid 18090) and rank 1 (pid 18091) was killed"
+    )
     # a rank that died of SIGTERM alone is not called SIGKILLed
     v = decide(observed(launcher_line=False), launcher_returncodes=[-15], deaths=[death(0, -15)])
     assert v.kind == "failed" and "SIGTERM" in v.summary, v.summary
