@@ -448,7 +448,9 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
     reported = (
         -9 in f.obs.exit_codes
         or any(rc in (-9, 137, 247) for rc in f.launcher_returncodes if rc is not None)
-        or any(d.returncode == -9 for d in f.deaths)
+        # a rank read as SIGKILLed in a job that failed; in one that did not, the kill was dswiz's own (the ranks
+        # that outlived a launcher which exited 0 are stopped: runner/job/stopping.py)
+        or (f.failed and any(d.returncode == -9 for d in f.deaths))
     )
     raised = {e.rank for e in f.exceptions if e.rank is not None}
     candidates = [d for d in f.deaths if d.rank not in raised and d.returncode in (-9, None)]

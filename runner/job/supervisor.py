@@ -168,6 +168,7 @@ class Job:
         self._pending: dict[int, _PendingRank] = {}
         self._watch = DeathWatch(clock)
         self._last_watch = 0.0
+        self._signalled_at: float | None = None  # when dswiz first signalled the job itself
         self._last_status = self._t0
         self._record: RunRecord | None = None
         self._leftover_killed = 0
@@ -376,6 +377,8 @@ class Job:
             return
         if step.notice is not None:
             self.sink.on_notice(step.notice)
+        if self._signalled_at is None:
+            self._signalled_at = now
         signal_job(self._sids, step.sig, self.token)
 
     def _drain(self, timeout: float, all_of_it: bool = False) -> int:
@@ -467,9 +470,13 @@ class Job:
                 self._write_record(self._record)
 
     def _deaths(self) -> list[RankDeath]:
-        """The ranks seen dead, first first (their rank as resolved, else the launcher's local rank)."""
+        """The ranks seen dead, first first (their rank as resolved, else the launcher's local rank); not those
+        seen dead after dswiz signalled the job itself (ranks that outlived their launcher, a stop): how those
+        ended was dswiz's doing and says nothing of why the job ended."""
         deaths = []
         for pid, death in self._watch.died.items():
+            if self._signalled_at is not None and death.at >= self._signalled_at:
+                continue
             rank = self._rank_of_pid.get(pid)
             if rank is None and pid in self._pending:
                 rank = self._pending[pid].local_rank

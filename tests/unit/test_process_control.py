@@ -46,10 +46,10 @@ FAKE_LAUNCHER = textwrap.dedent(
             while True:
                 time.sleep(0.05)
         os._exit(0)
-    if sys.argv[1] == "exit":
+    if sys.argv[1] in ("exit", "fail"):
         time.sleep(1.0)
         print("launcher done", flush=True)
-        sys.exit(0)
+        sys.exit(0 if sys.argv[1] == "exit" else 1)
     time.sleep(3600)
     """
 )
@@ -150,6 +150,24 @@ def test_processes_that_outlive_the_launcher_are_stopped(tmp_path: Path) -> None
     assert outcome.verdict.kind == "success"
     assert any("3 process(es) of the job outlived the launcher" in a for a in outcome.verdict.advice)
     assert rundir.read_run_record(outcome.run_dir).launcher_exit_codes == (0,)
+
+
+def test_ranks_dswiz_stops_after_a_failed_launcher_are_not_called_killed(tmp_path: Path) -> None:
+    """The launcher exits 1 and leaves its ranks running: dswiz stops them (SIGTERM, then SIGKILL for the one that
+    ignores SIGTERM). Their deaths are dswiz's doing, not the job's cause: the verdict is the launcher's exit code,
+    never "rank 1 was killed with SIGKILL" (the death watch may read that SIGKILL from the rank's zombie)."""
+    sink = RecordingSink()
+    job = make_job(tmp_path, "fail", sink)
+    try:
+        outcome = job.run()
+    finally:
+        kill_leftovers(job)
+    assert session_processes(job.sids) == []
+    assert any("outlived the launcher" in n for n in sink.notices)
+    assert outcome.verdict.kind == "failed" and "exit code 1" in outcome.verdict.summary, (
+        outcome.verdict.summary
+    )
+    assert any("3 process(es) of the job outlived the launcher" in a for a in outcome.verdict.advice)
 
 
 def test_sighup_to_dswiz_stops_the_job_like_ctrl_c(tmp_path: Path) -> None:

@@ -158,6 +158,11 @@ def test_a_tie_of_two_silent_deaths_is_told_by_how_each_ended() -> None:
     assert v.rank is None and v.summary.startswith(
         "each of rank 0 (pid 18090) and rank 1 (pid 18091) was killed"
     )
+    # ranks dswiz itself SIGKILLed after a launcher that exited 0 (they outlived it): the job did not fail
+    ok, ok_codes = replay_stream("success")
+    assert ok_codes == [0]
+    v = decide(ok, launcher_returncodes=ok_codes, deaths=[death(0, -9), death(1, -9)], leftover_killed=2)
+    assert v.kind == "success", v.summary
     # a rank that died of SIGTERM alone is not called SIGKILLed
     v = decide(observed(launcher_line=False), launcher_returncodes=[-15], deaths=[death(0, -15)])
     assert v.kind == "failed" and "SIGTERM" in v.summary, v.summary
