@@ -18,7 +18,6 @@ error to expect on a model the fit has not seen. Writes bench/results/zero3_refi
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -240,17 +239,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="folder for the results")
-    args = ap.parse_args()
-    res = run()
-    text = markdown(res)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{STEM}.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    (args.out / f"{STEM}.md").write_text(text)
-    print(f"wrote {args.out / STEM}.json and .md")
-    return 0
+    return pa.refit_main(__doc__, STEM, run, markdown)
 
 
 if __name__ == "__main__":

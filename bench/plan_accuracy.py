@@ -77,7 +77,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -2212,6 +2212,7 @@ FIT_CONSTANTS = (
 # at one micro-step per optimizer step cannot tell them from the per-micro-step terms.
 OPTIMIZER_STEP_CONSTANTS = (
     "OPTIMIZER_SECONDS_PER_LAYER",
+    "STAGE0_SECONDS_PER_TENSOR",
     *(f"OPTIMIZER_SECONDS_PER_PARAM[{kind}]" for kind in cal.OPTIMIZER_SECONDS_PER_PARAM),
 )
 # A constant set to 0 starts the fit from this value (a search over log values cannot start at 0).
@@ -2355,13 +2356,19 @@ def optimizer_step_rows(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _step_constant_kind(name: str) -> str | None:
+    """The optimizer (throughput.optimizer_kind) a step constant times; None: every one."""
+    entry = _dict_key(name)
+    return str(entry[1]) if entry else {"STAGE0_SECONDS_PER_TENSOR": "stage 0"}.get(name)
+
+
 def fit_optimizer_step(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
     """Refit OPTIMIZER_STEP_CONSTANTS to the measured step phase (median of the timed steps) of the rows whose
     optimizer ran on the GPU: the planner's part of the step that runs in DeepSpeed's step (STEP_PARTS). A
     stage's per-parameter time is fit where rows of that stage were timed; the others stay as set."""
     rows = optimizer_step_rows(ok)
     kinds = {optimizer_kind(r["config"]["zero_stage"]) for r in rows}
-    names = tuple(n for n in OPTIMIZER_STEP_CONSTANTS if not (e := _dict_key(n)) or e[1] in kinds)
+    names = tuple(n for n in OPTIMIZER_STEP_CONSTANTS if (k := _step_constant_kind(n)) is None or k in kinds)
     if len(rows) < len(names) + 2:
         return {}
     cases = [_row_case(r) for r in rows]
@@ -2773,6 +2780,29 @@ def _targets(runs: list[dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:
 
 
 # ----------------------------------------------------------------------------------------------------- main
+
+
+def refit_main(
+    description: str | None,
+    stem: str,
+    run: Callable[[], dict[str, Any]],
+    markdown: Callable[[dict[str, Any]], str],
+) -> int:
+    """The main() of a script that refits constants on the committed rows (no GPU run): ``--out`` (default
+    bench/results); prints the page and writes STEM.json and STEM.md there."""
+    ap = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="folder for the results")
+    args = ap.parse_args()
+    res = run()
+    text = markdown(res)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    (args.out / f"{stem}.md").write_text(text)
+    print(f"wrote {args.out / stem}.json and .md")
+    return 0
 
 
 def main() -> int:

@@ -67,6 +67,9 @@ class ModelSpec:
     # Outputs per token of one layer's nn.Linear modules that have a bias (torch.nn.functional.linear; GPT-2's Conv1D
     # is not one): ZeRO-3's linear adds these biases in a kernel of its own (planner.throughput).
     linear_bias_outputs: int = 0
+    # Parameter tensors (len(list(model.parameters())): weights, biases, norms, embeddings; a tied head once). DeepSpeed's
+    # stage-0 16-bit optimizer works tensor by tensor (planner.throughput). 0: not known.
+    parameter_tensors: int = 0
     # transformers' default; a config.json (or --model ...,use_cache=0) may turn it off. It changes what a training
     # forward keeps for backward (calibration.USE_CACHE_OFF_BYTES_PER_HIDDEN) and whether an inference pass keeps
     # every layer's K and V (memory.inference_phases).
@@ -594,6 +597,7 @@ class _Extras(TypedDict, total=False):
     rel_pos_span: int
     encoder: bool
     linear_bias_outputs: int
+    parameter_tensors: int
 
 
 def _spec(
@@ -642,6 +646,7 @@ def _moe(
     *,
     shared_ffn: int = 0,
     linear_bias_outputs: int = 0,
+    parameter_tensors: int = 0,
 ) -> _Extras:
     """The mixture-of-experts fields: ``experts`` is (experts, experts per token, per-expert FFN width); the block
     class ZeRO-3 must treat as a leaf comes from the model type."""
@@ -655,6 +660,7 @@ def _moe(
         "moe_layers": moe_layers,
         "moe_layer_cls_name": MOE_LAYER_CLASSES[model_type],
         "linear_bias_outputs": linear_bias_outputs,
+        "parameter_tensors": parameter_tensors,
     }
 
 
@@ -683,6 +689,8 @@ def _gpt2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         embedding=emb + (0 if tied else V * h),
         activation=act,
         dropout=float(cfg.get("resid_pdrop", 0.1)),
+        # wte, wpe; per layer two LayerNorms and four Conv1D, each a weight and a bias; ln_f; an untied head
+        parameter_tensors=2 + 12 * L + 2 + (0 if tied else 1),
     )
 
 
@@ -724,6 +732,8 @@ def _llama(cfg: Mapping[str, Any], name: str, source: str, where: str, mtype: st
         head_dim=hd,
         activation=str(cfg.get("hidden_act", "silu")),
         linear_bias_outputs=attn_biases + mlp_biases,
+        # embeddings; per layer q/k/v/o and gate/up/down weights, their biases, two RMSNorms; the final norm; a head
+        parameter_tensors=2 + L * (9 + (3 if mtype == "qwen2" else 4 * q_bias) + 3 * mlp_bias) + (not tied),
     )
 
 
@@ -748,7 +758,8 @@ def _mixtral(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mode
         total,
         max(V * h, experts),  # the fused experts module owns all expert weights
         active=active,
-        **_moe("mixtral", hd, (E, k, f), L),
+        # per layer q/k/v/o, the router, the experts' two fused stacks, two norms
+        **_moe("mixtral", hd, (E, k, f), L, parameter_tensors=1 + L * 9 + 1 + (0 if tied else 1)),
     )
 
 
@@ -775,6 +786,7 @@ def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mo
     body = L * (attn + 2 * h) + sparse_layers * sparse + (L - sparse_layers) * dense
     total = V * h + body + h + (0 if tied else V * h)
     active = total - sparse_layers * (E - min(k, E)) * 3 * h * fm
+    tensors = 2 + L * (6 + 3 * bool(qkv_bias)) + 7 * sparse_layers + 3 * (L - sparse_layers) + (not tied)
     return _spec(
         (name, source, "qwen2_moe", "moe"),
         (L, h, a, kv, fs, V),
@@ -783,7 +795,17 @@ def _qwen2_moe(cfg: Mapping[str, Any], name: str, source: str, where: str) -> Mo
         total,
         max(V * h, E * 3 * h * fm, dense),
         active=active,
-        **_moe("qwen2_moe", hd, (E, k, fm), sparse_layers, shared_ffn=fs, linear_bias_outputs=qkv_bias),
+        # per layer q/k/v/o (+ q/k/v biases), two norms; a sparse MLP: router, two expert stacks, the shared
+        # expert's gate/up/down and its gate; a dense one: gate/up/down
+        **_moe(
+            "qwen2_moe",
+            hd,
+            (E, k, fm),
+            sparse_layers,
+            shared_ffn=fs,
+            linear_bias_outputs=qkv_bias,
+            parameter_tensors=tensors,
+        ),
     )
 
 
@@ -807,6 +829,9 @@ def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout", 0.0)),
         linear_bias_outputs=biases,
+        # embed_in; per layer two LayerNorms (weight, bias), QKV and dense (+ biases), MLP in and out with biases;
+        # the final LayerNorm; embed_out
+        parameter_tensors=3 + L * (10 + 2 * bool(cfg.get("attention_bias", True))) + (not tied),
     )
 
 
@@ -838,6 +863,9 @@ def _bert(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
         encoder=True,
         linear_bias_outputs=biases,
+        # word/position(/token type) embeddings and their LayerNorm; per layer Q/K/V, attention output, intermediate
+        # and output (weight and bias each) and two LayerNorms; the head's transform, LayerNorm and bias
+        parameter_tensors=(5 if T else 4) + 16 * L + 5 + (0 if tied else 1),
     )
 
 
@@ -882,6 +910,16 @@ def _deberta_v2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> M
     else:
         head = h * h + h + 2 * h + V
     total = emb + L * layer + enc + head
+    # parameter tensors: the embeddings (word, position, token type, projection) and their LayerNorm; per layer
+    # Q/K/V, attention output, intermediate and output, each a weight and a bias, two LayerNorms, and the position
+    # projections where keys are not shared; the encoder's relative embeddings, their LayerNorm, the conv layer and
+    # its LayerNorm; the head's transform, LayerNorm and bias (and an untied decoder)
+    pos_proj = (
+        2 * (("c2p" in pos_types) + ("p2c" in pos_types)) if rel and not cfg.get("share_att_key") else 0
+    )
+    embeddings = 3 + bool(cfg.get("position_biased_input", True)) + bool(T) + (h != E)
+    encoder = bool(rel) + 2 * ("layer_norm" in str(cfg.get("norm_rel_ebd", "none")).lower()) + 4 * (k > 0)
+    tensors = embeddings + L * (16 + pos_proj) + encoder + 5 + (not tied and bool(cfg.get("legacy", True)))
     return _spec(
         (name, source, "deberta-v2", "deberta-v2"),
         (L, h, a, a, f, V),
@@ -896,4 +934,5 @@ def _deberta_v2(cfg: Mapping[str, Any], name: str, source: str, where: str) -> M
         rel_pos_span=span,
         encoder=True,
         linear_bias_outputs=5 * h + f,  # query, key, value, attention output; intermediate, output
+        parameter_tensors=tensors,
     )

@@ -196,6 +196,15 @@ def test_parameter_count_matches_transformers(key: str) -> None:
 
 
 @pytest.mark.parametrize("key", sorted(SMALL_CONFIGS))
+def test_parameter_tensors_match_transformers(key: str) -> None:
+    """DeepSpeed's stage-0 16-bit optimizer steps tensor by tensor: the count is the model's own."""
+    cfg, kind = SMALL_CONFIGS[key]
+    assert spec_from_config(cfg, name=key, source="test").parameter_tensors == len(
+        list(_build(cfg, kind).parameters())
+    )
+
+
+@pytest.mark.parametrize("key", sorted(SMALL_CONFIGS))
 def test_largest_layer_matches_deepspeed_definition(key: str) -> None:
     # DeepSpeed's stage-3 estimator takes the most parameters any one module owns directly (model_to_params).
     from deepspeed.runtime.zero.stage3 import model_to_params

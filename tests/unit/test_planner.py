@@ -351,8 +351,15 @@ def test_plan_never_raises_and_keeps_its_promises(hw: HardwareReport, m, data: s
 
 
 def test_a_slightly_faster_but_more_complex_strategy_does_not_win() -> None:
-    # gpt2-medium on a 16 GiB T4: checkpointing buys a larger micro-batch for a gain within the model's accuracy.
-    p = plan(get_hardware("1xT4"), load_model_spec("gpt2-medium"), PlanRequest(seq_len=1024))
+    # A GPT-2 of 32 layers of 768 on a 16 GiB V100: checkpointing buys a larger micro-batch for a gain (~3 %) within
+    # the model's accuracy. (The instance moves with the calibration: it was gpt2-medium on a T4 before stage 0's
+    # optimizer step was timed per tensor.)
+    deep_small = spec_from_config(
+        {"model_type": "gpt2", "n_layer": 32, "n_embd": 768, "n_head": 12, "vocab_size": 50257},
+        name="gpt2-32x768",
+        source="test",
+    )
+    p = plan(get_hardware("1xV100-16GB"), deep_small, PlanRequest(seq_len=1024))
     fastest = max((c for c in p.candidates if c.fits), key=lambda c: c.predicted.tokens_per_sec)
     assert fastest.strategy.activation_checkpointing  # the premise: the more complex one is predicted faster
     _check_invariants(p)

@@ -259,3 +259,30 @@ def test_host_ram_at_offload_set_up_decides_7b_on_a_125_gib_host() -> None:
     z2, _ = host_bytes(m, Strategy(zero_stage=2, offload_optimizer="cpu"))
     z3, _ = host_bytes(m, Strategy(zero_stage=3, offload_optimizer="cpu"))
     assert z3 < z2
+
+
+def test_stage0_steps_tensor_by_tensor_and_the_other_stages_by_layer() -> None:
+    """DeepSpeed's 16-bit stage-0 wrapper takes each parameter tensor on its own: its step grows with the tensors
+    at the same parameters (calibration.STAGE0_SECONDS_PER_TENSOR each); the stages on flat buffers do not see the
+    count. LoRA's step counts only the adapters' A and B."""
+    from dataclasses import replace
+
+    from wizard.planner import finetune as ft
+
+    hw = get_hardware("1xH100-80GB")
+    m = load_model_spec("llama-7b")
+    assert (
+        m.parameter_tensors == 2 + 32 * 9 + 1
+    )  # embeddings, 32 layers of 7 linears and 2 norms, final norm, head
+    more = replace(m, parameter_tensors=2 * m.parameter_tensors)
+
+    def step(model: object, stage: int) -> float:
+        s = Strategy(zero_stage=stage, precision="bf16", micro_batch_size=1)
+        return dict(estimate_throughput(hw, model, s, 1024).parts)["optimizer step"]  # type: ignore[arg-type]
+
+    assert step(more, 0) - step(m, 0) == pytest.approx(cal.STAGE0_SECONDS_PER_TENSOR * m.parameter_tensors)
+    assert step(more, 1) == step(m, 1) and step(more, 3) == step(m, 3)
+    lora = ft.with_finetune(m, ft.FineTune(mode="lora", lora_rank=8, lora_alpha=16))
+    adapted = sum(layer.count for layer in ft.lora_layers(lora))
+    assert ft.trainable_tensor_count(lora) == 2 * adapted < m.parameter_tensors
+    assert step(lora, 0) < step(m, 0)

@@ -195,6 +195,14 @@ def trainable_params(m: ModelSpec) -> int:
     return lora_params(m) if m.finetune.uses_lora else m.total_params
 
 
+def trainable_tensor_count(m: ModelSpec) -> int:
+    """How many tensors the optimizer updates: LoRA's A and B of every adapted layer, else every parameter tensor
+    (ModelSpec.parameter_tensors; where that is not known, a LLaMA-style layer's nine and three more)."""
+    if m.finetune.uses_lora:
+        return sum(count for _, count in trainable_tensors(m)[0])
+    return m.parameter_tensors or 9 * m.layers + 3
+
+
 def trainable_tensors(m: ModelSpec) -> tuple[tuple[tuple[int, int], ...], int]:
     """The tensors that get gradients, as ((elements, how many), ...) and the elements of the small ones left over
     (norms, biases, position tables), which are not listed one by one. LoRA: A and B of every adapted layer. Full

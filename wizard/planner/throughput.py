@@ -358,6 +358,10 @@ def _optimizer_seconds(
     # the host's work tensor by tensor, with the optimizer on the CPU too (it sums the gradient norms one .item() per
     # tensor there: stage_1_and_2.py complete_grad_norm_calculation_for_cpu_offload, DeepSpeed 0.19.8)
     parts = {"optimizer step": cal.OPTIMIZER_SECONDS_PER_LAYER * model.layers}
+    if s.zero_stage == 0 and w == 2:
+        # DeepSpeed's 16-bit wrapper (FP16_UnfusedOptimizer, for bf16 too) steps tensor by tensor: each its norm, its
+        # fp32 gradient copy, its 16-bit weights written back (calibration.STAGE0_SECONDS_PER_TENSOR)
+        parts["optimizer step"] = cal.STAGE0_SECONDS_PER_TENSOR * ft.trainable_tensor_count(model)
     if s.offload_optimizer == "none":
         per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[optimizer_kind(s.zero_stage)]
         per_param *= cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm

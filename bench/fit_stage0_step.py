@@ -1,0 +1,235 @@
+"""Refit the stage-0 optimizer step (16-bit) on the committed H200 measurements (no GPU run), per tensor, with
+leave-one-model-out errors.
+
+    python bench/fit_stage0_step.py                 # prints the fit, the held-out errors, writes the results
+    python bench/fit_stage0_step.py --out /tmp/s0   # elsewhere
+
+DeepSpeed's stage 0 in 16 bits wraps the optimizer in FP16_UnfusedOptimizer (for bf16 too), which takes the
+parameter tensors one by one (runtime/fp16/unfused_optimizer.py, step, DeepSpeed 0.19.8). Rows: the step phase
+(CUDA events around DeepSpeed's step, the median of the timed steps: bench/plan_accuracy.py Row.phase_s) of every ok
+stage-0 row of the raw files below whose optimizer ran on the GPU, merged as `plan_accuracy.py --analyze` merges
+them. Two forms are compared on them: the per-layer form the other stages use (calibration.OPTIMIZER_SECONDS_PER_LAYER
+a layer and a per-parameter figure, as committed before this fit: 3.02e-11 s) and the per-tensor form
+(calibration.STAGE0_SECONDS_PER_TENSOR a tensor, ModelSpec.parameter_tensors, and
+OPTIMIZER_SECONDS_PER_PARAM["stage 0"]). Least squares on the log error, Nelder-Mead over log values; leave one
+model out: each model's rows predicted with the constants fit on the other models' rows.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import plan_accuracy as pa  # noqa: E402
+
+from wizard.hardware.report import HardwareReport  # noqa: E402
+from wizard.planner import calibration as cal  # noqa: E402
+from wizard.planner import finetune as ft  # noqa: E402
+from wizard.planner.throughput import estimate_throughput  # noqa: E402
+
+INPUTS_FROM = "bench/results/plan_accuracy-2026-12-04-1gpu-all-m-summary.json"
+RAW_FILES = tuple(json.loads((ROOT / INPUTS_FROM).read_text())["inputs"])
+FIT = ("STAGE0_SECONDS_PER_TENSOR", "OPTIMIZER_SECONDS_PER_PARAM[stage 0]")
+PER_LAYER_BEFORE = 3.02e-11  # OPTIMIZER_SECONDS_PER_PARAM["stage 0"] as committed with the per-layer form
+STEM = "stage0_step_fit-2026-12-04"
+
+
+# Stage 0's fixed cost a step outside its step phase (calibration.STAGE0_STEP_SECONDS), fit to whole steps when the
+# step itself was timed per layer; with the step per tensor, whole-step tokens/s are compared at these values.
+FIXED_COST_VALUES = (0.0, 0.005, 0.0142)
+
+
+def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the H200, stage-0 rows with a timed step phase, every ok stage-0 row with tokens/s)."""
+    docs = [json.loads((ROOT / f).read_text()) for f in RAW_FILES]
+    rows: list[dict[str, Any]] = []
+    whole: list[dict[str, Any]] = []
+    hw = None
+    for doc, merged in pa._merge_runs(docs):
+        if doc["world"] != 1 or doc.get("smoke"):
+            continue
+        hw = HardwareReport.from_dict(doc["hardware"])
+        ok = [r for r in merged if r["status"] == "ok"]
+        rows += [r for r in pa.optimizer_step_rows(ok) if r["config"]["zero_stage"] == 0]
+        whole += [
+            r
+            for r in ok
+            if r["config"]["zero_stage"] == 0
+            and r.get("tokens_per_sec")
+            and pa._row_optimizer(r["config"]) == "ds"
+        ]
+    assert hw is not None and rows, "no one-GPU stage-0 row with a timed step in the raw files"
+    return hw, rows, whole
+
+
+def fixed_cost_errors(hw: HardwareReport, whole: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Whole-step tokens/s errors of the stage-0 rows at each FIXED_COST_VALUES (the module's value restored)."""
+    saved = cal.STAGE0_STEP_SECONDS
+    out = {}
+    try:
+        for v in FIXED_COST_VALUES:
+            cal.STAGE0_STEP_SECONDS = v
+            errs = [
+                estimate_throughput(hw, *pa._row_case(r)).tokens_per_sec / r["tokens_per_sec"] - 1
+                for r in whole
+            ]
+            a = [abs(e) for e in errs]
+            out[f"{v:g}"] = {
+                "median_abs": statistics.median(a),
+                "p95_abs": pa._pct(a, 0.95),
+                "max_abs": max(a),
+            }
+    finally:
+        cal.STAGE0_STEP_SECONDS = saved
+    return out
+
+
+def measured(r: dict[str, Any]) -> float:
+    return float(statistics.median(r["phase_s"]["step"]))
+
+
+def predicted(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:
+    return [pa.step_phase_seconds(dict(estimate_throughput(hw, *pa._row_case(r)).parts)) for r in rows]
+
+
+def per_layer_form(rows: list[dict[str, Any]]) -> list[float]:
+    """The step as the per-layer form predicted it before (the H200 is the calibration card: no bandwidth scaling)."""
+    out = []
+    for r in rows:
+        model, _, _ = pa._row_case(r)
+        out.append(
+            cal.OPTIMIZER_SECONDS_PER_LAYER * model.layers + PER_LAYER_BEFORE * ft.trainable_params(model)
+        )
+    return out
+
+
+def _errors(pred: list[float], rows: list[dict[str, Any]]) -> list[float]:
+    return [p / measured(r) - 1 for p, r in zip(pred, rows, strict=True)]
+
+
+def fit(hw: HardwareReport, rows: list[dict[str, Any]]) -> dict[str, float]:
+    found = pa._fit_log(FIT, lambda: predicted(hw, rows), [measured(r) for r in rows], step=0.4, iters=3000)
+    return dict(found["constants"])
+
+
+def _set(values: dict[str, float]) -> None:
+    for name, v in values.items():
+        entry = pa._dict_key(name)
+        if entry is None:
+            setattr(cal, name, v)
+        else:
+            getattr(cal, entry[0])[entry[1]] = v
+
+
+def run() -> dict[str, Any]:
+    hw, rows, whole = load_rows()
+    committed = {n: pa._get_constant(n) for n in FIT}
+    now = _errors(predicted(hw, rows), rows)
+    before = _errors(per_layer_form(rows), rows)
+    constants = fit(hw, rows)
+    held_out: dict[str, Any] = {}
+    held: dict[str, float] = {}
+    for model in dict.fromkeys(r["config"]["model"] for r in rows):
+        c = fit(hw, [r for r in rows if r["config"]["model"] != model])
+        _set(c)
+        test = [r for r in rows if r["config"]["model"] == model]
+        errs = _errors(predicted(hw, test), test)
+        _set(committed)
+        held_out[model] = c
+        held.update({pa._label(r): e for r, e in zip(test, errs, strict=True)})
+    labels = [pa._label(r) for r in rows]
+    return {
+        "note": "refit on committed H200 measurements (no new GPU run): bench/fit_stage0_step.py",
+        "inputs": list(RAW_FILES),
+        "constants_committed": committed,
+        "constants_fit": constants,
+        "held_out_constants": held_out,
+        "fixed_cost_committed": cal.STAGE0_STEP_SECONDS,
+        "fixed_cost_rows": len(whole),
+        "fixed_cost_errors": fixed_cost_errors(hw, whole),
+        "rows": {
+            lab: {
+                "measured_s": measured(r),
+                "tensors": ft.trainable_tensor_count(pa._row_case(r)[0]),
+                "params": ft.trainable_params(pa._row_case(r)[0]),
+                "layers": pa._row_case(r)[0].layers,
+                "error_per_layer_form": b,
+                "error_now": n,
+                "error_held_out": held[lab],
+            }
+            for lab, r, b, n in zip(labels, rows, before, now, strict=True)
+        },
+    }
+
+
+def _abs(xs: list[float]) -> str:
+    a = [abs(x) for x in xs]
+    return f"{statistics.median(a):.1%} / {max(a):.1%}"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    rows = res["rows"]
+    md = [
+        "# Stage-0 optimizer step, per tensor (committed H200 rows, no new GPU run)",
+        "",
+        f"`python bench/fit_stage0_step.py`: {len(rows)} stage-0 rows (bf16, one H200, one rank) with a timed step "
+        f"phase, from the raw files of {INPUTS_FROM}. Signed errors of the step phase (positive: over-predicts).",
+        "",
+        "| constant | committed | fit on all rows |",
+        "|---|---:|---:|",
+        *[
+            f"| {n} | {v:.4g} | {res['constants_fit'][n]:.4g} |"
+            for n, v in res["constants_committed"].items()
+        ],
+        "",
+        "| row | tensors | params | layers | step s | per-layer form | per tensor, now | held-out model |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for lab, r in rows.items():
+        md.append(
+            f"| {lab} | {r['tensors']} | {r['params'] / 1e9:.2f}B | {r['layers']} | {r['measured_s']:.4f} | "
+            f"{r['error_per_layer_form']:+.1%} | {r['error_now']:+.1%} | {r['error_held_out']:+.1%} |"
+        )
+    col = {k: [r[k] for r in rows.values()] for k in ("error_per_layer_form", "error_now", "error_held_out")}
+    md += [
+        "",
+        f"|error| median / max: per-layer form {_abs(col['error_per_layer_form'])}; per tensor, now "
+        f"{_abs(col['error_now'])}; held-out model {_abs(col['error_held_out'])}.",
+        "",
+        f"Stage 0's fixed cost a step outside the step phase (STAGE0_STEP_SECONDS, committed "
+        f"{res['fixed_cost_committed']:g} s): whole-step tokens/s |error| of the {res['fixed_cost_rows']} stage-0 "
+        "rows with the per-tensor step, by value:",
+        "",
+        "| STAGE0_STEP_SECONDS | median | p95 | max |",
+        "|---:|---:|---:|---:|",
+        *[
+            f"| {v} | {e['median_abs']:.1%} | {e['p95_abs']:.1%} | {e['max_abs']:.1%} |"
+            for v, e in res["fixed_cost_errors"].items()
+        ],
+        "",
+        "Leave-one-model-out constants:",
+        "",
+        "| held out | " + " | ".join(FIT) + " |",
+        "|---|" + "---:|" * len(FIT),
+        *[
+            f"| {m} | " + " | ".join(f"{v:.3g}" for v in c.values()) + " |"
+            for m, c in res["held_out_constants"].items()
+        ],
+        "",
+    ]
+    return "\n".join(md)
+
+
+def main() -> int:
+    return pa.refit_main(__doc__, STEM, run, markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
