@@ -431,6 +431,18 @@ def _kill_order(d: RankDeath) -> tuple[float, int]:
     return (d.at, 0 if d.returncode == -9 else 1 if d.returncode is None else 2)
 
 
+# Ends read from a rank's zombie that cause nothing: a clean exit, SIGKILL (the kill itself), and the SIGTERM or
+# SIGINT a launcher sends the other ranks once one has failed. Any other (a crash: SIGSEGV, SIGABRT, an exit code)
+# came first, so a silent death after it is its consequence.
+_NOT_A_CAUSE = (None, 0, -9, -15, -2)
+
+
+def _no_later(d: RankDeath, crash: RankDeath) -> bool:
+    """``d`` came no later than ``crash``: seen in an earlier pass, or in the same pass when ``d`` was read as a
+    SIGKILL (a death whose end was not read, seen with a crash, cannot be put before it)."""
+    return d.at < crash.at or (d.at == crash.at and d.returncode == -9)
+
+
 def _sigkilled(f: EndFacts) -> RunVerdict | None:
     """A rank died of SIGKILL (and no traceback explains it): the host's OOM killer when memory was low just
     before, or when that cannot be told; else someone else's kill.
@@ -439,21 +451,28 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
     rank whose collective failed because its peer vanished (gloo: "Connection closed by peer") raises and exits
     within milliseconds, often inside the same pass of the death watch, and its traceback shows it reacted; one
     whose gloo thread aborted (SIGABRT) or that the launcher stopped (SIGTERM) shows it in its exit status; the
-    killed rank prints nothing. Such a silent death no later than every rank that raised is a signal's even when
+    killed rank prints nothing. A silent death after a rank read as crashed is that crash's consequence (the
+    launcher stopped it). Such a silent death no later than every rank that raised is a signal's even when
     the launcher reported another rank's exit code: it reports the first failed rank its once-a-second poll finds
     (deepspeed/launcher/launch.py, main, DeepSpeed 0.19.8)."""
     cause = root_cause(f.exceptions)
     if not (cause is None or cause.secondary):
         return None
+    first_seen = min((d.at for d in f.deaths), default=0.0)
     reported = (
         -9 in f.obs.exit_codes
         or any(rc in (-9, 137, 247) for rc in f.launcher_returncodes if rc is not None)
-        # a rank read as SIGKILLed in a job that failed; in one that did not, the kill was dswiz's own (the ranks
-        # that outlived a launcher which exited 0 are stopped: runner/job/stopping.py)
-        or (f.failed and any(d.returncode == -9 for d in f.deaths))
+        # a rank read as SIGKILLed first, in a job that failed. Later, the kill is the launcher's (a rank that
+        # ignored its SIGTERM for 30 s); in a job that did not fail, dswiz's own (ranks that outlived the launcher)
+        or (f.failed and any(d.returncode == -9 and d.at <= first_seen for d in f.deaths))
     )
     raised = {e.rank for e in f.exceptions if e.rank is not None}
-    candidates = [d for d in f.deaths if d.rank not in raised and d.returncode in (-9, None)]
+    crashed = [d for d in f.deaths if d.rank not in raised and d.returncode not in _NOT_A_CAUSE]
+    candidates = [
+        d
+        for d in f.deaths
+        if d.rank not in raised and d.returncode in (-9, None) and all(_no_later(d, c) for c in crashed)
+    ]
     silent = min(candidates, key=_kill_order, default=None)
     seen = (
         silent is not None
@@ -463,7 +482,8 @@ def _sigkilled(f: EndFacts) -> RunVerdict | None:
     )
     if not reported and not seen:
         return None
-    first = silent or min(f.deaths, key=_kill_order, default=None)
+    killable = (d for d in f.deaths if d.returncode in (-9, None))
+    first = silent or min(killable, key=_kill_order, default=None)
     tied = [d for d in candidates if first is not None and _kill_order(d) == _kill_order(first)]
     who = _who_died(tied) if len(tied) > 1 else f"rank {first.rank} (pid {first.pid})" if first else "a rank"
     rank = first.rank if first is not None and len(tied) <= 1 else None

@@ -124,6 +124,27 @@ class ModelSpec:
 # --------------------------------------------------------------------------------------------------- parsing
 
 
+# Parameter tensors of one layer, and of the rest (embeddings, final norm), by model type: for a ModelSpec saved before
+# dswiz counted them (ModelSpec.parameter_tensors 0 in an older plan file or run-history record). A LLaMA-style layer
+# for the types not listed; an untied head adds one.
+_TENSORS_BY_TYPE = {
+    "gpt2": (12, 4),
+    "gpt_neox": (12, 3),
+    "qwen2": (12, 2),
+    "qwen2_moe": (16, 2),
+    "bert": (16, 10),
+    "deberta-v2": (16, 10),
+}
+
+
+def parameter_tensor_count(m: ModelSpec) -> int:
+    """``m.parameter_tensors``, or where a spec saved by an older dswiz lacks it, the count its model type gives."""
+    if m.parameter_tensors:
+        return m.parameter_tensors
+    per_layer, rest = _TENSORS_BY_TYPE.get(m.model_type, (9, 2))
+    return per_layer * m.layers + rest + (0 if m.tied_embeddings else 1)
+
+
 def preset_names() -> list[str]:
     return sorted(PRESETS)
 
@@ -863,9 +884,9 @@ def _bert(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
         encoder=True,
         linear_bias_outputs=biases,
-        # word/position(/token type) embeddings and their LayerNorm; per layer Q/K/V, attention output, intermediate
+        # word/position/token type embeddings (a 0-row table too) and their LayerNorm; per layer Q/K/V, attention output, intermediate
         # and output (weight and bias each) and two LayerNorms; the head's transform, LayerNorm and bias
-        parameter_tensors=(5 if T else 4) + 16 * L + 5 + (0 if tied else 1),
+        parameter_tensors=5 + 16 * L + 5 + (0 if tied else 1),
     )
 
 

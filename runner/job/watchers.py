@@ -67,13 +67,17 @@ def zombie_returncode(pid: int) -> int | None:
     """How a dead process that its parent has not reaped yet ended, written as subprocess does: -N for signal N,
     else its exit code. A rank is the launcher's child, not dswiz's: its status is read from the zombie's
     /proc/PID/stat (DeepSpeed's launcher reaps it on its next once-a-second poll). None when the process is gone or
-    not a zombie, and for 0, which is also what the kernel shows for a process it does not let this user inspect."""
+    not a zombie, and for a 0 in another user's process, which is what the kernel shows where it does not let this
+    user look."""
     fields = stat_fields(pid)
     if fields is None or len(fields) < 50 or fields[0] != "Z" or not fields[49].isdigit():
         return None
     status = int(fields[49])
     if status == 0:
-        return None
+        try:
+            return 0 if os.stat(f"/proc/{pid}").st_uid == os.getuid() else None
+        except OSError:
+            return None
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None

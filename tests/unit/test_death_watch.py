@@ -1,5 +1,5 @@
 """The rank death watch on real processes: ranks are the launcher's children, not dswiz's, so how each ended is read
-from its zombie before the launcher reaps it. A stand-in launcher (a Python process that starts three children and
+from its zombie before the launcher reaps it. A stand-in launcher (a Python process that starts four children and
 reaps them only when told, as DeepSpeed's does on its next once-a-second poll) plays the launcher."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from runner.job.watchers import DeathWatch, zombie_returncode
 
 LAUNCHER = """
 import subprocess, sys
-code = "import sys, time; time.sleep(float(sys.argv[1])); sys.exit(3)"
-kids = [subprocess.Popen([sys.executable, "-c", code, s]) for s in ("0.2", "60", "60")]
+code = "import sys, time; time.sleep(float(sys.argv[1])); sys.exit(int(sys.argv[2]))"
+kids = [subprocess.Popen([sys.executable, "-c", code, *a]) for a in (("0.2", "3"), ("60", "0"), ("60", "0"), ("0.2", "0"))]
 print(" ".join(str(k.pid) for k in kids), flush=True)
 sys.stdin.readline()
 for k in kids:
@@ -47,15 +47,16 @@ def test_deaths_seen_in_one_pass_tie_and_say_how_each_rank_ended() -> None:
         psutil.Process(ranks[1]).kill()
         psutil.Process(ranks[2]).terminate()
         for pid in ranks:
-            _zombie(pid)  # rank 0 exits with code 3 by itself
-        watch.stop()  # never started: its last pass sees all three
-        assert [watch.died[pid].returncode for pid in ranks] == [3, -signal.SIGKILL, -signal.SIGTERM]
+            _zombie(pid)
+        watch.stop()  # never started: its last pass sees all four
+        # rank 0 exits with code 3 and rank 3 with 0 by themselves (this user's processes: a 0 is a real 0)
+        assert [watch.died[pid].returncode for pid in ranks] == [3, -signal.SIGKILL, -signal.SIGTERM, 0]
         # one time for the pass: the order the pids are checked in (rank 0 first) is not the order they died in
         assert len({watch.died[pid].at for pid in ranks}) == 1
         launcher.stdin.write("\n")
         launcher.stdin.flush()
         assert launcher.wait(timeout=10) == 0
-        assert [zombie_returncode(pid) for pid in ranks] == [None, None, None]  # reaped: nothing left to read
+        assert [zombie_returncode(pid) for pid in ranks] == [None] * 4  # reaped: nothing left to read
     finally:
         launcher.kill()
         launcher.wait()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from wizard.errors import DswizError
-from wizard.model import load_model_spec, preset_names, spec_from_config
+from wizard.model import ModelSpec, load_model_spec, parameter_tensor_count, preset_names, spec_from_config
 from wizard.model_presets import ALIASES, PRESETS
 
 torch = pytest.importorskip("torch")
@@ -199,8 +199,28 @@ def test_parameter_count_matches_transformers(key: str) -> None:
 def test_parameter_tensors_match_transformers(key: str) -> None:
     """DeepSpeed's stage-0 16-bit optimizer steps tensor by tensor: the count is the model's own."""
     cfg, kind = SMALL_CONFIGS[key]
-    assert spec_from_config(cfg, name=key, source="test").parameter_tensors == len(
-        list(_build(cfg, kind).parameters())
+    spec = spec_from_config(cfg, name=key, source="test")
+    built = len(list(_build(cfg, kind).parameters()))
+    assert spec.parameter_tensors == built
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_a_spec_saved_without_its_tensor_count_gets_its_model_types(name: str) -> None:
+    """A spec saved before dswiz counted tensors (an older plan file or run-history record, re-predicted when the
+    physics changes) is counted by its model type, within 5 % of the real count, not as a LLaMA-style model."""
+    spec = load_model_spec(name)
+    older = {k: v for k, v in spec.to_dict().items() if k != "parameter_tensors"}
+    estimated = parameter_tensor_count(ModelSpec.from_dict(older))
+    assert abs(estimated - spec.parameter_tensors) <= 0.05 * spec.parameter_tensors, (
+        estimated,
+        spec.parameter_tensors,
+    )
+
+
+def test_bert_without_token_types_still_has_their_table() -> None:
+    cfg = {**SMALL_CONFIGS["bert"][0], "type_vocab_size": 0}
+    assert spec_from_config(cfg, name="b", source="test").parameter_tensors == len(
+        list(_build(cfg, "masked").parameters())
     )
 
 

@@ -168,6 +168,40 @@ def test_a_tie_of_two_silent_deaths_is_told_by_how_each_ended() -> None:
     assert v.kind == "failed" and "SIGTERM" in v.summary, v.summary
 
 
+def test_a_crash_read_from_its_zombie_is_not_blamed_on_the_peer_the_launcher_stopped() -> None:
+    """Rank 0 crashes without a traceback (its SIGSEGV read from its zombie); at its next poll the launcher sends
+    rank 1 SIGTERM and reaps it at once, before the watch can read how it ended. Rank 1 is the only silent death
+    whose end is unknown, but it came after the crash: the verdict is the crash, not "rank 1 was killed"."""
+    lines = (RUNS / "rank_sigkilled" / "stream.log").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("[rank0]: Traceback"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("[rank0]: RuntimeError"))
+
+    def observed(exit_line: bool) -> JobObserver:
+        obs = JobObserver(started=0.0)
+        for i, line in enumerate(lines[:start] + lines[end + 1 :]):
+            if exit_line or "exits with return code" not in line:
+                obs.feed(line, float(i))
+        return obs
+
+    def death(rank: int, returncode: int | None, at: float) -> RankDeath:
+        return RankDeath(
+            rank=rank, pid=18090 + rank, at=at, host_available_bytes=21 * GiB, host_total_bytes=23 * GiB,
+            returncode=returncode,
+        )  # fmt: skip
+
+    v = decide(observed(False), launcher_returncodes=[-11], deaths=[death(0, -11, 9.1), death(1, None, 9.35)])
+    assert v.kind == "failed" and v.rank is None and "SIGSEGV" in v.summary, v.summary
+    # the same pass: which came first is not known, and the crash is the fact that was read
+    v = decide(observed(False), launcher_returncodes=[-11], deaths=[death(0, -11, 9.1), death(1, None, 9.1)])
+    assert v.kind == "failed" and "SIGSEGV" in v.summary, v.summary
+    # rank 0 exits 1 without a traceback; rank 1 ignored the launcher's SIGTERM and got its SIGKILL 30 s later
+    v = decide(observed(False), launcher_returncodes=[1], deaths=[death(0, 1, 9.1), death(1, -9, 39.1)])
+    assert v.kind == "failed" and "exit code 1" in v.summary, v.summary
+    # the launcher reported -9 and the one death read is a SIGTERM: no rank is named as the one killed
+    v = decide(observed(True), launcher_returncodes=[-9], deaths=[death(0, -15, 9.1)])
+    assert v.rank is None and v.summary.startswith("a rank was killed with SIGKILL"), v.summary
+
+
 def test_a_silent_death_first_is_the_kill_even_when_the_launcher_reports_its_peers_exit_code() -> None:
     """DeepSpeed's launcher reports the first failed rank its once-a-second poll finds: when rank 0's gloo error
     (exit 1) is found before the SIGKILLed rank 1, the job's code is 1 and no -9 is printed. The death watch saw

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from wizard.errors import DswizError
-from wizard.model import ModelSpec
+from wizard.model import ModelSpec, parameter_tensor_count
 from wizard.tuning import ALL_LINEAR, FineTune
 
 if TYPE_CHECKING:
@@ -197,10 +197,10 @@ def trainable_params(m: ModelSpec) -> int:
 
 def trainable_tensor_count(m: ModelSpec) -> int:
     """How many tensors the optimizer updates: LoRA's A and B of every adapted layer, else every parameter tensor
-    (ModelSpec.parameter_tensors; where that is not known, a LLaMA-style layer's nine and three more)."""
+    (wizard.model.parameter_tensor_count)."""
     if m.finetune.uses_lora:
         return sum(count for _, count in trainable_tensors(m)[0])
-    return m.parameter_tensors or 9 * m.layers + 3
+    return parameter_tensor_count(m)
 
 
 def trainable_tensors(m: ModelSpec) -> tuple[tuple[tuple[int, int], ...], int]:

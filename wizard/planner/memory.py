@@ -253,6 +253,12 @@ def _stage3_sub_group(partition: int) -> int:
     return min(partition, cal.STAGE3_SUB_GROUP_ELEMENTS)
 
 
+def unfused_16bit_step(s: Strategy) -> bool:
+    """Stage 0 in 16 bits steps through DeepSpeed's FP16_UnfusedOptimizer, for bf16 too (stage0_step_bytes; its time
+    per tensor: planner.throughput). In 32 bits the optimizer is the plain torch one."""
+    return s.zero_stage == 0 and weight_bytes(s) == 2
+
+
 def stage0_step_bytes(w: int, params: int) -> int:
     """What stage 0's optimizer step holds beyond the forward, the allocator's step block too. 16-bit: DeepSpeed wraps
     the optimizer in FP16_UnfusedOptimizer for fp16 and for bf16 alike (engine.py _do_optimizer_sanity_check: no

@@ -18,7 +18,12 @@ from wizard.hardware.report import GPUInfo, HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.memory import recipe_activation_bytes_per_token, sdpa_padded_head_dim, weight_bytes
+from wizard.planner.memory import (
+    recipe_activation_bytes_per_token,
+    sdpa_padded_head_dim,
+    unfused_16bit_step,
+    weight_bytes,
+)
 from wizard.strategy import Strategy
 
 
@@ -358,12 +363,14 @@ def _optimizer_seconds(
     # the host's work tensor by tensor, with the optimizer on the CPU too (it sums the gradient norms one .item() per
     # tensor there: stage_1_and_2.py complete_grad_norm_calculation_for_cpu_offload, DeepSpeed 0.19.8)
     parts = {"optimizer step": cal.OPTIMIZER_SECONDS_PER_LAYER * model.layers}
-    if s.zero_stage == 0 and w == 2:
+    per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[optimizer_kind(s.zero_stage)]
+    if unfused_16bit_step(s):
         # DeepSpeed's 16-bit wrapper (FP16_UnfusedOptimizer, for bf16 too) steps tensor by tensor: each its norm, its
         # fp32 gradient copy, its 16-bit weights written back (calibration.STAGE0_SECONDS_PER_TENSOR)
         parts["optimizer step"] = cal.STAGE0_SECONDS_PER_TENSOR * ft.trainable_tensor_count(model)
+    elif s.zero_stage == 0:
+        per_param = cal.STAGE0_FP32_SECONDS_PER_PARAM
     if s.offload_optimizer == "none":
-        per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[optimizer_kind(s.zero_stage)]
         per_param *= cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
         parts["optimizer step"] += per_param * local
         return parts
@@ -452,7 +459,7 @@ def estimate_throughput(
         parts[k] = v + (gas - 1) * before[k]
     if s.zero_stage == 3:
         parts["ZeRO-3 gather/partition copies"] = gas * stage3_copy_seconds(model, s, hbm)
-    if train and s.zero_stage == 0 and weight_bytes(s) == 2:
+    if train and unfused_16bit_step(s):
         # DeepSpeed's 16-bit optimizer wrapper, once per optimizer step (calibration.STAGE0_STEP_SECONDS)
         parts[STAGE0_PART] = cal.STAGE0_STEP_SECONDS
 
