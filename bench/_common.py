@@ -96,10 +96,12 @@ def load_bench_script(name: str) -> Any:
     return module
 
 
-def write_result(out: Path, stem: str, doc: dict[str, Any], markdown: str) -> None:
-    """A GPU bench's result: ``<stem>.json`` (the raw document) and ``<stem>.md`` beside it in ``out``."""
+def write_result(
+    out: Path, stem: str, doc: dict[str, Any], markdown: str, *, sort_keys: bool = False
+) -> None:
+    """A bench's result: ``<stem>.json`` (the raw document) and ``<stem>.md`` beside it in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, sort_keys=sort_keys) + "\n")
     (out / f"{stem}.md").write_text(markdown)
     print(f"wrote {out / stem}.json and .md")
 

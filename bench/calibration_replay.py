@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table  # noqa: E402
+from _common import load_bench_script, md_heading, md_table, write_result  # noqa: E402
 
 from runner.run_history import strategy_record  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
@@ -736,10 +736,7 @@ def main() -> int:
         return 2
     text = markdown(doc)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    (args.out / f"{args.name}.md").write_text(text)
-    print(f"wrote {args.out / args.name}.json and .md")
+    write_result(args.out, args.name, doc, text, sort_keys=True)
     return 0
 
 

@@ -101,13 +101,10 @@ def predicted(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:
 
 def per_layer_form(rows: list[dict[str, Any]]) -> list[float]:
     """The step as the per-layer form predicted it before (the H200 is the calibration card: no bandwidth scaling)."""
-    out = []
-    for r in rows:
-        model, _, _ = pa._row_case(r)
-        out.append(
-            cal.OPTIMIZER_SECONDS_PER_LAYER * model.layers + PER_LAYER_BEFORE * ft.trainable_params(model)
-        )
-    return out
+    return [
+        cal.OPTIMIZER_SECONDS_PER_LAYER * layers + PER_LAYER_BEFORE * params
+        for layers, _, params in map(_shape, rows)
+    ]
 
 
 def _shape(r: dict[str, Any]) -> tuple[float, float, float]:
@@ -156,15 +153,6 @@ def fit(hw: HardwareReport, rows: list[dict[str, Any]]) -> dict[str, float]:
     return dict(found["constants"])
 
 
-def _set(values: dict[str, float]) -> None:
-    for name, v in values.items():
-        entry = pa._dict_key(name)
-        if entry is None:
-            setattr(cal, name, v)
-        else:
-            getattr(cal, entry[0])[entry[1]] = v
-
-
 def run() -> dict[str, Any]:
     hw, rows, whole = load_rows()
     committed = {n: pa._get_constant(n) for n in FIT}
@@ -175,10 +163,14 @@ def run() -> dict[str, Any]:
     held: dict[str, float] = {}
     for model in dict.fromkeys(r["config"]["model"] for r in rows):
         c = fit(hw, [r for r in rows if r["config"]["model"] != model])
-        _set(c)
         test = [r for r in rows if r["config"]["model"] == model]
-        errs = _errors(predicted(hw, test), test)
-        _set(committed)
+        try:
+            for name, v in c.items():
+                pa._set_constant(name, v)
+            errs = _errors(predicted(hw, test), test)
+        finally:
+            for name, v in committed.items():
+                pa._set_constant(name, v)
         held_out[model] = c
         held.update({pa._label(r): e for r, e in zip(test, errs, strict=True)})
     labels = [pa._label(r) for r in rows]
@@ -195,14 +187,16 @@ def run() -> dict[str, Any]:
         "rows": {
             lab: {
                 "measured_s": measured(r),
-                "tensors": ft.trainable_tensor_count(pa._row_case(r)[0]),
-                "params": ft.trainable_params(pa._row_case(r)[0]),
-                "layers": pa._row_case(r)[0].layers,
+                "tensors": int(tensors),
+                "params": int(params),
+                "layers": int(layers),
                 "error_per_layer_form": b,
                 "error_now": n,
                 "error_held_out": held[lab],
             }
-            for lab, r, b, n in zip(labels, rows, before, now, strict=True)
+            for lab, r, (layers, tensors, params), b, n in zip(
+                labels, rows, map(_shape, rows), before, now, strict=True
+            )
         },
     }
 

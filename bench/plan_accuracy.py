@@ -86,7 +86,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env  # noqa: E402
+from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, write_result  # noqa: E402
 
 from wizard.alloc_conf import expandable_segments, planned_expandable_segments  # noqa: E402
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
@@ -2798,10 +2798,7 @@ def refit_main(
     res = run()
     text = markdown(res)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    (args.out / f"{stem}.md").write_text(text)
-    print(f"wrote {args.out / stem}.json and .md")
+    write_result(args.out, stem, res, text, sort_keys=True)
     return 0
 
 
