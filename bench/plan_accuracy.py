@@ -129,13 +129,21 @@ BENCH_MODELS = {
     "llama-7b": "llama-7b",
     "gpt2-3b": "type=gpt2,name=gpt2-3b,layers=32,hidden=2560,heads=32,vocab=50257,seq=1024",
     "tiny-llama": "type=llama,name=tiny-llama,layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=128",
+    # --family thin: the layer counts, vocabularies and head dims of llama-1b and gpt2-xl at hidden 256, so that the
+    # GPU's work is a small part of a step and what is left is the host's per layer and per tensor
+    "llama-1b-thin": "type=llama,name=llama-1b-thin,layers=22,hidden=256,heads=4,kv_heads=2,ffn=704,vocab=32000,seq=2048",
+    "gpt2-xl-thin": "type=gpt2,name=gpt2-xl-thin,layers=48,hidden=256,heads=4,vocab=50257,seq=1024",
 }
 # Models given by their HF config (the numbers form of --model has no Qwen2 of its own: QKV biases, tied head).
 BENCH_HF_CONFIGS: dict[str, dict[str, Any]] = {
     "qwen2-1.5b": QWEN2_1_5B,
     "pythia-1.4b": PYTHIA_1_4B,
     "pythia-1b": PYTHIA_1B,
-}
+    "qwen2-1.5b-thin": {
+        **QWEN2_1_5B, "hidden_size": 256, "intermediate_size": 1472, "num_attention_heads": 2, "num_key_value_heads": 2,
+    },
+    "pythia-1.4b-thin": {**PYTHIA_1_4B, "hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 2},
+}  # fmt: skip
 ZERO3_MODELS = ("llama-1b", "gpt2-xl", "llama-3b", "gpt2-3b", "llama-7b")
 ZERO3_MAX_MICRO_BATCH = 16
 # --family sweep: stages 0-2 of LLaMA-style decoders at seq 2048 across micro-batches, one process per config: the
@@ -413,9 +421,41 @@ ACCUM_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int, 
     ("pythia-1b", 0, "none", "none", False, 1, 2048, None, 8, 0),
     ("pythia-1b", 0, "none", "none", False, 1, 2048, None, 1, 0),
 )
+# --family thin: the host's share of a step apart from the GPU's. Each model at its real depth and vocabulary but
+# hidden 256 (BENCH_MODELS, BENCH_HF_CONFIGS "-thin"), micro-batch 1: a micro-step there is the host's per-layer
+# work (framework Python, kernel launches) with little GPU work under it, at one micro-step and at eight (seven skip
+# the boundary's reduce); stage 0's optimizer step there is its per-tensor cost alone (few parameters, as many
+# tensors as the full-width model). Then the full-width host-bound rows that miss (micro-batch 1, at one and eight
+# micro-steps) read again in the same session, beside them; last, two GPU-bound controls read before (a session
+# whose host is slower runs them as fast).
+THIN_CONFIGS: tuple[tuple[str, int, int, int, int, int], ...] = (
+    # (model, stage, micro-batch, seq, accumulation, repeat)
+    ("llama-1b-thin", 1, 1, 2048, 1, 0),
+    ("llama-1b-thin", 1, 1, 2048, 8, 0),
+    ("llama-1b-thin", 0, 1, 2048, 1, 0),
+    ("qwen2-1.5b-thin", 1, 1, 2048, 1, 0),
+    ("qwen2-1.5b-thin", 1, 1, 2048, 8, 0),
+    ("qwen2-1.5b-thin", 0, 1, 2048, 1, 0),
+    ("pythia-1.4b-thin", 1, 1, 2048, 1, 0),
+    ("pythia-1.4b-thin", 1, 1, 2048, 8, 0),
+    ("pythia-1.4b-thin", 0, 1, 2048, 1, 0),
+    ("gpt2-xl-thin", 1, 1, 1024, 1, 0),
+    ("gpt2-xl-thin", 1, 1, 1024, 8, 0),
+    ("gpt2-xl-thin", 0, 1, 1024, 1, 0),
+    ("llama-1b", 1, 1, 2048, 1, 2),
+    ("llama-1b", 1, 1, 2048, 8, 2),
+    ("qwen2-1.5b", 1, 1, 2048, 1, 2),
+    ("qwen2-1.5b", 1, 1, 2048, 8, 2),
+    ("pythia-1.4b", 1, 1, 2048, 1, 2),
+    ("pythia-1.4b", 1, 1, 2048, 8, 2),
+    ("pythia-1b", 0, 1, 2048, 1, 2),
+    ("pythia-1b", 0, 1, 2048, 8, 2),
+    ("llama-1b", 1, 16, 2048, 1, 2),
+    ("pythia-1b", 1, 17, 2048, 1, 3),
+)
 FAMILIES = (
     "gpt2", "zero3", "sweep", "heldout", "recs", "repeats", "optimizer", "boundary", "pressure", "phases", "accum",
-    "allocator",
+    "allocator", "thin",
 )  # fmt: skip
 PER_PROCESS_FAMILIES = FAMILIES[1:]  # one process (one engine) per config: all but the GPT-2 grid
 # Config.optimizer: how a row's label names it ("ds", DeepSpeed's AdamW from the config, is the grid's default).
@@ -525,6 +565,46 @@ class Row:
     # untimed steps before the timed ones (None: rows from before it was recorded)
     warmup_steps: int | None = None
     finished_at: float | None = None  # unix time: when raw files are merged, the newer row of a config wins
+    # How fast this machine's host was just before the config ran (host_speed_us): the same host-bound config ran
+    # 21-40 % slower in one session than in another on the same kind of machine (docs/measurements.md)
+    host_us: dict[str, float] | None = None
+
+
+HOST_PROBE_REPEATS = 5
+
+
+def host_speed_us(device: Any) -> dict[str, float]:
+    """Microseconds per call, the median of HOST_PROBE_REPEATS timings, of what a host-bound step is made of: a
+    Python function call, an eager torch op on small CPU tensors (the dispatcher), a tiny autograd forward +
+    backward, and an op launched on ``device`` (the host's side of a CUDA launch; CPU: absent). About half a second.
+    """
+    import torch
+
+    def per_call(fn: Any, n: int) -> float:
+        times = []
+        for _ in range(HOST_PROBE_REPEATS):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append((time.perf_counter() - t0) / n * 1e6)
+        return round(statistics.median(times), 4)
+
+    def tiny(x: int) -> int:
+        return x + 1
+
+    a, b, c = torch.ones(16), torch.ones(16), torch.empty(16)
+    w = torch.ones(16, 16, requires_grad=True)
+    out = {
+        "python_call": per_call(lambda: tiny(1), 20000),
+        "torch_cpu_op": per_call(lambda: torch.add(a, b, out=c), 5000),
+        "autograd_tiny": per_call(lambda: (a @ w).sum().backward(), 500),
+    }
+    if device.type == "cuda":
+        da, db, dc = (t.to(device) for t in (a, b, c))
+        out["cuda_launch"] = per_call(lambda: torch.add(da, db, out=dc), 5000)
+    return out
 
 
 def samples_per_step(c: dict[str, Any]) -> int:
@@ -1063,6 +1143,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
     cuda = torch.cuda.is_available() and not smoke
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     spec = bench_spec(c.model)
+    row.host_us = host_speed_us(device)
     if cuda:
         row.baseline_allocated = cap_device_memory(device, c.cap_gib)
     host = HostMemorySampler()
@@ -1289,6 +1370,13 @@ def family_grid(
         return [
             Config(m, st, checkpointing=ck, micro_batch=mb, seq=seq, optimizer=o, tags=(family,))
             for m, st, ck, mb, seq, o in (OPTIMIZER_CONFIGS if family == "optimizer" else BOUNDARY_CONFIGS)
+        ]
+    if family == "thin":
+        if smoke:
+            return [Config("tiny-llama", 0, micro_batch=1, grad_accum=2, tags=("thin",))]
+        return [
+            Config(m, st, micro_batch=mb, seq=seq, grad_accum=ga, repeat=rep, tags=("thin",))
+            for m, st, mb, seq, ga, rep in THIN_CONFIGS
         ]
     if family == "recs":
         if smoke:
@@ -2215,6 +2303,8 @@ OPTIMIZER_STEP_CONSTANTS = (
     "STAGE0_SECONDS_PER_TENSOR",
     *(f"OPTIMIZER_SECONDS_PER_PARAM[{kind}]" for kind in cal.OPTIMIZER_SECONDS_PER_PARAM),
 )
+# How far (natural log) a fit may move a constant from where it started: a factor of e^12 (~160,000) either way.
+FIT_LOG_RANGE = 12.0
 # A constant set to 0 starts the fit from this value (a search over log values cannot start at 0).
 _FIT_START_IF_ZERO = {
     "OPTIMIZER_SECONDS_PER_LAYER": 1e-3,
@@ -2295,13 +2385,18 @@ def _fit_log(
         return [math.log(p / m) for p, m in zip(predicted(), measured, strict=True)]
 
     def loss(x: list[float]) -> float:
+        # A constant that none of the rows depends on leaves the loss flat along it, and the search would walk it
+        # off to exp() overflow (the thin family's 20 host-bound rows did): outside FIT_LOG_RANGE of where it
+        # started a point is no better than any.
+        if any(abs(v - v0) > FIT_LOG_RANGE for v, v0 in zip(x, x0, strict=True)):
+            return math.inf
         for n, v in zip(names, x, strict=True):
             _set_constant(n, math.exp(v))
         return sum(e * e for e in errors())
 
+    x0 = [math.log(saved[n] or _FIT_START_IF_ZERO.get(n, 1e-6)) for n in names]
     try:
         before = errors()
-        x0 = [math.log(saved[n] or _FIT_START_IF_ZERO.get(n, 1e-6)) for n in names]
         x, _ = _nelder_mead(loss, x0, step=step, iters=iters)
         loss(x)
         after = errors()
@@ -2853,7 +2948,8 @@ def main() -> int:
         "across micro-batches 1-16, one process per config; heldout: configs no constant was fitted to; recs: "
         "today's recommendation for every (model, card); repeats: second readings of the configs whose one reading "
         "missed by > 10 %%; pressure: micro-batches above the fit rule's limit under a cap, to find where each runs out "
-        "of memory; allocator: the configs whose allocator cache varied most, to run with expandable_segments; one "
+        "of memory; allocator: the configs whose allocator cache varied most, to run with expandable_segments; thin: "
+        "the host's per-layer and per-tensor work, on models at hidden 256, beside host-bound full-width rows; one "
         "process per config",
     )
     ap.add_argument(

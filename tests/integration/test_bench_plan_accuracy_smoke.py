@@ -44,6 +44,9 @@ def test_smoke_runs_two_ranks_and_writes_raw_rows_and_the_report(tmp_path: Path)
         assert r["predicted"]["allocated"] > 0 and r["predicted"]["tokens_per_sec"] > 0
         # every timed step split at its forward / backward / step boundaries, the three adding up to the step
         assert set(r["phase_s"]) == {"forward", "backward", "step"} and r["warmup_steps"] == 1
+        # how fast the host was when the config started (on CPU there is no launch to time)
+        assert set(r["host_us"]) == {"python_call", "torch_cpu_op", "autograd_tiny"}
+        assert all(0 < v < 1e5 for v in r["host_us"].values())
         for i, whole in enumerate(r["step_s"]):
             parts = sum(r["phase_s"][k][i] for k in r["phase_s"])
             assert 0 < parts <= whole * 1.01 + 1e-4
