@@ -99,7 +99,7 @@ from wizard.planner.memory import (  # noqa: E402
     device_overhead,
     estimate_memory,
 )
-from wizard.planner.throughput import STEP_PARTS, estimate_throughput, optimizer_kind  # noqa: E402
+from wizard.planner.throughput import STEP_PARTS, estimate_throughput, host_share, optimizer_kind  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 GiB = 1024**3
@@ -460,6 +460,11 @@ FAMILIES = (
 PER_PROCESS_FAMILIES = FAMILIES[1:]  # one process (one engine) per config: all but the GPT-2 grid
 # Config.optimizer: how a row's label names it ("ds", DeepSpeed's AdamW from the config, is the grid's default).
 OPTIMIZER_LABELS = {"ds": "", "torch": " adamw:foreach", "torch-fused": " adamw:fused"}
+
+
+def is_diagnostic(model: str) -> bool:
+    """A bench shape that isolates one cost (the thin family's hidden-256 models), not a model anyone trains."""
+    return model.endswith("-thin")
 
 
 def family_seq(family: str, smoke: bool) -> int:
@@ -1753,9 +1758,12 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
     docs = [json.loads(p.read_text()) for p in paths]
     summary: dict[str, Any] = {"inputs": [str(p) for p in paths], "per_run": []}
     md = ["# Planner accuracy on real DeepSpeed steps", ""]
-    for doc, rows in _merge_runs(docs):
+    for doc, every in _merge_runs(docs):
         hw = HardwareReport.from_dict(doc["hardware"])
         expandable = run_expandable(doc)
+        # the thin family's shapes measure the host's share of a step; nobody trains them: they count in the
+        # repeatability section only, never against the targets, the fit checks or a refit
+        rows = [r for r in every if not is_diagnostic(r["config"]["model"])]
         for r in rows:
             r["now"] = _repredict(r, hw, expandable)
         ok = [r for r in rows if r["status"] == "ok"]
@@ -1799,6 +1807,8 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         run["fits"] = _fit_suggestions(mem_rows, ok, hw, [r for r in rows if r["status"] == "oom"])
         summary["per_run"].append(run)
         md += _markdown_run(doc, run, rows)
+    summary["repeatability"] = repeatability(docs)
+    md += _markdown_repeatability(summary["repeatability"])
     targets = _targets(summary["per_run"])
     summary["targets"] = targets
     md += ["## Targets (issue 3)", "", "| target | value | met |", "|---|---|---|"]
@@ -1816,6 +1826,109 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         )
         print(f"wrote {out_dir / (stem + '.md')} and {stem}-summary.json")
     return summary
+
+
+# ---- how far apart readings of one config fall
+
+
+def _reading_group_key(doc: dict[str, Any], r: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two raw rows readings of one config: the config but its repeat number, tags and tier (and its seq,
+    which the row's seq_len says), on the same world size, allocator settings and use_cache build."""
+    c = {k: v for k, v in r["config"].items() if k not in ("repeat", "tags", "tier", "seq")}
+    c["grad_accum"] = grad_accum(c)
+    c["optimizer"] = _row_optimizer(c)
+    return (
+        json.dumps(c, sort_keys=True),
+        r["seq_len"],
+        r["world"],
+        doc.get("alloc_conf"),
+        bool(doc.get("use_cache", False)),
+    )
+
+
+def repeatability(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every config read in more than one process across the raw files (before they are merged, which keeps the
+    newest reading of a key): its readings' tokens/s, the spread (fastest / slowest - 1) and the share of its
+    predicted step that waits on the host's Python (throughput.host_share). Host-bound configs (that share >=
+    calibration.HOST_BOUND_SHARE) apart from the others: how close any prediction can come to one reading."""
+    groups: dict[tuple[Any, ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    for doc in docs:
+        if doc.get("smoke"):
+            continue
+        for r in doc["rows"]:
+            if r["status"] == "ok" and r.get("tokens_per_sec"):
+                groups.setdefault(_reading_group_key(doc, r), (doc, []))[1].append(r)
+    configs = []
+    for doc, rs in groups.values():
+        if len(rs) < 2:
+            continue
+        first = rs[0]
+        cfg = _cfg(first)
+        with built_with_cache(row_use_cache({**first, "use_cache": bool(doc.get("use_cache", False))})):
+            tp = estimate_throughput(
+                HardwareReport.from_dict(doc["hardware"]),
+                bench_spec(cfg.model),
+                cfg.strategy(first["world"]),
+                first["seq_len"],
+            )
+        tps = sorted(r["tokens_per_sec"] for r in rs)
+        label = _label({"config": {**first["config"], "repeat": 0, "seq": None}})
+        configs.append(
+            {
+                "config": f"{label} seq{first['seq_len']}",
+                "readings": len(tps),
+                "tokens_per_sec": tps,
+                "spread": tps[-1] / tps[0] - 1,
+                "host_share": host_share(tp),
+            }
+        )
+    configs.sort(key=lambda c: -c["spread"])
+
+    def summary(cs: list[dict[str, Any]]) -> dict[str, Any]:
+        spreads = [c["spread"] for c in cs]
+        return {
+            "configs": len(cs),
+            "spread_median": _pct(spreads, 0.5) if spreads else None,
+            "spread_max": max(spreads, default=None),
+        }
+
+    host_bound = [c for c in configs if c["host_share"] >= cal.HOST_BOUND_SHARE]
+    return {
+        "configs": configs,
+        "host_bound": summary(host_bound),
+        "others": summary([c for c in configs if c["host_share"] < cal.HOST_BOUND_SHARE]),
+    }
+
+
+def _markdown_repeatability(rep: dict[str, Any]) -> list[str]:
+    if not rep["configs"]:
+        return []
+    md = [
+        "## Repeatability: configs read in more than one process",
+        "",
+        "Each reading a process (an engine) of its own, in the same session or another; spread: fastest / slowest "
+        "- 1; host share: what of the predicted step waits on the host (kernel launches, Python, ZeRO-3's hooks, "
+        "stage 0's wrapper). "
+        + "; ".join(
+            f"{name}: {s['configs']} configs, spread median {_f(s['spread_median'], True)}, max "
+            f"{_f(s['spread_max'], True)}"
+            for name, s in (
+                (f"host-bound (host share >= {cal.HOST_BOUND_SHARE:.0%})", rep["host_bound"]),
+                ("the others", rep["others"]),
+            )
+            if s["configs"]
+        )
+        + ".",
+        "",
+        "| config | readings | tok/s | spread | host share |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for c in rep["configs"]:
+        tps = ", ".join(f"{x:,.0f}" for x in c["tokens_per_sec"])
+        md.append(
+            f"| {c['config']} | {c['readings']} | {tps} | {_f(c['spread'], True)} | {c['host_share']:.0%} |"
+        )
+    return [*md, ""]
 
 
 # ---- judging "does this config fit that card" from the measured rows

@@ -659,3 +659,57 @@ def test_optimizer_step_fit_recovers_the_constants_that_timed_the_step_phase(pa:
     # the script's own torch AdamW steps outside DeepSpeed's optimizers: its rows teach none of these constants
     torch_rows = [{**r, "config": {**r["config"], "optimizer": "torch"}} for r in rows]
     assert pa.optimizer_step_rows(torch_rows) == []
+
+
+def test_repeatability_groups_the_readings_of_one_config_across_files_and_repeats(pa: ModuleType) -> None:
+    """Readings of one config in separate processes -- another file, another repeat number, other tags -- are one
+    group, read before the merge keeps only the newest; a config read once, a run on CPU (--smoke), a row that did
+    not run are not. The spread is fastest / slowest - 1, and a step that waits mostly on the host is counted apart
+    (its share from the throughput model)."""
+    from wizard.planner import calibration as cal
+    from wizard.planner.throughput import estimate_throughput, host_share
+
+    hw = _h200(pa, 1)
+    C = pa.Config
+    host_bound = C("llama-1b", 1, micro_batch=1, seq=2048)
+    gpu_bound = C("llama-1b", 1, micro_batch=16, seq=2048)
+
+    def row(cfg, tps, status="ok", **changes):  # type: ignore[no-untyped-def]
+        r = _row(pa, hw, replace(cfg, **changes), alloc_error=0.0, tps=tps, status=status)
+        return {**r, "seq_len": 2048}
+
+    a = _doc(hw, [row(host_bound, 10_000), row(gpu_bound, 50_000), row(C("gpt2", 1, micro_batch=8), 9e4)])
+    b = _doc(hw, [row(host_bound, 15_000, repeat=2, tags=("thin",)), row(gpu_bound, 51_000, repeat=1)])
+    c = _doc(hw, [row(host_bound, 12_000, repeat=3), row(gpu_bound, 0, status="oom")])
+    smoke = {**_doc(hw, [row(host_bound, 1.0)]), "smoke": True}
+    rep = pa.repeatability([a, b, c, smoke])
+    by = {g["config"]: g for g in rep["configs"]}
+    assert set(by) == {"llama-1b z1 mbs1 seq2048", "llama-1b z1 mbs16 seq2048"}
+    slow = by["llama-1b z1 mbs1 seq2048"]
+    assert slow["tokens_per_sec"] == [10_000, 12_000, 15_000] and slow["spread"] == pytest.approx(0.5)
+    assert by["llama-1b z1 mbs16 seq2048"]["spread"] == pytest.approx(0.02)
+    share = host_share(estimate_throughput(hw, pa.bench_spec("llama-1b"), host_bound.strategy(1), 2048))
+    assert slow["host_share"] == pytest.approx(share) and share >= cal.HOST_BOUND_SHARE
+    assert rep["host_bound"] == {"configs": 1, "spread_median": pytest.approx(0.5), "spread_max": 0.5}
+    assert rep["others"]["configs"] == 1 and rep["others"]["spread_max"] == pytest.approx(0.02)
+    text = "\n".join(pa._markdown_repeatability(rep))
+    assert "| llama-1b z1 mbs1 seq2048 | 3 | 10,000, 12,000, 15,000 | 50.0 % |" in text
+
+
+def test_the_thin_shapes_count_in_repeatability_only(pa: ModuleType, tmp_path: Path) -> None:
+    """The thin family's hidden-256 models isolate the host's share of a step; nobody trains them, so they are
+    judged by no target and enter no refit, only the repeatability section."""
+    hw = _h200(pa, 1)
+    thin = pa.Config("llama-1b-thin", 1, micro_batch=1)
+    rows = [_row(pa, hw, thin, alloc_error=0.0, tps=t) for t in (1e4, 2e4)]
+    rows[1]["config"]["repeat"] = 1
+    raw = tmp_path / "plan_accuracy-2026-12-04-1gpu-thin-x.json"
+    raw.write_text(
+        json.dumps(
+            _doc(hw, [*rows, _row(pa, hw, pa.Config("gpt2", 1, micro_batch=8), alloc_error=0.0, tps=9e4)])
+        )
+    )
+    summary = pa.analyze([raw], tmp_path)
+    (run,) = summary["per_run"]
+    assert run["rows"] == 1 and [f["family"] for f in run["families"]] == ["gpt2 z1 mbs*"]
+    assert [g["config"] for g in summary["repeatability"]["configs"]] == ["llama-1b-thin z1 mbs1 seq1024"]

@@ -15,7 +15,7 @@ from wizard.planner.memory import (
     sdpa_padded_head_dim,
     sdpa_padding_bytes_per_sample,
 )
-from wizard.planner.throughput import CPU_ADAM_PART, ThroughputEstimate, estimate_throughput
+from wizard.planner.throughput import CPU_ADAM_PART, ThroughputEstimate, estimate_throughput, host_share
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
 from wizard.strategy import Strategy
 from wizard.units import GiB, fmt_bytes, fmt_percent
@@ -94,6 +94,9 @@ def intrinsic_reasons(
     top = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in tp.parts[:3])
     per = "per step" if s.mode == "train" else "per forward"
     out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {fmt_percent(tp.mfu)}; {per}: {top}")
+    host = _host_bound_reason(tp)
+    if host:
+        out.append(host)
     accumulate = _offload_accumulation_reason(ctx, s, tp)
     if accumulate:
         out.append(accumulate)
@@ -393,6 +396,22 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
 
 
 OFFLOAD_ACCUMULATION_STEPS = 4  # the accumulation the offload reason prices
+
+
+def _host_bound_reason(tp: ThroughputEstimate) -> str | None:
+    """A step that waits mostly on the host runs as fast as the CPU and the scheduler let it: say how far apart such
+    steps ran on one kind of machine (calibration.HOST_BOUND_RUN_SPREAD), so that one run's figure is not read as
+    the plan's error, and what moves the work onto the GPU."""
+    share = host_share(tp)
+    if share < cal.HOST_BOUND_SHARE:
+        return None
+    one, kind = cal.HOST_BOUND_RUN_SPREAD
+    return (
+        f"host-bound: {fmt_percent(share)} of the step waits on the host (kernel launches, Python), so its speed "
+        f"moves with the CPU and its load (measured on H200 machines: up to {one:.2f}x apart from one run to the "
+        f"next on one machine, {kind:.2f}x across machines; GPU-bound steps within a few percent); more work per "
+        "micro-step (micro-batch, sequence) moves it onto the GPU"
+    )
 
 
 def _offload_accumulation_reason(ctx: PlanContext, s: Strategy, tp: ThroughputEstimate) -> str | None:

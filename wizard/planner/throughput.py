@@ -279,7 +279,7 @@ def host_micro_step_seconds(model: ModelSpec, s: Strategy) -> dict[str, float]:
             hook_share = 1.0 + (cal.STAGE3_RECOMPUTE_HOOK_SHARE if s.activation_checkpointing else 0.0)
         else:
             hook_share = cal.INFERENCE_STAGE3_HOOK_SHARE
-        out["ZeRO-3 fetch hooks"] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share
+        out[STAGE3_HOOKS_PART] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share
     return out
 
 
@@ -323,6 +323,19 @@ CPU_ADAM_PART = "CPU Adam"
 FRAMEWORK_HOST_PART = "host-bound (framework Python)"
 STAGE0_PART = "16-bit optimizer wrapper (stage 0)"
 STEP_PARTS = ("optimizer step", CPU_ADAM_PART, "16-bit weights back (pageable)", "NVMe swaps")
+STAGE3_HOOKS_PART = "ZeRO-3 fetch hooks"
+LAUNCH_PART = "launch overhead"
+# What of a step the host sets, beyond the GPU's work it waits on: the launches per layer, the framework's Python and
+# the stage-3 hooks (host_micro_step_seconds's causes), and stage 0's 16-bit wrapper
+HOST_PARTS = (LAUNCH_PART, FRAMEWORK_HOST_PART, STAGE3_HOOKS_PART, STAGE0_PART)
+
+
+def host_share(tp: ThroughputEstimate) -> float:
+    """The share of a predicted step that waits on the host's Python (HOST_PARTS): where it is large, the step is
+    host-bound and runs as fast as the CPU and its scheduling let it (calibration.HOST_BOUND_RUN_SPREAD)."""
+    if tp.step_seconds <= 0:
+        return 0.0
+    return sum(v for k, v in tp.parts if k in HOST_PARTS) / tp.step_seconds
 
 
 def optimizer_kind(zero_stage: int) -> str:
@@ -444,7 +457,7 @@ def estimate_throughput(
     parts: dict[str, float] = {}
     parts["matmuls"] = gas * tokens_micro * matmul
     parts["element-wise (memory-bound)"] = gas * tokens_micro * elementwise
-    parts["launch overhead"] = gas * launch
+    parts[LAUNCH_PART] = gas * launch
 
     comm_micro, comm_step = _communication_seconds(hardware, model, s, gpu)
     overlap = cal.COMM_OVERLAP if s.zero_stage == 3 else 0.0
