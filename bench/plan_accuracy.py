@@ -1763,9 +1763,10 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         expandable = run_expandable(doc)
         # the thin family's shapes measure the host's share of a step; nobody trains them: they count in the
         # repeatability section only, never against the targets, the fit checks or a refit
-        rows = [r for r in every if not is_diagnostic(r["config"]["model"])]
-        for r in rows:
+        for r in every:
             r["now"] = _repredict(r, hw, expandable)
+        rows = [r for r in every if not is_diagnostic(r["config"]["model"])]
+        diagnostic = [r for r in every if is_diagnostic(r["config"]["model"])]
         ok = [r for r in rows if r["status"] == "ok"]
         mem_rows = [r for r in ok if r.get("max_allocated") is not None]
         err_alloc = [r["now"]["allocated"] / r["max_allocated"] - 1 for r in mem_rows]
@@ -1782,6 +1783,7 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         run: dict[str, Any] = {
             "world": doc["world"],
             "rows": len(rows),
+            "diagnostic_rows": len(diagnostic),
             "ok": len(ok),
             "oom": sum(r["status"] == "oom" for r in rows),
             "error": sum(r["status"] == "error" for r in rows),
@@ -1806,7 +1808,7 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         run["fit_checks"] = _fit_checks(rows, hw, doc["world"], expandable)
         run["fits"] = _fit_suggestions(mem_rows, ok, hw, [r for r in rows if r["status"] == "oom"])
         summary["per_run"].append(run)
-        md += _markdown_run(doc, run, rows)
+        md += _markdown_run(doc, run, rows, diagnostic)
     summary["repeatability"] = repeatability(docs)
     md += _markdown_repeatability(summary["repeatability"])
     targets = _targets(summary["per_run"])
@@ -1832,18 +1834,11 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
 
 
 def _reading_group_key(doc: dict[str, Any], r: dict[str, Any]) -> tuple[Any, ...]:
-    """What makes two raw rows readings of one config: the config but its repeat number, tags and tier (and its seq,
-    which the row's seq_len says), on the same world size, allocator settings and use_cache build."""
-    c = {k: v for k, v in r["config"].items() if k not in ("repeat", "tags", "tier", "seq")}
-    c["grad_accum"] = grad_accum(c)
-    c["optimizer"] = _row_optimizer(c)
-    return (
-        json.dumps(c, sort_keys=True),
-        r["seq_len"],
-        r["world"],
-        doc.get("alloc_conf"),
-        bool(doc.get("use_cache", False)),
-    )
+    """What makes two raw rows readings of one config: its Config.key() but the repeat number (tags and tier are
+    not in it; the seq is the row's seq_len), on the same world size and allocator settings. Not the use_cache build:
+    it changes the activations' memory, not the step's time (the throughput model does not read it)."""
+    c = replace(_cfg(r), repeat=0, seq=None)
+    return (c.key(), r["seq_len"], r["world"], doc.get("alloc_conf"))
 
 
 def repeatability(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1863,14 +1858,7 @@ def repeatability(docs: list[dict[str, Any]]) -> dict[str, Any]:
         if len(rs) < 2:
             continue
         first = rs[0]
-        cfg = _cfg(first)
-        with built_with_cache(row_use_cache({**first, "use_cache": bool(doc.get("use_cache", False))})):
-            tp = estimate_throughput(
-                HardwareReport.from_dict(doc["hardware"]),
-                bench_spec(cfg.model),
-                cfg.strategy(first["world"]),
-                first["seq_len"],
-            )
+        tp = estimate_throughput(HardwareReport.from_dict(doc["hardware"]), *_row_case(first))
         tps = sorted(r["tokens_per_sec"] for r in rs)
         label = _label({"config": {**first["config"], "repeat": 0, "seq": None}})
         configs.append(
@@ -2498,9 +2486,9 @@ def _fit_log(
         return [math.log(p / m) for p, m in zip(predicted(), measured, strict=True)]
 
     def loss(x: list[float]) -> float:
-        # A constant that none of the rows depends on leaves the loss flat along it, and the search would walk it
-        # off to exp() overflow (the thin family's 20 host-bound rows did): outside FIT_LOG_RANGE of where it
-        # started a point is no better than any.
+        # Along a constant the rows barely depend on, the loss keeps falling a little (or stays flat) without end,
+        # and the search walked it off to exp() overflow (the thin family's 20 host-bound rows did): outside
+        # FIT_LOG_RANGE of where it started a point is no better than any.
         if any(abs(v - v0) > FIT_LOG_RANGE for v, v0 in zip(x, x0, strict=True)):
             return math.inf
         for n, v in zip(names, x, strict=True):
@@ -2525,6 +2513,10 @@ def _fit_log(
     return {
         "rows": len(measured),
         "constants": fitted,
+        # constants the search stopped at the edge of its range: the rows do not settle them
+        "at_range_limit": [
+            n for n, v, v0 in zip(names, x, x0, strict=True) if abs(v - v0) >= 0.99 * FIT_LOG_RANGE
+        ],
         "error_now": spread(before),
         "error_fitted": spread(after),
     }
@@ -2651,6 +2643,11 @@ def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
         f"transformers {doc['versions'].get('transformers')})",
         "",
         f"{run['rows']} configs run ({run['ok']} ok, {run['oom']} OOM, {run['error']} errors) of {doc['grid_size']}"
+        + (
+            f", {run['diagnostic_rows']} more of diagnostic shapes (shown apart, judged by no target)"
+            if run.get("diagnostic_rows")
+            else ""
+        )
         + (f"; budget stopped at {run['stopped_at']}" if run.get("stopped_at") else "")
         + "."
         + merged
@@ -2803,7 +2800,11 @@ def _markdown_refit(fit: dict[str, Any] | None, what: str, error: str) -> list[s
         "| constant | calibration | fit |",
         "|---|---:|---:|",
     ]
-    md += [f"| {n} | {_get_constant(n):.4g} | {v:.4g} |" for n, v in fit["constants"].items()]
+    limit = set(fit.get("at_range_limit", ()))
+    md += [
+        f"| {n} | {_get_constant(n):.4g} | {v:.4g}{' (at the search limit: not settled by these rows)' if n in limit else ''} |"
+        for n, v in fit["constants"].items()
+    ]
     return [*md, ""]
 
 
@@ -2937,7 +2938,12 @@ def family_targets(fams: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def _markdown_run(
+    doc: dict[str, Any],
+    run: dict[str, Any],
+    rows: list[dict[str, Any]],
+    diagnostic: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> list[str]:
     return [
         *_markdown_header(doc, run),
         *_markdown_recommendations(run),
@@ -2945,7 +2951,20 @@ def _markdown_run(doc: dict[str, Any], run: dict[str, Any], rows: list[dict[str,
         *_markdown_fit_checks(run),
         *_markdown_rows(rows),
         *_markdown_phases(rows),
+        *_markdown_diagnostic(diagnostic),
         *_markdown_calibration(run),
+    ]
+
+
+def _markdown_diagnostic(rows: list[dict[str, Any]]) -> list[str]:
+    """The diagnostic shapes' rows (is_diagnostic), apart from the judged ones: what they were run to show."""
+    if not rows:
+        return []
+    return [
+        "Diagnostic shapes (`--family thin`: a model's depth and vocabulary at hidden 256, so that what is left of a "
+        "step is mostly the host's; judged by no target, in no refit):",
+        *_markdown_rows(rows),
+        *_markdown_phases(rows),
     ]
 
 

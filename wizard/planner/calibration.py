@@ -454,19 +454,18 @@ HOST_SECONDS_PER_LAYER_DEFAULT = max(HOST_SECONDS_PER_LAYER.values())
 HOST_OVERLAP_POWER = 4.0
 # A step whose prediction waits this share or more on the host (throughput.host_share: the launches per layer, the
 # framework's Python, the stage-3 hooks, stage 0's wrapper) is host-bound: it runs as fast as the CPU and the
-# scheduler let it. Every config read in more than one process on one H200 machine kind over four days
-# (bench/results/plan_accuracy-2026-12-04-1gpu-all-o.md, "Repeatability"): the 17 at a share of 25 % or more ran
-# up to 1.66x apart (median 1.41x); the 27 under it 1.03x at the median, up to 1.35x (Pythia-1B at micro-batch 2,
-# a 17 % share) and 1.18x (bound on CPU Adam). On one machine, four processes back to back
-# (plan_accuracy-2026-12-04-1gpu-thin-thin4.json): Pythia-1B ZeRO-0 at micro-batch 1 (30 %) 18,539-26,139 tokens/s,
-# Qwen2-1.5B ZeRO-1 at 1 (39 %) 9,825-12,004; llama-1b ZeRO-1 at 16 (3 %) 52,162 there, 51,676 in an earlier
-# process and 51,748 two days before. The host's speed that each row records before it starts (Row.host_us) read
-# the same in the slow processes as in the fast.
+# process let it. Every config read in more than one process on the one-H200 machine kind, 2026-11-30 to 12-04
+# (bench/results/plan_accuracy-2026-12-04-1gpu-all-o.md, "Repeatability"; fastest / slowest): the 20 at a share of
+# 25 % or more 1.37x at the median, up to 1.78x (Pythia-1B ZeRO-0 at micro-batch 1, 14 processes on four
+# machines: 14,655-26,139 tokens/s); the 44 under it 1.03x at the median, up to 1.35x (Pythia-1B ZeRO-1 at
+# micro-batch 2, a 16 % share). On one machine, four processes back to back (-thin-thin4.json): Pythia-1B ZeRO-0 at
+# micro-batch 1 18,539-26,139, Qwen2-1.5B ZeRO-1 at 1 9,825-12,004; llama-1b ZeRO-1 at 16 (3 %) 52,162 there,
+# 51,676 in an earlier process and 51,748 on 2026-12-01. Neither OMP_NUM_THREADS=1 nor one pinned core removed the
+# spread (-thin-thin5-log.txt), and the host's speed each row records before it starts (Row.host_us) did not tell the
+# slow processes from the fast on one machine (docs/measurements.md, "How far apart one config's readings fall").
 HOST_BOUND_SHARE = 0.25
-HOST_BOUND_RUN_SPREAD = (
-    1.41,
-    1.66,
-)  # the largest fastest / slowest: on one machine, across machines of the kind
+HOST_BOUND_SPREAD = (1.37, 1.78)  # fastest / slowest of one host-bound config's readings: median, largest
+OTHER_SPREAD_MEDIAN = 1.03  # the same for the configs under HOST_BOUND_SHARE
 # Checkpointing's recomputed forward runs the forward's share of a layer's operators again: 36-44 % of the aten
 # operators of one layer's forward + backward are the forward's (GPT-2, LLaMA, Qwen2, GPT-NeoX in transformers 5.24,
 # counted on CPU with a TorchDispatchMode).

@@ -94,7 +94,7 @@ def intrinsic_reasons(
     top = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in tp.parts[:3])
     per = "per step" if s.mode == "train" else "per forward"
     out.append(f"~{tp.tokens_per_sec:,.0f} tokens/s, MFU {fmt_percent(tp.mfu)}; {per}: {top}")
-    host = _host_bound_reason(tp)
+    host = _host_bound_reason(tp, s.mode)
     if host:
         out.append(host)
     accumulate = _offload_accumulation_reason(ctx, s, tp)
@@ -398,19 +398,20 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
 OFFLOAD_ACCUMULATION_STEPS = 4  # the accumulation the offload reason prices
 
 
-def _host_bound_reason(tp: ThroughputEstimate) -> str | None:
-    """A step that waits mostly on the host runs as fast as the CPU and the scheduler let it: say how far apart such
-    steps ran on one kind of machine (calibration.HOST_BOUND_RUN_SPREAD), so that one run's figure is not read as
-    the plan's error, and what moves the work onto the GPU."""
+def _host_bound_reason(tp: ThroughputEstimate, mode: str) -> str | None:
+    """A step that waits mostly on the host runs as fast as the CPU and the process let it: say how far apart such
+    steps ran from one run to the next (calibration.HOST_BOUND_SPREAD), so that one run's figure is not read as the
+    plan's error, and what makes the GPU the bottleneck instead."""
     share = host_share(tp)
     if share < cal.HOST_BOUND_SHARE:
         return None
-    one, kind = cal.HOST_BOUND_RUN_SPREAD
+    median, largest = cal.HOST_BOUND_SPREAD
+    what = "step" if mode == "train" else "forward pass"
     return (
-        f"host-bound: {fmt_percent(share)} of the step waits on the host (kernel launches, Python), so its speed "
-        f"moves with the CPU and its load (measured on H200 machines: up to {one:.2f}x apart from one run to the "
-        f"next on one machine, {kind:.2f}x across machines; GPU-bound steps within a few percent); more work per "
-        "micro-step (micro-batch, sequence) moves it onto the GPU"
+        f"host-bound: {fmt_percent(share)} of each {what} waits on the host (kernel launches, Python), so its speed "
+        f"moves with the CPU and the process: on H200 machines one such config ran {median:.2f}x apart from one run "
+        f"to the next at the median, up to {largest:.2f}x (GPU-bound ones {cal.OTHER_SPREAD_MEDIAN:.2f}x); a larger "
+        "micro-batch or sequence makes the GPU the bottleneck"
     )
 
 

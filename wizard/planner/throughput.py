@@ -332,7 +332,7 @@ HOST_PARTS = (LAUNCH_PART, FRAMEWORK_HOST_PART, STAGE3_HOOKS_PART, STAGE0_PART)
 
 def host_share(tp: ThroughputEstimate) -> float:
     """The share of a predicted step that waits on the host's Python (HOST_PARTS): where it is large, the step is
-    host-bound and runs as fast as the CPU and its scheduling let it (calibration.HOST_BOUND_RUN_SPREAD)."""
+    host-bound and runs as fast as the CPU and the process let it (calibration.HOST_BOUND_SPREAD)."""
     if tp.step_seconds <= 0:
         return 0.0
     return sum(v for k, v in tp.parts if k in HOST_PARTS) / tp.step_seconds
