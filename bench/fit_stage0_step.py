@@ -259,12 +259,7 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         "Leave-one-model-out constants:",
         "",
-        "| held out | " + " | ".join(FIT) + " |",
-        "|---|" + "---:|" * len(FIT),
-        *[
-            f"| {m} | " + " | ".join(f"{v:.3g}" for v in c.values()) + " |"
-            for m, c in res["held_out_constants"].items()
-        ],
+        *pa.held_out_constants_table(FIT, res["held_out_constants"]),
         "",
     ]
     return "\n".join(md)

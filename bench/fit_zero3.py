@@ -222,12 +222,9 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         "Leave-one-model-out constants (fit without that model):",
         "",
-        "| held out | " + " | ".join(res["constants_fit"]) + " |",
-        "|---|" + "---:|" * len(res["constants_fit"]),
-    ]
-    for m, h in res["held_out"].items():
-        md.append(f"| {m} | " + " | ".join(f"{v:.3g}" for v in h["constants"].values()) + " |")
-    md += [
+        *pa.held_out_constants_table(
+            list(res["constants_fit"]), {m: h["constants"] for m, h in res["held_out"].items()}
+        ),
         "",
         f"Stage 0-2 rows re-predicted: {res['stage0_2_rows']}, largest change of their tokens/s error between the "
         f"committed and the refit constants: {res['stage0_2_max_change']:.2%} (the terms are stage-3 only).",

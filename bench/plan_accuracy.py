@@ -571,7 +571,7 @@ class Row:
     warmup_steps: int | None = None
     finished_at: float | None = None  # unix time: when raw files are merged, the newer row of a config wins
     # How fast this machine's host was just before the config ran (host_speed_us): the same host-bound config ran
-    # 21-40 % slower in one session than in another on the same kind of machine (docs/measurements.md)
+    # up to 1.78x apart from one process to the next on one machine kind (docs/measurements.md)
     host_us: dict[str, float] | None = None
 
 
@@ -581,7 +581,7 @@ HOST_PROBE_REPEATS = 5
 def host_speed_us(device: Any) -> dict[str, float]:
     """Microseconds per call, the median of HOST_PROBE_REPEATS timings, of what a host-bound step is made of: a
     Python function call, an eager torch op on small CPU tensors (the dispatcher), a tiny autograd forward +
-    backward, and an op launched on ``device`` (the host's side of a CUDA launch; CPU: absent). About half a second.
+    backward, and an op launched on ``device`` (the host's side of a CUDA launch; CPU: absent). Well under a second.
     """
     import torch
 
@@ -2942,7 +2942,7 @@ def _markdown_run(
     doc: dict[str, Any],
     run: dict[str, Any],
     rows: list[dict[str, Any]],
-    diagnostic: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    diagnostic: list[dict[str, Any]],
 ) -> list[str]:
     return [
         *_markdown_header(doc, run),
@@ -3007,6 +3007,15 @@ def _targets(runs: list[dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:
 
 
 # ----------------------------------------------------------------------------------------------------- main
+
+
+def held_out_constants_table(names: Sequence[str], by_model: dict[str, dict[str, float]]) -> list[str]:
+    """A refit script's leave-one-model-out table: per held-out model, the constants fit without it (``names``)."""
+    return [
+        "| held out | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+        *[f"| {m} | " + " | ".join(f"{v:.3g}" for v in c.values()) + " |" for m, c in by_model.items()],
+    ]
 
 
 def refit_main(

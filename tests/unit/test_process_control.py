@@ -104,6 +104,18 @@ def kill_leftovers(job: Job) -> None:
         proc.kill()
 
 
+def run_to_end(tmp_path: Path, mode: str) -> tuple[Job, RecordingSink, RunOutcome]:
+    """The fake launcher in ``mode`` run to its end through Job.run (no process of it outlives the test):
+    (the job, what it printed, its outcome)."""
+    sink = RecordingSink()
+    job = make_job(tmp_path, mode, sink)
+    try:
+        outcome = job.run()
+    finally:
+        kill_leftovers(job)
+    return job, sink, outcome
+
+
 def pids_of(sink: RecordingSink) -> list[int]:
     return [int(x.split()[1]) for x in sink.lines if x.endswith(" ready")]
 
@@ -138,12 +150,7 @@ def test_stop_escalates_and_leaves_no_process_behind(tmp_path: Path) -> None:
 
 
 def test_processes_that_outlive_the_launcher_are_stopped(tmp_path: Path) -> None:
-    sink = RecordingSink()
-    job = make_job(tmp_path, "exit", sink)
-    try:
-        outcome = job.run()
-    finally:
-        kill_leftovers(job)
+    job, sink, outcome = run_to_end(tmp_path, "exit")
     assert "launcher done" in sink.lines
     assert session_processes(job.sids) == []
     assert any("outlived the launcher" in n for n in sink.notices)
@@ -156,12 +163,7 @@ def test_ranks_dswiz_stops_after_a_failed_launcher_are_not_called_killed(tmp_pat
     """The launcher exits 1 and leaves its ranks running: dswiz stops them (SIGTERM, then SIGKILL for the one that
     ignores SIGTERM). Their deaths are dswiz's doing, not the job's cause: the verdict is the launcher's exit code,
     never "rank 1 was killed with SIGKILL" (the death watch may read that SIGKILL from the rank's zombie)."""
-    sink = RecordingSink()
-    job = make_job(tmp_path, "fail", sink)
-    try:
-        outcome = job.run()
-    finally:
-        kill_leftovers(job)
+    job, sink, outcome = run_to_end(tmp_path, "fail")
     assert session_processes(job.sids) == []
     assert any("outlived the launcher" in n for n in sink.notices)
     assert outcome.verdict.kind == "failed" and "exit code 1" in outcome.verdict.summary, (
