@@ -233,7 +233,10 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 #   gpt2-xl 26, Qwen2-1.5B 5, llama-3b 27, llama-1b 40, Pythia-1B 14, Pythia-1.4B 13 and ran out of memory at
 #   gpt2-xl 28, llama-3b 30, Pythia-1B 16 and llama-1b 41 (ZeRO-1 and ZeRO-2 alike: its 5.0 GiB logits block asked
 #   for with 2.84 GiB cached but split, 0.57 of a block, where micro-batch 40 had run). Share 0.25 keeps every one of
-#   those OOMs out with the margin (llama-1b at 41 needs 0.972 of the card); 0.1 let llama-1b at 41 fit.
+#   those OOMs out with the margin (llama-1b at 41 needs 0.972 of the card); 0.1 let llama-1b at 41 fit. Then
+#   llama-3b ZeRO-1 at micro-batch 26, recommended under 0.25 at 0.934 of the card, ran out of memory asking for its
+#   3.17 GiB logits block with 4.93 GiB cached but split (-recs-recs-s0.json, 2026-12-04; ZeRO-2 at 27 had run):
+#   0.4 keeps it out with the margin (0.953 of the card; 0.38 is the least that does).
 #   Without checkpointing: GPT-2 ZeRO-1 at micro-batch 32 ran out under a 40 GiB cap and Pythia-1B ZeRO-1 at 34 on
 #   the whole card: 0.3 puts them at 1.0 and 0.97 of the card (0.57, the roomy card's share, kept 8 more fits out).
 # Judged on the 357 fit checks of bench/results/plan_accuracy-2026-12-03-1gpu-all-b.md (capped rows ran under
@@ -259,8 +262,16 @@ EXPANDABLE_REMAP_SECONDS = 0.046
 UNRECLAIMABLE_STEP_BLOCK_SHARE = 0.0
 UNRECLAIMABLE_LOGITS_SHARE = 0.3
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING = 0.85
-UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD = 0.25
+UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD = 0.4
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
+# Stage 0's step allocates tensor by tensor -- in 16-bit, FP16_UnfusedOptimizer.step gives each fp32 master an
+# fp32 copy of its own gradient (deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8) -- so its blocks,
+# each one tensor's size, land in the free parts of the forward's split segments; stages 1-2 ask for the whole
+# partition's gradient at once (stage_1_and_2.py step: flatten_dense_tensors_aligned, then .to(fp32)), which no
+# split segment can take. Measured under a 24 GiB cap, one config per process (bench/results/plan_accuracy-2026-
+# 12-04-1gpu-pressure-pressure-z0.json): llama-1b ZeRO-0 + checkpointing at micro-batch 15 ran, where the stage 1-2
+# share (0.4) says its step needs 24.1 GiB of the 24 -- the share there is below 0.38.
+UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_STAGE0 = 0.0
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
 # offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU).

@@ -595,7 +595,11 @@ def fragmentation(
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD
         else:
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING
-        at_step_share = cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
+        at_step_share = (
+            cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_STAGE0
+            if s.zero_stage == 0
+            else cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
+        )
     else:
         step_share = cal.STEP_BLOCK_SHARE_CHECKPOINTING if ck else cal.STEP_BLOCK_SHARE
         logits_share = cal.LOGITS_SHARE_CHECKPOINTING if ck else cal.LOGITS_SHARE
