@@ -4,6 +4,7 @@ OverflowError (a 5,000-digit number is refused: Python's own int() raises past 4
 
 from __future__ import annotations
 
+import math
 import re
 
 KiB = 1024
@@ -54,8 +55,9 @@ def whole_number(text: str, *, limit: int = 10**18) -> int | None:
     return value if abs(value) < limit else None
 
 
-def fmt_bytes(n: int | float | None, *, precision: int = 1) -> str:
-    """1.5 * 2**30 -> '1.5 GiB'; None -> 'unknown'."""
+def fmt_bytes(n: int | float | None, *, precision: int = 1, up: bool = False) -> str:
+    """1.5 * 2**30 -> '1.5 GiB'; None -> 'unknown'. ``up``: rounded up, for a size that must be at least ``n`` (24.01
+    GiB reads '24.1 GiB', never the '24.0 GiB' of a card it does not fit)."""
     if n is None:
         return "unknown"
     value = float(n)
@@ -63,7 +65,10 @@ def fmt_bytes(n: int | float | None, *, precision: int = 1) -> str:
     value = abs(value)
     for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if value >= size:
-            return f"{sign}{value / size:.{precision}f} {unit}"
+            shown = value / size
+            if up:
+                shown = math.ceil(round(shown * 10**precision, 6)) / 10**precision
+            return f"{sign}{shown:.{precision}f} {unit}"
     return f"{sign}{int(value)} B"
 
 

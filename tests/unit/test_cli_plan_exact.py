@@ -54,6 +54,35 @@ def test_exact_strategy_that_does_not_fit_says_what_to_change() -> None:
     assert "use ZeRO-" in line  # the fitting recommendation, named
 
 
+def test_exact_strategy_whose_stage_fits_at_no_micro_batch_is_told_which_stage_does() -> None:
+    """Stage 0 of a 7B model holds 16 bytes a parameter on every GPU: no micro-batch fits an 80 GiB card. The
+    exact strategy is judged against the planner's pick over every stage -- not a plan of stage 0 alone, whose "what
+    would fit" (1024x the GPUs would not; a larger card would) tells a user with this card nothing to do."""
+    rc, doc = plan_json("--model", "llama-7b", *A100, "--stage", "0", "--micro-batch", "1")
+    (c,) = doc["candidates"]
+    assert rc == 1 and c["zero_stage"] == 0 and c["fits"] is False and c["max_micro_batch"] == 0
+    (line,) = doc["advice"]
+    assert line.startswith("this config needs ") and "per GPU on an 80.0 GiB card: use ZeRO-" in line
+    assert "nothing the planner tried fits" not in line
+
+
+def test_a_plan_of_some_stages_that_nothing_fits_names_the_stage_that_does() -> None:
+    """`plan --stage 0` ranks stage 0 only; when none of it fits, the first thing to change is the stage."""
+    rc, doc = plan_json("--model", "llama-7b", *A100, "--stage", "0")
+    assert rc == 1 and all(c["zero_stage"] == 0 and not c["fits"] for c in doc["candidates"])
+    first = doc["advice"][0]
+    assert (
+        first.startswith("another ZeRO stage fits these GPUs: ZeRO-")
+        and "(only stage 0 was asked for)" in first
+    )
+    _, every = plan_json("--model", "llama-7b", *A100)
+    best = every["candidates"][0]
+    assert f"at micro-batch {best['micro_batch_size']}," in first and best["fits"]
+    # every stage asked for (the default): nothing to add
+    rc, doc = plan_json("--model", "llama-7b", "--hardware", "1xT4,ram=16GiB", "--seq-len", "2048")
+    assert not any(a.startswith("another ZeRO stage") for a in doc.get("advice", []))
+
+
 def test_unfixed_parts_are_the_planners_choice() -> None:
     rc, doc = plan_json("--model", "gpt2-xl", "--hardware", "1xA100-80GB", "--offload-optimizer", "none")
     (c,) = doc["candidates"]

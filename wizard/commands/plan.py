@@ -109,10 +109,12 @@ def plan(
     report = get_hardware(hardware)
     if not report.gpus:
         raise no_gpu_error(report, model_text, "plan")
-    request = planning_request(ctx.params, stages=stages, hardware=report)
+    choice = _choice(stages, ctx.params)
+    # An exact strategy fixes its own stage; it is judged against the planner's pick over every stage, so that a stage
+    # that fits at no micro-batch is told which one does ("use ZeRO-1 ..."), not what more hardware its stage needs.
+    request = planning_request(ctx.params, stages=() if choice is not None else stages, hardware=report)
     check_request(report, model, request)
     result = make_plan(report, model, request)
-    choice = _choice(stages, ctx.params)
     if choice is not None:
         return _show_choice(result, choice, as_json)
     shown = _select(result, top, show_all, as_json)

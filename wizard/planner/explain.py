@@ -315,6 +315,13 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
             "e.g. --hardware 8xA100-80GB or --hardware 2x8xH100"
         ]
     out: list[str] = []
+    if what_ifs.other_stages is not None:
+        c = what_ifs.other_stages
+        out.append(
+            f"another ZeRO stage fits these GPUs: {c.label} at micro-batch {c.strategy.micro_batch_size}, "
+            f"{fmt_bytes(c.predicted.gpu_needed_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s "
+            f"(only stage {', '.join(map(str, ctx.request.stages))} was asked for)"
+        )
     if what_ifs.more_gpus is not None:
         bigger, c = what_ifs.more_gpus
         out.append(
@@ -325,7 +332,7 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
         out.append("even 1024x the GPUs would not fit this model at this sequence length")
     if what_ifs.larger_gpu is not None:
         need, c = what_ifs.larger_gpu
-        out.append(f"a GPU with at least {fmt_bytes(need)} would fit {c.label} at micro-batch 1")
+        out.append(f"a GPU with at least {fmt_bytes(need, up=True)} would fit {c.label} at micro-batch 1")
     if what_ifs.more_host_ram is not None and ctx.cpu_cap is not None:
         need, c = what_ifs.more_host_ram
         out.append(

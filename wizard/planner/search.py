@@ -398,6 +398,15 @@ def _shorter_seq(ctx: PlanContext) -> tuple[int, Candidate] | None:
     return None
 
 
+def _other_stages(ctx: PlanContext) -> Candidate | None:
+    """Asked for some ZeRO stages only (training): the best of every stage, where it fits."""
+    every = PlanRequest().stages
+    if ctx.request.mode != "train" or set(ctx.request.stages) >= set(every):
+        return None
+    ranked = _ranked(ctx.hardware, ctx.model, replace(ctx.request, stages=every))
+    return ranked[0] if ranked and ranked[0].fits else None
+
+
 def what_ifs(ctx: PlanContext, cands: list[Candidate]) -> WhatIfs:
     """When nothing fits: the search asked again with one thing changed (more GPUs, an NVMe disk, a shorter
     sequence), and what a larger card or more host RAM would need for the closest candidates. Nothing to ask
@@ -410,6 +419,7 @@ def what_ifs(ctx: PlanContext, cands: list[Candidate]) -> WhatIfs:
         more_host_ram=_more_host_ram(ctx, cands),
         with_nvme=_with_nvme(ctx),
         shorter_seq=_shorter_seq(ctx),
+        other_stages=_other_stages(ctx),
     )
 
 

@@ -204,3 +204,5 @@ class WhatIfs:
     )
     with_nvme: Candidate | None = None  # the best candidate that fits once an NVMe disk holds its offload
     shorter_seq: tuple[int, Candidate] | None = None  # the longest halved sequence length that fits, its best
+    # asked for some ZeRO stages only: the best of every stage, where it fits
+    other_stages: Candidate | None = None
