@@ -157,7 +157,7 @@ def recorded_strategy(record: Mapping[str, Any], gpus_per_node: int) -> Strategy
 def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy, expandable_segments: bool) -> Figures:
     """The planner's physics (no history) for exactly ``strategy`` on the plan's model, hardware and sequence, with
     the allocator the job runs with."""
-    from wizard.planner import PlanRequest, evaluate
+    from wizard.planner import PlanRequest, evaluate, history_figures
 
     try:
         p = evaluate(
@@ -172,7 +172,7 @@ def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy, expandable_seg
         ArithmeticError,
     ):  # nothing to compare with: the run still lists its figures
         return Figures()
-    return Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
+    return history_figures(p)
 
 
 def _config_strategy(ds_config: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -71,10 +71,10 @@ def test_outcomes(tmp_path: Path) -> None:
     assert outcome(_run(tmp_path, status="running")) == "running"
 
 
-def _sidecar(tmp_path: Path, hardware: str) -> PlanSidecar:
+def _sidecar(tmp_path: Path, hardware: str, model: str = "gpt2") -> PlanSidecar:
     out = tmp_path / "cfg"
     proc = subprocess.run(
-        [sys.executable, "-m", "wizard", "config", "--yes", "--model", "gpt2", "--hardware", hardware,
+        [sys.executable, "-m", "wizard", "config", "--yes", "--model", model, "--hardware", hardware,
          "--out", str(out)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -189,7 +189,9 @@ def test_an_edited_config_records_what_ran_and_the_prediction_of_exactly_that(tm
     ran = planned.with_(micro_batch_size=edited["train_micro_batch_size_per_gpu"])
     want = evaluate(sidecar.hardware, sidecar.model, ran, PlanRequest(seq_len=sidecar.seq_len)).predicted
     assert entry.strategy["micro_batch"] == ran.micro_batch_size != planned.micro_batch_size
-    assert entry.predicted == Figures(tokens_per_sec=want.tokens_per_sec, peak_gpu_bytes=want.gpu_bytes)
+    assert entry.predicted == Figures(
+        tokens_per_sec=want.tokens_per_sec, peak_gpu_bytes=want.gpu_bytes, host_bound=want.host_bound
+    )
     assert entry.predicted.peak_gpu_bytes < sidecar.predicted.peak_gpu_bytes  # type: ignore[union-attr,operator]
     # the config as written: the plan's own prediction
     same = {**edited, "train_micro_batch_size_per_gpu": planned.micro_batch_size}
@@ -197,6 +199,29 @@ def test_an_edited_config_records_what_ran_and_the_prediction_of_exactly_that(tm
         run_id="r", run_dir=tmp_path, hardware=hw, sidecar=sidecar, applies=True, ds_config=same
     )
     assert kept.predicted.tokens_per_sec == pytest.approx(sidecar.predicted.tokens_per_sec, abs=0.1)  # type: ignore[union-attr]
+
+
+def test_a_run_the_planner_puts_on_the_host_is_recorded_so(tmp_path: Path) -> None:
+    """A LLaMA-style 1.1B model at micro-batch 1 on one H200 waits on the host for over 40 % of its step: its record
+    says host-bound (the history then learns it only from its own host CPU); at the plan's micro-batch it is not."""
+    hw = hardware_fingerprint(describe("1xH200"))
+    llama_1b = (
+        "type=llama,name=llama-1b,layers=22,hidden=2048,heads=32,kv_heads=4,ffn=5632,vocab=32000,seq=2048"
+    )
+    sidecar = _sidecar(tmp_path, "1xH200", llama_1b)
+    planned = sidecar.strategy
+    one = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": planned.zero_stage},
+    }
+    small = entry_at_start(
+        run_id="r", run_dir=tmp_path, hardware=hw, sidecar=sidecar, applies=True, ds_config=one
+    )
+    kept = entry_at_start(run_id="r", run_dir=tmp_path, hardware=hw, sidecar=sidecar, applies=True)
+    assert small.predicted.host_bound is True and small.host_bound
+    assert kept.predicted.host_bound is False and not kept.host_bound
+    assert Measurement.from_json(small.to_json()).host_bound
 
 
 def test_a_launch_without_a_plan_records_the_strategy_its_config_states(tmp_path: Path) -> None:

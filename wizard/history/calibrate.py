@@ -8,7 +8,8 @@ machine cannot leave (a GPU does not run twice as fast as its physics says, nor 
 model states need). A family with no runs of its own takes its group's correction (families that do the same work
 on these GPUs, ``record.family_group``), else that of the runs of its class (host-bound: stage 3 or offload; GPU-
 bound: the rest, ``record.host_bound_family``), else the hardware-wide one. Host-bound runs of another host CPU are
-left out: the host sets their speed.
+left out: the host sets their speed. A run is host-bound by its family, or where the planner predicted a quarter of
+its step or more on the host (``Measurement.host_bound``: micro-batch 1-2 of a ~1B model at any stage).
 
 Errors are judged leave-one-out (each run predicted from the others) when there are at least two runs, so "error
 after" is what a new run can expect, not the fit to itself.
@@ -136,8 +137,8 @@ class Corrections:
 
 
 def corrections(records: Iterable[Measurement], hardware_key: str, host_cpu: str = "") -> Corrections:
-    """The corrections the runs of ``hardware_key`` give (host-bound runs only from ``host_cpu``, where both it and
-    the run's are known). Finished (or probe-stopped) runs teach tokens/s and memory; a run that ran out of GPU
+    """The corrections the runs of ``hardware_key`` give (host-bound runs -- ``Measurement.host_bound`` -- only from
+    ``host_cpu``, where both it and the run's are known). Finished (or probe-stopped) runs teach tokens/s and memory; a run that ran out of GPU
     memory teaches memory only: it needed at least the whole card, so the prediction that let it start was too low."""
     mine = [
         r

@@ -79,6 +79,9 @@ class Figures:
     peak_gpu_bytes_per_rank: tuple[int, ...] = ()
     host_ram_peak_bytes: int | None = None
     steps: int | None = None
+    # predicted only: the planner put a quarter or more of the step on the host (its kernel launches, Python), so the
+    # run's speed is its host CPU's as much as its GPU's
+    host_bound: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -104,6 +107,7 @@ class Figures:
             peak_gpu_bytes_per_rank=ranks,
             host_ram_peak_bytes=_int(d.get("host_ram_peak_bytes")),
             steps=_int(d.get("steps")),
+            host_bound=d.get("host_bound") if isinstance(d.get("host_bound"), bool) else None,
         )
 
 
@@ -142,7 +146,10 @@ class Measurement:
 
     @property
     def host_bound(self) -> bool:
-        return host_bound_family(self.family)
+        """A run whose speed its host CPU sets as much as its GPU: of a host-bound family, or predicted to wait a
+        quarter of its step or more on the host (micro-batch 1-2 of a ~1B model at any stage: such configs ran 1.37x
+        apart from one process to the next at the median on H200 machines, docs/measurements.md)."""
+        return host_bound_family(self.family) or self.predicted.host_bound is True
 
     def ended(self, outcome: str, measured: Figures, *, at: float | None = None) -> Measurement:
         return replace(self, outcome=outcome, measured=measured, ended_at=time.time() if at is None else at)

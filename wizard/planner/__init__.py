@@ -11,7 +11,7 @@ Pure: no I/O, no terminal. The modules, from the ground up:
   explain      the reasons, comparisons and advice, in words (numbers in, English out; imports no search)
   search       strategy enumeration, sizing, ranking: plan, evaluate, candidate_for, choose, max_batch_table; the what-if
                searches behind the advice
-  serialize    the stable JSON of ``dswiz plan --json``
+  serialize    the stable JSON of ``dswiz plan --json``; a prediction as the run history records it
 This module re-exports the public API; import from ``wizard.planner``.
 """
 
@@ -21,7 +21,7 @@ from wizard.planner.explain import choice_advice, why_it_does_not_fit
 from wizard.planner.feasibility import capacities, hardware_problems, precision_problem
 from wizard.planner.finetune import trainable_params, with_finetune
 from wizard.planner.search import candidate_for, choose, evaluate, max_batch_table, max_micro_batch, plan
-from wizard.planner.serialize import candidate_to_json, max_batch_to_json, plan_to_json
+from wizard.planner.serialize import candidate_to_json, history_figures, max_batch_to_json, plan_to_json
 from wizard.planner.types import (
     DEFAULT_SEQ_LEN,
     Candidate,
@@ -49,6 +49,7 @@ __all__ = [
     "choose",
     "evaluate",
     "hardware_problems",
+    "history_figures",
     "max_batch_table",
     "max_batch_to_json",
     "max_micro_batch",

@@ -15,7 +15,13 @@ from wizard.planner.memory import (
     sdpa_padded_head_dim,
     sdpa_padding_bytes_per_sample,
 )
-from wizard.planner.throughput import CPU_ADAM_PART, ThroughputEstimate, estimate_throughput, host_share
+from wizard.planner.throughput import (
+    CPU_ADAM_PART,
+    ThroughputEstimate,
+    estimate_throughput,
+    host_bound,
+    host_share,
+)
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
 from wizard.strategy import Strategy
 from wizard.units import GiB, fmt_bytes, fmt_percent
@@ -409,9 +415,9 @@ def _host_bound_reason(tp: ThroughputEstimate, mode: str) -> str | None:
     """A step that waits mostly on the host runs as fast as the CPU and the process let it: say how far apart such
     steps ran from one run to the next (calibration.HOST_BOUND_SPREAD), so that one run's figure is not read as the
     plan's error, and what makes the GPU the bottleneck instead."""
-    share = host_share(tp)
-    if share < cal.HOST_BOUND_SHARE:
+    if not host_bound(tp):
         return None
+    share = host_share(tp)
     median, largest = cal.HOST_BOUND_SPREAD
     what = "step" if mode == "train" else "forward pass"
     return (

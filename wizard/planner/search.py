@@ -32,7 +32,7 @@ from wizard.planner.memory import (
     max_micro_batch_for_capacity,
     phases_for,
 )
-from wizard.planner.throughput import ThroughputEstimate, estimate_throughput
+from wizard.planner.throughput import ThroughputEstimate, estimate_throughput, host_bound
 from wizard.planner.types import (
     Candidate,
     GenerationCost,
@@ -223,6 +223,7 @@ def _prediction(ctx: PlanContext, s: Strategy, mem: MemoryEstimate, tp: Throughp
         breakdown=tuple(mem.breakdown().items()),
         cpu_breakdown=mem.cpu_items,
         time_parts=tp.parts,
+        host_bound=host_bound(tp),
     )
 
 

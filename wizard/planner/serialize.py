@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from wizard.planner.types import Candidate, MaxBatchRow, Plan
+from wizard.history.record import Figures
+from wizard.planner.types import Candidate, MaxBatchRow, Plan, Prediction
+
+
+def history_figures(p: Prediction) -> Figures:
+    """A prediction as the run history records it beside what the run measures: tokens/s, the device memory a card
+    with room shows, and whether the step is host-bound (then the run teaches only runs of its own host CPU)."""
+    return Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes, host_bound=p.host_bound)
 
 
 def candidate_to_json(c: Candidate) -> dict[str, Any]:

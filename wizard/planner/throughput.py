@@ -338,6 +338,12 @@ def host_share(tp: ThroughputEstimate) -> float:
     return sum(v for k, v in tp.parts if k in HOST_PARTS) / tp.step_seconds
 
 
+def host_bound(tp: ThroughputEstimate) -> bool:
+    """Whether a predicted step waits on the host for calibration.HOST_BOUND_SHARE of it or more: its speed moves with
+    the CPU and the process (the plan says so; the run history learns such a run only from its own host CPU)."""
+    return host_share(tp) >= cal.HOST_BOUND_SHARE
+
+
 def optimizer_kind(zero_stage: int) -> str:
     """Which DeepSpeed optimizer step a stage runs (calibration.OPTIMIZER_SECONDS_PER_PARAM's key): the 16-bit
     wrapper at stage 0 (FP16_UnfusedOptimizer, for bf16 too), stage_1_and_2.py's for stages 1 and 2, stage3.py's."""

@@ -96,6 +96,8 @@ class Prediction:
     # divides them out, so the history always compares the physics with the truth and corrections never compound.
     tokens_factor: float = 1.0
     memory_factor: float = 1.0
+    # The step waits on the host for calibration.HOST_BOUND_SHARE of it or more (throughput.host_bound)
+    host_bound: bool = False
 
 
 @dataclass(frozen=True)

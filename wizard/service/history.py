@@ -15,10 +15,10 @@ from runner.run_history import recorded_strategy
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.history.calibrate import Corrections, corrections
-from wizard.history.record import Figures, Measurement, hardware_fingerprint
+from wizard.history.record import Measurement, hardware_fingerprint
 from wizard.history.store import HistoryStore, default_path
 from wizard.model import ModelSpec
-from wizard.planner import PlanRequest, evaluate
+from wizard.planner import PlanRequest, evaluate, history_figures
 from wizard.planner.calibration import physics_version
 
 
@@ -70,8 +70,7 @@ def predicted_again(
         ).predicted
     except (DswizError, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError):
         return None  # a hand-edited or foreign record: left out
-    figures = Figures(tokens_per_sec=p.tokens_per_sec, peak_gpu_bytes=p.gpu_bytes)
-    return replace(record, predicted=figures, physics=physics or physics_version())
+    return replace(record, predicted=history_figures(p), physics=physics or physics_version())
 
 
 def with_history(request: PlanRequest, hardware: HardwareReport, *, use: bool = True) -> PlanRequest:
