@@ -102,6 +102,7 @@ class Row:
     measured_device: int | None
     physics_tps: float
     physics_device: int
+    physics_host_bound: bool = False  # the physics puts a quarter of the step or more on the host
 
 
 def _request(r: Row, calibration: Corrections | None) -> PlanRequest:
@@ -116,10 +117,11 @@ def _request(r: Row, calibration: Corrections | None) -> PlanRequest:
     )
 
 
-def predict(hw: HardwareReport, r: Row, calibration: Corrections | None) -> tuple[float, int]:
-    """(tokens/s, device bytes) the planner predicts for the row, with the history's corrections if given."""
+def predict(hw: HardwareReport, r: Row, calibration: Corrections | None) -> tuple[float, int, bool]:
+    """(tokens/s, device bytes, host-bound) the planner predicts for the row, with the history's corrections if
+    given."""
     p = evaluate(hw, _pa().bench_spec(r.model), r.strategy, _request(r, calibration)).predicted
-    return p.tokens_per_sec, p.gpu_bytes
+    return p.tokens_per_sec, p.gpu_bytes, p.host_bound
 
 
 def load_rows(doc: dict[str, Any], raw: list[dict[str, Any]]) -> tuple[HardwareReport, list[Row]]:
@@ -154,8 +156,8 @@ def load_rows(doc: dict[str, Any], raw: list[dict[str, Any]]) -> tuple[HardwareR
             physics_tps=0.0,
             physics_device=0,
         )
-        tps, dev = predict(hw, row, None)
-        out.append(replace(row, physics_tps=tps, physics_device=dev))
+        tps, dev, host_bound = predict(hw, row, None)
+        out.append(replace(row, physics_tps=tps, physics_device=dev, physics_host_bound=host_bound))
     return hw, out
 
 
@@ -217,7 +219,9 @@ def as_records(hw: HardwareReport, rows: Iterable[Row]) -> list[Measurement]:
             hardware=fingerprint,
             model={"name": r.model, "type": r.model_family},
             strategy=strategy_record(r.strategy),
-            predicted=Figures(tokens_per_sec=r.physics_tps, peak_gpu_bytes=r.physics_device),
+            predicted=Figures(
+                tokens_per_sec=r.physics_tps, peak_gpu_bytes=r.physics_device, host_bound=r.physics_host_bound
+            ),
             measured=Figures(tokens_per_sec=r.measured_tps, peak_gpu_bytes=r.measured_device),
             seq_len=r.seq_len,
             outcome="success",
@@ -243,7 +247,7 @@ def score(hw: HardwareReport, rows: Iterable[Row], calibration: Corrections) -> 
     """Each row predicted from the physics and with ``calibration``: the errors and the OOM-risk flags of both."""
     out = []
     for r in rows:
-        tps, dev = predict(hw, r, calibration)
+        tps, dev, _ = predict(hw, r, calibration)
         own = calibration.for_family(r.family).tokens_per_sec.runs
         measured_over_card = r.status == "oom" or (r.measured_device or 0) > r.card
         margin = 1 / (1 - cal.DEFAULT_SAFETY_MARGIN)

@@ -64,6 +64,15 @@ def test_exact_strategy_whose_stage_fits_at_no_micro_batch_is_told_which_stage_d
     (line,) = doc["advice"]
     assert line.startswith("this config needs ") and "per GPU on an 80.0 GiB card: use ZeRO-" in line
     assert "nothing the planner tried fits" not in line
+    assert doc["best"] is None  # the one candidate shown is not the planner's pick
+    rc, doc = plan_json("--model", "llama-7b", *A100, "--stage", "2", "--offload-optimizer", "cpu")
+    assert rc == 0 and doc["best"] in (0, None)
+
+
+def test_an_exact_inference_strategy_at_another_stage_is_refused_as_before() -> None:
+    proc = dswiz("plan", "--model", "gpt2", "--hardware", "1xA100-80GB", "--mode", "inference", "--stage", "0",
+                 "--micro-batch", "4")  # fmt: skip
+    assert proc.returncode == 2 and "stage 3" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_plan_of_some_stages_that_nothing_fits_names_the_stage_that_does() -> None:
@@ -75,6 +84,12 @@ def test_a_plan_of_some_stages_that_nothing_fits_names_the_stage_that_does() -> 
         first.startswith("another ZeRO stage fits these GPUs: ZeRO-")
         and "(only stage 0 was asked for)" in first
     )
+    # what the rest says is said of stage 0, not of the model
+    assert "even 1024x the GPUs would not fit this model at stage 0 at this sequence length" in doc["advice"]
+    _, two = plan_json(
+        "--model", "llama-70b", "--hardware", "8xA100-80GB,ram=2TiB", "--stage", "0", "--stage", "1"
+    )
+    assert "ZeRO-3" in two["advice"][0] and "(only stages 0 and 1 were asked for)" in two["advice"][0]
     _, every = plan_json("--model", "llama-7b", *A100)
     best = every["candidates"][0]
     assert f"at micro-batch {best['micro_batch_size']}," in first and best["fits"]

@@ -174,6 +174,12 @@ def test_a_run_the_planner_put_on_the_host_teaches_only_its_own_host_cpu() -> No
         .tokens_per_sec.runs
         == 2
     )
+    # on its own CPU it teaches its family, not the GPU-bound class a family without runs borrows from
+    mine = corrections([replace(small, hardware=here)], HW.key, host_cpu=here.host_cpu)
+    assert mine.for_family(large.family).tokens_per_sec.runs == 1
+    z1 = "z1-opt:none-param:none"
+    assert mine.for_family(z1, family_group(z1, 1)).tokens_per_sec.runs == 1  # its group (ZeRO 0-2, one GPU)
+    assert (mine.classes or {}).keys() == {"host-bound"}  # no GPU-bound class to borrow from
     # the flag survives the store's JSON; a record without it (older dswiz) is as it was, a bad value is no flag
     assert Figures.from_json(small.predicted.to_json()).host_bound is True
     assert Figures.from_json({"tokens_per_sec": 5.0}).host_bound is None

@@ -221,25 +221,6 @@ def test_with_the_optimizer_offloaded_a_card_holds_less_of_the_split_logits(stag
 
 @pytest.mark.parametrize("model", DENSE)
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_under_pressure_stage_0s_step_reuses_the_forwards_freed_blocks(
-    model: str, checkpointing: bool
-) -> None:
-    """Stage 0 steps tensor by tensor (FP16_UnfusedOptimizer's fp32 copy of each gradient), so its blocks fit the free
-    parts of the forward's split segments; stages 1-2 ask for the whole partition's fp32 gradient at once, which none
-    of them can take. Under pressure the step of stage 0 holds none of the forward's freed activations, stage 1 a
-    share of them -- and a card with room caches the same for both (not judged by the pressure rows)."""
-    m = MODELS[model]
-    z0 = Strategy(zero_stage=0, activation_checkpointing=checkpointing, micro_batch_size=4)
-    z1 = z0.with_(zero_stage=1)
-    a, b = (fragmentation(m, s, SEQ, under_pressure=True) for s in (z0, z1))
-    assert cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_STAGE0 == 0.0
-    assert a.step_per_sample == 0 < b.step_per_sample
-    assert (a.fixed, a.per_sample) == (b.fixed, b.per_sample)  # the forward's peak is the same rule
-    assert fragmentation(m, z0, SEQ).step_per_sample == fragmentation(m, z1, SEQ).step_per_sample > 0
-
-
-@pytest.mark.parametrize("model", DENSE)
-@pytest.mark.parametrize("checkpointing", [False, True])
 def test_with_the_optimizer_offloaded_stages_1_and_2_leave_the_same_allocator_cache(
     model: str, checkpointing: bool
 ) -> None:

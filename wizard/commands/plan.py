@@ -110,10 +110,12 @@ def plan(
     if not report.gpus:
         raise no_gpu_error(report, model_text, "plan")
     choice = _choice(stages, ctx.params)
-    # An exact strategy fixes its own stage; it is judged against the planner's pick over every stage, so that a stage
-    # that fits at no micro-batch is told which one does ("use ZeRO-1 ..."), not what more hardware its stage needs.
-    request = planning_request(ctx.params, stages=() if choice is not None else stages, hardware=report)
-    check_request(report, model, request)
+    request = planning_request(ctx.params, stages=stages, hardware=report)
+    check_request(report, model, request)  # the stages asked for (ZeRO inference is stage 3 only, ...)
+    if choice is not None:
+        # An exact strategy fixes its own stage; it is judged against the planner's pick over every stage, so that a
+        # stage that fits at no micro-batch is told which one does ("use ZeRO-1 ..."), not what its stage would need.
+        request = planning_request(ctx.params, hardware=report)
     result = make_plan(report, model, request)
     if choice is not None:
         return _show_choice(result, choice, as_json)

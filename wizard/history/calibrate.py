@@ -8,8 +8,9 @@ machine cannot leave (a GPU does not run twice as fast as its physics says, nor 
 model states need). A family with no runs of its own takes its group's correction (families that do the same work
 on these GPUs, ``record.family_group``), else that of the runs of its class (host-bound: stage 3 or offload; GPU-
 bound: the rest, ``record.host_bound_family``), else the hardware-wide one. Host-bound runs of another host CPU are
-left out: the host sets their speed. A run is host-bound by its family, or where the planner predicted a quarter of
-its step or more on the host (``Measurement.host_bound``: micro-batch 1-2 of a ~1B model at any stage).
+left out: the host sets their speed. A run is host-bound by its family, or where the planner predicted a quarter
+of its step or more on the host (``Measurement.host_bound``: micro-batch 1-2 of a ~1B model at any stage); such a
+run of a GPU-bound family teaches its family and group, and the host-bound class, not the GPU-bound one.
 
 Errors are judged leave-one-out (each run predicted from the others) when there are at least two runs, so "error
 after" is what a new run can expect, not the fit to itself.
@@ -156,7 +157,8 @@ def corrections(records: Iterable[Measurement], hardware_key: str, host_cpu: str
     for r in plausible:
         by_family.setdefault(r.family, []).append(r)
         by_group.setdefault(r.group, []).append(r)
-        by_class.setdefault(_class(r.family), []).append(r)
+        # a run the planner put on the host teaches the host-bound class, never the GPU-bound one, whatever its family
+        by_class.setdefault("host-bound" if r.host_bound else _class(r.family), []).append(r)
     families = {fam: _family(runs) for fam, runs in by_family.items()}
     return Corrections(
         hardware_key=hardware_key,

@@ -243,6 +243,8 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 # torch.cuda.set_per_process_memory_fraction, which fails where a smaller card would): 0 unsafe, 23 conservative
 # (the rule before the pressure runs, 0.57 / 0.85: 45 on the same checks); six OOM rows are kept out by the 5 %
 # margin alone, each needing >= 0.956 of its card.
+# With the rows of 2026-12-04 (plan_accuracy-2026-12-04-1gpu-all-p.md, the offload share 0.4 below): 564 fit checks,
+# 0 unsafe, 32 conservative; five OOM rows kept out by the margin alone, the least needing 0.953 of its card.
 # With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) a pool is one segment that grows by
 # mapping pages and unmaps its free pages when a request would fail, so under pressure only a fixed remainder stays.
 # One H200, one config per process (bench/results/plan_accuracy-2026-12-03-1gpu-allocator-expandable-*.json,
@@ -264,14 +266,14 @@ UNRECLAIMABLE_LOGITS_SHARE = 0.3
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING = 0.85
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD = 0.4
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
-# Stage 0's step allocates tensor by tensor -- in 16-bit, FP16_UnfusedOptimizer.step gives each fp32 master an
-# fp32 copy of its own gradient (deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8) -- so its blocks,
-# each one tensor's size, land in the free parts of the forward's split segments; stages 1-2 ask for the whole
-# partition's gradient at once (stage_1_and_2.py step: flatten_dense_tensors_aligned, then .to(fp32)), which no
-# split segment can take. Measured under a 24 GiB cap, one config per process (bench/results/plan_accuracy-2026-
-# 12-04-1gpu-pressure-pressure-z0.json): llama-1b ZeRO-0 + checkpointing at micro-batch 15 ran, where the stage 1-2
-# share (0.4) says its step needs 24.1 GiB of the 24 -- the share there is below 0.38.
-UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_STAGE0 = 0.0
+# Stage 0 counts the same share, though its rows say less stays: llama-1b ZeRO-0 ran at micro-batch 2 under a 22 GiB cap
+# and at 3 under 23 (peak at the step), and with checkpointing at 15 under 24, where this share says each needs 1.005-
+# 1.05 of its card (bench/results/plan_accuracy-2026-12-04-1gpu-pressure-pressure-z0step.json, -pressure-z0.json):
+# the share there is at most ~0.1-0.15. Those rows stepped with torch's AdamW (the bench's torch_adam), whose 16-bit step
+# (FP16_UnfusedOptimizer, deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8) gives each fp32 master a copy
+# of its own gradient, blocks the split segments can take. The config dswiz writes steps with DeepSpeed's FusedAdam
+# unless --torch-adam, and then stage 0 runs FP16_Optimizer (fused_optimizer.py), which flattens the whole fp32
+# gradient into one block as stages 1-2 do -- not measured, so stage 0 keeps stage 1-2's share.
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
 # offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU).

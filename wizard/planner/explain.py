@@ -22,7 +22,7 @@ from wizard.planner.throughput import (
     host_bound,
     host_share,
 )
-from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
+from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, PlanRequest, WhatIfs
 from wizard.strategy import Strategy
 from wizard.units import GiB, fmt_bytes, fmt_percent
 
@@ -321,12 +321,16 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
             "e.g. --hardware 8xA100-80GB or --hardware 2x8xH100"
         ]
     out: list[str] = []
+    # asked for some stages only: what follows is said of those stages, not of the model
+    some = ctx.request.mode == "train" and set(ctx.request.stages) < set(PlanRequest().stages)
+    scope = f" at {_stage_words(ctx.request.stages)}" if some else ""
     if what_ifs.other_stages is not None:
         c = what_ifs.other_stages
         out.append(
             f"another ZeRO stage fits these GPUs: {c.label} at micro-batch {c.strategy.micro_batch_size}, "
             f"{fmt_bytes(c.predicted.gpu_needed_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s "
-            f"(only stage {', '.join(map(str, ctx.request.stages))} was asked for)"
+            f"(only {_stage_words(ctx.request.stages)} {'was' if len(set(ctx.request.stages)) == 1 else 'were'} "
+            "asked for)"
         )
     if what_ifs.more_gpus is not None:
         bigger, c = what_ifs.more_gpus
@@ -335,26 +339,36 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
             f"{fmt_bytes(c.predicted.gpu_needed_bytes)} per GPU, ~{c.predicted.tokens_per_sec:,.0f} tokens/s"
         )
     else:
-        out.append("even 1024x the GPUs would not fit this model at this sequence length")
+        out.append(f"even 1024x the GPUs would not fit this model{scope} at this sequence length")
     if what_ifs.larger_gpu is not None:
         need, c = what_ifs.larger_gpu
         out.append(f"a GPU with at least {fmt_bytes(need, up=True)} would fit {c.label} at micro-batch 1")
     if what_ifs.more_host_ram is not None and ctx.cpu_cap is not None:
         need, c = what_ifs.more_host_ram
         out.append(
-            f"{fmt_bytes(need - ctx.cpu_cap)} more host RAM per node ({fmt_bytes(need)} in all) would fit {c.label}"
+            f"{fmt_bytes(need - ctx.cpu_cap, up=True)} more host RAM per node ({fmt_bytes(need, up=True)} in all) "
+            f"would fit {c.label}"
         )
     if what_ifs.with_nvme is not None:
         c = what_ifs.with_nvme
         out.append(
-            f"an NVMe disk with {fmt_bytes(c.predicted.nvme_bytes)} free per node (and libaio) would fit {c.label}"
+            f"an NVMe disk with {fmt_bytes(c.predicted.nvme_bytes, up=True)} free per node (and libaio) would fit "
+            f"{c.label}"
         )
     if what_ifs.shorter_seq is not None:
         seq, c = what_ifs.shorter_seq
         out.append(f"sequence length {seq} would fit: {c.label}, micro-batch {c.strategy.micro_batch_size}")
     elif ctx.seq_len > 128:
-        out.append("a shorter sequence alone would not help: the model states themselves do not fit")
+        out.append(f"a shorter sequence alone would not help: the model states themselves do not fit{scope}")
     return out
+
+
+def _stage_words(stages: tuple[int, ...]) -> str:
+    """(0,) -> 'stage 0'; (0, 1) -> 'stages 0 and 1'; (0, 1, 2) -> 'stages 0, 1 and 2'."""
+    names = [str(s) for s in sorted(set(stages))]
+    if len(names) == 1:
+        return f"stage {names[0]}"
+    return f"stages {', '.join(names[:-1])} and {names[-1]}"
 
 
 def why_it_does_not_fit(c: Candidate) -> list[str]:

@@ -266,7 +266,11 @@ def stage0_step_bytes(w: int, params: int) -> int:
     master an fp32 copy of its 16-bit gradient, tensor by tensor (fp16/unfused_optimizer.py): the 16-bit gradients
     and those copies, 6 bytes a parameter. Measured: Pythia-1B at micro-batch 1, whose peak is the step, 18.92 GiB at
     one micro-step and at eight (8 bytes were counted: 20.73 GiB); llama-3b, gpt2-xl, llama-7b held out within 2.3 %
-    (bench/results/plan_accuracy-2026-12-04-1gpu-phases-phases-z0step.md). fp32: the gradients only."""
+    (bench/results/plan_accuracy-2026-12-04-1gpu-phases-phases-z0step.md). fp32: the gradients only.
+    Those rows stepped with torch's AdamW (torch_adam). With DeepSpeed's FusedAdam -- what a config without torch_adam
+    gets, dswiz's own unless --torch-adam -- the wrapper is FP16_Optimizer (fp16/fused_optimizer.py), whose step makes
+    an fp32 copy of every gradient and flattens them into one block: up to 10 bytes a parameter at once, not measured
+    (bench/plan_accuracy.py --ds-fused-adam reads it)."""
     return (w + 4) * params if w == 2 else w * params
 
 
@@ -595,11 +599,7 @@ def fragmentation(
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD
         else:
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING
-        at_step_share = (
-            cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_STAGE0
-            if s.zero_stage == 0
-            else cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
-        )
+        at_step_share = cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
     else:
         step_share = cal.STEP_BLOCK_SHARE_CHECKPOINTING if ck else cal.STEP_BLOCK_SHARE
         logits_share = cal.LOGITS_SHARE_CHECKPOINTING if ck else cal.LOGITS_SHARE

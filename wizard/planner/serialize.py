@@ -81,7 +81,8 @@ def plan_to_json(plan: Plan, candidates: tuple[Candidate, ...] | None = None) ->
             "cpu_bytes": plan.cpu_capacity_bytes,
             "nvme_bytes": plan.nvme_capacity_bytes,
         },
-        "best": None if plan.best is None else 0,
+        # the index of the planner's pick among the candidates shown (None: not among them, e.g. an exact strategy)
+        "best": next((i for i, c in enumerate(cands) if plan.best is not None and c == plan.best), None),
         "candidates": [candidate_to_json(c) for c in cands],
         "advice": list(plan.advice),
         "notes": list(plan.notes),
