@@ -276,8 +276,8 @@ PRESSURE_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], .
     ("pythia-1b", 0, "none", "none", True, 6, 2048, 24),
     ("pythia-1b", 0, "none", "none", True, 7, 2048, 24),
     # (indices 21-22) ZeRO-0 without checkpointing, its peak at the step with the forward's activations freed, under
-    # caps the step share (0.4 of them unreclaimable) says it runs out of: both ran (2026-12-04), so a torch AdamW
-    # step keeps at most ~0.1-0.15 of them (calibration.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP)
+    # caps the step share of stages 1-2 (0.4 of them unreclaimable) says it runs out of: both ran (2026-12-04), so a
+    # torch AdamW step keeps at most ~0.1-0.15 of them (UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0)
     ("llama-1b", 0, "none", "none", False, 2, 1024, 22),
     ("llama-1b", 0, "none", "none", False, 3, 1024, 23),
 )
@@ -286,12 +286,12 @@ PRESSURE_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None], .
 # about 7 % apart (GPT-2-medium ZeRO-1 at micro-batch 60: 97,632 and 90,956 tokens/s, 2026-11-30 and 12-04), so a
 # ratio of readings from two machines says as much about the machines as about the pick; the analysis quotes the
 # ratio of readings from one machine beside the pooled one (_same_run_ratio). The recommendations are the planner's
-# of 2026-12-04 (after the offload split-logits share 0.4), the best configs those of
+# of 2026-12-04 (the offload split-logits share 0.4, stage 0's unfused step share 0.1), the best configs those of
 # plan_accuracy-2026-12-04-1gpu-all-p.md; Qwen2-1.5B on 24 GiB is left out (the margin sets its ratio, see README).
 PAIR_CONFIGS: tuple[tuple[str, tuple[str, int, str, str, bool, int, int, int | None],
                           tuple[str, int, str, str, bool, int, int, int | None]], ...] = (
     # (card, recommended, best): (model, stage, offload optimizer, offload param, checkpointing, micro-batch, seq, cap)
-    ("24", ("llama-1b", 0, "none", "none", True, 7, 1024, 24), ("llama-1b", 0, "none", "none", True, 14, 1024, 24)),
+    ("24", ("llama-1b", 0, "none", "none", True, 13, 1024, 24), ("llama-1b", 0, "none", "none", True, 14, 1024, 24)),
     ("full", ("gpt2-medium", 1, "none", "none", False, 60, 1024, None),
      ("gpt2-medium", 1, "none", "none", False, 64, 1024, None)),
     ("80", ("gpt2-medium", 1, "none", "none", False, 33, 1024, 80),

@@ -150,6 +150,52 @@ def test_check_with_model_predicts_the_config(tmp_path: Path) -> None:
     assert any(f["code"] == "plan-fits" for f in doc["findings"])
 
 
+LLAMA_1B = "type=llama,name=llama-1b,layers=22,hidden=2048,heads=32,kv_heads=4,ffn=5632,vocab=32000,seq=2048"
+
+
+def test_check_predicts_stage_0s_step_by_the_optimizer_the_config_has_deepspeed_build(tmp_path: Path) -> None:
+    """ZeRO-0 in bf16 steps through DeepSpeed's FP16_Optimizer when the config has DeepSpeed build its FusedAdam (an
+    AdamW section without torch_adam): 4 bytes a parameter more at the step than with a torch optimizer (torch_adam,
+    or none in the config: the script's own)."""
+    peaks = {}
+    for name, section in (
+        ("fused", {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}),
+        ("torch_adam", {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}}}),
+        ("script", {}),
+    ):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps({
+            **section, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "bf16": {"enabled": True}, "zero_optimization": {"stage": 0},
+        }))  # fmt: skip
+        proc = dswiz(
+            "check", str(cfg), "--model", LLAMA_1B, "--hardware", "1xH200", "--no-consumer-check", "--json"
+        )
+        p = json.loads(proc.stdout)["prediction"]["predicted"]
+        assert p["peak_phase"] == "optimizer step"
+        peaks[name] = p["gpu_allocated_bytes"]
+    params = 1_100_048_384  # llama-1b's parameters (embeddings untied)
+    assert peaks["torch_adam"] == peaks["script"]
+    assert peaks["fused"] - peaks["script"] == pytest.approx(4 * params, rel=0.01)
+
+
+def test_config_with_deepspeeds_optimizer_plans_stage_0_with_its_step(tmp_path: Path) -> None:
+    from wizard.config.sidecar import read_sidecar
+
+    got = {}
+    for name, extra in (("script", ()), ("deepspeed", ("--optimizer", "deepspeed"))):
+        out = tmp_path / name
+        proc = dswiz("config", "--yes", "--model", LLAMA_1B, "--hardware", "1xH200", "--stage", "0",
+                     "--micro-batch", "1", "--no-activation-checkpointing", *extra, "--out", str(out))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        sidecar = read_sidecar(out)
+        assert sidecar is not None and sidecar.predicted is not None
+        got[name] = sidecar.predicted.peak_gpu_bytes
+        written = json.loads((out / "ds_config.json").read_text())
+        assert ("optimizer" in written) == (name == "deepspeed")
+    assert got["deepspeed"] > got["script"]
+
+
 def test_exact_inference_strategy_keeps_the_candidate_contract_and_refuses_training_flags() -> None:
     """`plan --mode inference` with exact-strategy flags: the same JSON keys as a ranked inference candidate, no
     optimizer or gradient memory, and the training-only flags said to be impossible (exit 1), not ignored."""

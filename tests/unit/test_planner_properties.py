@@ -30,7 +30,8 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec, load_model_spec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.memory import estimate_memory, fragmentation
+from wizard.planner.finetune import trainable_params
+from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers, estimate_memory, fragmentation
 from wizard.planner.throughput import (
     communication_volume,
     compute_seconds_per_token,
@@ -217,6 +218,34 @@ def test_with_the_optimizer_offloaded_a_card_holds_less_of_the_split_logits(stag
     plain_a = fragmentation(m, on_gpu.with_(activation_checkpointing=False), SEQ, under_pressure=True)
     plain_b = fragmentation(m, offloaded.with_(activation_checkpointing=False), SEQ, under_pressure=True)
     assert plain_a.per_sample == plain_b.per_sample == int(cal.UNRECLAIMABLE_LOGITS_SHARE * logits)
+
+
+@pytest.mark.parametrize("model", DENSE)
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_stage_0s_step_depends_on_the_optimizer_deepspeed_wraps(model: str, checkpointing: bool) -> None:
+    """A torch optimizer (the script's, or torch_adam) steps stage 0 through FP16_UnfusedOptimizer: an fp32 copy per
+    tensor, 6 bytes a parameter, blocks the forward's split segments take (under pressure 0.1 of its freed
+    activations stay). DeepSpeed's FusedAdam steps it through FP16_Optimizer, which also flattens the copies into one
+    block: 10 bytes a parameter, and the freed activations stay split as at stages 1-2."""
+    m = MODELS[model]
+    unfused = Strategy(zero_stage=0, activation_checkpointing=checkpointing, micro_batch_size=4)
+    fused = ZeroBuffers(fused_optimizer=True)
+    p = trainable_params(m)
+    a, b = estimate_memory(m, unfused, SEQ), estimate_memory(m, unfused, SEQ, fused)
+    assert dict(b.phases)["optimizer step"] - dict(a.phases)["optimizer step"] == 4 * p
+    assert b.allocated >= a.allocated
+    pa, pb = (fragmentation(m, unfused, SEQ, buf, under_pressure=True) for buf in (DEFAULT_BUFFERS, fused))
+    z1 = fragmentation(m, unfused.with_(zero_stage=1), SEQ, under_pressure=True)
+    assert pb.step_per_sample == z1.step_per_sample > pa.step_per_sample > 0
+    assert pa.step_per_sample == pytest.approx(
+        z1.step_per_sample
+        * cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0
+        / cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP,
+        abs=1,
+    )
+    # the other stages never see it
+    z2 = unfused.with_(zero_stage=2)
+    assert estimate_memory(m, z2, SEQ) == estimate_memory(m, z2, SEQ, fused)
 
 
 @pytest.mark.parametrize("model", DENSE)

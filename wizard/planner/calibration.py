@@ -244,7 +244,7 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 # (the rule before the pressure runs, 0.57 / 0.85: 45 on the same checks); six OOM rows are kept out by the 5 %
 # margin alone, each needing >= 0.956 of its card.
 # With the rows of 2026-12-04 (plan_accuracy-2026-12-04-1gpu-all-p.md, the offload share 0.4 below): 564 fit checks,
-# 0 unsafe, 32 conservative; five OOM rows kept out by the margin alone, the least needing 0.953 of its card.
+# 0 unsafe, 31 conservative; five OOM rows kept out by the margin alone, the least needing 0.953 of its card.
 # With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) a pool is one segment that grows by
 # mapping pages and unmaps its free pages when a request would fail, so under pressure only a fixed remainder stays.
 # One H200, one config per process (bench/results/plan_accuracy-2026-12-03-1gpu-allocator-expandable-*.json,
@@ -266,14 +266,17 @@ UNRECLAIMABLE_LOGITS_SHARE = 0.3
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING = 0.85
 UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD = 0.4
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
-# Stage 0 counts the same share, though its rows say less stays: llama-1b ZeRO-0 ran at micro-batch 2 under a 22 GiB cap
-# and at 3 under 23 (peak at the step), and with checkpointing at 15 under 24, where this share says each needs 1.005-
-# 1.05 of its card (bench/results/plan_accuracy-2026-12-04-1gpu-pressure-pressure-z0step.json, -pressure-z0.json):
-# the share there is at most ~0.1-0.15. Those rows stepped with torch's AdamW (the bench's torch_adam), whose 16-bit step
-# (FP16_UnfusedOptimizer, deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8) gives each fp32 master a copy
-# of its own gradient, blocks the split segments can take. The config dswiz writes steps with DeepSpeed's FusedAdam
-# unless --torch-adam, and then stage 0 runs FP16_Optimizer (fused_optimizer.py), which flattens the whole fp32
-# gradient into one block as stages 1-2 do -- not measured, so stage 0 keeps stage 1-2's share.
+# Stage 0 stepping with a torch optimizer keeps less: llama-1b ZeRO-0 ran at micro-batch 2 under a 22 GiB cap and at 3
+# under 23 (peak at the step), and with checkpointing at 13 and 15 under 24, where the share above says each needs
+# 0.99-1.05 of its card (bench/results/plan_accuracy-2026-12-04-1gpu-pressure-pressure-z0step.json, -recs-recs-s0.json,
+# -pressure-z0.json); 0.1 puts them at or below their card (micro-batch 2 under 22 GiB: 0.991), 0.2 does not. Those
+# rows stepped with torch's AdamW (the bench's torch_adam), as the script's own optimizer does under dswiz's configs
+# without offload (config/build.py, optimizer "auto"); in 16 bits DeepSpeed then wraps it in FP16_UnfusedOptimizer
+# (deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8), which gives each fp32 master a copy of its own
+# gradient: blocks of one tensor's size, which the split segments can take. DeepSpeed's FusedAdam (a config's
+# optimizer section without torch_adam: memory.ZeroBuffers.fused_optimizer) makes it FP16_Optimizer, which flattens
+# the whole fp32 gradient into one block as stages 1-2 do: the share above.
+UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
 # offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU).

@@ -30,6 +30,9 @@ class ZeroBuffers:
     max_live_parameters: int = cal.STAGE3_MAX_LIVE_PARAMETERS
     max_reuse_distance: int = cal.STAGE3_MAX_REUSE_DISTANCE
     overlap_comm: bool | None = None  # None: DeepSpeed's default (on at stage 3 only)
+    # DeepSpeed builds its FusedAdam from the config's optimizer section (Adam/AdamW without torch_adam, not
+    # offloaded): stage 0 in 16 bits then steps through FP16_Optimizer, not FP16_UnfusedOptimizer (stage0_step_bytes)
+    fused_optimizer: bool = False
 
 
 DEFAULT_BUFFERS = ZeroBuffers()
@@ -259,7 +262,7 @@ def unfused_16bit_step(s: Strategy) -> bool:
     return s.zero_stage == 0 and weight_bytes(s) == 2
 
 
-def stage0_step_bytes(w: int, params: int) -> int:
+def stage0_step_bytes(w: int, params: int, fused: bool = False) -> int:
     """What stage 0's optimizer step holds beyond the forward, the allocator's step block too. 16-bit: DeepSpeed wraps
     the optimizer in FP16_UnfusedOptimizer for fp16 and for bf16 alike (engine.py _do_optimizer_sanity_check: no
     separate gradient-accumulation dtype -> _configure_fp16_optimizer; DeepSpeed 0.19.8), whose step gives each fp32
@@ -267,11 +270,15 @@ def stage0_step_bytes(w: int, params: int) -> int:
     and those copies, 6 bytes a parameter. Measured: Pythia-1B at micro-batch 1, whose peak is the step, 18.92 GiB at
     one micro-step and at eight (8 bytes were counted: 20.73 GiB); llama-3b, gpt2-xl, llama-7b held out within 2.3 %
     (bench/results/plan_accuracy-2026-12-04-1gpu-phases-phases-z0step.md). fp32: the gradients only.
-    Those rows stepped with torch's AdamW (torch_adam). With DeepSpeed's FusedAdam -- what a config without torch_adam
-    gets, dswiz's own unless --torch-adam -- the wrapper is FP16_Optimizer (fp16/fused_optimizer.py), whose step makes
-    an fp32 copy of every gradient and flattens them into one block: up to 10 bytes a parameter at once, not measured
-    (bench/plan_accuracy.py --ds-fused-adam reads it)."""
-    return (w + 4) * params if w == 2 else w * params
+    Those rows stepped with torch's AdamW (torch_adam), as does the script's own torch optimizer that dswiz's configs
+    leave the step to without offload. ``fused``: DeepSpeed's FusedAdam (a config's optimizer section without
+    torch_adam, e.g. `dswiz config --optimizer deepspeed`) makes the wrapper FP16_Optimizer (engine.py
+    _configure_fp16_optimizer; fp16/fused_optimizer.py step), which builds an fp32 copy of every gradient and then
+    flattens them into one block: the 16-bit gradients, the copies and the block at once, 10 bytes a parameter -- from
+    the source, not measured (bench/plan_accuracy.py --ds-fused-adam reads it)."""
+    if w != 2:
+        return w * params
+    return (w + 8) * params if fused else (w + 4) * params
 
 
 def training_phases(
@@ -313,7 +320,7 @@ def training_phases(
     else:  # stage 0: DeepSpeed's 16-bit optimizer wrapper over plain data parallelism
         grads_full = w * P
         in_backward_buffers = w * min(buf.allgather_bucket_elements, P) if N > 1 else 0
-        step_extra = stage0_step_bytes(w, P)
+        step_extra = stage0_step_bytes(w, P, buf.fused_optimizer)
     # Gradients summed across micro-steps live from the first backward to the boundary, which hands them to the
     # update (stages 0-1) or steps the partition they sum in (stage 2): the step holds what it holds at one
     # micro-step (Pythia-1.4B, Qwen2-1.5B, llama-1b ZeRO-1 and Pythia-1B ZeRO-0 at micro-batch 1 peaked at the step
@@ -530,7 +537,7 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
         # (docs/measurements.md).
         return w * min(buf.reduce_bucket_elements, P // N)
     if s.zero_stage == 0:
-        return stage0_step_bytes(w, P)
+        return stage0_step_bytes(w, P, buf.fused_optimizer)
     if s.zero_stage == 3:
         return 4 * _stage3_sub_group(P // N)
     return 4 * P // N
@@ -599,7 +606,13 @@ def fragmentation(
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD
         else:
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING
-        at_step_share = cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
+        # stage 0's unfused step takes blocks of one tensor's size, which the split segments hold
+        unfused_stage0 = s.zero_stage == 0 and not buf.fused_optimizer
+        at_step_share = (
+            cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0
+            if unfused_stage0
+            else cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP
+        )
     else:
         step_share = cal.STEP_BLOCK_SHARE_CHECKPOINTING if ck else cal.STEP_BLOCK_SHARE
         logits_share = cal.LOGITS_SHARE_CHECKPOINTING if ck else cal.LOGITS_SHARE
