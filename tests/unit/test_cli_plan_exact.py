@@ -179,21 +179,22 @@ def test_check_predicts_stage_0s_step_by_the_optimizer_the_config_has_deepspeed_
     assert peaks["fused"] - peaks["script"] == pytest.approx(4 * params, rel=0.01)
 
 
-def test_config_with_deepspeeds_optimizer_plans_stage_0_with_its_step(tmp_path: Path) -> None:
-    from wizard.config.sidecar import read_sidecar
-
-    got = {}
-    for name, extra in (("script", ()), ("deepspeed", ("--optimizer", "deepspeed"))):
-        out = tmp_path / name
-        proc = dswiz("config", "--yes", "--model", LLAMA_1B, "--hardware", "1xH200", "--stage", "0",
-                     "--micro-batch", "1", "--no-activation-checkpointing", *extra, "--out", str(out))  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        sidecar = read_sidecar(out)
-        assert sidecar is not None and sidecar.predicted is not None
-        got[name] = sidecar.predicted.peak_gpu_bytes
-        written = json.loads((out / "ds_config.json").read_text())
-        assert ("optimizer" in written) == (name == "deepspeed")
-    assert got["deepspeed"] > got["script"]
+def test_fp32_stage_0_has_no_16_bit_wrapper_whatever_the_config_builds(tmp_path: Path) -> None:
+    """In 32 bits DeepSpeed wraps no stage-0 optimizer: its step and cache are the same with or without an AdamW
+    section."""
+    got = []
+    for section in ({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}, {}):
+        cfg = tmp_path / "fp32.json"
+        cfg.write_text(json.dumps({
+            **section, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "zero_optimization": {"stage": 0},
+        }))  # fmt: skip
+        proc = dswiz(
+            "check", str(cfg), "--model", LLAMA_1B, "--hardware", "1xH200", "--no-consumer-check", "--json"
+        )
+        p = json.loads(proc.stdout)["prediction"]["predicted"]
+        got.append((p["gpu_allocated_bytes"], p["gpu_needed_bytes"]))
+    assert got[0] == got[1]
 
 
 def test_exact_inference_strategy_keeps_the_candidate_contract_and_refuses_training_flags() -> None:

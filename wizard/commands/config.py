@@ -495,11 +495,6 @@ def plan_for_flags(
 
     spec = planning_model(flags)
     request = planning_request(flags, hardware=hardware)
-    if flags.get("optimizer") == "deepspeed" and not flags.get("torch_adam"):
-        # DeepSpeed will build its FusedAdam: stage 0 steps through FP16_Optimizer (planner.memory.stage0_step_bytes)
-        request = dataclasses.replace(
-            request, buffers=dataclasses.replace(request.buffers, fused_optimizer=True)
-        )
     if not hardware.gpus:
         request = dataclasses.replace(request, precisions=())
     elif force_errors:

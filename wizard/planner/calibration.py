@@ -269,13 +269,16 @@ UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
 # Stage 0 stepping with a torch optimizer keeps less: llama-1b ZeRO-0 ran at micro-batch 2 under a 22 GiB cap and at 3
 # under 23 (peak at the step), and with checkpointing at 13 and 15 under 24, where the share above says each needs
 # 0.99-1.05 of its card (bench/results/plan_accuracy-2026-12-04-1gpu-pressure-pressure-z0step.json, -recs-recs-s0.json,
-# -pressure-z0.json); 0.1 puts them at or below their card (micro-batch 2 under 22 GiB: 0.991), 0.2 does not. Those
-# rows stepped with torch's AdamW (the bench's torch_adam), as the script's own optimizer does under dswiz's configs
-# without offload (config/build.py, optimizer "auto"); in 16 bits DeepSpeed then wraps it in FP16_UnfusedOptimizer
+# -pressure-z0.json); 0.1 puts them at or below their card (micro-batch 2 under 22 GiB: 0.991; one row sets it), 0.2
+# does not. Those rows stepped with torch's fused AdamW (the bench's torch_adam, fused), a torch optimizer as the
+# script's own is under dswiz's configs without offload (config/build.py, optimizer "auto"; torch's default foreach
+# AdamW is not measured here); in 16 bits DeepSpeed then wraps it in FP16_UnfusedOptimizer
 # (deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8), which gives each fp32 master a copy of its own
-# gradient: blocks of one tensor's size, which the split segments can take. DeepSpeed's FusedAdam (a config's
-# optimizer section without torch_adam: memory.ZeroBuffers.fused_optimizer) makes it FP16_Optimizer, which flattens
-# the whole fp32 gradient into one block as stages 1-2 do: the share above.
+# gradient: blocks of one tensor's size, which the split segments can take. DeepSpeed's FusedAdam makes it
+# FP16_Optimizer, which flattens the whole fp32 gradient into one block as stages 1-2 do: the share above -- where a
+# config's optimizer section builds it (memory.ZeroBuffers.fused_optimizer, which `dswiz check` reads from the
+# config; `dswiz config --optimizer deepspeed`, its OOM advice and probe still plan the unfused step), not where a
+# script passes DeepSpeed's FusedAdam as its own optimizer (dswiz cannot see that).
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters

@@ -257,8 +257,10 @@ def _stage3_sub_group(partition: int) -> int:
 
 
 def unfused_16bit_step(s: Strategy) -> bool:
-    """Stage 0 in 16 bits steps through DeepSpeed's FP16_UnfusedOptimizer, for bf16 too (stage0_step_bytes; its time
-    per tensor: planner.throughput). In 32 bits the optimizer is the plain torch one."""
+    """Stage 0 in 16 bits steps through DeepSpeed's 16-bit wrapper, for bf16 too: FP16_UnfusedOptimizer with a torch
+    optimizer, FP16_Optimizer with DeepSpeed's FusedAdam (ZeroBuffers.fused_optimizer: its memory in
+    stage0_step_bytes; its time is planned as the unfused one's, per tensor: planner.throughput). In 32 bits the
+    optimizer is the plain torch one."""
     return s.zero_stage == 0 and weight_bytes(s) == 2
 
 
@@ -272,10 +274,10 @@ def stage0_step_bytes(w: int, params: int, fused: bool = False) -> int:
     (bench/results/plan_accuracy-2026-12-04-1gpu-phases-phases-z0step.md). fp32: the gradients only.
     Those rows stepped with torch's AdamW (torch_adam), as does the script's own torch optimizer that dswiz's configs
     leave the step to without offload. ``fused``: DeepSpeed's FusedAdam (a config's optimizer section without
-    torch_adam, e.g. `dswiz config --optimizer deepspeed`) makes the wrapper FP16_Optimizer (engine.py
+    torch_adam) makes the wrapper FP16_Optimizer (engine.py
     _configure_fp16_optimizer; fp16/fused_optimizer.py step), which builds an fp32 copy of every gradient and then
     flattens them into one block: the 16-bit gradients, the copies and the block at once, 10 bytes a parameter -- from
-    the source, not measured (bench/plan_accuracy.py --ds-fused-adam reads it)."""
+    the source, not measured; an upper bound (with several parameter groups the flat blocks are one group's each)."""
     if w != 2:
         return w * params
     return (w + 8) * params if fused else (w + 4) * params
@@ -606,8 +608,8 @@ def fragmentation(
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING_OFFLOAD
         else:
             logits_share = cal.UNRECLAIMABLE_LOGITS_SHARE_CHECKPOINTING
-        # stage 0's unfused step takes blocks of one tensor's size, which the split segments hold
-        unfused_stage0 = s.zero_stage == 0 and not buf.fused_optimizer
+        # stage 0's unfused 16-bit step takes blocks of one tensor's size, which the split segments hold
+        unfused_stage0 = unfused_16bit_step(s) and not buf.fused_optimizer
         at_step_share = (
             cal.UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0
             if unfused_stage0

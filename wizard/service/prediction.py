@@ -288,7 +288,7 @@ def _builds_fused_adam(config: ConfigSet) -> bool:
     opt = config.deepspeed.optimizer
     if opt is None or not isinstance(opt.type, str) or opt.type.lower() not in ("adam", "adamw"):
         return False
-    if (opt.params or {}).get("torch_adam") is True:
+    if (opt.params or {}).get("torch_adam"):  # any true value, as DeepSpeed pops it (engine.py)
         return False
     zero = config.deepspeed.zero_optimization
     offload = getattr(zero, "offload_optimizer", None) if zero is not None else None
