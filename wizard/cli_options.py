@@ -305,6 +305,7 @@ def planning_request(
     """The planner's question from the planning flags (``planning_options``), the same for every command; with
     ``hardware``, calibrated by its run history unless --no-history."""
     from wizard.planner import PlanRequest
+    from wizard.planner.types import ZERO_STAGES
 
     gpu_memory = gpu_memory_for(params["gpu_memory"], hardware)
     precision = params["precision"]
@@ -313,7 +314,7 @@ def planning_request(
         global_batch=params["global_batch"],
         mode=params["mode"],
         precisions=() if precision == "auto" else (precision,),
-        stages=tuple(sorted(set(stages))) or (0, 1, 2, 3),
+        stages=tuple(sorted(set(stages))) or ZERO_STAGES,
         allow_offload=not params["no_offload"],
         allow_nvme=not params["no_offload"],
         allow_activation_checkpointing=not params["no_checkpointing"],

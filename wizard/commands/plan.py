@@ -7,6 +7,7 @@ and prints a rich table (or the stable JSON document).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -100,6 +101,7 @@ def plan(
     """
     from wizard.hardware import get_hardware
     from wizard.planner import plan as make_plan
+    from wizard.planner.types import ZERO_STAGES
 
     if hardware is None and ctx.parent is not None:
         hardware = ctx.parent.params.get("hardware")  # `dswiz --hardware 8xH100 plan ...` means the same
@@ -115,7 +117,7 @@ def plan(
     if choice is not None:
         # An exact strategy fixes its own stage; it is judged against the planner's pick over every stage, so that a
         # stage that fits at no micro-batch is told which one does ("use ZeRO-1 ..."), not what its stage would need.
-        request = planning_request(ctx.params, hardware=report)
+        request = replace(request, stages=ZERO_STAGES)
     result = make_plan(report, model, request)
     if choice is not None:
         return _show_choice(result, choice, as_json)

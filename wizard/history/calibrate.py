@@ -139,8 +139,9 @@ class Corrections:
 
 def corrections(records: Iterable[Measurement], hardware_key: str, host_cpu: str = "") -> Corrections:
     """The corrections the runs of ``hardware_key`` give (host-bound runs -- ``Measurement.host_bound`` -- only from
-    ``host_cpu``, where both it and the run's are known). Finished (or probe-stopped) runs teach tokens/s and memory; a run that ran out of GPU
-    memory teaches memory only: it needed at least the whole card, so the prediction that let it start was too low."""
+    ``host_cpu``, where both it and the run's are known). Finished (or probe-stopped) runs teach tokens/s and memory;
+    a run that ran out of GPU memory teaches memory only: it needed at least the whole card, so the prediction that let
+    it start was too low."""
     mine = [
         r
         for r in records

@@ -22,7 +22,7 @@ from wizard.planner.throughput import (
     host_bound,
     host_share,
 )
-from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, PlanRequest, WhatIfs
+from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
 from wizard.strategy import Strategy
 from wizard.units import GiB, fmt_bytes, fmt_percent
 
@@ -322,8 +322,7 @@ def advice(ctx: PlanContext, what_ifs: WhatIfs) -> list[str]:
         ]
     out: list[str] = []
     # asked for some stages only: what follows is said of those stages, not of the model
-    some = ctx.request.mode == "train" and set(ctx.request.stages) < set(PlanRequest().stages)
-    scope = f" at {_stage_words(ctx.request.stages)}" if some else ""
+    scope = f" at {_stage_words(ctx.request.stages)}" if ctx.request.some_stages_only else ""
     if what_ifs.other_stages is not None:
         c = what_ifs.other_stages
         out.append(

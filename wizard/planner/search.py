@@ -34,6 +34,7 @@ from wizard.planner.memory import (
 )
 from wizard.planner.throughput import ThroughputEstimate, estimate_throughput, host_bound
 from wizard.planner.types import (
+    ZERO_STAGES,
     Candidate,
     GenerationCost,
     MaxBatchRow,
@@ -401,10 +402,9 @@ def _shorter_seq(ctx: PlanContext) -> tuple[int, Candidate] | None:
 
 def _other_stages(ctx: PlanContext) -> Candidate | None:
     """Asked for some ZeRO stages only (training): the best of every stage, where it fits."""
-    every = PlanRequest().stages
-    if ctx.request.mode != "train" or set(ctx.request.stages) >= set(every):
+    if not ctx.request.some_stages_only:
         return None
-    ranked = _ranked(ctx.hardware, ctx.model, replace(ctx.request, stages=every))
+    ranked = _ranked(ctx.hardware, ctx.model, replace(ctx.request, stages=ZERO_STAGES))
     return ranked[0] if ranked and ranked[0].fits else None
 
 

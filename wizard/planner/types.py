@@ -16,6 +16,9 @@ from wizard.strategy import Mode, OffloadDevice, Precision, Strategy, strategy_l
 DEFAULT_SEQ_LEN = 2048
 
 
+ZERO_STAGES = (0, 1, 2, 3)
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """What the user wants planned. Every field has a sensible default."""
@@ -26,7 +29,7 @@ class PlanRequest:
     )
     mode: Mode = "train"
     precisions: tuple[Precision, ...] = ()  # empty: the best the GPUs support (bf16, else fp16, else fp32)
-    stages: tuple[int, ...] = (0, 1, 2, 3)
+    stages: tuple[int, ...] = ZERO_STAGES
     allow_offload: bool = True  # CPU offload of optimizer / parameters
     allow_nvme: bool = True  # NVMe offload, where an NVMe disk and libaio exist
     allow_activation_checkpointing: bool = True
@@ -46,6 +49,11 @@ class PlanRequest:
         if self.seq_len is not None:
             return self.seq_len
         return min(model.max_positions or DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN)
+
+    @property
+    def some_stages_only(self) -> bool:
+        """Training asked for some ZeRO stages only (inference plans stage 3 whatever it asks)."""
+        return self.mode == "train" and set(self.stages) < set(ZERO_STAGES)
 
 
 @dataclass(frozen=True)
