@@ -4,7 +4,7 @@
     python bench/calibration_replay.py RAW.json ... [--out DIR] [--name STEM]
 
 The rows are the real DeepSpeed steps that bench/plan_accuracy.py measured on one H200 (its raw files, merged as its
---analyze merges them: the newer row of a config wins). For each model of those files:
+--analyze merges them: every reading of a config kept). For each model of those files:
 
   1. every measured ok row is predicted again by today's planner from the physics alone (no history);
   2. "one probe of 3 candidates" is simulated: the planner plans the model for the whole card and its fitting

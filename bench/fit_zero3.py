@@ -4,7 +4,7 @@
     python bench/fit_zero3.py --out /tmp/z3        # elsewhere
 
 Rows: every ok ZeRO-3 row (world 1) of the raw files below, merged as `bench/plan_accuracy.py --analyze` merges
-them (the newer row of a config wins). The constants refit are the stage-3 terms: the fetch hooks' host time per
+them (every reading of a config kept). The constants refit are the stage-3 terms: the fetch hooks' host time per
 layer (wizard.planner.throughput.host_micro_step_seconds; it overlaps the GPU's work together with the framework's
 own host time, calibration.HOST_SECONDS_PER_LAYER, which bench/plan_accuracy.py fits with the stage 0-2 terms), the
 gather/partition copies and the stage-3 weight copy-back (wizard/planner/calibration.py, "Stage 3"); everything else

@@ -7,7 +7,7 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # After a recalibration, re-verify only today's recommendations (+ one boundary check each), ~200 s:
     python3 bench/plan_accuracy.py --gpus 1 --tiers 0 --budget-s 200 --out $OUT   # -> ...-1gpu-verify.json
     # Anywhere, from the raw JSON (redo the analysis after a recalibration, no GPU needed); several files of the same
-    # GPU count are merged into one run, the newer row of a config winning:
+    # GPU count are merged into one run, every reading of a config kept (it counts at their median):
     python3 bench/plan_accuracy.py --analyze bench/results/plan_accuracy-*-1gpu.json bench/results/plan_accuracy-*-1gpu-verify.json
     # The configs large models need (ZeRO-3, offload, checkpointing; LLaMA-style and GPT-2, ~1B-7B), one process per
     # config; --models / --indices pick part of that grid (the 2026-12-01 runs: --models llama-1b,gpt2-xl,llama-3b
@@ -624,7 +624,7 @@ class Row:
     phase_s: dict[str, list[float]] = field(default_factory=dict)
     # untimed steps before the timed ones (None: rows from before it was recorded)
     warmup_steps: int | None = None
-    finished_at: float | None = None  # unix time: when raw files are merged, the newer row of a config wins
+    finished_at: float | None = None  # unix time: readings that disagree on running or not, the newest stands
     # How fast this machine's host was just before the config ran (host_speed_us): the same host-bound config ran
     # up to 1.78x apart from one process to the next on one machine kind (docs/measurements.md)
     host_us: dict[str, float] | None = None
@@ -1765,9 +1765,13 @@ def _repredict(row: dict[str, Any], hw: HardwareReport, expandable: bool = False
 
 
 def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """One run per (world, smoke, allocator settings) over every raw file given: rows of the same config (and the
-    same use_cache build) are one row, the newer wins (its finished_at, else its file's start, else the later file on
-    the command line); tags are the union."""
+    """One run per (world, smoke, allocator settings) over every raw file given. A config read in several processes
+    (the same Config.key() and use_cache build, in one file or in several) keeps every reading as a row of its own:
+    the analysis counts a config at the median of its readings (_reading_key), and a second reading must not hide the
+    first (GPU-bound configs read ~7 % apart between machines, host-bound ones up to 1.8x between processes). Where
+    the readings disagree on whether it ran (ok / out of memory), the newest outcome stands -- its finished_at, else
+    its file's start, else the later file on the command line -- and the readings of the other outcome are dropped; a
+    reading that failed for another reason ("error") stands only where nothing else was read. Tags are the union."""
     groups: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
     for i, doc in enumerate(docs):
         # The allocator settings make runs of their own: a config read with expandable_segments never stands in for
@@ -1775,8 +1779,7 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
         groups.setdefault((doc["world"], bool(doc.get("smoke")), doc.get("alloc_conf")), []).append((i, doc))
     out = []
     for members in groups.values():
-        merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-        order: list[tuple[Any, ...]] = []
+        readings: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for i, doc in members:
             for r in doc["rows"]:
                 r = {
@@ -1786,19 +1789,19 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
                     "use_cache": bool(doc.get("use_cache", False)),
                 }
                 r["_when"] = (r.get("finished_at") or 0.0, doc.get("started_at") or doc.get("date") or "", i)
-                # A config built with and without use_cache is two configs (their activations differ): the newer
-                # reading of one never hides the other's (Pythia-1B ZeRO-1 at micro-batch 34 ran out of memory built
-                # without it and ran built with it).
-                key = (*_cfg(r).key(), r["use_cache"])
-                old = merged.get(key)
-                if old is None:
-                    order.append(key)
-                    merged[key] = r
-                    continue
-                tags = tuple(dict.fromkeys([*old["config"]["tags"], *r["config"]["tags"]]))
-                newer = r if r["_when"] >= old["_when"] else old
-                newer["config"]["tags"] = list(tags)
-                merged[key] = newer
+                # A config built with and without use_cache is two configs (their activations differ): a reading of
+                # one never stands for the other (Pythia-1B ZeRO-1 at micro-batch 34 ran out of memory built without
+                # it and ran built with it).
+                readings.setdefault((*_cfg(r).key(), r["use_cache"]), []).append(r)
+        rows: list[dict[str, Any]] = []
+        for group in readings.values():
+            measured = [r for r in group if r["status"] in ("ok", "oom")] or group
+            outcome = max(measured, key=lambda r: r["_when"])["status"]
+            kept = sorted((r for r in measured if r["status"] == outcome), key=lambda r: r["_when"])
+            tags = list(dict.fromkeys(t for r in group for t in r["config"]["tags"]))
+            for r in kept:
+                r["config"]["tags"] = tags
+            rows += kept
         head = dict(members[-1][1])
         head["sources"] = [
             {
@@ -1811,7 +1814,7 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
         ]
         head["grid_size"] = sum(d.get("grid_size", 0) for _, d in members)
         head["stopped_at"] = next((d["stopped_at"] for _, d in members if d.get("stopped_at")), None)
-        out.append((head, [merged[k] for k in order]))
+        out.append((head, rows))
     return out
 
 
@@ -1907,8 +1910,8 @@ def _reading_group_key(doc: dict[str, Any], r: dict[str, Any]) -> tuple[Any, ...
 
 
 def repeatability(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every config read in more than one process across the raw files (before they are merged, which keeps the
-    newest reading of a key): its readings' tokens/s, the spread (fastest / slowest - 1) and the share of its
+    """Every config read in more than one process across the raw files (its repeats and its readings in
+    several files): its readings' tokens/s, the spread (fastest / slowest - 1) and the share of its
     predicted step that waits on the host's Python (throughput.host_share). Host-bound configs (that share >=
     calibration.HOST_BOUND_SHARE) apart from the others: how close any prediction can come to one reading."""
     groups: dict[tuple[Any, ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
@@ -2753,7 +2756,7 @@ def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
     merged = (
         " Merged from "
         + ", ".join(f"{s['date']} ({s['rows']} rows, tiers {s['tiers'] or 'all'})" for s in sources)
-        + "; the newer row of a config wins."
+        + "; a config read more than once keeps every reading (where they disagree on running, the newest stands)."
         if len(sources) > 1
         else ""
     )
@@ -2763,7 +2766,7 @@ def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
         f"torch {doc['versions'].get('torch')}, deepspeed {doc['versions'].get('deepspeed')}, "
         f"transformers {doc['versions'].get('transformers')})",
         "",
-        f"{run['rows']} configs run ({run['ok']} ok, {run['oom']} OOM, {run['error']} errors) of {doc['grid_size']}"
+        f"{run['rows']} readings ({run['ok']} ok, {run['oom']} OOM, {run['error']} errors) of {doc['grid_size']}"
         + (
             f", {run['diagnostic_rows']} more of diagnostic shapes (shown apart, judged by no target)"
             if run.get("diagnostic_rows")

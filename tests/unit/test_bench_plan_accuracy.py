@@ -230,24 +230,43 @@ def test_a_config_read_more_than_once_counts_at_its_median_on_both_sides(pa: Mod
     assert best_tps == tps == 46.0 and best["config"]["micro_batch"] == 16
 
 
-def test_raw_files_merge_and_the_newer_row_wins(pa: ModuleType, tmp_path: Path) -> None:
+def test_raw_files_merge_keeping_every_reading_and_the_newest_outcome(pa: ModuleType, tmp_path: Path) -> None:
+    """Readings of one config in several files (or twice in one) all count, at their median; readings that disagree
+    on whether it ran leave the newest outcome; a harness error stands only where nothing else was read."""
     hw = _h200(pa, 1)
     cfg = pa.Config("gpt2-medium", 1, micro_batch=8, cap_gib=24, tags=("rec:24GiB",))
     old = _row(pa, hw, cfg, alloc_error=0, tps=0, status="oom") | {"finished_at": 100.0}
     new = _row(pa, hw, replace(cfg, tags=("next:24GiB",)), alloc_error=0, tps=55_000) | {"finished_at": 200.0}
-    other = _row(pa, hw, pa.Config("gpt2", 1, micro_batch=8), alloc_error=0, tps=1)
+    gpt2 = pa.Config("gpt2", 1, micro_batch=8)
+    first, failed = (
+        _row(pa, hw, gpt2, alloc_error=0, tps=t, status=st) | {"finished_at": f}
+        for t, st, f in ((100_000, "ok", 50.0), (0, "error", 300.0))
+    )
+    second, third = (
+        _row(pa, hw, gpt2, alloc_error=0, tps=t) | {"finished_at": f}
+        for t, f in ((120_000, 150.0), (90_000, 160.0))
+    )
     a, b = tmp_path / "a-1gpu.json", tmp_path / "a-1gpu-verify.json"
-    a.write_text(json.dumps(_doc(hw, [old, other])))
-    b.write_text(json.dumps(_doc(hw, [new], date="2026-12-01")))
+    a.write_text(json.dumps(_doc(hw, [old, first, failed])))
+    b.write_text(json.dumps(_doc(hw, [new, second, third], date="2026-12-01")))
     for order in ([a, b], [b, a]):
         summary = pa.analyze(order, tmp_path)
         (run,) = summary["per_run"]
-        assert run["rows"] == 2 and run["ok"] == 2 and run["oom"] == 0
+        assert run["rows"] == 4 and run["ok"] == 4 and run["oom"] == 0 and run["error"] == 0
         assert {s["date"] for s in run["sources"]} == {"2026-11-30", "2026-12-01"}
     assert (tmp_path / "a-1gpu-verify-merged.md").exists()  # named after the first file given
     ((_, rows),) = pa._merge_runs([json.loads(a.read_text()), json.loads(b.read_text())])
-    merged = next(r for r in rows if r["config"]["model"] == "gpt2-medium")
-    assert merged["config"]["tags"] == ["rec:24GiB", "next:24GiB"]
+    (merged,) = (r for r in rows if r["config"]["model"] == "gpt2-medium")
+    assert merged["config"]["tags"] == ["rec:24GiB", "next:24GiB"] and merged["status"] == "ok"
+    readings = [r for r in rows if r["config"]["model"] == "gpt2"]
+    assert [r["tokens_per_sec"] for r in readings] == [100_000, 120_000, 90_000]  # oldest first
+    # the three readings are one config, counted at their median
+    assert pa.judge(rows, asdict(gpt2), None)["tokens_per_sec"] == 100_000
+    (family,) = (f for f in run["families"] if f["family"].startswith("gpt2 z1"))
+    assert (family["configs"], family["rows"]) == (1, 3)
+    # a config whose only reading failed keeps it
+    ((_, rows),) = pa._merge_runs([_doc(hw, [failed])])
+    assert [r["status"] for r in rows] == ["error"]
 
 
 def test_throughput_fit_recovers_constants_that_generated_the_rows(pa: ModuleType) -> None:
@@ -506,7 +525,7 @@ def _measured_h200_rows(pa: ModuleType) -> tuple[list[dict], object]:  # type: i
     from wizard.hardware.report import HardwareReport
 
     summary = json.loads(
-        (ROOT / "bench/results/plan_accuracy-2026-12-04-1gpu-all-p-summary.json").read_text()
+        (ROOT / "bench/results/plan_accuracy-2026-12-05-1gpu-all-q-summary.json").read_text()
     )
     docs = [json.loads((ROOT / p).read_text()) for p in summary["inputs"]]
     ((head, rows),) = pa._merge_runs(docs)
@@ -581,7 +600,7 @@ def test_a_recommendation_is_judged_against_the_best_config_read_on_the_same_mac
     2026-12-04 and micro-batch 64 read 98,390 on another: 0.924 pooled. Two machines of 2026-11-30 read both: per
     machine each side at its median there, and the median of those machines' ratios."""
     summary = json.loads(
-        (ROOT / "bench/results/plan_accuracy-2026-12-04-1gpu-all-p-summary.json").read_text()
+        (ROOT / "bench/results/plan_accuracy-2026-12-05-1gpu-all-q-summary.json").read_text()
     )
     (run,) = summary["per_run"]
     entry = next(r for r in run["recommendations"] if r["model"] == "gpt2-medium" and r["card"] == "full")

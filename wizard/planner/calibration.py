@@ -244,7 +244,8 @@ FORWARD_TRANSIENT_SHARE_AT_STEP = 0.77  # fit: of the forward's activations + lo
 # (the rule before the pressure runs, 0.57 / 0.85: 45 on the same checks); six OOM rows are kept out by the 5 %
 # margin alone, each needing >= 0.956 of its card.
 # With the rows of 2026-12-04 (plan_accuracy-2026-12-04-1gpu-all-p.md, the offload share 0.4 below): 564 fit checks,
-# 0 unsafe, 31 conservative; five OOM rows kept out by the margin alone, the least needing 0.953 of its card.
+# 0 unsafe, 31 conservative; five OOM rows kept out by the margin alone, the least needing 0.953 of its card. Every
+# reading of a config counted (plan_accuracy-2026-12-05-1gpu-all-q.md): 646 checks, 0 unsafe, 32 conservative.
 # With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) a pool is one segment that grows by
 # mapping pages and unmaps its free pages when a request would fail, so under pressure only a fixed remainder stays.
 # One H200, one config per process (bench/results/plan_accuracy-2026-12-03-1gpu-allocator-expandable-*.json,
