@@ -587,7 +587,7 @@ def start_job(checked: CheckedLaunch) -> tuple[Job, TerminalSink]:
     from runner.job.prepare import prepare_run
     from runner.job.supervisor import Job
     from runner.job.terminal import TerminalSink
-    from runner.phases import expected_optimizer_op
+    from wizard.config.optimizer_op import optimizer_op
 
     resolved, request = checked.resolved, checked.resolved.request
     spec = resolved.spec
@@ -623,7 +623,7 @@ def start_job(checked: CheckedLaunch) -> tuple[Job, TerminalSink]:
         term_grace_s=request.grace,
         status_every_s=request.status_every,
         stall_timeout_s=request.stall_timeout,
-        optimizer_op=expected_optimizer_op(prepared.ds_config, gpu=bool(checked.hardware.gpus)),
+        optimizer_op=optimizer_op(prepared.ds_config, gpu=bool(checked.hardware.gpus)),
         oom_advisor=oom_advisor(checked.sidecar, resolved.choice.folder),
     )
     return job, sink

@@ -9,9 +9,7 @@ into named phases with a start time: "building fused_adam (first run only)" for 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 # Lines that name an op being built or loaded (DeepSpeed op_builder/builder.py, torch/utils/cpp_extension.py).
 _BUILDING_RES = (
@@ -43,30 +41,6 @@ class Phase:
 
     def describe(self, now: float) -> str:
         return f"{self.name}… {max(0, int(now - self.started_at))} s"
-
-
-def expected_optimizer_op(ds_config: Mapping[str, Any] | None, *, gpu: bool) -> str | None:
-    """The op DeepSpeed will JIT-build for the config's optimizer (None when it builds none we know of)."""
-    if not ds_config:
-        return None
-    opt = ds_config.get("optimizer")
-    name = str(opt.get("type", "")).lower() if isinstance(opt, Mapping) else ""
-    zero = ds_config.get("zero_optimization")
-    offload = zero.get("offload_optimizer") if isinstance(zero, Mapping) else None
-    offloaded = isinstance(offload, Mapping) and str(offload.get("device", "none")).lower() in ("cpu", "nvme")
-    if name in ("adam", "adamw"):
-        if (
-            isinstance(opt, Mapping)
-            and isinstance(opt.get("params"), Mapping)
-            and opt["params"].get("torch_adam")
-        ):
-            return None
-        return "cpu_adam" if offloaded else ("fused_adam" if gpu else None)
-    if name == "lamb":
-        return "fused_lamb" if gpu else None
-    if name == "lion":
-        return "cpu_lion" if offloaded else ("fused_lion" if gpu else None)
-    return None
 
 
 class PhaseTracker:

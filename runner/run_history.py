@@ -29,6 +29,7 @@ from runner.rundir import (
     effective_status,
     read_run_record,
 )
+from wizard.config.optimizer_op import builds_fused_adam
 from wizard.config.sidecar import PlanSidecar, stated_strategy_fields, strategy_of_config
 from wizard.errors import DswizError
 from wizard.history.record import SOURCES, Figures, Hardware, Measurement
@@ -68,6 +69,7 @@ def entry_at_start(
     physics = ""
     model_spec = None
     seq_len = None
+    fused = builds_fused_adam(ds_config)  # the optimizer the launched config makes DeepSpeed build
     if sidecar is not None:
         m = sidecar.model
         model = {
@@ -85,7 +87,7 @@ def entry_at_start(
         if applies:
             # The physics of this dswiz (no history) for exactly what runs: the plan's own figures may come from
             # an older dswiz, or a strategy the user has edited since.
-            predicted = _physics_prediction(sidecar, ran, expandable_segments)
+            predicted = _physics_prediction(sidecar, ran, expandable_segments, fused)
             physics = physics_version() if predicted.tokens_per_sec is not None else ""
     chosen = source or os.environ.get(SOURCE_ENV, "") or "launch"
     return Measurement(
@@ -98,6 +100,7 @@ def entry_at_start(
         model_spec=model_spec,
         seq_len=seq_len,
         expandable_segments=expandable_segments,
+        fused_optimizer=fused,
         run_dir=str(run_dir),
         source=chosen if chosen in SOURCES else "launch",
     )
@@ -154,17 +157,24 @@ def recorded_strategy(record: Mapping[str, Any], gpus_per_node: int) -> Strategy
     return s if sane else None
 
 
-def _physics_prediction(sidecar: PlanSidecar, strategy: Strategy, expandable_segments: bool) -> Figures:
+def _physics_prediction(
+    sidecar: PlanSidecar, strategy: Strategy, expandable_segments: bool, fused_optimizer: bool
+) -> Figures:
     """The planner's physics (no history) for exactly ``strategy`` on the plan's model, hardware and sequence, with
-    the allocator the job runs with."""
+    the allocator the job runs with and the optimizer its config makes DeepSpeed build."""
     from wizard.planner import PlanRequest, evaluate, history_figures
+    from wizard.planner.memory import ZeroBuffers
 
     try:
         p = evaluate(
             sidecar.hardware,
             sidecar.model,
             strategy,
-            PlanRequest(seq_len=sidecar.seq_len, expandable_segments=expandable_segments),
+            PlanRequest(
+                seq_len=sidecar.seq_len,
+                expandable_segments=expandable_segments,
+                buffers=ZeroBuffers(fused_optimizer=fused_optimizer),
+            ),
         ).predicted
     except (
         DswizError,

@@ -73,7 +73,16 @@ def make_sidecar(
         peak_tflops_per_gpu=peak,
         config_args=tuple(config_args),
         expandable_segments=request.expandable_segments,
+        fused_optimizer=request.buffers.fused_optimizer,
     )
+
+
+def planned_request(sidecar: PlanSidecar, request: planner.PlanRequest | None = None) -> planner.PlanRequest:
+    """``request`` (default: the planner's defaults) with what the sidecar's config was planned for beyond the
+    strategy: the allocator (without a ``request``) and the optimizer DeepSpeed builds from its optimizer section
+    (stage 0's step), which a re-plan of that config keeps whatever was asked."""
+    base = request or planner.PlanRequest(expandable_segments=sidecar.expandable_segments)
+    return replace(base, buffers=replace(base.buffers, fused_optimizer=sidecar.fused_optimizer))
 
 
 # ----------------------------------------------------------------------------------------- after a CUDA OOM
@@ -96,14 +105,14 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     hw = sidecar.hardware
     global_batch = failed.global_batch_size
     inference = failed.mode == "inference"
-    request = planner.PlanRequest(
+    request = replace(
+        planned_request(sidecar),
         seq_len=sidecar.seq_len,
         # Inference has no global batch to keep: the largest micro-batch below the failed one that fits.
         global_batch=None if inference else global_batch,
         mode=failed.mode,
         precisions=(failed.precision,),
         max_micro_batch=max(1, failed.micro_batch_size - 1),
-        expandable_segments=sidecar.expandable_segments,
     )
     try:
         result = planner.plan(hw, sidecar.model, request)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from runner.phases import PhaseTracker, expected_optimizer_op
+from runner.phases import PhaseTracker
 from runner.verdict import JobObserver
+from wizard.config.optimizer_op import builds_fused_adam, optimizer_op
 
 
 def names(tracker: PhaseTracker) -> list[str]:
@@ -57,19 +58,22 @@ def test_a_gpu_start_with_a_fused_adam_build() -> None:
     assert t.current.name == "saving a checkpoint"
 
 
-def test_expected_optimizer_op() -> None:
+def test_the_optimizer_deepspeed_builds_from_a_config() -> None:
     adamw = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
-    assert expected_optimizer_op(adamw, gpu=True) == "fused_adam"
-    assert expected_optimizer_op(adamw, gpu=False) is None
+    assert optimizer_op(adamw, gpu=True) == "fused_adam"
+    assert optimizer_op(adamw, gpu=False) is None
     offload = {**adamw, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
-    assert expected_optimizer_op(offload, gpu=True) == "cpu_adam"
-    assert (
-        expected_optimizer_op({"optimizer": {"type": "Adam", "params": {"torch_adam": True}}}, gpu=True)
-        is None
+    assert optimizer_op(offload, gpu=True) == "cpu_adam"
+    assert optimizer_op({"optimizer": {"type": "Adam", "params": {"torch_adam": True}}}, gpu=True) is None
+    assert optimizer_op({"optimizer": {"type": "Lamb"}}, gpu=True) == "fused_lamb"
+    assert optimizer_op({}, gpu=True) is None
+    assert optimizer_op(None, gpu=True) is None
+    # stage 0 steps through FP16_Optimizer only with DeepSpeed's FusedAdam; any true torch_adam is torch's AdamW
+    assert builds_fused_adam(adamw) and builds_fused_adam(offload) and not builds_fused_adam({})  # at stage 0
+    assert not builds_fused_adam({"optimizer": {"type": "AdamW", "params": {"torch_adam": 1}}})
+    assert not builds_fused_adam({"optimizer": {"type": "Lamb"}}) and not builds_fused_adam(
+        {"optimizer": "AdamW"}
     )
-    assert expected_optimizer_op({"optimizer": {"type": "Lamb"}}, gpu=True) == "fused_lamb"
-    assert expected_optimizer_op({}, gpu=True) is None
-    assert expected_optimizer_op(None, gpu=True) is None
 
 
 def test_status_line_before_and_during_training() -> None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from wizard.alloc_conf import with_expandable_segments
 from wizard.config.hostfile import placeholder_hosts
 from wizard.config.launchers import DEFAULT_LAUNCHER, MultinodeLauncher, launcher_problems, parse_version
+from wizard.config.optimizer_op import builds_fused_adam
 from wizard.config.schema import (
     AUTO,
     BF16,
@@ -126,9 +127,8 @@ def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = No
         )
     consumer = options.consumer
     training = strategy.mode == "train"
-    optimizer_by_deepspeed = training and (
-        options.optimizer == "deepspeed"
-        or (options.optimizer == "auto" and strategy.offload_optimizer != "none")
+    optimizer_by_deepspeed = training and deepspeed_builds_optimizer(
+        options.optimizer, offloaded=strategy.offload_optimizer != "none"
     )
     clipping: float | Literal["auto"] = AUTO if consumer == "trainer" else options.gradient_clipping
     return DeepSpeedSettings(
@@ -332,6 +332,24 @@ def _activation_checkpointing() -> ActivationCheckpointing:
         synchronize_checkpoint_boundary=False,
         profile=False,
     )
+
+
+def deepspeed_builds_optimizer(choice: Literal["auto", "deepspeed", "script"], *, offloaded: bool) -> bool:
+    """Whether the configs written with --optimizer ``choice`` carry an optimizer section (DeepSpeed builds the
+    optimizer) for a training strategy: "auto" gives it to DeepSpeed where the optimizer is offloaded (its CPU Adam),
+    else leaves it to the script."""
+    return choice == "deepspeed" or (choice == "auto" and offloaded)
+
+
+def writes_fused_adam(choice: Literal["auto", "deepspeed", "script"], *, torch_adam: bool) -> bool:
+    """Whether DeepSpeed builds its FusedAdam from the configs written with --optimizer ``choice`` [--torch-adam]
+    where the optimizer stays on the GPU -- so stage 0 in 16 bits steps through FP16_Optimizer
+    (``wizard.planner.memory.ZeroBuffers.fused_optimizer``): the section ``_optimizer`` writes, read by the rule
+    DeepSpeed follows (``wizard.config.optimizer_op``)."""
+    if not deepspeed_builds_optimizer(choice, offloaded=False):
+        return False  # the script's own optimizer
+    section = _optimizer(WriteOptions(optimizer=choice, torch_adam=torch_adam))
+    return builds_fused_adam({"optimizer": {"type": section.type, "params": section.params}})
 
 
 def _optimizer(options: WriteOptions) -> Optimizer:

@@ -19,7 +19,9 @@ refuses a higher ``version``)::
                    "host_ram_bytes": ...,
                    "report": {...}},                # the full HardwareReport, for re-planning
       "request": {"seq_len": ..., "global_batch": ... | null,    # what the planner was asked
-                  "expandable_segments": true},             # only when planned for them (absent: false)
+                  "expandable_segments": true,              # only when planned for them (absent: false)
+                  "fused_optimizer": true},                 # only when the config makes DeepSpeed build its
+                                                            # FusedAdam (stage 0's step; absent: false)
       "strategy": {...},                            # wizard.strategy.Strategy.to_dict(): what the configs say
       "predicted": {"peak_gpu_bytes": ..., "needed_gpu_bytes": ..., "host_bytes": ..., "nvme_bytes": ..., "tokens_per_sec": ..., "mfu": ...}
                    | null,                          # per GPU / per node / whole job; null when not predicted
@@ -82,6 +84,10 @@ class PlanSidecar:
     config_args: tuple[str, ...] = ()
     # Planned for PyTorch's allocator with expandable segments: ``dswiz launch`` turns them on for the job.
     expandable_segments: bool = False
+    # Planned for DeepSpeed's FusedAdam, which the config makes it build (wizard.config.optimizer_op): stage 0 in 16
+    # bits steps through FP16_Optimizer (wizard.planner.memory.ZeroBuffers.fused_optimizer). Every re-plan of this
+    # config plans with it (wizard.replan.sidecar_request).
+    fused_optimizer: bool = False
 
     @property
     def hardware_summary(self) -> str:
@@ -132,6 +138,7 @@ def sidecar_to_dict(s: PlanSidecar) -> dict[str, Any]:
             "seq_len": s.seq_len,
             "global_batch": s.global_batch,
             **({"expandable_segments": True} if s.expandable_segments else {}),
+            **({"fused_optimizer": True} if s.fused_optimizer else {}),
         },
         "strategy": s.strategy.to_dict(),
         "predicted": None
@@ -209,6 +216,7 @@ def load_sidecar(text: str, *, source: str = SIDECAR_NAME) -> PlanSidecar:
             peak_tflops_per_gpu=_opt_float(data.get("peak_tflops_per_gpu")),
             config_args=tuple(str(a) for a in data.get("config_args") or ()),
             expandable_segments=request.get("expandable_segments") is True,
+            fused_optimizer=request.get("fused_optimizer") is True,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise DswizError(f"{source} is incomplete or damaged ({type(e).__name__}: {e})", _fix(source)) from e

@@ -132,6 +132,9 @@ class Measurement:
     # whether the job ran with PyTorch's expandable segments (wizard.alloc_conf): its prediction, made again under
     # other physics, counts the allocator it ran with
     expandable_segments: bool = False
+    # whether its config made DeepSpeed build its FusedAdam (wizard.config.optimizer_op): stage 0's step, predicted
+    # again, counts the optimizer it ran with
+    fused_optimizer: bool = False
 
     @property
     def family(self) -> str:
@@ -171,6 +174,7 @@ class Measurement:
             **({"physics": self.physics} if self.physics else {}),
             **({"model_spec": dict(self.model_spec)} if self.model_spec else {}),
             **({"expandable_segments": True} if self.expandable_segments else {}),
+            **({"fused_optimizer": True} if self.fused_optimizer else {}),
         }
 
     @classmethod
@@ -199,6 +203,7 @@ class Measurement:
             physics=_text(data.get("physics"))[:64],
             model_spec=_spec(data.get("model_spec")),
             expandable_segments=data.get("expandable_segments") is True,
+            fused_optimizer=data.get("fused_optimizer") is True,
         )
 
 

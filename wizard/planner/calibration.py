@@ -277,9 +277,9 @@ UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
 # (deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8), which gives each fp32 master a copy of its own
 # gradient: blocks of one tensor's size, which the split segments can take. DeepSpeed's FusedAdam makes it
 # FP16_Optimizer, which flattens the whole fp32 gradient into one block as stages 1-2 do: the share above -- where a
-# config's optimizer section builds it (memory.ZeroBuffers.fused_optimizer, which `dswiz check` reads from the
-# config; `dswiz config --optimizer deepspeed`, its OOM advice and probe still plan the unfused step), not where a
-# script passes DeepSpeed's FusedAdam as its own optimizer (dswiz cannot see that).
+# config's optimizer section builds it (memory.ZeroBuffers.fused_optimizer: wizard.config.optimizer_op reads the
+# section for `dswiz check`, `dswiz config --optimizer deepspeed` and the wizard, and dswiz-plan.json keeps it for
+# every re-plan), not where a script passes DeepSpeed's FusedAdam as its own optimizer (dswiz cannot see that).
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters

@@ -31,7 +31,8 @@ class ZeroBuffers:
     max_reuse_distance: int = cal.STAGE3_MAX_REUSE_DISTANCE
     overlap_comm: bool | None = None  # None: DeepSpeed's default (on at stage 3 only)
     # DeepSpeed builds its FusedAdam from the config's optimizer section (Adam/AdamW without torch_adam, not
-    # offloaded): stage 0 in 16 bits then steps through FP16_Optimizer, not FP16_UnfusedOptimizer (stage0_step_bytes)
+    # offloaded; wizard.config.optimizer_op): stage 0 in 16 bits then steps through FP16_Optimizer, not
+    # FP16_UnfusedOptimizer (stage0_step_bytes)
     fused_optimizer: bool = False
 
 

@@ -20,6 +20,7 @@ from wizard.history.store import HistoryStore, default_path
 from wizard.model import ModelSpec
 from wizard.planner import PlanRequest, evaluate, history_figures
 from wizard.planner.calibration import physics_version
+from wizard.planner.memory import ZeroBuffers
 
 
 def calibration_for(hardware: HardwareReport) -> Corrections | None:
@@ -66,7 +67,11 @@ def predicted_again(
             hardware,
             ModelSpec.from_dict(spec),
             strategy,
-            PlanRequest(seq_len=seq, expandable_segments=record.expandable_segments),
+            PlanRequest(
+                seq_len=seq,
+                expandable_segments=record.expandable_segments,
+                buffers=ZeroBuffers(fused_optimizer=record.fused_optimizer),
+            ),
         ).predicted
     except (DswizError, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError):
         return None  # a hand-edited or foreign record: left out

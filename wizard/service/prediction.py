@@ -282,28 +282,17 @@ _BUFFER_KEYS = (
 )
 
 
-def _builds_fused_adam(config: ConfigSet) -> bool:
-    """Whether DeepSpeed builds its FusedAdam from the config: an Adam/AdamW section without torch_adam, the optimizer
-    not offloaded (then it is DeepSpeed's CPU Adam) -- engine.py _configure_basic_optimizer, DeepSpeed 0.19.8."""
-    opt = config.deepspeed.optimizer
-    if opt is None or not isinstance(opt.type, str) or opt.type.lower() not in ("adam", "adamw"):
-        return False
-    if (opt.params or {}).get("torch_adam"):  # any true value, as DeepSpeed pops it (engine.py)
-        return False
-    zero = config.deepspeed.zero_optimization
-    offload = getattr(zero, "offload_optimizer", None) if zero is not None else None
-    return getattr(offload, "device", None) in (None, "none")
-
-
 def buffers_of(config: ConfigSet) -> ZeroBuffers:
     """The buffer sizes a DeepSpeed config sets (a smaller reduce bucket frees memory: the ZeRO-Offload paper's
     13B run used 5e7); DeepSpeed's defaults where a key is absent or "auto" (the Trainer fills it)."""
+    from wizard.config.optimizer_op import builds_fused_adam
+    from wizard.config.render import ds_config_dict
     from wizard.model import MAX_COUNT
     from wizard.planner.memory import DEFAULT_BUFFERS
 
     zero = config.deepspeed.zero_optimization
     changes: dict[str, Any] = {}
-    if _builds_fused_adam(config):
+    if builds_fused_adam(ds_config_dict(config.deepspeed)):  # stage 0 steps through FP16_Optimizer
         changes["fused_optimizer"] = True
     if zero is None:
         return replace(DEFAULT_BUFFERS, **changes)

@@ -33,6 +33,7 @@ from wizard.config.sidecar import PlanSidecar, config_command, read_sidecar
 from wizard.errors import DswizError
 from wizard.history.record import Figures, strategy_lineage
 from wizard.planner import Candidate, Plan, PlanRequest, plan
+from wizard.replan import planned_request
 from wizard.service.history import with_history
 from wizard.strategy import Strategy
 
@@ -111,10 +112,11 @@ def _group(s: Strategy) -> str:
 
 def plan_for(sidecar: PlanSidecar, request: PlanRequest | None = None, *, use_history: bool = True) -> Plan:
     """The plan the candidates come from: the user's planning flags (without them, the allocator the base config
-    was planned for), at the sequence the base config planned, calibrated by the run history of the sidecar's
-    hardware unless ``use_history`` is False."""
-    own = PlanRequest(expandable_segments=sidecar.expandable_segments)
-    base = replace(request or own, seq_len=sidecar.seq_len, global_batch=sidecar.global_batch)
+    was planned for) and the optimizer its config makes DeepSpeed build, at the sequence the base config planned,
+    calibrated by the run history of the sidecar's hardware unless ``use_history`` is False."""
+    base = replace(
+        planned_request(sidecar, request), seq_len=sidecar.seq_len, global_batch=sidecar.global_batch
+    )
     return plan(sidecar.hardware, sidecar.model, with_history(base, sidecar.hardware, use=use_history))
 
 

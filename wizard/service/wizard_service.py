@@ -125,7 +125,20 @@ class WizardService:
             if self._history is None or self._history[0] is not hw:
                 self._history = (hw, with_history(base, hw, use=self._use_history))
             base = self._history[1]
-        return replace(base, seq_len=choices.seq_len, global_batch=choices.global_batch, mode=choices.mode)
+        from wizard.config.optimizer_op import builds_fused_adam
+        from wizard.config.render import ds_config_dict
+
+        # an imported file's optimizer section stays in what is written (stage 0's step: wizard.config.optimizer_op)
+        fused = choices.imported is not None and builds_fused_adam(
+            ds_config_dict(choices.imported.config.deepspeed)
+        )
+        return replace(
+            base,
+            seq_len=choices.seq_len,
+            global_batch=choices.global_batch,
+            mode=choices.mode,
+            buffers=replace(base.buffers, fused_optimizer=fused),
+        )
 
     def plan(self, choices: Choices, model: ModelSpec) -> Plan:
         return planner.plan(_hardware(choices), model, self.request(choices))
