@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from wizard.strategy import Strategy
 HW_SPEC = "1xH100-80GB"
 MODEL = "gpt2-xl"
 Z2 = {"stage": 2, "offload_optimizer": "none", "offload_param": "none"}
+LLAMA_1B = "type=llama,name=llama-1b,layers=22,hidden=2048,heads=32,kv_heads=4,ffn=5632,vocab=32000,seq=2048"
 
 
 def _record(db: Path, *, tokens_ratio: float, memory_ratio: float, runs: int = 3) -> None:
@@ -105,6 +107,25 @@ def test_a_strategy_is_predicted_toward_its_familys_measurements() -> None:
         sum(v for _, v in physics.predicted.time_parts) / t,
         rel_tol=1e-9,
     )
+
+
+def test_slow_host_bound_runs_correct_only_the_host_bound_candidates() -> None:
+    """Runs the planner put on the host (micro-batch 1 of a ~1B model: half their step waits on Python) that read 30 %
+    slow correct the same family's micro-batch 1, never its micro-batch 16, which the GPU sets."""
+    from wizard.planner.throughput import estimate_throughput, host_bound
+
+    hw, model = get_hardware(HW_SPEC), load_model_spec(LLAMA_1B)
+    small, large = (
+        Strategy(zero_stage=2, precision="bf16", micro_batch_size=b, gpus_per_node=1) for b in (1, 16)
+    )
+    assert host_bound(estimate_throughput(hw, model, small, 1024))
+    assert not host_bound(estimate_throughput(hw, model, large, 1024))
+    slow = [
+        replace(r, predicted=replace(r.predicted, host_bound=True)) for r in _runs(0.7, 1.0)
+    ]  # recorded with the prediction's flag
+    request = replace(_calibrated_request(slow), seq_len=1024)
+    assert evaluate(hw, model, small, request).predicted.tokens_factor < 0.8
+    assert evaluate(hw, model, large, request).predicted.tokens_factor == 1.0
 
 
 def test_more_memory_measured_means_a_smaller_micro_batch_fits() -> None:

@@ -9,8 +9,11 @@ model states need). A family with no runs of its own takes its group's correctio
 on these GPUs, ``record.family_group``), else that of the runs of its class (host-bound: stage 3 or offload; GPU-
 bound: the rest, ``record.host_bound_family``), else the hardware-wide one. Host-bound runs of another host CPU are
 left out: the host sets their speed. A run is host-bound by its family, or where the planner predicted a quarter
-of its step or more on the host (``Measurement.host_bound``: micro-batch 1-2 of a ~1B model at any stage); such a
-run of a GPU-bound family teaches its family and group, and the host-bound class, not the GPU-bound one.
+of its step or more on the host (``Measurement.host_bound``: micro-batch 1-2 of a ~1B model at any stage). Speed is
+corrected by regime: such a run of a GPU-bound family teaches that family's (and group's) host-bound candidates and
+the host-bound class, never its GPU-bound candidates nor the GPU-bound class -- the same config read up to 1.78x
+apart from one process to the next there, where the GPU-bound ones repeat within a few per cent. Memory does not
+depend on the host: every run of a family teaches its memory.
 
 Errors are judged leave-one-out (each run predicted from the others) when there are at least two runs, so "error
 after" is what a new run can expect, not the fit to itself.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from wizard.history.record import Measurement, host_bound_family
@@ -75,9 +78,13 @@ class Corrections:
     hardware_key: str = ""
     families: Mapping[str, FamilyCorrection] | None = None
     groups: Mapping[str, FamilyCorrection] | None = None  # record.family_group: families doing the same work
-    # "host-bound" / "gpu-bound" (record.host_bound_family): a family without runs of its own or of its group borrows
-    # from its class before the hardware-wide figure
+    # "host-bound" / "gpu-bound" (record.host_bound_family, or the run's prediction): a family without runs of its own
+    # or of its group borrows from its class before the hardware-wide figure
     classes: Mapping[str, FamilyCorrection] | None = None
+    # tokens/s by the regime its runs ran in: (family or group, "host-bound" / "gpu-bound") -> the factor those runs
+    # give (``families`` and ``groups`` hold every run's, for memory)
+    family_speeds: Mapping[tuple[str, str], Factor] | None = None
+    group_speeds: Mapping[tuple[str, str], Factor] | None = None
     overall: FamilyCorrection = FamilyCorrection()
     problem: str = ""  # why the history could not be read (then nothing is corrected)
     left_out: int = (
@@ -91,21 +98,34 @@ class Corrections:
     def runs(self) -> int:
         return max(self.overall.tokens_per_sec.runs, self.overall.peak_gpu_bytes.runs)
 
-    def for_family(self, family: str, group: str | None = None) -> FamilyCorrection:
+    def for_family(
+        self, family: str, group: str | None = None, *, host_bound: bool = False
+    ) -> FamilyCorrection:
         """The family's own correction; else its group's (``record.family_group``: on one GPU, ZeRO-1 teaches ZeRO-2);
         else its class's (a GPU-bound family never takes a ZeRO-3 or offload run's host speed), else the
-        hardware-wide one, borrowed."""
+        hardware-wide one, borrowed. Speed from the runs of the candidate's regime only: ``host_bound``, a candidate
+        the planner puts a quarter of its step or more on the host (throughput.host_bound), takes its family's,
+        group's or class's host-bound runs (else the machine's, borrowed), a GPU-bound one their GPU-bound runs and
+        never a host-bound run's speed (without any, the physics)."""
+        regime = "host-bound" if host_bound else _class(family)
         own = (self.families or {}).get(family)
-        if own is not None:
-            return own
         kin = (self.groups or {}).get(group or "")
-        if kin is not None:
-            return kin
-        source = (self.classes or {}).get(_class(family), self.overall)
-        return FamilyCorrection(
-            _borrowed(source.tokens_per_sec, TOKENS_BOUNDS),
-            _borrowed(source.peak_gpu_bytes, MEMORY_BOUNDS),
+        speed = (self.family_speeds or {}).get((family, regime)) or (self.group_speeds or {}).get(
+            (group or "", regime)
         )
+        found = own if own is not None else kin
+        if found is not None:
+            memory = found.peak_gpu_bytes
+        else:
+            memory = _borrowed(
+                (self.classes or {}).get(_class(family), self.overall).peak_gpu_bytes, MEMORY_BOUNDS
+            )
+        if speed is None:  # the class's runs; a host-bound candidate without any, the machine's
+            kind = (self.classes or {}).get(regime)
+            if kind is None and regime == "host-bound":
+                kind = self.overall
+            speed = _borrowed(kind.tokens_per_sec, TOKENS_BOUNDS) if kind is not None else Factor()
+        return FamilyCorrection(speed, memory)
 
     def summary(self) -> str | None:
         """One line for the plan's output ("calibrated by 3 runs on this hardware; median error ...")."""
@@ -155,27 +175,39 @@ def corrections(records: Iterable[Measurement], hardware_key: str, host_cpu: str
     by_family: dict[str, list[Measurement]] = {}
     by_group: dict[str, list[Measurement]] = {}
     by_class: dict[str, list[Measurement]] = {}
+    family_regime: dict[tuple[str, str], list[Measurement]] = {}
+    group_regime: dict[tuple[str, str], list[Measurement]] = {}
     for r in plausible:
         by_family.setdefault(r.family, []).append(r)
         by_group.setdefault(r.group, []).append(r)
         # a run the planner put on the host teaches the host-bound class, never the GPU-bound one, whatever its family
-        by_class.setdefault("host-bound" if r.host_bound else _class(r.family), []).append(r)
-    families = {fam: _family(runs) for fam, runs in by_family.items()}
+        regime = "host-bound" if r.host_bound else _class(r.family)
+        by_class.setdefault(regime, []).append(r)
+        family_regime.setdefault((r.family, regime), []).append(r)
+        group_regime.setdefault((r.group, regime), []).append(r)
     return Corrections(
         hardware_key=hardware_key,
-        families=families,
+        families={fam: _family(runs) for fam, runs in by_family.items()},
         groups={g: _family(runs) for g, runs in by_group.items()},
         classes={c: _family(runs) for c, runs in by_class.items()},
+        family_speeds=_speeds(family_regime),
+        group_speeds=_speeds(group_regime),
         overall=_family(plausible),
         left_out=len(usable) - len(plausible),
     )
+
+
+def _speeds(runs: Mapping[tuple[str, str], list[Measurement]]) -> dict[tuple[str, str], Factor]:
+    """The tokens/s factor of each key's runs, where they measured any (an OOM measures memory only)."""
+    factors = {key: _family(rs).tokens_per_sec for key, rs in runs.items()}
+    return {key: f for key, f in factors.items() if f.runs}
 
 
 def _class(family: str) -> str:
     return "host-bound" if host_bound_family(family) else "gpu-bound"
 
 
-def _family(runs: list[Measurement]) -> FamilyCorrection:
+def _family(runs: Sequence[Measurement]) -> FamilyCorrection:
     return FamilyCorrection(
         _factor(
             [

@@ -127,7 +127,7 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
     frag = fragmentation(
         ctx.model, base, ctx.seq_len, ctx.request.buffers, True, ctx.request.expandable_segments
     )
-    budget = int(ctx.gpu_budget / _factors(ctx, base)[1])  # sized for the memory the history says it takes
+    budget = int(ctx.gpu_budget / _memory_factor(ctx, base))  # sized for the memory the history says it takes
     max_b = max_micro_batch_for_capacity(phases, frag, base, budget, limit=limit)
     if per_gpu is None:
         mbs, gas = max(1, max_b), 1
@@ -164,24 +164,31 @@ def _remaps(ctx: PlanContext, mem: MemoryEstimate) -> bool:
     return allocator_remaps(mem, ctx.gpu_budget if ctx.gpu_cap else None, ctx.request.expandable_segments)
 
 
-def _factors(ctx: PlanContext, s: Strategy) -> tuple[float, float]:
-    """(tokens/s, device memory) factors the run history gives this strategy's family on this hardware."""
+def _memory_factor(ctx: PlanContext, s: Strategy) -> float:
+    """The device-memory factor the run history gives this strategy's family on this hardware."""
+    history = ctx.request.calibration
+    return 1.0 if history is None else history.for_family(*strategy_lineage(s)).peak_gpu_bytes.value
+
+
+def _tokens_factor(ctx: PlanContext, s: Strategy, tp: ThroughputEstimate) -> float:
+    """The tokens/s factor the run history gives this strategy's family on this hardware, from the runs of the
+    regime the physics puts ``tp`` in (host-bound or not: the correction does not move that share)."""
     history = ctx.request.calibration
     if history is None:
-        return 1.0, 1.0
-    c = history.for_family(*strategy_lineage(s))
-    return c.tokens_per_sec.value, c.peak_gpu_bytes.value
+        return 1.0
+    return history.for_family(*strategy_lineage(s), host_bound=host_bound(tp)).tokens_per_sec.value
 
 
 def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputEstimate]:
     """The physics' memory and throughput for exactly ``s``, corrected by the run history where it has runs."""
     mem = estimate_memory(ctx.model, s, ctx.seq_len, ctx.request.buffers, ctx.request.expandable_segments)
-    t, m = _factors(ctx, s)
+    m = _memory_factor(ctx, s)
     if m != 1.0:
         delta = round(mem.device * (m - 1))
         needed = mem.needed + round(mem.needed * (m - 1))
         mem = replace(mem, device=mem.device + delta, needed=needed, history_correction=delta)
     tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len, allocator_remaps=_remaps(ctx, mem))
+    t = _tokens_factor(ctx, s, tp)
     if t != 1.0:
         tp = replace(
             tp,
@@ -207,7 +214,7 @@ def _limits(ctx: PlanContext, mem: MemoryEstimate) -> tuple[str, ...]:
 
 
 def _prediction(ctx: PlanContext, s: Strategy, mem: MemoryEstimate, tp: ThroughputEstimate) -> Prediction:
-    t, m = _factors(ctx, s)
+    t, m = _tokens_factor(ctx, s, tp), _memory_factor(ctx, s)
     return Prediction(
         tokens_factor=t,
         memory_factor=m,
@@ -476,7 +483,7 @@ def evaluate(
     s, seq_len = strategy, ctx.seq_len
     mem, tp = _predict(ctx, s)
     phases = phases_for(model, s, seq_len, request.buffers)
-    budget = int(ctx.gpu_budget / _factors(ctx, s)[1])
+    budget = int(ctx.gpu_budget / _memory_factor(ctx, s))
     max_b = max_micro_batch_for_capacity(
         phases,
         fragmentation(model, s, seq_len, request.buffers, True, request.expandable_segments),
