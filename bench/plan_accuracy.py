@@ -63,7 +63,8 @@ smaller one OOMed), or unknown -- the verify run turns unknowns into measurement
 
 Optimizer: rows without offload use torch's fused AdamW through DeepSpeed ("torch_adam": true, "fused": true):
 one multi-tensor CUDA kernel with the same fp32 states as DeepSpeed's FusedAdam and no temporaries, without the
-~35 s fused_adam JIT build per call (--ds-fused-adam measures DeepSpeed's own instead). CPU offload rows need
+~35 s fused_adam JIT build per call (--ds-fused-adam measures DeepSpeed's own instead: rows of their own, labelled
+"ds:fusedadam", stage 0 predicted through FP16_Optimizer's step). CPU offload rows need
 DeepSpeedCPUAdam (its ~40 s JIT build happens at the first such row, late in the grid).
 """
 
@@ -93,11 +94,13 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, write_result  # noqa: E402
 
 from wizard.alloc_conf import expandable_segments, planned_expandable_segments  # noqa: E402
+from wizard.config.optimizer_op import builds_fused_adam  # noqa: E402
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
 from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
 from wizard.planner.memory import (  # noqa: E402
+    ZeroBuffers,
     allocator_remaps,
     deepspeed_estimate,
     device_overhead,
@@ -514,7 +517,12 @@ FAMILIES = (
 )  # fmt: skip
 PER_PROCESS_FAMILIES = FAMILIES[1:]  # one process (one engine) per config: all but the GPT-2 grid
 # Config.optimizer: how a row's label names it ("ds", DeepSpeed's AdamW from the config, is the grid's default).
-OPTIMIZER_LABELS = {"ds": "", "torch": " adamw:foreach", "torch-fused": " adamw:fused"}
+OPTIMIZER_LABELS = {
+    "ds": "",
+    "ds-fused": " ds:fusedadam",
+    "torch": " adamw:foreach",
+    "torch-fused": " adamw:fused",
+}
 
 
 def is_diagnostic(model: str) -> bool:
@@ -556,9 +564,11 @@ class Config:
     tags: tuple[str, ...] = ()
     seq: int | None = None  # None: the family's sequence length
     repeat: int = 0  # > 0: another reading of the same config, kept as a row of its own
-    # The optimizer: "ds" DeepSpeed's AdamW from the config (torch_adam, fused); "torch" / "torch-fused" the script's
-    # own torch.optim.AdamW (its default foreach implementation, or fused=True) and no optimizer section, as dswiz's
-    # written config and its script hint leave it.
+    # The optimizer: "ds" DeepSpeed's AdamW from the config (torch_adam, fused); "ds-fused" the config's AdamW without
+    # torch_adam, DeepSpeed's own FusedAdam (`dswiz config --optimizer deepspeed`; stage 0 then steps through
+    # FP16_Optimizer, which predict() counts from the config: wizard.config.optimizer_op); "torch" / "torch-fused" the
+    # script's own torch.optim.AdamW (its default foreach implementation, or fused=True) and no optimizer section, as
+    # dswiz's written config and its script hint leave it.
     optimizer: str = "ds"
     # Micro-steps per optimizer step: the forward/backward pairs run before each engine.step() that updates.
     grad_accum: int = 1
@@ -700,7 +710,9 @@ def predict(
     segments (None: as this process's environment says, which the ranks inherit)."""
     s = c.strategy(world)
     expandable = planned_expandable_segments(expandable, os.environ)
-    mem = estimate_memory(model, s, seq, expandable_segments=expandable)
+    # the optimizer the row's config makes DeepSpeed build (stage 0's step): the rule dswiz plans written configs by
+    buffers = ZeroBuffers(fused_optimizer=builds_fused_adam(ds_config(c, smoke=False)))
+    mem = estimate_memory(model, s, seq, buffers, expandable_segments=expandable)
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
     tp = estimate_throughput(hw, model, s, seq, allocator_remaps=allocator_remaps(mem, budget, expandable))
     ds = deepspeed_estimate(model, s)
@@ -948,7 +960,7 @@ def smoke_hardware(world: int) -> HardwareReport:
     )
 
 
-def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
+def ds_config(c: Config, smoke: bool) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": c.zero_stage}
     if c.zero_stage >= 1:  # what dswiz writes (wizard/config/build.py): DeepSpeed's bucket defaults
         zero.update(contiguous_gradients=True, overlap_comm=c.zero_stage == 3)
@@ -957,7 +969,7 @@ def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
     if c.offload_param != "none":
         zero["offload_param"] = {"device": c.offload_param, "pin_memory": True}
     params: dict[str, Any] = {"lr": 1e-5, "weight_decay": 0.0}
-    if c.offload_optimizer == "none" and not ds_fused_adam:
+    if c.offload_optimizer == "none" and c.optimizer == "ds":
         params.update(torch_adam=True, fused=not smoke)
     cfg: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": c.micro_batch,
@@ -967,7 +979,7 @@ def ds_config(c: Config, smoke: bool, ds_fused_adam: bool) -> dict[str, Any]:
         "steps_per_print": 1_000_000,
         "wall_clock_breakdown": False,
     }
-    if c.optimizer == "ds":
+    if c.optimizer in ("ds", "ds-fused"):
         cfg["optimizer"] = {"type": "AdamW", "params": params}
     if not smoke:
         cfg["bf16"] = {"enabled": True}
@@ -1157,7 +1169,7 @@ def client_optimizer(c: Config, model: Any) -> Any:
 
     if c.optimizer not in OPTIMIZER_LABELS:
         raise ValueError(f"optimizer {c.optimizer!r}: one of {', '.join(OPTIMIZER_LABELS)}")
-    if c.optimizer == "ds":
+    if c.optimizer in ("ds", "ds-fused"):
         return None
     if c.offload_optimizer != "none":  # ZeRO-Offload steps with DeepSpeed's CPU Adam, not a torch optimizer
         raise ValueError(
@@ -1196,7 +1208,7 @@ class _PhaseMarks:
         return out
 
 
-def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool, row: Row) -> None:
+def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
     import deepspeed
     import torch
 
@@ -1218,7 +1230,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, ds_fused_adam: bool
             model=model,
             model_parameters=model.parameters(),
             optimizer=client_optimizer(c, model),
-            config=ds_config(c, smoke, ds_fused_adam),
+            config=ds_config(c, smoke),
         )
         row.init_s = round(time.perf_counter() - start, 3)
         gen = torch.Generator(device="cpu").manual_seed(1)
@@ -1289,7 +1301,7 @@ def worker(args: argparse.Namespace) -> int:
     hw = smoke_hardware(world) if smoke else bench_hardware(world)
     seq = family_seq(args.family, smoke)
     tiers = parse_tiers(args.tiers)
-    grid = family_grid(hw, world, smoke, tiers, args.family)
+    grid = with_optimizer(family_grid(hw, world, smoke, tiers, args.family), args.ds_fused_adam)
     total = hw.min_gpu_memory_bytes or 0
     out_path = Path(args.out) / args.name
     if args.index is not None:  # one config of the grid in this process (--family zero3)
@@ -1317,7 +1329,7 @@ def worker(args: argparse.Namespace) -> int:
         row = Row(
             config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
         )
-        run_config(c, world, seq, smoke, args.ds_fused_adam, row)
+        run_config(c, world, seq, smoke, row)
         row.finished_at = round(time.time(), 1)
         dist.barrier()
         if rank == 0:
@@ -1376,6 +1388,17 @@ def new_doc(
         "grid_size": len(grid),
         "rows": [],
     }
+
+
+def with_optimizer(grid: list[Config], ds_fused_adam: bool) -> list[Config]:
+    """The grid with --ds-fused-adam: the configs that step on the GPU with DeepSpeed's AdamW take DeepSpeed's own
+    FusedAdam ("ds-fused", rows of their own); offloaded ones step with its CPU Adam either way."""
+    if not ds_fused_adam:
+        return grid
+    return [
+        replace(c, optimizer="ds-fused") if c.optimizer == "ds" and c.offload_optimizer == "none" else c
+        for c in grid
+    ]
 
 
 def family_grid(
@@ -1545,7 +1568,7 @@ def _worker_one(
         seq_len=seq,
         predicted=predict(hw, bench_spec(c.model), c, world, seq, card),
     )
-    run_config(c, world, seq, args.smoke, args.ds_fused_adam, row)
+    run_config(c, world, seq, args.smoke, row)
     row.finished_at = round(time.time(), 1)
     dist.barrier()
     if rank == 0:
@@ -1626,7 +1649,7 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
     hw = smoke_hardware(gpus) if args.smoke else bench_hardware(gpus)
     seq = family_seq(args.family, args.smoke)
     tiers = parse_tiers(args.tiers)
-    grid = family_grid(hw, gpus, args.smoke, tiers, args.family)
+    grid = with_optimizer(family_grid(hw, gpus, args.smoke, tiers, args.family), args.ds_fused_adam)
     wanted = [m for m in args.models.split(",") if m] if args.models else None
     cards = [x.strip() for x in args.cards.split(",") if x.strip()] if args.cards else None
     order = [int(x) for x in args.indices.split(",") if x] if args.indices else range(len(grid))

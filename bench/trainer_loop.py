@@ -108,7 +108,7 @@ def script_loop(c: Any, seq: int, smoke: bool) -> dict[str, Any]:
 
     model, device, cuda = _engine_inputs(c, seq, smoke)
     engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=model.parameters(), config=pa.ds_config(c, smoke, False)
+        model=model, model_parameters=model.parameters(), config=pa.ds_config(c, smoke)
     )
     ids = torch.randint(
         0, pa.bench_spec(c.model).vocab, (c.micro_batch, seq), generator=torch.Generator().manual_seed(1)
@@ -183,7 +183,7 @@ def trainer_loop(c: Any, seq: int, smoke: bool) -> dict[str, Any]:
             weight_decay=0.0,
             max_grad_norm=1.0,
             bf16=not smoke,
-            deepspeed=pa.ds_config(c, smoke, False),
+            deepspeed=pa.ds_config(c, smoke),
             logging_steps=10**6,
             save_strategy="no",
             report_to=[],
@@ -209,7 +209,7 @@ def _deltas(t0: float, ends: list[float]) -> list[float]:
 
 def bench_loop(c: Any, seq: int, smoke: bool) -> dict[str, Any]:
     row = pa.Row(config=asdict(c), world=1, seq_len=seq)
-    pa.run_config(c, 1, seq, smoke, False, row)
+    pa.run_config(c, 1, seq, smoke, row)
     if row.status != "ok":
         raise RuntimeError(row.error or row.status)
     return {

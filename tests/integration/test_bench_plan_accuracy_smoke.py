@@ -68,7 +68,7 @@ def test_smoke_runs_two_ranks_and_writes_raw_rows_and_the_report(tmp_path: Path)
 def test_smoke_verify_mode_records_the_allocator_and_merges_with_the_full_run(tmp_path: Path) -> None:
     """--tiers 0 (the recommendations + one boundary check each) writes its own ...-verify.json with the ranks'
     PYTORCH_CUDA_ALLOC_CONF in it; --analyze takes it together with a full run of the same allocator settings and
-    merges the rows, and keeps a run with other settings apart."""
+    merges the rows (each reading of a config kept), and keeps a run with other settings apart."""
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -99,7 +99,7 @@ def test_smoke_verify_mode_records_the_allocator_and_merges_with_the_full_run(tm
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((tmp_path / "plan_accuracy-2000-01-01-smoke-merged-summary.json").read_text())
     (merged,) = summary["per_run"]
-    assert merged["rows"] == 2  # the older file's row of the same config gave way to the newer one
+    assert merged["rows"] == 3  # the older file's reading of the same config kept beside the newer one
     report = (tmp_path / "plan_accuracy-2000-01-01-smoke-merged.md").read_text()
     assert "PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True" in report and "Merged from" in report
     assert f"{doc['rows'][0]['tokens_per_sec']:,.0f}" in report

@@ -489,6 +489,39 @@ def test_recs_family_is_every_model_and_card_the_analysis_judges(pa: ModuleType)
     assert "recs" in pa.PER_PROCESS_FAMILIES
 
 
+def test_ds_fused_adam_rows_are_their_own_and_predicted_through_the_fused_step(pa: ModuleType) -> None:
+    """--ds-fused-adam: the configs stepping on the GPU with DeepSpeed's AdamW build its FusedAdam instead of torch's
+    (no torch_adam in their config), as rows of their own (key, label), and predict() counts stage 0's
+    FP16_Optimizer step from that config -- 4 bytes a parameter more at the step; offloaded configs are unchanged."""
+    hw = _h200(pa, 1)
+    grid = pa.family_grid(hw, 1, False, (0,), "optimizer")
+    fused = pa.with_optimizer(grid, True)
+    assert pa.with_optimizer(grid, False) == grid
+    for before, after in zip(grid, fused, strict=True):
+        if before.optimizer == "ds" and before.offload_optimizer == "none":
+            assert after.optimizer == "ds-fused" and after.key() != before.key()
+            assert pa._describe(asdict(after)).endswith(" ds:fusedadam")
+            params = pa.ds_config(after, False)["optimizer"]["params"]
+            assert (
+                "torch_adam" not in params
+                and "torch_adam" in pa.ds_config(before, False)["optimizer"]["params"]
+            )
+            assert pa.client_optimizer(after, None) is None
+        else:
+            assert after == before
+    z0 = pa.Config("llama-1b", 0, micro_batch=1)
+    spec = pa.bench_spec("llama-1b")
+    card = pa.card_for_cap(hw.min_gpu_memory_bytes, None, 1)
+    torch_step = pa.predict(hw, spec, z0, 1, 1024, card)
+    fused_step = pa.predict(hw, spec, replace(z0, optimizer="ds-fused"), 1, 1024, card)
+    assert torch_step["peak_phase"] == fused_step["peak_phase"] == "optimizer step"
+    assert fused_step["allocated"] - torch_step["allocated"] == pytest.approx(4 * spec.total_params, rel=0.01)
+    z1 = pa.Config("llama-1b", 1, micro_batch=1)
+    assert pa.predict(hw, spec, z1, 1, 1024, card) == pa.predict(
+        hw, spec, replace(z1, optimizer="ds-fused"), 1, 1024, card
+    )
+
+
 def test_optimizer_family_steps_with_the_scripts_own_adamw(pa: ModuleType) -> None:
     """--family optimizer: a config stepped by the script's torch.optim.AdamW is a config of its own (its key, its
     label), its DeepSpeed config has no optimizer section, and the optimizer handed to deepspeed.initialize is
@@ -502,8 +535,8 @@ def test_optimizer_family_steps_with_the_scripts_own_adamw(pa: ModuleType) -> No
     foreach = replace(ds, optimizer="torch")
     assert ds.key() != foreach.key() and ds.key() == replace(ds, optimizer="ds").key()
     assert pa._describe(asdict(foreach)).endswith(" adamw:foreach")
-    assert "optimizer" in pa.ds_config(ds, False, False)
-    assert "optimizer" not in pa.ds_config(foreach, False, False)
+    assert "optimizer" in pa.ds_config(ds, False)
+    assert "optimizer" not in pa.ds_config(foreach, False)
     model = torch.nn.Linear(4, 4)
     assert pa.client_optimizer(ds, model) is None
     opt = pa.client_optimizer(replace(ds, optimizer="torch-fused"), model)
@@ -511,7 +544,7 @@ def test_optimizer_family_steps_with_the_scripts_own_adamw(pa: ModuleType) -> No
     assert pa.client_optimizer(foreach, model).defaults["fused"] is None
     with pytest.raises(ValueError, match="CPU Adam"):
         pa.client_optimizer(replace(foreach, offload_optimizer="cpu"), model)
-    with pytest.raises(ValueError, match="one of ds, torch, torch-fused"):
+    with pytest.raises(ValueError, match="one of ds, ds-fused, torch, torch-fused"):
         pa.client_optimizer(replace(ds, optimizer="torch_fused"), model)
     pressure = pa.family_grid(_h200(pa, 1), 1, False, (0,), "pressure")
     assert len({c.key() for c in pressure}) == len(pressure) == len(pa.PRESSURE_CONFIGS)
