@@ -74,14 +74,21 @@ def make_sidecar(
         config_args=tuple(config_args),
         expandable_segments=request.expandable_segments,
         fused_optimizer=request.buffers.fused_optimizer,
+        gpu_memory_bytes=request.gpu_memory_bytes,
+        safety_margin=None if request.safety_margin == cal.DEFAULT_SAFETY_MARGIN else request.safety_margin,
     )
 
 
 def planned_request(sidecar: PlanSidecar, request: planner.PlanRequest | None = None) -> planner.PlanRequest:
     """``request`` (default: the planner's defaults) with what the sidecar's config was planned for beyond the
-    strategy: the allocator (without a ``request``) and the optimizer DeepSpeed builds from its optimizer section
-    (stage 0's step), which a re-plan of that config keeps whatever was asked."""
-    base = request or planner.PlanRequest(expandable_segments=sidecar.expandable_segments)
+    strategy: without a ``request``, the allocator and the memory of each card it planned against (--gpu-memory,
+    --margin); always, the optimizer DeepSpeed builds from its optimizer section (stage 0's step), which a re-plan of
+    that config keeps whatever was asked."""
+    base = request or planner.PlanRequest(
+        expandable_segments=sidecar.expandable_segments,
+        gpu_memory_bytes=sidecar.gpu_memory_bytes,
+        safety_margin=cal.DEFAULT_SAFETY_MARGIN if sidecar.safety_margin is None else sidecar.safety_margin,
+    )
     return replace(base, buffers=replace(base.buffers, fused_optimizer=sidecar.fused_optimizer))
 
 
@@ -132,7 +139,7 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     fitting = [c for c in result.candidates if viable(c)]
     if not fitting:
         return []
-    cap = hw.min_gpu_memory_bytes
+    cap = result.gpu_capacity_bytes or hw.min_gpu_memory_bytes  # --gpu-memory's, where the plan had one
     same_kind = next((c for c in fitting if c.strategy.kind == failed.kind), None)
     best = fitting[0]
     lines: list[str] = []
@@ -167,7 +174,8 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
     if cap and ceiling > cap:
         lines.append(
             f"by the planner's estimate the config that failed needs {fmt_bytes(ceiling)} per GPU, more than the "
-            f"{fmt_bytes(cap)} the GPU has (`dswiz plan` shows what fits before a launch)"
+            f"{fmt_bytes(cap)} {'planned for (--gpu-memory)' if sidecar.gpu_memory_bytes else 'the GPU has'} "
+            "(`dswiz plan` shows what fits before a launch)"
         )
     else:
         lines.append(

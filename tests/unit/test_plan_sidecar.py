@@ -149,3 +149,25 @@ def test_the_launched_config_overrides_the_recorded_batch() -> None:
     assert (edited.micro_batch_size, edited.gradient_accumulation_steps, edited.zero_stage) == (3, 5, 3)
     assert edited.offload_optimizer == "cpu" and edited.offload_param == "none"
     assert strategy_of_config(sidecar, {"train_micro_batch_size_per_gpu": "auto"}) == sidecar.strategy
+
+
+def test_the_memory_planned_against_is_kept_and_a_damaged_value_named() -> None:
+    """--gpu-memory and --margin are written only where given (an older file reads as the card and the default), read
+    back exactly, and a value no flag can give is the file's damage, not a silent default."""
+    plain, _ = planned(seq_len=1024)
+    assert plain.gpu_memory_bytes is None and plain.safety_margin is None
+    assert not {"gpu_memory_bytes", "safety_margin"} & set(json.loads(dump_sidecar(plain))["request"])
+    tight, plan = planned(seq_len=1024, gpu_memory_bytes=24 << 30, safety_margin=0.08)
+    assert (tight.gpu_memory_bytes, tight.safety_margin) == (24 << 30, 0.08)
+    assert load_sidecar(dump_sidecar(tight)) == tight
+    assert plan.gpu_capacity_bytes == 24 << 30
+    data = json.loads(dump_sidecar(tight))
+    for key, bad in (
+        ("gpu_memory_bytes", 0),
+        ("gpu_memory_bytes", "24GiB"),
+        ("safety_margin", 0.9),
+        ("safety_margin", True),
+    ):
+        broken = json.dumps({**data, "request": {**data["request"], key: bad}})
+        with pytest.raises(DswizError, match="incomplete or damaged"):
+            load_sidecar(broken)

@@ -168,7 +168,7 @@ def check(
         ask = PredictionAsk(
             seq_len=seq_len,
             finetune_flags={name: ctx.params[name] for name in FINETUNE_FLAGS},
-            safety_margin=margin / 100,
+            safety_margin=margin / 100 if _given(ctx, "margin") else None,  # None: as the folder planned
             gpu_memory_bytes=gpu_memory_for(gpu_memory, target),
             use_history=use_history,
         )

@@ -20,8 +20,10 @@ refuses a higher ``version``)::
                    "report": {...}},                # the full HardwareReport, for re-planning
       "request": {"seq_len": ..., "global_batch": ... | null,    # what the planner was asked
                   "expandable_segments": true,              # only when planned for them (absent: false)
-                  "fused_optimizer": true},                 # only when the config makes DeepSpeed build its
+                  "fused_optimizer": true,                  # only when the config makes DeepSpeed build its
                                                             # FusedAdam (stage 0's step; absent: false)
+                  "gpu_memory_bytes": ...,                  # only when planned for less than the card (--gpu-memory)
+                  "safety_margin": ...},                    # only when not the default (--margin / 100)
       "strategy": {...},                            # wizard.strategy.Strategy.to_dict(): what the configs say
       "predicted": {"peak_gpu_bytes": ..., "needed_gpu_bytes": ..., "host_bytes": ..., "nvme_bytes": ..., "tokens_per_sec": ..., "mfu": ...}
                    | null,                          # per GPU / per node / whole job; null when not predicted
@@ -88,6 +90,10 @@ class PlanSidecar:
     # bits steps through FP16_Optimizer (wizard.planner.memory.ZeroBuffers.fused_optimizer). Every re-plan of this
     # config plans with it (wizard.replan.sidecar_request).
     fused_optimizer: bool = False
+    # What of each card the plan could use (--gpu-memory; None: the card's total) and kept free (--margin / 100; None:
+    # the planner's default): every re-plan of this folder plans against the same memory.
+    gpu_memory_bytes: int | None = None
+    safety_margin: float | None = None
 
     @property
     def hardware_summary(self) -> str:
@@ -139,6 +145,8 @@ def sidecar_to_dict(s: PlanSidecar) -> dict[str, Any]:
             "global_batch": s.global_batch,
             **({"expandable_segments": True} if s.expandable_segments else {}),
             **({"fused_optimizer": True} if s.fused_optimizer else {}),
+            **({"gpu_memory_bytes": s.gpu_memory_bytes} if s.gpu_memory_bytes else {}),
+            **({"safety_margin": s.safety_margin} if s.safety_margin is not None else {}),
         },
         "strategy": s.strategy.to_dict(),
         "predicted": None
@@ -217,6 +225,8 @@ def load_sidecar(text: str, *, source: str = SIDECAR_NAME) -> PlanSidecar:
             config_args=tuple(str(a) for a in data.get("config_args") or ()),
             expandable_segments=request.get("expandable_segments") is True,
             fused_optimizer=request.get("fused_optimizer") is True,
+            gpu_memory_bytes=_opt_positive_int(request.get("gpu_memory_bytes")),
+            safety_margin=_opt_margin(request.get("safety_margin")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise DswizError(f"{source} is incomplete or damaged ({type(e).__name__}: {e})", _fix(source)) from e
@@ -240,6 +250,23 @@ def _opt_int(v: Any) -> int | None:
 
 def _opt_float(v: Any) -> float | None:
     return None if v is None else float(v)
+
+
+def _opt_positive_int(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ValueError(f"{v!r} is not a positive whole number of bytes")
+    return v
+
+
+def _opt_margin(v: Any) -> float | None:
+    """A safety margin as written: a share of the card from 0 to 0.5 (--margin 0-50 %)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 0.5:
+        raise ValueError(f"safety_margin {v!r} is not a share of the card from 0 to 0.5")
+    return float(v)
 
 
 def _factor(v: Any) -> float:
@@ -310,6 +337,10 @@ def config_command(
     if s.hardware_arg:
         words += ["--hardware", s.hardware_arg]
     words += ["--seq-len", str(s.seq_len)]
+    if s.gpu_memory_bytes:
+        words += ["--gpu-memory", f"{s.gpu_memory_bytes}B"]
+    if s.safety_margin is not None:
+        words += ["--margin", f"{s.safety_margin * 100:g}"]
     words.append("--expandable-segments" if s.expandable_segments else "--no-expandable-segments")
     if strategy.mode != "train":
         words += ["--mode", strategy.mode]

@@ -47,8 +47,10 @@ class PredictionAsk:
     # The FINETUNE_FLAGS given on the command line. What they leave out comes from the folder's dswiz-plan.json when
     # it was planned for this model, else full fine-tuning (and PEFT's defaults).
     finetune_flags: Mapping[str, Any] = field(default_factory=dict)
-    safety_margin: float | None = None  # share of each card kept free; None: the planner's default
-    gpu_memory_bytes: int | None = None  # plan for this much of each card
+    # share of each card kept free; None: the folder's dswiz-plan.json's, else the planner's default
+    safety_margin: float | None = None
+    # plan for this much of each card; None: the folder's dswiz-plan.json's where this card holds it, else the card's
+    gpu_memory_bytes: int | None = None
     # calibrated by the hardware's run history, as `dswiz plan` is (--no-history: not)
     use_history: bool = True
 
@@ -101,16 +103,17 @@ def config_prediction(
     tuning, tuning_words = _tuning(ask.finetune_flags, planned, s.mode)
     model = with_finetune(model, tuning)
     seq_len, seq_source = _sequence(ask.seq_len, planned, model)
+    gpu_memory, margin = _planned_memory(ask, sidecar, hardware)
     request = PlanRequest(
         seq_len=seq_len,
         precisions=(s.precision,),
         mode=s.mode,
         buffers=buffers_of(loaded.config),
-        gpu_memory_bytes=ask.gpu_memory_bytes,
+        gpu_memory_bytes=gpu_memory,
         expandable_segments=planned_allocator(sidecar),
     )
-    if ask.safety_margin is not None:
-        request = replace(request, safety_margin=ask.safety_margin)
+    if margin is not None:
+        request = replace(request, safety_margin=margin)
     request = with_history(request, hardware, use=ask.use_history)
     result = plan(hardware, model, request)
     chosen = choose(
@@ -132,12 +135,15 @@ def config_prediction(
     trained = (
         f"{model.name} at {request.resolved_seq_len(model):,} tokens a sample ({seq_source}){tuning_words}"
     )
+    planned_budget = ask.gpu_memory_bytes is None and gpu_memory is not None
+    budget_source = " (as dswiz-plan.json planned; --gpu-memory to change)" if planned_budget else ""
     if chosen.fits:
         finding = Finding(
             Severity.INFO,
             "plan-fits",
             f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} fits {trained}: "
-            f"{fmt_bytes(p.gpu_needed_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU, {speed}",
+            f"{fmt_bytes(p.gpu_needed_bytes)} of {fmt_bytes(result.gpu_capacity_bytes or 0)} per GPU{budget_source}, "
+            f"{speed}",
             "the planner's prediction for this config on this hardware (`dswiz plan` with the same flags)",
             "; ".join(advice) or "nothing to change",
         )
@@ -280,6 +286,21 @@ _BUFFER_KEYS = (
     ("stage3_max_live_parameters", "max_live_parameters"),
     ("stage3_max_reuse_distance", "max_reuse_distance"),
 )
+
+
+def _planned_memory(
+    ask: PredictionAsk, sidecar: PlanSidecar | None, hardware: HardwareReport
+) -> tuple[int | None, float | None]:
+    """(--gpu-memory, --margin) as given, else as the folder's dswiz-plan.json planned them -- its memory only where
+    this hardware's card holds it (a plan for 24 GiB of an H200 judged on a 16 GiB card is judged on that card)."""
+    gpu_memory, margin = ask.gpu_memory_bytes, ask.safety_margin
+    if gpu_memory is None and sidecar is not None and sidecar.gpu_memory_bytes:
+        card = hardware.min_gpu_memory_bytes
+        if card and sidecar.gpu_memory_bytes <= card:
+            gpu_memory = sidecar.gpu_memory_bytes
+    if margin is None and sidecar is not None:
+        margin = sidecar.safety_margin
+    return gpu_memory, margin
 
 
 def buffers_of(config: ConfigSet) -> ZeroBuffers:
