@@ -61,6 +61,7 @@ from wizard.history.calibrate import (  # noqa: E402
 from wizard.history.record import Figures, Measurement, hardware_fingerprint, strategy_family  # noqa: E402
 from wizard.planner import PlanRequest, StrategyChoice, evaluate  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
+from wizard.planner.memory import ZeroBuffers  # noqa: E402
 from wizard.service.probe import distinct_candidates  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
@@ -97,6 +98,7 @@ class Row:
     strategy: Strategy
     seq_len: int
     card: int  # the device bytes the row's card stands for
+    buffers: ZeroBuffers  # what its DeepSpeed config sets beyond the strategy (plan_accuracy.row_buffers)
     status: str  # ok, oom
     measured_tps: float | None
     measured_device: int | None
@@ -112,6 +114,7 @@ def _request(r: Row, calibration: Corrections | None) -> PlanRequest:
         precisions=("bf16",),
         allow_nvme=False,
         gpu_memory_bytes=r.card,
+        buffers=r.buffers,
         max_micro_batch=pa.MAX_MICRO_BATCH,
         calibration=calibration,
     )
@@ -150,6 +153,7 @@ def load_rows(doc: dict[str, Any], raw: list[dict[str, Any]]) -> tuple[HardwareR
             strategy=s,
             seq_len=r["seq_len"],
             card=pa.card_for_cap(total, cfg.cap_gib, r["world"]),
+            buffers=pa.row_buffers(cfg),
             status=r["status"],
             measured_tps=r.get("tokens_per_sec") if r["status"] == "ok" else None,
             measured_device=device,

@@ -710,9 +710,7 @@ def predict(
     segments (None: as this process's environment says, which the ranks inherit)."""
     s = c.strategy(world)
     expandable = planned_expandable_segments(expandable, os.environ)
-    # the optimizer the row's config makes DeepSpeed build (stage 0's step): the rule dswiz plans written configs by
-    buffers = ZeroBuffers(fused_optimizer=builds_fused_adam(ds_config(c, smoke=False)))
-    mem = estimate_memory(model, s, seq, buffers, expandable_segments=expandable)
+    mem = estimate_memory(model, s, seq, row_buffers(c), expandable_segments=expandable)
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
     tp = estimate_throughput(hw, model, s, seq, allocator_remaps=allocator_remaps(mem, budget, expandable))
     ds = deepspeed_estimate(model, s)
@@ -731,6 +729,13 @@ def predict(
         "fits_with_margin": mem.needed <= budget,
         "fits_without_margin": mem.needed <= card,
     }
+
+
+def row_buffers(c: Config) -> ZeroBuffers:
+    """What the memory model reads of a config's DeepSpeed JSON beyond the strategy: the optimizer DeepSpeed builds
+    from it (stage 0's step; the rule dswiz plans written configs by, wizard.config.optimizer_op). Every estimate of
+    a row goes through it, so a --ds-fused-adam row is judged by the step it ran."""
+    return ZeroBuffers(fused_optimizer=builds_fused_adam(ds_config(c, smoke=False)))
 
 
 def step_phase_seconds(parts: dict[str, float]) -> float:
@@ -909,7 +914,7 @@ def zero3_grid(hw: HardwareReport) -> list[Config]:
 
 def predict_fits(hw: HardwareReport, c: Config, world: int) -> bool:
     total = hw.min_gpu_memory_bytes or 0
-    mem = estimate_memory(bench_spec(c.model), c.strategy(world), SEQ)
+    mem = estimate_memory(bench_spec(c.model), c.strategy(world), SEQ, row_buffers(c))
     return mem.needed <= 0.95 * card_for_cap(total, c.cap_gib, world, c.strategy(world))
 
 
@@ -2059,7 +2064,10 @@ def _memory_twin(config: dict[str, Any], seq: int, world: int = 1) -> dict[str, 
         return None
     twin = {**config, "zero_stage": 3 - config["zero_stage"]}
     model = bench_spec(config["model"])
-    a, b = (estimate_memory(model, _config(c).strategy(world), seq) for c in (config, twin))
+    a, b = (
+        estimate_memory(model, cfg.strategy(world), seq, row_buffers(cfg))
+        for cfg in (_config(config), _config(twin))
+    )
     return twin if (a.allocated, a.needed) == (b.allocated, b.needed) else None
 
 
@@ -2316,7 +2324,11 @@ def _fit_checks(
         cfg = _cfg(r)
         with built_with_cache(row_use_cache(r)):
             mem = estimate_memory(
-                bench_spec(cfg.model), cfg.strategy(r["world"]), r["seq_len"], expandable_segments=expandable
+                bench_spec(cfg.model),
+                cfg.strategy(r["world"]),
+                r["seq_len"],
+                row_buffers(cfg),
+                expandable_segments=expandable,
             )
         own = r["config"]["cap_gib"] * GiB if r["config"]["cap_gib"] else None
         for cap in caps:
@@ -2435,18 +2447,19 @@ def fit_allocator_cache(
     rows = [r for r in mem_rows if measured_device(r) and _cfg(r).strategy(r["world"]).mode == "train"]
     if len(rows) < len(CACHE_CONSTANTS) + 2:
         return {}
-    cases = [(bench_spec(r["config"]["model"]), _cfg(r).strategy(r["world"]), r) for r in rows]
+    cases = [(bench_spec(r["config"]["model"]), _cfg(r), r) for r in rows]
     # Rows that ran out of memory bound the fit from below: their reserved memory would have passed what the card
     # (or the cap) left the allocator.
-    ooms = [
-        (bench_spec(r["config"]["model"]), _cfg(r).strategy(r["world"]), r) for r in oom_rows if r.get("now")
-    ]
+    ooms = [(bench_spec(r["config"]["model"]), _cfg(r), r) for r in oom_rows if r.get("now")]
     saved = {n: _get_constant(n) for n in CACHE_CONSTANTS}
 
     def short_of_oom() -> list[float]:
         out = []
-        for m, s, r in ooms:
-            reserved = estimate_memory(replace(m, use_cache=row_use_cache(r)), s, r["seq_len"]).reserved
+        for m, c, r in ooms:
+            s = c.strategy(r["world"])
+            reserved = estimate_memory(
+                replace(m, use_cache=row_use_cache(r)), s, r["seq_len"], row_buffers(c)
+            ).reserved
             now = r["now"]
             limit = now["card_bytes"] - (now["device"] - now["reserved"])
             out.append(max(0.0, 1.0 - reserved / limit))
@@ -2454,8 +2467,11 @@ def fit_allocator_cache(
 
     def errors() -> list[float]:
         out = []
-        for m, s, r in cases:
-            reserved = estimate_memory(replace(m, use_cache=row_use_cache(r)), s, r["seq_len"]).reserved
+        for m, c, r in cases:
+            s = c.strategy(r["world"])
+            reserved = estimate_memory(
+                replace(m, use_cache=row_use_cache(r)), s, r["seq_len"], row_buffers(c)
+            ).reserved
             out.append(predicted_device(r, reserved) / measured_device(r) - 1)  # type: ignore[operator]
         return out
 

@@ -516,6 +516,13 @@ def test_ds_fused_adam_rows_are_their_own_and_predicted_through_the_fused_step(p
     fused_step = pa.predict(hw, spec, replace(z0, optimizer="ds-fused"), 1, 1024, card)
     assert torch_step["peak_phase"] == fused_step["peak_phase"] == "optimizer step"
     assert fused_step["allocated"] - torch_step["allocated"] == pytest.approx(4 * spec.total_params, rel=0.01)
+    # the fit checks judge a row by the step it ran: llama-1b ZeRO-0 + checkpointing at micro-batch 1 under 24 GiB
+    # fits with torch's AdamW and not with FusedAdam -- an OOM of the FusedAdam row is no unsafe prediction
+    cap24 = pa.Config("llama-1b", 0, checkpointing=True, micro_batch=1, cap_gib=24)
+    for optimizer, unsafe in (("ds-fused", 0), ("ds", 1)):
+        oom = _row(pa, hw, replace(cap24, optimizer=optimizer), alloc_error=0, tps=0, status="oom")
+        assert len(pa._fit_checks([oom], hw, 1)["unsafe"]) == unsafe, optimizer
+        assert pa.predict_fits(hw, replace(cap24, optimizer=optimizer), 1) is bool(unsafe)
     z1 = pa.Config("llama-1b", 1, micro_batch=1)
     assert pa.predict(hw, spec, z1, 1, 1024, card) == pa.predict(
         hw, spec, replace(z1, optimizer="ds-fused"), 1, 1024, card
@@ -612,7 +619,7 @@ def test_the_measured_caps_bound_what_a_card_holds_at_stage_0s_step_and_of_offlo
                                "llama-1b z0+ckpt mbs15 @24GiB seq1024")]  # fmt: skip
     assert all(r["status"] == "ok" and pa._row_optimizer(r["config"]) == "ds" for r in stage0)
     assert all(needed_share(r) <= 1.0 for r in stage0)
-    assert pa.ds_config(pa._cfg(stage0[0]), False, False)["optimizer"]["params"]["torch_adam"] is True
+    assert pa.ds_config(pa._cfg(stage0[0]), False)["optimizer"]["params"]["torch_adam"] is True
     oom = row("llama-3b z1+opt:cpu+ckpt mbs26 @24GiB")
     assert oom["status"] == "oom" and "3.17 GiB" in oom["error"]
     assert needed_share(oom) > 1 - cal.DEFAULT_SAFETY_MARGIN
