@@ -168,7 +168,8 @@ def test_a_run_the_planner_put_on_the_host_teaches_only_its_own_host_cpu() -> No
     assert small.host_bound and not large.host_bound and small.family == large.family
     c = corrections([small, large], HW.key, host_cpu=here.host_cpu)
     assert c.for_family(large.family).tokens_per_sec.runs == 1
-    assert c.for_family(large.family, host_bound=True).tokens_per_sec.runs == 0  # borrowed: none of its own
+    # a host-bound candidate without host-bound runs of its own takes its family's runs as a whole
+    assert c.for_family(large.family, host_bound=True).tokens_per_sec.runs == 1
     theirs = corrections([small, large], HW.key, host_cpu=there.host_cpu)
     assert theirs.for_family(large.family).tokens_per_sec.runs == 1  # the GPU-bound run
     assert theirs.for_family(large.family, host_bound=True).tokens_per_sec.runs == 1  # the host-bound one
@@ -206,6 +207,34 @@ def test_a_familys_host_bound_runs_never_correct_its_gpu_bound_candidates() -> N
     memory = c.for_family(family).peak_gpu_bytes
     assert memory.runs == 6 and memory.value > 1.0
     assert c.for_family(family, host_bound=True).peak_gpu_bytes == memory
+
+
+def test_a_host_bound_candidate_without_host_bound_runs_keeps_its_familys_correction() -> None:
+    """ZeRO-1 read as predicted and ZeRO-3 + CPU offload at 0.55x: ZeRO-1's micro-batch-1 candidate (host-bound by its
+    prediction) takes ZeRO-1's runs, not the ZeRO-3/offload class's speed (CPU Adam and fetch hooks are other
+    work)."""
+    z1 = {"stage": 1, "offload_optimizer": "none", "offload_param": "none", "world_size": 1}
+    runs = [_run(1000, 1000, strategy=z1)] * 3 + [_run(1000, 550, strategy=Z3_CPU)] * 3
+    c = corrections(runs, HW.key)
+    family = runs[0].family
+    assert math.isclose(c.for_family(family, host_bound=True).tokens_per_sec.value, 1.0)
+    assert c.for_family("z3-opt:cpu-param:none").tokens_per_sec.value < 0.8
+
+
+def test_runs_that_measured_no_speed_leave_the_next_figure_to_decide() -> None:
+    """An OOM measures memory only: a class (or family) whose runs all ran out of memory gives no speed, so the
+    next figure in line decides -- never the physics' 1.0 standing in for evidence."""
+    z3 = {"stage": 3, "offload_optimizer": "none", "offload_param": "none"}
+    runs = [_run(1000, 800)] * 3 + [_run(1000, 0, strategy=z3, outcome="oom", pred_mem=130 << 30, meas_mem=0)]
+    c = corrections(runs, HW.key)
+    machine = c.overall.tokens_per_sec.value
+    assert machine < 0.9
+    # ZeRO-3 + offload (host-bound, no runs): its class ran out of memory only, so the machine's figure, borrowed
+    unseen = c.for_family("z3-opt:cpu-param:none").tokens_per_sec
+    assert unseen.runs == 0 and unseen.value < 1.0
+    # ZeRO-3 itself: its memory from its OOM, its speed from the machine (its own runs measured none)
+    own = c.for_family("z3-opt:none-param:none")
+    assert own.peak_gpu_bytes.runs == 1 and own.tokens_per_sec.value < 1.0
 
 
 def test_the_fingerprint_keeps_the_host_cpu_and_reads_old_records_without_it() -> None:

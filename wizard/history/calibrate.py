@@ -102,29 +102,35 @@ class Corrections:
         self, family: str, group: str | None = None, *, host_bound: bool = False
     ) -> FamilyCorrection:
         """The family's own correction; else its group's (``record.family_group``: on one GPU, ZeRO-1 teaches ZeRO-2);
-        else its class's (a GPU-bound family never takes a ZeRO-3 or offload run's host speed), else the
-        hardware-wide one, borrowed. Speed from the runs of the candidate's regime only: ``host_bound``, a candidate
-        the planner puts a quarter of its step or more on the host (throughput.host_bound), takes its family's,
-        group's or class's host-bound runs (else the machine's, borrowed), a GPU-bound one their GPU-bound runs and
-        never a host-bound run's speed (without any, the physics)."""
+        else its class's (a GPU-bound family never takes a ZeRO-3 or offload run's host speed), borrowed; else, for
+        a host-bound family, the hardware-wide one, borrowed. Speed by the candidate's regime: ``host_bound``, a
+        candidate the planner puts a quarter of its step or more on the host (throughput.host_bound), takes its
+        family's or group's host-bound runs first and, without any, their runs as a whole; a GPU-bound candidate
+        never takes a host-bound run's speed (without GPU-bound runs to learn from, the physics). A factor of no runs
+        (a class whose runs all ran out of memory measured no speed) is no evidence: the next one is taken."""
         regime = "host-bound" if host_bound else _class(family)
         own = (self.families or {}).get(family)
         kin = (self.groups or {}).get(group or "")
-        speed = (self.family_speeds or {}).get((family, regime)) or (self.group_speeds or {}).get(
-            (group or "", regime)
-        )
-        found = own if own is not None else kin
-        if found is not None:
-            memory = found.peak_gpu_bytes
-        else:
+        speeds = [
+            (self.family_speeds or {}).get((family, regime)),
+            (self.group_speeds or {}).get((group or "", regime)),
+        ]
+        if regime != _class(family):  # a host-bound candidate of a GPU-bound family
+            speeds += [own.tokens_per_sec if own else None, kin.tokens_per_sec if kin else None]
+        speed = _first(*speeds)
+        if speed is None:
+            kind = (self.classes or {}).get(_class(family))
+            fallback = [kind.tokens_per_sec if kind else None]
+            if host_bound or _class(family) == "host-bound":
+                fallback.append(self.overall.tokens_per_sec)
+            speed = _borrowed(_first(*fallback) or Factor(), TOKENS_BOUNDS)
+        memory = _first(own.peak_gpu_bytes if own else None, kin.peak_gpu_bytes if kin else None)
+        if memory is None:
+            kind = (self.classes or {}).get(_class(family))
             memory = _borrowed(
-                (self.classes or {}).get(_class(family), self.overall).peak_gpu_bytes, MEMORY_BOUNDS
+                _first(kind.peak_gpu_bytes if kind else None, self.overall.peak_gpu_bytes) or Factor(),
+                MEMORY_BOUNDS,
             )
-        if speed is None:  # the class's runs; a host-bound candidate without any, the machine's
-            kind = (self.classes or {}).get(regime)
-            if kind is None and regime == "host-bound":
-                kind = self.overall
-            speed = _borrowed(kind.tokens_per_sec, TOKENS_BOUNDS) if kind is not None else Factor()
         return FamilyCorrection(speed, memory)
 
     def summary(self) -> str | None:
@@ -276,6 +282,11 @@ def _factor(pairs: list[tuple[float, float] | None], bounds: tuple[float, float]
     else:
         after = abs(clean[0][0] * value - clean[0][1]) / clean[0][1]
     return Factor(value=value, runs=len(clean), error_before=before, error_after=after)
+
+
+def _first(*factors: Factor | None) -> Factor | None:
+    """The first factor that some run gave."""
+    return next((f for f in factors if f is not None and f.runs), None)
 
 
 def _borrowed(f: Factor, bounds: tuple[float, float]) -> Factor:
