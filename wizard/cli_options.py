@@ -89,6 +89,11 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
         raise click.BadParameter(str(e)) from None
     if size <= 0:  # 0 once fell back to the card's whole memory unsaid
         raise click.BadParameter(f"{value!r} is no memory: give a size above 0, e.g. 24GiB")
+    if size < 1 << 20 and value.strip().replace(".", "", 1).isdigit():
+        # a number without a unit is bytes: `--gpu-memory 24` once planned for a 24-byte card
+        raise click.BadParameter(
+            f"{value} has no unit, so it is {size} bytes: give one, e.g. {value.strip()}GiB"
+        )
     return size
 
 
@@ -190,21 +195,24 @@ def seq_len_option(help_text: str) -> Callable[[F], F]:
     return click.option("--seq-len", type=click.IntRange(1, 10_000_000), help=help_text)
 
 
-def card_memory_options() -> tuple[Callable[[F], F], ...]:
-    """--margin and --gpu-memory: how much of each card a plan (or `dswiz check --model`'s prediction) may use."""
+def card_memory_options(*, from_plan: bool = False) -> tuple[Callable[[F], F], ...]:
+    """--margin and --gpu-memory: how much of each card a plan (or `dswiz check --model`'s prediction) may use;
+    ``from_plan``: a folder's dswiz-plan.json says it where the flag is not given (`dswiz check`)."""
+    plan = " Default: as the folder's dswiz-plan.json planned, else" if from_plan else ""
     return (
         click.option(
             "--margin",
             type=FiniteFloat(0, 50),
             default=5.0,
-            show_default=True,
-            help="Percent of each GPU's memory to keep free.",
+            show_default=not from_plan,
+            help=f"Percent of each GPU's memory to keep free.{plan + ' 5.' if from_plan else ''}",
         ),
         click.option(
             "--gpu-memory",
             callback=_size,
             metavar="SIZE",
-            help="Plan for this much memory per GPU (e.g. 24GiB) instead of the card's total.",
+            help="Plan for this much memory per GPU (e.g. 24GiB) instead of the card's total."
+            + (plan + " the card's total." if from_plan else ""),
         ),
     )
 

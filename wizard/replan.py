@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from wizard import planner
+from wizard.config.optimizer_op import builds_fused_adam
 from wizard.config.sidecar import PlanSidecar, PredictedNumbers, config_command, strategy_of_config
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
@@ -121,6 +122,12 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
         precisions=(failed.precision,),
         max_micro_batch=max(1, failed.micro_batch_size - 1),
     )
+    if (
+        ds_config is not None
+    ):  # the optimizer the config that ran made DeepSpeed build (it may have been edited)
+        request = replace(
+            request, buffers=replace(request.buffers, fused_optimizer=builds_fused_adam(ds_config))
+        )
     try:
         result = planner.plan(hw, sidecar.model, request)
         before = predict(hw, sidecar.model, failed, replace(request, max_micro_batch=failed.micro_batch_size))

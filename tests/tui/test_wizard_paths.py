@@ -452,7 +452,11 @@ async def test_import_keeps_unknown_sections_and_changes_only_what_the_user_chan
     assert written["train_batch_size"] == 3 * 4 * 8
 
 
-async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(service: Any) -> None:
+async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(
+    service: Any, tmp_path: Path
+) -> None:
+    """The Strategy step says it once and lets the user go on; the Review lists it as an error (as `dswiz config`
+    refuses it and `dswiz check --model` reports it) and asks before it writes."""
     app = build_app(hardware_spec=str(H200), service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -467,6 +471,16 @@ async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(service
         assert said.startswith("predicted not to fit (GPU ") and "of 140.4 GiB" in said
         await next_step(pilot)  # the user insists
         assert app.step == 4 and app.choices.strategy.micro_batch_size == 200
+        await next_step(pilot)
+        assert isinstance(app.screen, ReviewStep)
+        findings = str(app.screen.query_one("#findings").render())
+        assert "at micro-batch 200: does not fit" in findings and app.screen.error_count >= 1
+        await type_into(pilot, "#out-dir", str(tmp_path / "out"))
+        await write(pilot)
+        assert isinstance(app.screen, ConfirmScreen) and "error" in app.screen.question
+        await pilot.click("#no")
+        await settle(pilot)
+        assert not (tmp_path / "out").exists()
 
 
 async def test_more_nodes_fill_the_hostfile_with_placeholders_to_edit(service: Any) -> None:

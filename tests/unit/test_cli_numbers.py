@@ -17,6 +17,14 @@ A100 = ("--hardware", "1xA100-80GB")
     [
         (("plan", "--model", "gpt2", *A100, "--margin", "nan"), "--margin", "'nan' is not a finite number"),
         (("plan", "--model", "gpt2", *A100, "--gpu-memory", "0"), "--gpu-memory", "is no memory"),
+        # a number without a unit is bytes: refused where it cannot mean a card (24 once planned a 24-byte GPU)
+        (("plan", "--model", "gpt2", *A100, "--gpu-memory", "24"), "--gpu-memory", "24 has no unit"),
+        (
+            ("check", "x.json", "--model", "gpt2", *A100, "--gpu-memory", "24.5"),
+            "--gpu-memory",
+            "give one, e.g. 24.5GiB",
+        ),
+        (("plan", "--model", "gpt2", *A100, "--nvme", "2"), "--nvme", "2 has no unit"),
         (
             ("config", "--yes", "--model", "gpt2", *A100, "--lr", "nan"),
             "--lr",
@@ -40,6 +48,9 @@ A100 = ("--hardware", "1xA100-80GB")
     ids=[
         "margin-nan",
         "gpu-memory-0",
+        "gpu-memory-no-unit",
+        "check-gpu-memory-no-unit",
+        "nvme-no-unit",
         "lr-nan",
         "lr-inf",
         "lr-negative",

@@ -69,7 +69,8 @@ def test_the_optimizer_deepspeed_builds_from_a_config() -> None:
     assert optimizer_op({}, gpu=True) is None
     assert optimizer_op(None, gpu=True) is None
     # stage 0 steps through FP16_Optimizer only with DeepSpeed's FusedAdam; any true torch_adam is torch's AdamW
-    assert builds_fused_adam(adamw) and builds_fused_adam(offload) and not builds_fused_adam({})  # at stage 0
+    # the section builds FusedAdam where the optimizer stays on the GPU (offloaded: CPU Adam, but the same section)
+    assert builds_fused_adam(adamw) and builds_fused_adam(offload) and not builds_fused_adam({})
     assert not builds_fused_adam({"optimizer": {"type": "AdamW", "params": {"torch_adam": 1}}})
     assert not builds_fused_adam({"optimizer": {"type": "Lamb"}}) and not builds_fused_adam(
         {"optimizer": "AdamW"}

@@ -58,6 +58,9 @@ def test_config_sizes_stage_0_for_the_optimizer_its_files_build_and_check_agrees
                  "--out", str(tmp_path / "fused"))  # fmt: skip
     assert proc.returncode == 1 and not (tmp_path / "fused").exists()
     assert "ZeRO-0 ckpt at micro-batch 1: does not fit" in proc.stderr and "use ZeRO-1" in proc.stderr
+    # the refusal names the cause and the flag that fits stage 0
+    assert "holds 4 bytes a parameter more at ZeRO-0's step: with --torch-adam" in proc.stderr
+    assert "micro-batch 3 fits" in proc.stderr
     # the same flags with torch's AdamW, and with the script's optimizer: micro-batch 3, as check predicts it
     for name, flags in (("torch", ("--optimizer", "deepspeed", "--torch-adam")), ("script", ())):
         _config(tmp_path / name, *STAGE0, *flags)
@@ -72,6 +75,8 @@ def test_config_sizes_stage_0_for_the_optimizer_its_files_build_and_check_agrees
     assert sidecar["request"]["fused_optimizer"] is True
     rc, doc = _check(tmp_path / "forced")
     assert rc == 1 and not doc["prediction"]["fits"]
+    (refused,) = [f for f in doc["findings"] if f["code"] == "plan-does-not-fit"]
+    assert '"torch_adam": true and "fused": true' in refused["fix"] and "micro-batch 3 fits" in refused["fix"]
     assert doc["prediction"]["predicted"]["gpu_needed_bytes"] == sidecar["predicted"]["needed_gpu_bytes"]
 
 
@@ -158,3 +163,57 @@ def test_the_wizard_plans_an_imported_file_with_the_optimizer_it_writes_back(
     assert service.request(choices).buffers.fused_optimizer is fused
     written = json.loads(str(service.render_files(choices, None)[DS_CONFIG_NAME]))
     assert builds_fused_adam(written) is fused
+
+
+def test_torch_adam_is_written_as_torchs_fused_adamw_where_the_optimizer_stays_on_the_gpu(
+    tmp_path: Path,
+) -> None:
+    """DeepSpeed builds torch's AdamW from "torch_adam" and passes the other params through, foreach left at torch's
+    default (engine.py get_optimizer_configuration): "fused": true makes it the step the planner counts; offloaded,
+    the states are on the CPU, where it is left at its default."""
+    _config(tmp_path / "gpu", *STAGE0, "--optimizer", "deepspeed", "--torch-adam")
+    params = json.loads((tmp_path / "gpu" / "ds_config.json").read_text())["optimizer"]["params"]
+    assert params["torch_adam"] is True and params["fused"] is True
+    _config(tmp_path / "cpu", "--stage", "2", "--offload-optimizer", "cpu", "--torch-adam")
+    params = json.loads((tmp_path / "cpu" / "ds_config.json").read_text())["optimizer"]["params"]
+    assert params["torch_adam"] is True and "fused" not in params
+
+
+def test_a_folder_from_before_the_key_and_an_imported_one_keep_their_optimizer(tmp_path: Path) -> None:
+    """A dswiz-plan.json written before request.fused_optimizer says its optimizer by the flags it was written with;
+    a folder the wizard wrote from an imported file (no config_args) gets --optimizer deepspeed in the commands that
+    write it again; the OOM advice predicts the config that ran, whatever the sidecar says; inference builds no
+    optimizer."""
+    from wizard.config.sidecar import config_command, dump_sidecar, load_sidecar
+
+    _config(
+        tmp_path / "fused", "--optimizer", "deepspeed", "--stage", "0", "--micro-batch", "1", "--force-errors"
+    )
+    _config(
+        tmp_path / "torch", "--optimizer", "deepspeed", "--torch-adam", "--stage", "0", "--micro-batch", "1"
+    )
+    for name, fused in (("fused", True), ("torch", False)):
+        data = json.loads((tmp_path / name / "dswiz-plan.json").read_text())
+        data["request"].pop("fused_optimizer", None)
+        assert load_sidecar(json.dumps(data)).fused_optimizer is fused, name
+    sidecar = read_sidecar(tmp_path / "fused")
+    assert sidecar is not None
+    imported = replace(sidecar, config_args=())
+    assert load_sidecar(dump_sidecar(imported)).fused_optimizer
+    words = config_command(imported, imported.strategy, "out")
+    assert words[words.index("--optimizer") + 1] == "deepspeed"
+    assert config_command(sidecar, sidecar.strategy, "out").count("--optimizer") == 1
+    # the config that ran out of memory stepped with torch's AdamW (edited since): predicted as it ran
+    torch_config = json.loads((tmp_path / "torch" / "ds_config.json").read_text())
+    torch_sidecar = read_sidecar(tmp_path / "torch")
+    assert torch_sidecar is not None and torch_sidecar.predicted is not None
+    said = f" {fmt_bytes(torch_sidecar.predicted.needed_gpu_bytes)} per GPU"
+    assert said in oom_advice(sidecar, torch_config, config_dir="x")[-1]
+    # inference: no optimizer section, nothing to step
+    proc = dswiz("config", "--yes", "--model", LLAMA_1B, *CARD, "--mode", "inference", "--optimizer", "deepspeed",
+                 "--out", str(tmp_path / "inference"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "fused_optimizer"
+        not in json.loads((tmp_path / "inference" / "dswiz-plan.json").read_text())["request"]
+    )

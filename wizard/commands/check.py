@@ -69,7 +69,7 @@ CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
     "Tokens per sample for --model's prediction. Default: the folder's dswiz-plan.json (for the same model), "
     "else the model's context, at most 2048."
 )
-@together(*finetune_options(from_plan=True), *card_memory_options())
+@together(*finetune_options(from_plan=True), *card_memory_options(from_plan=True))
 @no_history_option()
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 @click.pass_context

@@ -497,7 +497,7 @@ def plan_for_flags(
 
     spec = planning_model(flags)
     request = planning_request(flags, hardware=hardware)
-    if writes_fused_adam(flags["optimizer"], torch_adam=flags["torch_adam"]):
+    if flags["mode"] == "train" and writes_fused_adam(flags["optimizer"], torch_adam=flags["torch_adam"]):
         # stage 0 steps the FusedAdam these files make DeepSpeed build; the sidecar keeps it for every re-plan
         request = dataclasses.replace(
             request, buffers=dataclasses.replace(request.buffers, fused_optimizer=True)
@@ -540,21 +540,28 @@ def _say_if_it_does_not_fit(planned: Planned, strategy: Strategy, *, force_error
     """A strategy the flags fixed that the planner predicts will not fit: what `dswiz check --model` calls an error
     (plan-does-not-fit), so nothing is written (exit code 1) unless --force-errors; then it is written as asked, with
     the warning. Either way with what would fit."""
-    from wizard import planner
+    from wizard.service.prediction import does_not_fit, without_fused_adam
+    from wizard.units import fmt_bytes
 
-    chosen = planner.candidate_for(planned.plan, strategy)
-    if chosen.fits:
+    finding = does_not_fit(planned.plan, strategy)
+    if finding is None:
         return
-    why = planner.why_it_does_not_fit(chosen)
-    what = f"{chosen.label} at micro-batch {strategy.micro_batch_size}: {why[0] if why else 'does not fit'}"
-    advice = planner.choice_advice(chosen, planned.plan)
+    advice = [finding.fix]
+    torch_step = without_fused_adam(planned.plan, strategy)
+    if torch_step is not None:
+        advice.insert(
+            0,
+            "DeepSpeed's FusedAdam (--optimizer deepspeed) holds 4 bytes a parameter more at ZeRO-0's step: with "
+            f"--torch-adam (torch's fused AdamW) micro-batch {torch_step.strategy.micro_batch_size} fits "
+            f"({fmt_bytes(torch_step.predicted.gpu_needed_bytes)} per GPU)",
+        )
     if not force_errors:
         raise DswizError(
-            f"{what}; nothing was written",
+            f"{finding.what}; nothing was written",
             "; ".join([*advice, "or pass --force-errors to write it anyway"]),
             exit_code=1,  # as `dswiz check --model` when it predicts this
         )
-    click.echo(f"warning: {what}", err=True)
+    click.echo(f"warning: {finding.what}", err=True)
     for line in advice:
         click.echo(f"  fix: {line}", err=True)
 

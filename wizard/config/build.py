@@ -143,7 +143,9 @@ def settings_from_strategy(strategy: Strategy, options: WriteOptions | None = No
         fp16=_fp16() if strategy.precision == "fp16" else None,
         zero_optimization=_zero(strategy, options),
         activation_checkpointing=_activation_checkpointing() if strategy.activation_checkpointing else None,
-        optimizer=_optimizer(options) if optimizer_by_deepspeed else None,
+        optimizer=_optimizer(options, offloaded=strategy.offload_optimizer != "none")
+        if optimizer_by_deepspeed
+        else None,
         scheduler=_scheduler(options) if training and options.scheduler == "deepspeed" else None,
         steps_per_print=options.steps_per_print,
         log_level=options.log_level if supports_log_level(options.deepspeed_version) else None,
@@ -348,11 +350,17 @@ def writes_fused_adam(choice: Literal["auto", "deepspeed", "script"], *, torch_a
     DeepSpeed follows (``wizard.config.optimizer_op``)."""
     if not deepspeed_builds_optimizer(choice, offloaded=False):
         return False  # the script's own optimizer
-    section = _optimizer(WriteOptions(optimizer=choice, torch_adam=torch_adam))
+    section = _optimizer(WriteOptions(optimizer=choice, torch_adam=torch_adam), offloaded=False)
     return builds_fused_adam({"optimizer": {"type": section.type, "params": section.params}})
 
 
-def _optimizer(options: WriteOptions) -> Optimizer:
+def _optimizer(options: WriteOptions, *, offloaded: bool) -> Optimizer:
+    """DeepSpeed's AdamW section. With --torch-adam DeepSpeed builds torch's AdamW from it and passes the other params
+    through (engine.py get_optimizer_configuration, DeepSpeed 0.19.8, which leaves ``foreach`` at torch's default):
+    where the optimizer stays on the GPU it is torch's fused AdamW, whose step allocates no temporaries -- the step
+    the planner counts and the benches measured; torch's default foreach step would hold a square-root buffer the
+    size of the fp32 states (4 bytes a parameter). Offloaded, the states live on the CPU, where torch runs fused
+    AdamW only from 2.4: left at its default there."""
     consumer = options.consumer
     params: dict[str, Any] = {
         # The Trainer fills lr/betas/eps/weight_decay from TrainingArguments; accelerate's DummyOptim fills lr and
@@ -364,6 +372,8 @@ def _optimizer(options: WriteOptions) -> Optimizer:
     }
     if options.torch_adam:
         params["torch_adam"] = True
+        if not offloaded:
+            params["fused"] = True
     return Optimizer(type="AdamW", params=params)
 
 

@@ -20,8 +20,9 @@ refuses a higher ``version``)::
                    "report": {...}},                # the full HardwareReport, for re-planning
       "request": {"seq_len": ..., "global_batch": ... | null,    # what the planner was asked
                   "expandable_segments": true,              # only when planned for them (absent: false)
-                  "fused_optimizer": true,                  # only when the config makes DeepSpeed build its
-                                                            # FusedAdam (stage 0's step; absent: false)
+                  "fused_optimizer": true,                  # only when the config's optimizer section makes
+                                                            # DeepSpeed build its FusedAdam where the optimizer
+                                                            # stays on the GPU (stage 0's step; absent: false)
                   "gpu_memory_bytes": ...,                  # only when planned for less than the card (--gpu-memory)
                   "safety_margin": ...},                    # only when not the default (--margin / 100)
       "strategy": {...},                            # wizard.strategy.Strategy.to_dict(): what the configs say
@@ -86,9 +87,10 @@ class PlanSidecar:
     config_args: tuple[str, ...] = ()
     # Planned for PyTorch's allocator with expandable segments: ``dswiz launch`` turns them on for the job.
     expandable_segments: bool = False
-    # Planned for DeepSpeed's FusedAdam, which the config makes it build (wizard.config.optimizer_op): stage 0 in 16
-    # bits steps through FP16_Optimizer (wizard.planner.memory.ZeroBuffers.fused_optimizer). Every re-plan of this
-    # config plans with it (wizard.replan.sidecar_request).
+    # Planned for DeepSpeed's FusedAdam, which the config's optimizer section makes it build where the optimizer stays
+    # on the GPU (wizard.config.optimizer_op; offloaded, it builds its CPU Adam): stage 0 in 16 bits steps through
+    # FP16_Optimizer (wizard.planner.memory.ZeroBuffers.fused_optimizer). Every re-plan of this config plans with it
+    # (wizard.replan.planned_request).
     fused_optimizer: bool = False
     # What of each card the plan could use (--gpu-memory; None: the card's total) and kept free (--margin / 100; None:
     # the planner's default): every re-plan of this folder plans against the same memory.
@@ -224,7 +226,7 @@ def load_sidecar(text: str, *, source: str = SIDECAR_NAME) -> PlanSidecar:
             peak_tflops_per_gpu=_opt_float(data.get("peak_tflops_per_gpu")),
             config_args=tuple(str(a) for a in data.get("config_args") or ()),
             expandable_segments=request.get("expandable_segments") is True,
-            fused_optimizer=request.get("fused_optimizer") is True,
+            fused_optimizer=_fused_optimizer(request, data.get("config_args") or ()),
             gpu_memory_bytes=_opt_positive_int(request.get("gpu_memory_bytes")),
             safety_margin=_opt_margin(request.get("safety_margin")),
         )
@@ -250,6 +252,20 @@ def _opt_int(v: Any) -> int | None:
 
 def _opt_float(v: Any) -> float | None:
     return None if v is None else float(v)
+
+
+def _fused_optimizer(request: Mapping[str, Any], config_args: Sequence[Any]) -> bool:
+    """The file's ``request.fused_optimizer``; a file from before it was written (no key) says it by the flags it
+    was written with (``dswiz config --optimizer deepspeed`` without --torch-adam)."""
+    if "fused_optimizer" in request:
+        return request["fused_optimizer"] is True
+    from wizard.config.build import writes_fused_adam
+
+    args = [str(a) for a in config_args]
+    choice = args[args.index("--optimizer") + 1] if "--optimizer" in args[:-1] else "auto"
+    if choice not in ("auto", "deepspeed", "script"):
+        return False
+    return writes_fused_adam(choice, torch_adam="--torch-adam" in args)  # type: ignore[arg-type]
 
 
 def _opt_positive_int(v: Any) -> int | None:
@@ -357,6 +373,11 @@ def config_command(
         words += ["--nodes", str(strategy.nodes)]
     if strategy.gpus_per_node != hw.gpus_per_node:
         words += ["--gpus-per-node", str(strategy.gpus_per_node)]
+    if s.fused_optimizer and "--optimizer" not in s.config_args:
+        words += [
+            "--optimizer",
+            "deepspeed",
+        ]  # an imported file's section (the wizard records no config_args)
     return [*words, *s.config_args, "--out", out_dir, "--force"]
 
 

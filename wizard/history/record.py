@@ -132,8 +132,8 @@ class Measurement:
     # whether the job ran with PyTorch's expandable segments (wizard.alloc_conf): its prediction, made again under
     # other physics, counts the allocator it ran with
     expandable_segments: bool = False
-    # whether its config made DeepSpeed build its FusedAdam (wizard.config.optimizer_op): stage 0's step, predicted
-    # again, counts the optimizer it ran with
+    # whether its config's optimizer section makes DeepSpeed build its FusedAdam where the optimizer stays on the GPU
+    # (wizard.config.optimizer_op): stage 0's step, predicted again, counts the optimizer it ran with
     fused_optimizer: bool = False
 
     @property

@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # the planner is imported when a prediction is asked for, not
     from wizard.config.schema import ConfigSet
     from wizard.config.sidecar import PlanSidecar
     from wizard.model import ModelSpec
+    from wizard.planner import Candidate, Plan
     from wizard.planner.memory import ZeroBuffers
+    from wizard.strategy import Strategy
     from wizard.tuning import FineTune
 
 
@@ -135,8 +137,18 @@ def config_prediction(
     trained = (
         f"{model.name} at {request.resolved_seq_len(model):,} tokens a sample ({seq_source}){tuning_words}"
     )
-    planned_budget = ask.gpu_memory_bytes is None and gpu_memory is not None
-    budget_source = " (as dswiz-plan.json planned; --gpu-memory to change)" if planned_budget else ""
+    from_plan = [
+        flag
+        for flag, taken in (
+            ("--gpu-memory", ask.gpu_memory_bytes is None and gpu_memory is not None),
+            ("--margin", ask.safety_margin is None and margin is not None),
+        )
+        if taken
+    ]
+    kept = f", {request.safety_margin * 100:g} % kept free" if "--margin" in from_plan else ""
+    budget_source = (
+        f" (as dswiz-plan.json planned{kept}; {' / '.join(from_plan)} to change)" if from_plan else ""
+    )
     if chosen.fits:
         finding = Finding(
             Severity.INFO,
@@ -149,12 +161,21 @@ def config_prediction(
         )
     else:
         why_not = why_it_does_not_fit(chosen)
+        torch_step = without_fused_adam(result, chosen.strategy)
+        if torch_step is not None:
+            advice = [
+                "the optimizer section makes DeepSpeed build its FusedAdam, whose ZeRO-0 step holds 4 bytes a "
+                'parameter more: with "torch_adam": true and "fused": true in its params (torch\'s fused AdamW) '
+                f"micro-batch {torch_step.strategy.micro_batch_size} fits "
+                f"({fmt_bytes(torch_step.predicted.gpu_needed_bytes)} per GPU)",
+                *advice,
+            ]
         finding = Finding(
             Severity.ERROR,
             "plan-does-not-fit",
             f"{chosen.label} at micro-batch {chosen.strategy.micro_batch_size} for {trained}: "
             + ("; ".join(why_not) or ", ".join(chosen.limits)),
-            "it would stop at the first step (CUDA out of memory, or the host's OOM killer for host RAM)",
+            WONT_RUN,
             "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
         )
     return ConfigPrediction(finding, candidate_to_json(chosen), notes)
@@ -172,9 +193,12 @@ def _sidecar(file: Path) -> tuple[PlanSidecar | None, tuple[Finding, ...]]:
                 Severity.WARNING,
                 "plan-file-unreadable",
                 f"the prediction could not use the folder's plan: {e.problem}",
-                "its sequence length, fine-tuning and mode are not in the config itself; the prediction assumed "
-                "the model's context, full fine-tuning and training",
-                e.fix or "write the folder again with dswiz config, or give --seq-len and --finetune",
+                "its sequence length, fine-tuning, mode and the memory it was planned against are not in the config "
+                "itself; the prediction assumed the model's context, full fine-tuning, training and the whole card "
+                "with the default margin, unless flags said otherwise",
+                e.fix
+                or "write the folder again with dswiz config, or give --seq-len, --finetune, --gpu-memory and "
+                "--margin",
             ),
         )
 
@@ -286,6 +310,49 @@ _BUFFER_KEYS = (
     ("stage3_max_live_parameters", "max_live_parameters"),
     ("stage3_max_reuse_distance", "max_reuse_distance"),
 )
+
+
+WONT_RUN = "it would stop at the first step (CUDA out of memory, or the host's OOM killer for host RAM)"
+
+
+def does_not_fit(plan: Plan, strategy: Strategy) -> Finding | None:
+    """The planner's verdict on a strategy it was asked to write, as an error finding when it does not fit (None when
+    it does, or there is no GPU to judge): what it needs, why that matters, what would fit. `dswiz config` refuses
+    on it (unless --force-errors) and the wizard's Review asks before it writes."""
+    from wizard import planner
+
+    if not plan.hardware.gpus:
+        return None
+    chosen = planner.candidate_for(plan, strategy)
+    if chosen.fits:
+        return None
+    why = planner.why_it_does_not_fit(chosen)
+    advice = planner.choice_advice(chosen, plan)
+    return Finding(
+        Severity.ERROR,
+        "plan-does-not-fit",
+        f"{chosen.label} at micro-batch {strategy.micro_batch_size}: {why[0] if why else 'does not fit'}",
+        WONT_RUN,
+        "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
+    )
+
+
+def without_fused_adam(plan: Plan, strategy: Strategy) -> Candidate | None:
+    """Where ``plan`` counted DeepSpeed's FusedAdam at a 16-bit ZeRO-0 step (FP16_Optimizer: 4 bytes a parameter more
+    than a torch optimizer's, ``ZeroBuffers.fused_optimizer``): the same kind of strategy stepped by torch's fused
+    AdamW instead, sized by the planner, when that fits -- what the advice offers beside the other stages. None
+    where the optimizer makes no difference or that does not fit either."""
+    from wizard import planner
+    from wizard.planner.memory import unfused_16bit_step
+    from wizard.planner.types import StrategyChoice
+
+    buffers = plan.request.buffers
+    if not buffers.fused_optimizer or not unfused_16bit_step(strategy):
+        return None
+    torch_step = replace(plan.request, buffers=replace(buffers, fused_optimizer=False))
+    kind = StrategyChoice(0, "none", "none", strategy.activation_checkpointing)
+    other = planner.choose(planner.plan(plan.hardware, plan.model, torch_step), kind)
+    return other if other.fits else None
 
 
 def _planned_memory(

@@ -331,6 +331,17 @@ class WizardService:
         return written.code_hint_lines(choices.consumer, ds_config or {}, choices.out_dir, choices.strategy)
 
     lint_files = staticmethod(written.lint_files)
+
+    def plan_findings(self, choices: Choices, plan: Plan | None) -> list[Finding]:
+        """The planner's verdict on the strategy chosen, as `dswiz config` gives it: an error when it does not fit,
+        with what would (the Review then asks before it writes, as for the linter's errors)."""
+        from wizard.service.prediction import does_not_fit
+
+        if plan is None or choices.strategy is None:
+            return []
+        finding = does_not_fit(plan, choices.strategy)
+        return [] if finding is None else [finding]
+
     existing_files = staticmethod(written.existing_files)
 
     @staticmethod

@@ -134,6 +134,7 @@ class ReviewStep(StepScreen):
                 out_dir=self._out_dir(),
                 consumer=c.consumer,
             )
+            findings = [*self.wizard.service.plan_findings(c, self.wizard.plan), *findings]
         except DswizError as e:
             self.files = {}
             self.set_status(e.problem, error=True)
