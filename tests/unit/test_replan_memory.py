@@ -50,6 +50,14 @@ def test_every_re_plan_of_the_folder_plans_against_the_memory_it_was_planned_for
                  "--no-consumer-check", "--json")  # fmt: skip
     rc, doc = proc.returncode, json.loads(proc.stdout)
     (fits,) = [f for f in doc["findings"] if f["code"] == "plan-fits"]
+    said = (
+        "of 24.0 GiB per GPU (as dswiz-plan.json planned, 8 % kept free; --gpu-memory / --margin to change)"
+    )
+    assert rc == 0 and said in fits["what"]
+    # the flags given win: the whole card, the folder's margin still said
+    proc = dswiz("check", str(tmp_path / "tight"), "--model", LLAMA_1B, "--hardware", "1xH200", "--no-history",
+                 "--no-consumer-check", "--json", "--gpu-memory", "80GiB")  # fmt: skip
+    (fits,) = [f for f in json.loads(proc.stdout)["findings"] if f["code"] == "plan-fits"]
     assert (
-        rc == 0 and "of 24.0 GiB per GPU (as dswiz-plan.json planned; --gpu-memory to change)" in fits["what"]
+        "of 80.0 GiB per GPU (as dswiz-plan.json planned, 8 % kept free; --margin to change)" in fits["what"]
     )
