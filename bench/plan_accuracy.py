@@ -1797,9 +1797,10 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
     (the same Config.key() and use_cache build, in one file or in several) keeps every reading as a row of its own:
     the analysis counts a config at the median of its readings (_reading_key), and a second reading must not hide the
     first (GPU-bound configs read ~7 % apart between machines, host-bound ones up to 1.8x between processes). Where
-    the readings disagree on whether it ran (ok / out of memory), the newest outcome stands -- its finished_at, else
-    its file's start, else the later file on the command line -- and the readings of the other outcome are dropped; a
-    reading that failed for another reason ("error") stands only where nothing else was read. Tags are the union."""
+    the readings of one key (a repeat number makes a key of its own) disagree on whether it ran (ok / out of memory),
+    the newest outcome stands -- its finished_at, else its file's start, else the later file on the command line --
+    and the readings of the other outcome are dropped; a reading that failed for another reason (error, timeout,
+    killed) stands only where nothing else was read. Tags are the union."""
     groups: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
     for i, doc in enumerate(docs):
         # The allocator settings make runs of their own: a config read with expandable_segments never stands in for
@@ -1878,7 +1879,7 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
             "diagnostic_rows": len(diagnostic),
             "ok": len(ok),
             "oom": sum(r["status"] == "oom" for r in rows),
-            "error": sum(r["status"] == "error" for r in rows),
+            "error": sum(r["status"] not in ("ok", "oom") for r in rows),  # error, timeout, killed
             "stopped_at": doc.get("stopped_at"),
             "sources": doc.get("sources"),
             "memory_allocated_abs_error_median": _pct([abs(e) for e in err_alloc], 0.5),
@@ -2805,7 +2806,7 @@ def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
         f"torch {doc['versions'].get('torch')}, deepspeed {doc['versions'].get('deepspeed')}, "
         f"transformers {doc['versions'].get('transformers')})",
         "",
-        f"{run['rows']} readings ({run['ok']} ok, {run['oom']} OOM, {run['error']} errors) of {doc['grid_size']}"
+        f"{run['rows']} readings ({run['ok']} ok, {run['oom']} OOM, {run['error']} that failed otherwise: error, timeout, killed) of {doc['grid_size']}"
         + (
             f", {run['diagnostic_rows']} more of diagnostic shapes (shown apart, judged by no target)"
             if run.get("diagnostic_rows")
