@@ -61,3 +61,10 @@ def test_every_re_plan_of_the_folder_plans_against_the_memory_it_was_planned_for
     assert (
         "of 80.0 GiB per GPU (as dswiz-plan.json planned, 8 % kept free; --margin to change)" in fits["what"]
     )
+    # no GPU here and no --hardware: predicted for the GPUs the folder was planned for, and said so
+    proc = dswiz(
+        "check", str(tmp_path / "tight"), "--model", LLAMA_1B, "--no-history", "--no-consumer-check", "--json"
+    )
+    codes = {f["code"]: f for f in json.loads(proc.stdout)["findings"]}
+    assert proc.returncode == 0 and "NVIDIA H200" in codes["plan-hardware"]["what"]
+    assert "of 24.0 GiB per GPU" in codes["plan-fits"]["what"]

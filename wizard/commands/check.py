@@ -161,10 +161,30 @@ def check(
     if model_text is not None:
         from wizard.cli_options import gpu_memory_for
         from wizard.hardware import get_hardware
-        from wizard.service.prediction import FINETUNE_FLAGS, PredictionAsk, config_prediction
+        from wizard.service.prediction import (
+            FINETUNE_FLAGS,
+            PredictionAsk,
+            config_prediction,
+            planned_hardware,
+        )
 
         use_history = not (no_history or (ctx.parent is not None and ctx.parent.params.get("no_history")))
         target = report or get_hardware(None)
+        planned = planned_hardware(file) if report is None and not target.gpus else None
+        if planned is not None:  # no GPU here and no --hardware: the GPUs the folder was planned for
+            from wizard.config.sidecar import hardware_summary
+            from wizard.findings import Finding, Severity
+
+            target = planned
+            findings.append(
+                Finding(
+                    Severity.INFO,
+                    "plan-hardware",
+                    f"predicted for {hardware_summary(planned)}, the hardware dswiz-plan.json was planned for",
+                    "this machine has no GPU, and --hardware did not name one",
+                    "pass --hardware to predict for other GPUs",
+                )
+            )
         ask = PredictionAsk(
             seq_len=seq_len,
             finetune_flags={name: ctx.params[name] for name in FINETUNE_FLAGS},

@@ -181,6 +181,13 @@ def config_prediction(
     return ConfigPrediction(finding, candidate_to_json(chosen), notes)
 
 
+def planned_hardware(file: Path) -> HardwareReport | None:
+    """The hardware the folder's dswiz-plan.json was planned for (None without a readable one, or one without GPUs):
+    what `dswiz check --model` predicts for on a machine with no GPU of its own when --hardware does not say."""
+    sidecar, _ = _sidecar(file)
+    return sidecar.hardware if sidecar is not None and sidecar.hardware.gpus else None
+
+
 def _sidecar(file: Path) -> tuple[PlanSidecar | None, tuple[Finding, ...]]:
     """The dswiz-plan.json beside the config (dswiz config wrote it), or a warning that it does not read."""
     from wizard.config.sidecar import read_sidecar
