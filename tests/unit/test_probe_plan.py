@@ -128,3 +128,15 @@ def test_a_probe_that_cannot_plan_says_it_once_and_leaves_no_folder(tmp_path: Pa
     assert proc.stderr.count("error:") == 1 and proc.stderr.count("fix:") == 1, proc.stderr
     assert "error: dswiz config could not plan the probe: no NVIDIA GPU on this machine" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_a_probe_of_a_script_that_is_not_there_stops_before_any_candidate(tmp_path: Path) -> None:
+    """Each candidate would fail on it (launch's own preflight check): said once, up front, nothing made."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "probe", "--model", "tiny", "--hardware", "1xH200", "missing.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "error: the training script missing.py does not exist" in proc.stderr and "fix:" in proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -69,8 +69,13 @@ from wizard.cli_options import FiniteFloat, given_options, planning_options, pla
 @click.pass_context
 def probe(ctx: click.Context, **opts: Any) -> int:
     """Run the planner's top strategies for a few steps each here; keep and write the fastest measured."""
+    from runner.preflight import check_script
     from wizard.errors import DswizError
 
+    for problem in check_script(
+        opts["script"]
+    ):  # before any candidate: each would fail on it (launch's own check)
+        raise DswizError(problem.what, problem.fix)
     parent = ctx.parent.params if ctx.parent is not None else {}
     opts["no_history"] = opts["no_history"] or bool(parent.get("no_history"))  # `dswiz --no-history probe`
     if opts["hardware"] is None:
