@@ -145,6 +145,13 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch_cmd(**opts: Any) -> int:
     """Check, start and watch a DeepSpeed training job; stop it cleanly; give the verdict."""
+    if "--dry-run" in opts["script_args"] and not opts.get("dry_run"):
+        # everything after the script is the script's: a --dry-run there starts the job (new-user walk)
+        click.echo(
+            f"note: --dry-run comes after the script, so {opts['script']} gets it and the job starts; put it before "
+            "the script to print the command without running it",
+            err=True,
+        )
     return run_launch(LaunchRequest(**_standard_mode(opts)))
 
 

@@ -282,3 +282,13 @@ def test_launcher_mode_standard_is_torchrun_on_every_node_as_config_names_it(tmp
     assert clash.returncode == 2 and "Traceback" not in clash.stderr
     assert "--launcher-mode standard runs torchrun on every node" in clash.stderr
     assert "fix: drop --launcher deepspeed" in clash.stderr
+
+
+def test_a_dry_run_flag_after_the_script_is_said_to_go_to_the_script(tmp_path: Path) -> None:
+    """Everything after the script is the script's: `--dry-run` there starts the job, so launch says so first (here
+    the missing folder then stops it before anything runs); before the script it is launch's own, unsaid."""
+    proc = dswiz(tmp_path, "--config", str(tmp_path / "missing"), str(TRAIN), "--dry-run")
+    assert proc.returncode == 2 and "--config" in proc.stderr
+    assert f"note: --dry-run comes after the script, so {TRAIN} gets it and the job starts" in proc.stderr
+    proc = dswiz(tmp_path, "--config", str(tmp_path / "missing"), "--dry-run", str(TRAIN))
+    assert proc.returncode == 2 and "comes after the script" not in proc.stderr
