@@ -87,7 +87,7 @@ def intrinsic_reasons(
         else:
             out.append(
                 f"micro-batch {s.micro_batch_size} is the largest that fits "
-                f"({s.micro_batch_size + 1} would need {fmt_bytes(nxt)})"
+                f"({s.micro_batch_size + 1} would need {fmt_bytes(nxt, up=True)})"
             )
     if "gpu" in c.limits and ctx.gpu_cap and 0 < c.max_micro_batch < s.micro_batch_size:
         out.append(f"micro-batch {c.max_micro_batch} would fit")
