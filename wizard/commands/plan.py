@@ -6,6 +6,7 @@ and prints a rich table (or the stable JSON document).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -187,13 +188,14 @@ def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
     batch = f"micro-batch {s.micro_batch_size} x {s.gradient_accumulation_steps} accumulation"
     verdict = "[green]fits[/]" if c.fits else f"[red]does not fit ({', '.join(c.limits)})[/]"
     console.print(f"{c.label}, {s.precision}, {batch}, sequence length {result.seq_len}: {verdict}")
+    g = functools.partial(_g, exact=True)
     console.print(
-        f"  GPU needs {_g(p.gpu_needed_bytes)} of {_g(result.gpu_capacity_bytes)} GiB per GPU (allocated "
-        f"{_g(p.gpu_allocated_bytes)}, peak in {p.peak_phase}; a card with room shows reserved "
-        f"{_g(p.gpu_reserved_bytes)}, device {_g(p.gpu_bytes)}); host "
-        f"{_g(p.cpu_bytes)} GiB" + (f"; NVMe {_g(p.nvme_bytes)} GiB" if p.nvme_bytes else "")
+        f"  GPU needs {g(p.gpu_needed_bytes)} of {g(result.gpu_capacity_bytes)} GiB per GPU (allocated "
+        f"{g(p.gpu_allocated_bytes)}, peak in {p.peak_phase}; a card with room shows reserved "
+        f"{g(p.gpu_reserved_bytes)}, device {g(p.gpu_bytes)}); host "
+        f"{g(p.cpu_bytes)} GiB" + (f"; NVMe {g(p.nvme_bytes)} GiB" if p.nvme_bytes else "")
     )
-    parts = ", ".join(f"{k} {_g(v)}" for k, v in p.breakdown if v)
+    parts = ", ".join(f"{_PART_NAMES.get(k, k.replace('_', ' '))} {g(v)}" for k, v in p.breakdown if v)
     console.print(f"  GPU GiB by part: {parts}")
     console.print(
         f"  ~{p.tokens_per_sec:,.0f} tokens/s, MFU {p.mfu * 100:.0f} %, {p.step_seconds:.3g} s per step"
@@ -261,11 +263,17 @@ def _model_line(model: ModelSpec) -> str:
     return f"{model.name} ({', '.join(parts)})"
 
 
-def _g(n: int | None) -> str:
+# the JSON's breakdown keys that are not words (the text says them as words)
+_PART_NAMES = {"cuda_context": "CUDA context", "nccl": "NCCL", "history_correction": "run-history correction"}
+
+
+def _g(n: int | None, *, exact: bool = False) -> str:
+    """GiB for the table: one decimal below 100, whole above (the columns stay narrow); ``exact``: one decimal
+    always, for the lines of one strategy, which sit beside its reasons' 127.8 (never 128 there)."""
     if n is None:
         return "?"
     v = n / 2**30
-    return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+    return f"{v:,.1f}" if v < 100 or exact else f"{v:,.0f}"
 
 
 def _console() -> Any:
