@@ -352,3 +352,22 @@ def test_a_card_sold_rounded_takes_its_nominal_size_and_a_pasteable_hardware_spe
         "/nonexistent/x",
     )
     assert proc.returncode == 1 and "--hardware 2x1xRTX4090;" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("flags", "reader"), [((), "deepspeed"), (("--for", "trainer"), "trainer")])
+def test_a_folder_dswiz_wrote_is_checked_for_the_reader_its_json_names(
+    flags: tuple[str, ...], reader: str, tmp_path: Path
+) -> None:
+    """`dswiz check DIR` read 'no particular consumer' for a folder `dswiz config` wrote: it guesses by the folder's
+    ds_config.json, as for the file itself."""
+    from click.testing import CliRunner
+
+    from wizard.cli import cli as main
+
+    runner = CliRunner()
+    made = runner.invoke(main, ["config", "--yes", "--model", "gpt2", "--hardware", "1xH200", "--no-history",
+                                *flags, "--out", str(tmp_path / "cfg")])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    result = runner.invoke(main, ["check", str(tmp_path / "cfg"), "--no-consumer-check"])
+    first = result.output.splitlines()[0]
+    assert first.startswith(f"checked for: {reader}, guessed because its ds_config.json:"), first

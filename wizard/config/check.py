@@ -281,7 +281,11 @@ class ConsumerGuess:
 def guess_consumer(path: Path) -> ConsumerGuess:
     """The consumer a file is written for, read from the file: an accelerate YAML is accelerate's; a JSON whose
     "auto" values only the HF Trainer (or accelerate) fills is theirs; a JSON without "auto" is plain DeepSpeed's.
-    None (no guess) when the file says nothing or names "auto" keys neither fills (another program reads it)."""
+    None (no guess) when the file says nothing or names "auto" keys neither fills (another program reads it). A
+    folder (`dswiz config`'s) is guessed by its DeepSpeed JSON."""
+    if path.is_dir() and (path / DS_CONFIG_NAME).is_file():
+        inner = guess_consumer(path / DS_CONFIG_NAME)
+        return ConsumerGuess(inner.consumer, f"its {DS_CONFIG_NAME}: {inner.reason}")
     text, unreadable = _read(path) if path.is_file() else ("", None)
     kind = detect_kind(path, text) if unreadable is None and path.is_file() else None
     if kind == "accelerate":
