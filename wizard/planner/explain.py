@@ -44,7 +44,8 @@ def intrinsic_reasons(
     elif "gpu" in c.limits:
         out.append(
             f"does not fit: needs {fmt_bytes(mem.needed)} per GPU, {fmt_bytes(-c.headroom_bytes)} more than the "
-            f"{fmt_bytes(ctx.gpu_cap)} card allows"
+            f"{fmt_bytes(ctx.gpu_cap)} "
+            + ("planned for (--gpu-memory) allows" if ctx.request.gpu_memory_bytes else "card allows")
             + (
                 f" with the {fmt_percent(ctx.request.safety_margin)} margin"
                 if ctx.request.safety_margin
