@@ -58,7 +58,8 @@ def test_config_sizes_stage_0_for_the_optimizer_its_files_build_and_check_agrees
                  "--out", str(tmp_path / "fused"))  # fmt: skip
     assert proc.returncode == 1 and not (tmp_path / "fused").exists()
     assert "ZeRO-0 ckpt at micro-batch 1: does not fit" in proc.stderr and "use ZeRO-1" in proc.stderr
-    assert "more than the 24.0 GiB planned for (--gpu-memory) allows" in proc.stderr  # not "card": an H200's 24 GiB
+    # not "card": 24 GiB of an H200
+    assert "more than the 24.0 GiB planned for (--gpu-memory) allows" in proc.stderr
     # the refusal names the cause and the flag that fits stage 0
     assert "holds 4 bytes a parameter more at ZeRO-0's step: with --torch-adam" in proc.stderr
     assert "micro-batch 3 fits" in proc.stderr
