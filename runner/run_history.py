@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.metrics.history import iter_metrics
 from runner.metrics.snapshot import Snapshot
@@ -36,6 +36,10 @@ from wizard.history.record import SOURCES, Figures, Hardware, Measurement
 from wizard.history.store import HistoryStore, default_path
 from wizard.planner.calibration import physics_version
 from wizard.strategy import Strategy
+
+if TYPE_CHECKING:
+    from wizard.hardware.report import HardwareReport
+    from wizard.model import ModelSpec
 
 SOURCE_ENV = "DSWIZ_HISTORY_SOURCE"
 WARMUP_SHARE = 0.25
@@ -157,32 +161,48 @@ def recorded_strategy(record: Mapping[str, Any], gpus_per_node: int) -> Strategy
     return s if sane else None
 
 
-def _physics_prediction(
-    sidecar: PlanSidecar, strategy: Strategy, expandable_segments: bool, fused_optimizer: bool
+def physics_figures(
+    hardware: HardwareReport,
+    model: ModelSpec,
+    strategy: Strategy,
+    seq_len: int,
+    *,
+    expandable_segments: bool,
+    fused_optimizer: bool,
 ) -> Figures:
-    """The planner's physics (no history) for exactly ``strategy`` on the plan's model, hardware and sequence, with
-    the allocator the job runs with and the optimizer its config makes DeepSpeed build."""
+    """The planner's physics (no history) for exactly the run a record describes: its strategy, model, hardware and
+    sequence, the allocator it ran with and the optimizer its config made DeepSpeed build -- at launch and when a
+    newer physics predicts the run again (wizard.service.history). Raises what the planner raises."""
     from wizard.planner import PlanRequest, evaluate, history_figures
     from wizard.planner.memory import ZeroBuffers
 
+    request = PlanRequest(
+        seq_len=seq_len,
+        expandable_segments=expandable_segments,
+        buffers=ZeroBuffers(fused_optimizer=fused_optimizer),
+    )
+    return history_figures(evaluate(hardware, model, strategy, request).predicted)
+
+
+def _physics_prediction(
+    sidecar: PlanSidecar, strategy: Strategy, expandable_segments: bool, fused_optimizer: bool
+) -> Figures:
+    """``physics_figures`` of the plan's model, hardware and sequence, or none where it cannot be predicted."""
     try:
-        p = evaluate(
+        return physics_figures(
             sidecar.hardware,
             sidecar.model,
             strategy,
-            PlanRequest(
-                seq_len=sidecar.seq_len,
-                expandable_segments=expandable_segments,
-                buffers=ZeroBuffers(fused_optimizer=fused_optimizer),
-            ),
-        ).predicted
+            sidecar.seq_len,
+            expandable_segments=expandable_segments,
+            fused_optimizer=fused_optimizer,
+        )
     except (
         DswizError,
         ValueError,
         ArithmeticError,
     ):  # nothing to compare with: the run still lists its figures
         return Figures()
-    return history_figures(p)
 
 
 def _config_strategy(ds_config: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -122,9 +122,8 @@ def oom_advice(sidecar: PlanSidecar, ds_config: Mapping[str, Any] | None, *, con
         precisions=(failed.precision,),
         max_micro_batch=max(1, failed.micro_batch_size - 1),
     )
-    if (
-        ds_config is not None
-    ):  # the optimizer the config that ran made DeepSpeed build (it may have been edited)
+    # the optimizer the config that ran made DeepSpeed build (it may have been edited since it was written)
+    if ds_config is not None:
         request = replace(
             request, buffers=replace(request.buffers, fused_optimizer=builds_fused_adam(ds_config))
         )

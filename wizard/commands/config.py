@@ -540,21 +540,15 @@ def _say_if_it_does_not_fit(planned: Planned, strategy: Strategy, *, force_error
     """A strategy the flags fixed that the planner predicts will not fit: what `dswiz check --model` calls an error
     (plan-does-not-fit), so nothing is written (exit code 1) unless --force-errors; then it is written as asked, with
     the warning. Either way with what would fit."""
-    from wizard.service.prediction import does_not_fit, without_fused_adam
-    from wizard.units import fmt_bytes
+    from wizard.service.prediction import does_not_fit, fused_adam_advice
 
     finding = does_not_fit(planned.plan, strategy)
     if finding is None:
         return
-    advice = [finding.fix]
-    torch_step = without_fused_adam(planned.plan, strategy)
-    if torch_step is not None:
-        advice.insert(
-            0,
-            "DeepSpeed's FusedAdam (--optimizer deepspeed) holds 4 bytes a parameter more at ZeRO-0's step: with "
-            f"--torch-adam (torch's fused AdamW) micro-batch {torch_step.strategy.micro_batch_size} fits "
-            f"({fmt_bytes(torch_step.predicted.gpu_needed_bytes)} per GPU)",
-        )
+    torch_step = fused_adam_advice(
+        planned.plan, strategy, "DeepSpeed's FusedAdam (--optimizer deepspeed)", "--torch-adam"
+    )
+    advice = [*([torch_step] if torch_step else []), finding.fix]
     if not force_errors:
         raise DswizError(
             f"{finding.what}; nothing was written",

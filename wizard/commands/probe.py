@@ -72,9 +72,8 @@ def probe(ctx: click.Context, **opts: Any) -> int:
     from runner.preflight import check_script
     from wizard.errors import DswizError
 
-    for problem in check_script(
-        opts["script"]
-    ):  # before any candidate: each would fail on it (launch's own check)
+    # before any candidate: each would fail on it (launch's own check)
+    for problem in check_script(opts["script"]):
         raise DswizError(problem.what, problem.fix)
     parent = ctx.parent.params if ctx.parent is not None else {}
     opts["no_history"] = opts["no_history"] or bool(parent.get("no_history"))  # `dswiz --no-history probe`

@@ -373,11 +373,9 @@ def config_command(
         words += ["--nodes", str(strategy.nodes)]
     if strategy.gpus_per_node != hw.gpus_per_node:
         words += ["--gpus-per-node", str(strategy.gpus_per_node)]
+    # an imported file's optimizer section (the wizard records no config_args)
     if s.fused_optimizer and "--optimizer" not in s.config_args:
-        words += [
-            "--optimizer",
-            "deepspeed",
-        ]  # an imported file's section (the wizard records no config_args)
+        words += ["--optimizer", "deepspeed"]
     return [*words, *s.config_args, "--out", out_dir, "--force"]
 
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from runner.run_history import recorded_strategy
+from runner.run_history import physics_figures, recorded_strategy
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.history.calibrate import Corrections, corrections
 from wizard.history.record import Measurement, hardware_fingerprint
 from wizard.history.store import HistoryStore, default_path
 from wizard.model import ModelSpec
-from wizard.planner import PlanRequest, evaluate, history_figures
+from wizard.planner import PlanRequest
 from wizard.planner.calibration import physics_version
-from wizard.planner.memory import ZeroBuffers
 
 
 def calibration_for(hardware: HardwareReport) -> Corrections | None:
@@ -63,19 +62,17 @@ def predicted_again(
     if not isinstance(spec, Mapping) or strategy is None or not seq:
         return None
     try:
-        p = evaluate(
+        figures = physics_figures(
             hardware,
             ModelSpec.from_dict(spec),
             strategy,
-            PlanRequest(
-                seq_len=seq,
-                expandable_segments=record.expandable_segments,
-                buffers=ZeroBuffers(fused_optimizer=record.fused_optimizer),
-            ),
-        ).predicted
+            seq,
+            expandable_segments=record.expandable_segments,
+            fused_optimizer=record.fused_optimizer,
+        )
     except (DswizError, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError):
         return None  # a hand-edited or foreign record: left out
-    return replace(record, predicted=history_figures(p), physics=physics or physics_version())
+    return replace(record, predicted=figures, physics=physics or physics_version())
 
 
 def with_history(request: PlanRequest, hardware: HardwareReport, *, use: bool = True) -> PlanRequest:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the planner is imported when a prediction is asked for, not
     from wizard.config.schema import ConfigSet
     from wizard.config.sidecar import PlanSidecar
     from wizard.model import ModelSpec
-    from wizard.planner import Candidate, Plan
+    from wizard.planner import Plan
     from wizard.planner.memory import ZeroBuffers
     from wizard.strategy import Strategy
     from wizard.tuning import FineTune
@@ -161,15 +161,13 @@ def config_prediction(
         )
     else:
         why_not = why_it_does_not_fit(chosen)
-        torch_step = without_fused_adam(result, chosen.strategy)
-        if torch_step is not None:
-            advice = [
-                "the optimizer section makes DeepSpeed build its FusedAdam, whose ZeRO-0 step holds 4 bytes a "
-                'parameter more: with "torch_adam": true and "fused": true in its params (torch\'s fused AdamW) '
-                f"micro-batch {torch_step.strategy.micro_batch_size} fits "
-                f"({fmt_bytes(torch_step.predicted.gpu_needed_bytes)} per GPU)",
-                *advice,
-            ]
+        torch_step = fused_adam_advice(
+            result,
+            chosen.strategy,
+            "the FusedAdam DeepSpeed builds from the optimizer section",
+            '"torch_adam": true and "fused": true in its params',
+        )
+        advice = [*([torch_step] if torch_step else []), *advice]
         finding = Finding(
             Severity.ERROR,
             "plan-does-not-fit",
@@ -344,11 +342,12 @@ def does_not_fit(plan: Plan, strategy: Strategy) -> Finding | None:
     )
 
 
-def without_fused_adam(plan: Plan, strategy: Strategy) -> Candidate | None:
+def fused_adam_advice(plan: Plan, strategy: Strategy, fused: str, switch: str) -> str | None:
     """Where ``plan`` counted DeepSpeed's FusedAdam at a 16-bit ZeRO-0 step (FP16_Optimizer: 4 bytes a parameter more
-    than a torch optimizer's, ``ZeroBuffers.fused_optimizer``): the same kind of strategy stepped by torch's fused
-    AdamW instead, sized by the planner, when that fits -- what the advice offers beside the other stages. None
-    where the optimizer makes no difference or that does not fit either."""
+    than a torch optimizer's, ``ZeroBuffers.fused_optimizer``) and the same kind of strategy stepped by torch's fused
+    AdamW fits, sized by the planner: the advice line that says so -- ``fused`` names where the FusedAdam comes from,
+    ``switch`` how to step with torch's instead (a flag, or a config's keys). None where the optimizer makes no
+    difference or that does not fit either."""
     from wizard import planner
     from wizard.planner.memory import unfused_16bit_step
     from wizard.planner.types import StrategyChoice
@@ -359,7 +358,21 @@ def without_fused_adam(plan: Plan, strategy: Strategy) -> Candidate | None:
     torch_step = replace(plan.request, buffers=replace(buffers, fused_optimizer=False))
     kind = StrategyChoice(0, "none", "none", strategy.activation_checkpointing)
     other = planner.choose(planner.plan(plan.hardware, plan.model, torch_step), kind)
-    return other if other.fits else None
+    if not other.fits:
+        return None
+    return (
+        f"{fused} holds 4 bytes a parameter more at ZeRO-0's step: with {switch} (torch's fused AdamW) micro-batch "
+        f"{other.strategy.micro_batch_size} fits ({fmt_bytes(other.predicted.gpu_needed_bytes)} per GPU)"
+    )
+
+
+def config_builds_fused_adam(config: ConfigSet) -> bool:
+    """Whether a config's optimizer section makes DeepSpeed build its FusedAdam (stage 0 steps through
+    FP16_Optimizer): the rule of wizard.config.optimizer_op on the config as DeepSpeed reads it."""
+    from wizard.config.optimizer_op import builds_fused_adam
+    from wizard.config.render import ds_config_dict
+
+    return builds_fused_adam(ds_config_dict(config.deepspeed))
 
 
 def _planned_memory(
@@ -380,14 +393,12 @@ def _planned_memory(
 def buffers_of(config: ConfigSet) -> ZeroBuffers:
     """The buffer sizes a DeepSpeed config sets (a smaller reduce bucket frees memory: the ZeRO-Offload paper's
     13B run used 5e7); DeepSpeed's defaults where a key is absent or "auto" (the Trainer fills it)."""
-    from wizard.config.optimizer_op import builds_fused_adam
-    from wizard.config.render import ds_config_dict
     from wizard.model import MAX_COUNT
     from wizard.planner.memory import DEFAULT_BUFFERS
 
     zero = config.deepspeed.zero_optimization
     changes: dict[str, Any] = {}
-    if builds_fused_adam(ds_config_dict(config.deepspeed)):  # stage 0 steps through FP16_Optimizer
+    if config_builds_fused_adam(config):  # stage 0 steps through FP16_Optimizer
         changes["fused_optimizer"] = True
     if zero is None:
         return replace(DEFAULT_BUFFERS, **changes)

@@ -125,13 +125,10 @@ class WizardService:
             if self._history is None or self._history[0] is not hw:
                 self._history = (hw, with_history(base, hw, use=self._use_history))
             base = self._history[1]
-        from wizard.config.optimizer_op import builds_fused_adam
-        from wizard.config.render import ds_config_dict
+        from wizard.service.prediction import config_builds_fused_adam
 
         # an imported file's optimizer section stays in what is written (stage 0's step: wizard.config.optimizer_op)
-        fused = choices.imported is not None and builds_fused_adam(
-            ds_config_dict(choices.imported.config.deepspeed)
-        )
+        fused = choices.imported is not None and config_builds_fused_adam(choices.imported.config)
         return replace(
             base,
             seq_len=choices.seq_len,
