@@ -37,6 +37,9 @@ LOG_TAIL_LINES = 12
 RUN_JSON_REFRESH_S = 2.0
 TERMINAL_STATES = ("finished", "failed", "ended", "interrupted", "supervisor_lost")
 ENDED_STATUSES = ("finished", "interrupted")  # run.json status values once the launcher has seen the end
+# The job's processes are gone while run.json still says "running" and its dswiz is alive: that dswiz records how
+# the job ended (exit code, status) a moment later, so "ended" (how unknown) waits this long for it.
+END_RECORD_GRACE_S = 10.0
 
 
 class Collector:
@@ -86,8 +89,13 @@ class Collector:
         if persist and self._run_dir is not None:
             self._metrics = self._open_metrics_log(self._run_dir)
         self._latest: Snapshot | None = None
-        self._terminal_written = self._previous is not None and self._previous.job_state in TERMINAL_STATES
+        # the terminal state metrics.jsonl holds last: written once, again only when it changes ("ended", then the
+        # exit code the launch recorded says "finished")
+        self._terminal_written: str | None = None
+        if self._previous is not None and self._previous.job_state in TERMINAL_STATES:
+            self._terminal_written = self._previous.job_state
         self._seen_alive = False
+        self._gone_since: float | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -150,9 +158,9 @@ class Collector:
         self.history.add(snap.history_point())
         snap = _with_history(snap, self.history.points())
         terminal = snap.job_state in TERMINAL_STATES
-        if self._metrics is not None and not (terminal and self._terminal_written):
+        if self._metrics is not None and not (terminal and self._terminal_written == snap.job_state):
             self._metrics.append(snap)  # the end is recorded once, not once per poll of a finished run
-            self._terminal_written = terminal
+            self._terminal_written = snap.job_state if terminal else None
         with self._lock:
             self._latest = snap
         if self._observer is not None:
@@ -198,8 +206,22 @@ class Collector:
             return
         if host.job_alive:
             self._seen_alive = True
+            self._gone_since = None
         elif self._seen_alive:
+            if self._gone_since is None:
+                self._gone_since = now
+            if now - self._gone_since < END_RECORD_GRACE_S and self._supervisor_alive():
+                return  # its dswiz is about to write how the job ended
             self.aggregator.set_job_ended(None)  # processes gone, no launcher record of how: the logs tell
+
+    def _supervisor_alive(self) -> bool:
+        """Is the dswiz that launched this run (run.json's supervisor) known to be running?"""
+        if self._run_dir is None or self._run_json.get("status") != rundir.STATUS_RUNNING:
+            return False
+        try:
+            return rundir.supervisor_alive(rundir.RunRecord.from_dict(self._run_json)) is True
+        except DswizError:
+            return False
 
     def _sample_gpus(self, host: HostSample) -> list[GpuState]:
         sampler = self._gpu_sampler

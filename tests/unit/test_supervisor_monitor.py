@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -18,7 +19,8 @@ import pytest
 from runner import rundir
 from runner.job import reaper
 from runner.metrics.attach import target_from_pid
-from runner.metrics.collector import Collector
+from runner.metrics.collector import END_RECORD_GRACE_S, TERMINAL_STATES, Collector
+from runner.metrics.history import iter_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,6 +57,68 @@ def test_attached_by_pid_a_process_that_ends_has_no_known_exit_code() -> None:
         proc.kill()
     assert snap.job_state == "ended" and snap.exit_code is None  # not "finished", not exit 0
     collector.stop()
+
+
+def recorded_states(run_dir: Path) -> list[str]:
+    return [s.job_state for s in iter_metrics(run_dir / rundir.METRICS_JSONL)]
+
+
+def record_end(run_dir: Path, status: str, exit_code: int) -> None:
+    """What `dswiz launch` writes once its launcher has returned."""
+    record = rundir.read_run_record(run_dir)
+    rundir.write_run_record(run_dir, replace(record, status=status, exit_code=exit_code))
+
+
+def test_a_launched_job_is_recorded_as_its_dswiz_says_it_ended_not_as_merely_ended(tmp_path: Path) -> None:
+    """The ranks are gone a moment before `dswiz launch` writes their exit code into run.json. While that dswiz
+    lives, the collector waits for it (up to END_RECORD_GRACE_S) instead of ending the history on "ended"."""
+    run_dir = tmp_path / "run"
+    me = os.getpid()
+    write_run(run_dir, supervisor_pid=me, supervisor_start=rundir.process_start_ticks(me))
+    job = subprocess.Popen(["sleep", "30"])
+    try:
+        collector = Collector(run_dir, pids_provider=lambda: [job.pid], interval=0.1)
+        assert collector.poll_once().job_state in ("starting", "running")
+        job.kill()
+        job.wait()
+        assert collector.poll_once().job_state not in TERMINAL_STATES  # its dswiz records the end next
+        record_end(run_dir, "finished", 0)
+        snap = collector.poll_once()
+        assert snap.job_state == "finished" and snap.exit_code == 0
+        collector.poll_once()
+        collector.stop()
+    finally:
+        job.kill()
+        job.wait()
+    states = recorded_states(run_dir)
+    assert states[-1] == "finished" and states.count("finished") == 1 and "ended" not in states
+
+
+def test_an_end_recorded_after_ended_corrects_the_history_once(tmp_path: Path) -> None:
+    """A dswiz that is silent past the grace (or not known to be alive) gets "ended"; when it does write the exit
+    code, the history's last word is corrected to it, once."""
+    run_dir = tmp_path / "run"
+    me = os.getpid()
+    write_run(run_dir, supervisor_pid=me, supervisor_start=rundir.process_start_ticks(me))
+    clock = [1000.0]
+    job = subprocess.Popen(["sleep", "30"])
+    try:
+        collector = Collector(run_dir, pids_provider=lambda: [job.pid], clock=lambda: clock[0])
+        collector.poll_once()
+        job.kill()
+        job.wait()
+        assert collector.poll_once().job_state not in TERMINAL_STATES
+        clock[0] += END_RECORD_GRACE_S
+        assert collector.poll_once().job_state == "ended"
+        assert collector.poll_once().job_state == "ended"
+        record_end(run_dir, "finished", 0)
+        assert collector.poll_once().job_state == "finished"
+        collector.stop()
+    finally:
+        job.kill()
+        job.wait()
+    assert recorded_states(run_dir)[-2:] == ["ended", "finished"]
+    assert recorded_states(run_dir).count("ended") == 1 and recorded_states(run_dir).count("finished") == 1
 
 
 def test_a_run_stopped_by_dswiz_is_interrupted_not_failed(tmp_path: Path) -> None:
