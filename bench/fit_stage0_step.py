@@ -32,7 +32,6 @@ import plan_accuracy as pa  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
 from wizard.planner import finetune as ft  # noqa: E402
-from wizard.planner.throughput import estimate_throughput  # noqa: E402
 
 INPUTS_FROM = "bench/results/plan_accuracy-2026-12-04-1gpu-all-m-summary.json"
 RAW_FILES = tuple(json.loads((ROOT / INPUTS_FROM).read_text())["inputs"])
@@ -76,10 +75,7 @@ def fixed_cost_errors(hw: HardwareReport, whole: list[dict[str, Any]]) -> dict[s
     try:
         for v in FIXED_COST_VALUES:
             cal.STAGE0_STEP_SECONDS = v
-            errs = [
-                estimate_throughput(hw, *pa._row_case(r)).tokens_per_sec / r["tokens_per_sec"] - 1
-                for r in whole
-            ]
+            errs = [pa.row_throughput(hw, r).tokens_per_sec / r["tokens_per_sec"] - 1 for r in whole]
             a = [abs(e) for e in errs]
             out[f"{v:g}"] = {
                 "median_abs": statistics.median(a),
@@ -96,7 +92,7 @@ def measured(r: dict[str, Any]) -> float:
 
 
 def predicted(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:
-    return [pa.step_phase_seconds(dict(estimate_throughput(hw, *pa._row_case(r)).parts)) for r in rows]
+    return [pa.step_phase_seconds(dict(pa.row_throughput(hw, r).parts)) for r in rows]
 
 
 def per_layer_form(rows: list[dict[str, Any]]) -> list[float]:

@@ -31,7 +31,6 @@ import plan_accuracy as pa  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
-from wizard.planner.throughput import estimate_throughput  # noqa: E402
 
 # The raw files of the planner's committed analysis (the rows calibration.py's throughput constants are fit to).
 INPUTS_FROM = "bench/results/plan_accuracy-2026-12-03-1gpu-all-e-summary.json"
@@ -60,7 +59,7 @@ def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, An
 
 def predicted(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:
     """Tokens/s per row with the calibration as it is now."""
-    return [estimate_throughput(hw, *pa._row_case(r)).tokens_per_sec for r in rows]
+    return [pa.row_throughput(hw, r).tokens_per_sec for r in rows]
 
 
 def errors(hw: HardwareReport, rows: list[dict[str, Any]]) -> list[float]:

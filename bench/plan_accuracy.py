@@ -108,6 +108,7 @@ from wizard.planner.memory import (  # noqa: E402
 )
 from wizard.planner.throughput import (  # noqa: E402
     STEP_PARTS,
+    ThroughputEstimate,
     estimate_throughput,
     host_bound,
     host_share,
@@ -712,7 +713,9 @@ def predict(
     expandable = planned_expandable_segments(expandable, os.environ)
     mem = estimate_memory(model, s, seq, row_buffers(c), expandable_segments=expandable)
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
-    tp = estimate_throughput(hw, model, s, seq, allocator_remaps=allocator_remaps(mem, budget, expandable))
+    tp = estimate_throughput(
+        hw, model, s, seq, buffers=row_buffers(c), allocator_remaps=allocator_remaps(mem, budget, expandable)
+    )
     ds = deepspeed_estimate(model, s)
     parts = dict(tp.parts)
     return {
@@ -1842,6 +1845,10 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
             for _, d in members
         ]
         head["grid_size"] = sum(d.get("grid_size", 0) for _, d in members)
+        # the newest file's optimizer is not every row's: name each (a row's label says which it ran)
+        optimizers = list(dict.fromkeys(str(d.get("optimizer")) for _, d in members if d.get("optimizer")))
+        if len(optimizers) > 1:
+            head["optimizer"] = " / ".join(optimizers) + " (the rows' labels say which)"
         head["stopped_at"] = next((d["stopped_at"] for _, d in members if d.get("stopped_at")), None)
         out.append((head, rows))
     return out
@@ -1955,7 +1962,7 @@ def repeatability(docs: list[dict[str, Any]]) -> dict[str, Any]:
         if len(rs) < 2:
             continue
         first = rs[0]
-        tp = estimate_throughput(HardwareReport.from_dict(doc["hardware"]), *_row_case(first))
+        tp = row_throughput(HardwareReport.from_dict(doc["hardware"]), first)
         tps = sorted(r["tokens_per_sec"] for r in rs)
         label = _label({"config": {**first["config"], "repeat": 0, "seq": None}})
         configs.append(
@@ -2692,16 +2699,20 @@ def _row_case(r: dict[str, Any]) -> tuple[ModelSpec, Strategy, int]:
     return spec, _cfg(r).strategy(r["world"]), r["seq_len"]
 
 
+def row_throughput(hw: HardwareReport, r: dict[str, Any]) -> ThroughputEstimate:
+    """The throughput model's prediction for a recorded row, with the calibration as it is now and its optimizer."""
+    return estimate_throughput(hw, *_row_case(r), buffers=row_buffers(_cfg(r)))
+
+
 def fit_throughput(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str, Any]:
     """Refit FIT_CONSTANTS to the measured tokens/s of the ok rows: what to write into
     wizard/planner/calibration.py."""
     rows = [r for r in ok if r.get("tokens_per_sec")]
     if len(rows) < len(FIT_CONSTANTS) + 2:
         return {}
-    cases = [_row_case(r) for r in rows]
 
     def predicted() -> list[float]:
-        return [estimate_throughput(hw, m, s, seq).tokens_per_sec for m, s, seq in cases]
+        return [row_throughput(hw, r).tokens_per_sec for r in rows]
 
     # tokens/s: a prediction too fast errs the same way as a step predicted too short
     return _fit_log(FIT_CONSTANTS, predicted, [r["tokens_per_sec"] for r in rows])
@@ -2735,10 +2746,9 @@ def fit_optimizer_step(ok: list[dict[str, Any]], hw: HardwareReport) -> dict[str
     names = tuple(n for n in OPTIMIZER_STEP_CONSTANTS if (k := _step_constant_kind(n)) is None or k in kinds)
     if len(rows) < len(names) + 2:
         return {}
-    cases = [_row_case(r) for r in rows]
 
     def predicted() -> list[float]:
-        return [step_phase_seconds(dict(estimate_throughput(hw, m, s, seq).parts)) for m, s, seq in cases]
+        return [step_phase_seconds(dict(row_throughput(hw, r).parts)) for r in rows]
 
     measured = [statistics.median(r["phase_s"]["step"]) for r in rows]
     return _fit_log(names, predicted, measured)

@@ -269,6 +269,25 @@ def test_raw_files_merge_keeping_every_reading_and_the_newest_outcome(pa: Module
     assert [r["status"] for r in rows] == ["error"]
 
 
+def test_a_merge_of_files_run_with_two_optimizers_names_both(pa: ModuleType) -> None:
+    """The report's header says the optimizer the rows stepped with: the newest file's is not every row's."""
+    hw = _h200(pa, 1)
+    torch_doc = _doc(hw, [_row(pa, hw, pa.Config("gpt2", 1, micro_batch=8), alloc_error=0, tps=1.0)])
+    fused_doc = _doc(hw, [_row(pa, hw, pa.Config("gpt2", 0, micro_batch=1), alloc_error=0, tps=1.0)])
+    torch_doc["optimizer"], fused_doc["optimizer"] = (
+        "torch fused AdamW (DeepSpeed torch_adam)",
+        "DeepSpeed FusedAdam",
+    )
+    ((head, rows),) = pa._merge_runs([torch_doc, fused_doc])
+    assert len(rows) == 2
+    assert (
+        head["optimizer"]
+        == "torch fused AdamW (DeepSpeed torch_adam) / DeepSpeed FusedAdam (the rows' labels say which)"
+    )
+    ((head, _),) = pa._merge_runs([torch_doc, dict(torch_doc)])
+    assert head["optimizer"] == "torch fused AdamW (DeepSpeed torch_adam)"
+
+
 def test_throughput_fit_recovers_constants_that_generated_the_rows(pa: ModuleType) -> None:
     """Rows whose tokens/s come from the throughput model with other constants: the fit gets back to (almost) zero
     error, and leaves wizard.planner.calibration as it was."""

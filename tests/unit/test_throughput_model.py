@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
 from wizard.model import load_model_spec
+from wizard.planner.memory import ZeroBuffers
 from wizard.planner.throughput import (
     FRAMEWORK_HOST_PART,
     STAGE0_PART,
@@ -245,3 +246,54 @@ def test_stage_0_pays_its_16_bit_wrapper_once_per_optimizer_step() -> None:
         assert parts[STAGE0_PART] > 0 and four[STAGE0_PART] == parts[STAGE0_PART]
     for other in (bf16.with_(precision="fp32"), bf16.with_(zero_stage=1)):
         assert STAGE0_PART not in dict(estimate_throughput(ONE_H200, GPT2_MEDIUM, other, 1024).parts)
+
+
+FUSED_RUN = (
+    Path(__file__).resolve().parents[2]
+    / "bench"
+    / "results"
+    / "plan_accuracy-2026-12-05-1gpu-phases-fused.json"
+)
+
+
+FUSED_RUN_MODELS = {  # as bench/plan_accuracy.py builds them (BENCH_MODELS)
+    "llama-3b": "type=llama,name=llama-3b,layers=26,hidden=3200,heads=32,ffn=8640,vocab=32000,seq=2048",
+    "gpt2-xl": "gpt2-xl",
+}
+
+
+def test_deepspeeds_fused_adam_steps_stage_0_by_its_own_figures() -> None:
+    """A config that makes DeepSpeed build its FusedAdam steps stage 0 through FP16_Optimizer: casts per tensor,
+    the rest over one flat buffer. Its step phase, timed on one H200 (llama-3b 0.088 s, gpt2-xl 0.092 s), is what
+    the planner's step parts say; FP16_UnfusedOptimizer's per-tensor figure would say 0.098 s and 0.134 s."""
+    doc = json.loads(FUSED_RUN.read_text())
+    hw = HardwareReport.from_dict(doc["hardware"])
+    rows = [r for r in doc["rows"] if r["status"] == "ok"]
+    assert [r["config"]["model"] for r in rows] == ["llama-3b", "gpt2-xl"]
+    for r in rows:
+        c = r["config"]
+        assert c["optimizer"] == "ds-fused" and c["zero_stage"] == 0
+        model = load_model_spec(FUSED_RUN_MODELS[c["model"]])
+        s = Strategy(zero_stage=0, micro_batch_size=c["micro_batch"])
+        fused = dict(
+            estimate_throughput(hw, model, s, r["seq_len"], buffers=ZeroBuffers(fused_optimizer=True)).parts
+        )
+        unfused = dict(estimate_throughput(hw, model, s, r["seq_len"]).parts)
+        measured = sorted(r["phase_s"]["step"])[1:3]
+        step = sum(fused.get(k, 0.0) for k in STEP_PARTS)
+        assert step == pytest.approx(sum(measured) / 2, rel=0.05), c["model"]
+        assert sum(unfused.get(k, 0.0) for k in STEP_PARTS) > step
+
+
+def test_the_fused_optimizer_changes_only_stage_0s_16_bit_step() -> None:
+    """FusedAdam is DeepSpeed's optimizer at every stage, but only stage 0 in 16 bits steps through a wrapper
+    whose work depends on it; stages 1-3 and fp32 are timed as before."""
+    fused = ZeroBuffers(fused_optimizer=True)
+    for s in (
+        Strategy(zero_stage=1, micro_batch_size=8),
+        Strategy(zero_stage=3, micro_batch_size=8),
+        Strategy(zero_stage=0, micro_batch_size=8, precision="fp32"),
+    ):
+        a = estimate_throughput(ONE_H200, GPT2_MEDIUM, s, 1024)
+        b = estimate_throughput(ONE_H200, GPT2_MEDIUM, s, 1024, buffers=fused)
+        assert a.parts == b.parts, s

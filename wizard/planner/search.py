@@ -187,7 +187,14 @@ def _predict(ctx: PlanContext, s: Strategy) -> tuple[MemoryEstimate, ThroughputE
         delta = round(mem.device * (m - 1))
         needed = mem.needed + round(mem.needed * (m - 1))
         mem = replace(mem, device=mem.device + delta, needed=needed, history_correction=delta)
-    tp = estimate_throughput(ctx.hardware, ctx.model, s, ctx.seq_len, allocator_remaps=_remaps(ctx, mem))
+    tp = estimate_throughput(
+        ctx.hardware,
+        ctx.model,
+        s,
+        ctx.seq_len,
+        buffers=ctx.request.buffers,
+        allocator_remaps=_remaps(ctx, mem),
+    )
     t = _tokens_factor(ctx, s, tp)
     if t != 1.0:
         tp = replace(

@@ -19,6 +19,8 @@ from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
 from wizard.planner.memory import (
+    DEFAULT_BUFFERS,
+    ZeroBuffers,
     recipe_activation_bytes_per_token,
     sdpa_padded_head_dim,
     unfused_16bit_step,
@@ -367,9 +369,17 @@ def offload_gradient_transfers(zero_stage: int, gradient_accumulation_steps: int
 
 
 def _optimizer_seconds(
-    hardware: HardwareReport, model: ModelSpec, s: Strategy, hbm: float, pcie: float, hidden_behind: float
+    hardware: HardwareReport,
+    model: ModelSpec,
+    s: Strategy,
+    hbm: float,
+    pcie: float,
+    hidden_behind: float,
+    fused: bool = False,
 ) -> dict[str, float]:
     """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps).
+    ``fused``: the config makes DeepSpeed build its FusedAdam (memory.ZeroBuffers.fused_optimizer): stage 0 in 16
+    bits steps through FP16_Optimizer.
     ``hidden_behind``: seconds of each micro-step's compute the reduce stream has left after the collectives
     (calibration.COMM_OVERLAP's share, less what the collectives take). Accumulating, ZeRO-3 moves the running sum of
     every micro-step after the first on that stream (overlap_comm, its default); the copy to the host at the
@@ -383,7 +393,12 @@ def _optimizer_seconds(
     # tensor there: stage_1_and_2.py complete_grad_norm_calculation_for_cpu_offload, DeepSpeed 0.19.8)
     parts = {"optimizer step": cal.OPTIMIZER_SECONDS_PER_LAYER * model.layers}
     per_param = cal.OPTIMIZER_SECONDS_PER_PARAM[optimizer_kind(s.zero_stage)]
-    if unfused_16bit_step(s):
+    if unfused_16bit_step(s) and fused:
+        # FP16_Optimizer over DeepSpeed's FusedAdam: casts and copies back tensor by tensor, the rest on one flat
+        # buffer (calibration.STAGE0_FUSED_SECONDS_PER_TENSOR)
+        parts["optimizer step"] = cal.STAGE0_FUSED_SECONDS_PER_TENSOR * ft.trainable_tensor_count(model)
+        per_param = cal.STAGE0_FUSED_SECONDS_PER_PARAM
+    elif unfused_16bit_step(s):
         # DeepSpeed's 16-bit wrapper (FP16_UnfusedOptimizer, for bf16 too) steps tensor by tensor: each its norm, its
         # fp32 gradient copy, its 16-bit weights written back (calibration.STAGE0_SECONDS_PER_TENSOR)
         parts["optimizer step"] = cal.STAGE0_SECONDS_PER_TENSOR * ft.trainable_tensor_count(model)
@@ -443,10 +458,16 @@ ALLOCATOR_REMAP_PART = "allocator remapping (expandable segments)"
 
 
 def estimate_throughput(
-    hardware: HardwareReport, model: ModelSpec, s: Strategy, seq_len: int, *, allocator_remaps: bool = False
+    hardware: HardwareReport,
+    model: ModelSpec,
+    s: Strategy,
+    seq_len: int,
+    *,
+    buffers: ZeroBuffers = DEFAULT_BUFFERS,
+    allocator_remaps: bool = False,
 ) -> ThroughputEstimate:
     """Seconds per optimizer step (training) or per forward pass (inference) by cause, and what follows.
-    ``allocator_remaps``: PyTorch's allocator runs with expandable segments on a card that cannot hold the cache
+    ``buffers``: what the DeepSpeed config sets beyond the strategy (the optimizer it builds). ``allocator_remaps``: PyTorch's allocator runs with expandable segments on a card that cannot hold the cache
     it would keep with room, so it unmaps and maps pages every micro-step (calibration.EXPANDABLE_REMAP_SECONDS)."""
     gpu = hardware.gpus[0] if hardware.gpus else None
     peak, peak_source = peak_flops(gpu, s.precision)
@@ -484,7 +505,15 @@ def estimate_throughput(
 
     if train:
         parts.update(
-            _optimizer_seconds(hardware, model, s, hbm, pcie, max(0.0, overlap * compute - comm_micro))
+            _optimizer_seconds(
+                hardware,
+                model,
+                s,
+                hbm,
+                pcie,
+                max(0.0, overlap * compute - comm_micro),
+                buffers.fused_optimizer,
+            )
         )
         if model.finetune.quantized:
             parts["4-bit dequantization"] = ft.dequantization_seconds(model, s, hbm)
