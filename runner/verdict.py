@@ -61,6 +61,11 @@ KNOWN_EXCEPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
 _NATIVE_ABORT_RE = re.compile(
     r"^(?:\[rank\d+\]:\s?)?(terminate called (?:without an active exception|after throwing)|Fatal Python error:)"
 )
+# argparse's usage error (CPython Lib/argparse.py, ArgumentParser.error): "usage: PROG ..." on stderr, then
+# "PROG: error: MESSAGE", and exit status 2.
+_USAGE_LINE_RE = re.compile(r"^(?:\[rank\d+\]:\s?)?usage: ")
+_USAGE_ERROR_RE = re.compile(r"^(?:\[rank\d+\]:\s?)?(?P<prog>[\w.+-]+): error: (?P<message>.+)$")
+USAGE_EXIT_CODE = 2
 STALL_EXIT_CODE = 124
 _SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
@@ -149,6 +154,8 @@ class JobObserver:
     world_size: int | None = None
     loss_scale_floor: bool = False  # DeepSpeed gave up: "Current loss scale already at minimum"
     native_aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (rank, "terminate called …")
+    usage_seen: bool = False  # an argparse "usage:" line: the next "PROG: error: ..." is the script's parser
+    usage_errors: list[str] = field(default_factory=list)  # "train.py: error: unrecognized arguments: --x"
     clean_exits: int = 0  # ranks the launcher saw exit with 0
     # (step, time) of the first and the latest step seen: the speed of a job that prints no DeepSpeed throughput
     # line (accelerate and the HF Trainer set steps_per_print to infinity), from its own step prints.
@@ -179,6 +186,12 @@ class JobObserver:
             self.loss_scale_floor = True
         if _NATIVE_ABORT_RE.match(text):
             self.native_aborts.append((rank, text.strip()))
+        if _USAGE_LINE_RE.match(text):
+            self.usage_seen = True
+        elif self.usage_seen and (m := _USAGE_ERROR_RE.match(text.rstrip())):
+            line = f"{m['prog']}: error: {m['message']}"
+            if line not in self.usage_errors:  # every rank parses the same arguments
+                self.usage_errors.append(line)
         if event is None:
             return None
         v = event.values
@@ -342,7 +355,7 @@ def decide(
     stall: Stall | None = None,
 ) -> RunVerdict:
     """The verdict, most specific first (``VERDICT_RULES``): a stall timeout, interruption, CUDA OOM, NCCL timeout,
-    SIGKILL (host OOM?), a rank's exception, an fp16 overflow storm, success, or a plain failure with the exit
+    the script refusing its arguments, SIGKILL (host OOM?), a rank's exception, an fp16 overflow storm, success, or a plain failure with the exit
     code."""
     facts = EndFacts(
         obs, launcher_returncodes, interrupted_by, deaths, ds_config, oom_advisor, elapsed, stall
@@ -618,6 +631,33 @@ def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
     return f", {steps_per_s:,.2f} steps/s (script prints)"
 
 
+def _usage_error(f: EndFacts) -> RunVerdict | None:
+    """The script's argument parser refused its arguments (argparse's "PROG: error: ..." and exit status 2): the
+    script never started training, and its own message says which argument."""
+    if not f.obs.usage_errors or f.first_failing_code != USAGE_EXIT_CODE:
+        return None
+    line = f.obs.usage_errors[0]
+    prog = line.split(": error: ", 1)[0]
+    when = " before any step" if f.obs.step is None else f.at_step
+    advice = [
+        "the arguments after the script's path go to the script as given: fix or drop the one it names "
+        f"(`python {prog} --help` lists what it takes)"
+    ]
+    if re.search(r"--(local_rank|local-rank|deepspeed)", line):
+        advice.append(
+            "every rank also gets --local_rank and the config argument (--deepspeed_config by default): the "
+            "script must accept them (deepspeed.add_config_arguments(parser) adds the DeepSpeed ones, "
+            "parser.parse_known_args() ignores what it does not know), or pass --config-arg NAME for the name "
+            "it takes, '' for none"
+        )
+    return RunVerdict(
+        kind="failed",
+        summary=f"the training script refused its arguments{when}: {line}",
+        advice=tuple(advice),
+        evidence=tuple(f.obs.usage_errors[:3]),
+    )
+
+
 def _native_abort(f: EndFacts) -> RunVerdict | None:
     if not f.obs.native_aborts:
         return None
@@ -656,6 +696,8 @@ VERDICT_RULES: tuple[Callable[[EndFacts], RunVerdict | None], ...] = (
     _interrupted,
     _cuda_oom,
     _nccl_timeout,
+    # before a silent death: the rank that refused its arguments is one, when the watcher missed its exit status
+    _usage_error,
     _sigkilled,
     _rank_exception,
     _finished,

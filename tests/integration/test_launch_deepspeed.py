@@ -168,6 +168,21 @@ def test_a_rank_that_raises_is_named_with_its_exception(workdir: Path) -> None:
     assert record.exit_code == 1 and "Traceback" not in proc.stderr  # dswiz itself did not crash
 
 
+def test_a_script_that_refuses_its_arguments_is_said_so_with_its_own_message(workdir: Path) -> None:
+    run_dir = workdir / "run"
+    proc = run(
+        workdir, "--nproc", "2", "--config", "ds_config.json", "--run-dir", str(run_dir),
+        str(TRAIN), "--steps", "10", "--bogus-flag", "3",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    said = "train_tiny.py: error: unrecognized arguments: --bogus-flag 3"
+    assert f"[dswiz] verdict: the training script refused its arguments before any step: {said}" in out
+    assert "`python train_tiny.py --help`" in out
+    record = rundir.read_run_record(run_dir)
+    assert record.verdict is not None and record.verdict.evidence == (said,) and record.exit_code == 2
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_dswiz_stops_the_whole_job(workdir: Path, sig: signal.Signals, code: int) -> None:
     run_dir = workdir / "run"

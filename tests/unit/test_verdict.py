@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from runner.tracebacks import TracebackCollector, root_cause
 from runner.verdict import JobObserver, RankDeath, decide, default_oom_advice, exit_code
 
@@ -353,6 +355,53 @@ def test_failure_without_any_traceback_says_the_exit_code() -> None:
     v = decide(JobObserver(started=0.0), launcher_returncodes=[-11])
     assert v.kind == "failed" and "exit code -11 (SIGSEGV)" in v.summary
     assert exit_code(v, [-11], None) == 139
+
+
+USAGE_ERROR = """usage: train.py [-h] [--steps STEPS] [--lr LR]
+                [--local_rank LOCAL_RANK]
+train.py: error: unrecognized arguments: --deepspeed_config /runs/1/config/ds_config.json
+usage: train.py [-h] [--steps STEPS] [--lr LR]
+                [--local_rank LOCAL_RANK]
+train.py: error: unrecognized arguments: --deepspeed_config /runs/1/config/ds_config.json
+[2026-12-05 04:05:05,595] [ERROR] [launch.py:259:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1'] exits with return code = 2
+"""
+
+
+def test_a_script_that_refuses_its_arguments_is_named_with_its_own_message() -> None:
+    """argparse's "PROG: error: ..." after its usage, exit status 2: the verdict quotes it once (every rank parses
+    the same arguments) and, where it names an argument every rank is given, says how a script takes those."""
+    v = decide(feed(USAGE_ERROR), launcher_returncodes=[2])
+    assert v.kind == "failed"
+    assert v.summary == (
+        "the training script refused its arguments before any step: train.py: error: unrecognized arguments: "
+        "--deepspeed_config /runs/1/config/ds_config.json"
+    )
+    assert "`python train.py --help`" in v.advice[0]
+    assert "--config-arg NAME" in v.advice[1] and "deepspeed.add_config_arguments(parser)" in v.advice[1]
+    assert len(v.evidence) == 1
+    assert exit_code(v, [2], None) == 2
+    # the watcher saw the ranks gone without their exit status (the launcher reaped them first): still the usage
+    # error, not a silent death blamed on the OOM killer
+    deaths = [
+        RankDeath(r, 100 + r, 1.0, host_available_bytes=50 * 2**30, host_total_bytes=64 * 2**30)
+        for r in (0, 1)
+    ]
+    assert decide(feed(USAGE_ERROR), launcher_returncodes=[2], deaths=deaths).summary == v.summary
+    # a flag of the script's own: no word about the launcher's arguments
+    own = USAGE_ERROR.replace("--deepspeed_config /runs/1/config/ds_config.json", "--bogus 3")
+    assert len(decide(feed(own), launcher_returncodes=[2]).advice) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "codes"),
+    [
+        ("\n".join(USAGE_ERROR.splitlines()[:3]), [1]),  # not argparse's exit status: something else failed
+        ("\n".join(USAGE_ERROR.splitlines()[2:3]), [2]),  # "x: error: y" without a usage line before it
+        ("main.py: error: the dataset is empty\n", [2]),
+    ],
+)
+def test_an_error_line_that_is_not_a_usage_error_keeps_the_plain_verdict(text: str, codes: list[int]) -> None:
+    assert "refused its arguments" not in decide(feed(text), launcher_returncodes=codes).summary
 
 
 def test_tracebacks_chained_interleaved_and_false_starts() -> None:
