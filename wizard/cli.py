@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from wizard import __version__
-from wizard.cli_options import no_history_option
+from wizard.cli_options import card_memory_options, no_history_option, together
 from wizard.errors import DswizError
 
 # name -> "module:attribute" of a click.Command; kept in the order `dswiz --help` lists them.
@@ -85,6 +85,7 @@ class LazyGroup(click.Group):
     help="Start from an existing DeepSpeed JSON or accelerate YAML.",
 )
 @no_history_option()
+@together(*card_memory_options())
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -93,6 +94,8 @@ def cli(
     model_text: str | None,
     from_file: str | None,
     no_history: bool,
+    margin: float,
+    gpu_memory: int | None,
 ) -> None:
     """dswiz: DeepSpeed ZeRO made easy to get right.
 
@@ -119,6 +122,8 @@ def cli(
         from_file=from_file,
         model_text=model_text or "",
         use_history=not no_history,
+        gpu_memory_bytes=gpu_memory,
+        safety_margin=margin / 100,
     )
 
 

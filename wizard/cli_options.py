@@ -81,20 +81,12 @@ PRECISION_CHOICES = ("auto", "bf16", "fp16", "fp32")
 def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     if value is None:
         return None
-    from wizard.units import parse_size
+    from wizard.units import parse_card_size
 
     try:
-        size = parse_size(value)
+        return parse_card_size(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
-    if size <= 0:  # 0 once fell back to the card's whole memory unsaid
-        raise click.BadParameter(f"{value!r} is no memory: give a size above 0, e.g. 24GiB")
-    if size < 1 << 20 and value.strip().replace(".", "", 1).isdigit():
-        # a number without a unit is bytes: `--gpu-memory 24` once planned for a 24-byte card
-        raise click.BadParameter(
-            f"{value} has no unit, so it is {size} bytes: give one, e.g. {value.strip()}GiB"
-        )
-    return size
 
 
 MODEL_HELP = (
@@ -195,6 +187,9 @@ def seq_len_option(help_text: str) -> Callable[[F], F]:
     return click.option("--seq-len", type=click.IntRange(1, 10_000_000), help=help_text)
 
 
+MAX_MARGIN_PERCENT = 50.0  # --margin's bound (and the wizard's field): more kept free than used is a typo
+
+
 def card_memory_options(*, from_plan: bool = False) -> tuple[Callable[[F], F], ...]:
     """--margin and --gpu-memory: how much of each card a plan (or `dswiz check --model`'s prediction) may use;
     ``from_plan``: a folder's dswiz-plan.json says it where the flag is not given (`dswiz check`)."""
@@ -202,7 +197,7 @@ def card_memory_options(*, from_plan: bool = False) -> tuple[Callable[[F], F], .
     return (
         click.option(
             "--margin",
-            type=FiniteFloat(0, 50),
+            type=FiniteFloat(0, MAX_MARGIN_PERCENT),
             default=5.0,
             show_default=not from_plan,
             help=f"Percent of each GPU's memory to keep free.{plan + ' 5.' if from_plan else ''}",
@@ -314,6 +309,7 @@ def planning_request(
     ``hardware``, calibrated by its run history unless --no-history."""
     from wizard.planner import PlanRequest
     from wizard.planner.types import ZERO_STAGES
+    from wizard.service.choices import gpu_memory_for
 
     gpu_memory = gpu_memory_for(params["gpu_memory"], hardware)
     precision = params["precision"]
@@ -336,26 +332,6 @@ def planning_request(
     from wizard.service.history import with_history
 
     return with_history(request, hardware, use=not params["no_history"])
-
-
-def gpu_memory_for(asked: int | None, hardware: HardwareReport | None) -> int | None:
-    """--gpu-memory: plan for less of each card than it has. A card's memory is sold rounded (a "24 GB" RTX 4090 is
-    23.99 GiB, an "80 GB" H100 79.6 GiB), so up to 2 % more than the smallest card is taken as the card; more than
-    that is a mistake (a plan for a 1 TiB H200 fits what no H200 can run)."""
-    from wizard.errors import DswizError
-    from wizard.units import fmt_bytes
-
-    card = hardware.min_gpu_memory_bytes if hardware is not None else None
-    if not asked or not card or asked <= card:
-        return asked
-    if asked <= card * 1.02:
-        return card
-    name = hardware.gpus[0].name if hardware is not None and hardware.gpus else "the GPU"
-    raise DswizError(
-        f"--gpu-memory {fmt_bytes(asked)} is more than the {name} holds ({fmt_bytes(card)} per GPU)",
-        f"give at most {fmt_bytes(card)} (it plans for part of each card), or describe the card you mean "
-        "with --hardware",
-    )
 
 
 def planned_expandable_segments(flag: bool | None) -> bool:

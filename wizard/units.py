@@ -44,6 +44,20 @@ def parse_size(text: str) -> int:
     return int(size)
 
 
+def parse_card_size(text: str) -> int:
+    """A memory or disk size a user plans for (--gpu-memory, --nvme, the wizard's field): ``parse_size``, above 0,
+    and with a unit where a bare number would be under 1 MiB (`24` once planned for a 24-byte card). Raises
+    ValueError saying what to write."""
+    size = parse_size(text)
+    if size <= 0:  # 0 once fell back to the card's whole memory unsaid
+        raise ValueError(f"{text.strip()!r} is no memory: give a size above 0, e.g. 24GiB")
+    if size < 1 << 20 and text.strip().replace(".", "", 1).isdigit():
+        raise ValueError(
+            f"{text.strip()} has no unit, so it is {size} bytes: give one, e.g. {text.strip()}GiB"
+        )
+    return size
+
+
 def whole_number(text: str, *, limit: int = 10**18) -> int | None:
     """Decimal digits with an optional sign as an int when ``abs(value) < limit``; None for anything else (text,
     a float, a 5,000-digit string). For numbers read from logs and files, where an absurd value means noise."""

@@ -232,3 +232,24 @@ def test_plain_nothing_fits_points_at_the_advice_it_printed(service: Any, tmp_pa
     assert info.value.fix == "make one of the changes listed above (each would fit), then answer again"
     assert any("a shorter sequence alone would not help" in line for line in said)
     assert not (tmp_path / "dswiz-config").exists()
+
+
+def test_plain_plans_for_the_memory_per_gpu_the_command_line_gave(service: Any, tmp_path: Path) -> None:
+    """`dswiz --plain --gpu-memory 24GiB --margin 8` and `dswiz config --gpu-memory 24GiB` without --yes: the line
+    prompts plan for that memory and the folder keeps it (dswiz-plan.json); before, the prompts dropped both."""
+    from wizard.commands.config import config, prefill_from_flags
+
+    flags = config.make_context("config", ["--gpu-memory", "24GiB", "--margin", "8"]).params
+    prefill = prefill_from_flags(flags)
+    assert (prefill["gpu_memory_bytes"], prefill["safety_margin"]) == (24 * 2**30, 0.08)
+    said: list[str] = []
+    p = ScriptedPrompter({"model-preset": "llama-7b"})
+    rc = run_prompts(
+        prompter=p, hardware_spec="1xA100-80GB", service=service, say=said.append, prefill=prefill
+    )
+    assert rc == 0
+    sidecar = json.loads((tmp_path / "dswiz-config" / "dswiz-plan.json").read_text())
+    assert (
+        sidecar["request"]["gpu_memory_bytes"] == 24 * 2**30 and sidecar["request"]["safety_margin"] == 0.08
+    )
+    assert sidecar["predicted"]["needed_gpu_bytes"] <= 0.92 * 24 * 2**30

@@ -499,3 +499,60 @@ async def test_more_nodes_fill_the_hostfile_with_placeholders_to_edit(service: A
         assert "Hostfile is valid." in str(app.screen.query_one("#hostfile-findings").render())
         await type_into(pilot, "#nodes", "3")  # still the placeholder: it follows
         assert hostfile.text.count("slots=1") == 3
+
+
+async def test_the_memory_per_gpu_and_the_share_kept_free_reach_the_plan_and_the_files(
+    service: Any, tmp_path: Path
+) -> None:
+    """The Hardware step's two fields are `dswiz config --gpu-memory / --margin`: refused as the flags are, planned
+    for once given (a change re-plans), and kept in dswiz-plan.json for every re-plan of the folder."""
+    app = build_app(hardware_spec="1xA100-80GB", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for typed, said in (
+            ("24", "24 has no unit, so it is 24 bytes"),
+            ("200GiB", "memory per GPU 200.0 GiB is more than the NVIDIA A100-SXM4-80GB holds"),
+        ):
+            await type_into(pilot, "#hw-gpu-memory", typed)
+            await next_step(pilot)
+            assert isinstance(app.screen, HardwareStep) and said in status(pilot)
+        await type_into(pilot, "#hw-gpu-memory", "24GiB")
+        await type_into(pilot, "#hw-margin", "60")
+        await next_step(pilot)
+        assert "kept free must be a percent from 0 to 50, not '60'" in status(pilot)
+        await type_into(pilot, "#hw-margin", "8")
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        await next_step(pilot)  # the Strategy step: planned for 24 GiB with 8 % kept free
+        chosen = app.service.chosen_candidate(app.choices, app.model, app.plan)
+        assert chosen.fits and chosen.predicted.gpu_needed_bytes <= 0.92 * 24 * 2**30
+        assert app.screen.query_one("#bar-gpu").capacity == 24 * 2**30
+        planned_24 = chosen.strategy
+        await pilot.press("ctrl+p", "ctrl+p")  # back to the Hardware step: the whole card again
+        await type_into(pilot, "#hw-gpu-memory", "")
+        await next_step(pilot)
+        await next_step(pilot)
+        assert app.choices.gpu_memory_bytes is None and app.choices.strategy != planned_24  # planned again
+        await pilot.press("ctrl+p", "ctrl+p")
+        await type_into(pilot, "#hw-gpu-memory", "24GiB")
+        for _ in range(5):  # hardware -> ... -> review
+            await next_step(pilot)
+        await write(pilot)
+    sidecar = json.loads((tmp_path / "dswiz-config" / "dswiz-plan.json").read_text())
+    assert (
+        sidecar["request"]["gpu_memory_bytes"] == 24 * 2**30 and sidecar["request"]["safety_margin"] == 0.08
+    )
+
+
+async def test_the_command_lines_memory_per_gpu_fills_the_hardware_step(service: Any) -> None:
+    app = build_app(
+        hardware_spec="1xA100-80GB",
+        service=service,
+        prefill={"gpu_memory_bytes": 40 * 2**30, "safety_margin": 0.1},
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.screen.query_one("#hw-gpu-memory").value == "40.0 GiB"
+        assert app.screen.query_one("#hw-margin").value == "10"
+        await next_step(pilot)
+        assert app.choices.gpu_memory_bytes == 40 * 2**30 and app.choices.safety_margin == 0.1

@@ -159,8 +159,8 @@ def check(
         findings = merge_with_own(findings, found)
     prediction = None
     if model_text is not None:
-        from wizard.cli_options import gpu_memory_for
         from wizard.hardware import get_hardware
+        from wizard.service.choices import gpu_memory_for
         from wizard.service.prediction import (
             FINETUNE_FLAGS,
             PredictionAsk,

@@ -420,6 +420,8 @@ def prefill_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
         "finetune": finetune_from_flags(flags),
         "consumer": flags["consumer"],
         "master_port": flags["master_port"],
+        "gpu_memory_bytes": flags["gpu_memory"],
+        "safety_margin": flags["margin"] / 100,
     }
     for name in ("nvme_path", "master_addr"):
         if flags[name]:

@@ -19,8 +19,16 @@ def run_wizard(
     from_file: str | None,
     model_text: str = "",
     use_history: bool = True,
+    gpu_memory_bytes: int | None = None,
+    safety_margin: float | None = None,
 ) -> int:
+    """``gpu_memory_bytes`` / ``safety_margin`` (--gpu-memory, --margin): what of each card the plan may use, the
+    Hardware step's fields (the line prompts take them as given)."""
     from wizard.service import WizardService
+
+    card: dict[str, object] = {"gpu_memory_bytes": gpu_memory_bytes}
+    if safety_margin is not None:
+        card["safety_margin"] = safety_margin
 
     from_path = Path(from_file) if from_file else None
     service = WizardService(use_history=use_history)
@@ -36,7 +44,7 @@ def run_wizard(
             )
 
         return run_prompts(
-            hardware_spec=hardware, from_file=from_path, model_text=model_text, service=service
+            hardware_spec=hardware, from_file=from_path, model_text=model_text, service=service, prefill=card
         )
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise DswizError(
@@ -51,6 +59,7 @@ def run_wizard(
         model_text=model_text,
         skip_answered=True,
         service=service,
+        prefill=card,
     )
     written = app.run()
     if app.return_code:  # the app ended on an error it has printed

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS, MultinodeLauncher
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
+from wizard.planner.calibration import DEFAULT_SAFETY_MARGIN
 from wizard.strategy import Mode, Strategy
 from wizard.tuning import FULL, FineTune
+from wizard.units import fmt_bytes
 
 if TYPE_CHECKING:  # the loader pulls in pydantic: only an imported file needs it at run time
     from wizard.config.load import LoadedConfig
@@ -47,6 +49,10 @@ class Choices:
     master_addr: str = ""
     master_port: int = 29500
     nvme_path: str = ""  # NVMe offload's directory (nvme_path); asked only when something goes to NVMe
+    # What of each card the plan may use (--gpu-memory, --margin; the Hardware step): None plans for the card's whole
+    # memory; the margin is the share kept free
+    gpu_memory_bytes: int | None = None
+    safety_margin: float = DEFAULT_SAFETY_MARGIN
     out_dir: Path = DEFAULT_OUT_DIR
     imported_from: Path | None = None
     imported: LoadedConfig | None = None  # --from FILE: written back changed only where the choices changed
@@ -62,6 +68,31 @@ class Choices:
         if self.strategy is None:
             return
         self.strategy = self.strategy.with_(nodes=max(1, nodes), gpus_per_node=max(1, gpus_per_node))
+
+
+def gpu_memory_for(
+    asked: int | None,
+    hardware: HardwareReport | None,
+    *,
+    what: str = "--gpu-memory",
+    hardware_field: str = "--hardware",
+) -> int | None:
+    """The memory per GPU to plan for when ``asked`` (--gpu-memory, or the wizard's field ``what``, whose hardware is
+    given in ``hardware_field``): less of each card
+    than it has. A card's memory is sold rounded (a "24 GB" RTX 4090 is 23.99 GiB, an "80 GB" H100 79.6 GiB), so up
+    to 2 % more than the smallest card is taken as the card; more than that is a mistake (a plan for a 1 TiB H200
+    fits what no H200 can run)."""
+    card = hardware.min_gpu_memory_bytes if hardware is not None else None
+    if not asked or not card or asked <= card:
+        return asked
+    if asked <= card * 1.02:
+        return card
+    name = hardware.gpus[0].name if hardware is not None and hardware.gpus else "the GPU"
+    raise DswizError(
+        f"{what} {fmt_bytes(asked)} is more than the {name} holds ({fmt_bytes(card)} per GPU)",
+        f"give at most {fmt_bytes(card)} (it plans for part of each card), or describe the card you mean "
+        f"with {hardware_field}",
+    )
 
 
 def parse_positive(text: str, what: str, *, allow_empty: bool = False, example: int = 8) -> int | None:

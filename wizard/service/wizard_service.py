@@ -26,7 +26,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec, load_model_spec, preset_names
 from wizard.planner import Candidate, Capacities, MaxBatchRow, Plan, PlanRequest
 from wizard.service import files as written
-from wizard.service.choices import DEFAULT_OUT_DIR, Choices
+from wizard.service.choices import DEFAULT_OUT_DIR, Choices, gpu_memory_for
 from wizard.service.history import with_history
 from wizard.service.key_diff import KeyChange, key_diff
 from wizard.strategy import PRECISIONS, Mode, Precision, Strategy
@@ -135,6 +135,8 @@ class WizardService:
             global_batch=choices.global_batch,
             mode=choices.mode,
             buffers=replace(base.buffers, fused_optimizer=fused),
+            gpu_memory_bytes=gpu_memory_for(choices.gpu_memory_bytes, hw),
+            safety_margin=choices.safety_margin,
         )
 
     def plan(self, choices: Choices, model: ModelSpec) -> Plan:

@@ -6,6 +6,8 @@ or leave it empty to use this machine.
 
 from __future__ import annotations
 
+import math
+
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -14,11 +16,15 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Button, Input, Label, Static
 
+from wizard.cli_options import MAX_MARGIN_PERCENT
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
+from wizard.planner.calibration import DEFAULT_SAFETY_MARGIN
+from wizard.service.choices import gpu_memory_for
 from wizard.tui.screens.base import StepScreen
+from wizard.tui.widgets.fields import labelled
 from wizard.tui.widgets.findings_view import findings_text
-from wizard.units import fmt_bytes
+from wizard.units import fmt_bytes, parse_card_size
 
 
 def gpu_table(hw: HardwareReport) -> Table:
@@ -64,7 +70,10 @@ class HardwareStep(StepScreen):
     HELP = (
         "What dswiz plans for. Empty: **this machine**, as detected (NVML, /proc, disks, libaio). "
         "Or describe the machine you will train on: `8xA100-80GB`, `2x8xH100` (2 nodes of 8), or the path of a "
-        "YAML profile. Hazards are problems found on the machine, each with its fix."
+        "YAML profile. Hazards are problems found on the machine, each with its fix. **Memory per GPU**: plan "
+        "for part of each card (e.g. `24GiB`: a card shared with another job, or a smaller card than the one "
+        "described); empty, the whole card. **Kept free**: the percent of it the plan leaves unused "
+        "(`--gpu-memory`, `--margin` on the command line)."
     )
 
     def body(self) -> ComposeResult:
@@ -74,6 +83,12 @@ class HardwareStep(StepScreen):
                 placeholder="empty = this machine; or 8xA100-80GB, 2x8xH100, profile.yaml", id="hw-spec"
             )
             yield Button("Use", id="hw-use")
+        with Horizontal(classes="row"):
+            yield labelled(
+                "Memory per GPU to plan for",
+                Input(placeholder="empty: whole card; e.g. 24GiB", id="hw-gpu-memory"),
+            )
+            yield labelled("Kept free (%)", Input(type="number", id="hw-margin"))
         yield Static("", id="hw-source", classes="section-title")
         yield Static("", id="hw-nogpu", classes="banner")
         yield Static("", id="hw-gpus")
@@ -82,8 +97,13 @@ class HardwareStep(StepScreen):
         yield Static("", id="hw-hazards")
 
     def refresh_from_state(self) -> None:
+        c = self.wizard.choices
         spec_input = self.query_one("#hw-spec", Input)
-        spec_input.value = self.wizard.choices.hardware_spec or ""
+        spec_input.value = c.hardware_spec or ""
+        self.query_one("#hw-gpu-memory", Input).value = (
+            fmt_bytes(c.gpu_memory_bytes) if c.gpu_memory_bytes else ""
+        )
+        self.query_one("#hw-margin", Input).value = f"{c.safety_margin * 100:g}"
         hw = self.wizard.choices.hardware
         if hw is not None:
             self._show(hw)
@@ -163,3 +183,28 @@ class HardwareStep(StepScreen):
             raise DswizError(
                 "there is no GPU to plan for", "describe the GPUs you will train on, e.g. 8xA100-80GB"
             )
+        self._save_card_memory(hw)
+
+    def _save_card_memory(self, hw: HardwareReport) -> None:
+        """The memory per GPU and the share kept free, as `dswiz config --gpu-memory / --margin` take them; a change
+        re-plans."""
+        c = self.wizard.choices
+        text = self.query_one("#hw-gpu-memory", Input).value.strip()
+        try:
+            asked = parse_card_size(text) if text else None
+        except ValueError as e:
+            raise DswizError(f"memory per GPU: {e}", "or leave it empty to plan for the whole card") from None
+        gpu_memory = gpu_memory_for(asked, hw, what="memory per GPU", hardware_field="Plan for")
+        margin_text = self.query_one("#hw-margin", Input).value.strip()
+        try:
+            margin = float(margin_text) if margin_text else DEFAULT_SAFETY_MARGIN * 100
+        except ValueError:
+            margin = math.nan
+        if not 0 <= margin <= MAX_MARGIN_PERCENT:  # nan too
+            raise DswizError(
+                f"kept free must be a percent from 0 to {MAX_MARGIN_PERCENT:g}, not {margin_text!r}",
+                f"type e.g. {DEFAULT_SAFETY_MARGIN * 100:g} (empty: {DEFAULT_SAFETY_MARGIN * 100:g})",
+            )
+        if (gpu_memory, margin / 100) != (c.gpu_memory_bytes, c.safety_margin):
+            c.gpu_memory_bytes, c.safety_margin = gpu_memory, margin / 100
+            self.wizard.plan = None  # planned for other memory: the Model step plans again
