@@ -61,10 +61,18 @@ KNOWN_EXCEPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
 _NATIVE_ABORT_RE = re.compile(
     r"^(?:\[rank\d+\]:\s?)?(terminate called (?:without an active exception|after throwing)|Fatal Python error:)"
 )
-# argparse's usage error (CPython Lib/argparse.py, ArgumentParser.error): "usage: PROG ..." on stderr, then
-# "PROG: error: MESSAGE", and exit status 2.
-_USAGE_LINE_RE = re.compile(r"^(?:\[rank\d+\]:\s?)?usage: ")
-_USAGE_ERROR_RE = re.compile(r"^(?:\[rank\d+\]:\s?)?(?P<prog>[\w.+-]+): error: (?P<message>.+)$")
+# A script's parser refusing its arguments, exit status 2 both ways:
+# - argparse (CPython Lib/argparse.py, ArgumentParser.error): "usage: PROG ..." (continued on indented lines), then
+#   "PROG: error: MESSAGE" -- PROG with a subcommand's name after a space for a subparser;
+# - click (click/exceptions.py, UsageError.show): "Usage: PROG ...", "Try 'PROG --help' for help.", a blank line,
+#   then "Error: MESSAGE".
+_RANK_PREFIX = r"^(?:\[rank\d+\]:\s?)?"
+_USAGE_LINE_RE = re.compile(_RANK_PREFIX + r"(?P<style>usage|Usage): (?P<prog>\S+)")
+_ARGPARSE_ERROR_RE = re.compile(_RANK_PREFIX + r"(?P<prog>[^\s:][^:]*): error: (?P<message>.+)$")
+_CLICK_ERROR_RE = re.compile(_RANK_PREFIX + r"Error: (?P<message>.+)$")
+_USAGE_CONTINUATION_RE = re.compile(_RANK_PREFIX + r"(?:\s|$|Try '.*' for help\.$)")
+# The launchers' own parsers: their usage errors are not the script's (dswiz builds their arguments).
+_LAUNCHER_PROGS = frozenset({"deepspeed", "torchrun", "accelerate", "launch.py", "runner.py", "run.py"})
 USAGE_EXIT_CODE = 2
 STALL_EXIT_CODE = 124
 _SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
@@ -154,8 +162,10 @@ class JobObserver:
     world_size: int | None = None
     loss_scale_floor: bool = False  # DeepSpeed gave up: "Current loss scale already at minimum"
     native_aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (rank, "terminate called …")
-    usage_seen: bool = False  # an argparse "usage:" line: the next "PROG: error: ..." is the script's parser
-    usage_errors: list[str] = field(default_factory=list)  # "train.py: error: unrecognized arguments: --x"
+    # rank -> (style, PROG) of a "usage:" line just printed: the error line that follows it is that parser's
+    usage_armed: dict[int | None, tuple[str, str]] = field(default_factory=dict)
+    # (PROG, the error line): ("train.py", "train.py: error: unrecognized arguments: --x")
+    usage_errors: list[tuple[str, str]] = field(default_factory=list)
     clean_exits: int = 0  # ranks the launcher saw exit with 0
     # (step, time) of the first and the latest step seen: the speed of a job that prints no DeepSpeed throughput
     # line (accelerate and the HF Trainer set steps_per_print to infinity), from its own step prints.
@@ -186,12 +196,7 @@ class JobObserver:
             self.loss_scale_floor = True
         if _NATIVE_ABORT_RE.match(text):
             self.native_aborts.append((rank, text.strip()))
-        if _USAGE_LINE_RE.match(text):
-            self.usage_seen = True
-        elif self.usage_seen and (m := _USAGE_ERROR_RE.match(text.rstrip())):
-            line = f"{m['prog']}: error: {m['message']}"
-            if line not in self.usage_errors:  # every rank parses the same arguments
-                self.usage_errors.append(line)
+        self._watch_usage(text.rstrip(), rank)
         if event is None:
             return None
         v = event.values
@@ -236,6 +241,27 @@ class JobObserver:
         elif event.kind == "world" and v.get("world_size"):
             self.world_size = int(v["world_size"])
         return event
+
+    def _watch_usage(self, text: str, rank: int | None) -> None:
+        """A parser's usage, then its error line (per rank: the ranks' lines may interleave); any other line in
+        between disarms it, so a "usage: 12 GiB" printed by a script arms nothing for long."""
+        armed = self.usage_armed.pop(rank, None)
+        if m := _USAGE_LINE_RE.match(text):
+            self.usage_armed[rank] = (m["style"], m["prog"])
+            return
+        if armed is None:
+            return
+        style, prog = armed
+        if style == "usage" and (m := _ARGPARSE_ERROR_RE.match(text)):
+            found = (m["prog"].split()[0], f"{m['prog']}: error: {m['message']}")
+        elif style == "Usage" and (m := _CLICK_ERROR_RE.match(text)):
+            found = (prog, f"{prog}: Error: {m['message']}")
+        else:
+            if _USAGE_CONTINUATION_RE.match(text):
+                self.usage_armed[rank] = armed
+            return
+        if found[0] not in _LAUNCHER_PROGS and found not in self.usage_errors:  # every rank parses alike
+            self.usage_errors.append(found)
 
     def add_csv(self, points: Sequence[CsvPoint], now: float) -> Phase | None:
         """Rows the csv monitor appended since the last call. Returns the "training" phase when they ended the
@@ -355,8 +381,8 @@ def decide(
     stall: Stall | None = None,
 ) -> RunVerdict:
     """The verdict, most specific first (``VERDICT_RULES``): a stall timeout, interruption, CUDA OOM, NCCL timeout,
-    the script refusing its arguments, SIGKILL (host OOM?), a rank's exception, an fp16 overflow storm, success, or a plain failure with the exit
-    code."""
+    the script refusing its arguments, SIGKILL (host OOM?), a rank's exception, an fp16 overflow storm, success, or
+    a plain failure with the exit code."""
     facts = EndFacts(
         obs, launcher_returncodes, interrupted_by, deaths, ds_config, oom_advisor, elapsed, stall
     )
@@ -632,13 +658,11 @@ def _speed(obs: JobObserver, ds_config: Mapping[str, Any] | None) -> str:
 
 
 def _usage_error(f: EndFacts) -> RunVerdict | None:
-    """The script's argument parser refused its arguments (argparse's "PROG: error: ..." and exit status 2): the
-    script never started training, and its own message says which argument."""
-    if not f.obs.usage_errors or f.first_failing_code != USAGE_EXIT_CODE:
+    """The script's argument parser refused its arguments (argparse's "PROG: error: ...", click's "Error: ...",
+    after their usage, and exit status 2), before any step: its own message says which argument."""
+    if not f.obs.usage_errors or f.first_failing_code != USAGE_EXIT_CODE or f.obs.step is not None:
         return None
-    line = f.obs.usage_errors[0]
-    prog = line.split(": error: ", 1)[0]
-    when = " before any step" if f.obs.step is None else f.at_step
+    prog, line = f.obs.usage_errors[0]
     advice = [
         "the arguments after the script's path go to the script as given: fix or drop the one it names "
         f"(`python {prog} --help` lists what it takes)"
@@ -652,9 +676,9 @@ def _usage_error(f: EndFacts) -> RunVerdict | None:
         )
     return RunVerdict(
         kind="failed",
-        summary=f"the training script refused its arguments{when}: {line}",
+        summary=f"the training script refused its arguments before any step: {line}",
         advice=tuple(advice),
-        evidence=tuple(f.obs.usage_errors[:3]),
+        evidence=tuple(line for _, line in f.obs.usage_errors[:3]),
     )
 
 

@@ -112,7 +112,17 @@ def cli(
       dswiz launch --config run1/ train.py  start it with a live dashboard
       dswiz monitor                         attach to the latest run
     """
+    margin_given = ctx.get_parameter_source("margin") is not click.core.ParameterSource.DEFAULT
     if ctx.invoked_subcommand is not None:
+        given = [
+            flag for flag, on in (("--gpu-memory", gpu_memory is not None), ("--margin", margin_given)) if on
+        ]
+        if given:  # the wizard's: a command takes its own, after its name
+            raise click.UsageError(
+                f"{' and '.join(given)} before `{ctx.invoked_subcommand}` {'are' if len(given) > 1 else 'is'} the "
+                f"wizard's: give {'them' if len(given) > 1 else 'it'} after the command, e.g. dswiz "
+                f"{ctx.invoked_subcommand} {given[0]} ..."
+            )
         return
     from wizard.commands.wizard import run_wizard
 
@@ -123,7 +133,7 @@ def cli(
         model_text=model_text or "",
         use_history=not no_history,
         gpu_memory_bytes=gpu_memory,
-        safety_margin=margin / 100,
+        safety_margin=margin / 100 if margin_given else None,
     )
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from wizard.tuning import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, FINETUNE_MODES, FineTune, make_finetune
+from wizard.units import MAX_SAFETY_MARGIN
 
 if TYPE_CHECKING:  # the planner and the model are imported when a command plans, not when `--help` is drawn
     from wizard.errors import DswizError
@@ -187,9 +188,6 @@ def seq_len_option(help_text: str) -> Callable[[F], F]:
     return click.option("--seq-len", type=click.IntRange(1, 10_000_000), help=help_text)
 
 
-MAX_MARGIN_PERCENT = 50.0  # --margin's bound (and the wizard's field): more kept free than used is a typo
-
-
 def card_memory_options(*, from_plan: bool = False) -> tuple[Callable[[F], F], ...]:
     """--margin and --gpu-memory: how much of each card a plan (or `dswiz check --model`'s prediction) may use;
     ``from_plan``: a folder's dswiz-plan.json says it where the flag is not given (`dswiz check`)."""
@@ -197,7 +195,7 @@ def card_memory_options(*, from_plan: bool = False) -> tuple[Callable[[F], F], .
     return (
         click.option(
             "--margin",
-            type=FiniteFloat(0, MAX_MARGIN_PERCENT),
+            type=FiniteFloat(0, MAX_SAFETY_MARGIN * 100),
             default=5.0,
             show_default=not from_plan,
             help=f"Percent of each GPU's memory to keep free.{plan + ' 5.' if from_plan else ''}",

@@ -18,6 +18,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import Candidate, Plan
 from wizard.service import LAUNCHERS, Choices, WizardService, initial_choices, parse_positive
+from wizard.service.choices import gpu_memory_for
 from wizard.strategy import OFFLOAD_DEVICES, PRECISIONS, Strategy, strategy_label
 from wizard.tuning import FULL, make_finetune
 from wizard.units import fmt_bytes
@@ -160,6 +161,7 @@ def run_prompts(
         setattr(c, name, value)
     a = _Asking(prompter or QuestionaryPrompter(), service, c, say)
     _ask_hardware(a, hardware_spec)
+    c.gpu_memory_bytes = gpu_memory_for(c.gpu_memory_bytes, c.hardware)  # --gpu-memory: at most the card
     model = _ask_model(a)
     plan: Plan | None = None
     if model is None:  # nothing to predict: the strategy by hand, as `dswiz config --yes` without --model

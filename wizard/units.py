@@ -44,6 +44,11 @@ def parse_size(text: str) -> int:
     return int(size)
 
 
+# The largest share of each card a plan may keep free (--margin 50, the wizard's field, a dswiz-plan.json's
+# safety_margin): more kept free than used is a typo.
+MAX_SAFETY_MARGIN = 0.5
+
+
 def parse_card_size(text: str) -> int:
     """A memory or disk size a user plans for (--gpu-memory, --nvme, the wizard's field): ``parse_size``, above 0,
     and with a unit where a bare number would be under 1 MiB (`24` once planned for a 24-byte card). Raises

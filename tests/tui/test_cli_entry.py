@@ -41,3 +41,20 @@ def test_plain_without_a_terminal_says_so_instead_of_aborting() -> None:
         and "Traceback" not in proc.stderr
         and "aborted" not in proc.stderr
     )
+
+
+def test_the_wizards_memory_flags_before_a_command_are_refused_not_dropped() -> None:
+    """`dswiz --gpu-memory 24GiB config ...` once wrote a plan for the whole card, the flag silently unused."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "--gpu-memory", "24GiB", "--margin", "8", "plan", "--model", "gpt2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        "--gpu-memory and --margin before `plan` are the wizard's: give them after the command, e.g. dswiz plan "
+        "--gpu-memory ..." in proc.stderr
+    )

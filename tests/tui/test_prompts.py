@@ -253,3 +253,17 @@ def test_plain_plans_for_the_memory_per_gpu_the_command_line_gave(service: Any, 
         sidecar["request"]["gpu_memory_bytes"] == 24 * 2**30 and sidecar["request"]["safety_margin"] == 0.08
     )
     assert sidecar["predicted"]["needed_gpu_bytes"] <= 0.92 * 24 * 2**30
+
+
+def test_plain_refuses_a_memory_per_gpu_above_the_card_before_the_model_question(service: Any) -> None:
+    p = ScriptedPrompter({"model-preset": "llama-7b"})
+    with pytest.raises(
+        DswizError, match=r"--gpu-memory 200.0 GiB is more than the NVIDIA A100-SXM4-80GB holds"
+    ):
+        run_prompts(
+            prompter=p,
+            hardware_spec="1xA100-80GB",
+            service=service,
+            prefill={"gpu_memory_bytes": 200 * 2**30},
+        )
+    assert "model-preset" not in p.asked

@@ -556,3 +556,65 @@ async def test_the_command_lines_memory_per_gpu_fills_the_hardware_step(service:
         assert app.screen.query_one("#hw-margin").value == "10"
         await next_step(pilot)
         assert app.choices.gpu_memory_bytes == 40 * 2**30 and app.choices.safety_margin == 0.1
+
+
+async def test_a_memory_per_gpu_above_the_card_from_the_command_line_stays_on_the_hardware_step(
+    service: Any,
+) -> None:
+    """`dswiz --hardware 1xA100-80GB --model gpt2-medium --gpu-memory 200GiB` once crashed the wizard on opening."""
+    app = build_app(
+        hardware_spec="1xA100-80GB",
+        model_text="gpt2-medium",
+        skip_answered=True,
+        service=service,
+        prefill={"gpu_memory_bytes": 200 * 2**30},
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.step == 0 and isinstance(app.screen, HardwareStep)
+        assert "memory per GPU 200.0 GiB is more than the NVIDIA A100-SXM4-80GB holds" in status(pilot)
+        assert "describe the card you mean with Plan for" in status(pilot)
+        await type_into(pilot, "#hw-gpu-memory", "24GiB")
+        await next_step(pilot)
+        assert app.step == 1 and app.choices.gpu_memory_bytes == 24 * 2**30
+
+
+async def test_an_untouched_memory_field_keeps_the_exact_value_it_shows_rounded(service: Any) -> None:
+    """24 GB (decimal) shows as 22.4 GiB; Next on the untouched field keeps 24e9 bytes, not 22.4 GiB read back."""
+    app = build_app(
+        hardware_spec="1xA100-80GB",
+        service=service,
+        prefill={"gpu_memory_bytes": 24 * 10**9, "safety_margin": 0.0725},
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.screen.query_one("#hw-gpu-memory").value == "22.4 GiB"
+        await next_step(pilot)
+        assert app.step == 1
+        assert (app.choices.gpu_memory_bytes, app.choices.safety_margin) == (24 * 10**9, 0.0725)
+
+
+async def test_editing_a_folder_planned_for_part_of_each_card_plans_for_the_same(
+    service: Any, tmp_path: Path
+) -> None:
+    """`dswiz --from DIR/ds_config.json` of a folder `dswiz config --gpu-memory 24GiB --margin 8` wrote: the wizard
+    plans for 24 GiB with 8 % kept free again, and writes them back into its dswiz-plan.json."""
+    from click.testing import CliRunner
+
+    from wizard.cli import cli
+
+    folder = tmp_path / "run1"
+    result = CliRunner().invoke(
+        cli,
+        [
+            *("config", "--yes", "--model", "gpt2-medium", "--hardware", "1xA100-80GB"),
+            *("--gpu-memory", "24GiB", "--margin", "8", "--out", str(folder)),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    app = build_app(hardware_spec="1xA100-80GB", from_file=folder / "ds_config.json", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.screen.query_one("#hw-gpu-memory").value == "24.0 GiB"
+        assert app.screen.query_one("#hw-margin").value == "8"
+        assert (app.choices.gpu_memory_bytes, app.choices.safety_margin) == (24 * 2**30, 0.08)

@@ -392,12 +392,48 @@ def test_a_script_that_refuses_its_arguments_is_named_with_its_own_message() -> 
     assert len(decide(feed(own), launcher_returncodes=[2]).advice) == 1
 
 
+CLICK_USAGE_ERROR = """Usage: train.py [OPTIONS]
+Try 'train.py --help' for help.
+
+Error: No such option: --local_rank
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (CLICK_USAGE_ERROR, "train.py: Error: No such option: --local_rank"),
+        (  # a subcommand's parser
+            "usage: train.py fit [-h] [--lr LR]\ntrain.py fit: error: unrecognized arguments: --bogus\n",
+            "train.py fit: error: unrecognized arguments: --bogus",
+        ),
+        (  # the ranks' lines interleaved, each rank's usage then its error
+            "[rank0]: usage: t.py [-h]\n[rank1]: usage: t.py [-h]\n[rank1]: t.py: error: x\n[rank0]: t.py: error: x\n",
+            "t.py: error: x",
+        ),
+    ],
+)
+def test_the_usage_errors_of_click_subcommands_and_interleaved_ranks(text: str, said: str) -> None:
+    v = decide(feed(text), launcher_returncodes=[2])
+    assert v.summary == f"the training script refused its arguments before any step: {said}"
+    assert v.evidence == (said,)
+
+
 @pytest.mark.parametrize(
     ("text", "codes"),
     [
         ("\n".join(USAGE_ERROR.splitlines()[:3]), [1]),  # not argparse's exit status: something else failed
         ("\n".join(USAGE_ERROR.splitlines()[2:3]), [2]),  # "x: error: y" without a usage line before it
         ("main.py: error: the dataset is empty\n", [2]),
+        # the launcher refused its own arguments: not the script's
+        (
+            "usage: deepspeed [-h] [-H HOSTFILE]\ndeepspeed: error: argument --num_gpus: invalid int value\n",
+            [2],
+        ),
+        # a script's own "usage:" line arms nothing past the next line
+        ("usage: 12 GiB of 80\nloading data\nhelper.sh: error: no such file\n", [2]),
+        # after training steps, a parser's error is not the script refusing its arguments
+        ("[Rank 0] step=5, skipped=0, lr=[0.01], mom=[]\nusage: t.py [-h]\nt.py: error: x\n", [2]),
     ],
 )
 def test_an_error_line_that_is_not_a_usage_error_keeps_the_plain_verdict(text: str, codes: list[int]) -> None:

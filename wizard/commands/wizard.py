@@ -26,7 +26,9 @@ def run_wizard(
     Hardware step's fields (the line prompts take them as given)."""
     from wizard.service import WizardService
 
-    card: dict[str, object] = {"gpu_memory_bytes": gpu_memory_bytes}
+    card: dict[str, object] = {}  # what was given; the rest as the defaults or an imported folder's plan say
+    if gpu_memory_bytes is not None:
+        card["gpu_memory_bytes"] = gpu_memory_bytes
     if safety_margin is not None:
         card["safety_margin"] = safety_margin
 

@@ -45,7 +45,7 @@ from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.strategy import Strategy
-from wizard.units import fmt_bytes
+from wizard.units import MAX_SAFETY_MARGIN, fmt_bytes
 
 SIDECAR_NAME = "dswiz-plan.json"
 SIDECAR_FORMAT = "dswiz-plan"
@@ -277,11 +277,11 @@ def _opt_positive_int(v: Any) -> int | None:
 
 
 def _opt_margin(v: Any) -> float | None:
-    """A safety margin as written: a share of the card from 0 to 0.5 (--margin 0-50 %)."""
+    """A safety margin as written: a share of the card from 0 to MAX_SAFETY_MARGIN (--margin 0-50 %)."""
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 0.5:
-        raise ValueError(f"safety_margin {v!r} is not a share of the card from 0 to 0.5")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_SAFETY_MARGIN:
+        raise ValueError(f"safety_margin {v!r} is not a share of the card from 0 to {MAX_SAFETY_MARGIN:g}")
     return float(v)
 
 

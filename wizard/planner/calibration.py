@@ -445,10 +445,13 @@ OPTIMIZER_SECONDS_PER_PARAM = {"stage 0": 1.55e-11, "stage 1-2": 2.54e-11, "stag
 # bench/fit_stage0_step.py, bench/results/stage0_step_fit-2026-12-04.md.
 STAGE0_SECONDS_PER_TENSOR = 0.00019
 # With DeepSpeed's FusedAdam (the config's optimizer section builds it: wizard.config.optimizer_op) stage 0 in 16
-# bits steps through FP16_Optimizer instead (runtime/fp16/fused_optimizer.py, step, DeepSpeed 0.19.8): each
-# gradient is still cast to fp32 on its own and each updated weight copied back on its own, but there is no norm
-# per tensor -- the cast gradients are flattened into one fp32 buffer whose norm, unscaling and Adam update are one
-# kernel each over the whole model -- and the flattening is one more pass over 4 bytes a parameter. Fit to the step
+# bits steps through FP16_Optimizer instead (runtime/fp16/fused_optimizer.py, step, DeepSpeed 0.19.8; its default,
+# not the legacy fusion of "optimizer_legacy_fusion"): each gradient is still checked for inf/nan on its own (one
+# reduction and a wait for its answer on the host: CheckOverflow.has_overflow_serial, runtime/utils.py), cast to
+# fp32 on its own and its updated weight copied back on its own, but there is no norm per tensor -- the cast
+# gradients are flattened into one fp32 buffer whose norm, unscaling and Adam update are one kernel each over the
+# whole model -- and the flattening is one more pass over 4 bytes a parameter. STAGE0_STEP_SECONDS, the wrapper's
+# fixed cost a step, was fit on the unfused wrapper and is charged to this one unmeasured. Fit to the step
 # phase (median of 4 steps) of llama-3b (237 tensors, 3.43B parameters: 0.088 s) and gpt2-xl (580, 1.56B: 0.092 s)
 # at micro-batch 1, where the unfused step took 0.096 s and 0.136 s (bench/results/plan_accuracy-2026-12-05-1gpu-
 # phases-fused.md, plan_accuracy-2026-12-04-1gpu-phases-phases-z0step.md): two readings, two figures, none held out.

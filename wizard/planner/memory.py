@@ -260,8 +260,8 @@ def _stage3_sub_group(partition: int) -> int:
 def unfused_16bit_step(s: Strategy) -> bool:
     """Stage 0 in 16 bits steps through DeepSpeed's 16-bit wrapper, for bf16 too: FP16_UnfusedOptimizer with a torch
     optimizer, FP16_Optimizer with DeepSpeed's FusedAdam (ZeroBuffers.fused_optimizer: its memory in
-    stage0_step_bytes; its time is planned as the unfused one's, per tensor: planner.throughput). In 32 bits the
-    optimizer is the plain torch one."""
+    stage0_step_bytes, its time by figures of its own in planner.throughput). In 32 bits the optimizer is the plain
+    torch one."""
     return s.zero_stage == 0 and weight_bytes(s) == 2
 
 

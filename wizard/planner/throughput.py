@@ -467,8 +467,9 @@ def estimate_throughput(
     allocator_remaps: bool = False,
 ) -> ThroughputEstimate:
     """Seconds per optimizer step (training) or per forward pass (inference) by cause, and what follows.
-    ``buffers``: what the DeepSpeed config sets beyond the strategy (the optimizer it builds). ``allocator_remaps``: PyTorch's allocator runs with expandable segments on a card that cannot hold the cache
-    it would keep with room, so it unmaps and maps pages every micro-step (calibration.EXPANDABLE_REMAP_SECONDS)."""
+    ``buffers``: what the DeepSpeed config sets beyond the strategy (the optimizer it builds). ``allocator_remaps``:
+    PyTorch's allocator runs with expandable segments on a card that cannot hold the cache it would keep with room,
+    so it unmaps and maps pages every micro-step (calibration.EXPANDABLE_REMAP_SECONDS)."""
     gpu = hardware.gpus[0] if hardware.gpus else None
     peak, peak_source = peak_flops(gpu, s.precision)
     train = s.mode == "train"

@@ -5,6 +5,7 @@ candidate's stable JSON (``dswiz plan --json``'s contract)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Mapping
@@ -380,11 +381,12 @@ def _planned_memory(
 ) -> tuple[int | None, float | None]:
     """(--gpu-memory, --margin) as given, else as the folder's dswiz-plan.json planned them -- its memory only where
     this hardware's card holds it (a plan for 24 GiB of an H200 judged on a 16 GiB card is judged on that card)."""
+    from wizard.service.choices import gpu_memory_for
+
     gpu_memory, margin = ask.gpu_memory_bytes, ask.safety_margin
     if gpu_memory is None and sidecar is not None and sidecar.gpu_memory_bytes:
-        card = hardware.min_gpu_memory_bytes
-        if card and sidecar.gpu_memory_bytes <= card:
-            gpu_memory = sidecar.gpu_memory_bytes
+        with contextlib.suppress(DswizError):  # more than this card holds: judged on the card
+            gpu_memory = gpu_memory_for(sidecar.gpu_memory_bytes, hardware)
     if margin is None and sidecar is not None:
         margin = sidecar.safety_margin
     return gpu_memory, margin

@@ -129,13 +129,19 @@ class WizardService:
 
         # an imported file's optimizer section stays in what is written (stage 0's step: wizard.config.optimizer_op)
         fused = choices.imported is not None and config_builds_fused_adam(choices.imported.config)
+        try:
+            gpu_memory = gpu_memory_for(choices.gpu_memory_bytes, hw)
+        except (
+            DswizError
+        ):  # more than the card: the Hardware step refuses it; planned for the card until then
+            gpu_memory = None
         return replace(
             base,
             seq_len=choices.seq_len,
             global_batch=choices.global_batch,
             mode=choices.mode,
             buffers=replace(base.buffers, fused_optimizer=fused),
-            gpu_memory_bytes=gpu_memory_for(choices.gpu_memory_bytes, hw),
+            gpu_memory_bytes=gpu_memory,
             safety_margin=choices.safety_margin,
         )
 
@@ -556,7 +562,24 @@ def initial_choices(
         choices.imported_from = from_file
         if out_dir is None:
             choices.out_dir = from_file.parent
+        _planned_card_memory(choices, from_file.parent)
     return choices
+
+
+def _planned_card_memory(choices: Choices, folder: Path) -> None:
+    """An imported file's folder planned for part of each card (its dswiz-plan.json's --gpu-memory / --margin): the
+    wizard plans for the same, and writes it back. A damaged plan file is the linter's to report, not the import's."""
+    from wizard.config.sidecar import read_sidecar
+
+    try:
+        sidecar = read_sidecar(folder)
+    except DswizError:
+        return
+    if sidecar is None:
+        return
+    choices.gpu_memory_bytes = sidecar.gpu_memory_bytes
+    if sidecar.safety_margin is not None:
+        choices.safety_margin = sidecar.safety_margin
 
 
 def _hostfile_text(hosts: tuple[str, ...], slots: int) -> str:

@@ -119,6 +119,10 @@ class WizardApp(App[list[Path]]):
             return
         if self.choices.hardware_spec is None and not self.choices.model_text:
             return  # this machine, detected: the Hardware step shows what was found
+        step = self.get_screen(HardwareStep.__name__)
+        assert isinstance(step, HardwareStep)
+        if not step.card_memory_ok(hw):
+            return  # --gpu-memory more than the card: the Hardware step says so, its field shows it
         if not self.choices.model_text:
             self.goto(1)
             return

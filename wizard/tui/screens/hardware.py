@@ -16,7 +16,6 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Button, Input, Label, Static
 
-from wizard.cli_options import MAX_MARGIN_PERCENT
 from wizard.errors import DswizError
 from wizard.hardware.report import HardwareReport
 from wizard.planner.calibration import DEFAULT_SAFETY_MARGIN
@@ -24,7 +23,7 @@ from wizard.service.choices import gpu_memory_for
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.fields import labelled
 from wizard.tui.widgets.findings_view import findings_text
-from wizard.units import fmt_bytes, parse_card_size
+from wizard.units import MAX_SAFETY_MARGIN, fmt_bytes, parse_card_size
 
 
 def gpu_table(hw: HardwareReport) -> Table:
@@ -100,10 +99,12 @@ class HardwareStep(StepScreen):
         c = self.wizard.choices
         spec_input = self.query_one("#hw-spec", Input)
         spec_input.value = c.hardware_spec or ""
-        self.query_one("#hw-gpu-memory", Input).value = (
-            fmt_bytes(c.gpu_memory_bytes) if c.gpu_memory_bytes else ""
+        # shown rounded; an untouched field keeps the exact value it shows (save)
+        memory = fmt_bytes(c.gpu_memory_bytes) if c.gpu_memory_bytes else ""
+        self._shown_card = (memory, f"{c.safety_margin * 100:g}")
+        self.query_one("#hw-gpu-memory", Input).value, self.query_one("#hw-margin", Input).value = (
+            self._shown_card
         )
-        self.query_one("#hw-margin", Input).value = f"{c.safety_margin * 100:g}"
         hw = self.wizard.choices.hardware
         if hw is not None:
             self._show(hw)
@@ -185,26 +186,50 @@ class HardwareStep(StepScreen):
             )
         self._save_card_memory(hw)
 
+    _shown_card: tuple[str, str] = ("", "")  # the two fields as last filled from the choices
+
+    def card_memory_ok(self, hw: HardwareReport) -> bool:
+        """Whether the memory per GPU the choices hold (--gpu-memory) fits ``hw``'s cards; if not, says so here."""
+        try:
+            self._card_memory(hw, self.wizard.choices.gpu_memory_bytes)
+        except DswizError as e:
+            self.show_error(e)
+            return False
+        return True
+
+    @staticmethod
+    def _card_memory(hw: HardwareReport, asked: int | None) -> int | None:
+        return gpu_memory_for(asked, hw, what="memory per GPU", hardware_field="Plan for")
+
     def _save_card_memory(self, hw: HardwareReport) -> None:
         """The memory per GPU and the share kept free, as `dswiz config --gpu-memory / --margin` take them; a change
-        re-plans."""
+        re-plans. A field left as it was filled keeps the exact value it shows rounded."""
         c = self.wizard.choices
         text = self.query_one("#hw-gpu-memory", Input).value.strip()
-        try:
-            asked = parse_card_size(text) if text else None
-        except ValueError as e:
-            raise DswizError(f"memory per GPU: {e}", "or leave it empty to plan for the whole card") from None
-        gpu_memory = gpu_memory_for(asked, hw, what="memory per GPU", hardware_field="Plan for")
+        if text == self._shown_card[0]:
+            asked = c.gpu_memory_bytes
+        else:
+            try:
+                asked = parse_card_size(text) if text else None
+            except ValueError as e:
+                raise DswizError(
+                    f"memory per GPU: {e}", "or leave it empty to plan for the whole card"
+                ) from None
+        gpu_memory = self._card_memory(hw, asked)
         margin_text = self.query_one("#hw-margin", Input).value.strip()
-        try:
-            margin = float(margin_text) if margin_text else DEFAULT_SAFETY_MARGIN * 100
-        except ValueError:
-            margin = math.nan
-        if not 0 <= margin <= MAX_MARGIN_PERCENT:  # nan too
+        margin: float | None = None  # as it was
+        if margin_text != self._shown_card[1]:
+            try:
+                margin = float(margin_text) if margin_text else DEFAULT_SAFETY_MARGIN * 100
+            except ValueError:
+                margin = math.nan
+        if margin is not None and not 0 <= margin <= MAX_SAFETY_MARGIN * 100:  # nan too
             raise DswizError(
-                f"kept free must be a percent from 0 to {MAX_MARGIN_PERCENT:g}, not {margin_text!r}",
+                f"kept free must be a percent from 0 to {MAX_SAFETY_MARGIN * 100:g}, not {margin_text!r}",
                 f"type e.g. {DEFAULT_SAFETY_MARGIN * 100:g} (empty: {DEFAULT_SAFETY_MARGIN * 100:g})",
             )
-        if (gpu_memory, margin / 100) != (c.gpu_memory_bytes, c.safety_margin):
-            c.gpu_memory_bytes, c.safety_margin = gpu_memory, margin / 100
+        share = c.safety_margin if margin is None else margin / 100
+        if (gpu_memory, share) != (c.gpu_memory_bytes, c.safety_margin):
+            c.gpu_memory_bytes, c.safety_margin = gpu_memory, share
             self.wizard.plan = None  # planned for other memory: the Model step plans again
+        self._shown_card = (text, margin_text)
