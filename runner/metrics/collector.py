@@ -89,11 +89,11 @@ class Collector:
         if persist and self._run_dir is not None:
             self._metrics = self._open_metrics_log(self._run_dir)
         self._latest: Snapshot | None = None
-        # the terminal state metrics.jsonl holds last: written once, again only when it changes ("ended", then the
-        # exit code the launch recorded says "finished")
-        self._terminal_written: str | None = None
+        # the end metrics.jsonl holds last (state, exit code): written once, again only when it changes ("ended",
+        # then the exit code the launch recorded says "finished"; "failed" from the logs, then with its exit code)
+        self._terminal_written: tuple[str, int | None] | None = None
         if self._previous is not None and self._previous.job_state in TERMINAL_STATES:
-            self._terminal_written = self._previous.job_state
+            self._terminal_written = (self._previous.job_state, self._previous.exit_code)
         self._seen_alive = False
         self._gone_since: float | None = None
         self._lock = threading.Lock()
@@ -158,9 +158,10 @@ class Collector:
         self.history.add(snap.history_point())
         snap = _with_history(snap, self.history.points())
         terminal = snap.job_state in TERMINAL_STATES
-        if self._metrics is not None and not (terminal and self._terminal_written == snap.job_state):
+        end = (snap.job_state, snap.exit_code) if terminal else None
+        if self._metrics is not None and not (terminal and self._terminal_written == end):
             self._metrics.append(snap)  # the end is recorded once, not once per poll of a finished run
-            self._terminal_written = snap.job_state if terminal else None
+            self._terminal_written = end
         with self._lock:
             self._latest = snap
         if self._observer is not None:
