@@ -258,7 +258,9 @@ def worker(args: argparse.Namespace) -> int:
 def predicted_tokens_per_sec(c: Any, seq: int, hw: Any) -> float:
     with pa.built_with_cache(True):
         spec = pa.bench_spec(c.model)
-    return float(pa.estimate_throughput(hw, spec, c.strategy(1), seq).tokens_per_sec)
+    return float(
+        pa.estimate_throughput(hw, spec, c.strategy(1), seq, buffers=pa.row_buffers(c)).tokens_per_sec
+    )
 
 
 def _row(loops: dict[str, dict[str, Any]], hw: Any) -> list[str]:
