@@ -121,6 +121,43 @@ def test_an_end_recorded_after_ended_corrects_the_history_once(tmp_path: Path) -
     assert recorded_states(run_dir).count("ended") == 1 and recorded_states(run_dir).count("finished") == 1
 
 
+FAILED_RANK_LOG = ROOT / "tests" / "fixtures" / "logs" / "cpu_fail_rank1" / "combined.log"
+
+
+def test_a_failure_seen_in_the_logs_is_recorded_again_with_the_exit_code_run_json_gives(
+    tmp_path: Path,
+) -> None:
+    """Rank 1's traceback, the ranks gone before the launcher's exit line: "failed", exit code unknown; then the
+    launch writes exit code 1, and the history's last word says so."""
+    run_dir = tmp_path / "run"
+    write_run(run_dir)  # no supervisor pid: nothing to wait for
+    lines = FAILED_RANK_LOG.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "exits with return code" in line)
+    (run_dir / rundir.COMBINED_LOG).write_text("".join(lines[:cut]))
+    job = subprocess.Popen(["sleep", "30"])
+    try:
+        collector = Collector(run_dir, pids_provider=lambda: [job.pid], interval=0.1)
+        collector.poll_once()
+        job.kill()
+        job.wait()
+        first = collector.poll_once()
+        assert (first.job_state, first.exit_code) == ("failed", None)
+        collector.poll_once()
+        record_end(run_dir, "finished", 1)
+        last = collector.poll_once()
+        assert (last.job_state, last.exit_code) == ("failed", 1)
+        collector.stop()
+    finally:
+        job.kill()
+        job.wait()
+    ends = [
+        (s.job_state, s.exit_code)
+        for s in iter_metrics(run_dir / rundir.METRICS_JSONL)
+        if s.job_state == "failed"
+    ]
+    assert ends == [("failed", None), ("failed", 1)]
+
+
 def test_a_run_stopped_by_dswiz_is_interrupted_not_failed(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     write_run(run_dir, status="interrupted", exit_code=143, interrupted_by="SIGTERM")
