@@ -663,22 +663,27 @@ def _usage_error(f: EndFacts) -> RunVerdict | None:
     if not f.obs.usage_errors or f.first_failing_code != USAGE_EXIT_CODE or f.obs.step is not None:
         return None
     prog, line = f.obs.usage_errors[0]
-    advice = [
-        "the arguments after the script's path go to the script as given: fix or drop the one it names "
-        f"(`python {prog} --help` lists what it takes)"
-    ]
     if re.search(r"--(local_rank|local-rank|deepspeed)", line):
-        advice.append(
-            "every rank also gets --local_rank and the config argument (--deepspeed_config by default): the "
-            "script must accept them (deepspeed.add_config_arguments(parser) adds the DeepSpeed ones, "
-            "parser.parse_known_args() ignores what it does not know), or pass --config-arg NAME for the name "
-            "it takes, '' for none"
-        )
+        # not the user's: the launcher puts --local_rank=N first on every rank's command line, before the script's
+        # own arguments (a subcommand's too), and dswiz adds the config argument
+        advice = [
+            "every rank gets --local_rank=N first, before the script's own arguments and any subcommand, and the "
+            "config argument (--deepspeed_config by default): the script's top-level parser must accept them "
+            "(deepspeed.add_config_arguments(parser) adds the DeepSpeed ones; parser.parse_known_args() ignores "
+            "what it does not know; a click group needs the options on the group), or pass --config-arg NAME for "
+            "the config argument it takes, '' for none"
+        ]
+    else:
+        parser = line.split(": ", 1)[0] if ": error: " in line else prog  # a subcommand's own --help
+        advice = [
+            "the arguments after the script's path go to the script as given: fix or drop the one it names "
+            f"(`python {parser} --help` lists what it takes)"
+        ]
     return RunVerdict(
         kind="failed",
         summary=f"the training script refused its arguments before any step: {line}",
         advice=tuple(advice),
-        evidence=tuple(line for _, line in f.obs.usage_errors[:3]),
+        evidence=tuple(line for _, line in f.obs.usage_errors[1:3]),  # the first is in the summary
     )
 
 

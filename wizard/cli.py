@@ -114,15 +114,9 @@ def cli(
     """
     margin_given = ctx.get_parameter_source("margin") is not click.core.ParameterSource.DEFAULT
     if ctx.invoked_subcommand is not None:
-        given = [
-            flag for flag, on in (("--gpu-memory", gpu_memory is not None), ("--margin", margin_given)) if on
-        ]
-        if given:  # the wizard's: a command takes its own, after its name
-            raise click.UsageError(
-                f"{' and '.join(given)} before `{ctx.invoked_subcommand}` {'are' if len(given) > 1 else 'is'} the "
-                f"wizard's: give {'them' if len(given) > 1 else 'it'} after the command, e.g. dswiz "
-                f"{ctx.invoked_subcommand} {given[0]} ..."
-            )
+        _refuse_wizard_flags(
+            ctx, ctx.invoked_subcommand, model=model_text, gpu_memory=gpu_memory, margin=margin_given
+        )
         return
     from wizard.commands.wizard import run_wizard
 
@@ -134,6 +128,31 @@ def cli(
         use_history=not no_history,
         gpu_memory_bytes=gpu_memory,
         safety_margin=margin / 100 if margin_given else None,
+    )
+
+
+def _refuse_wizard_flags(
+    ctx: click.Context, command: str, *, model: str | None, gpu_memory: int | None, margin: bool
+) -> None:
+    """--model, --gpu-memory and --margin before a command are the wizard's (--hardware, --no-history and --from
+    before a command are read by the commands that take them): refused, not dropped, saying where they go."""
+    given = [
+        flag
+        for flag, on in (("--model", model), ("--gpu-memory", gpu_memory is not None), ("--margin", margin))
+        if on
+    ]
+    if not given:
+        return
+    sub = cli.get_command(ctx, command)
+    takes = {opt for p in (sub.params if sub is not None else ()) for opt in getattr(p, "opts", ())}
+    these = f"{' and '.join(given)} before `{command}` {'are' if len(given) > 1 else 'is'} the wizard's"
+    if all(flag in takes for flag in given):
+        raise click.UsageError(
+            f"{these}: give {'them' if len(given) > 1 else 'it'} after the command, e.g. dswiz {command} {given[0]} ..."
+        )
+    missing = [flag for flag in given if flag not in takes]
+    raise click.UsageError(
+        f"{these}, and `dswiz {command}` takes no {' or '.join(missing)}: drop {'them' if len(missing) > 1 else 'it'}"
     )
 
 

@@ -50,16 +50,21 @@ MAX_SAFETY_MARGIN = 0.5
 
 
 def parse_card_size(text: str) -> int:
-    """A memory or disk size a user plans for (--gpu-memory, --nvme, the wizard's field): ``parse_size``, above 0,
-    and with a unit where a bare number would be under 1 MiB (`24` once planned for a 24-byte card). Raises
+    """A memory or disk size a user plans for (--gpu-memory, --nvme, the wizard's field): ``parse_size``, at least
+    1 MiB, and with a unit where a bare number would be under it (`24` once planned for a 24-byte card). Raises
     ValueError saying what to write."""
-    size = parse_size(text)
+    try:
+        size = parse_size(text)
+    except ValueError:
+        raise ValueError(f"{text.strip()!r:.80} is not a size; write e.g. 24GiB, 80GB or 512MiB") from None
     if size <= 0:  # 0 once fell back to the card's whole memory unsaid
         raise ValueError(f"{text.strip()!r} is no memory: give a size above 0, e.g. 24GiB")
-    if size < 1 << 20 and text.strip().replace(".", "", 1).isdigit():
+    if size < MiB and text.strip().replace(".", "", 1).isdigit():
         raise ValueError(
             f"{text.strip()} has no unit, so it is {size} bytes: give one, e.g. {text.strip()}GiB"
         )
+    if size < MiB:  # `1B` planned for a card nothing fits on
+        raise ValueError(f"{text.strip()} is less than 1 MiB: give the memory in MiB or GiB, e.g. 24GiB")
     return size
 
 

@@ -573,7 +573,7 @@ async def test_a_memory_per_gpu_above_the_card_from_the_command_line_stays_on_th
         await settle(pilot)
         assert app.step == 0 and isinstance(app.screen, HardwareStep)
         assert "memory per GPU 200.0 GiB is more than the NVIDIA A100-SXM4-80GB holds" in status(pilot)
-        assert "describe the card you mean with Plan for" in status(pilot)
+        assert "describe the card you mean in the Plan for field" in status(pilot)
         await type_into(pilot, "#hw-gpu-memory", "24GiB")
         await next_step(pilot)
         assert app.step == 1 and app.choices.gpu_memory_bytes == 24 * 2**30
@@ -598,7 +598,7 @@ async def test_editing_a_folder_planned_for_part_of_each_card_plans_for_the_same
     service: Any, tmp_path: Path
 ) -> None:
     """`dswiz --from DIR/ds_config.json` of a folder `dswiz config --gpu-memory 24GiB --margin 8` wrote: the wizard
-    plans for 24 GiB with 8 % kept free again, and writes them back into its dswiz-plan.json."""
+    plans for the same model and hardware, 24 GiB with 8 % kept free, again."""
     from click.testing import CliRunner
 
     from wizard.cli import cli
@@ -612,9 +612,12 @@ async def test_editing_a_folder_planned_for_part_of_each_card_plans_for_the_same
         ],
     )
     assert result.exit_code == 0, result.output
-    app = build_app(hardware_spec="1xA100-80GB", from_file=folder / "ds_config.json", service=service)
+    app = build_app(from_file=folder / "ds_config.json", service=service)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        # the model and the described hardware it was planned for come back too
+        assert (app.choices.model_text, app.choices.hardware_spec) == ("gpt2-medium", "1xA100-80GB")
+        assert app.choices.hardware is not None and app.choices.hardware.gpus_per_node == 1
         assert app.screen.query_one("#hw-gpu-memory").value == "24.0 GiB"
         assert app.screen.query_one("#hw-margin").value == "8"
         assert (app.choices.gpu_memory_bytes, app.choices.safety_margin) == (24 * 2**30, 0.08)

@@ -75,7 +75,7 @@ def gpu_memory_for(
     hardware: HardwareReport | None,
     *,
     what: str = "--gpu-memory",
-    hardware_field: str = "--hardware",
+    hardware_field: str = "with --hardware",
 ) -> int | None:
     """The memory per GPU to plan for when ``asked`` (--gpu-memory, or the wizard's field ``what``, whose hardware is
     given in ``hardware_field``): less of each card
@@ -91,7 +91,7 @@ def gpu_memory_for(
     raise DswizError(
         f"{what} {fmt_bytes(asked)} is more than the {name} holds ({fmt_bytes(card)} per GPU)",
         f"give at most {fmt_bytes(card)} (it plans for part of each card), or describe the card you mean "
-        f"with {hardware_field}",
+        f"{hardware_field}",
     )
 
 

@@ -562,13 +562,16 @@ def initial_choices(
         choices.imported_from = from_file
         if out_dir is None:
             choices.out_dir = from_file.parent
-        _planned_card_memory(choices, from_file.parent)
+        _as_planned(
+            choices, from_file.parent, hardware_given=hardware is not None or hardware_spec is not None
+        )
     return choices
 
 
-def _planned_card_memory(choices: Choices, folder: Path) -> None:
-    """An imported file's folder planned for part of each card (its dswiz-plan.json's --gpu-memory / --margin): the
-    wizard plans for the same, and writes it back. A damaged plan file is the linter's to report, not the import's."""
+def _as_planned(choices: Choices, folder: Path, *, hardware_given: bool) -> None:
+    """An imported file's folder was planned (its dswiz-plan.json): the wizard plans again for the same model, the
+    same described hardware (unless the command line names other) and the same part of each card (--gpu-memory /
+    --margin), and writes them back. A damaged plan file is the linter's to report, not the import's."""
     from wizard.config.sidecar import read_sidecar
 
     try:
@@ -577,6 +580,11 @@ def _planned_card_memory(choices: Choices, folder: Path) -> None:
         return
     if sidecar is None:
         return
+    if not choices.model_text:
+        choices.model_text, choices.finetune = sidecar.model_arg, sidecar.model.finetune
+        choices.seq_len = choices.seq_len or sidecar.seq_len
+    if not hardware_given and sidecar.hardware_arg:
+        choices.hardware_spec = sidecar.hardware_arg
     choices.gpu_memory_bytes = sidecar.gpu_memory_bytes
     if sidecar.safety_margin is not None:
         choices.safety_margin = sidecar.safety_margin

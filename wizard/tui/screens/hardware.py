@@ -199,7 +199,7 @@ class HardwareStep(StepScreen):
 
     @staticmethod
     def _card_memory(hw: HardwareReport, asked: int | None) -> int | None:
-        return gpu_memory_for(asked, hw, what="memory per GPU", hardware_field="Plan for")
+        return gpu_memory_for(asked, hw, what="memory per GPU", hardware_field="in the Plan for field")
 
     def _save_card_memory(self, hw: HardwareReport) -> None:
         """The memory per GPU and the share kept free, as `dswiz config --gpu-memory / --margin` take them; a change
