@@ -58,3 +58,19 @@ def test_the_wizards_memory_flags_before_a_command_are_refused_not_dropped() -> 
         "--gpu-memory and --margin before `plan` are the wizard's: give them after the command, e.g. dswiz plan "
         "--gpu-memory ..." in proc.stderr
     )
+
+
+def test_the_wizards_flags_before_a_command_that_takes_none_say_to_drop_them() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "-m", "gpt2", "--margin", "3", "history"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        "--model and --margin before `history` are the wizard's, and `dswiz history` takes no --model or --margin: "
+        "drop them" in proc.stderr
+    )

@@ -95,7 +95,11 @@ def test_no_gpu_here_says_so_and_suggests_hardware() -> None:
         (("--model", "gpt2", "--hardware", "H100", "--seq-len", "4096"), "longer than gpt2's 1024"),
         (("--model", "gpt2", "--hardware", "8xH100", "--global-batch", "100"), "use 96 or 104"),
         (("--model", "gpt2", "--hardware", "V100-32GB", "--precision", "bf16"), "use --precision fp16"),
-        (("--model", "gpt2", "--hardware", "H100", "--gpu-memory", "lots"), "is not a size"),
+        (
+            ("--model", "gpt2", "--hardware", "H100", "--gpu-memory", "lots"),
+            "is not a size; write e.g. 24GiB",
+        ),
+        (("--model", "gpt2", "--hardware", "H100", "--gpu-memory", "1B"), "1B is less than 1 MiB"),
         (("--model", "gpt2", "--hardware", "H100", "--precision", "fp8"), "Invalid value for '--precision'"),
         (
             ("--model", "gpt2", "--hardware", "H100", "--mode", "inference", "--stage", "2"),
