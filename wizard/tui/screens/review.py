@@ -268,4 +268,4 @@ class ReviewStep(StepScreen):
 
     def save(self) -> None:
         if not self.wizard.choices.written:
-            raise DswizError("nothing written yet", "press Write files, or q to quit without writing")
+            raise DswizError("nothing written yet", "press Write files, or Ctrl-q to quit without writing")
