@@ -129,11 +129,10 @@ class WizardService:
 
         # an imported file's optimizer section stays in what is written (stage 0's step: wizard.config.optimizer_op)
         fused = choices.imported is not None and config_builds_fused_adam(choices.imported.config)
+        # more than the card: the Hardware step refuses it; planned for the card until then
         try:
             gpu_memory = gpu_memory_for(choices.gpu_memory_bytes, hw)
-        except (
-            DswizError
-        ):  # more than the card: the Hardware step refuses it; planned for the card until then
+        except DswizError:
             gpu_memory = None
         return replace(
             base,
