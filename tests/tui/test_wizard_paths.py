@@ -526,7 +526,10 @@ async def test_the_memory_per_gpu_and_the_share_kept_free_reach_the_plan_and_the
         await next_step(pilot)  # the Strategy step: planned for 24 GiB with 8 % kept free
         chosen = app.service.chosen_candidate(app.choices, app.model, app.plan)
         assert chosen.fits and chosen.predicted.gpu_needed_bytes <= 0.92 * 24 * 2**30
-        assert app.screen.query_one("#bar-gpu").capacity == 24 * 2**30
+        bar = app.screen.query_one("#bar-gpu")
+        assert bar.capacity == 24 * 2**30 and bar.budget == int(
+            24 * 2**30 * (1 - 0.08)
+        )  # judged as the planner does
         planned_24 = chosen.strategy
         await pilot.press("ctrl+p", "ctrl+p")  # back to the Hardware step: the whole card again
         await type_into(pilot, "#hw-gpu-memory", "")

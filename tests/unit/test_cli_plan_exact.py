@@ -54,6 +54,18 @@ def test_exact_strategy_that_does_not_fit_says_what_to_change() -> None:
     assert "use ZeRO-" in line  # the fitting recommendation, named
 
 
+def test_advice_under_gpu_memory_names_the_share_planned_for_not_a_smaller_card() -> None:
+    """24 GiB planned of an 80 GiB card is not "a 24.0 GiB card": the advice says what was planned for, of which
+    card."""
+    rc, doc = plan_json(
+        "--model", "llama-7b", *A100, "--gpu-memory", "24GiB", "--stage", "0", "--micro-batch", "8"
+    )
+    assert rc == 1
+    (line,) = [a for a in doc["advice"] if a.startswith("this config needs ")]
+    assert "per GPU where 24.0 GiB is planned for (of each 80.0 GiB card): use ZeRO-" in line
+    assert "GiB card:" not in line.split("(of each")[0]
+
+
 def test_exact_strategy_whose_stage_fits_at_no_micro_batch_is_told_which_stage_does() -> None:
     """Stage 0 of a 7B model holds 16 bytes a parameter on every GPU: no micro-batch fits an 80 GiB card. The
     exact strategy is judged against the planner's pick over every stage -- not a plan of stage 0 alone, whose "what

@@ -34,7 +34,7 @@ def capacities(hardware: HardwareReport, request: PlanRequest | None = None) -> 
     if nvme_cap is None:
         free = [d.free_bytes for d in host.disks if d.nvme]
         nvme_cap = max(free) if free else None
-    return Capacities(gpu_cap, cpu_cap, nvme_cap, tuple(notes))
+    return Capacities(gpu_cap, cpu_cap, nvme_cap, tuple(notes), gpu_margin=request.safety_margin)
 
 
 def usable_precisions(hardware: HardwareReport, request: PlanRequest) -> tuple[list[Precision], list[str]]:

@@ -167,6 +167,21 @@ class Capacities:
     cpu: int | None  # host RAM per node: available RAM on a detected machine, else the total
     nvme: int | None  # usable NVMe per node: the described size, else the largest free NVMe disk
     notes: tuple[str, ...] = ()
+    gpu_margin: float = 0.0  # the share of each GPU kept free (the request's safety margin)
+
+    @property
+    def gpu_budget(self) -> int | None:
+        """What a plan may use of each GPU: the capacity less the share kept free."""
+        return budget(self.gpu, self.gpu_margin)
+
+    @property
+    def cpu_budget(self) -> int | None:
+        return budget(self.cpu, cal.HOST_SAFETY_MARGIN)
+
+
+def budget(capacity: int | None, margin: float) -> int | None:
+    """What a memory tier may hold: its capacity less the share kept free (None: capacity unknown)."""
+    return None if capacity is None else int(capacity * (1 - margin))
 
 
 @dataclass(frozen=True)
@@ -183,11 +198,11 @@ class PlanContext:
 
     @property
     def gpu_budget(self) -> int:
-        return int((self.gpu_cap or 0) * (1 - self.request.safety_margin))
+        return budget(self.gpu_cap, self.request.safety_margin) or 0
 
     @property
     def cpu_budget(self) -> int | None:
-        return None if self.cpu_cap is None else int(self.cpu_cap * (1 - cal.HOST_SAFETY_MARGIN))
+        return budget(self.cpu_cap, cal.HOST_SAFETY_MARGIN)
 
 
 @dataclass(frozen=True)

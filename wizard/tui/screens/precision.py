@@ -158,8 +158,8 @@ class PrecisionStep(StepScreen):
                 self.set_status(e.problem, error=True)
         cap = self.wizard.service.capacity(self.wizard.choices)
         gpu, cpu = self.query_one("#bar-gpu", MemoryBar), self.query_one("#bar-cpu", MemoryBar)
-        gpu.used, gpu.capacity = (cand.predicted.gpu_needed_bytes if cand else None), cap.gpu
-        cpu.used, cpu.capacity = (cand.predicted.cpu_bytes if cand else None), cap.cpu
+        gpu.show(cand.predicted.gpu_needed_bytes if cand else None, cap.gpu, cap.gpu_budget)
+        cpu.show(cand.predicted.cpu_bytes if cand else None, cap.cpu, cap.cpu_budget)
 
     def _confirm_if_over(self, s: Strategy) -> None:
         """The planner predicts ``s`` does not fit: say so once; Next again keeps it (the user may know better)."""

@@ -148,13 +148,12 @@ class StrategyStep(StepScreen):
             if not cand.fits:
                 summary.append("   does not fit", style="bold red")
         self.query_one("#chosen", Static).update(summary)
-        for tier, used, capacity in (
-            ("gpu", cand.predicted.gpu_needed_bytes if cand else None, cap.gpu),
-            ("cpu", cand.predicted.cpu_bytes if cand else None, cap.cpu),
-            ("nvme", cand.predicted.nvme_bytes if cand else None, cap.nvme),
+        for tier, used, capacity, budget in (
+            ("gpu", cand.predicted.gpu_needed_bytes if cand else None, cap.gpu, cap.gpu_budget),
+            ("cpu", cand.predicted.cpu_bytes if cand else None, cap.cpu, cap.cpu_budget),
+            ("nvme", cand.predicted.nvme_bytes if cand else None, cap.nvme, None),
         ):
-            bar = self.query_one(f"#bar-{tier}", MemoryBar)
-            bar.used, bar.capacity = used, capacity
+            self.query_one(f"#bar-{tier}", MemoryBar).show(used, capacity, budget)
         reasons = Text("\n".join(f"• {r}" for r in cand.reasons) if cand else "", style="italic")
         self.query_one("#reasons", Static).update(reasons)
         self._sync_controls(strategy)
