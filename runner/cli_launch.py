@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.configdir import ConfigChoice
-from wizard.cli_options import FiniteFloat, defaulted_option, flag_option, no_history_option, python_option
+from wizard.cli_options import (
+    FiniteFloat,
+    defaulted_option,
+    flag_option,
+    no_history_option,
+    no_local_rank_option,
+    python_option,
+)
 from wizard.errors import DswizError, read_user_text
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
@@ -71,6 +78,7 @@ is printed at the start and the end; `dswiz monitor` attaches to it.
     metavar="NAME",
     help="How the script takes the config: deepspeed_config (default), deepspeed (HF Trainer), any --NAME, or '' for none.",
 )
+@no_local_rank_option()
 @click.option(
     "--hostfile", type=click.Path(dir_okay=False), help="Multi-node: '<host> slots=<gpus>' per line."
 )
@@ -185,6 +193,7 @@ class LaunchRequest:
     launcher: str | None = None
     python: str | None = None
     config_arg: str | None = None
+    no_local_rank: bool = False
     hostfile: str | None = None
     launcher_mode: str | None = None
     launcher_args: str | None = None
@@ -469,6 +478,7 @@ def _this_node_spec(
         ds_config=str(cfg.ds_path.absolute()) if cfg.ds_path is not None else None,
         accelerate_config=str(accelerate_yaml.absolute()) if accelerate_yaml else None,
         config_arg=cfg.config_arg,
+        local_rank_arg=not request.no_local_rank,
         nproc=cfg.nproc,
         include=request.include,
         exclude=request.exclude,

@@ -673,6 +673,12 @@ def _usage_error(f: EndFacts) -> RunVerdict | None:
             "what it does not know; a click group needs the options on the group), or pass --config-arg NAME for "
             "the config argument it takes, '' for none"
         ]
+        if re.search(r"--local[_-]rank", line):  # DeepSpeed's launcher can leave it out (its --no_local_rank)
+            advice.insert(
+                0,
+                "pass --no-local-rank to `dswiz launch` (before the script) to leave --local_rank out: each rank "
+                "still finds its rank in the LOCAL_RANK environment variable",
+            )
     else:
         parser = line.split(": ", 1)[0] if ": error: " in line else prog  # a subcommand's own --help
         advice = [

@@ -51,6 +51,17 @@ def flag_option(*names: str, help: str) -> Callable[[F], F]:
     return click.option(*names, is_flag=True, help=help)
 
 
+def no_local_rank_option() -> Callable[[F], F]:
+    """--no-local-rank: DeepSpeed's launcher leaves --local_rank=N off the script's command line (`dswiz launch`,
+    and `dswiz probe` for its launches)."""
+    return flag_option(
+        "--no-local-rank",
+        help="DeepSpeed launcher: do not put --local_rank=N on the script's command line (its --no_local_rank), for "
+        "scripts whose parser cannot take it; the rank is in the LOCAL_RANK environment variable either way "
+        "(accelerate and torchrun never pass it).",
+    )
+
+
 def choice_option(*names: str, choices: tuple[str, ...], default: str, help: str) -> Callable[[F], F]:
     """One of fixed choices, with a default that ``--help`` shows."""
     return click.option(*names, type=click.Choice(choices), default=default, show_default=True, help=help)

@@ -66,6 +66,9 @@ class LaunchSpec:
     # add_config_arguments), "deepspeed" (HF Trainer scripts), any other NAME (--NAME FILE), "" (not passed).
     # None: the launcher's default ("" for accelerate, which hands the config over through its YAML).
     config_arg: str | None = None
+    # False: DeepSpeed's --no_local_rank, the script gets no --local_rank=N (LOCAL_RANK is in its environment either
+    # way: deepspeed/launcher/launch.py, main, 0.19.8). accelerate and torchrun never pass it.
+    local_rank_arg: bool = True
     nproc: int | None = None  # processes (GPUs) per node
     include: str | None = None  # DeepSpeed resource filter, e.g. "localhost:0,2"
     exclude: str | None = None
@@ -333,6 +336,11 @@ def validate(spec: LaunchSpec) -> None:
         raise DswizError(
             f"--launcher-args goes to {used_by}; {this}, so it would be ignored", "drop --launcher-args"
         )
+    if not spec.local_rank_arg and spec.launcher != "deepspeed":
+        raise DswizError(
+            f"--no-local-rank is the DeepSpeed launcher's: {spec.launcher} never passes --local_rank",
+            "drop --no-local-rank (the script finds its rank in LOCAL_RANK), or --launcher deepspeed",
+        )
     if spec.config_arg and not _CONFIG_ARG_RE.match(spec.config_arg):
         raise DswizError(
             f"--config-arg {spec.config_arg!r} is not an argument name",
@@ -439,6 +447,8 @@ def _deepspeed_argv(spec: LaunchSpec) -> list[str]:
     if spec.exclude:
         argv += ["--exclude", spec.exclude]
     argv += _master_args(spec)
+    if not spec.local_rank_arg:
+        argv.append("--no_local_rank")
     if spec.each_rank_log:
         argv += ["--enable_each_rank_log", rank_logs_dir(spec)]
     return argv + _script_part(spec)

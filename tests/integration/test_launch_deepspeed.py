@@ -183,6 +183,38 @@ def test_a_script_that_refuses_its_arguments_is_said_so_with_its_own_message(wor
     assert record.verdict is not None and record.verdict.summary.endswith(said) and record.exit_code == 2
 
 
+STRICT = """\
+import argparse, runpy, sys
+p = argparse.ArgumentParser(prog="strict.py")  # no --local_rank: the launcher's must be left out
+p.add_argument("--deepspeed_config", required=True)
+p.add_argument("--steps", required=True)
+a = p.parse_args()
+sys.argv = [{train!r}, "--deepspeed_config", a.deepspeed_config, "--steps", a.steps]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+def test_a_script_that_cannot_take_local_rank_runs_with_no_local_rank(workdir: Path) -> None:
+    """DeepSpeed's launcher puts --local_rank=N on every rank's command line; a parser that refuses it gets a
+    verdict that names --no-local-rank, and with it the same script trains (the rank from LOCAL_RANK)."""
+    strict = workdir / "strict.py"
+    strict.write_text(STRICT.format(train=str(TRAIN)))
+    args = ("--nproc", "2", "--config", "ds_config.json")
+    refused = run(workdir, *args, "--run-dir", str(workdir / "run1"), str(strict), "--steps", "3")
+    out = refused.stdout + refused.stderr
+    assert refused.returncode == 2, out[-3000:]
+    assert "strict.py: error: unrecognized arguments: --local_rank=" in out
+    assert "pass --no-local-rank to `dswiz launch`" in out
+    proc = run(
+        workdir, *args, "--no-local-rank", "--run-dir", str(workdir / "run2"), str(strict), "--steps", "3"
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    record = rundir.read_run_record(workdir / "run2")
+    assert record.verdict is not None and record.verdict.kind == "success" and record.world_size == 2
+    assert "--no_local_rank" in record.command and "--local_rank=" not in out
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_dswiz_stops_the_whole_job(workdir: Path, sig: signal.Signals, code: int) -> None:
     run_dir = workdir / "run"

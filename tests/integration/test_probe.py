@@ -50,6 +50,7 @@ def test_probe_top_two_measures_both_and_writes_the_faster(tmp_path: Path, priva
             "1",
             "--nproc",
             "2",
+            "--no-local-rank",  # passed on to each launch (train_tiny.py takes its rank from LOCAL_RANK then)
             "--timeout",
             "400",
             "--work-dir",
@@ -91,6 +92,7 @@ def test_probe_top_two_measures_both_and_writes_the_faster(tmp_path: Path, priva
     for i in range(2):
         record = rundir.read_run_record(tmp_path / "work" / f"run-{i}")
         assert record.status == rundir.STATUS_INTERRUPTED and record.verdict is not None
+        assert "--no_local_rank" in record.command
         sids |= {p.pgid for p in record.launchers}
     assert session_processes(sids) == []
 

@@ -73,6 +73,14 @@ def test_config_argument_spelling(config_arg: str, expected: list[str]) -> None:
     assert ds_args(argv).user_args == [*expected, "--steps", "5"]
 
 
+def test_no_local_rank_reaches_the_deepspeed_runner_on_one_node_and_over_ssh() -> None:
+    assert not ds_args(build_command(spec(nproc=2)).argv).no_local_rank  # DeepSpeed's default: pass it
+    args = ds_args(build_command(spec(nproc=2, local_rank_arg=False)).argv)
+    assert args.no_local_rank and args.user_script == "train.py"
+    args = ds_args(build_command(spec(hostfile="/cfg/hostfile", num_nodes=2, local_rank_arg=False)).argv)
+    assert args.no_local_rank and args.launcher == "pdsh"
+
+
 def test_include_filter_and_visible_devices() -> None:
     args = ds_args(build_command(spec(include="localhost:1,3")).argv)
     assert args.include == "localhost:1,3" and args.num_gpus == -1
@@ -184,6 +192,7 @@ def test_accelerate_passes_its_yaml_copy_and_no_config_argument_by_default() -> 
         ({"launcher": "accelerate"}, "needs an accelerate YAML"),
         ({"launcher": "torchrun", "hostfile": "/h", "node_rank": 0, "master_addr": "a"}, "number of nodes"),
         ({"ds_config": None}, "no config was given"),
+        ({"local_rank_arg": False, "launcher": "torchrun"}, "torchrun never passes --local_rank"),
     ],
 )
 def test_bad_specs_are_named_with_a_fix(kw: dict[str, object], problem: str) -> None:

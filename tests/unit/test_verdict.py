@@ -377,7 +377,7 @@ def test_a_script_that_refuses_its_arguments_is_named_with_its_own_message() -> 
         "--deepspeed_config /runs/1/config/ds_config.json"
     )
     # an argument dswiz and the launcher add: how a script takes them, not "fix or drop" what the user never typed
-    (advice,) = v.advice
+    (advice,) = v.advice  # --deepspeed_config refused, not --local_rank: no --no-local-rank
     assert "--config-arg NAME" in advice and "deepspeed.add_config_arguments(parser)" in advice
     assert "before the script's own arguments and any subcommand" in advice
     assert v.evidence == ()  # the one error line is the summary's
@@ -419,6 +419,8 @@ Error: No such option: --local_rank
 def test_the_usage_errors_of_click_subcommands_and_interleaved_ranks(text: str, said: str) -> None:
     v = decide(feed(text), launcher_returncodes=[2])
     assert v.summary == f"the training script refused its arguments before any step: {said}"
+    # --local_rank refused: the launcher can leave it out, said first; the config argument's advice stays
+    assert v.advice[0].startswith("pass --no-local-rank to `dswiz launch`") == ("--local_rank" in said)
     if "--bogus" in said:  # a subcommand's parser: its own --help
         assert "`python train.py fit --help`" in v.advice[0]
 

@@ -15,7 +15,14 @@ from typing import Any
 
 import click
 
-from wizard.cli_options import FiniteFloat, given_options, planning_options, planning_request, python_option
+from wizard.cli_options import (
+    FiniteFloat,
+    given_options,
+    no_local_rank_option,
+    planning_options,
+    planning_request,
+    python_option,
+)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -63,6 +70,7 @@ from wizard.cli_options import FiniteFloat, given_options, planning_options, pla
 @python_option("The training environment's python, for dswiz launch.")
 @click.option("--nproc", type=click.IntRange(min=1), help="Processes per node, for dswiz launch.")
 @click.option("--config-arg", metavar="NAME", help="How the script takes the config (as dswiz launch).")
+@no_local_rank_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -115,6 +123,8 @@ def _probe(ctx: click.Context, opts: dict[str, Any], work: Path) -> int:
     for flag, key in (("--python", "python"), ("--nproc", "nproc"), ("--config-arg", "config_arg")):
         if opts[key] is not None:
             launch_args += [flag, str(opts[key])]
+    if opts["no_local_rank"]:
+        launch_args.append("--no-local-rank")
     setup = ProbeSetup(
         script=opts["script"],
         script_args=tuple(opts["script_args"]),
@@ -179,6 +189,7 @@ _PROBE_ONLY = frozenset(
         "python",
         "nproc",
         "config_arg",
+        "no_local_rank",
         "as_json",
     }
 )
