@@ -98,6 +98,9 @@ async def test_manual_stage_updates_bars_and_disables_invalid_offload(service: A
 
         await click_visible(pilot, "#stage-2")
         assert app.choices.strategy.zero_stage == 2 and bars_show_current()
+        # the chosen option's mark differs by shape, not colour alone (NO_COLOR, a copy of the screen's text)
+        marks = {v: str(screen.query_one(f"#stage-{v}").render())[1] for v in (1, 2, 3)}
+        assert marks == {1: "○", 2: "●", 3: "○"}
         assert screen.query_one("#param-cpu", RadioButton).disabled  # below stage 3: no parameter offload
         not_offered = str(screen.query_one("#not-offered").render())
         assert "parameter offload only works at ZeRO stage 3" in not_offered

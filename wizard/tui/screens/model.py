@@ -13,7 +13,7 @@ from textual.widgets import Input, Label, RadioButton, Select, Static
 from wizard.service import parse_positive
 from wizard.strategy import Mode
 from wizard.tui.screens.base import StepScreen
-from wizard.tui.widgets.fields import ChoiceSet, labelled
+from wizard.tui.widgets.fields import Choice, ChoiceSet, labelled
 from wizard.tuning import FineTune, make_finetune
 
 # Distinct first letters: in a ChoiceSet the letter picks the option (F, L, Q).
@@ -57,14 +57,14 @@ class ModelStep(StepScreen):
             )
         yield Label("Planning for", classes="field-label")
         yield ChoiceSet(
-            RadioButton("Training", id="mode-train", value=True),
-            RadioButton("Inference (ZeRO-Inference, stage 3)", id="mode-inference"),
+            Choice("Training", id="mode-train", value=True),
+            Choice("Inference (ZeRO-Inference, stage 3)", id="mode-inference"),
             id="mode",
         )
         yield Label("Fine-tuning (training)", classes="field-label")
         yield ChoiceSet(
             *(
-                RadioButton(label, id=f"finetune-{mode}", value=mode == "full")
+                Choice(label, id=f"finetune-{mode}", value=mode == "full")
                 for mode, label in _FINETUNE_BUTTONS
             ),
             id="finetune",

@@ -16,6 +16,7 @@ from textual import events
 from textual._widget_navigation import find_next_enabled_no_wrap
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
+from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Label, RadioButton, RadioSet, Switch
@@ -116,6 +117,18 @@ class ChoiceTable(DataTable[object]):
         self.post_message(FieldSubmitted())
 
 
+class Choice(RadioButton):
+    """A radio button whose mark tells chosen from not by its shape, ● and ○, not by colour alone (Textual's draws
+    ● for both): under NO_COLOR, on a monochrome terminal and in a copy of the screen's text they read apart."""
+
+    CHOSEN, NOT_CHOSEN = "\u25cf", "\u25cb"
+
+    @property
+    def _button(self) -> Content:  # textual.widgets._toggle_button.ToggleButton._button draws BUTTON_INNER
+        self.BUTTON_INNER = self.CHOSEN if self.value else self.NOT_CHOSEN
+        return super()._button
+
+
 def radio_set(set_id: str, prefix: str, values: Iterable[object]) -> ChoiceSet:
     """One button per value, each with the id ``<prefix>-<value>`` the step reads back."""
-    return ChoiceSet(*(RadioButton(str(v), id=f"{prefix}-{v}") for v in values), id=set_id)
+    return ChoiceSet(*(Choice(str(v), id=f"{prefix}-{v}") for v in values), id=set_id)
