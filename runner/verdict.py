@@ -663,7 +663,14 @@ def _usage_error(f: EndFacts) -> RunVerdict | None:
     if not f.obs.usage_errors or f.first_failing_code != USAGE_EXIT_CODE or f.obs.step is not None:
         return None
     prog, line = f.obs.usage_errors[0]
-    if re.search(r"--(local_rank|local-rank|deepspeed)", line):
+    if re.search(
+        r"required: .*--local[_-]rank", line
+    ):  # launched with --no-local-rank, by a script that needs it
+        advice = [
+            "the script requires --local_rank, which DeepSpeed's launcher passes unless told not to: launch without "
+            "--no-local-rank, or give the argument a default (int(os.environ.get('LOCAL_RANK', -1)))"
+        ]
+    elif re.search(r"--(local_rank|local-rank|deepspeed)", line):
         # not the user's: the launcher puts --local_rank=N first on every rank's command line, before the script's
         # own arguments (a subcommand's too), and dswiz adds the config argument
         advice = [
@@ -673,7 +680,9 @@ def _usage_error(f: EndFacts) -> RunVerdict | None:
             "what it does not know; a click group needs the options on the group), or pass --config-arg NAME for "
             "the config argument it takes, '' for none"
         ]
-        if re.search(r"--local[_-]rank", line):  # DeepSpeed's launcher can leave it out (its --no_local_rank)
+        if re.search(
+            r"--local[_-]rank", line
+        ):  # refused: DeepSpeed's launcher can leave it out (--no_local_rank)
             advice.insert(
                 0,
                 "pass --no-local-rank to `dswiz launch` (before the script) to leave --local_rank out: each rank "

@@ -56,9 +56,10 @@ def no_local_rank_option() -> Callable[[F], F]:
     and `dswiz probe` for its launches)."""
     return flag_option(
         "--no-local-rank",
-        help="DeepSpeed launcher: do not put --local_rank=N on the script's command line (its --no_local_rank), for "
-        "scripts whose parser cannot take it; the rank is in the LOCAL_RANK environment variable either way "
-        "(accelerate and torchrun never pass it).",
+        help="Do not put --local_rank=N on the script's command line (DeepSpeed's --no_local_rank), for scripts whose "
+        "parser cannot take it; the rank is in the LOCAL_RANK environment variable either way. Only where DeepSpeed's "
+        "launcher passes it (one node, pdsh, nossh): refused with accelerate, torchrun and the MPI/slurm backends, "
+        "which never do.",
     )
 
 

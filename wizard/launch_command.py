@@ -67,7 +67,7 @@ class LaunchSpec:
     # None: the launcher's default ("" for accelerate, which hands the config over through its YAML).
     config_arg: str | None = None
     # False: DeepSpeed's --no_local_rank, the script gets no --local_rank=N (LOCAL_RANK is in its environment either
-    # way: deepspeed/launcher/launch.py, main, 0.19.8). accelerate and torchrun never pass it.
+    # way: deepspeed/launcher/launch.py, main, 0.19.8). Only where passes_local_rank: refused elsewhere.
     local_rank_arg: bool = True
     nproc: int | None = None  # processes (GPUs) per node
     include: str | None = None  # DeepSpeed resource filter, e.g. "localhost:0,2"
@@ -288,6 +288,16 @@ def split_config_arg(script_args: tuple[str, ...], config_arg: str) -> tuple[str
 # --------------------------------------------------------------------------------------------- the command
 
 
+def passes_local_rank(spec: LaunchSpec) -> bool:
+    """Does the launch put --local_rank=N on the script's command line? DeepSpeed's runner does on one node, and
+    through its own launcher on every node with pdsh or nossh; its MPI and slurm backends start the script directly
+    with the rank in the environment, as accelerate and torchrun do (deepspeed/launcher/runner.py main and
+    launcher/multinode_runner.py, DeepSpeed 0.19.8)."""
+    if spec.launcher != "deepspeed":
+        return False
+    return not spec.multinode or spec.multinode_launcher in ("pdsh", "nossh")
+
+
 def validate(spec: LaunchSpec) -> None:
     """Raise DswizError (problem + fix) for a spec no launcher would accept. Called by build_command."""
     if spec.launcher not in LAUNCHERS:
@@ -336,10 +346,16 @@ def validate(spec: LaunchSpec) -> None:
         raise DswizError(
             f"--launcher-args goes to {used_by}; {this}, so it would be ignored", "drop --launcher-args"
         )
-    if not spec.local_rank_arg and spec.launcher != "deepspeed":
+    if not spec.local_rank_arg and not passes_local_rank(spec):
+        who = (
+            spec.launcher
+            if spec.launcher != "deepspeed"
+            else f"DeepSpeed's {spec.multinode_launcher} backend"
+        )
         raise DswizError(
-            f"--no-local-rank is the DeepSpeed launcher's: {spec.launcher} never passes --local_rank",
-            "drop --no-local-rank (the script finds its rank in LOCAL_RANK), or --launcher deepspeed",
+            f"--no-local-rank would change nothing: {who} never passes --local_rank (the ranks find theirs in "
+            "LOCAL_RANK)",
+            "drop --no-local-rank",
         )
     if spec.config_arg and not _CONFIG_ARG_RE.match(spec.config_arg):
         raise DswizError(

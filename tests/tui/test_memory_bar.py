@@ -14,7 +14,7 @@ def styles(text: object) -> set[str]:
 
 
 def test_a_prediction_inside_the_share_kept_free_is_red_and_says_so() -> None:
-    cap = Capacities(24 * GiB, None, None, gpu_margin=0.05)
+    cap = Capacities(24 * GiB, None, None, 0.05)
     assert cap.gpu_budget == int(24 * GiB * 0.95)
     text = bar_text("GPU", int(23.3 * GiB), cap.gpu, budget=cap.gpu_budget)
     assert text.plain.endswith("23.3 GiB / 24.0 GiB  in the 5 % kept free")
@@ -35,6 +35,6 @@ def test_below_the_budget_is_calm_and_over_the_card_says_over() -> None:
 
 
 def test_unknown_capacity_keeps_its_budget_unknown() -> None:
-    cap = Capacities(None, None, None, gpu_margin=0.05)
+    cap = Capacities(None, None, None, 0.05)
     assert cap.gpu_budget is None and cap.cpu_budget is None
     assert "capacity unknown" in bar_text("CPU", GiB, cap.cpu, budget=cap.cpu_budget).plain

@@ -62,8 +62,12 @@ def test_advice_under_gpu_memory_names_the_share_planned_for_not_a_smaller_card(
     )
     assert rc == 1
     (line,) = [a for a in doc["advice"] if a.startswith("this config needs ")]
-    assert "per GPU where 24.0 GiB is planned for (of each 80.0 GiB card): use ZeRO-" in line
-    assert "GiB card:" not in line.split("(of each")[0]
+    assert "per GPU where 24.0 GiB is planned for (of the 80.0 GiB card): use ZeRO-" in line
+    # the whole card asked for by size is the card
+    _, doc = plan_json(
+        "--model", "llama-7b", *A100, "--gpu-memory", "80GiB", "--stage", "0", "--micro-batch", "8"
+    )
+    assert any("per GPU on an 80.0 GiB card: " in a for a in doc["advice"])
 
 
 def test_exact_strategy_whose_stage_fits_at_no_micro_batch_is_told_which_stage_does() -> None:

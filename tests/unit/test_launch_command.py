@@ -79,6 +79,11 @@ def test_no_local_rank_reaches_the_deepspeed_runner_on_one_node_and_over_ssh() -
     assert args.no_local_rank and args.user_script == "train.py"
     args = ds_args(build_command(spec(hostfile="/cfg/hostfile", num_nodes=2, local_rank_arg=False)).argv)
     assert args.no_local_rank and args.launcher == "pdsh"
+    nossh = spec(
+        hostfile="/h", multinode_launcher="nossh", node_rank=0, master_addr="a", local_rank_arg=False
+    )
+    args = ds_args(build_command(nossh).argv)
+    assert args.no_local_rank and args.no_ssh
 
 
 def test_include_filter_and_visible_devices() -> None:
@@ -193,6 +198,10 @@ def test_accelerate_passes_its_yaml_copy_and_no_config_argument_by_default() -> 
         ({"launcher": "torchrun", "hostfile": "/h", "node_rank": 0, "master_addr": "a"}, "number of nodes"),
         ({"ds_config": None}, "no config was given"),
         ({"local_rank_arg": False, "launcher": "torchrun"}, "torchrun never passes --local_rank"),
+        (  # DeepSpeed's MPI and slurm backends start the script itself, the rank in its environment
+            {"local_rank_arg": False, "hostfile": "/h", "multinode_launcher": "slurm", "num_nodes": 2},
+            "DeepSpeed's slurm backend never passes --local_rank",
+        ),
     ],
 )
 def test_bad_specs_are_named_with_a_fix(kw: dict[str, object], problem: str) -> None:

@@ -140,3 +140,33 @@ def test_a_probe_of_a_script_that_is_not_there_stops_before_any_candidate(tmp_pa
     assert proc.returncode == 2
     assert "error: the training script missing.py does not exist" in proc.stderr and "fix:" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_candidate_dswiz_launch_refuses_is_named_with_the_launch_error(tmp_path: Path) -> None:
+    """`dswiz launch` refuses each candidate before a run directory exists (here a --config-arg that is no argument
+    name): the probe quotes its error and fix, not "stopped before the job started"."""
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "probe", "--model", "tiny", "--hardware", "1xH200", "--top", "1",
+         "--config-arg=-x", "--work-dir", str(tmp_path / "work"), "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # nothing measured, nothing written
+    assert (
+        "dswiz launch refused it: --config-arg '-x' is not an argument name (fix: pass the name"
+        in proc.stdout
+    )
+
+
+def test_no_local_rank_for_an_accelerate_probe_stops_before_any_candidate(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "wizard", "probe", "--model", "tiny", "--hardware", "1xH200", "--for", "accelerate",
+         "--no-local-rank", "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "error: --no-local-rank would change nothing: --for accelerate" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]

@@ -83,6 +83,12 @@ def probe(ctx: click.Context, **opts: Any) -> int:
     # before any candidate: each would fail on it (launch's own check)
     for problem in check_script(opts["script"]):
         raise DswizError(problem.what, problem.fix)
+    if opts["no_local_rank"] and opts["consumer"] == "accelerate":
+        raise DswizError(
+            "--no-local-rank would change nothing: --for accelerate launches through accelerate, which never "
+            "passes --local_rank (the ranks find theirs in LOCAL_RANK)",
+            "drop --no-local-rank",
+        )
     parent = ctx.parent.params if ctx.parent is not None else {}
     opts["no_history"] = opts["no_history"] or bool(parent.get("no_history"))  # `dswiz --no-history probe`
     if opts["hardware"] is None:

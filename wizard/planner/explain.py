@@ -399,11 +399,12 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
                 f"{fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, ~{best.predicted.tokens_per_sec:,.0f} tokens/s)"
             )
         card = fmt_bytes(cap)
-        whole = plan.hardware.gpus[0].memory_total_bytes if plan.hardware.gpus else None
-        if plan.request.gpu_memory_bytes:  # part of a card: say so, not "a 24 GiB card"
-            where = f"where {card} is planned for" + (f" (of each {fmt_bytes(whole)} card)" if whole else "")
+        smallest = plan.hardware.min_gpu_memory_bytes
+        if plan.request.gpu_memory_bytes and smallest and fmt_bytes(smallest) != card:  # part of a card
+            where = f"where {card} is planned for (of the {fmt_bytes(smallest)} card)"
         else:
-            where = f"on {'an' if card[:1] == '8' or card.startswith(('11 ', '11.', '18 ', '18.')) else 'a'} {card} card"
+            article = "an" if card[:1] == "8" or card.startswith(("11 ", "11.", "18 ", "18.")) else "a"
+            where = f"on {article} {card} card"
         head = f"this config needs {fmt_bytes(p.gpu_needed_bytes)} per GPU {where}"
         out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
         if best is None:

@@ -34,7 +34,7 @@ def capacities(hardware: HardwareReport, request: PlanRequest | None = None) -> 
     if nvme_cap is None:
         free = [d.free_bytes for d in host.disks if d.nvme]
         nvme_cap = max(free) if free else None
-    return Capacities(gpu_cap, cpu_cap, nvme_cap, tuple(notes), gpu_margin=request.safety_margin)
+    return Capacities(gpu_cap, cpu_cap, nvme_cap, request.safety_margin, tuple(notes))
 
 
 def usable_precisions(hardware: HardwareReport, request: PlanRequest) -> tuple[list[Precision], list[str]]:
@@ -95,11 +95,12 @@ def _host_ram_problem(
 ) -> str | None:
     if s.offload_optimizer == "none" and s.offload_param == "none":
         return None
-    cpu_cap = capacities(hardware, request).cpu
-    if cpu_cap is None:
+    cap = capacities(hardware, request)
+    cpu_cap, cpu_budget = cap.cpu, cap.cpu_budget
+    if cpu_cap is None or cpu_budget is None:
         return None
     need, _ = host_bytes(model, s)
-    if need <= cpu_cap * (1 - cal.HOST_SAFETY_MARGIN):
+    if need <= cpu_budget:
         return None
     return (
         f"host RAM too small for this offload: needs {fmt_bytes(need)} per node, {fmt_bytes(cpu_cap)} available "

@@ -44,6 +44,7 @@ from wizard.planner.types import (
     Prediction,
     StrategyChoice,
     WhatIfs,
+    budget,
 )
 from wizard.strategy import OFFLOAD_DEVICES, OffloadDevice, Precision, Strategy
 from wizard.units import fmt_bytes
@@ -599,4 +600,4 @@ def max_micro_batch(
         return 0
     phases = phases_for(model, strategy, seq_len, buffers)
     frag = fragmentation(model, strategy, seq_len, buffers, True, expandable_segments)
-    return max_micro_batch_for_capacity(phases, frag, strategy, int(cap * (1 - safety_margin)), limit=limit)
+    return max_micro_batch_for_capacity(phases, frag, strategy, budget(cap, safety_margin) or 0, limit=limit)

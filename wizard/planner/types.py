@@ -166,8 +166,8 @@ class Capacities:
     gpu: int | None  # per GPU: the request's cap, else the smallest card
     cpu: int | None  # host RAM per node: available RAM on a detected machine, else the total
     nvme: int | None  # usable NVMe per node: the described size, else the largest free NVMe disk
+    gpu_margin: float  # the share of each GPU kept free (the request's safety margin)
     notes: tuple[str, ...] = ()
-    gpu_margin: float = 0.0  # the share of each GPU kept free (the request's safety margin)
 
     @property
     def gpu_budget(self) -> int | None:

@@ -272,9 +272,25 @@ def _stop(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
             continue
 
 
+def _launch_refusal(out_file: Path) -> str | None:
+    """dswiz launch's own refusal in its output: the ``error: PROBLEM`` line and its ``  fix: FIX`` (wizard.cli)."""
+    try:
+        lines = out_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for i, line in enumerate(lines):
+        if line.startswith("error: "):
+            fix = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("  fix: ") else ""
+            return line.removeprefix("error: ") + (f" ({fix})" if fix else "")
+    return None
+
+
 def _result(run_dir: Path) -> tuple[str, Figures, str]:
     figures = measured(iter_metrics(run_dir / METRICS_JSONL))
     if not (run_dir / RUN_JSON).exists():
+        refusal = _launch_refusal(run_dir.parent / f"{run_dir.name}.out")
+        if refusal is not None:
+            return "failed", figures, f"dswiz launch refused it: {refusal}"
         return "failed", figures, "dswiz launch stopped before the job started (see the .out file beside it)"
     try:
         record = read_run_record(run_dir)

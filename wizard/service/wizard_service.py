@@ -210,7 +210,7 @@ class WizardService:
     def capacity(self, choices: Choices) -> Capacities:
         """What each memory tier holds, as the planner judges "fits" against it (None: unknown)."""
         if choices.hardware is None:
-            return Capacities(None, None, None)
+            return Capacities(None, None, None, self.request(choices).safety_margin)
         return planner.capacities(choices.hardware, self.request(choices))
 
     @staticmethod

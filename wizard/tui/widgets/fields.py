@@ -123,10 +123,9 @@ class Choice(RadioButton):
 
     CHOSEN, NOT_CHOSEN = "\u25cf", "\u25cb"
 
-    @property
-    def _button(self) -> Content:  # textual.widgets._toggle_button.ToggleButton._button draws BUTTON_INNER
+    def render(self) -> Content:  # ToggleButton.render draws BUTTON_INNER between the button's sides
         self.BUTTON_INNER = self.CHOSEN if self.value else self.NOT_CHOSEN
-        return super()._button
+        return super().render()
 
 
 def radio_set(set_id: str, prefix: str, values: Iterable[object]) -> ChoiceSet:

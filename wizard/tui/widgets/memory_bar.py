@@ -32,7 +32,7 @@ def bar_text(
         text.append("?" * cells, style="dim")
         text.append(f"  {fmt_bytes(used)} / capacity unknown", style="dim")
         return text
-    limit = min(budget, capacity) if budget else capacity
+    limit = min(budget, capacity) if budget is not None else capacity
     ratio = used / capacity
     filled = min(cells, round(ratio * cells))
     if used > 0 and filled == 0:
