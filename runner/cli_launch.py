@@ -29,7 +29,14 @@ from wizard.cli_options import (
 from wizard.errors import DswizError, read_user_text
 from wizard.findings import Finding, Severity
 from wizard.hardware.report import HardwareReport
-from wizard.launch_command import DEFAULT_STEPS_PER_PRINT, LAUNCHERS, MULTINODE_LAUNCHERS, PORTS, LaunchSpec
+from wizard.launch_command import (
+    DEFAULT_STEPS_PER_PRINT,
+    LAUNCHERS,
+    MULTINODE_LAUNCHERS,
+    PORTS,
+    LaunchSpec,
+    passes_local_rank,
+)
 
 # The steps below import what they need inside (psutil, the job, preflight, the planner): `dswiz launch --help`
 # and a bad flag answer without loading them.
@@ -469,7 +476,7 @@ def _this_node_spec(
         / (rundir.new_run_id() + (f"-node{request.node_rank}" if request.node_rank is not None else ""))
     )
     accelerate_yaml = choice.accelerate_yaml if cfg.launcher == "accelerate" else None
-    return LaunchSpec(
+    spec = LaunchSpec(
         script=request.script,
         run_dir=str(run_dir.absolute()),
         script_args=cfg.script_args,
@@ -478,7 +485,8 @@ def _this_node_spec(
         ds_config=str(cfg.ds_path.absolute()) if cfg.ds_path is not None else None,
         accelerate_config=str(accelerate_yaml.absolute()) if accelerate_yaml else None,
         config_arg=cfg.config_arg,
-        local_rank_arg=not request.no_local_rank,
+        # the flag, or the folder's launch.sh (written by `dswiz config --no-local-rank`)
+        local_rank_arg=not request.no_local_rank and choice.local_rank_arg,
         nproc=cfg.nproc,
         include=request.include,
         exclude=request.exclude,
@@ -492,6 +500,9 @@ def _this_node_spec(
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         env=tuple(sorted(env_changes.items())),
     )
+    if not request.no_local_rank and not passes_local_rank(spec):  # the folder's hint means nothing here
+        spec = dataclasses.replace(spec, local_rank_arg=True)
+    return spec
 
 
 # ------------------------------------------------------------------------------------------ step 2: preflight

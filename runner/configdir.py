@@ -37,6 +37,9 @@ class ConfigChoice:
     master_port: int | None = None  # from launch.sh
     master_addr: str | None = None  # from launch.sh (multi-node: the first host, as planned)
     nproc: int | None = None  # from launch.sh: --num_gpus (the GPUs per node the plan was made for)
+    local_rank_arg: bool = (
+        True  # from launch.sh: False when it passes --no_local_rank (dswiz config --no-local-rank)
+    )
     plan_sidecar: Path | None = None  # dswiz-plan.json: the plan behind the configs (wizard.config.sidecar)
     folder: Path | None = None  # the config folder (as given; a file's parent)
 
@@ -151,6 +154,8 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
     elif exec_line:
         hints["launcher"] = "deepspeed"
         hints["config_arg"] = "deepspeed" if re.search(r"\s--deepspeed\s", exec_line) else "deepspeed_config"
+    if re.search(r"\s--no_local_rank(\s|$)", exec_line):
+        hints["local_rank_arg"] = False
     if "--no_ssh" in exec_line:
         hints["multinode_launcher"] = "nossh"
     m = re.search(r"--launcher\s+(\w+)", exec_line)

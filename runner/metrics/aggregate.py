@@ -248,10 +248,14 @@ class Aggregator:
             activity = {g.index: float(g.utilization or 0.0) for g in self._gpus}
             self._activity_unit = "GPU utilisation"
         else:
-            ranks = [p for p in host.processes if p.local_rank is not None]
-            if len(ranks) > 1:
-                activity = {p.local_rank: p.cpu_percent for p in ranks if p.local_rank is not None}
+            # a rank's processes together: it and what it started (data loader workers share its local rank)
+            for p in host.processes:
+                if p.local_rank is not None:
+                    activity[p.local_rank] = activity.get(p.local_rank, 0.0) + p.cpu_percent
+            if len(activity) > 1:
                 self._activity_unit = "CPU %"
+            else:
+                activity = {}
         if activity:
             self._rank_activity.append(activity)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from runner import rundir
+from runner.metrics.host import is_launcher, process_local_rank
 from runner.metrics.plan import PlanInfo
 from runner.metrics.tail import rank_of_log_file
 from runner.metrics.target import (
@@ -28,15 +29,6 @@ from runner.metrics.target import (
 )
 from wizard.errors import DswizError
 
-_LAUNCHER_MARKERS = (
-    "deepspeed.launcher.launch",
-    "deepspeed.launcher.runner",
-    "bin/deepspeed",
-    "torch.distributed.run",
-    "torchrun",
-    "accelerate.commands.launch",
-    "bin/accelerate",
-)
 _CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
 
 
@@ -115,25 +107,6 @@ def _started_at(run_dir: Path) -> tuple[bool, float, str]:
     return False, when, run_dir.name
 
 
-def is_launcher(cmdline: Sequence[str]) -> bool:
-    text = " ".join(cmdline)
-    return any(marker in text for marker in _LAUNCHER_MARKERS)
-
-
-def _local_rank(cmdline: Sequence[str]) -> int | None:
-    for i, arg in enumerate(cmdline):
-        for flag in ("--local_rank", "--local-rank"):
-            if arg.startswith(flag + "="):
-                value = arg.split("=", 1)[1]
-            elif arg == flag and i + 1 < len(cmdline):
-                value = cmdline[i + 1]
-            else:
-                continue
-            if value.isdigit():
-                return int(value)
-    return None
-
-
 def _stdout_files(proc: psutil.Process) -> list[Path]:
     """The regular files this process writes its stdout/stderr to (none for a terminal, pipe or socket)."""
     out = []
@@ -175,7 +148,7 @@ def target_from_pid(pid: int) -> JobTarget:
         root_cmd = root.cmdline()
     except psutil.Error:
         tree, root_cmd = [root], cmd
-    if not is_launcher(root_cmd) and _local_rank(root_cmd) is None:
+    if not is_launcher(root_cmd) and process_local_rank(root) is None:
         notes.append(
             f"PID {root.pid} does not look like a DeepSpeed/torchrun/accelerate job; watching its processes"
         )
@@ -245,15 +218,18 @@ def _outermost_launcher(proc: psutil.Process) -> psutil.Process:
 
 
 def _rank_processes(tree: list[psutil.Process]) -> list[_RankProcess]:
-    """The processes of the tree that are ranks (a --local_rank argument), by local rank."""
+    """The processes of the tree that are ranks (``host.local_rank_of``), by local rank; a process whose parent
+    has the same local rank (a data loader worker) is part of that rank, not another."""
+    local_ranks = {p.pid: process_local_rank(p) for p in tree}
     ranks: list[_RankProcess] = []
     for p in tree:
+        lr = local_ranks[p.pid]
         try:
             pc = p.cmdline()
+            parent = p.ppid()
         except psutil.Error:
             continue
-        lr = _local_rank(pc)
-        if lr is not None:
+        if lr is not None and local_ranks.get(parent) != lr:
             ranks.append((lr, p, pc))
     return sorted(ranks, key=lambda r: r[0])
 

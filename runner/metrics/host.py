@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,13 +13,60 @@ import psutil
 
 PidsProvider = Callable[[], Iterable[int]]
 
+# What the launchers' own processes run (their command lines), as opposed to the ranks they start.
+LAUNCHER_MARKERS = (
+    "deepspeed.launcher.launch",
+    "deepspeed.launcher.runner",
+    "bin/deepspeed",
+    "torch.distributed.run",
+    "torchrun",
+    "accelerate.commands.launch",
+    "bin/accelerate",
+)
+
+
+def is_launcher(cmdline: Sequence[str]) -> bool:
+    text = " ".join(cmdline)
+    return any(marker in text for marker in LAUNCHER_MARKERS)
+
+
+def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = None) -> int | None:
+    """A rank's local rank: its --local_rank argument (DeepSpeed's launcher passes it), else, for a process that is
+    no launcher, the LOCAL_RANK its launcher set (every launcher does: DeepSpeed's with --no_local_rank too,
+    torchrun, accelerate; deepspeed/launcher/launch.py, torch/distributed/run.py). The processes a rank starts (data
+    loader workers) inherit both and count with it. ``environ``: None when not read (or not readable)."""
+    for i, arg in enumerate(cmdline):
+        for flag in ("--local_rank", "--local-rank"):
+            if arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+            elif arg == flag and i + 1 < len(cmdline):
+                value = cmdline[i + 1]
+            else:
+                continue
+            if value.isdigit():
+                return int(value)
+    value = (environ or {}).get("LOCAL_RANK", "")
+    return int(value) if value.isdigit() and cmdline and not is_launcher(cmdline) else None
+
+
+def process_local_rank(proc: psutil.Process) -> int | None:
+    """``local_rank_of`` a live process (None when it cannot be read: gone, another user's)."""
+    try:
+        cmdline = proc.cmdline()
+        rank = local_rank_of(cmdline)
+        if rank is not None or not cmdline:
+            return rank
+        return local_rank_of(cmdline, proc.environ())
+    except (psutil.Error, OSError):
+        return None
+
 
 @dataclass(frozen=True)
 class ProcessSample:
     pid: int
     rss_bytes: int
     cpu_percent: float  # of one core (can exceed 100 with several threads)
-    local_rank: int | None = None  # from the LOCAL_RANK in its cmdline/env when readable
+    local_rank: int | None = None  # its rank's (local_rank_of), when readable
 
 
 @dataclass(frozen=True)
@@ -76,6 +123,9 @@ class HostSampler:
     def __init__(self, pids_provider: PidsProvider | None = None, nvme_path: Path | None = None) -> None:
         self._pids_provider = pids_provider
         self._procs: dict[int, psutil.Process] = {}
+        self._local_ranks: dict[
+            int, int | None
+        ] = {}  # read once per process: its command line and environment
         self._disk = device_of_path(nvme_path) if nvme_path is not None else None
         self._last_disk: tuple[float, int, int] | None = None
 
@@ -116,6 +166,7 @@ class HostSampler:
         for pid in list(self._procs):
             if pid not in live:
                 del self._procs[pid]
+                self._local_ranks.pop(pid, None)
         out: list[ProcessSample] = []
         for proc in tree:
             cached = self._procs.setdefault(proc.pid, proc)
@@ -123,7 +174,9 @@ class HostSampler:
                 with cached.oneshot():
                     rss = int(cached.memory_info().rss)
                     cpu = float(cached.cpu_percent(interval=None))  # 0.0 on the first call, then since last
-                    local_rank = _local_rank(cached)
+                    if proc.pid not in self._local_ranks:
+                        self._local_ranks[proc.pid] = process_local_rank(cached)
+                    local_rank = self._local_ranks[proc.pid]
             except psutil.Error:
                 continue
             out.append(ProcessSample(proc.pid, rss, cpu, local_rank))
@@ -144,13 +197,3 @@ class HostSampler:
             return None, None
         dt = now - previous[0]
         return (c.read_bytes - previous[1]) / dt, (c.write_bytes - previous[2]) / dt
-
-
-def _local_rank(proc: psutil.Process) -> int | None:
-    try:
-        for arg in proc.cmdline():
-            if arg.startswith(("--local_rank=", "--local-rank=")):
-                return int(arg.split("=", 1)[1])
-    except (psutil.Error, ValueError):
-        return None
-    return None

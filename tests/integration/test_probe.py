@@ -100,6 +100,7 @@ def test_probe_top_two_measures_both_and_writes_the_faster(tmp_path: Path, priva
     best = read_sidecar(tmp_path / "best")
     chosen = cands[out["chosen"]]["strategy"]
     assert best is not None and best.strategy.zero_stage == chosen["zero_stage"]
+    assert "--no_local_rank" in (tmp_path / "best" / "launch.sh").read_text()  # as it was measured
     ds = json.loads((tmp_path / "best" / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage"] == chosen["zero_stage"] and ds["train_batch_size"] == 8
 

@@ -12,7 +12,7 @@ from conftest import SIZE
 from fake_core import A100X8, H200
 from helpers import click_visible, next_step, settle, status, type_into
 from rich.console import Console
-from textual.widgets import DataTable, RadioButton
+from textual.widgets import DataTable, Input, RadioButton
 
 from wizard.tui.factory import build_app
 from wizard.tui.screens.dialogs import ConfirmScreen
@@ -51,6 +51,36 @@ async def test_single_node_path_writes_a_consistent_config(
         assert "dswiz launch --config dswiz-config train.py" in str(app.screen.query_one("#written").render())
         await pilot.click("#next")  # Done
     assert Path("dswiz-config/ds_config.json") in app.return_value
+
+
+async def test_going_back_keeps_what_was_typed_on_the_precision_step(service: Any) -> None:
+    """Back, then Next without touching anything: the micro-batch, accumulation and clipping typed are still
+    there (they were thrown away: only Next stored them), also one the planner predicts not to fit."""
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        await next_step(pilot)
+        await next_step(pilot)
+        assert isinstance(app.screen, PrecisionStep)
+        await type_into(pilot, "#micro", "3")
+        await type_into(pilot, "#gas", "5")
+        await type_into(pilot, "#clip", "0.5")
+        await pilot.press("ctrl+p")  # back to the Strategy step, and on again untouched
+        await settle(pilot)
+        await next_step(pilot)
+        assert isinstance(app.screen, PrecisionStep)
+        shown = [app.screen.query_one(f"#{k}", Input).value for k in ("micro", "gas", "clip")]
+        assert shown == ["3", "5", "0.5"]
+        assert app.choices.gradient_clipping == 0.5
+        await type_into(pilot, "#micro", "")  # what does not parse is not stored: the last good value stays
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        assert (
+            app.choices.strategy.micro_batch_size == 3
+            and app.choices.strategy.gradient_accumulation_steps == 5
+        )
 
 
 async def test_choosing_a_row_and_editing_batch_reach_the_file(service: Any, tmp_path: Path) -> None:
@@ -134,6 +164,11 @@ async def test_multi_node_path_writes_the_hostfile(service: Any, tmp_path: Path)
         await pilot.pause()
         await next_step(pilot)
         assert app.step == 4 and "gpu-b slots=4" in status(pilot)
+        await pilot.press("ctrl+p")  # Back keeps the hostfile as typed, refused or not
+        await settle(pilot)
+        await next_step(pilot)
+        hostfile = app.screen.query_one("#hostfile")
+        assert app.step == 4 and hostfile.text == "gpu-a slots=8\ngpu-b slots=4\n"
         hostfile.text = "gpu-a slots=8\ngpu-b slots=8\n"
         await pilot.pause()
         await next_step(pilot)

@@ -156,6 +156,8 @@ def test_without_yes_from_a_file_starts_from_it(tmp_path: Path, monkeypatch: pyt
 CASES = {
     "deepspeed": (Strategy(zero_stage=2, micro_batch_size=4, gpus_per_node=8), WriteOptions()),
     "trainer": (Strategy(zero_stage=3, gpus_per_node=4), WriteOptions(consumer="trainer")),
+    # `dswiz config --no-local-rank`: launch.sh passes --no_local_rank, and `dswiz launch --config` reads it back
+    "no_local_rank": (Strategy(zero_stage=2, gpus_per_node=2), WriteOptions(local_rank_arg=False)),
     "pdsh": (Strategy(zero_stage=1, nodes=2, gpus_per_node=4), WriteOptions(master_port=29600)),
     "nossh": (Strategy(zero_stage=1, nodes=2, gpus_per_node=4), WriteOptions(hosts=("a", "b"))),
     "accelerate": (Strategy(zero_stage=2, gpus_per_node=2), WriteOptions(consumer="accelerate")),
@@ -235,5 +237,6 @@ def test_launch_sh_runs_what_dswiz_launch_runs(name: str, tmp_path: Path) -> Non
         argv[j + 1] = str(directory / "accelerate.yaml")
     assert argv == sh_argv
     assert env == sh_env
+    assert ("--no_local_rank" in argv) == (name == "no_local_rank")
     if strategy.nodes > 1 and config.consumer != "accelerate":
         assert argv[argv.index("--master_addr") + 1] == config.topology.master_addr  # the plan's first host

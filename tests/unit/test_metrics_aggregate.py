@@ -178,6 +178,14 @@ def test_aggregator_straggler_from_rank_cpu_when_no_gpus() -> None:
     for _ in range(3):
         agg.set_host(host(procs=procs))
     assert [(a.code, a.rank) for a in agg.snapshot(1.0).alerts] == [("straggler", 1)]
+    # a data loader worker of rank 1 (its local rank, inherited) adds to rank 1: it no longer reads as the rank
+    # (the last process of a local rank took the rank's place), and rank 1 is busy now
+    agg = Aggregator()
+    agg.add_events([LogEvent("step", {"step": 5, "skipped": 0, "lr": (0.1,), "mom": ()})], received_at=0.0)
+    with_worker = (*procs, ProcessSample(13, GiB, 80.0, 1), ProcessSample(14, GiB, 0.0, 0))
+    for _ in range(3):
+        agg.set_host(host(procs=with_worker))
+    assert agg.snapshot(1.0).alerts == ()
 
 
 def test_a_card_the_plan_filled_is_not_an_oom_risk_while_within_the_predicted_peak() -> None:

@@ -259,3 +259,37 @@ def test_log_source_attaches_to_rank_logs_once_each_and_reads_the_head_of_long_o
     assert source.paths == [named, long_log] and source.bytes_read < 3 * 1024 * 1024
     assert source.poll() == [] and source.take_head_events() == []
     source.close()
+
+
+RANK_WITH_WORKER = (
+    "import subprocess, sys, time\n"
+    "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])  # a data loader worker\n"
+    "time.sleep(60)\n"
+)
+LAUNCHER = (
+    "import os, subprocess, sys, time\n"
+    "ranks = [subprocess.Popen([sys.executable, '-c', sys.argv[1]], env={**os.environ, 'LOCAL_RANK': str(r)})\n"
+    "         for r in range(2)]\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_attach_by_pid_counts_ranks_that_have_no_local_rank_argument() -> None:
+    """A launcher that gives its ranks LOCAL_RANK only (torchrun, accelerate, DeepSpeed's with --no_local_rank):
+    two ranks, each with a worker of its own, are two GPUs, not none (nor four)."""
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, RANK_WITH_WORKER, "torch.distributed.run"])
+    try:
+        deadline = time.monotonic() + 15
+        while len(psutil.Process(proc.pid).children(recursive=True)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        target = target_from_pid(proc.pid)
+        assert target.plan.num_gpus == 2
+        assert not any("does not look like a DeepSpeed" in n for n in target.notes)
+        assert target_from_pid(psutil.Process(proc.pid).children()[0].pid).pids == (
+            proc.pid,
+        )  # a rank's PID too
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()

@@ -46,3 +46,30 @@ def test_disk_of_a_path(tmp_path: Path) -> None:
     if device is not None:  # a block device psutil counts: rates after two samples
         assert second.disk_write_bytes_per_sec is not None and second.disk_write_bytes_per_sec >= 0
     assert not second.job_alive and second.job_rss_bytes is None
+
+
+def test_a_rank_without_local_rank_on_its_command_line_is_known_by_its_environment() -> None:
+    """DeepSpeed's launcher with --no_local_rank, torchrun and accelerate give a rank LOCAL_RANK and no argument;
+    a process it starts inherits it and counts with it; a launcher's own process is never a rank."""
+    from runner.metrics.host import local_rank_of
+
+    env = {**os.environ, "LOCAL_RANK": "2"}
+    proc = subprocess.Popen([sys.executable, "-c", SPIN], env=env)
+    try:
+        sampler = HostSampler(lambda: [proc.pid])
+        import time
+
+        deadline = time.monotonic() + 10
+        while len(process_tree([proc.pid])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sample = sampler.sample()
+        assert [p.local_rank for p in sample.processes] == [2, 2]  # the rank and the child it started
+    finally:
+        for p in process_tree([proc.pid]):
+            p.kill()
+        proc.wait()
+    assert local_rank_of(["python", "-m", "torch.distributed.run", "train.py"], {"LOCAL_RANK": "0"}) is None
+    assert (
+        local_rank_of(["python", "train.py", "--local_rank", "5"], {"LOCAL_RANK": "1"}) == 5
+    )  # the argument first
+    assert local_rank_of(["python", "train.py"], {"LOCAL_RANK": "x"}) is None

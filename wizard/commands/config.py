@@ -26,6 +26,7 @@ from wizard.cli_options import (
     flag_option,
     given_options,
     no_gpu_error,
+    no_local_rank_option,
     planned_expandable_segments,
     planning_model,
     planning_options,
@@ -186,6 +187,7 @@ _NOT_PREFILLED = (
     help="Learning rate of DeepSpeed's optimizer.",
 )
 @click.option("--torch-adam", is_flag=True, help="DeepSpeed's optimizer as torch AdamW (no JIT build).")
+@no_local_rank_option()
 @click.option(
     "--steps-per-print",
     type=click.IntRange(min=1),
@@ -712,6 +714,7 @@ def write_options(
         optimizer=flags["optimizer"],
         lr=flags["lr"],
         torch_adam=flags["torch_adam"],
+        local_rank_arg=not flags["no_local_rank"],
         steps_per_print=flags["steps_per_print"],
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         save_16bit_model=flags.get("save_16bit") is not False,
@@ -744,6 +747,8 @@ def _config_args(flags: dict[str, Any]) -> list[str]:
             args += [name, str(flags[flag])]
     if flags["torch_adam"]:
         args.append("--torch-adam")
+    if flags["no_local_rank"]:
+        args.append("--no-local-rank")
     if flags.get("save_16bit") is False:
         args.append("--no-save-16bit")
     return args + cluster_config_args(flags)

@@ -195,7 +195,6 @@ _PROBE_ONLY = frozenset(
         "python",
         "nproc",
         "config_arg",
-        "no_local_rank",
         "as_json",
     }
 )

@@ -70,6 +70,9 @@ class WriteOptions:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     torch_adam: bool = False  # torch's AdamW instead of DeepSpeed's fused/CPU Adam (no JIT build)
+    local_rank_arg: bool = (
+        True  # False: launch.sh passes DeepSpeed's --no_local_rank (LaunchSpec.local_rank_arg)
+    )
     scheduler: Literal["none", "deepspeed"] = "none"  # "deepspeed": WarmupLR
     warmup_steps: int = 100
     gradient_clipping: float = 1.0
@@ -214,6 +217,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         accelerate_ds_fields=accelerate_ds_fields_for(topology, options, stage3=stage3),
         node_env=node_env,
         script_notes=_script_notes(strategy, settings, options),
+        local_rank_arg=options.local_rank_arg,
     )
 
 

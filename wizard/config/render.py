@@ -216,6 +216,7 @@ def launch_spec(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$
         each_rank_log=False,
         env=tuple(sorted(config.node_env.items())),
         copy_configs=False,
+        local_rank_arg=config.local_rank_arg,
     )
     if config.consumer == "accelerate":
         return replace(

@@ -272,3 +272,5 @@ class ConfigSet(BaseModel):
     node_env: dict[str, str] = Field(default_factory=dict)
     # What the script must do for these settings to take effect, in words (shown in launch.sh and by the CLI).
     script_notes: tuple[str, ...] = ()
+    # False: launch.sh leaves DeepSpeed's --local_rank=N off the script's command line (--no_local_rank)
+    local_rank_arg: bool = True

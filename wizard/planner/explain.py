@@ -22,7 +22,7 @@ from wizard.planner.throughput import (
     host_bound,
     host_share,
 )
-from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs
+from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs, budget
 from wizard.strategy import Strategy
 from wizard.units import GiB, fmt_bytes, fmt_percent
 
@@ -378,7 +378,8 @@ def why_it_does_not_fit(c: Candidate) -> list[str]:
 
 def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
     """For one strategy a user chose (``wizard.planner.search.choose``): what to change when it does not fit
-    ("needs 131 GiB per GPU on an 80 GiB card: lower the micro-batch to 3, or ..."), or, when it fits, how it
+    ("needs 131 GiB per GPU, more than the 76 GiB an 80 GiB card allows with the 5 % margin: lower the micro-batch
+    to 3, or ..."), or, when it fits, how it
     compares with the planner's own recommendation."""
     s, p, cap = chosen.strategy, chosen.predicted, plan.gpu_capacity_bytes
     best = plan.best
@@ -401,11 +402,17 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
         card = fmt_bytes(cap)
         smallest = plan.hardware.min_gpu_memory_bytes
         if plan.request.gpu_memory_bytes and smallest and fmt_bytes(smallest) != card:  # part of a card
-            where = f"where {card} is planned for (of the {fmt_bytes(smallest)} card)"
+            subject = f"the {card} planned for (of the {fmt_bytes(smallest)} card)"
         else:
-            article = "an" if card[:1] == "8" or card.startswith(("11 ", "11.", "18 ", "18.")) else "a"
-            where = f"on {article} {card} card"
-        head = f"this config needs {fmt_bytes(p.gpu_needed_bytes)} per GPU {where}"
+            subject = f"{'an' if card[:1] == '8' or card.startswith(('11 ', '11.', '18 ', '18.')) else 'a'} {card} card"
+        margin = plan.request.safety_margin
+        # the margin said with the figure it leaves: "needs 23.1 GiB" beside "24.0 GiB" alone reads as a fit
+        limit = (
+            f"more than the {fmt_bytes(budget(cap, margin) or 0)} {subject} allows with the {fmt_percent(margin)} margin"
+            if margin
+            else f"more than {subject} holds"
+        )
+        head = f"this config needs {fmt_bytes(p.gpu_needed_bytes)} per GPU, {limit}"
         out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
         if best is None:
             out += list(plan.advice)

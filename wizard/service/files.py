@@ -51,6 +51,7 @@ class WriteAnswers(TypedDict, total=False):
     optimizer: Literal["auto", "deepspeed", "script"]
     lr: float
     torch_adam: bool
+    local_rank_arg: bool
     steps_per_print: int
     accelerate_mode: AccelerateMode
     gradient_clipping: float

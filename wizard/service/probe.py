@@ -157,12 +157,20 @@ def _dswiz(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
 def _child_error(proc: subprocess.CompletedProcess[str], what: str, fix: str) -> DswizError:
     """The error of a `dswiz config` child, said once: its own "error: ... / fix: ..." when it printed one (it was
     wrapped whole inside ours, "error: ...: error: ... / fix: ..."), else its last lines with ``fix``."""
-    lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines()]
+    own = _own_error(proc.stderr or proc.stdout or "")
+    if own is None:
+        return DswizError(f"{what}: {_last_lines(proc.stderr or proc.stdout)}", fix)
+    problem, own_fix = own
+    return DswizError(f"{what}: {problem}", own_fix or fix)
+
+
+def _own_error(text: str) -> tuple[str, str | None] | None:
+    """The last ``error: PROBLEM`` a dswiz child printed, with its ``fix: FIX`` (wizard.cli prints a DswizError so)."""
+    lines = [ln.strip() for ln in text.splitlines()]
     problem = next((ln.removeprefix("error: ") for ln in reversed(lines) if ln.startswith("error: ")), None)
     if problem is None:
-        return DswizError(f"{what}: {_last_lines(proc.stderr or proc.stdout)}", fix)
-    own_fix = next((ln.removeprefix("fix: ") for ln in reversed(lines) if ln.startswith("fix: ")), None)
-    return DswizError(f"{what}: {problem}", own_fix or fix)
+        return None
+    return problem, next((ln.removeprefix("fix: ") for ln in reversed(lines) if ln.startswith("fix: ")), None)
 
 
 def _last_lines(text: str, n: int = 3) -> str:
@@ -273,16 +281,15 @@ def _stop(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
 
 
 def _launch_refusal(out_file: Path) -> str | None:
-    """dswiz launch's own refusal in its output: the ``error: PROBLEM`` line and its ``  fix: FIX`` (wizard.cli)."""
+    """dswiz launch's own refusal in its output (``_own_error``), as one line."""
     try:
-        lines = out_file.read_text(encoding="utf-8", errors="replace").splitlines()
+        own = _own_error(out_file.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return None
-    for i, line in enumerate(lines):
-        if line.startswith("error: "):
-            fix = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("  fix: ") else ""
-            return line.removeprefix("error: ") + (f" ({fix})" if fix else "")
-    return None
+    if own is None:
+        return None
+    problem, fix = own
+    return problem + (f" (fix: {fix})" if fix else "")
 
 
 def _result(run_dir: Path) -> tuple[str, Figures, str]:

@@ -182,6 +182,8 @@ class WizardApp(App[list[Path]]):
             return
         if delta > 0 and not screen.try_save():
             return
+        if delta < 0:
+            screen.keep()
         target = self.step + delta
         if target >= len(STEPS):
             self.exit(list(self.choices.written))

@@ -74,6 +74,11 @@ class StepScreen(Screen[None]):
     def save(self) -> None:
         """Store what is on screen into the choices; raise DswizError to stay on this step."""
 
+    def keep(self) -> None:
+        """Going Back: store what is typed on screen as far as it is valid, asking and checking nothing else, so
+        that coming back shows it again (Next checks it all, as ``save`` does). Steps whose fields the choices
+        hold another way store nothing."""
+
     def option_problems(self, s: Strategy) -> list[str]:
         """Why ``s`` cannot be offered on this hardware with this model (empty: it can)."""
         w = self.wizard

@@ -3,6 +3,8 @@ with what each one requires, and the master address / port."""
 
 from __future__ import annotations
 
+import contextlib
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -128,6 +130,17 @@ class MultiNodeStep(StepScreen):
     @on(RadioSet.Changed)
     def _changed(self) -> None:
         self._check()
+
+    def keep(self) -> None:
+        # the typed text and the launcher; the node count changes the strategy and the plan: Next sets it
+        c = self.wizard.choices
+        c.launcher = self._launcher()
+        c.master_addr = self.query_one("#master-addr", Input).value.strip()
+        c.hostfile_text = self.query_one("#hostfile", TextArea).text
+        with contextlib.suppress(DswizError):
+            port = parse_positive(self.query_one("#master-port", Input).value, "master port")
+            if port is not None and PORTS[0] <= port <= PORTS[1]:
+                c.master_port = port
 
     def save(self) -> None:
         c = self.wizard.choices

@@ -4,6 +4,8 @@ kept consistent as you type, and the planner's memory prediction follows."""
 
 from __future__ import annotations
 
+import contextlib
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -18,12 +20,13 @@ from wizard.tui.widgets.fields import ChoiceSet, FormSwitch, labelled, radio_set
 from wizard.tui.widgets.memory_bar import MemoryBar
 from wizard.units import fmt_bytes
 
+# Each label fits one line at 80 columns beside its switch (F1's help says more).
 SWITCHES = (
-    ("ckpt", "Activation checkpointing (recompute activations: less memory, ~33% more compute)"),
+    ("ckpt", "Activation checkpointing (less memory, ~33% more compute)"),
     ("qwz", "ZeRO++ quantized weights (qwZ, stage 3)"),
     ("qgz", "ZeRO++ quantized gradients (qgZ, stage 3)"),
-    ("hpz", "ZeRO++ hierarchical partitioning (hpZ: a weight copy per node, stage 3, multi-node)"),
-    ("save16", "Gather the 16-bit weights into one file on save (stage 3 training)"),
+    ("hpz", "ZeRO++ hpZ: a weight copy per node (stage 3, multi-node)"),
+    ("save16", "Gather the 16-bit weights into one file on save (stage 3)"),
 )
 
 
@@ -46,7 +49,8 @@ class PrecisionStep(StepScreen):
         "**bf16** needs an Ampere or newer GPU (compute capability 8.0); **fp16** needs 7.0 and uses loss "
         "scaling; **fp32** is slow. DeepSpeed requires train_batch_size = micro-batch × accumulation × world "
         "size: dswiz keeps the three consistent. **Clipping** is the gradient-norm limit (0 disables it). "
-        "**ZeRO++** options only act at stage 3. **16-bit save** (stage 3): `save_16bit_model()` / the Trainer's "
+        "**ZeRO++** options (quantized weights qwZ and gradients qgZ; hpZ, hierarchical partitioning: a weight copy "
+        "within each node) only act at stage 3. **16-bit save** (stage 3): `save_16bit_model()` / the Trainer's "
         "save write the whole model as one file, which rank 0 assembles in host RAM; without it only ZeRO shards "
         "are saved (`dswiz consolidate` rebuilds the weights). Inference has no accumulation, clipping or "
         "checkpointing."
@@ -64,14 +68,15 @@ class PrecisionStep(StepScreen):
             ):
                 yield labelled(label, Input(id=key, type="number" if key == "clip" else "integer"))
         yield Static("", id="batch")
+        # beside the batch fields they follow (below the switches they were out of sight on 24 rows)
+        yield MemoryBar("GPU", id="bar-gpu")
+        yield MemoryBar("CPU", id="bar-cpu")
         for key, label in SWITCHES:
             with Horizontal(classes="switch-row"):
                 yield FormSwitch(id=key)
                 yield Label(label)
         yield Static("", id="zeropp-why")
         yield Static("", id="save16-cost")
-        yield MemoryBar("GPU", id="bar-gpu")
-        yield MemoryBar("CPU", id="bar-cpu")
 
     def refresh_from_state(self) -> None:
         c = self.wizard.choices
@@ -196,8 +201,7 @@ class PrecisionStep(StepScreen):
         self.set_status("")
         self._update(s)
 
-    def save(self) -> None:
-        s = self._strategy_on_screen()
+    def _clip_on_screen(self) -> float:
         clip_text = self.query_one("#clip", Input).value.strip() or "0"
         try:
             clip = float(clip_text)
@@ -207,12 +211,28 @@ class PrecisionStep(StepScreen):
             ) from None
         if clip < 0:
             raise DswizError("clipping cannot be negative", "type e.g. 1.0, or 0 for none")
+        return clip
+
+    def keep(self) -> None:
+        c = self.wizard.choices
+        with contextlib.suppress(DswizError):  # what does not parse stays as it was
+            c.strategy = self._strategy_on_screen()
+        with contextlib.suppress(DswizError):
+            c.gradient_clipping = self._clip_on_screen()
+        self._store_save16()
+
+    def _store_save16(self) -> None:
+        save16 = self.query_one("#save16", Switch)
+        if not save16.disabled:  # only where it acts (stage 3 training): the choice stays for when it does
+            self.wizard.choices.save_16bit = save16.value
+
+    def save(self) -> None:
+        s = self._strategy_on_screen()
+        clip = self._clip_on_screen()
         problems = self.option_problems(s)
         if problems:
             raise DswizError(problems[0], "change the highlighted option")
         self._confirm_if_over(s)
         self.wizard.choices.strategy = s
         self.wizard.choices.gradient_clipping = clip
-        save16 = self.query_one("#save16", Switch)
-        if not save16.disabled:
-            self.wizard.choices.save_16bit = save16.value
+        self._store_save16()
