@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -463,3 +464,31 @@ def test_check_model_on_a_file_that_is_no_config_says_which_to_check(tmp_path: P
         writer.wait()
     (f,) = [f for f in doc["findings"] if f["code"] == "plan-not-predicted"]
     assert "a pipe or a device is read once" in f["what"]
+
+
+def test_advice_keeps_the_global_batch_a_config_fixes(tmp_path: Path) -> None:
+    """A config whose micro-batch is too large names the split that keeps its train_batch_size (micro-batch x
+    accumulation), evaluated by the planner, beside "lower the micro-batch", which changes the global batch."""
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(json.dumps({
+        "train_batch_size": 32, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2,
+        "bf16": {"enabled": True}, "zero_optimization": {
+            "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
+        "activation_checkpointing": {"partition_activations": False}, "steps_per_print": 10,
+    }))  # fmt: skip
+    args = ("--model", "llama-7b", *A100, "--gpu-memory", "24GiB")
+    proc = dswiz("check", str(cfg), *args, "--no-consumer-check", "--json")
+    doc = json.loads(proc.stdout)
+    (f,) = [f for f in doc["findings"] if f["code"] == "plan-does-not-fit"]
+    said = re.search(r"keep the global batch 32 with micro-batch (\d+) x accumulation (\d+)", f["fix"])
+    assert said is not None, f["fix"]
+    micro, accumulation = int(said[1]), int(said[2])
+    assert micro * accumulation == 32 and micro < 16
+    # the split said fits, as `dswiz plan` evaluates it
+    rc, plan = plan_json(*args, "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu",
+                         "--micro-batch", str(micro), "--grad-accum", str(accumulation))  # fmt: skip
+    assert rc == 0 and plan["candidates"][0]["fits"] is True
+    # none for a config that fits
+    rc, plan = plan_json(*args, "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu",
+                         "--micro-batch", "4", "--grad-accum", "8")  # fmt: skip
+    assert rc == 0 and not any("keep the global batch" in a for a in plan["advice"])

@@ -196,7 +196,9 @@ def _print_choice(result: Plan, c: Candidate, lines: list[str]) -> None:
         f"{g(p.cpu_bytes)} GiB" + (f"; NVMe {g(p.nvme_bytes)} GiB" if p.nvme_bytes else "")
     )
     parts = ", ".join(f"{_PART_NAMES.get(k, k.replace('_', ' '))} {g(v)}" for k, v in p.breakdown if v)
-    console.print(f"  GPU GiB by part: {parts}")
+    # the parts add up to the device figure a card with room shows, not to what must fit (that less the cache
+    # the allocator gives back under pressure)
+    console.print(f"  GPU GiB by part, {g(sum(v for _, v in p.breakdown))} on a card with room: {parts}")
     console.print(
         f"  ~{p.tokens_per_sec:,.0f} tokens/s, MFU {p.mfu * 100:.0f} %, {p.step_seconds:.3g} s per step"
     )

@@ -17,10 +17,19 @@ This module re-exports the public API; import from ``wizard.planner``.
 
 from __future__ import annotations
 
-from wizard.planner.explain import choice_advice, why_it_does_not_fit
+from wizard.planner.explain import why_it_does_not_fit
 from wizard.planner.feasibility import capacities, hardware_problems, precision_problem
 from wizard.planner.finetune import trainable_params, with_finetune
-from wizard.planner.search import candidate_for, choose, evaluate, max_batch_table, max_micro_batch, plan
+from wizard.planner.search import (
+    candidate_for,
+    choice_advice,
+    choose,
+    evaluate,
+    keeping_the_global_batch,
+    max_batch_table,
+    max_micro_batch,
+    plan,
+)
 from wizard.planner.serialize import candidate_to_json, history_figures, max_batch_to_json, plan_to_json
 from wizard.planner.types import (
     DEFAULT_SEQ_LEN,
@@ -50,6 +59,7 @@ __all__ = [
     "evaluate",
     "hardware_problems",
     "history_figures",
+    "keeping_the_global_batch",
     "max_batch_table",
     "max_batch_to_json",
     "max_micro_batch",

@@ -190,7 +190,9 @@ def _memory_reason(mem: MemoryEstimate) -> str:
         f"model states {fmt_bytes(states)}" if states else "model states off the GPU"
     )
     if acts:
-        text += f", activations {fmt_bytes(acts)} ({fmt_bytes(mem.per_sample_device)} per sample)"
+        head = items.get("loss head (logits, fp32 upcast)", 0)
+        of_it = f"the loss head {fmt_bytes(head)} of it, " if head and head < acts else ""
+        text += f", activations {fmt_bytes(acts)} ({of_it}{fmt_bytes(mem.per_sample_device)} per sample)"
     if kv:
         text += f", KV cache {fmt_bytes(kv)}"
     if buffers:
@@ -376,11 +378,11 @@ def why_it_does_not_fit(c: Candidate) -> list[str]:
     return [r for r in c.reasons if r.startswith(("does not fit", "host RAM", "NVMe", "not "))]
 
 
-def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
+def choice_advice_given(chosen: Candidate, plan: Plan, keeps_batch: Candidate | None) -> list[str]:
     """For one strategy a user chose (``wizard.planner.search.choose``): what to change when it does not fit
     ("needs 131 GiB per GPU, more than the 76 GiB an 80 GiB card allows with the 5 % margin: lower the micro-batch
-    to 3, or ..."), or, when it fits, how it
-    compares with the planner's own recommendation."""
+    to 3, or ..."; ``keeps_batch``: the split that keeps its global batch, ``search.keeping_the_global_batch``), or,
+    when it fits, how it compares with the planner's own recommendation. ``search.choice_advice`` finds the split."""
     s, p, cap = chosen.strategy, chosen.predicted, plan.gpu_capacity_bytes
     best = plan.best
     out: list[str] = []
@@ -388,13 +390,23 @@ def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
         fixes = []
         if 0 < chosen.max_micro_batch < s.micro_batch_size:
             fixes.append(f"lower the micro-batch to {chosen.max_micro_batch}")
-        if (
+        pick_said = (
             best is not None
-            and fixes
+            and bool(fixes)
             and (best.label, best.strategy.micro_batch_size) == (chosen.label, chosen.max_micro_batch)
+        )
+        if (
+            best is not None and pick_said
         ):  # the planner's pick is this strategy at that micro-batch: say it once
             fixes[0] += f" (~{best.predicted.tokens_per_sec:,.0f} tokens/s, the planner's pick)"
-        elif best is not None:
+        if keeps_batch is not None:
+            k = keeps_batch.strategy
+            fixes.insert(
+                min(1, len(fixes)),
+                f"keep the global batch {k.global_batch_size:,} with micro-batch {k.micro_batch_size} x accumulation "
+                f"{k.gradient_accumulation_steps} (~{keeps_batch.predicted.tokens_per_sec:,.0f} tokens/s)",
+            )
+        if best is not None and not pick_said:
             fixes.append(
                 f"use {best.label} (micro-batch {best.strategy.micro_batch_size}, "
                 f"{fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, ~{best.predicted.tokens_per_sec:,.0f} tokens/s)"

@@ -18,7 +18,7 @@ from wizard.history.record import strategy_lineage
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.explain import advice, intrinsic_reasons, recommendation_reasons
+from wizard.planner.explain import advice, choice_advice_given, intrinsic_reasons, recommendation_reasons
 from wizard.planner.feasibility import capacities, hardware_problems, nvme_usable, usable_precisions
 from wizard.planner.memory import (
     DEFAULT_BUFFERS,
@@ -525,6 +525,32 @@ def choose(plan: Plan, choice: StrategyChoice) -> Candidate:
         gradient_accumulation_steps=choice.gradient_accumulation_steps or base.gradient_accumulation_steps,
     )
     return candidate_for(plan, s)
+
+
+def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
+    """What to change about one strategy a user chose, in words (``explain.choice_advice_given``), with the split
+    of its batch that keeps the global batch where lowering the micro-batch alone would not."""
+    return choice_advice_given(chosen, plan, keeping_the_global_batch(plan, chosen))
+
+
+def keeping_the_global_batch(plan: Plan, chosen: Candidate) -> Candidate | None:
+    """For a chosen strategy too large for the GPU: the largest micro-batch below it that fits with the accumulation
+    that keeps its global batch (micro-batch x accumulation x world unchanged), when one does (None otherwise).
+    Each split is evaluated: more micro-steps can hold more (accumulated gradients, a reduce bucket kept across
+    them)."""
+    s = chosen.strategy
+    if chosen.fits or "gpu" not in chosen.limits or s.mode != "train" or chosen.max_micro_batch <= 0:
+        return None
+    per_gpu = s.global_batch_size // s.world_size
+    for micro in range(min(chosen.max_micro_batch, s.micro_batch_size - 1), 0, -1):
+        if per_gpu % micro:
+            continue
+        split = candidate_for(
+            plan, s.with_(micro_batch_size=micro, gradient_accumulation_steps=per_gpu // micro)
+        )
+        if split.fits:
+            return split
+    return None
 
 
 def _as_given(plan: Plan, choice: StrategyChoice) -> Strategy:

@@ -18,7 +18,7 @@ from wizard.strategy import PRECISIONS, Strategy
 from wizard.tui.screens.base import StepScreen
 from wizard.tui.widgets.fields import ChoiceSet, FormSwitch, labelled, radio_set
 from wizard.tui.widgets.memory_bar import MemoryBar
-from wizard.units import fmt_bytes
+from wizard.units import fmt_bytes, fmt_percent
 
 # Each label fits one line at 80 columns beside its switch (F1's help says more).
 SWITCHES = (
@@ -175,18 +175,27 @@ class PrecisionStep(StepScreen):
         if cand.fits:
             return
         cap = w.service.capacity(w.choices)
-        over = [
+        over = [  # judged as the planner and the bars judge: against the capacity less the share kept free
             f"{tier} {fmt_bytes(used)} of {fmt_bytes(capacity)}"
-            for tier, used, capacity in (
-                ("GPU", cand.predicted.gpu_needed_bytes, cap.gpu),
-                ("host RAM", cand.predicted.cpu_bytes, cap.cpu),
+            + (
+                f", {fmt_bytes(limit)} with {fmt_percent(1 - limit / capacity)} kept free"
+                if limit < capacity
+                else ""
             )
-            if used is not None and capacity is not None and used > capacity
+            for tier, used, capacity, limit in (
+                ("GPU", cand.predicted.gpu_needed_bytes, cap.gpu, cap.gpu_budget),
+                ("host RAM", cand.predicted.cpu_bytes, cap.cpu, cap.cpu_budget),
+            )
+            if used is not None and capacity is not None and limit is not None and used > limit
         ]
         self._accepted_over = s
         raise DswizError(
             "predicted not to fit" + (f" ({', '.join(over)})" if over else ""),
-            "lower the micro-batch or switch on activation checkpointing; Next again keeps it as it is",
+            # more micro-steps can hold more (accumulated gradients, a reduce bucket kept across them)
+            "lower the micro-batch"
+            + (" or the accumulation steps" if s.gradient_accumulation_steps > 1 else "")
+            + (", or switch on activation checkpointing" if not s.activation_checkpointing else "")
+            + "; Next again keeps it as it is",
         )
 
     @on(Input.Changed)
