@@ -36,6 +36,14 @@ async def next_step(pilot: Pilot[Any]) -> None:
     await settle(pilot)
 
 
+async def to_strategy_step(pilot: Pilot[Any], model: str) -> None:
+    """From the first step to the Strategy step, planning ``model``: where most walks through the wizard begin."""
+    await settle(pilot)
+    await next_step(pilot)
+    await type_into(pilot, "#model", model)
+    await next_step(pilot)
+
+
 def status(pilot: Pilot[Any]) -> str:
     return str(pilot.app.screen.query_one("#status").render())
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import SIZE
 from fake_core import A100X8, H200
-from helpers import click_visible, next_step, settle, status, type_into
+from helpers import click_visible, next_step, settle, status, to_strategy_step, type_into
 from rich.console import Console
 from textual.widgets import DataTable, Input, RadioButton
 
@@ -58,10 +58,7 @@ async def test_going_back_keeps_what_was_typed_on_the_precision_step(service: An
     there (they were thrown away: only Next stored them), also one the planner predicts not to fit."""
     app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "llama-7b")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "llama-7b")
         await next_step(pilot)
         assert isinstance(app.screen, PrecisionStep)
         await type_into(pilot, "#micro", "3")
@@ -86,10 +83,7 @@ async def test_going_back_keeps_what_was_typed_on_the_precision_step(service: An
 async def test_choosing_a_row_and_editing_batch_reach_the_file(service: Any, tmp_path: Path) -> None:
     app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "llama-7b")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "llama-7b")
         target = app.plan.candidates[2].strategy
         table = app.screen.query_one("#candidates", DataTable)
         table.focus()
@@ -114,10 +108,7 @@ async def test_choosing_a_row_and_editing_batch_reach_the_file(service: Any, tmp
 async def test_manual_stage_updates_bars_and_disables_invalid_offload(service: Any) -> None:
     app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "llama-7b")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "llama-7b")
         screen = app.screen
 
         def bars_show_current() -> bool:
@@ -280,10 +271,7 @@ async def test_ctrl_c_quits_from_a_text_field_asking_first(service: Any, answer:
 async def test_back_keeps_answers_and_help_opens(service: Any) -> None:
     app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "llama-7b")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "llama-7b")
         await pilot.click("#back")
         await pilot.pause()
         assert app.step == 1
@@ -304,10 +292,7 @@ async def test_strategy_screen_max_batch_table_and_machine_limits(service: Any) 
 
     app = build_app(hardware_spec="2xA100-80GB,ram=256GiB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "gpt2-xl")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "gpt2-xl")
         screen = app.screen
         box = screen.query_one("#max-batch-box")
         assert box.collapsed
@@ -378,10 +363,7 @@ async def test_one_node_has_no_launcher_to_choose(service: Any) -> None:
 async def test_nvme_offload_asks_where_and_checks_it(service: Any, tmp_path: Path) -> None:
     app = build_app(hardware_spec="8xA100-80GB,nvme=3.5TB,libaio=true,ram=4TiB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "llama-70b")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "llama-70b")
         screen = app.screen
         await click_visible(pilot, "#stage-3")
         await click_visible(pilot, "#opt-cpu")
@@ -414,10 +396,7 @@ async def test_nvme_is_not_offered_on_the_real_h200(service: Any) -> None:
     """The H200's own report: no NVMe drive, no libaio -- NVMe offload is disabled with the planner's reason."""
     app = build_app(hardware_spec=str(H200), service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "mistral-7b")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "mistral-7b")
         await click_visible(pilot, "#stage-3")
         assert app.screen.query_one("#opt-nvme", RadioButton).disabled
         assert "no NVMe disk found" in str(app.screen.query_one("#not-offered").render())
@@ -497,10 +476,7 @@ async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(
     refuses it and `dswiz check --model` reports it) and asks before it writes."""
     app = build_app(hardware_spec=str(H200), service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "mistral-7b")
-        await next_step(pilot)
+        await to_strategy_step(pilot, "mistral-7b")
         await next_step(pilot)
         await type_into(pilot, "#micro", "200")
         await next_step(pilot)
@@ -510,7 +486,9 @@ async def test_a_batch_predicted_not_to_fit_is_said_once_and_can_be_kept(
             said.startswith("predicted not to fit (GPU ")
             and "of 140.4 GiB, 133.4 GiB with 5 % kept free" in said
         )
-        assert "— lower the micro-batch; Next again" in said  # checkpointing is on, accumulation 1: nothing else
+        assert (
+            "— lower the micro-batch; Next again" in said
+        )  # checkpointing is on, accumulation 1: nothing else
         await next_step(pilot)  # the user insists
         assert app.step == 4 and app.choices.strategy.micro_batch_size == 200
         await next_step(pilot)

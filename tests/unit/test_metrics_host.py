@@ -5,34 +5,42 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from runner.metrics.host import HostSampler, device_of_path, process_tree
+from runner.metrics.host import HostSampler, device_of_path, local_rank_of, process_tree
 
 SPIN = "import subprocess, sys, time\nc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\nt = time.time()\nwhile time.time() - t < 60: pass\n"
 
 
-def test_tree_rss_cpu_and_local_rank() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SPIN, "--local_rank=3"])
+@contextmanager
+def spinner(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """SPIN with its child started; both killed at the end."""
+    proc = subprocess.Popen([sys.executable, "-c", SPIN, *args], env=env)
     try:
-        sampler = HostSampler(lambda: [proc.pid])
-        import time
-
         deadline = time.monotonic() + 10
         while len(process_tree([proc.pid])) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        first = sampler.sample()
-        time.sleep(0.5)
-        second = sampler.sample()
-        assert first.job_alive and len(second.processes) == 2  # the spinner and its sleeping child
-        spinner = next(p for p in second.processes if p.pid == proc.pid)
-        assert spinner.local_rank == 3 and spinner.cpu_percent > 20  # it spins; CPU % needs two readings
-        assert second.job_rss_bytes == sum(p.rss_bytes for p in second.processes) > 0
-        assert 0 < second.ram_used_bytes < second.ram_total_bytes
+        yield proc
     finally:
         for p in process_tree([proc.pid]):
             p.kill()
         proc.wait()
+
+
+def test_tree_rss_cpu_and_local_rank() -> None:
+    with spinner("--local_rank=3") as proc:
+        sampler = HostSampler(lambda: [proc.pid])
+        first = sampler.sample()
+        time.sleep(0.5)
+        second = sampler.sample()
+        assert first.job_alive and len(second.processes) == 2  # the spinner and its sleeping child
+        spinning = next(p for p in second.processes if p.pid == proc.pid)
+        assert spinning.local_rank == 3 and spinning.cpu_percent > 20  # it spins; CPU % needs two readings
+        assert second.job_rss_bytes == sum(p.rss_bytes for p in second.processes) > 0
+        assert 0 < second.ram_used_bytes < second.ram_total_bytes
     assert not HostSampler(lambda: [proc.pid]).sample().job_alive
 
 
@@ -51,25 +59,11 @@ def test_disk_of_a_path(tmp_path: Path) -> None:
 def test_a_rank_without_local_rank_on_its_command_line_is_known_by_its_environment() -> None:
     """DeepSpeed's launcher with --no_local_rank, torchrun and accelerate give a rank LOCAL_RANK and no argument;
     a process it starts inherits it and counts with it; a launcher's own process is never a rank."""
-    from runner.metrics.host import local_rank_of
-
-    env = {**os.environ, "LOCAL_RANK": "2"}
-    proc = subprocess.Popen([sys.executable, "-c", SPIN], env=env)
-    try:
-        sampler = HostSampler(lambda: [proc.pid])
-        import time
-
-        deadline = time.monotonic() + 10
-        while len(process_tree([proc.pid])) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        sample = sampler.sample()
+    with spinner(env={**os.environ, "LOCAL_RANK": "2"}) as proc:
+        sample = HostSampler(lambda: [proc.pid]).sample()
         assert [p.local_rank for p in sample.processes] == [2, 2]  # the rank and the child it started
-    finally:
-        for p in process_tree([proc.pid]):
-            p.kill()
-        proc.wait()
     assert local_rank_of(["python", "-m", "torch.distributed.run", "train.py"], {"LOCAL_RANK": "0"}) is None
     assert (
         local_rank_of(["python", "train.py", "--local_rank", "5"], {"LOCAL_RANK": "1"}) == 5
-    )  # the argument first
+    )  # argument first
     assert local_rank_of(["python", "train.py"], {"LOCAL_RANK": "x"}) is None
