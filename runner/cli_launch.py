@@ -200,7 +200,7 @@ class LaunchRequest:
     launcher: str | None = None
     python: str | None = None
     config_arg: str | None = None
-    no_local_rank: bool = False
+    no_local_rank: bool | None = None  # None: as the --config folder's launch.sh says, else pass --local_rank
     hostfile: str | None = None
     launcher_mode: str | None = None
     launcher_args: str | None = None
@@ -239,6 +239,11 @@ def run_launch(request: LaunchRequest) -> int:
         specs = _with_env_fixes(resolved.specs, {**fixes, **allocator})
         notes = [f"{f.what}; {f.why}" for f in findings] + allocator_notes(allocator)
         _print_dry_run(list(specs), resolved.ds_config, request.steps_per_print, notes)
+        if request.no_local_rank is None and not resolved.spec.local_rank_arg:
+            click.echo(
+                f"# --no_local_rank: as {resolved.choice.folder}/launch.sh has it (dswiz config --no-local-rank); "
+                "--local-rank passes --local_rank again"
+            )
         return 0
     check_lost_runs(Path(resolved.spec.run_dir).parent, stop=request.stop_leftovers, grace_s=request.grace)
     checked = run_preflight(resolved)
@@ -485,8 +490,8 @@ def _this_node_spec(
         ds_config=str(cfg.ds_path.absolute()) if cfg.ds_path is not None else None,
         accelerate_config=str(accelerate_yaml.absolute()) if accelerate_yaml else None,
         config_arg=cfg.config_arg,
-        # the flag, or the folder's launch.sh (written by `dswiz config --no-local-rank`)
-        local_rank_arg=not request.no_local_rank and choice.local_rank_arg,
+        # the flag, else the folder's launch.sh (written by `dswiz config --no-local-rank`)
+        local_rank_arg=choice.local_rank_arg if request.no_local_rank is None else not request.no_local_rank,
         nproc=cfg.nproc,
         include=request.include,
         exclude=request.exclude,
@@ -500,7 +505,7 @@ def _this_node_spec(
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         env=tuple(sorted(env_changes.items())),
     )
-    if not request.no_local_rank and not passes_local_rank(spec):  # the folder's hint means nothing here
+    if request.no_local_rank is None and not passes_local_rank(spec):  # the folder's hint means nothing here
         spec = dataclasses.replace(spec, local_rank_arg=True)
     return spec
 

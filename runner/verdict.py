@@ -663,12 +663,13 @@ def _usage_error(f: EndFacts) -> RunVerdict | None:
     if not f.obs.usage_errors or f.first_failing_code != USAGE_EXIT_CODE or f.obs.step is not None:
         return None
     prog, line = f.obs.usage_errors[0]
-    if re.search(
-        r"required: .*--local[_-]rank", line
-    ):  # launched with --no-local-rank, by a script that needs it
+    required = re.search(r"(required: .*|Missing option ')--local[_-]rank", line)
+    if required:  # launched without it (--no-local-rank, torchrun, accelerate) by a script that needs it
         advice = [
-            "the script requires --local_rank, which DeepSpeed's launcher passes unless told not to: launch without "
-            "--no-local-rank, or give the argument a default (int(os.environ.get('LOCAL_RANK', -1)))"
+            "the script requires --local_rank, which only DeepSpeed's launcher passes, and not when told not to: "
+            "launch with --local-rank (a folder written by `dswiz config --no-local-rank` leaves it out) and the "
+            "DeepSpeed launcher (not torchrun or accelerate), or give the argument a default: "
+            "int(os.environ.get('LOCAL_RANK', -1))"
         ]
     elif re.search(r"--(local_rank|local-rank|deepspeed)", line):
         # not the user's: the launcher puts --local_rank=N first on every rank's command line, before the script's

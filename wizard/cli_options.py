@@ -52,14 +52,17 @@ def flag_option(*names: str, help: str) -> Callable[[F], F]:
 
 
 def no_local_rank_option() -> Callable[[F], F]:
-    """--no-local-rank: DeepSpeed's launcher leaves --local_rank=N off the script's command line (`dswiz launch`,
-    and `dswiz probe` for its launches)."""
-    return flag_option(
-        "--no-local-rank",
-        help="Do not put --local_rank=N on the script's command line (DeepSpeed's --no_local_rank), for scripts whose "
-        "parser cannot take it; the rank is in the LOCAL_RANK environment variable either way. Only where DeepSpeed's "
-        "launcher passes it (one node, pdsh, nossh): refused with accelerate, torchrun and the MPI/slurm backends, "
-        "which never do.",
+    """--no-local-rank/--local-rank: whether DeepSpeed's launcher leaves --local_rank=N off the script's command
+    line (`dswiz config` writes it into launch.sh, `dswiz launch --config` follows the folder unless told, `dswiz
+    probe` passes it on). None: not given."""
+    return click.option(
+        "--no-local-rank/--local-rank",
+        "no_local_rank",
+        default=None,
+        help="--no-local-rank: do not put --local_rank=N on the script's command line (DeepSpeed's --no_local_rank), "
+        "for scripts whose parser cannot take it; the rank is in the LOCAL_RANK environment variable either way. "
+        "DeepSpeed launcher only (its MPI/slurm backends never pass it); refused with accelerate and torchrun, which "
+        "never do. --local-rank: pass it, whatever a --config folder's launch.sh says (the default otherwise).",
     )
 
 

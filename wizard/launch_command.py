@@ -289,13 +289,12 @@ def split_config_arg(script_args: tuple[str, ...], config_arg: str) -> tuple[str
 
 
 def passes_local_rank(spec: LaunchSpec) -> bool:
-    """Does the launch put --local_rank=N on the script's command line? DeepSpeed's runner does on one node, and
-    through its own launcher on every node with pdsh or nossh; its MPI and slurm backends start the script directly
-    with the rank in the environment, as accelerate and torchrun do (deepspeed/launcher/runner.py main and
-    launcher/multinode_runner.py, DeepSpeed 0.19.8)."""
-    if spec.launcher != "deepspeed":
-        return False
-    return not spec.multinode or spec.multinode_launcher in ("pdsh", "nossh")
+    """Can the launch put --local_rank=N on the script's command line? DeepSpeed's runner does whenever it starts
+    the ranks through its own launcher: on one node (a one-host hostfile, --num_nodes 1 or a filter naming one host
+    too, whatever the backend), and on every node with pdsh or nossh. Its MPI and slurm backends start the script
+    directly and ignore --no_local_rank (deepspeed/launcher/runner.py main, launcher/multinode_runner.py, DeepSpeed
+    0.19.8), so it is passed to the runner for all of them; accelerate and torchrun never pass --local_rank."""
+    return spec.launcher == "deepspeed"
 
 
 def validate(spec: LaunchSpec) -> None:
@@ -347,14 +346,9 @@ def validate(spec: LaunchSpec) -> None:
             f"--launcher-args goes to {used_by}; {this}, so it would be ignored", "drop --launcher-args"
         )
     if not spec.local_rank_arg and not passes_local_rank(spec):
-        who = (
-            spec.launcher
-            if spec.launcher != "deepspeed"
-            else f"DeepSpeed's {spec.multinode_launcher} backend"
-        )
         raise DswizError(
-            f"--no-local-rank would change nothing: {who} never passes --local_rank (the ranks find theirs in "
-            "LOCAL_RANK)",
+            f"--no-local-rank would change nothing: {spec.launcher} never passes --local_rank (the ranks find "
+            "theirs in LOCAL_RANK)",
             "drop --no-local-rank",
         )
     if spec.config_arg and not _CONFIG_ARG_RE.match(spec.config_arg):

@@ -67,8 +67,10 @@ class Strategy:
 
     @property
     def uses_zeropp(self) -> bool:
-        """ZeRO++: quantized weights or a secondary (hpZ) partition inside the node."""
-        return self.zero_quantized_weights or self.zero_hpz_partition_size > 1
+        """ZeRO++: quantized weights or gradients, or a secondary (hpZ) partition inside the node."""
+        return (
+            self.zero_quantized_weights or self.zero_quantized_gradients or self.zero_hpz_partition_size > 1
+        )
 
     def problems(self) -> list[str]:
         """Combinations DeepSpeed rejects or silently changes, in words (empty when valid).
@@ -91,7 +93,7 @@ class Strategy:
             # (DeepSpeedZeRoOffload swaps the parameters alone).
             out.append("NVMe parameter offload needs the optimizer offloaded too (cpu or nvme)")
         if self.uses_zeropp and self.zero_stage != 3:
-            out.append("ZeRO++ (quantized weights, hpZ) only acts at stage 3")
+            out.append("ZeRO++ (quantized weights or gradients, hpZ) only acts at stage 3")
         if self.zero_hpz_partition_size > 1 and self.zero_hpz_partition_size != self.gpus_per_node:
             out.append("hpZ partition size should equal the number of GPUs per node")
         if self.micro_batch_size < 1 or self.gradient_accumulation_steps < 1:

@@ -13,21 +13,38 @@ import psutil
 
 PidsProvider = Callable[[], Iterable[int]]
 
-# What the launchers' own processes run (their command lines), as opposed to the ranks they start.
-LAUNCHER_MARKERS = (
-    "deepspeed.launcher.launch",
-    "deepspeed.launcher.runner",
-    "bin/deepspeed",
-    "torch.distributed.run",
-    "torchrun",
-    "accelerate.commands.launch",
-    "bin/accelerate",
+# What the launchers' own processes run, as opposed to the ranks they start: a program (or the script python runs)
+# of these names, or python -m one of these modules.
+LAUNCHER_PROGRAMS = frozenset({"deepspeed", "torchrun", "accelerate"})
+LAUNCHER_MODULES = frozenset(
+    {
+        "deepspeed.launcher.launch",
+        "deepspeed.launcher.runner",
+        "torch.distributed.run",
+        "accelerate.commands.launch",
+    }
 )
 
 
 def is_launcher(cmdline: Sequence[str]) -> bool:
-    text = " ".join(cmdline)
-    return any(marker in text for marker in LAUNCHER_MARKERS)
+    """By what the process runs -- its program, python's -m module or script -- never by a word elsewhere on its
+    command line (a rank's ``--output_dir runs/torchrun-test`` is no launcher)."""
+    if not cmdline:
+        return False
+    if Path(cmdline[0]).name in LAUNCHER_PROGRAMS:
+        return True
+    args = iter(cmdline[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, "") in LAUNCHER_MODULES
+        if arg.startswith("-m"):
+            return arg[2:] in LAUNCHER_MODULES
+        if arg in ("-c", "-"):  # python -c CODE, or a script from stdin
+            return False
+        if arg.startswith("-"):
+            continue  # python's own switches (-u, -O, -X opt is not used by launchers)
+        return Path(arg).name in LAUNCHER_PROGRAMS  # python /path/bin/deepspeed ...
+    return False
 
 
 def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = None) -> int | None:
@@ -50,11 +67,12 @@ def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = No
 
 
 def process_local_rank(proc: psutil.Process) -> int | None:
-    """``local_rank_of`` a live process (None when it cannot be read: gone, another user's)."""
+    """``local_rank_of`` a live process (None when it cannot be read: gone, another user's). Its environment is
+    read only for a process that may be a rank (not for a launcher)."""
     try:
         cmdline = proc.cmdline()
         rank = local_rank_of(cmdline)
-        if rank is not None or not cmdline:
+        if rank is not None or not cmdline or is_launcher(cmdline):
             return rank
         return local_rank_of(cmdline, proc.environ())
     except (psutil.Error, OSError):
@@ -123,9 +141,9 @@ class HostSampler:
     def __init__(self, pids_provider: PidsProvider | None = None, nvme_path: Path | None = None) -> None:
         self._pids_provider = pids_provider
         self._procs: dict[int, psutil.Process] = {}
-        self._local_ranks: dict[
-            int, int | None
-        ] = {}  # read once per process: its command line and environment
+        # a process's local rank, once known (read again until it is: a rank caught between fork and exec shows
+        # its launcher's command line)
+        self._local_ranks: dict[int, int] = {}
         self._disk = device_of_path(nvme_path) if nvme_path is not None else None
         self._last_disk: tuple[float, int, int] | None = None
 
@@ -174,9 +192,11 @@ class HostSampler:
                 with cached.oneshot():
                     rss = int(cached.memory_info().rss)
                     cpu = float(cached.cpu_percent(interval=None))  # 0.0 on the first call, then since last
-                    if proc.pid not in self._local_ranks:
-                        self._local_ranks[proc.pid] = process_local_rank(cached)
-                    local_rank = self._local_ranks[proc.pid]
+                    local_rank = self._local_ranks.get(proc.pid)
+                    if local_rank is None:
+                        local_rank = process_local_rank(cached)
+                        if local_rank is not None:
+                            self._local_ranks[proc.pid] = local_rank
             except psutil.Error:
                 continue
             out.append(ProcessSample(proc.pid, rss, cpu, local_rank))

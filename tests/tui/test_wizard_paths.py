@@ -71,13 +71,14 @@ async def test_going_back_keeps_what_was_typed_on_the_precision_step(service: An
         shown = [app.screen.query_one(f"#{k}", Input).value for k in ("micro", "gas", "clip")]
         assert shown == ["3", "5", "0.5"]
         assert app.choices.gradient_clipping == 0.5
-        await type_into(pilot, "#micro", "")  # what does not parse is not stored: the last good value stays
+        await type_into(pilot, "#gas", "6")
+        await type_into(
+            pilot, "#micro", ""
+        )  # what does not parse keeps the last good value; the rest is kept
         await pilot.press("ctrl+p")
         await settle(pilot)
-        assert (
-            app.choices.strategy.micro_batch_size == 3
-            and app.choices.strategy.gradient_accumulation_steps == 5
-        )
+        kept = app.choices.strategy
+        assert (kept.micro_batch_size, kept.gradient_accumulation_steps) == (3, 6)
 
 
 async def test_choosing_a_row_and_editing_batch_reach_the_file(service: Any, tmp_path: Path) -> None:

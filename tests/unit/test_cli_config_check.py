@@ -119,10 +119,6 @@ def test_existing_files_are_refused_without_force_and_backed_up_with_it(tmp_path
             ("--yes", "--for", "accelerate", "--no-local-rank", "--out", "x"),
             "--no-local-rank would change nothing: accelerate never passes --local_rank",
         ),
-        (
-            ("--yes", "--nodes", "2", "--launcher-mode", "slurm", "--no-local-rank", "--out", "x"),
-            "DeepSpeed's slurm backend never passes --local_rank",
-        ),
     ],
 )
 def test_config_bad_choices_are_clear_errors(tmp_path: Path, args: tuple[str, ...], message: str) -> None:

@@ -240,3 +240,18 @@ def test_launch_sh_runs_what_dswiz_launch_runs(name: str, tmp_path: Path) -> Non
     assert ("--no_local_rank" in argv) == (name == "no_local_rank")
     if strategy.nodes > 1 and config.consumer != "accelerate":
         assert argv[argv.index("--master_addr") + 1] == config.topology.master_addr  # the plan's first host
+
+
+def test_a_folder_written_with_no_local_rank_is_followed_said_and_can_be_overridden(tmp_path: Path) -> None:
+    strategy, options = CASES["no_local_rank"]
+    config = config_set_from_strategy(strategy, replace(options, config_dir=str(tmp_path)))
+    for file_name, text in render_all(config).items():
+        (tmp_path / file_name).write_text(text)
+    followed = invoke("launch", "--dry-run", "--config", str(tmp_path), "--python", "python3", "train.py")
+    assert followed.exit_code == 0, followed.output
+    assert "--no_local_rank " in followed.output
+    assert f"# --no_local_rank: as {tmp_path}/launch.sh has it" in followed.output  # where it came from
+    argv, _ = dry_run(tmp_path, "train.py", [], "--local-rank")  # the folder's choice undone
+    assert "--no_local_rank" not in argv
+    argv, _ = dry_run(tmp_path, "train.py", [], "--launcher", "torchrun")  # means nothing there: not refused
+    assert "--no_local_rank" not in argv and argv[:3] == ["python3", "-m", "torch.distributed.run"]

@@ -84,6 +84,10 @@ def test_no_local_rank_reaches_the_deepspeed_runner_on_one_node_and_over_ssh() -
     )
     args = ds_args(build_command(nossh).argv)
     assert args.no_local_rank and args.no_ssh
+    # the MPI and slurm backends ignore it past one node, but on one active host the runner's own launcher
+    # starts the ranks and does pass --local_rank: it goes to the runner whatever the backend
+    slurm = spec(hostfile="/h", multinode_launcher="slurm", num_nodes=1, local_rank_arg=False)
+    assert ds_args(build_command(slurm).argv).no_local_rank
 
 
 def test_include_filter_and_visible_devices() -> None:
@@ -198,10 +202,6 @@ def test_accelerate_passes_its_yaml_copy_and_no_config_argument_by_default() -> 
         ({"launcher": "torchrun", "hostfile": "/h", "node_rank": 0, "master_addr": "a"}, "number of nodes"),
         ({"ds_config": None}, "no config was given"),
         ({"local_rank_arg": False, "launcher": "torchrun"}, "torchrun never passes --local_rank"),
-        (  # DeepSpeed's MPI and slurm backends start the script itself, the rank in its environment
-            {"local_rank_arg": False, "hostfile": "/h", "multinode_launcher": "slurm", "num_nodes": 2},
-            "DeepSpeed's slurm backend never passes --local_rank",
-        ),
     ],
 )
 def test_bad_specs_are_named_with_a_fix(kw: dict[str, object], problem: str) -> None:

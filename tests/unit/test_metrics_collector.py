@@ -274,10 +274,13 @@ LAUNCHER = (
 )
 
 
-def test_attach_by_pid_counts_ranks_that_have_no_local_rank_argument() -> None:
+def test_attach_by_pid_counts_ranks_that_have_no_local_rank_argument(tmp_path: Path) -> None:
     """A launcher that gives its ranks LOCAL_RANK only (torchrun, accelerate, DeepSpeed's with --no_local_rank):
     two ranks, each with a worker of its own, are two GPUs, not none (nor four)."""
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, RANK_WITH_WORKER, "torch.distributed.run"])
+    launcher = tmp_path / "bin" / "torchrun"  # `python .../bin/torchrun`, as the console script runs
+    launcher.parent.mkdir()
+    launcher.write_text(LAUNCHER)
+    proc = subprocess.Popen([sys.executable, str(launcher), RANK_WITH_WORKER])
     try:
         deadline = time.monotonic() + 15
         while len(psutil.Process(proc.pid).children(recursive=True)) < 4 and time.monotonic() < deadline:

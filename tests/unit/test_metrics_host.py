@@ -67,3 +67,25 @@ def test_a_rank_without_local_rank_on_its_command_line_is_known_by_its_environme
         local_rank_of(["python", "train.py", "--local_rank", "5"], {"LOCAL_RANK": "1"}) == 5
     )  # argument first
     assert local_rank_of(["python", "train.py"], {"LOCAL_RANK": "x"}) is None
+
+
+def test_a_launcher_is_known_by_what_it_runs_not_by_a_word_in_its_arguments() -> None:
+    from runner.metrics.host import is_launcher
+
+    for argv in (
+        ["python", "-u", "-m", "deepspeed.launcher.launch", "--world_info=x"],
+        ["/venv/bin/python", "/venv/bin/deepspeed", "train.py"],
+        ["/venv/bin/torchrun", "--nproc_per_node", "2", "train.py"],
+        ["python", "/venv/bin/accelerate", "launch", "train.py"],
+        ["python", "-mtorch.distributed.run", "train.py"],
+    ):
+        assert is_launcher(argv), argv
+    for argv in (
+        ["python", "-u", "/home/u/torchrun-demo/train.py"],
+        ["python", "train.py", "--output_dir", "runs/accelerate-vs-torchrun"],
+        ["python", "-c", "...", "torch.distributed.run"],
+        ["python", "-m", "torch._inductor.compile_worker"],
+    ):
+        assert not is_launcher(argv), argv
+    # a rank whose path names a launcher is still a rank
+    assert local_rank_of(["python", "-u", "/home/u/torchrun-demo/train.py"], {"LOCAL_RANK": "1"}) == 1

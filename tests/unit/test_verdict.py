@@ -395,16 +395,17 @@ def test_a_script_that_refuses_its_arguments_is_named_with_its_own_message() -> 
     assert "fix or drop the one it names (`python train.py --help`" in advice
 
 
-def test_a_script_that_requires_local_rank_is_told_to_launch_without_no_local_rank() -> None:
-    """The opposite of a refused --local_rank: launched with --no-local-rank, a parser that requires it."""
+def test_a_script_that_requires_local_rank_is_told_how_to_get_it() -> None:
+    """The opposite of a refused --local_rank: launched without it (--no-local-rank, a folder written with it,
+    torchrun, accelerate), a parser that requires it -- argparse's and click's words."""
     text = (
         "usage: train.py [-h] --local_rank LOCAL_RANK\n"
         "train.py: error: the following arguments are required: --local_rank\n"
     )
-    (advice,) = decide(feed(text), launcher_returncodes=[2]).advice
-    assert (
-        advice.startswith("the script requires --local_rank") and "launch without --no-local-rank" in advice
-    )
+    click_missing = "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\nError: Missing option '--local-rank'.\n"
+    for said in (text, click_missing):
+        (advice,) = decide(feed(said), launcher_returncodes=[2]).advice
+        assert advice.startswith("the script requires --local_rank") and "launch with --local-rank" in advice
     refused = text.replace(
         "the following arguments are required: --local_rank", "unrecognized arguments: --local-rank=0"
     )

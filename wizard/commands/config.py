@@ -714,7 +714,7 @@ def write_options(
         optimizer=flags["optimizer"],
         lr=flags["lr"],
         torch_adam=flags["torch_adam"],
-        local_rank_arg=not flags["no_local_rank"],
+        local_rank_arg=not flags["no_local_rank"],  # None (not given): pass it
         steps_per_print=flags["steps_per_print"],
         accelerate_mode="plugin" if flags["accelerate_mode"] == "plugin" else "config_file",
         save_16bit_model=flags.get("save_16bit") is not False,

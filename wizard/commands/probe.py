@@ -129,8 +129,8 @@ def _probe(ctx: click.Context, opts: dict[str, Any], work: Path) -> int:
     for flag, key in (("--python", "python"), ("--nproc", "nproc"), ("--config-arg", "config_arg")):
         if opts[key] is not None:
             launch_args += [flag, str(opts[key])]
-    if opts["no_local_rank"]:
-        launch_args.append("--no-local-rank")
+    if opts["no_local_rank"] is not None:
+        launch_args.append("--no-local-rank" if opts["no_local_rank"] else "--local-rank")
     setup = ProbeSetup(
         script=opts["script"],
         script_args=tuple(opts["script_args"]),

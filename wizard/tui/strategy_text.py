@@ -19,7 +19,7 @@ def with_stage(s: Strategy, stage: int) -> Strategy:
     for reset in (
         {"offload_param": "none"},
         {"offload_optimizer": "none"},
-        {"zero_quantized_weights": False, "zero_hpz_partition_size": 1},
+        {"zero_quantized_weights": False, "zero_quantized_gradients": False, "zero_hpz_partition_size": 1},
     ):
         if not new.problems():
             break

@@ -108,12 +108,23 @@ class PrecisionStep(StepScreen):
             self.query_one(f"#{key}", Input).disabled = not training
         self._update(s)
 
-    def _strategy_on_screen(self) -> Strategy:
+    def _strategy_on_screen(self, *, lenient: bool = False) -> Strategy:
+        """The strategy the step shows. ``lenient`` (going Back): a number that does not parse, or none, keeps the
+        stored one instead of raising (or becoming 1), and the rest is taken as shown."""
         s = self.wizard.choices.strategy
         assert s is not None
+
+        def number(key: str, what: str, stored: int, example: int = 8) -> int:
+            try:
+                return parse_positive(self.query_one(f"#{key}", Input).value, what, example=example) or stored
+            except DswizError:
+                if not lenient:
+                    raise
+                return stored
+
         prec = next((p for p in PRECISIONS if self.query_one(f"#prec-{p}", RadioButton).value), s.precision)
-        micro = parse_positive(self.query_one("#micro", Input).value, "micro-batch per GPU") or 1
-        gas = parse_positive(self.query_one("#gas", Input).value, "accumulation steps", example=4) or 1
+        micro = number("micro", "micro-batch per GPU", s.micro_batch_size)
+        gas = number("gas", "accumulation steps", s.gradient_accumulation_steps, example=4)
         return s.with_(
             precision=prec,
             micro_batch_size=micro,
@@ -224,8 +235,7 @@ class PrecisionStep(StepScreen):
 
     def keep(self) -> None:
         c = self.wizard.choices
-        with contextlib.suppress(DswizError):  # what does not parse stays as it was
-            c.strategy = self._strategy_on_screen()
+        c.strategy = self._strategy_on_screen(lenient=True)  # what does not parse stays as it was
         with contextlib.suppress(DswizError):
             c.gradient_clipping = self._clip_on_screen()
         self._store_save16()
