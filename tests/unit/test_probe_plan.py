@@ -160,13 +160,25 @@ def test_a_candidate_dswiz_launch_refuses_is_named_with_the_launch_error(tmp_pat
 
 
 def test_no_local_rank_for_an_accelerate_probe_stops_before_any_candidate(tmp_path: Path) -> None:
+    """--for accelerate, or --config of a folder written for accelerate: refused before anything runs."""
     (tmp_path / "train.py").write_text("print('hello')\n")
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "wizard", "probe", "--model", "tiny", "--hardware", "1xH200", "--for", "accelerate",
-         "--no-local-rank", "train.py"],
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    (tmp_path / "tmp").mkdir()
+    folder = tmp_path / "acc"
+    written = subprocess.run(
+        [sys.executable, "-m", "wizard", "config", "--yes", "--model", "tiny", "--hardware", "1xH200", "--for",
+         "accelerate", "--out", str(folder)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
-    assert proc.returncode == 2
-    assert "error: --no-local-rank would change nothing: --for accelerate" in proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+    assert written.returncode == 0, written.stderr
+    for where in (
+        ("--model", "tiny", "--hardware", "1xH200", "--for", "accelerate"),
+        ("--config", str(folder)),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "wizard", "probe", *where, "--no-local-rank", "train.py"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "error: --no-local-rank would change nothing: a probe for accelerate" in proc.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []  # no probe folder left

@@ -7,6 +7,7 @@ recorded in the run history (`dswiz history`), so the next `dswiz plan` on this 
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import tempfile
@@ -83,12 +84,7 @@ def probe(ctx: click.Context, **opts: Any) -> int:
     # before any candidate: each would fail on it (launch's own check)
     for problem in check_script(opts["script"]):
         raise DswizError(problem.what, problem.fix)
-    if opts["no_local_rank"] and opts["consumer"] == "accelerate":
-        raise DswizError(
-            "--no-local-rank would change nothing: --for accelerate launches through accelerate, which never "
-            "passes --local_rank (the ranks find theirs in LOCAL_RANK)",
-            "drop --no-local-rank",
-        )
+    _refuse_no_local_rank_for_accelerate(opts["no_local_rank"], opts["consumer"] == "accelerate")
     parent = ctx.parent.params if ctx.parent is not None else {}
     opts["no_history"] = opts["no_history"] or bool(parent.get("no_history"))  # `dswiz --no-history probe`
     if opts["hardware"] is None:
@@ -106,6 +102,17 @@ def probe(ctx: click.Context, **opts: Any) -> int:
         raise
 
 
+def _refuse_no_local_rank_for_accelerate(no_local_rank: bool | None, for_accelerate: bool) -> None:
+    from wizard.errors import DswizError
+
+    if no_local_rank and for_accelerate:
+        raise DswizError(
+            "--no-local-rank would change nothing: a probe for accelerate launches through accelerate, which never "
+            "passes --local_rank (the ranks find theirs in LOCAL_RANK)",
+            "drop --no-local-rank",
+        )
+
+
 def _probe(ctx: click.Context, opts: dict[str, Any], work: Path) -> int:
     """The probe itself, in ``work``."""
     from wizard.config.sidecar import read_sidecar
@@ -121,6 +128,10 @@ def _probe(ctx: click.Context, opts: dict[str, Any], work: Path) -> int:
                 f"{opts['config_dir']} has no dswiz-plan.json to probe around",
                 "write the folder with `dswiz config --model ...`, or pass --model instead of --config",
             )
+        # a folder written for accelerate launches through it: said before any candidate, as for --for accelerate
+        args = sidecar.config_args
+        for_accelerate = any(a == "--for" and b == "accelerate" for a, b in itertools.pairwise(args))
+        _refuse_no_local_rank_for_accelerate(opts["no_local_rank"], for_accelerate)
     elif opts["model_text"]:
         sidecar = write_base_config(_planning_flags(ctx, opts), work / "plan")
     else:

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from wizard.launch_command import MPI_LAUNCHERS as MPI_LAUNCHERS  # the one list of mpirun backends
+
 MultinodeLauncher = Literal["pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh", "standard"]
 MULTINODE_LAUNCHERS: tuple[MultinodeLauncher, ...] = get_args(MultinodeLauncher)
 DEFAULT_LAUNCHER: MultinodeLauncher = "pdsh"
 
 # DeepSpeed's runner backends (--launcher NAME).
 DEEPSPEED_RUNNER_BACKENDS = ("pdsh", "openmpi", "mpich", "impi", "mvapich", "slurm")
-# multinode_runner.py: "backend does not support worker include/exclusion" / "limiting num nodes/gpus".
-MPI_LAUNCHERS = ("openmpi", "mpich", "impi", "mvapich")
 # The same number of processes on every node: mpich/impi/mvapich ("requires same number of devices per node"),
 # slurm ("needs the same slot count on every host"), standard (one --nproc_per_node for all nodes).
 EQUAL_SLOTS_LAUNCHERS = ("mpich", "impi", "mvapich", "slurm", "standard")
