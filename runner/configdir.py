@@ -37,9 +37,8 @@ class ConfigChoice:
     master_port: int | None = None  # from launch.sh
     master_addr: str | None = None  # from launch.sh (multi-node: the first host, as planned)
     nproc: int | None = None  # from launch.sh: --num_gpus (the GPUs per node the plan was made for)
-    local_rank_arg: bool = (
-        True  # from launch.sh: False when it passes --no_local_rank (dswiz config --no-local-rank)
-    )
+    # from launch.sh: False when it passes --no_local_rank (dswiz config --no-local-rank)
+    local_rank_arg: bool = True
     plan_sidecar: Path | None = None  # dswiz-plan.json: the plan behind the configs (wizard.config.sidecar)
     folder: Path | None = None  # the config folder (as given; a file's parent)
 

@@ -70,9 +70,8 @@ class WriteOptions:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     torch_adam: bool = False  # torch's AdamW instead of DeepSpeed's fused/CPU Adam (no JIT build)
-    local_rank_arg: bool = (
-        True  # False: launch.sh passes DeepSpeed's --no_local_rank (LaunchSpec.local_rank_arg)
-    )
+    # False: launch.sh passes DeepSpeed's --no_local_rank (LaunchSpec.local_rank_arg)
+    local_rank_arg: bool = True
     scheduler: Literal["none", "deepspeed"] = "none"  # "deepspeed": WarmupLR
     warmup_steps: int = 100
     gradient_clipping: float = 1.0
