@@ -14,8 +14,12 @@ import psutil
 PidsProvider = Callable[[], Iterable[int]]
 
 # What the launchers' own processes run, as opposed to the ranks they start: a program (or the script python runs)
-# of these names, or python -m one of these modules.
-LAUNCHER_PROGRAMS = frozenset({"deepspeed", "torchrun", "accelerate"})
+# of these names, or python -m one of these modules. The MPI and Slurm launchers DeepSpeed's runner hands a multi-node
+# job to (deepspeed/launcher/multinode_runner.py) are launchers too: their own environment may carry a local rank
+# (SLURM_LOCALID inside an allocation) that is no rank's.
+LAUNCHER_PROGRAMS = frozenset(
+    {"deepspeed", "torchrun", "accelerate", "mpirun", "mpiexec", "mpiexec.hydra", "mpirun_rsh", "srun"}
+)
 LAUNCHER_MODULES = frozenset(
     {
         "deepspeed.launcher.launch",
@@ -47,11 +51,26 @@ def is_launcher(cmdline: Sequence[str]) -> bool:
     return False
 
 
+# Where a rank's launcher puts its local rank in the environment, first found first: LOCAL_RANK (DeepSpeed's own
+# launcher, with --no_local_rank too, torchrun, accelerate: deepspeed/launcher/launch.py, torch/distributed/run.py;
+# DeepSpeed's Intel MPI runner passes it with -env), then what the MPI and Slurm backends of DeepSpeed's runner
+# (deepspeed/launcher/multinode_runner.py, 0.19.8) start the script under without it: Open MPI's
+# OMPI_COMM_WORLD_LOCAL_RANK (DeepSpeed's own mpi_discovery reads it, deepspeed/comm/comm.py, and sets LOCAL_RANK
+# only inside the process, where /proc/PID/environ never shows it), MVAPICH's MV2_COMM_WORLD_LOCAL_RANK, MPICH
+# Hydra's MPI_LOCALRANKID and srun's SLURM_LOCALID.
+LOCAL_RANK_VARIABLES = (
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "SLURM_LOCALID",
+)
+
+
 def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = None) -> int | None:
     """A rank's local rank: its --local_rank argument (DeepSpeed's launcher passes it), else, for a process that is
-    no launcher, the LOCAL_RANK its launcher set (every launcher does: DeepSpeed's with --no_local_rank too,
-    torchrun, accelerate; deepspeed/launcher/launch.py, torch/distributed/run.py). The processes a rank starts (data
-    loader workers) inherit both and count with it. ``environ``: None when not read (or not readable)."""
+    no launcher, the first of LOCAL_RANK_VARIABLES its launcher set. The processes a rank starts (data loader
+    workers) inherit both and count with it. ``environ``: None when not read (or not readable)."""
     for i, arg in enumerate(cmdline):
         for flag in ("--local_rank", "--local-rank"):
             if arg.startswith(flag + "="):
@@ -62,8 +81,13 @@ def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = No
                 continue
             if value.isdigit():
                 return int(value)
-    value = (environ or {}).get("LOCAL_RANK", "")
-    return int(value) if value.isdigit() and cmdline and not is_launcher(cmdline) else None
+    if not cmdline or is_launcher(cmdline):
+        return None
+    for name in LOCAL_RANK_VARIABLES:
+        value = (environ or {}).get(name)
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def process_local_rank(proc: psutil.Process) -> int | None:

@@ -69,6 +69,27 @@ def test_a_rank_without_local_rank_on_its_command_line_is_known_by_its_environme
     assert local_rank_of(["python", "train.py"], {"LOCAL_RANK": "x"}) is None
 
 
+def test_a_rank_under_an_mpi_or_slurm_backend_is_known_by_its_own_variable() -> None:
+    """DeepSpeed's Open MPI, MVAPICH, MPICH and Slurm backends start the script with no --local_rank and no
+    LOCAL_RANK (DeepSpeed sets that inside the process, which a process's environment file never shows): each
+    launcher's own variable names the rank; LOCAL_RANK, where also set, comes first."""
+    for name in (
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "SLURM_LOCALID",
+    ):
+        with spinner(env={**os.environ, name: "1"}) as proc:
+            sample = HostSampler(lambda: [proc.pid]).sample()
+            assert [p.local_rank for p in sample.processes] == [1, 1], name
+    assert local_rank_of(["python", "train.py"], {"LOCAL_RANK": "3", "SLURM_LOCALID": "0"}) == 3
+    assert (
+        local_rank_of(["python", "train.py"], {"OMPI_COMM_WORLD_LOCAL_RANK": "x", "SLURM_LOCALID": "0"})
+        is None
+    )
+    assert local_rank_of(["/usr/bin/srun", "python", "train.py"], {"SLURM_LOCALID": "0"}) is None
+
+
 def test_a_launcher_is_known_by_what_it_runs_not_by_a_word_in_its_arguments() -> None:
     from runner.metrics.host import is_launcher
 
@@ -78,6 +99,8 @@ def test_a_launcher_is_known_by_what_it_runs_not_by_a_word_in_its_arguments() ->
         ["/venv/bin/torchrun", "--nproc_per_node", "2", "train.py"],
         ["python", "/venv/bin/accelerate", "launch", "train.py"],
         ["python", "-mtorch.distributed.run", "train.py"],
+        ["/usr/bin/mpirun", "-n", "2", "python", "train.py"],
+        ["srun", "--ntasks-per-node=2", "python", "train.py"],
     ):
         assert is_launcher(argv), argv
     for argv in (
