@@ -83,11 +83,9 @@ def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = No
                 return int(value)
     if not cmdline or is_launcher(cmdline):
         return None
-    for name in LOCAL_RANK_VARIABLES:
-        value = (environ or {}).get(name)
-        if value is not None:
-            return int(value) if value.isdigit() else None
-    return None
+    env = environ or {}
+    found = next((env[name] for name in LOCAL_RANK_VARIABLES if name in env), "")
+    return int(found) if found.isdigit() else None
 
 
 def process_local_rank(proc: psutil.Process) -> int | None:
