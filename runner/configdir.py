@@ -127,6 +127,12 @@ def _yaml_ds_file(yml: Path) -> Path | None:
     )
 
 
+def launch_sh_local_rank_arg(folder: Path) -> bool:
+    """Whether the launch.sh `dswiz config` wrote in ``folder`` puts --local_rank=N on the script's command line
+    (False: it passes --no_local_rank); True where there is none."""
+    return bool(_launch_sh_hints(folder / LAUNCH_SH_NAME).get("local_rank_arg", True))
+
+
 def _launch_sh_hints(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")

@@ -151,6 +151,47 @@ def test_without_yes_from_a_file_starts_from_it(tmp_path: Path, monkeypatch: pyt
     assert ds["zero_optimization"]["stage"] == 3 and ds["train_micro_batch_size_per_gpu"] == 3
 
 
+def test_from_a_folder_keeps_its_no_local_rank_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder written with --no-local-rank, written again from its JSON: launch.sh keeps --no_local_rank (as
+    `dswiz launch --config` reads it); --local-rank drops it; the questions keep it, and drop it without a word when
+    the answers pick a launcher that never passes --local_rank."""
+    first = tmp_path / "first"
+    made = invoke(
+        "config", "--yes", "--hardware", "1xA100-80GB", "--stage", "2", "--no-local-rank", "--out", str(first)
+    )
+    assert made.exit_code == 0, made.output
+    assert "--no_local_rank" in (first / "launch.sh").read_text()
+
+    again = tmp_path / "again"
+    kept = invoke(
+        "config", "--yes", "--from", str(first / "ds_config.json"), "--stage", "1", "--out", str(again)
+    )
+    assert kept.exit_code == 0, kept.output
+    assert "--no_local_rank" in (again / "launch.sh").read_text()
+    assert json.loads((again / "ds_config.json").read_text())["zero_optimization"]["stage"] == 1
+
+    undone = tmp_path / "undone"
+    told = invoke(
+        "config", "--yes", "--from", str(first / "ds_config.json"), "--local-rank", "--out", str(undone)
+    )
+    assert told.exit_code == 0, told.output
+    assert "--no_local_rank" not in (undone / "launch.sh").read_text()
+
+    monkeypatch.setattr(config_cmd, "is_interactive", lambda: True)
+    for consumer, passed in (("deepspeed", False), ("accelerate", True)):
+        prompter = ScriptedPrompter({"model-preset": "gpt2-medium", "consumer": consumer})
+        monkeypatch.setattr("wizard.prompts.QuestionaryPrompter", lambda p=prompter: p)
+        out = tmp_path / f"asked-{consumer}"
+        result = invoke(
+            "config", "--hardware", "1xA100-80GB", "--from", str(first / "ds_config.json"), "--out", str(out)
+        )
+        assert result.exit_code == 0, result.output
+        assert ("--no_local_rank" not in (out / "launch.sh").read_text()) is passed, consumer
+        assert "consumer" in prompter.asked and "--no-local-rank would change nothing" not in result.output
+
+
 # ------------------------------------------------------------------------- launch.sh == dswiz launch's command
 
 CASES = {

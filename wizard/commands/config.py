@@ -387,6 +387,8 @@ def write_from_file(
         raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
     if ctx.get_parameter_source("consumer") is not click.core.ParameterSource.DEFAULT:
         choices.consumer = flags["consumer"]
+    if flags["no_local_rank"] is not None:  # over what the file's folder's launch.sh says
+        choices.no_local_rank = "asked" if flags["no_local_rank"] else None
     choices.strategy = strategy
     files = service.render_files(choices, None)
     config_set = service.config_set(choices, None)
@@ -428,6 +430,8 @@ def prefill_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
     for name in ("nvme_path", "master_addr"):
         if flags[name]:
             prefill[name] = flags[name]
+    if flags["no_local_rank"] is not None:  # over what an imported folder's launch.sh says
+        prefill["no_local_rank"] = "asked" if flags["no_local_rank"] else None
     asked = [flag for flag, _ in _STRATEGY_FIELDS if flags[flag] not in (None, "auto")]
     if asked:
         prefill["strategy"] = _with_flags(unplanned_strategy(None, flags["mode"]), flags)

@@ -35,7 +35,7 @@ from wizard.config.schema import (
     _Section,
 )
 from wizard.fsio import COMMIT_PREFIX
-from wizard.launch_command import LaunchCommand, LaunchSpec, build_command
+from wizard.launch_command import LaunchCommand, LaunchSpec, build_command, passes_local_rank
 
 
 def section_to_dict(section: _Section) -> dict[str, Any]:
@@ -254,6 +254,12 @@ def launch_spec(config: ConfigSet, *, config_dir: str = "$DIR", script: str = "$
         master_addr=topo.master_addr if topo.multi_node else None,
         deepspeed_env_file=f"{config_dir}/{DEEPSPEED_ENV_NAME}",
     )
+
+
+def launch_passes_local_rank(config: ConfigSet) -> bool:
+    """Whether the launch these configs write would put --local_rank=N on the script's command line at all
+    (``wizard.launch_command.passes_local_rank``): only then does --no_local_rank mean something."""
+    return passes_local_rank(launch_spec(config))
 
 
 def launch_command(config: ConfigSet) -> LaunchCommand:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from wizard.config.launchers import DEFAULT_LAUNCHER, MULTINODE_LAUNCHERS, MultinodeLauncher
 from wizard.errors import DswizError
@@ -49,6 +49,9 @@ class Choices:
     master_addr: str = ""
     master_port: int = 29500
     nvme_path: str = ""  # NVMe offload's directory (nvme_path); asked only when something goes to NVMe
+    # DeepSpeed's --no_local_rank in launch.sh: "asked" (--no-local-rank), "folder" (kept from the launch.sh of the
+    # folder --from imports; dropped where the launch would not pass --local_rank anyway), None: not passed
+    no_local_rank: Literal["asked", "folder"] | None = None
     # What of each card the plan may use (--gpu-memory, --margin; the Hardware step): None plans for the card's whole
     # memory; the margin is the share kept free
     gpu_memory_bytes: int | None = None

@@ -251,6 +251,7 @@ class WizardService:
             consumer=choices.consumer,
             save_16bit_model=choices.save_16bit,
             expandable_segments=self.expandable_segments,
+            local_rank_arg=choices.no_local_rank is None,
         )
 
     def config_set(self, choices: Choices, model: ModelSpec | None) -> ConfigSet:
@@ -258,13 +259,19 @@ class WizardService:
         that do not match the nodes, a host named twice, ...). Nothing is rendered or planned."""
         from wizard.config.build import config_set_from_strategy
         from wizard.config.reimport import config_set_from_import
+        from wizard.config.render import launch_passes_local_rank
 
         if choices.strategy is None:
             raise DswizError("no strategy chosen yet", "go back to the Strategy step")
         options = self.write_options(choices, model)
         if choices.imported is None:
-            return config_set_from_strategy(choices.strategy, options)
-        return config_set_from_import(choices.imported.config, choices.strategy, options)
+            config = config_set_from_strategy(choices.strategy, options)
+        else:
+            config = config_set_from_import(choices.imported.config, choices.strategy, options)
+        if choices.no_local_rank == "folder" and not launch_passes_local_rank(config):
+            # the imported folder's --no_local_rank means nothing to the launcher these choices write for
+            config = config.model_copy(update={"local_rank_arg": True})
+        return config
 
     def render_files(
         self, choices: Choices, model: ModelSpec | None, plan: Plan | None = None
@@ -561,6 +568,10 @@ def initial_choices(
         choices.imported_from = from_file
         if out_dir is None:
             choices.out_dir = from_file.parent
+        from runner.configdir import launch_sh_local_rank_arg
+
+        if not launch_sh_local_rank_arg(from_file.parent):
+            choices.no_local_rank = "folder"
         _as_planned(
             choices, from_file.parent, hardware_given=hardware is not None or hardware_spec is not None
         )
