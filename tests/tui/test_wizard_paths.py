@@ -286,6 +286,27 @@ async def test_back_keeps_answers_and_help_opens(service: Any) -> None:
         assert app.step == 1
 
 
+async def test_going_back_from_the_model_step_keeps_what_was_typed(service: Any) -> None:
+    """Back from the Model step and on again: the model, sequence length and global batch typed (not yet loaded)
+    are still there; Next then loads and plans them."""
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)  # hardware -> model
+        await type_into(pilot, "#model", "gpt2-xl")
+        await type_into(pilot, "#seq-len", "512")
+        await type_into(pilot, "#global-batch", "64")
+        await pilot.press("ctrl+p")  # Back to the Hardware step, then on again untouched
+        await settle(pilot)
+        assert app.step == 0 and app.choices.model_text == ""  # nothing loaded or stored
+        await next_step(pilot)
+        shown = [app.screen.query_one(f"#{k}", Input).value for k in ("model", "seq-len", "global-batch")]
+        assert shown == ["gpt2-xl", "512", "64"]
+        await next_step(pilot)  # Next loads and plans what is shown
+        assert app.choices.model_text == "gpt2-xl" and app.choices.seq_len == 512
+        assert app.plan is not None and app.choices.global_batch == 64
+
+
 async def test_strategy_screen_max_batch_table_and_machine_limits(service: Any) -> None:
     """The real planner behind the screen: m opens the max-batch table (stage 0 = DDP next to ZeRO-1/2/3), and
     NVMe offload is disabled with the planner's own reason (hardware_problems: no NVMe disk described)."""

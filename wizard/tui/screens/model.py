@@ -73,7 +73,17 @@ class ModelStep(StepScreen):
             yield labelled("LoRA rank (LoRA / QLoRA)", Input(id="lora-rank", type="integer", value="8"))
         yield Static("", id="model-summary")
 
+    # Back keeps what is typed here as typed, on the screen only: the answers are the model loaded and planned, which
+    # only Next does (loading may fetch from the hub), so they are not stored until then.
+    _typed_kept = False
+
+    def keep(self) -> None:
+        self._typed_kept = True
+
     def refresh_from_state(self) -> None:
+        if self._typed_kept:  # back again after Back: the fields as they were left
+            self._typed_kept = False
+            return
         c = self.wizard.choices
         self.query_one("#model", Input).value = c.model_text
         self.query_one("#seq-len", Input).value = "" if c.seq_len is None else str(c.seq_len)
