@@ -925,3 +925,63 @@ def test_the_thin_shapes_count_in_repeatability_only(pa: ModuleType, tmp_path: P
     )
     assert "2 more of diagnostic shapes" in report
     assert [g["config"] for g in summary["repeatability"]["configs"]] == ["llama-1b-thin z1 mbs1 seq1024"]
+
+
+def test_the_margin_family_runs_each_config_within_what_a_24_gib_card_may_hold(pa: ModuleType) -> None:
+    """--family margin: every config under one cap, no more than what the planner lets a 24 GiB card hold with its
+    margin kept free (the CUDA context it counts outside the allocator)."""
+    from wizard.planner.calibration import DEFAULT_SAFETY_MARGIN
+    from wizard.planner.memory import device_overhead
+
+    grid = pa.family_grid(_h200(pa, 1), 1, False, (0,), "margin")
+    assert len(grid) == len(pa.MARGIN_CONFIGS) == len({c.key() for c in grid})
+    for c in grid:
+        assert c.cap_gib == pa.MARGIN_CAP_GIB and c.tags == ("margin",)
+        s = c.strategy(1)
+        card = pa.card_for_cap(0, pa.MARGIN_CARD_GIB, 1, s)
+        assert pa.MARGIN_CAP_GIB * GiB <= card * (1 - DEFAULT_SAFETY_MARGIN) - device_overhead(s)
+
+
+def test_margin_checks_judge_the_pick_against_the_best_config_that_ran_within_the_margin(
+    pa: ModuleType,
+) -> None:
+    hw = _h200(pa, 1)
+    C = pa.Config
+    rec = pa.plan_for_card(hw, "gpt2-medium", 24, 1).best.strategy
+    k = (rec.zero_stage, rec.offload_optimizer, rec.offload_param, rec.activation_checkpointing)
+    m, cap = rec.micro_batch_size, pa.MARGIN_CAP_GIB
+    rows = [
+        _row(
+            pa,
+            hw,
+            C("gpt2-medium", *k, micro_batch=m, cap_gib=24, tags=("rec:24GiB",)),
+            alloc_error=0,
+            tps=50_000,
+        ),
+        _row(
+            pa,
+            hw,
+            C("gpt2-medium", *k, micro_batch=m, cap_gib=cap, tags=("margin",)),
+            alloc_error=0,
+            tps=48_000,
+        ),
+        _row(pa, hw, C("gpt2-medium", *k, micro_batch=m + 1, cap_gib=cap), alloc_error=0, tps=52_000),
+        _row(
+            pa, hw, C("gpt2-medium", *k, micro_batch=m + 3, cap_gib=cap), alloc_error=0, tps=0, status="oom"
+        ),
+    ]
+    for r in rows:
+        r["now"] = pa._repredict(r, hw)
+    margin = pa._margin_checks(rows, hw, 1, pa._recommendations(rows, hw, 1))
+    checks = {ch["config"]: ch for ch in margin["checks"]}
+    assert len(checks) == 3  # the rows under the margin's cap only
+    first = checks[f"gpt2-medium {pa._describe({**rows[1]['config']})}"]
+    assert first["ran"] and first["at_card"] == ["ok"] and first["planner_fits_with_margin"]
+    assert first["verdict"] == "agree"
+    over = checks[f"gpt2-medium {pa._describe({**rows[3]['config']})}"]
+    assert not over["ran"] and over["verdict"] == ("unsafe" if over["planner_fits_with_margin"] else "agree")
+    (pick,) = margin["picks"]
+    assert pick["recommended_ran"] is True and pick["ratio"] == pytest.approx(48_000 / 52_000, abs=1e-3)
+    assert pick["best"] == pa._describe({**rows[2]["config"], "cap_gib": 24})
+    md = "\n".join(pa._markdown_margin(margin))
+    assert "Within the margin" in md and f"| {pick['ratio']:.3f} |" in md
