@@ -57,7 +57,9 @@ def is_launcher(cmdline: Sequence[str]) -> bool:
 # (deepspeed/launcher/multinode_runner.py, 0.19.8) start the script under without it: Open MPI's
 # OMPI_COMM_WORLD_LOCAL_RANK (DeepSpeed's own mpi_discovery reads it, deepspeed/comm/comm.py, and sets LOCAL_RANK
 # only inside the process, where /proc/PID/environ never shows it), MVAPICH's MV2_COMM_WORLD_LOCAL_RANK, MPICH
-# Hydra's MPI_LOCALRANKID and srun's SLURM_LOCALID.
+# Hydra's MPI_LOCALRANKID and srun's SLURM_LOCALID. Those four are set for everything the MPI launcher or srun
+# starts and everything inside a Slurm allocation (the batch script's shell, `srun bash -c ...`, the MPI daemons), so
+# they name a rank only in a Python process: DeepSpeed's runner starts the script as `python -u script.py`.
 LOCAL_RANK_VARIABLES = (
     "LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -69,8 +71,9 @@ LOCAL_RANK_VARIABLES = (
 
 def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = None) -> int | None:
     """A rank's local rank: its --local_rank argument (DeepSpeed's launcher passes it), else, for a process that is
-    no launcher, the first of LOCAL_RANK_VARIABLES its launcher set. The processes a rank starts (data loader
-    workers) inherit both and count with it. ``environ``: None when not read (or not readable)."""
+    no launcher, the first of LOCAL_RANK_VARIABLES its launcher set to a number (past LOCAL_RANK, only in a Python
+    process). The processes a rank starts (data loader workers) inherit both and count with it. ``environ``: None
+    when not read (or not readable)."""
     for i, arg in enumerate(cmdline):
         for flag in ("--local_rank", "--local-rank"):
             if arg.startswith(flag + "="):
@@ -84,8 +87,11 @@ def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = No
     if not cmdline or is_launcher(cmdline):
         return None
     env = environ or {}
-    found = next((env[name] for name in LOCAL_RANK_VARIABLES if name in env), "")
-    return int(found) if found.isdigit() else None
+    python = Path(cmdline[0]).name.startswith("python")
+    for name in LOCAL_RANK_VARIABLES if python else LOCAL_RANK_VARIABLES[:1]:
+        if env.get(name, "").isdigit():
+            return int(env[name])
+    return None
 
 
 def process_local_rank(proc: psutil.Process) -> int | None:

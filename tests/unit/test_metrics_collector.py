@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from runner import rundir
 from runner.metrics.attach import resolve_target, target_from_pid
 from runner.metrics.collector import Collector
 from runner.metrics.history import iter_metrics
+from runner.metrics.host import LOCAL_RANK_VARIABLES
 from runner.metrics.logsource import LogSource
 from tests.fakes.fake_nvml import FakeNvml, hgx_h200
 from wizard.errors import DswizError
@@ -272,6 +274,28 @@ LAUNCHER = (
     "         for r in range(2)]\n"
     "time.sleep(60)\n"
 )
+
+
+def test_attach_inside_a_slurm_allocation_counts_no_shell_as_a_rank(tmp_path: Path) -> None:
+    """Inside a Slurm allocation every process has SLURM_LOCALID, the batch script's shell too: a shell that runs a
+    launcher of two ranks is two GPUs, not three, and the first rank's arguments (not the shell's) name the job."""
+    launcher = tmp_path / "bin" / "torchrun"
+    launcher.parent.mkdir()
+    launcher.write_text(LAUNCHER)
+    env = {k: v for k, v in os.environ.items() if k not in LOCAL_RANK_VARIABLES}
+    line = f"{shlex.quote(sys.executable)} {shlex.quote(str(launcher))} {shlex.quote(RANK_WITH_WORKER)}; true"
+    proc = subprocess.Popen(["/bin/bash", "-c", line], env={**env, "SLURM_LOCALID": "0"})
+    try:
+        deadline = time.monotonic() + 15
+        while len(psutil.Process(proc.pid).children(recursive=True)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        target = target_from_pid(proc.pid)
+        assert target.plan.num_gpus == 2
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()
 
 
 def test_attach_by_pid_counts_ranks_that_have_no_local_rank_argument(tmp_path: Path) -> None:

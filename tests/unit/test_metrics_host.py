@@ -10,7 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runner.metrics.host import HostSampler, device_of_path, local_rank_of, process_tree
+from runner.metrics.host import (
+    LOCAL_RANK_VARIABLES,
+    HostSampler,
+    device_of_path,
+    local_rank_of,
+    process_tree,
+)
 
 SPIN = "import subprocess, sys, time\nc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\nt = time.time()\nwhile time.time() - t < 60: pass\n"
 
@@ -79,15 +85,19 @@ def test_a_rank_under_an_mpi_or_slurm_backend_is_known_by_its_own_variable() -> 
         "MPI_LOCALRANKID",
         "SLURM_LOCALID",
     ):
-        with spinner(env={**os.environ, name: "1"}) as proc:
+        env = {k: v for k, v in os.environ.items() if k not in LOCAL_RANK_VARIABLES}
+        with spinner(env={**env, name: "1"}) as proc:
             sample = HostSampler(lambda: [proc.pid]).sample()
             assert [p.local_rank for p in sample.processes] == [1, 1], name
     assert local_rank_of(["python", "train.py"], {"LOCAL_RANK": "3", "SLURM_LOCALID": "0"}) == 3
-    assert (
-        local_rank_of(["python", "train.py"], {"OMPI_COMM_WORLD_LOCAL_RANK": "x", "SLURM_LOCALID": "0"})
-        is None
-    )
+    # the first that is a number: a blank LOCAL_RANK hides nothing
+    assert local_rank_of(["python3", "train.py"], {"LOCAL_RANK": "", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}) == 1
     assert local_rank_of(["/usr/bin/srun", "python", "train.py"], {"SLURM_LOCALID": "0"}) is None
+    # everything in a Slurm allocation has SLURM_LOCALID (the batch script's shell, `srun bash -c`), every MPI
+    # daemon its launcher's variables: only a Python process is a rank by them
+    for program in ("/bin/bash", "orted", "hydra_pmi_proxy", "ssh"):
+        assert local_rank_of([program, "x"], {"SLURM_LOCALID": "0", "MPI_LOCALRANKID": "0"}) is None
+    assert local_rank_of(["/venv/bin/python3.11", "-u", "train.py"], {"SLURM_LOCALID": "2"}) == 2
 
 
 def test_a_launcher_is_known_by_what_it_runs_not_by_a_word_in_its_arguments() -> None:
