@@ -2940,16 +2940,19 @@ def _margin_checks(
         needed = r["now"]["needed"]
         fits = needed <= card * (1 - cal.DEFAULT_SAFETY_MARGIN)
         ran = r["status"] == "ok"
+        # the same config on the card itself (a row's seq is None at the family's length, or that length given)
+        same = (*_strategy_key(c, r["seq_len"]), c["micro_batch"])
         at_card = [
             x
             for x in rows
-            if _cfg(x).key() == replace(cfg, cap_gib=MARGIN_CARD_GIB).key() and x["seq_len"] == r["seq_len"]
+            if (x["config"].get("cap_gib") == MARGIN_CARD_GIB)
+            and (*_strategy_key(x["config"], x["seq_len"]), x["config"]["micro_batch"]) == same
         ]
         checks.append(
             {
                 "config": _label(r),
                 "model": c["model"],
-                "seq_len": r["seq_len"],
+                "key": same,
                 "described": _describe({**c, "cap_gib": MARGIN_CARD_GIB}),
                 "ran": ran,
                 "tokens_per_sec": r.get("tokens_per_sec"),
@@ -2961,13 +2964,23 @@ def _margin_checks(
             }
         )
     picks = []
-    for model in dict.fromkeys(ch["model"] for ch in checks):
-        mine = [ch for ch in checks if ch["model"] == model]
+    for model, seq in dict.fromkeys((ch["model"], ch["key"][5]) for ch in checks):
+        mine = [ch for ch in checks if (ch["model"], ch["key"][5]) == (model, seq)]
         rec = next(
-            (e for e in recommendations if e["model"] == model and e["card"] == f"{MARGIN_CARD_GIB}GiB"), None
+            (
+                e
+                for e in recommendations
+                if e["model"] == model
+                and e["card"] == f"{MARGIN_CARD_GIB}GiB"
+                and (e.get("recommended_config") or {}).get("seq_len") == seq
+            ),
+            None,
         )
-        rec_label = rec.get("recommended") if rec else None
-        rec_check = next((ch for ch in mine if ch["described"] == rec_label), None)
+        rec_label, rec_key = None, None
+        if rec is not None and rec.get("recommended_config"):
+            rc = rec["recommended_config"]
+            rec_label, rec_key = rec["recommended"], (*_strategy_key(rc, seq), rc["micro_batch"])
+        rec_check = next((ch for ch in mine if ch["key"] == rec_key), None)
         ran = [ch for ch in mine if ch["ran"] and ch["tokens_per_sec"]]
         best = max(ran, key=lambda ch: ch["tokens_per_sec"], default=None)
         ratio = None
