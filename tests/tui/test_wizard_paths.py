@@ -245,8 +245,13 @@ async def test_quit_asks_before_discarding_choices(service: Any) -> None:
         await pilot.press("n")  # stay
         await pilot.pause()
         assert app.step == 1 and app.is_running
+        await pilot.press("ctrl+p")  # Back to the first step: what was chosen past it is still there to lose
+        await settle(pilot)
+        assert app.step == 0
+        app.screen.query_one("#next").focus()
         await pilot.press("q")
         await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
         await pilot.pause()
     assert app.return_value == []

@@ -77,6 +77,7 @@ class WizardApp(App[list[Path]]):
         self.plan: Plan | None = None
         self.detecting = False
         self.step = 0
+        self.furthest_step = 0  # choices were made past the first step (then going Back keeps them)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,7 +172,7 @@ class WizardApp(App[list[Path]]):
     @property
     def dirty(self) -> bool:
         """Choices were made (or imported) that are not written to disk yet."""
-        return self.step > 0 and not self.choices.written
+        return self.furthest_step > 0 and not self.choices.written
 
     def on_step_screen_move(self, message: StepScreen.Move) -> None:
         self.action_move(message.delta)
@@ -194,6 +195,7 @@ class WizardApp(App[list[Path]]):
 
     def goto(self, step: int) -> None:
         self.step = step
+        self.furthest_step = max(self.furthest_step, step)
         self.switch_screen(STEPS[step].__name__)
 
     def action_leave_field(self) -> None:
