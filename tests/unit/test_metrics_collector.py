@@ -3,6 +3,7 @@ job; and attaching by PID to a process dswiz did not start."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -276,6 +278,28 @@ LAUNCHER = (
 )
 
 
+@contextlib.contextmanager
+def process_tree_of(
+    argv: list[str], descendants: int, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``argv`` started and given up to 15 s to have ``descendants`` processes below it; the whole tree killed at
+    the end."""
+    proc = subprocess.Popen(argv, env=env)
+    try:
+        deadline = time.monotonic() + 15
+        while (
+            len(psutil.Process(proc.pid).children(recursive=True)) < descendants
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        yield proc
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()
+
+
 def test_attach_inside_a_slurm_allocation_counts_no_shell_as_a_rank(tmp_path: Path) -> None:
     """Inside a Slurm allocation every process has SLURM_LOCALID, the batch script's shell too: a shell that runs a
     launcher of two ranks is two GPUs, not three, and the first rank's arguments (not the shell's) name the job."""
@@ -284,18 +308,8 @@ def test_attach_inside_a_slurm_allocation_counts_no_shell_as_a_rank(tmp_path: Pa
     launcher.write_text(LAUNCHER)
     env = {k: v for k, v in os.environ.items() if k not in LOCAL_RANK_VARIABLES}
     line = f"{shlex.quote(sys.executable)} {shlex.quote(str(launcher))} {shlex.quote(RANK_WITH_WORKER)}; true"
-    proc = subprocess.Popen(["/bin/bash", "-c", line], env={**env, "SLURM_LOCALID": "0"})
-    try:
-        deadline = time.monotonic() + 15
-        while len(psutil.Process(proc.pid).children(recursive=True)) < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        target = target_from_pid(proc.pid)
-        assert target.plan.num_gpus == 2
-    finally:
-        for p in psutil.Process(proc.pid).children(recursive=True):
-            p.kill()
-        proc.kill()
-        proc.wait()
+    with process_tree_of(["/bin/bash", "-c", line], 5, env={**env, "SLURM_LOCALID": "0"}) as proc:
+        assert target_from_pid(proc.pid).plan.num_gpus == 2
 
 
 def test_attach_by_pid_counts_ranks_that_have_no_local_rank_argument(tmp_path: Path) -> None:
@@ -304,19 +318,10 @@ def test_attach_by_pid_counts_ranks_that_have_no_local_rank_argument(tmp_path: P
     launcher = tmp_path / "bin" / "torchrun"  # `python .../bin/torchrun`, as the console script runs
     launcher.parent.mkdir()
     launcher.write_text(LAUNCHER)
-    proc = subprocess.Popen([sys.executable, str(launcher), RANK_WITH_WORKER])
-    try:
-        deadline = time.monotonic() + 15
-        while len(psutil.Process(proc.pid).children(recursive=True)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with process_tree_of([sys.executable, str(launcher), RANK_WITH_WORKER], 4) as proc:
         target = target_from_pid(proc.pid)
         assert target.plan.num_gpus == 2
         assert not any("does not look like a DeepSpeed" in n for n in target.notes)
         assert target_from_pid(psutil.Process(proc.pid).children()[0].pid).pids == (
             proc.pid,
         )  # a rank's PID too
-    finally:
-        for p in psutil.Process(proc.pid).children(recursive=True):
-            p.kill()
-        proc.kill()
-        proc.wait()
