@@ -2941,17 +2941,17 @@ def _margin_checks(
         fits = needed <= card * (1 - cal.DEFAULT_SAFETY_MARGIN)
         ran = r["status"] == "ok"
         # the same config on the card itself (a row's seq is None at the family's length, or that length given)
-        same = (*_strategy_key(c, r["seq_len"]), c["micro_batch"])
+        same = _config_at(c, r["seq_len"])
         at_card = [
             x
             for x in rows
-            if (x["config"].get("cap_gib") == MARGIN_CARD_GIB)
-            and (*_strategy_key(x["config"], x["seq_len"]), x["config"]["micro_batch"]) == same
+            if x["config"].get("cap_gib") == MARGIN_CARD_GIB and _config_at(x["config"], x["seq_len"]) == same
         ]
         checks.append(
             {
                 "config": _label(r),
                 "model": c["model"],
+                "seq_len": r["seq_len"],
                 "key": same,
                 "described": _describe({**c, "cap_gib": MARGIN_CARD_GIB}),
                 "ran": ran,
@@ -2964,8 +2964,8 @@ def _margin_checks(
             }
         )
     picks = []
-    for model, seq in dict.fromkeys((ch["model"], ch["key"][5]) for ch in checks):
-        mine = [ch for ch in checks if (ch["model"], ch["key"][5]) == (model, seq)]
+    for model, seq in dict.fromkeys((ch["model"], ch["seq_len"]) for ch in checks):
+        mine = [ch for ch in checks if (ch["model"], ch["seq_len"]) == (model, seq)]
         rec = next(
             (
                 e
@@ -2979,7 +2979,7 @@ def _margin_checks(
         rec_label, rec_key = None, None
         if rec is not None and rec.get("recommended_config"):
             rc = rec["recommended_config"]
-            rec_label, rec_key = rec["recommended"], (*_strategy_key(rc, seq), rc["micro_batch"])
+            rec_label, rec_key = rec["recommended"], _config_at(rc, seq)
         rec_check = next((ch for ch in mine if ch["key"] == rec_key), None)
         ran = [ch for ch in mine if ch["ran"] and ch["tokens_per_sec"]]
         best = max(ran, key=lambda ch: ch["tokens_per_sec"], default=None)
@@ -2996,6 +2996,11 @@ def _margin_checks(
             }
         )
     return {"checks": checks, "picks": picks}
+
+
+def _config_at(c: dict[str, Any], seq: int) -> tuple[Any, ...]:
+    """A config as run at sequence length ``seq``, whatever its cap and however its row names the length."""
+    return (*_strategy_key(c, seq), c["micro_batch"])
 
 
 def _markdown_margin(margin: dict[str, Any]) -> list[str]:

@@ -74,6 +74,13 @@ def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = No
     no launcher, the first of LOCAL_RANK_VARIABLES its launcher set to a number (past LOCAL_RANK, only in a Python
     process). The processes a rank starts (data loader workers) inherit both and count with it. ``environ``: None
     when not read (or not readable)."""
+    rank = _argument_local_rank(cmdline)
+    if rank is not None or environ is None or not cmdline or is_launcher(cmdline):
+        return rank
+    return _environment_local_rank(cmdline, environ)
+
+
+def _argument_local_rank(cmdline: Sequence[str]) -> int | None:
     for i, arg in enumerate(cmdline):
         for flag in ("--local_rank", "--local-rank"):
             if arg.startswith(flag + "="):
@@ -84,25 +91,27 @@ def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = No
                 continue
             if value.isdigit():
                 return int(value)
-    if not cmdline or is_launcher(cmdline):
-        return None
-    env = environ or {}
+    return None
+
+
+def _environment_local_rank(cmdline: Sequence[str], environ: Mapping[str, str]) -> int | None:
+    """The local rank a (non-launcher) process's environment names, as ``local_rank_of`` reads it."""
     python = Path(cmdline[0]).name.startswith("python")
     for name in LOCAL_RANK_VARIABLES if python else LOCAL_RANK_VARIABLES[:1]:
-        if env.get(name, "").isdigit():
-            return int(env[name])
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
     return None
 
 
 def process_local_rank(proc: psutil.Process) -> int | None:
     """``local_rank_of`` a live process (None when it cannot be read: gone, another user's). Its environment is
-    read only for a process that may be a rank (not for a launcher)."""
+    read only for a process that may be a rank (not for a launcher); its command line is read and parsed once."""
     try:
         cmdline = proc.cmdline()
-        rank = local_rank_of(cmdline)
+        rank = _argument_local_rank(cmdline)
         if rank is not None or not cmdline or is_launcher(cmdline):
             return rank
-        return local_rank_of(cmdline, proc.environ())
+        return _environment_local_rank(cmdline, proc.environ())
     except (psutil.Error, OSError):
         return None
 
