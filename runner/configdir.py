@@ -138,7 +138,9 @@ def _launch_sh_hints(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):  # hints only: launch.sh is the user's to edit
         return {}
-    exec_line = next((ln for ln in text.splitlines() if ln.startswith("exec ")), "")
+    # a command split over lines with a trailing backslash is one line to the shell, and one here
+    text = re.sub(r"\\\r?\n", " ", text)
+    exec_line = next((ln.strip() for ln in text.splitlines() if ln.lstrip().startswith("exec ")), "")
     hints: dict[str, Any] = {}
     # Written by wizard.launch_command.build_command ("$PYTHON" -m accelerate.commands.launch / deepspeed.launcher.runner);
     # older dswiz versions wrote `accelerate launch` / `deepspeed`.

@@ -204,3 +204,33 @@ def test_an_empty_hostfile_for_the_plan_says_what_to_write() -> None:
     empty = lint_hostfile_for_topology("\n", nodes=2, gpus_per_node=8)
     assert codes(empty) == {"hostfile-empty"}
     assert empty[0].fix == "write 2 lines, one per node (node 0 first): `hostname slots=8`"
+
+
+@pytest.mark.parametrize("launcher", DEEPSPEED_RUNNER_BACKENDS)
+def test_a_launch_sh_split_over_lines_keeps_its_hints(launcher: str, tmp_path: Path) -> None:
+    """A user who breaks launch.sh's exec line with trailing backslashes (and indents it) runs the same command in
+    the shell; `dswiz launch --config DIR` and `dswiz config --from` read the same hints from it."""
+    options = WriteOptions(
+        launcher=launcher, hosts=("gpu-a", "gpu-b"), config_dir="/cfg", local_rank_arg=False
+    )  # type: ignore[arg-type]
+    files = render_all(config_set_from_strategy(TWO_NODES, options))
+    one_line = tmp_path / "one"
+    split = tmp_path / "split"
+    for folder in (one_line, split):
+        folder.mkdir()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    line = exec_line(files)
+    broken = "  " + line.replace(" --", " \\\n      --")
+    assert broken.count("\\\n") >= 3
+    (split / "launch.sh").write_text(files["launch.sh"].replace(line, broken))
+    assert "--no_local_rank" in line
+    hints = {k: v for k, v in vars(configdir.find_configs(split)).items() if k not in ("folder", "ds_config")}
+    hints_one = {
+        k: v for k, v in vars(configdir.find_configs(one_line)).items() if k not in ("folder", "ds_config")
+    }
+    assert hints["multinode_launcher"] == launcher and hints["local_rank_arg"] is False
+    assert {k: v for k, v in hints.items() if not isinstance(v, Path)} == {
+        k: v for k, v in hints_one.items() if not isinstance(v, Path)
+    }
+    assert configdir.launch_sh_local_rank_arg(split) is False
