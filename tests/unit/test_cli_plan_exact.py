@@ -492,3 +492,31 @@ def test_advice_keeps_the_global_batch_a_config_fixes(tmp_path: Path) -> None:
     rc, plan = plan_json(*args, "--stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu",
                          "--micro-batch", "4", "--grad-accum", "8")  # fmt: skip
     assert rc == 0 and not any("keep the global batch" in a for a in plan["advice"])
+
+
+def test_check_counts_the_gradient_reduction_the_config_asks_for(tmp_path: Path) -> None:
+    """Stages 1-2 all-reduce whole gradient buckets unless use_multi_rank_bucket_allreduce is off, which reduces each
+    slice to its owner: at stage 2 and one micro-step, 3 passes of the model over the ring against 2 (the weights'
+    gather after the step is the third)."""
+    comm = {}
+    for name, zero in (
+        ("default", {"stage": 2}),
+        ("owners", {"stage": 2, "use_multi_rank_bucket_allreduce": False}),
+        (
+            "no_reduce_scatter",
+            {"stage": 2, "use_multi_rank_bucket_allreduce": False, "reduce_scatter": False},
+        ),
+    ):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps({
+            "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+            "zero_optimization": zero,
+        }))  # fmt: skip
+        proc = dswiz("check", str(cfg), "--model", "gpt2-xl", "--hardware", "8xA100-80GB,ram=1TiB",
+                     "--no-consumer-check", "--json")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        comm[name] = json.loads(proc.stdout)["prediction"]["predicted"]["time_seconds"]["communication"]
+    assert comm["default"] == pytest.approx(1.5 * comm["owners"], rel=1e-3)
+    assert (
+        comm["no_reduce_scatter"] == comm["default"]
+    )  # reduce_scatter off all-reduces whatever the other says

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,11 @@ def test_stopping_from_the_dashboard_stops_the_job(tmp_path: Path) -> None:
     collector = launch_ui.start_collector(job.prepared.run_dir, sink, interval=0.2)
 
     def stop_then_run(app: Any) -> object:
+        # once the job has logged a step (a loaded machine may take seconds to start Python), as a user would
+        log = job.prepared.run_dir / rundir.COMBINED_LOG
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "'step': 2" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.05)
         app.stop_job()  # what the quit dialog's "stop" choice calls
         return headless(app)
 

@@ -112,6 +112,7 @@ class ZeroOptimization(_Section):
     overlap_comm: StrictBool | None = None
     contiguous_gradients: StrictBool | None = None
     reduce_scatter: StrictBool | None = None
+    use_multi_rank_bucket_allreduce: StrictBool | None = None  # DeepSpeed's default is on
     allgather_partitions: StrictBool | None = None
     reduce_bucket_size: PositiveInt | Auto | None = None  # DeepSpeed: gt=0 (the others: ge=0)
     allgather_bucket_size: Count | None = None

@@ -23,6 +23,7 @@ from wizard.planner.memory import (
     ZeroBuffers,
     recipe_activation_bytes_per_token,
     sdpa_padded_head_dim,
+    stage3_training_gathers,
     unfused_16bit_step,
     weight_bytes,
 )
@@ -224,11 +225,19 @@ class CommunicationVolume:
         return gradient_accumulation_steps * micro + self.per_optimizer_step
 
 
-def communication_volume(model: ModelSpec, s: Strategy) -> CommunicationVolume:
-    """What each GPU sends: ring collectives move (N-1)/N of the buffer per pass. Stage 0 all-reduces the
-    gradients once per step (2 passes), stage 1 reduces them and gathers the updated weights; stage 2 reduces in
-    every micro-step's backward and gathers the weights after the step; stage 3 gathers the weights in every
-    forward and again in every backward and reduce-scatters the gradients (3 passes per micro-step)."""
+def communication_volume(
+    model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS
+) -> CommunicationVolume:
+    """What each GPU sends, as DeepSpeed 0.19.8 runs it: ring collectives move (N-1)/N of the buffer per pass, an
+    all-reduce two passes.
+    - Stage 0 all-reduces the gradients once per step.
+    - Stages 1-2 all-reduce each gradient bucket (``ZeroBuffers.gradient_all_reduce``; reduced to the owners instead,
+      one pass) and all-gather the updated weights after the step: stage 1 at the accumulation boundary only,
+      stage 2 in every micro-step's backward.
+    - Stage 3 gathers the weights in every forward, again in backward all but what the forward left gathered (and a
+      tied embedding twice more: ``memory.stage3_training_gathers``), and reduce-scatters the gradients in every
+      backward; nothing after the step (each rank updates its partition, and the next forward gathers it).
+    Checked against DeepSpeed's own comms logger on two CPU ranks (bench/comm_volume.py)."""
     N, train = s.world_size, s.mode == "train"
     if N <= 1:
         return CommunicationVolume(0.0, 0.0, 0.0)
@@ -240,22 +249,26 @@ def communication_volume(model: ModelSpec, s: Strategy) -> CommunicationVolume:
         gather = ring * (1.0 if s.zero_quantized_weights else w) * P_stored
         if not train:
             return CommunicationVolume(gather, 0.0, 0.0)
+        again = gather * (stage3_training_gathers(model, buf) - 1.0)
         grads = ring * w * P * (0.25 if s.zero_quantized_gradients else 1.0)
         if s.zero_hpz_partition_size > 1 and s.nodes > 1:  # hpZ: backward gathers from the node's copy
-            return CommunicationVolume(gather + grads, gather, 0.0)
-        return CommunicationVolume(2 * gather + grads, 0.0, 0.0)
+            return CommunicationVolume(gather + grads, again, 0.0)
+        return CommunicationVolume(gather + again + grads, 0.0, 0.0)
     if not train:
         return CommunicationVolume(0.0, 0.0, 0.0)
+    reduce = (2.0 if buf.gradient_all_reduce else 1.0) * ring * w * P
     if s.zero_stage == 2:
-        return CommunicationVolume(ring * w * P, 0.0, ring * w * P)
+        return CommunicationVolume(reduce, 0.0, ring * w * P)
+    if s.zero_stage == 1:
+        return CommunicationVolume(0.0, 0.0, reduce + ring * w * P)
     return CommunicationVolume(0.0, 0.0, 2 * ring * w * P)
 
 
 def _communication_seconds(
-    hardware: HardwareReport, model: ModelSpec, s: Strategy, gpu: GPUInfo | None
+    hardware: HardwareReport, model: ModelSpec, s: Strategy, gpu: GPUInfo | None, buf: ZeroBuffers
 ) -> tuple[float, float]:
     """Communication per GPU, (per micro-step, per optimizer step): ``communication_volume`` over the buses."""
-    v = communication_volume(model, s)
+    v = communication_volume(model, s, buf)
     if not (v.per_micro_step or v.per_micro_step_in_node or v.per_optimizer_step):
         return 0.0, 0.0
     bus = _world_bus_bytes_per_s(hardware, s, gpu)
@@ -435,11 +448,14 @@ def _optimizer_seconds(
     return parts
 
 
-def _parameter_fetch_seconds(model: ModelSpec, s: Strategy, pcie: float, compute: float) -> dict[str, float]:
-    """Offloaded parameters fetched over PCIe (and from NVMe) every pass; ``compute`` is one micro-step's."""
+def _parameter_fetch_seconds(
+    model: ModelSpec, s: Strategy, pcie: float, compute: float, buf: ZeroBuffers
+) -> dict[str, float]:
+    """Offloaded parameters fetched over PCIe (and from NVMe) every forward, and in training's backward all but what
+    the forward left gathered (memory.stage3_training_gathers); ``compute`` is one micro-step's."""
     train, gas = s.mode == "train", s.gradient_accumulation_steps
     local_params = ft.stored_parameter_bytes(model, weight_bytes(s)) / s.world_size
-    passes = 2 if train else 1
+    passes = stage3_training_gathers(model, buf) if train else 1.0
     fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
     if s.offload_param == "nvme":
         fetch["parameter fetch (NVMe)"] = (
@@ -487,7 +503,7 @@ def estimate_throughput(
     parts["element-wise (memory-bound)"] = gas * tokens_micro * elementwise
     parts[LAUNCH_PART] = gas * launch
 
-    comm_micro, comm_step = _communication_seconds(hardware, model, s, gpu)
+    comm_micro, comm_step = _communication_seconds(hardware, model, s, gpu, buffers)
     overlap = cal.COMM_OVERLAP if s.zero_stage == 3 else 0.0
     exposed_micro = max(0.0, comm_micro - overlap * compute)
     if comm_micro or comm_step:
@@ -519,7 +535,7 @@ def estimate_throughput(
         if model.finetune.quantized:
             parts["4-bit dequantization"] = ft.dequantization_seconds(model, s, hbm)
     if s.offload_param != "none":
-        parts.update(_parameter_fetch_seconds(model, s, pcie, compute))
+        parts.update(_parameter_fetch_seconds(model, s, pcie, compute, buffers))
 
     if allocator_remaps:
         parts[ALLOCATOR_REMAP_PART] = gas * cal.EXPANDABLE_REMAP_SECONDS

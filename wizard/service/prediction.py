@@ -415,4 +415,6 @@ def buffers_of(config: ConfigSet) -> ZeroBuffers:
             changes[name] = int(v)
     if zero.overlap_comm is not None:
         changes["overlap_comm"] = zero.overlap_comm
+    if zero.use_multi_rank_bucket_allreduce is False and zero.reduce_scatter is not False:
+        changes["gradient_all_reduce"] = False  # each gradient slice reduced to its owner
     return replace(DEFAULT_BUFFERS, **changes)

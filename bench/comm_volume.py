@@ -1,0 +1,421 @@
+"""What DeepSpeed sends per optimizer step, stage by stage, beside what the planner counts (no GPU needed).
+
+    python3 bench/comm_volume.py             # every case, writes bench/results/comm_volume-<date>.{json,md}
+    python3 bench/comm_volume.py --quick     # four cases (the test suite's)
+    python3 bench/comm_volume.py --out DIR --label NAME
+
+Trains small models under the real `deepspeed` launcher with two ranks (CPU, gloo), DeepSpeed's comms logger on, and
+reads every collective of the last optimizer step: each call's op and message size. The bytes each GPU sends are
+what a ring moves per call -- all-reduce 2 (N-1)/N of the buffer; reduce-scatter and reduce (N-1)/N of the input;
+all-gather (N-1) x the shard -- summed over the step, beside ``wizard.planner.throughput.communication_volume`` for
+the same model (its HF config read as the planner reads it), strategy and ZeRO settings. It also counts the
+parameters still gathered when the forward of that step ends, beside ``memory.stage3_kept_for_backward``.
+
+The shapes are real models' shrunk to ~300-600 thousand parameters, with ZeRO-3's prefetch bucket, max live
+parameters and reuse distance shrunk by the same factor from DeepSpeed's defaults (5e7, 1e9, 1e9), so that the
+coordinator meets the same proportions as at full size: which modules fit in the prefetch bucket, which share of
+the model stays gathered. Parameter persistence is off (DeepSpeed's default keeps tensors under 1e5 elements
+gathered; in a shrunk model that would be every tensor; in a real one, the norms and biases only).
+
+Exit status 1 where a case's predicted volume or kept count is off by more than 2 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import md_heading, md_table, repo_env, write_result  # noqa: E402
+
+TOLERANCE = 0.02
+WORLD = 2
+MICRO_BATCH, SEQ = 2, 32
+DEFAULT_PREFETCH, DEFAULT_LIVE, DEFAULT_REUSE = 50_000_000, 1_000_000_000, 1_000_000_000
+
+
+def _llama(hidden: int, ffn: int, layers: int, heads: int, kv: int, vocab: int) -> dict[str, Any]:
+    return {
+        "model_type": "llama", "hidden_size": hidden, "intermediate_size": ffn, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "vocab_size": vocab,
+        "max_position_embeddings": SEQ, "tie_word_embeddings": False,
+    }  # fmt: skip
+
+
+# name -> (HF config, the real model's parameter count it stands for): hidden 32, the other dimensions in the real
+# model's proportions.
+SHAPES: dict[str, tuple[dict[str, Any], float]] = {
+    # LLaMA-7B: hidden 4096, ffn 11008, 32 layers, vocab 32000
+    "llama-7b/16000": (_llama(32, 86, 32, 4, 4, 256), 6.74e9),
+    # TinyLlama-1.1B: hidden 2048, ffn 5632, 22 layers, 32 heads with 4 KV heads, vocab 32000
+    "llama-1b/4100": (_llama(32, 88, 22, 8, 1, 500), 1.1e9),
+    # GPT-2 XL: hidden 1600, 48 layers, vocab 50257 (Conv1D modules, tied head)
+    "gpt2-xl/2500": (
+        {
+            "model_type": "gpt2",
+            "n_embd": 32,
+            "n_layer": 48,
+            "n_head": 4,
+            "vocab_size": 1005,
+            "n_positions": SEQ,
+        },
+        1.56e9,
+    ),
+}
+
+
+def _case(
+    shape: str,
+    stage: int,
+    gas: int = 1,
+    ckpt: bool = False,
+    prefetch: float = DEFAULT_PREFETCH,
+    all_reduce: bool = True,
+) -> dict[str, Any]:
+    """``prefetch``: stage3_prefetch_bucket_size at the real model's size (0: off)."""
+    return {
+        "shape": shape,
+        "stage": stage,
+        "gas": gas,
+        "ckpt": ckpt,
+        "prefetch": prefetch,
+        "all_reduce": all_reduce,
+    }
+
+
+# The HF Trainer fills an "auto" stage3_prefetch_bucket_size with 0.9 hidden^2 (transformers' integrations/deepspeed.py)
+TRAINER_PREFETCH_7B = 0.9 * 4096**2
+
+
+CASES = [
+    _case("llama-7b/16000", 0, gas=2),
+    _case("llama-7b/16000", 1, gas=2),
+    _case("llama-7b/16000", 2, gas=2),
+    _case("llama-7b/16000", 2, all_reduce=False),
+    _case("llama-7b/16000", 3),
+    _case("llama-7b/16000", 3, gas=2, ckpt=True),
+    _case("llama-7b/16000", 3, prefetch=0),
+    _case("llama-7b/16000", 3, prefetch=TRAINER_PREFETCH_7B),
+    _case("llama-1b/4100", 2),
+    _case("llama-1b/4100", 3),
+    _case("llama-1b/4100", 3, ckpt=True),
+    _case("gpt2-xl/2500", 3),
+    _case("gpt2-xl/2500", 3, gas=2, ckpt=True),
+]
+QUICK = [
+    _case("llama-7b/16000", 2, gas=2),
+    _case("llama-7b/16000", 2, all_reduce=False),
+    _case("llama-7b/16000", 3, gas=2, ckpt=True),
+    _case("llama-1b/4100", 3),
+]
+
+
+def zero_settings(case: dict[str, Any], params: int) -> dict[str, Any]:
+    """The case's zero_optimization section: its stage, and at stage 3 DeepSpeed's buffer defaults shrunk in the
+    proportion of the shape to the model it stands for."""
+    zero: dict[str, Any] = {"stage": case["stage"]}
+    if not case["all_reduce"]:
+        zero["use_multi_rank_bucket_allreduce"] = False
+    if case["stage"] == 3:
+        scale = params / SHAPES[case["shape"]][1]
+        zero.update(
+            stage3_param_persistence_threshold=0,
+            stage3_prefetch_bucket_size=round(case["prefetch"] * scale),
+            stage3_max_live_parameters=round(DEFAULT_LIVE * scale),
+            stage3_max_reuse_distance=round(DEFAULT_REUSE * scale),
+        )
+    return zero
+
+
+def hf_model(config: dict[str, Any]) -> Any:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    given = dict(config)
+    return AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(given.pop("model_type"), use_cache=False, **given)
+    )
+
+
+# ---- the ranks (run by the deepspeed launcher)
+
+
+def _logged() -> dict[str, dict[int, int]]:
+    import deepspeed.comm as dist
+
+    return {
+        op: {int(size): rec[0] for size, rec in sizes.items()}
+        for op, sizes in dist.comms_logger.comms_dict.items()
+    }
+
+
+def _since(before: dict[str, dict[int, int]], after: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+    out: dict[str, dict[int, int]] = {}
+    for op, sizes in after.items():
+        for size, n in sizes.items():
+            if n - before.get(op, {}).get(size, 0):
+                out.setdefault(op, {})[size] = n - before.get(op, {}).get(size, 0)
+    return out
+
+
+def run_case(case: dict[str, Any], rank: int, steps: int = 3) -> dict[str, Any]:
+    import deepspeed
+    import torch
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    torch.manual_seed(0)
+    config, _ = SHAPES[case["shape"]]
+    model = hf_model(config)
+    if case["ckpt"]:
+        model.gradient_checkpointing_enable()
+    params = sum(p.numel() for p in model.parameters())
+    ds = {
+        "train_micro_batch_size_per_gpu": MICRO_BATCH,
+        "gradient_accumulation_steps": case["gas"],
+        "zero_optimization": zero_settings(case, params),
+        "bf16": {"enabled": True},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}},
+        "comms_logger": {"enabled": True, "prof_all": True, "verbose": False},
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+    gen = torch.Generator().manual_seed(1 + rank)
+    vocab = config["vocab_size"]
+    kept = None
+    try:
+        for _step in range(steps):
+            before = _logged()
+            for _ in range(case["gas"]):
+                ids = torch.randint(0, vocab, (MICRO_BATCH, SEQ), generator=gen).to(engine.device)
+                out = engine(input_ids=ids, labels=ids)
+                if case["stage"] == 3:
+                    kept = sum(
+                        p.ds_numel
+                        for p in engine.module.parameters()
+                        if p.ds_status == ZeroParamStatus.AVAILABLE
+                    )
+                engine.backward(out.loss)
+                engine.step()
+            last = _since(before, _logged())
+        return {**case, "params": params, "zero": ds["zero_optimization"], "ops": last, "kept": kept}
+    finally:
+        engine.destroy()
+
+
+def worker(cases_file: Path, out: Path) -> None:
+    import deepspeed
+    import torch
+
+    deepspeed.init_distributed()
+    rank = int(os.environ.get("RANK", "0"))
+    for case in json.loads(cases_file.read_text()):
+        result = run_case(case, rank)
+        if rank == 0:
+            with out.open("a") as fh:
+                fh.write(json.dumps(result) + "\n")
+        torch.distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # DeepSpeed 0.19.8 on CPU sometimes aborts a rank at interpreter exit
+
+
+# ---- the launcher side
+
+
+def sent_per_gpu(ops: dict[str, dict[int, int]], world: int = WORLD) -> float:
+    """Bytes each GPU sends for these logged calls (op -> message bytes -> calls), as a ring runs each op. DeepSpeed
+    logs an all-gather's input (the shard), a reduce-scatter's input (the whole buffer)."""
+    ring = (world - 1) / world
+    factor = {
+        "all_reduce": 2 * ring,
+        "all_reduce_coalesced": 2 * ring,
+        "reduce_scatter_tensor": ring,
+        "reduce_scatter": ring,
+        "reduce": ring,
+        "broadcast": ring,
+        "all_gather_into_tensor": world - 1,
+        "all_gather": world - 1,
+    }
+    total = 0.0
+    for op, sizes in ops.items():
+        if op not in factor:
+            raise SystemExit(f"comm_volume: DeepSpeed logged an op this script does not count: {op}")
+        total += factor[op] * sum(int(size) * n for size, n in sizes.items())
+    return total
+
+
+def predicted(result: dict[str, Any]) -> tuple[float, int | None, int]:
+    """(bytes each GPU sends per optimizer step, parameters kept for backward, the planner's parameter count) for a
+    rank's result, from the planner."""
+    from wizard.model import spec_from_config
+    from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers, stage3_kept_for_backward
+    from wizard.planner.throughput import communication_volume
+    from wizard.strategy import Strategy
+
+    config, _ = SHAPES[result["shape"]]
+    spec = spec_from_config(config, name=result["shape"], source="bench/comm_volume.py")
+    zero = result["zero"]
+    buffers = ZeroBuffers(
+        prefetch_elements=zero.get("stage3_prefetch_bucket_size", DEFAULT_BUFFERS.prefetch_elements),
+        max_live_parameters=zero.get("stage3_max_live_parameters", DEFAULT_BUFFERS.max_live_parameters),
+        max_reuse_distance=zero.get("stage3_max_reuse_distance", DEFAULT_BUFFERS.max_reuse_distance),
+        gradient_all_reduce=zero.get("use_multi_rank_bucket_allreduce", True),
+    )
+    s = Strategy(
+        zero_stage=result["stage"],
+        gpus_per_node=WORLD,
+        micro_batch_size=MICRO_BATCH,
+        gradient_accumulation_steps=result["gas"],
+        activation_checkpointing=result["ckpt"],
+        precision="bf16",
+    )
+    sends = communication_volume(spec, s, buffers).per_step(result["gas"])
+    kept = stage3_kept_for_backward(spec.total_params, buffers) if result["stage"] == 3 else None
+    return sends, kept, spec.total_params
+
+
+def compare(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in results:
+        sends, kept, planner_params = predicted(r)
+        measured = sent_per_gpu(r["ops"])
+        row = {
+            "case": label(r),
+            "params": r["params"],
+            "planner_params": planner_params,
+            "sent_bytes": measured,
+            "predicted_bytes": sends,
+            "error": sends / measured - 1 if measured else None,
+            "ops": r["ops"],
+        }
+        if r.get("kept") is not None and kept is not None:
+            row.update(kept=r["kept"], predicted_kept=kept, kept_error=(kept - r["kept"]) / r["params"])
+        rows.append(row)
+    return rows
+
+
+def label(c: dict[str, Any]) -> str:
+    parts = [c["shape"], f"z{c['stage']}", f"ga{c['gas']}"]
+    if c["ckpt"]:
+        parts.append("ckpt")
+    if c["prefetch"] != DEFAULT_PREFETCH:
+        parts.append(f"prefetch {c['prefetch']:.3g}")
+    if not c["all_reduce"]:
+        parts.append("reduce to owners")
+    return " ".join(parts)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(cases: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+    """Run ``cases`` in one `deepspeed` launch of two ranks; their results (rank 0's)."""
+    with tempfile.TemporaryDirectory(prefix="dswiz-comm-") as tmp:
+        cases_file, out = Path(tmp) / "cases.json", Path(tmp) / "results.jsonl"
+        cases_file.write_text(json.dumps(cases))
+        launcher = Path(sys.executable).parent / "deepspeed"
+        cmd = [str(launcher) if launcher.exists() else "deepspeed", "--num_gpus", str(WORLD)]
+        cmd += ["--master_port", str(_free_port()), __file__, "--worker", str(cases_file), "--raw", str(out)]
+        proc = subprocess.run(cmd, cwd=ROOT, env=repo_env(), capture_output=True, text=True, timeout=timeout)
+        results = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+        if proc.returncode != 0 or len(results) != len(cases):
+            tail = (proc.stdout + proc.stderr)[-3000:]
+            raise SystemExit(f"comm_volume: the deepspeed launch failed (exit {proc.returncode}):\n{tail}")
+        return results
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x * 100:+.2f} %"
+
+    lines = md_heading(
+        "Communication per optimizer step: DeepSpeed's comms logger beside the planner",
+        f"{doc['date']}, {doc['host']}; DeepSpeed {doc['deepspeed']}, torch {doc['torch']}, transformers "
+        f"{doc['transformers']}; {WORLD} CPU ranks (gloo), micro-batch {MICRO_BATCH}, sequence {SEQ}, bf16. "
+        "Bytes each GPU sends in the last of 3 optimizer steps, as a ring runs each logged call; kept: parameters "
+        "still gathered when that step's (last) forward ended. Errors: planner / measured - 1; kept as a share "
+        "of the model.",
+        "`python3 bench/comm_volume.py" + (" --quick" if doc["quick"] else "") + "`",
+    )
+    lines += md_table(
+        ["case", "parameters", "sent (KiB)", "planner (KiB)", "error", "kept", "planner kept", "kept error"],
+        [
+            (
+                r["case"],
+                f"{r['params']:,}",
+                f"{r['sent_bytes'] / 1024:,.1f}",
+                f"{r['predicted_bytes'] / 1024:,.1f}",
+                pct(r["error"]),
+                f"{r['kept']:,}" if "kept" in r else "-",
+                f"{r['predicted_kept']:,}" if "kept" in r else "-",
+                pct(r.get("kept_error")),
+            )
+            for r in doc["rows"]
+        ],
+    )
+    lines += ["", f"Within {TOLERANCE:.0%}: {'yes' if doc['within_tolerance'] else 'NO'}", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="four cases (the test suite's)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--timeout-s", type=float, default=900)
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--raw", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--local_rank", "--local-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.raw)
+        return 0
+    import deepspeed
+    import torch
+    import transformers
+
+    cases = QUICK if args.quick else CASES
+    rows = compare(launch(cases, args.timeout_s))
+    within = all(
+        abs(r["error"]) <= TOLERANCE and abs(r.get("kept_error", 0.0)) <= TOLERANCE
+        for r in rows
+        if r["error"] is not None
+    )
+    doc = {
+        "date": dt.date.today().isoformat(),
+        "host": platform.node(),
+        "deepspeed": deepspeed.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "quick": args.quick,
+        "smoke": False,
+        "tolerance": TOLERANCE,
+        "within_tolerance": within,
+        "rows": rows,
+    }
+    text = markdown(doc)
+    print(text)
+    stem = (
+        f"comm_volume-{doc['date']}"
+        + ("-quick" if args.quick else "")
+        + (f"-{args.label}" if args.label else "")
+    )
+    write_result(args.out, stem, doc, text)
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
