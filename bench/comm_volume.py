@@ -169,7 +169,7 @@ def _since(before: dict[str, dict[int, int]], after: dict[str, dict[int, int]]) 
     return out
 
 
-def run_case(case: dict[str, Any], rank: int, steps: int = 3) -> dict[str, Any]:
+def run_case(case: dict[str, Any], rank: int, steps: int = 4) -> dict[str, Any]:
     import deepspeed
     import torch
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
@@ -280,7 +280,7 @@ def predicted(result: dict[str, Any]) -> tuple[float, int | None, int]:
         precision="bf16",
     )
     sends = communication_volume(spec, s, buffers).per_step(result["gas"])
-    kept = stage3_kept_for_backward(spec.total_params, buffers) if result["stage"] == 3 else None
+    kept = stage3_kept_for_backward(spec, s, buffers) if result["stage"] == 3 else None
     return sends, kept, spec.total_params
 
 
@@ -345,7 +345,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "Communication per optimizer step: DeepSpeed's comms logger beside the planner",
         f"{doc['date']}, {doc['host']}; DeepSpeed {doc['deepspeed']}, torch {doc['torch']}, transformers "
         f"{doc['transformers']}; {WORLD} CPU ranks (gloo), micro-batch {MICRO_BATCH}, sequence {SEQ}, bf16. "
-        "Bytes each GPU sends in the last of 3 optimizer steps, as a ring runs each logged call; kept: parameters "
+        "Bytes each GPU sends in the last of 4 optimizer steps, as a ring runs each logged call; kept: parameters "
         "still gathered when that step's (last) forward ended. Errors: planner / measured - 1; kept as a share "
         "of the model.",
         "`python3 bench/comm_volume.py" + (" --quick" if doc["quick"] else "") + "`",

@@ -502,11 +502,11 @@ def test_check_counts_the_gradient_reduction_the_config_asks_for(tmp_path: Path)
     for name, zero in (
         ("default", {"stage": 2}),
         ("owners", {"stage": 2, "use_multi_rank_bucket_allreduce": False}),
-        (
-            "no_reduce_scatter",
-            {"stage": 2, "use_multi_rank_bucket_allreduce": False, "reduce_scatter": False},
-        ),
-    ):
+        ("no_reduce_scatter", {"stage": 2, "use_multi_rank_bucket_allreduce": False, "reduce_scatter": False}),
+        ("not_contiguous", {"stage": 2, "use_multi_rank_bucket_allreduce": False, "contiguous_gradients": False}),
+        ("not_contiguous_offloaded", {"stage": 2, "use_multi_rank_bucket_allreduce": False,
+                                      "contiguous_gradients": False, "offload_optimizer": {"device": "cpu"}}),
+    ):  # fmt: skip
         cfg = tmp_path / f"{name}.json"
         cfg.write_text(json.dumps({
             "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
@@ -517,6 +517,24 @@ def test_check_counts_the_gradient_reduction_the_config_asks_for(tmp_path: Path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         comm[name] = json.loads(proc.stdout)["prediction"]["predicted"]["time_seconds"]["communication"]
     assert comm["default"] == pytest.approx(1.5 * comm["owners"], rel=1e-3)
-    assert (
-        comm["no_reduce_scatter"] == comm["default"]
-    )  # reduce_scatter off all-reduces whatever the other says
+    # reduce_scatter off, or gradients not contiguous (buffered_reduce_fallback), all-reduce whatever the key says;
+    # an offloaded optimizer makes them contiguous
+    assert comm["no_reduce_scatter"] == comm["not_contiguous"] == comm["default"]
+    assert comm["not_contiguous_offloaded"] == pytest.approx(comm["owners"], rel=0.02)
+
+
+def test_check_reads_zero_3_limits_of_0(tmp_path: Path) -> None:
+    """stage3_prefetch_bucket_size 0 turns the prefetch off: only the reuse distance keeps parameters gathered for
+    backward, so a 7B model gathers more again than with DeepSpeed's default bucket."""
+    comm = {}
+    for name, extra in (("default", {}), ("no_prefetch", {"stage3_prefetch_bucket_size": 0})):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps({
+            "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+            "zero_optimization": {"stage": 3, **extra},
+        }))  # fmt: skip
+        proc = dswiz("check", str(cfg), "--model", "llama-7b", "--hardware", "2x8xA100-80GB,ram=1TiB,net=25",
+                     "--no-consumer-check", "--json")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        comm[name] = json.loads(proc.stdout)["prediction"]["predicted"]["time_seconds"]["communication"]
+    assert comm["no_prefetch"] > comm["default"]

@@ -232,65 +232,69 @@ def _optimizer_on_gpu(model: ModelSpec, s: Strategy) -> int:
     return _optimizer_bytes_per_param(s) * ft.trainable_params(model) // shards
 
 
-def stage3_kept_for_backward(total_params: int, buf: ZeroBuffers = DEFAULT_BUFFERS) -> int:
-    """Parameters (elements) a ZeRO-3 training micro-step still holds gathered when its forward ends: backward uses
-    them without gathering (or, offloaded, fetching) them again. The coordinator (partitioned_param_coordinator.py,
-    DeepSpeed 0.19.8) walks a recorded trace of every module use, forward then backward:
+def stage3_elements(model: ModelSpec, s: Strategy) -> int:
+    """The elements ZeRO-3 partitions and gathers, which its live and reuse limits count: every parameter, a QLoRA
+    4-bit weight as the 16-bit elements its packed bytes fill (HF's QLoRA + ZeRO-3 recipe stores them in the compute
+    dtype, bnb_4bit_quant_storage)."""
+    w = weight_bytes(s)
+    return ft.stored_parameter_bytes(model, w) // w
+
+
+def stage3_kept_for_backward(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> int:
+    """Elements a ZeRO-3 training micro-step still holds gathered when its forward ends: backward uses them without
+    gathering (or, offloaded, fetching) them again. The coordinator (partitioned_param_coordinator.py, DeepSpeed
+    0.19.8) walks a recorded trace of every module use, forward then backward:
     - each fetch prefetches up to ``stage3_prefetch_bucket_size`` more elements from the trace while fewer than
-      ``stage3_max_live_parameters`` are gathered, and walks past the entries of parameters already gathered for
-      free, marking them as wanted at that later use; so the walk runs ahead of the forward into the backward's
-      first uses, and whatever it marked there stays gathered: up to ``max_live_parameters`` of the model's end;
+      ``stage3_max_live_parameters`` are gathered (at least one parameter a fetch), and walks past the entries of
+      parameters already gathered for free, marking them as wanted at that later use; so the walk runs ahead of the
+      forward into the backward's first uses, and whatever it marked there stays gathered: up to
+      ``max_live_parameters`` of the model's end;
     - releasing a module, it keeps any parameter used again within ``stage3_max_reuse_distance`` elements of the
       trace, which for a forward use is the rest of the forward and as much again of the backward: half of it.
-    With the prefetch off, only the reuse distance keeps anything. Measured through DeepSpeed's comms logger on two
-    CPU ranks (bench/comm_volume.py), LLaMA-shaped models scaled down with these settings kept what this says within
-    1 % of the model; on one H200 with the parameters offloaded, gpt2-xl (1.56e9 parameters) and llama-1b (1.1e9)
-    held 1.05e9 and 1.07e9 gathered elements at the peak, this plus the prefetch bucket
-    (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json). It assumes a prefetch bucket of at least a module or
-    two (DeepSpeed's default, 5e7, is several modules of any model the planner meets), so that the walk outruns
-    the forward."""
-    if buf.prefetch_elements > 0:
+    With the prefetch off only the reuse distance keeps anything, and so with the parameters on NVMe, where the walk
+    stops at the first partition still on disk (``_is_currently_on_nvme``; read from the source, not measured).
+    Measured through DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py): LLaMA-shaped models scaled
+    down with these settings kept what this says within 1 % of the model; on one H200 with the parameters offloaded,
+    gpt2-xl (1.56e9 parameters) and llama-1b (1.1e9) held 1.05e9 and 1.07e9 gathered elements at the peak, this plus
+    the prefetch bucket (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json)."""
+    if buf.prefetch_elements > 0 and s.offload_param != "nvme":
         kept = max(buf.max_live_parameters, buf.max_reuse_distance // 2)
     else:
         kept = buf.max_reuse_distance // 2
-    return min(total_params, kept)
+    return min(stage3_elements(model, s), kept)
 
 
-def stage3_training_gathers(model: ModelSpec, buf: ZeroBuffers = DEFAULT_BUFFERS) -> float:
+def stage3_training_gathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> float:
     """How many times a ZeRO-3 training micro-step gathers (offloaded: fetches) the model's parameters, in units of
     the whole model: once in forward; in backward again all but what the forward left gathered
-    (``stage3_kept_for_backward``); and a tied embedding matrix twice more where the model is too large for it to
-    stay gathered between its two uses -- the input embedding and the output head in forward, the head's backward
-    and the embedding's in backward, each a whole model's trace apart (its reuse is kept only within
-    ``max_reuse_distance``, or ahead of the prefetch walk while fewer than ``max_live_parameters`` are gathered).
-    Measured through DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py)."""
-    total = model.total_params
-    if total <= 0:
+    (``stage3_kept_for_backward``); and a tied embedding matrix twice more where the model is longer than the reuse
+    distance -- the input embedding and the output head in forward, the head's backward and the embedding's in
+    backward, each a whole model's trace apart, while the prefetch walk is only a bucket or two ahead of either
+    (once more only, in forward, where the embedding is frozen: LoRA runs no backward of it). Measured through
+    DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py)."""
+    elements = stage3_elements(model, s)
+    if elements <= 0:
         return 1.0
-    gathers = 1.0 + (total - stage3_kept_for_backward(total, buf)) / total
-    reach = buf.max_reuse_distance
-    if buf.prefetch_elements > 0:
-        reach = max(reach, buf.max_live_parameters)
-    if model.tied_embeddings and total > reach:
-        gathers += 2 * model.vocab * model.hidden / total
+    gathers = 1.0 + (elements - stage3_kept_for_backward(model, s, buf)) / elements
+    if model.tied_embeddings and elements > buf.max_reuse_distance:
+        gathers += (1 if model.finetune.uses_lora else 2) * model.vocab * model.hidden / elements
     return gathers
 
 
 def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
     """Gathered full parameters live during forward/backward: the module in use plus the prefetch bucket and, in
-    training, what stays gathered at the end of forward for backward (``stage3_kept_for_backward``). An inference
-    pass is never reused within its trace: only the module in use and the prefetch bucket are live."""
+    training, what stays gathered at the end of forward for backward (``stage3_kept_for_backward``), in the elements
+    DeepSpeed counts (``stage3_elements``). An inference pass is never reused within its trace: only the module in
+    use and the prefetch bucket are live."""
     if s.world_size == 1 and s.offload_param == "none":
         return 0  # one rank: the partition is the whole parameter
-    total = model.total_params
+    elements = stage3_elements(model, s)
+    largest = model.largest_layer_params * elements // max(1, model.total_params)
     # A module larger than max_live_parameters is still gathered whole; nothing beyond the model is ever live.
-    live = max(
-        model.largest_layer_params,
-        min(buf.max_live_parameters, model.largest_layer_params + buf.prefetch_elements),
-    )
+    live = max(largest, min(buf.max_live_parameters, largest + buf.prefetch_elements))
     if s.mode == "train":
-        live = max(live, stage3_kept_for_backward(total, buf) + buf.prefetch_elements)
-    return int(ft.stored_bytes_per_param(model, weight_bytes(s)) * min(total, live))
+        live = max(live, stage3_kept_for_backward(model, s, buf) + buf.prefetch_elements)
+    return weight_bytes(s) * min(elements, live)
 
 
 def _stage3_sub_group(partition: int) -> int:

@@ -249,7 +249,7 @@ def communication_volume(
         gather = ring * (1.0 if s.zero_quantized_weights else w) * P_stored
         if not train:
             return CommunicationVolume(gather, 0.0, 0.0)
-        again = gather * (stage3_training_gathers(model, buf) - 1.0)
+        again = gather * (stage3_training_gathers(model, s, buf) - 1.0)
         grads = ring * w * P * (0.25 if s.zero_quantized_gradients else 1.0)
         if s.zero_hpz_partition_size > 1 and s.nodes > 1:  # hpZ: backward gathers from the node's copy
             return CommunicationVolume(gather + grads, again, 0.0)
@@ -455,7 +455,7 @@ def _parameter_fetch_seconds(
     the forward left gathered (memory.stage3_training_gathers); ``compute`` is one micro-step's."""
     train, gas = s.mode == "train", s.gradient_accumulation_steps
     local_params = ft.stored_parameter_bytes(model, weight_bytes(s)) / s.world_size
-    passes = stage3_training_gathers(model, buf) if train else 1.0
+    passes = stage3_training_gathers(model, s, buf) if train else 1.0
     fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
     if s.offload_param == "nvme":
         fetch["parameter fetch (NVMe)"] = (

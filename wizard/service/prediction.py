@@ -19,7 +19,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.units import fmt_bytes
 
 if TYPE_CHECKING:  # the planner is imported when a prediction is asked for, not when `dswiz check` starts
-    from wizard.config.schema import ConfigSet
+    from wizard.config.schema import ConfigSet, ZeroOptimization
     from wizard.config.sidecar import PlanSidecar
     from wizard.model import ModelSpec
     from wizard.planner import Plan
@@ -392,6 +392,19 @@ def _planned_memory(
     return gpu_memory, margin
 
 
+def reduces_to_owners(zero: ZeroOptimization) -> bool:
+    """Whether stages 1-2 reduce each gradient slice to the rank that owns it (one pass over the ring) instead of
+    all-reducing whole buckets (two): only with use_multi_rank_bucket_allreduce off, reduce_scatter on and the
+    gradients contiguous -- non-contiguous gradients go through buffered_reduce_fallback, which all-reduces, unless
+    the optimizer is offloaded, which makes them contiguous (stage_1_and_2.py, DeepSpeed 0.19.8)."""
+    offloaded = zero.offload_optimizer is not None and zero.offload_optimizer.device in ("cpu", "nvme")
+    return (
+        zero.use_multi_rank_bucket_allreduce is False
+        and zero.reduce_scatter is not False
+        and (zero.contiguous_gradients is not False or offloaded)
+    )
+
+
 def buffers_of(config: ConfigSet) -> ZeroBuffers:
     """The buffer sizes a DeepSpeed config sets (a smaller reduce bucket frees memory: the ZeRO-Offload paper's
     13B run used 5e7); DeepSpeed's defaults where a key is absent or "auto" (the Trainer fills it)."""
@@ -406,15 +419,18 @@ def buffers_of(config: ConfigSet) -> ZeroBuffers:
         return replace(DEFAULT_BUFFERS, **changes)
     for key, name in _BUFFER_KEYS:
         v = getattr(zero, key, None)
+        least = (
+            0 if key.startswith("stage3_") else 1
+        )  # ZeRO-3's prefetch, live and reuse limits may be 0: off
         if (
             isinstance(v, (int, float))
             and not isinstance(v, bool)
             and math.isfinite(v)
-            and 0 < v <= MAX_COUNT
+            and least <= v <= MAX_COUNT
         ):
             changes[name] = int(v)
     if zero.overlap_comm is not None:
         changes["overlap_comm"] = zero.overlap_comm
-    if zero.use_multi_rank_bucket_allreduce is False and zero.reduce_scatter is not False:
-        changes["gradient_all_reduce"] = False  # each gradient slice reduced to its owner
+    if reduces_to_owners(zero):
+        changes["gradient_all_reduce"] = False
     return replace(DEFAULT_BUFFERS, **changes)
