@@ -14,6 +14,7 @@ from wizard.planner.memory import (
     estimate_memory,
     sdpa_padded_head_dim,
     sdpa_padding_bytes_per_sample,
+    stage3_training_gathers,
 )
 from wizard.planner.throughput import (
     CPU_ADAM_PART,
@@ -200,6 +201,17 @@ def _memory_reason(mem: MemoryEstimate) -> str:
     return text + f", allocator cache + CUDA context{' + NCCL' if mem.nccl else ''} {fmt_bytes(outside)}"
 
 
+def _backward_gathers(ctx: PlanContext, s: Strategy) -> str:
+    """What a ZeRO-3 training backward gathers again: DeepSpeed keeps up to stage3_max_live_parameters gathered from
+    the end of the forward (memory.stage3_kept_for_backward), and a tied embedding is gathered twice more."""
+    again = stage3_training_gathers(ctx.model, s, ctx.request.buffers) - 1.0
+    if again < 0.005:
+        return " and kept gathered for backward (the whole model stays gathered from the forward)"
+    if again > 0.995:
+        return " and again in backward"
+    return f" and {fmt_percent(again)} of them again in backward (the rest stays gathered from the forward)"
+
+
 def _stage_reason(ctx: PlanContext, s: Strategy, mem: MemoryEstimate) -> str:
     N = s.world_size
     items = dict(mem.gpu_items)
@@ -221,7 +233,7 @@ def _stage_reason(ctx: PlanContext, s: Strategy, mem: MemoryEstimate) -> str:
             1: f"stage 1: optimizer states sharded over {N} GPUs",
             2: f"stage 2: optimizer states and gradients sharded over {N} GPUs",
             3: f"stage 3: parameters, gradients and optimizer states sharded over {N} GPUs, "
-            "weights gathered every micro-step",
+            f"weights gathered in every forward{_backward_gathers(ctx, s)}",
         }[s.zero_stage]
     if s.offload_optimizer == "cpu":
         text += f"; optimizer on the CPU ({fmt_bytes(mem.cpu)} host RAM per node, CPU Adam each step)"
