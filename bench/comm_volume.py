@@ -192,9 +192,19 @@ def run_case(case: dict[str, Any], rank: int, steps: int = 4) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(1 + rank)
     vocab = config["vocab_size"]
     kept = None
+    peak = [0]  # the most elements gathered or in flight after any module's forward (the recomputed ones too)
+
+    def gathered() -> int:
+        live = (ZeroParamStatus.AVAILABLE, ZeroParamStatus.INFLIGHT)
+        return sum(p.ds_numel for p in engine.module.parameters() if p.ds_status in live)
+
+    def sample(*_: Any) -> None:
+        peak[0] = max(peak[0], gathered())
+
+    hooks = [m.register_forward_hook(sample) for m in engine.module.modules()] if case["stage"] == 3 else []
     try:
         for _step in range(steps):
-            before = _logged()
+            before, peak[0] = _logged(), 0
             for _ in range(case["gas"]):
                 ids = torch.randint(0, vocab, (MICRO_BATCH, SEQ), generator=gen).to(engine.device)
                 out = engine(input_ids=ids, labels=ids)
@@ -207,8 +217,18 @@ def run_case(case: dict[str, Any], rank: int, steps: int = 4) -> dict[str, Any]:
                 engine.backward(out.loss)
                 engine.step()
             last = _since(before, _logged())
-        return {**case, "params": params, "zero": ds["zero_optimization"], "ops": last, "kept": kept}
+        peak_gathered = peak[0] if hooks else None
+        return {
+            **case,
+            "params": params,
+            "zero": ds["zero_optimization"],
+            "ops": last,
+            "kept": kept,
+            "peak_gathered": peak_gathered,
+        }
     finally:
+        for hook in hooks:
+            hook.remove()
         engine.destroy()
 
 
@@ -254,11 +274,17 @@ def sent_per_gpu(ops: dict[str, dict[int, int]], world: int = WORLD) -> float:
     return total
 
 
-def predicted(result: dict[str, Any]) -> tuple[float, int | None, int]:
-    """(bytes each GPU sends per optimizer step, parameters kept for backward, the planner's parameter count) for a
-    rank's result, from the planner."""
+def predicted(result: dict[str, Any]) -> dict[str, Any]:
+    """The planner's figures for a rank's result: bytes each GPU sends per optimizer step, the planner's parameter
+    count and, at stage 3, the elements kept gathered for backward and the gathered working set at its peak."""
     from wizard.model import spec_from_config
-    from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers, stage3_kept_for_backward
+    from wizard.planner.memory import (
+        DEFAULT_BUFFERS,
+        ZeroBuffers,
+        estimate_memory,
+        stage3_kept_for_backward,
+        weight_bytes,
+    )
     from wizard.planner.throughput import communication_volume
     from wizard.strategy import Strategy
 
@@ -279,27 +305,37 @@ def predicted(result: dict[str, Any]) -> tuple[float, int | None, int]:
         activation_checkpointing=result["ckpt"],
         precision="bf16",
     )
-    sends = communication_volume(spec, s, buffers).per_step(result["gas"])
-    kept = stage3_kept_for_backward(spec, s, buffers) if result["stage"] == 3 else None
-    return sends, kept, spec.total_params
+    out: dict[str, Any] = {
+        "sends": communication_volume(spec, s, buffers).per_step(result["gas"]),
+        "params": spec.total_params,
+    }
+    if result["stage"] == 3:
+        items = dict(estimate_memory(spec, s, SEQ, buffers).gpu_items)
+        out["kept"] = stage3_kept_for_backward(spec, s, buffers)
+        out["peak_gathered"] = items.get("gathered parameters", 0) // weight_bytes(s)
+    return out
 
 
 def compare(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
-        sends, kept, planner_params = predicted(r)
+        planner = predicted(r)
         measured = sent_per_gpu(r["ops"])
         row = {
             "case": label(r),
             "params": r["params"],
-            "planner_params": planner_params,
+            "planner_params": planner["params"],
             "sent_bytes": measured,
-            "predicted_bytes": sends,
-            "error": sends / measured - 1 if measured else None,
+            "predicted_bytes": planner["sends"],
+            "error": planner["sends"] / measured - 1 if measured else None,
             "ops": r["ops"],
         }
-        if r.get("kept") is not None and kept is not None:
-            row.update(kept=r["kept"], predicted_kept=kept, kept_error=(kept - r["kept"]) / r["params"])
+        if r.get("kept") is not None and "kept" in planner:
+            row.update(kept=r["kept"], predicted_kept=planner["kept"])
+            row["kept_error"] = (planner["kept"] - r["kept"]) / r["params"]
+        if r.get("peak_gathered") is not None and "peak_gathered" in planner:
+            row.update(peak_gathered=r["peak_gathered"], predicted_peak_gathered=planner["peak_gathered"])
+            row["peak_gathered_error"] = (planner["peak_gathered"] - r["peak_gathered"]) / r["params"]
         rows.append(row)
     return rows
 
@@ -351,7 +387,19 @@ def markdown(doc: dict[str, Any]) -> str:
         "`python3 bench/comm_volume.py" + (" --quick" if doc["quick"] else "") + "`",
     )
     lines += md_table(
-        ["case", "parameters", "sent (KiB)", "planner (KiB)", "error", "kept", "planner kept", "kept error"],
+        [
+            "case",
+            "parameters",
+            "sent (KiB)",
+            "planner (KiB)",
+            "error",
+            "kept",
+            "planner kept",
+            "kept error",
+            "peak gathered",
+            "planner",
+            "peak error",
+        ],
         [
             (
                 r["case"],
@@ -362,6 +410,9 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"{r['kept']:,}" if "kept" in r else "-",
                 f"{r['predicted_kept']:,}" if "kept" in r else "-",
                 pct(r.get("kept_error")),
+                f"{r['peak_gathered']:,}" if "peak_gathered" in r else "-",
+                f"{r['predicted_peak_gathered']:,}" if "peak_gathered" in r else "-",
+                pct(r.get("peak_gathered_error")),
             )
             for r in doc["rows"]
         ],
