@@ -550,4 +550,4 @@ def test_zero_3_reasons_say_what_the_backward_gathers_again() -> None:
         said[model] = reason
     assert "85 % of them again in backward" in said["llama-7b"]
     assert "9 % of them again in backward" in said[LLAMA_1B]
-    assert "kept gathered for backward" in said["gpt2-medium"]
+    assert "all of them kept gathered for backward" in said["gpt2-medium"]

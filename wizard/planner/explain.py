@@ -206,10 +206,10 @@ def _backward_gathers(ctx: PlanContext, s: Strategy) -> str:
     the end of the forward (memory.stage3_kept_for_backward), and a tied embedding is gathered twice more."""
     again = stage3_training_gathers(ctx.model, s, ctx.request.buffers) - 1.0
     if again < 0.005:
-        return " and kept gathered for backward (the whole model stays gathered from the forward)"
+        return ", all of them kept gathered for backward"
     if again > 0.995:
         return " and again in backward"
-    return f" and {fmt_percent(again)} of them again in backward (the rest stays gathered from the forward)"
+    return f", {fmt_percent(again)} of them again in backward"
 
 
 def _stage_reason(ctx: PlanContext, s: Strategy, mem: MemoryEstimate) -> str:
