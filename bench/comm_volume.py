@@ -27,7 +27,6 @@ import datetime as dt
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import md_heading, md_table, repo_env, write_result  # noqa: E402
+
+from runner.preflight import free_port  # noqa: E402
 
 TOLERANCE = 0.02
 WORLD = 2
@@ -351,12 +352,6 @@ def label(c: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def launch(cases: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
     """Run ``cases`` in one `deepspeed` launch of two ranks; their results (rank 0's)."""
     with tempfile.TemporaryDirectory(prefix="dswiz-comm-") as tmp:
@@ -364,7 +359,7 @@ def launch(cases: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
         cases_file.write_text(json.dumps(cases))
         launcher = Path(sys.executable).parent / "deepspeed"
         cmd = [str(launcher) if launcher.exists() else "deepspeed", "--num_gpus", str(WORLD)]
-        cmd += ["--master_port", str(_free_port()), __file__, "--worker", str(cases_file), "--raw", str(out)]
+        cmd += ["--master_port", str(free_port()), __file__, "--worker", str(cases_file), "--raw", str(out)]
         proc = subprocess.run(cmd, cwd=ROOT, env=repo_env(), capture_output=True, text=True, timeout=timeout)
         results = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
         if proc.returncode != 0 or len(results) != len(cases):

@@ -74,10 +74,16 @@ def local_rank_of(cmdline: Sequence[str], environ: Mapping[str, str] | None = No
     no launcher, the first of LOCAL_RANK_VARIABLES its launcher set to a number (past LOCAL_RANK, only in a Python
     process). The processes a rank starts (data loader workers) inherit both and count with it. ``environ``: None
     when not read (or not readable)."""
+    return _local_rank(cmdline, None if environ is None else lambda: environ)
+
+
+def _local_rank(cmdline: Sequence[str], read_environ: Callable[[], Mapping[str, str]] | None) -> int | None:
+    """``local_rank_of``, the environment read (``read_environ``; None: not readable) only where the command line
+    names no rank and the process may be one (not a launcher)."""
     rank = _argument_local_rank(cmdline)
-    if rank is not None or environ is None or not cmdline or is_launcher(cmdline):
+    if rank is not None or read_environ is None or not cmdline or is_launcher(cmdline):
         return rank
-    return _environment_local_rank(cmdline, environ)
+    return _environment_local_rank(cmdline, read_environ())
 
 
 def _argument_local_rank(cmdline: Sequence[str]) -> int | None:
@@ -107,11 +113,7 @@ def process_local_rank(proc: psutil.Process) -> int | None:
     """``local_rank_of`` a live process (None when it cannot be read: gone, another user's). Its environment is
     read only for a process that may be a rank (not for a launcher); its command line is read and parsed once."""
     try:
-        cmdline = proc.cmdline()
-        rank = _argument_local_rank(cmdline)
-        if rank is not None or not cmdline or is_launcher(cmdline):
-            return rank
-        return _environment_local_rank(cmdline, proc.environ())
+        return _local_rank(proc.cmdline(), proc.environ)
     except (psutil.Error, OSError):
         return None
 

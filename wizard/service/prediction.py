@@ -419,9 +419,8 @@ def buffers_of(config: ConfigSet) -> ZeroBuffers:
         return replace(DEFAULT_BUFFERS, **changes)
     for key, name in _BUFFER_KEYS:
         v = getattr(zero, key, None)
-        least = (
-            0 if key.startswith("stage3_") else 1
-        )  # ZeRO-3's prefetch, live and reuse limits may be 0: off
+        # ZeRO-3's prefetch, live and reuse limits may be 0 (off); the bucket sizes may not
+        least = 0 if key.startswith("stage3_") else 1
         if (
             isinstance(v, (int, float))
             and not isinstance(v, bool)
