@@ -2,7 +2,8 @@
 tables.
 
 The scripts run as files (``python bench/x.py``), so this module is imported as ``_common`` from the script's
-own folder (Python puts it first on ``sys.path``); it needs nothing outside the standard library.
+own folder (Python puts it first on ``sys.path``); importing it needs nothing outside the standard library (torch and
+bitsandbytes are imported by the helpers that use them).
 """
 
 from __future__ import annotations
@@ -128,3 +129,27 @@ def saved_tensor_bytes(params: Iterable[Any], forward: Callable[[], Any]) -> int
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         forward()
     return sum(seen.values())
+
+
+def quantize_linears_(model: Any, dtype: Any, double_quant: bool, storage: Any) -> None:
+    """Every nn.Linear but lm_head -> bitsandbytes Linear4bit (NF4), as transformers' bitsandbytes loader builds it:
+    each weight quantized where it lies (GPU, or CPU with bitsandbytes' CPU backend), its 16-bit copy dropped.
+    ``storage``: the packed weights' dtype (uint8, or the compute dtype for ZeRO-3, as HF's QLoRA + ZeRO-3 recipe)."""
+    import bitsandbytes as bnb
+    import torch
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, torch.nn.Linear) or name == "lm_head":
+                continue
+            with torch.device("meta"):
+                q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                      compute_dtype=dtype, compress_statistics=double_quant, quant_type="nf4",
+                                      quant_storage=storage)  # fmt: skip
+            weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=double_quant,
+                                       quant_type="nf4", quant_storage=storage)  # fmt: skip
+            q.weight = weight.to(child.weight.device)
+            if child.bias is not None:
+                q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+            setattr(parent, name, q)
+            del child, weight

@@ -1,7 +1,7 @@
 """What DeepSpeed sends per optimizer step, stage by stage, beside what the planner counts (no GPU needed).
 
     python3 bench/comm_volume.py             # every case, writes bench/results/comm_volume-<date>.{json,md}
-    python3 bench/comm_volume.py --quick     # four cases (the test suite's)
+    python3 bench/comm_volume.py --quick     # six cases (the test suite's)
     python3 bench/comm_volume.py --out DIR --label NAME
 
 Trains small models under the real `deepspeed` launcher with two ranks (CPU, gloo), DeepSpeed's comms logger on, and
@@ -17,7 +17,8 @@ coordinator meets the same proportions as at full size: which modules fit in the
 the model stays gathered. Parameter persistence is off (DeepSpeed's default keeps tensors under 1e5 elements
 gathered; in a shrunk model that would be every tensor; in a real one, the norms and biases only).
 
-Exit status 1 where a case's predicted volume or kept count is off by more than 2 %.
+Exit status 1 where a case's predicted volume is off by more than 2 %, or its kept count by more than 3 % of the
+model (it moves in whole modules, each about 1 % of these shrunk ones).
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import md_heading, md_table, repo_env, write_result  # noqa: E402
+from _common import md_heading, md_table, quantize_linears_, repo_env, write_result  # noqa: E402
 
 from runner.preflight import free_port  # noqa: E402
 
 TOLERANCE = 0.02
+# What stays gathered moves in whole modules: at these sizes one MLP projection is 1 % of the model.
+KEPT_TOLERANCE = 0.03
 WORLD = 2
 MICRO_BATCH, SEQ = 2, 32
 DEFAULT_PREFETCH, DEFAULT_LIVE, DEFAULT_REUSE = 50_000_000, 1_000_000_000, 1_000_000_000
+LORA_RANK = 2
 
 
 def _llama(hidden: int, ffn: int, layers: int, heads: int, kv: int, vocab: int) -> dict[str, Any]:
@@ -84,8 +88,10 @@ def _case(
     ckpt: bool = False,
     prefetch: float = DEFAULT_PREFETCH,
     all_reduce: bool = True,
+    finetune: str = "full",
 ) -> dict[str, Any]:
-    """``prefetch``: stage3_prefetch_bucket_size at the real model's size (0: off)."""
+    """``prefetch``: stage3_prefetch_bucket_size at the real model's size (0: off). ``finetune``: full, lora (LoRA
+    on PEFT's default targets, the rest frozen) or qlora (and the frozen linear layers NF4, stored as bf16 elements)."""
     return {
         "shape": shape,
         "stage": stage,
@@ -93,6 +99,7 @@ def _case(
         "ckpt": ckpt,
         "prefetch": prefetch,
         "all_reduce": all_reduce,
+        "finetune": finetune,
     }
 
 
@@ -114,18 +121,30 @@ CASES = [
     _case("llama-1b/4100", 3, ckpt=True),
     _case("gpt2-xl/2500", 3),
     _case("gpt2-xl/2500", 3, gas=2, ckpt=True),
+    _case("llama-7b/16000", 2, finetune="lora"),
+    _case("llama-7b/16000", 3, finetune="lora"),
+    _case("llama-7b/16000", 3, ckpt=True, finetune="lora"),
+    _case("llama-7b/16000", 2, finetune="qlora"),
+    _case("llama-7b/16000", 3, finetune="qlora"),
+    _case("llama-7b/16000", 3, gas=2, ckpt=True, finetune="qlora"),
+    _case("llama-1b/4100", 3, finetune="qlora"),
+    _case("gpt2-xl/2500", 3, finetune="lora"),
+    _case("gpt2-xl/2500", 3, ckpt=True, finetune="lora"),
+    _case("llama-1b/4100", 3, ckpt=True, finetune="lora"),
 ]
 QUICK = [
     _case("llama-7b/16000", 2, gas=2),
     _case("llama-7b/16000", 2, all_reduce=False),
     _case("llama-7b/16000", 3, gas=2, ckpt=True),
     _case("llama-1b/4100", 3),
+    _case("llama-7b/16000", 3, ckpt=True, finetune="qlora"),
+    _case("llama-1b/4100", 3, finetune="qlora"),
 ]
 
 
 def zero_settings(case: dict[str, Any], params: int) -> dict[str, Any]:
     """The case's zero_optimization section: its stage, and at stage 3 DeepSpeed's buffer defaults shrunk in the
-    proportion of the shape to the model it stands for."""
+    proportion of the shape (``params``, its 16-bit model's count) to the model it stands for."""
     zero: dict[str, Any] = {"stage": case["stage"]}
     if not case["all_reduce"]:
         zero["use_multi_rank_bucket_allreduce"] = False
@@ -147,6 +166,20 @@ def hf_model(config: dict[str, Any]) -> Any:
     return AutoModelForCausalLM.from_config(
         AutoConfig.for_model(given.pop("model_type"), use_cache=False, **given)
     )
+
+
+def finetune_model(model: Any, finetune: str) -> Any:
+    """The model as PEFT trains it: LoRA adapters on PEFT's default targets, everything else frozen; for QLoRA the frozen
+    linear layers NF4 first (bitsandbytes on the CPU), packed into bf16 elements as ZeRO-3 partitions them."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    model = model.to(torch.bfloat16)
+    if finetune == "qlora":
+        quantize_linears_(model, torch.bfloat16, True, torch.bfloat16)
+    model.requires_grad_(False)
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK)  # PEFT's default targets (LLaMA: q_proj, v_proj)
+    return get_peft_model(model, lora, autocast_adapter_dtype=False)
 
 
 # ---- the ranks (run by the deepspeed launcher)
@@ -178,18 +211,24 @@ def run_case(case: dict[str, Any], rank: int, steps: int = 4) -> dict[str, Any]:
     torch.manual_seed(0)
     config, _ = SHAPES[case["shape"]]
     model = hf_model(config)
+    full_params = sum(p.numel() for p in model.parameters())
+    if case["finetune"] != "full":
+        model = finetune_model(model, case["finetune"])
     if case["ckpt"]:
         model.gradient_checkpointing_enable()
-    params = sum(p.numel() for p in model.parameters())
+    params = sum(
+        p.numel() for p in model.parameters()
+    )  # as DeepSpeed partitions them (4-bit packed for QLoRA)
     ds = {
         "train_micro_batch_size_per_gpu": MICRO_BATCH,
         "gradient_accumulation_steps": case["gas"],
-        "zero_optimization": zero_settings(case, params),
+        "zero_optimization": zero_settings(case, full_params),
         "bf16": {"enabled": True},
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}},
         "comms_logger": {"enabled": True, "prof_all": True, "verbose": False},
     }
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds)
     gen = torch.Generator().manual_seed(1 + rank)
     vocab = config["vocab_size"]
     kept = None
@@ -279,18 +318,24 @@ def predicted(result: dict[str, Any]) -> dict[str, Any]:
     """The planner's figures for a rank's result: bytes each GPU sends per optimizer step, the planner's parameter
     count and, at stage 3, the elements kept gathered for backward and the gathered working set at its peak."""
     from wizard.model import spec_from_config
+    from wizard.planner import with_finetune
     from wizard.planner.memory import (
         DEFAULT_BUFFERS,
         ZeroBuffers,
         estimate_memory,
+        stage3_elements,
         stage3_kept_for_backward,
         weight_bytes,
     )
     from wizard.planner.throughput import communication_volume
     from wizard.strategy import Strategy
+    from wizard.tuning import make_finetune
 
     config, _ = SHAPES[result["shape"]]
     spec = spec_from_config(config, name=result["shape"], source="bench/comm_volume.py")
+    if result["finetune"] != "full":
+        ft = make_finetune(result["finetune"], rank=LORA_RANK, alpha=2 * LORA_RANK)
+        spec = with_finetune(spec, ft)
     zero = result["zero"]
     buffers = ZeroBuffers(
         prefetch_elements=zero.get("stage3_prefetch_bucket_size", DEFAULT_BUFFERS.prefetch_elements),
@@ -308,7 +353,7 @@ def predicted(result: dict[str, Any]) -> dict[str, Any]:
     )
     out: dict[str, Any] = {
         "sends": communication_volume(spec, s, buffers).per_step(result["gas"]),
-        "params": spec.total_params,
+        "params": stage3_elements(spec, s),
     }
     if result["stage"] == 3:
         items = dict(estimate_memory(spec, s, SEQ, buffers).gpu_items)
@@ -349,6 +394,8 @@ def label(c: dict[str, Any]) -> str:
         parts.append(f"prefetch {c['prefetch']:.3g}")
     if not c["all_reduce"]:
         parts.append("reduce to owners")
+    if c["finetune"] != "full":
+        parts.append("QLoRA" if c["finetune"] == "qlora" else "LoRA")
     return " ".join(parts)
 
 
@@ -412,13 +459,15 @@ def markdown(doc: dict[str, Any]) -> str:
             for r in doc["rows"]
         ],
     )
-    lines += ["", f"Within {TOLERANCE:.0%}: {'yes' if doc['within_tolerance'] else 'NO'}", ""]
+    verdict = "yes" if doc["within_tolerance"] else "NO"
+    lines += ["", f"Volume within {TOLERANCE:.0%}, kept within {KEPT_TOLERANCE:.0%}: {verdict}", ""]
     return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="four cases (the test suite's)")
+    ap.add_argument("--quick", action="store_true", help="six cases (the test suite's)")
+    ap.add_argument("--match", default="", help="only the cases whose label contains this, e.g. QLoRA")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--label", default="")
     ap.add_argument("--timeout-s", type=float, default=900)
@@ -433,10 +482,14 @@ def main() -> int:
     import torch
     import transformers
 
-    cases = QUICK if args.quick else CASES
+    cases = [c for c in (QUICK if args.quick else CASES) if args.match in label(c)]
+    if not cases:
+        ap.error(
+            f"no case's label contains {args.match!r}; the labels: " + ", ".join(label(c) for c in CASES)
+        )
     rows = compare(launch(cases, args.timeout_s))
     within = all(
-        abs(r["error"]) <= TOLERANCE and abs(r.get("kept_error", 0.0)) <= TOLERANCE
+        abs(r["error"]) <= TOLERANCE and abs(r.get("kept_error", 0.0)) <= KEPT_TOLERANCE
         for r in rows
         if r["error"] is not None
     )
@@ -449,6 +502,7 @@ def main() -> int:
         "quick": args.quick,
         "smoke": False,
         "tolerance": TOLERANCE,
+        "kept_tolerance": KEPT_TOLERANCE,
         "within_tolerance": within,
         "rows": rows,
     }

@@ -4,7 +4,7 @@ tokens/s (<= 10 %), and whether the planner's recommendation runs without OOM.
 
     # On the GPU machine (torch + CUDA + transformers + peft; bitsandbytes for QLoRA; DeepSpeed optional), <= 8 min:
     python3 bench/finetune_accuracy.py --out $OUT
-    # Here, on CPU, in seconds: a tiny LLaMA, LoRA, no DeepSpeed (proves the script and its report):
+    # Here, on CPU, in seconds: a tiny LLaMA, LoRA and QLoRA, no DeepSpeed (proves the script and its report):
     python3 bench/finetune_accuracy.py --smoke --out /tmp/fa
 
 Grid, in priority order (stops starting configs once --budget-s is spent; every finished row is saved at once):
@@ -17,7 +17,8 @@ one's peak: docs/measurements.md). In each: build the bf16 model on the GPU from
 linear layer but lm_head for a bitsandbytes NF4 Linear4bit (double quantization, as transformers' bitsandbytes
 loader does), free the bf16 weights; then cap the allocator (set_per_process_memory_fraction), wrap with
 peft.get_peft_model, 1 warm-up step, the median of 3 timed steps. Results: <out>/finetune_accuracy-<date>-<tag>.json
-(+ .md), printed as they come. Without bitsandbytes the QLoRA rows are recorded as skipped.
+(+ .md), printed as they come. Without bitsandbytes the QLoRA rows are recorded as skipped (its CPU backend runs
+the smoke's). ``--grid llama-7b:lora:16,...`` runs only those configs, ``--label`` names the result files.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table, repo_env  # noqa: E402
+from _common import load_bench_script, md_heading, md_table, quantize_linears_, repo_env  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import ModelSpec, spec_from_config  # noqa: E402
@@ -136,61 +137,64 @@ def recommend(
     }
 
 
-def build_grid(smoke: bool) -> list[Config]:
-    return [Config(m, f, cap) for m, f, cap in (SMOKE_GRID if smoke else GRID)]
+def build_grid(smoke: bool, only: str = "") -> list[Config]:
+    """The grid, or ``only``'s configs: ``model:mode:cap`` joined by commas (e.g. llama-7b:lora:16)."""
+    if not only:
+        return [Config(m, f, cap) for m, f, cap in (SMOKE_GRID if smoke else GRID)]
+    out = []
+    for item in only.split(","):
+        parts = item.strip().split(":")
+        if (
+            len(parts) != 3
+            or parts[0] not in MODELS
+            or parts[1] not in ("lora", "qlora")
+            or not parts[2].isdigit()
+        ):
+            raise SystemExit(
+                f"--grid: {item!r} is not model:lora|qlora:GiB with a model of {', '.join(MODELS)}"
+            )
+        out.append(Config(parts[0], parts[1], int(parts[2])))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------- worker
 
 
-def quantize_linears_(model: Any, dtype: Any, double_quant: bool, storage: Any) -> None:
-    """Every nn.Linear but lm_head -> bitsandbytes Linear4bit (NF4), as transformers' bitsandbytes loader builds it;
-    the bf16 weight is quantized on the GPU and dropped."""
-    import bitsandbytes as bnb
-    import torch
-
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if not isinstance(child, torch.nn.Linear) or name == "lm_head":
-                continue
-            with torch.device("meta"):
-                q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                      compute_dtype=dtype, compress_statistics=double_quant, quant_type="nf4",
-                                      quant_storage=storage)  # fmt: skip
-            weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=double_quant,
-                                       quant_type="nf4", quant_storage=storage)  # fmt: skip
-            q.weight = weight.to(child.weight.device)
-            if child.bias is not None:
-                q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
-            setattr(parent, name, q)
-            del child, weight
-
-
-def _engine(model: Any, s: Strategy, params: list[Any], cuda: bool) -> tuple[Any, str]:
-    """DeepSpeed at the recommended stage when installed (one rank), else the model with torch AdamW (and on CPU:
-    the smoke run checks the script, not DeepSpeed)."""
-    import torch
-
+def _deepspeed(cuda: bool) -> Any:
+    """DeepSpeed, started for one rank, when installed and on a GPU; None: the model with torch AdamW (on CPU the
+    smoke run checks the script, not DeepSpeed)."""
+    if not cuda:
+        return None
     try:
-        if not cuda:
-            raise ImportError("CPU smoke run")
         import deepspeed
     except ImportError:
-        opt = torch.optim.AdamW(params, lr=1e-5)
-        return (model, opt), "torch"
+        return None
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
-    cfg: dict[str, Any] = {
+    deepspeed.init_distributed(dist_backend="nccl")
+    return deepspeed
+
+
+def ds_config(s: Strategy) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": s.zero_stage}
+    if s.offload_param != "none":  # the planner offers no optimizer offload for adapters
+        zero["offload_param"] = {"device": s.offload_param, "pin_memory": True}
+    return {
         "train_micro_batch_size_per_gpu": s.micro_batch_size,
         "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": s.zero_stage},
+        "zero_optimization": zero,
         "steps_per_print": 1_000_000,
+        "bf16": {"enabled": True},
     }
-    if cuda:
-        cfg["bf16"] = {"enabled": True}
+
+
+def _engine(ds: Any, model: Any, s: Strategy, params: list[Any]) -> tuple[Any, str]:
+    import torch
+
     opt = torch.optim.AdamW(params, lr=1e-5)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, optimizer=opt, config=cfg)
+    if ds is None:
+        return (model, opt), "torch"
+    engine, _, _, _ = ds.initialize(model=model, model_parameters=params, optimizer=opt, config=ds_config(s))
     return engine, "deepspeed"
 
 
@@ -216,7 +220,13 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
     cfg = dict(MODELS[c.model])
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     dtype = torch.bfloat16 if cuda else torch.float32
-    with device:
+    ds, pa = _deepspeed(cuda), _plan_accuracy()
+    # LoRA at ZeRO-3 is built partitioned, as from_pretrained builds it under DeepSpeed's config (zero.Init): with
+    # the parameters offloaded the whole model never fits the card.
+    partitioned = ds is not None and s.zero_stage == 3 and c.finetune == "lora"
+    if partitioned:
+        pa.cap_device_memory(device, c.cap_gib)
+    with ds.zero.Init(config_dict_or_path=ds_config(s)) if partitioned else device:
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     if c.finetune == "qlora":
         quantize_linears_(model, dtype, True, dtype if s.zero_stage == 3 else torch.uint8)
@@ -224,8 +234,7 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
         p.requires_grad_(False)
     if s.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    pa = _plan_accuracy()
-    if cuda:
+    if cuda and not partitioned:
         pa.cap_device_memory(device, c.cap_gib)
     lora = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=TARGETS.split(","), task_type="CAUSAL_LM")
     model = get_peft_model(
@@ -233,7 +242,7 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
     )  # adapters in bf16, as DeepSpeed casts them
     row.trainable_params = int(model.get_nb_trainable_parameters()[0])
     params = [p for p in model.parameters() if p.requires_grad]
-    engine, row.engine = _engine(model, s, params, cuda)
+    engine, row.engine = _engine(ds, model, s, params)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (s.micro_batch_size, seq), generator=gen).to(device)
     for i in range(WARMUP + TIMED):
@@ -332,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--budget-s", type=float, default=420.0, help="stop starting configs after this many seconds"
     )
+    ap.add_argument("--grid", default="", help="only these configs: model:lora|qlora:GiB, comma-separated")
+    ap.add_argument("--label", default="", help="added to the result files' name")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -342,14 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     tag = "smoke" if args.smoke else "1gpu"
     doc: dict[str, Any] = {"date": dt.date.today().isoformat(), "tag": tag, "seq_len": seq, "rows": [],
                            "versions": {**pa._versions(), "peft": _version("peft"), "bitsandbytes": _version("bitsandbytes")}}  # fmt: skip
-    path = args.out / f"finetune_accuracy-{doc['date']}-{tag}.json"
-    bnb = has_module("bitsandbytes") and not args.smoke  # bitsandbytes' 4-bit kernels need CUDA
+    path = args.out / f"finetune_accuracy-{doc['date']}-{tag}{'-' + args.label if args.label else ''}.json"
+    bnb = has_module("bitsandbytes")  # its CPU backend runs the smoke's QLoRA too
     t0 = time.monotonic()
-    for c in build_grid(args.smoke):
+    for c in build_grid(args.smoke, args.grid):
         s, predicted = recommend(hw, c, seq, max_micro_batch=4 if args.smoke else 1024)
         row = Row(config=asdict(c), strategy=s.to_dict() if s else None, predicted=predicted)
         if c.finetune == "qlora" and not bnb:
-            row.status, row.error = "skipped", "bitsandbytes not installed (or no CUDA): QLoRA not measured"
+            row.status, row.error = "skipped", "bitsandbytes not installed: QLoRA not measured"
         elif s is None:
             row.status = "does-not-fit"
         elif time.monotonic() - t0 > args.budget_s:

@@ -2,7 +2,8 @@
 --quick trains shrunk LLaMA-7B / TinyLlama shapes under the real `deepspeed` launcher (two CPU ranks, gloo) with
 DeepSpeed's comms logger on, and compares each logged collective of a step with ``communication_volume`` -- stage 2
 all-reducing its buckets and reducing to the owners, stage 3 with checkpointing and accumulation, where what its
-forward leaves gathered (``stage3_kept_for_backward``) is not gathered again in backward."""
+forward leaves gathered (``stage3_kept_for_backward``) is not gathered again in backward, and QLoRA at stage 3
+(bitsandbytes' CPU backend), with and without checkpointing."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def test_the_planner_counts_what_deepspeed_sends(tmp_path: Path) -> None:
         "llama-7b/16000 z2 ga1 reduce to owners",
         "llama-7b/16000 z3 ga2 ckpt",
         "llama-1b/4100 z3 ga1",
+        "llama-7b/16000 z3 ga1 ckpt QLoRA",
+        "llama-1b/4100 z3 ga1 QLoRA",
     }
     for name, r in rows.items():
         assert r["planner_params"] == r["params"], name  # the planner reads the shape the ranks trained
@@ -52,4 +55,19 @@ def test_the_planner_counts_what_deepspeed_sends(tmp_path: Path) -> None:
         assert 0 < r["kept"] < r["params"] and abs(r["kept_error"]) <= 0.02, (name, r)
     assert rows["llama-1b/4100 z3 ga1"]["kept"] > 0.8 * rows["llama-1b/4100 z3 ga1"]["params"]
     assert rows["llama-7b/16000 z3 ga2 ckpt"]["kept"] < 0.2 * rows["llama-7b/16000 z3 ga2 ckpt"]["params"]
+    # QLoRA: ZeRO-3 partitions the 4-bit weights as the bf16 elements they are packed into (the planner's count
+    # equals the ranks' own above). Without checkpointing the frozen embeddings and first projections run no
+    # backward: never kept, though the whole model would fit the kept budget
+    qlora = rows["llama-1b/4100 z3 ga1 QLoRA"]
+    assert qlora["kept"] < 0.9 * qlora["params"] and abs(qlora["kept_error"]) <= 0.005, qlora
+    # with checkpointing each block's recompute gathers its frozen weights, and DeepSpeed releases most of them
+    # before the block's backward uses them: the backward gathers well beyond what the forward did not keep
+    ckpt = rows["llama-7b/16000 z3 ga1 ckpt QLoRA"]
+    gathered = sum(
+        int(size) * n for size, n in ckpt["ops"]["all_gather_into_tensor"].items()
+    )  # two ranks: shards
+    backward_passes = (
+        gathered / (ckpt["params"] * 2 / 2) - 1
+    )  # one pass: every bf16 element, half from the peer
+    assert backward_passes > 1.3 * (1 - ckpt["kept"] / ckpt["params"]), ckpt
     assert (tmp_path / result_file.name.replace(".json", ".md")).exists()

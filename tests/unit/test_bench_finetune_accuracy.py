@@ -64,5 +64,7 @@ def test_smoke_run_on_cpu(tmp_path: Path) -> None:
     lora = rows["lora"]
     assert lora["status"] == "ok" and lora["tokens_per_sec"] > 0, lora
     assert lora["trainable_params"] == lora["predicted"]["trainable_params"]  # PEFT's count = the planner's
-    assert rows["qlora"]["status"] == "skipped" and "bitsandbytes" in rows["qlora"]["error"]
+    qlora = rows["qlora"]  # bitsandbytes' CPU backend: the 4-bit layers and their LoRA train here too
+    assert qlora["status"] == "ok" and qlora["tokens_per_sec"] > 0, qlora
+    assert qlora["trainable_params"] == qlora["predicted"]["trainable_params"]
     assert path.with_suffix(".md").read_text().startswith("# Fine-tune accuracy")

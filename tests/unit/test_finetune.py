@@ -104,6 +104,84 @@ def test_nf4_storage_matches_the_qlora_paper() -> None:
     assert ft.nf4_bytes(n, double_quant=True) * 8 / n == pytest.approx(4.127, abs=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("shape", "double_quant"), [((64, 64), True), ((96, 200), True), ((128, 176), False)]
+)
+def test_nf4_storage_is_what_bitsandbytes_stores(shape: tuple[int, int], double_quant: bool) -> None:
+    """The packed weights and the quantization constants a real bitsandbytes Params4bit holds (its CPU backend):
+    absmax per block of 64 (8-bit with double quantization, plus the fp32 absmax per 256 of those and one offset).
+    The 16-entry NF4 code table each tensor also carries (64 bytes) is left out of the planner's count."""
+    torch = pytest.importorskip("torch")
+    bnb = pytest.importorskip("bitsandbytes")
+    w = bnb.nn.Params4bit(torch.randn(*shape, dtype=torch.bfloat16), requires_grad=False, quant_type="nf4",
+                          compress_statistics=double_quant).to("cpu")  # fmt: skip
+    qs = w.quant_state
+    constants = [qs.absmax, *((qs.state2.absmax, qs.offset) if double_quant else ())]
+    stored = w.numel() * w.element_size() + sum(t.numel() * t.element_size() for t in constants)
+    assert ft.nf4_bytes(shape[0] * shape[1], double_quant) == stored
+
+
+def _frozen_elements_no_backward_uses(cfg: dict[str, Any], mode: str, checkpointing: bool) -> int:
+    """Elements of the parameters of every module whose output requires no gradient in a LoRA model's training
+    forward (PEFT's default targets): autograd never runs their backward, and ZeRO-3 hangs its backward gathers on
+    exactly those outputs. 4-bit linear weights count as the bf16 elements they are packed into."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kw = {k: v for k, v in cfg.items() if k != "model_type"}
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg["model_type"], **kw)).to(torch.bfloat16)
+    if mode == "qlora":
+        pytest.importorskip("bitsandbytes")
+        sys.path.insert(0, str(ROOT / "bench"))
+        from _common import quantize_linears_
+
+        quantize_linears_(model, torch.bfloat16, True, torch.bfloat16)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=4), autocast_adapter_dtype=False)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    free: dict[int, int] = {}
+    used: set[int] = set()  # a tied embedding's lookup runs no backward, but the head's does
+
+    def record(module: Any, _inputs: Any, out: Any) -> None:
+        t = out[0] if isinstance(out, tuple) else getattr(out, "logits", out)
+        if isinstance(t, torch.Tensor):
+            for p in module.parameters(recurse=False):
+                if t.requires_grad:
+                    used.add(id(p))
+                else:
+                    free[id(p)] = p.numel()
+
+    hooks = [m.register_forward_hook(record) for m in model.modules()]
+    ids = torch.randint(0, cfg["vocab_size"], (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    for h in hooks:
+        h.remove()
+    return sum(n for key, n in free.items() if key not in used)
+
+
+@pytest.mark.parametrize(
+    ("arch", "mode", "checkpointing"),
+    [("llama", "lora", False), ("llama", "qlora", False), ("llama", "lora", True), ("gpt2", "lora", False),
+     ("qwen2", "lora", False), ("mistral", "qlora", True)],
+)  # fmt: skip
+def test_what_no_lora_backward_uses_is_what_pytorch_leaves_out(
+    arch: str, mode: str, checkpointing: bool
+) -> None:
+    """Without checkpointing the frozen embeddings (not a tied one) and the first block's projections up to the
+    first adapter run no backward; with it, transformers makes the embeddings' output require a gradient and every
+    module runs one. The planner leaves the first block's norm and projection biases out: at most six hidden widths."""
+    cfg = TINY[arch]
+    spec = ft.with_finetune(spec_from_config(cfg, name=arch, source="test"), make_finetune(mode, rank=4))
+    measured = _frozen_elements_no_backward_uses(cfg, mode, checkpointing)
+    planned = ft.backward_free_bytes(spec, 2, checkpointing) // 2
+    if checkpointing:
+        assert measured == planned == 0
+    else:
+        assert planned > 0 and 0 <= measured - planned <= 6 * spec.hidden, (measured, planned)
+
+
 def test_frozen_base_carries_no_gradients_or_optimizer_states() -> None:
     base = load_model_spec("llama-7b")
     s = Strategy(zero_stage=2, micro_batch_size=1)

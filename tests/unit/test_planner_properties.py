@@ -422,19 +422,24 @@ def test_with_deepspeeds_all_reduce_buckets_stage_2_sends_more_than_stage_3_at_o
     more=st.integers(0, 20_000_000_000),
     reuse=st.integers(0, 20_000_000_000),
     prefetch=st.sampled_from([0, cal.STAGE3_PREFETCH_ELEMENTS]),
+    tuning=st.sampled_from(["full", "lora", "qlora"]),
+    checkpointing=st.booleans(),
 )
 def test_stage_3_sends_less_the_more_it_keeps_gathered(
-    model: str, live: int, more: int, reuse: int, prefetch: int
+    model: str, live: int, more: int, reuse: int, prefetch: int, tuning: str, checkpointing: bool
 ) -> None:
-    """A larger max_live_parameters (or reuse distance) never makes stage 3 send more; per micro-step it sends
-    between two passes of the weights and the gradients (the backward gathers nothing again) and three (and a tied
-    embedding's two more gathers)."""
-    m = MODELS[model]
-    s = Strategy(zero_stage=3, gpus_per_node=8)
+    """A larger max_live_parameters (or reuse distance) never makes stage 3 send more, also where LoRA's
+    checkpointed backward gathers frozen weights twice; fully trained, per micro-step it sends between two passes
+    of the weights and the gradients (the backward gathers nothing again) and three (and a tied embedding's two
+    more gathers)."""
+    m = ft.with_finetune(MODELS[model], make_finetune(tuning))
+    s = Strategy(zero_stage=3, gpus_per_node=8, activation_checkpointing=checkpointing)
     few = ZeroBuffers(max_live_parameters=live, max_reuse_distance=reuse, prefetch_elements=prefetch)
     many = replace(few, max_live_parameters=live + more, max_reuse_distance=reuse + more)
     v_few, v_many = communication_volume(m, s, few), communication_volume(m, s, many)
-    assert v_many.per_micro_step <= v_few.per_micro_step
+    assert v_many.per_micro_step <= v_few.per_micro_step * (1 + 1e-12)
+    if tuning != "full":
+        return
     one_pass = communication_volume(m, s.with_(zero_stage=2), OWNER_REDUCE).per_micro_step
     tied = (
         2 * m.vocab * m.hidden / m.total_params if m.tied_embeddings else 0.0

@@ -281,6 +281,66 @@ def stored_bytes_per_param(m: ModelSpec, w: int) -> float:
     return stored_parameter_bytes(m, w) / max(1, m.total_params)
 
 
+# The order a decoder block reads its tensors in (LinearLayer.reads): attention input, its output, the MLP's.
+BLOCK_ORDER = ("attn_in", "attn_out", "mlp_in", "mlp_mid")
+
+
+def backward_free_bytes(m: ModelSpec, w: int, checkpointing: bool) -> int:
+    """LoRA / QLoRA without activation checkpointing: bytes (as stored, ``w`` per 16-bit element) of the frozen
+    parameters no backward uses, which ZeRO-3 therefore never gathers again after the forward. Autograd runs a
+    module's backward only where its output requires a gradient, and DeepSpeed's pre-backward fetch hangs on that
+    output (runtime/zero/parameter_offload.py, 0.19.8); nothing requires one before the first adapter: so the input
+    embeddings and learned positions (not a table tied to the head, whose backward uses it), and in the first block
+    every linear layer up to and including the first group that holds an adapted one (they read the block's input;
+    an adapted layer's frozen base too). Measured through DeepSpeed's comms logger on two CPU ranks
+    (bench/comm_volume.py). With checkpointing, transformers makes the embeddings' output require a gradient
+    (``enable_input_require_grads`` from ``gradient_checkpointing_enable``, modeling_utils.py 5.24), and every module
+    runs its backward. The first block's norms are left out (a few thousand elements)."""
+    if not m.finetune.uses_lora or checkpointing:
+        return 0
+    tables = w * max(0, m.embedding_params - m.vocab * m.hidden)
+    block = [layer for layer in linear_layers(m) if layer.reads in BLOCK_ORDER]
+    adapted = {layer.path for layer in lora_layers(m)}
+    first = min((BLOCK_ORDER.index(layer.reads) for layer in block if layer.path in adapted), default=-1)
+    frozen = [layer for layer in block if BLOCK_ORDER.index(layer.reads) <= first]
+    quantized = m.finetune.quantized
+    return tables + sum(math.ceil(layer.weights / 2) if quantized else w * layer.weights for layer in frozen)
+
+
+def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
+    """LoRA / QLoRA with activation checkpointing: (bytes of one block's frozen parameters that ZeRO-3 releases
+    right after the block's recomputed forward, bytes of the whole block), as stored, averaged over the blocks.
+    DeepSpeed 0.19.8 ties the frozen parameters a checkpoint's recompute gathers to the module whose backward
+    started it, and releases them when that module's backward ends (partitioned_param_coordinator.py,
+    ``update_recompute_parameters``); a frozen parameter used later in the block's backward is gathered again. The
+    first saved tensor the block's backward needs starts the recompute: a residual dropout's mask (every frozen
+    parameter goes twice); else a 16-bit frozen linear's weight, which autograd saves, so the block's last linear
+    (all but its weight go twice); bitsandbytes' 4-bit matmul keeps its weight outside autograd's saved tensors, so
+    there the MLP's activation product (the attention's parameters and the norms go twice). Measured through
+    DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py)."""
+    if not m.finetune.uses_lora or m.layers <= 0:
+        return 0.0, 0.0
+    quantized = m.finetune.quantized
+    block = [layer for layer in linear_layers(m) if layer.reads in BLOCK_ORDER]
+
+    def weights(stages: tuple[str, ...]) -> float:
+        return sum(lay.count * lay.weights for lay in block if lay.reads in stages) / m.layers
+
+    def stored(n: float) -> float:
+        return n / 2 if quantized else w * n
+
+    linear = weights(BLOCK_ORDER)
+    params = max(0, m.total_params - m.embedding_params) / m.layers  # the final norm too: a few thousand
+    frozen = w * (params - linear) + stored(linear)  # norms and biases, the linear weights as stored
+    if m.dropout > 0:
+        once = 0.0
+    elif quantized:
+        once = stored(weights(BLOCK_ORDER[2:]))
+    else:
+        once = stored(weights(BLOCK_ORDER[-1:]))
+    return frozen - once, frozen + w * lora_params(m) / m.layers
+
+
 def dequantization_buffer_bytes(m: ModelSpec, w: int) -> int:
     """QLoRA: the largest 4-bit layer dequantized to the compute dtype while it runs (forward and backward)."""
     if not m.finetune.quantized:

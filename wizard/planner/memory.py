@@ -253,6 +253,8 @@ def stage3_kept_for_backward(model: ModelSpec, s: Strategy, buf: ZeroBuffers = D
       trace, which for a forward use is the rest of the forward and as much again of the backward: half of it.
     With the prefetch off only the reuse distance keeps anything, and so with the parameters on NVMe, where the walk
     stops at the first partition still on disk (``_is_currently_on_nvme``; read from the source, not measured).
+    What no backward uses (LoRA's frozen embeddings and first projections, ``finetune.backward_free_bytes``) is
+    released, never kept.
     Measured through DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py): LLaMA-shaped models scaled
     down with these settings kept what this says within 1 % of the model; on one H200 with the parameters offloaded,
     gpt2-xl (1.56e9 parameters) and llama-1b (1.1e9) held 1.05e9 and 1.07e9 gathered elements at the peak, this plus
@@ -261,7 +263,34 @@ def stage3_kept_for_backward(model: ModelSpec, s: Strategy, buf: ZeroBuffers = D
         kept = max(buf.max_live_parameters, buf.max_reuse_distance // 2)
     else:
         kept = buf.max_reuse_distance // 2
-    return min(stage3_elements(model, s), kept)
+    return min(stage3_elements(model, s) - _backward_free_elements(model, s), kept)
+
+
+def _recompute_regathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers, kept: int) -> float:
+    """Elements a LoRA / QLoRA backward with activation checkpointing gathers a second time: the frozen parameters
+    each block's recompute gathers and DeepSpeed releases before the block's backward uses them
+    (``finetune.recompute_released_bytes``). Backward walks the blocks from the last; in those within half the
+    reuse distance of its start they are never released, in those within the kept elements (``kept``) they were
+    gathered once, beyond both twice. Measured on LLaMA shapes (16-bit and 4-bit) within 1 % of the backward's
+    gathers (bench/comm_volume.py)."""
+    if not (model.finetune.uses_lora and s.activation_checkpointing):
+        return 0.0
+    w = weight_bytes(s)
+    released, block = (b / w for b in ft.recompute_released_bytes(model, w))
+    if block <= 0:
+        return 0.0
+
+    def blocks_beyond(reach: float) -> float:
+        return max(0.0, model.layers - reach / block)
+
+    return max(0.0, released * (2 * blocks_beyond(buf.max_reuse_distance / 2) - blocks_beyond(kept)))
+
+
+def _backward_free_elements(model: ModelSpec, s: Strategy) -> int:
+    """Elements no backward uses (LoRA's frozen prefix, ``finetune.backward_free_bytes``): never kept, never
+    gathered again."""
+    w = weight_bytes(s)
+    return ft.backward_free_bytes(model, w, s.activation_checkpointing) // w
 
 
 def stage3_training_gathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> float:
@@ -270,14 +299,18 @@ def stage3_training_gathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DE
     (``stage3_kept_for_backward``); and a tied embedding matrix twice more where the model is longer than the reuse
     distance -- the input embedding and the output head in forward, the head's backward and the embedding's in
     backward, each a whole model's trace apart, while the prefetch walk is only a bucket or two ahead of either
-    (once more only, in forward, where the embedding is frozen: LoRA runs no backward of it). Measured through
+    (once more only, in forward, where LoRA freezes the embedding and nothing makes its output require a gradient:
+    with checkpointing transformers does, ``finetune.backward_free_bytes``). Measured through
     DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py)."""
     elements = stage3_elements(model, s)
     if elements <= 0:
         return 1.0
-    gathers = 1.0 + (elements - stage3_kept_for_backward(model, s, buf)) / elements
+    kept = stage3_kept_for_backward(model, s, buf)
+    again = elements - _backward_free_elements(model, s) - kept + _recompute_regathers(model, s, buf, kept)
+    gathers = 1.0 + again / elements
     if model.tied_embeddings and elements > buf.max_reuse_distance:
-        gathers += (1 if model.finetune.uses_lora else 2) * model.vocab * model.hidden / elements
+        embedding_backward = not model.finetune.uses_lora or s.activation_checkpointing
+        gathers += (2 if embedding_backward else 1) * model.vocab * model.hidden / elements
     return gathers
 
 
