@@ -329,9 +329,35 @@ def markdown(doc: dict[str, Any]) -> str:
         rows.append([c["model"], c["finetune"], c["cap_gib"] or "-", label, status,
                      f"{r.get('trainable_params') or '-'} / {p.get('trainable_params', '-')}", dev, tps])  # fmt: skip
     intro = f"{doc['date']}, {doc['tag']}, seq {doc['seq_len']}, LoRA r={RANK} on {TARGETS}; versions {doc['versions']}"
+    if doc.get("repredicted"):
+        again = doc["repredicted"]
+        intro += (f". Predictions: the planner of {again['date']} for {again['hardware']}, beside the measurements "
+                  f"of {again['from']}")  # fmt: skip
     return (
         "\n".join([*md_heading("Fine-tune accuracy (LoRA / QLoRA)", intro), *md_table(header, rows)]) + "\n"
     )
+
+
+def repredict(path: Path, hardware: str, out: Path) -> Path:
+    """The rows of a result file, measured as they were, beside what the planner says now for the strategy each
+    ran (on ``hardware``, a --hardware spec of the card they ran on): ``<stem>-repredicted.json`` (+ .md)."""
+    from wizard.hardware.described import describe
+
+    hw = describe(hardware)
+    doc = json.loads(path.read_text())
+    for r in doc["rows"]:
+        if r.get("strategy"):
+            c, s = Config(**r["config"]), Strategy.from_dict(r["strategy"])
+            request = PlanRequest(seq_len=doc["seq_len"], precisions=("bf16",), allow_nvme=False,
+                                  gpu_memory_bytes=card(c))  # fmt: skip
+            p = evaluate(hw, c.spec(), s, request).predicted
+            r["predicted"].update(allocated=p.gpu_allocated_bytes, reserved=p.gpu_reserved_bytes,
+                                  device=p.gpu_bytes, tokens_per_sec=round(p.tokens_per_sec, 1))  # fmt: skip
+    doc["repredicted"] = {"from": path.name, "hardware": hardware, "date": dt.date.today().isoformat()}
+    target = out / f"{path.stem}-repredicted.json"
+    _plan_accuracy()._save(target, doc)
+    target.with_suffix(".md").write_text(markdown(doc))
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,10 +369,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--grid", default="", help="only these configs: model:lora|qlora:GiB, comma-separated")
     ap.add_argument("--label", default="", help="added to the result files' name")
+    ap.add_argument(
+        "--repredict", type=Path, help="a result file: its rows beside the planner's current figures"
+    )
+    ap.add_argument("--hardware", default="1xH200", help="with --repredict: the card the rows ran on")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker)
+    if args.repredict:
+        print(f"wrote {repredict(args.repredict, args.hardware, args.out)} and .md")
+        return 0
     pa = _plan_accuracy()
     hw = pa.smoke_hardware(1) if args.smoke else pa.bench_hardware(1)
     seq = SMOKE_SEQ if args.smoke else SEQ

@@ -1,5 +1,6 @@
 """bench/finetune_accuracy.py without a GPU: the grid it would run on an H200, the planner's recommendation for each,
-the report, and the --smoke run itself (CPU, a tiny LLaMA, real peft; QLoRA recorded as skipped)."""
+the report, a --grid of its own, re-predicting a result file, and the --smoke run itself (CPU, a tiny LLaMA, real
+peft; QLoRA through bitsandbytes' CPU backend)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,26 @@ def test_smoke_run_on_cpu(tmp_path: Path) -> None:
     assert qlora["status"] == "ok" and qlora["tokens_per_sec"] > 0, qlora
     assert qlora["trainable_params"] == qlora["predicted"]["trainable_params"]
     assert path.with_suffix(".md").read_text().startswith("# Fine-tune accuracy")
+
+
+def test_a_grid_of_its_own_and_a_bad_one(fa: ModuleType) -> None:
+    grid = fa.build_grid(smoke=False, only="llama-7b:lora:11, llama-33b:qlora:48")
+    assert [(c.model, c.finetune, c.cap_gib) for c in grid] == [
+        ("llama-7b", "lora", 11),
+        ("llama-33b", "qlora", 48),
+    ]
+    with pytest.raises(SystemExit, match=r"is not model:lora\|qlora:GiB"):
+        fa.build_grid(smoke=False, only="llama-7b:full:11")
+
+
+def test_repredict_sets_the_planners_figures_beside_the_measured_ones(fa: ModuleType, tmp_path: Path) -> None:
+    """The H100 rows of LoRA with the parameters on the CPU: re-predicted for the card they ran on, each row keeps
+    its measurements and gets the planner's figures for the very strategy it ran."""
+    src = ROOT / "bench" / "results" / "finetune_accuracy-2026-12-05-1gpu-lora-offload.json"
+    out = fa.repredict(src, "1xH100", tmp_path)
+    before, after = json.loads(src.read_text()), json.loads(out.read_text())
+    assert after["repredicted"]["from"] == src.name and len(after["rows"]) == len(before["rows"]) == 3
+    for old, new in zip(before["rows"], after["rows"], strict=True):
+        assert new["tokens_per_sec"] == old["tokens_per_sec"] and new["device_used"] == old["device_used"]
+        assert new["strategy"] == old["strategy"] and new["predicted"]["tokens_per_sec"] > 0
+    assert "Predictions: the planner of" in out.with_suffix(".md").read_text()

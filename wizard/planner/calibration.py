@@ -283,7 +283,11 @@ UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1
 # Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
 # between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
-# offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU).
+# offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU). Their
+# gradients' blocks, allocated as each backward ends and freed after the reduce, are what split them: frozen weights
+# (LoRA) have none, and memory.fragmentation counts the share for the trainable part only. LLaMA-7B LoRA (q/v, r 16)
+# with the parameters on the CPU and checkpointing, one H100 at micro-batch 1/2/3, kept 0.75/1.42/1.73 GiB cached
+# where the share on the whole working set said 5.0 GiB (finetune_accuracy-2026-12-05-1gpu-lora-offload.md).
 GATHERED_PARAMETER_SHARE = 2.0
 # ZeRO-3 inference: the cache holds blocks of the layers' transient activations (the MLP's intermediates, freed
 # before the next layer), which the larger logits cannot reuse, and with the parameters offloaded the gathered

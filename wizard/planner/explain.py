@@ -203,10 +203,13 @@ def _memory_reason(mem: MemoryEstimate) -> str:
 
 def _backward_gathers(ctx: PlanContext, s: Strategy) -> str:
     """What a ZeRO-3 training backward gathers again: DeepSpeed keeps up to stage3_max_live_parameters gathered from
-    the end of the forward (memory.stage3_kept_for_backward), and a tied embedding is gathered twice more."""
+    the end of the forward (memory.stage3_kept_for_backward), a tied embedding is gathered twice more, and with LoRA
+    and checkpointing most frozen weights twice."""
     again = stage3_training_gathers(ctx.model, s, ctx.request.buffers) - 1.0
     if again < 0.005:
         return ", all of them kept gathered for backward"
+    if again > 1.05:  # LoRA with checkpointing (memory._recompute_regathers)
+        return f" and {again:.1f} times again in backward (each block's recompute frees its frozen weights early)"
     if again > 0.995:
         return " and again in backward"
     return f", {fmt_percent(again)} of them again in backward"

@@ -676,6 +676,12 @@ def fragmentation(
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
     gathered = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
+    # Frozen weights (LoRA, QLoRA) get no gradient blocks between their gathered ones: only the trainable share
+    # splits the cache (calibration.GATHERED_PARAMETER_SHARE).
+    trainable = ft.trainable_params(model)
+    gathered = (
+        gathered * trainable // max(1, model.total_params + (trainable if model.finetune.uses_lora else 0))
+    )
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
     # self.training), so only training has the checkpointing shares.
     ck = s.activation_checkpointing
