@@ -28,6 +28,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -89,9 +90,14 @@ def _case(
     prefetch: float = DEFAULT_PREFETCH,
     all_reduce: bool = True,
     finetune: str = "full",
+    targets: str = "",
+    live: float = DEFAULT_LIVE,
+    reuse: float = DEFAULT_REUSE,
 ) -> dict[str, Any]:
     """``prefetch``: stage3_prefetch_bucket_size at the real model's size (0: off). ``finetune``: full, lora (LoRA
-    on PEFT's default targets, the rest frozen) or qlora (and the frozen linear layers NF4, stored as bf16 elements)."""
+    on PEFT's default targets, or ``targets`` such as all-linear; the rest frozen) or qlora (and the frozen linear
+    layers NF4, stored as bf16 elements). ``live``, ``reuse``: stage3_max_live_parameters and
+    stage3_max_reuse_distance at the real model's size."""
     return {
         "shape": shape,
         "stage": stage,
@@ -100,6 +106,9 @@ def _case(
         "prefetch": prefetch,
         "all_reduce": all_reduce,
         "finetune": finetune,
+        "targets": targets,
+        "live": live,
+        "reuse": reuse,
     }
 
 
@@ -131,6 +140,12 @@ CASES = [
     _case("gpt2-xl/2500", 3, finetune="lora"),
     _case("gpt2-xl/2500", 3, ckpt=True, finetune="lora"),
     _case("llama-1b/4100", 3, ckpt=True, finetune="lora"),
+    _case("llama-7b/16000", 3, ckpt=True, finetune="lora", live=2e9),
+    _case("llama-7b/16000", 3, ckpt=True, finetune="lora", live=0.5e9),
+    _case("llama-7b/16000", 3, ckpt=True, finetune="lora", reuse=2e9),
+    _case("llama-7b/16000", 3, finetune="lora", targets="all-linear"),
+    _case("llama-7b/16000", 3, ckpt=True, finetune="lora", targets="all-linear"),
+    _case("llama-7b/16000", 3, ckpt=True, finetune="qlora", targets="all-linear"),
 ]
 QUICK = [
     _case("llama-7b/16000", 2, gas=2),
@@ -153,8 +168,8 @@ def zero_settings(case: dict[str, Any], params: int) -> dict[str, Any]:
         zero.update(
             stage3_param_persistence_threshold=0,
             stage3_prefetch_bucket_size=round(case["prefetch"] * scale),
-            stage3_max_live_parameters=round(DEFAULT_LIVE * scale),
-            stage3_max_reuse_distance=round(DEFAULT_REUSE * scale),
+            stage3_max_live_parameters=round(case.get("live", DEFAULT_LIVE) * scale),
+            stage3_max_reuse_distance=round(case.get("reuse", DEFAULT_REUSE) * scale),
         )
     return zero
 
@@ -168,7 +183,7 @@ def hf_model(config: dict[str, Any]) -> Any:
     )
 
 
-def finetune_model(model: Any, finetune: str) -> Any:
+def finetune_model(model: Any, finetune: str, targets: str = "") -> Any:
     """The model as PEFT trains it: LoRA adapters on PEFT's default targets, everything else frozen; for QLoRA the frozen
     linear layers NF4 first (bitsandbytes on the CPU), packed into bf16 elements as ZeRO-3 partitions them."""
     import torch
@@ -178,7 +193,8 @@ def finetune_model(model: Any, finetune: str) -> Any:
     if finetune == "qlora":
         quantize_linears_(model, torch.bfloat16, True, torch.bfloat16)
     model.requires_grad_(False)
-    lora = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK)  # PEFT's default targets (LLaMA: q_proj, v_proj)
+    # PEFT's default targets (LLaMA: q_proj, v_proj) unless named
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, target_modules=targets or None)
     return get_peft_model(model, lora, autocast_adapter_dtype=False)
 
 
@@ -213,7 +229,7 @@ def run_case(case: dict[str, Any], rank: int, steps: int = 4) -> dict[str, Any]:
     model = hf_model(config)
     full_params = sum(p.numel() for p in model.parameters())
     if case["finetune"] != "full":
-        model = finetune_model(model, case["finetune"])
+        model = finetune_model(model, case["finetune"], case.get("targets", ""))
     if case["ckpt"]:
         model.gradient_checkpointing_enable()
     params = sum(
@@ -334,7 +350,9 @@ def predicted(result: dict[str, Any]) -> dict[str, Any]:
     config, _ = SHAPES[result["shape"]]
     spec = spec_from_config(config, name=result["shape"], source="bench/comm_volume.py")
     if result["finetune"] != "full":
-        ft = make_finetune(result["finetune"], rank=LORA_RANK, alpha=2 * LORA_RANK)
+        ft = make_finetune(
+            result["finetune"], rank=LORA_RANK, alpha=2 * LORA_RANK, targets=result.get("targets", "")
+        )
         spec = with_finetune(spec, ft)
     zero = result["zero"]
     buffers = ZeroBuffers(
@@ -394,8 +412,15 @@ def label(c: dict[str, Any]) -> str:
         parts.append(f"prefetch {c['prefetch']:.3g}")
     if not c["all_reduce"]:
         parts.append("reduce to owners")
+    if c.get("live", DEFAULT_LIVE) != DEFAULT_LIVE:
+        parts.append(f"live {c['live']:.3g}")
+    if c.get("reuse", DEFAULT_REUSE) != DEFAULT_REUSE:
+        parts.append(f"reuse {c['reuse']:.3g}")
     if c["finetune"] != "full":
-        parts.append("QLoRA" if c["finetune"] == "qlora" else "LoRA")
+        parts.append(
+            ("QLoRA" if c["finetune"] == "qlora" else "LoRA")
+            + (f" {c['targets']}" if c.get("targets") else "")
+        )
     return " ".join(parts)
 
 
@@ -407,11 +432,23 @@ def launch(cases: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
         launcher = Path(sys.executable).parent / "deepspeed"
         cmd = [str(launcher) if launcher.exists() else "deepspeed", "--num_gpus", str(WORLD)]
         cmd += ["--master_port", str(free_port()), __file__, "--worker", str(cases_file), "--raw", str(out)]
-        proc = subprocess.run(cmd, cwd=ROOT, env=repo_env(), capture_output=True, text=True, timeout=timeout)
+        # its own session, so that a timeout stops the ranks too, not only the launcher
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)  # fmt: skip
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            done = len(out.read_text().splitlines()) if out.exists() else 0
+            raise SystemExit(
+                f"comm_volume: {done} of {len(cases)} cases done in {timeout:.0f} s; give more with --timeout-s"
+            ) from None
         results = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
         if proc.returncode != 0 or len(results) != len(cases):
-            tail = (proc.stdout + proc.stderr)[-3000:]
-            raise SystemExit(f"comm_volume: the deepspeed launch failed (exit {proc.returncode}):\n{tail}")
+            raise SystemExit(
+                f"comm_volume: the deepspeed launch failed (exit {proc.returncode}):\n{output[-3000:]}"
+            )
         return results
 
 
@@ -467,10 +504,14 @@ def markdown(doc: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="six cases (the test suite's)")
-    ap.add_argument("--match", default="", help="only the cases whose label contains this, e.g. QLoRA")
+    ap.add_argument(
+        "--match", default="", help="only the cases whose label contains this (or any of a,b,...), e.g. QLoRA"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--label", default="")
-    ap.add_argument("--timeout-s", type=float, default=900)
+    ap.add_argument(
+        "--timeout-s", type=float, default=2400, help="for the whole launch (about 40 s a case here)"
+    )
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--raw", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--local_rank", "--local-rank", type=int, default=-1, help=argparse.SUPPRESS)
@@ -482,7 +523,8 @@ def main() -> int:
     import torch
     import transformers
 
-    cases = [c for c in (QUICK if args.quick else CASES) if args.match in label(c)]
+    wanted = args.match.split(",")
+    cases = [c for c in (QUICK if args.quick else CASES) if any(w in label(c) for w in wanted)]
     if not cases:
         ap.error(
             f"no case's label contains {args.match!r}; the labels: " + ", ".join(label(c) for c in CASES)

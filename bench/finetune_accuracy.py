@@ -331,8 +331,8 @@ def markdown(doc: dict[str, Any]) -> str:
     intro = f"{doc['date']}, {doc['tag']}, seq {doc['seq_len']}, LoRA r={RANK} on {TARGETS}; versions {doc['versions']}"
     if doc.get("repredicted"):
         again = doc["repredicted"]
-        intro += (f". Predictions: the planner of {again['date']} for {again['hardware']}, beside the measurements "
-                  f"of {again['from']}")  # fmt: skip
+        intro += (f". Predictions: the planner of {again['date']} (commit {again.get('commit', 'unknown')}) for "
+                  f"{again['hardware']}, beside the measurements of {again['from']}")  # fmt: skip
     return (
         "\n".join([*md_heading("Fine-tune accuracy (LoRA / QLoRA)", intro), *md_table(header, rows)]) + "\n"
     )
@@ -353,7 +353,9 @@ def repredict(path: Path, hardware: str, out: Path) -> Path:
             p = evaluate(hw, c.spec(), s, request).predicted
             r["predicted"].update(allocated=p.gpu_allocated_bytes, reserved=p.gpu_reserved_bytes,
                                   device=p.gpu_bytes, tokens_per_sec=round(p.tokens_per_sec, 1))  # fmt: skip
-    doc["repredicted"] = {"from": path.name, "hardware": hardware, "date": dt.date.today().isoformat()}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    doc["repredicted"] = {"from": path.name, "hardware": hardware, "date": dt.date.today().isoformat(),
+                          "commit": commit.stdout.strip() or "unknown"}  # fmt: skip
     target = out / f"{path.stem}-repredicted.json"
     _plan_accuracy()._save(target, doc)
     target.with_suffix(".md").write_text(markdown(doc))

@@ -33,7 +33,14 @@ from wizard.model import ModelSpec, load_model_spec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
 from wizard.planner.finetune import trainable_params
-from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers, estimate_memory, fragmentation
+from wizard.planner.memory import (
+    DEFAULT_BUFFERS,
+    ZeroBuffers,
+    estimate_memory,
+    fragmentation,
+    stage3_elements,
+    stage3_training_gathers,
+)
 from wizard.planner.throughput import (
     communication_volume,
     compute_seconds_per_token,
@@ -438,6 +445,14 @@ def test_stage_3_sends_less_the_more_it_keeps_gathered(
     many = replace(few, max_live_parameters=live + more, max_reuse_distance=reuse + more)
     v_few, v_many = communication_volume(m, s, few), communication_volume(m, s, many)
     assert v_many.per_micro_step <= v_few.per_micro_step * (1 + 1e-12)
+    # more live parameters alone (the reuse distance as it was) never sends more either
+    live_only = communication_volume(m, s, replace(few, max_live_parameters=live + more))
+    assert live_only.per_micro_step <= v_few.per_micro_step * (1 + 1e-12)
+    # every parameter is gathered once in forward and at most twice in backward (LoRA's recompute), a tied
+    # embedding at most twice more
+    tied_share = 2 * m.vocab * m.hidden / stage3_elements(m, s) if m.tied_embeddings else 0.0
+    for buffers in (few, many):
+        assert 1.0 <= stage3_training_gathers(m, s, buffers) <= 3.0 + tied_share + 1e-9
     if tuning != "full":
         return
     one_pass = communication_volume(m, s.with_(zero_stage=2), OWNER_REDUCE).per_micro_step

@@ -285,6 +285,12 @@ def stored_bytes_per_param(m: ModelSpec, w: int) -> float:
 BLOCK_ORDER = ("attn_in", "attn_out", "mlp_in", "mlp_mid")
 
 
+def embedding_runs_backward(m: ModelSpec, checkpointing: bool) -> bool:
+    """Whether the input embedding runs a backward: trained, or its output made to require a gradient (transformers'
+    ``gradient_checkpointing_enable`` calls ``enable_input_require_grads``, modeling_utils.py 5.24)."""
+    return not m.finetune.uses_lora or checkpointing
+
+
 def backward_free_bytes(m: ModelSpec, w: int, checkpointing: bool) -> int:
     """LoRA / QLoRA without activation checkpointing: bytes (as stored, ``w`` per 16-bit element) of the frozen
     parameters no backward uses, which ZeRO-3 therefore never gathers again after the forward. Autograd runs a
@@ -296,7 +302,7 @@ def backward_free_bytes(m: ModelSpec, w: int, checkpointing: bool) -> int:
     (bench/comm_volume.py). With checkpointing, transformers makes the embeddings' output require a gradient
     (``enable_input_require_grads`` from ``gradient_checkpointing_enable``, modeling_utils.py 5.24), and every module
     runs its backward. The first block's norms are left out (a few thousand elements)."""
-    if not m.finetune.uses_lora or checkpointing:
+    if embedding_runs_backward(m, checkpointing):
         return 0
     tables = w * max(0, m.embedding_params - m.vocab * m.hidden)
     block = [layer for layer in linear_layers(m) if layer.reads in BLOCK_ORDER]
@@ -313,15 +319,16 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     DeepSpeed 0.19.8 ties the frozen parameters a checkpoint's recompute gathers to the module whose backward
     started it, and releases them when that module's backward ends (partitioned_param_coordinator.py,
     ``update_recompute_parameters``); a frozen parameter used later in the block's backward is gathered again. The
-    first saved tensor the block's backward needs starts the recompute: a residual dropout's mask (every frozen
-    parameter goes twice); else a 16-bit frozen linear's weight, which autograd saves, so the block's last linear
-    (all but its weight go twice); bitsandbytes' 4-bit matmul keeps its weight outside autograd's saved tensors, so
-    there the MLP's activation product (the attention's parameters and the norms go twice). Measured through
-    DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py)."""
+    first saved tensor the block's backward needs starts the recompute: a residual dropout's mask, or an adapter's
+    saved input in the last linear layer (16-bit) or the MLP (4-bit) (every frozen parameter goes twice); else a
+    16-bit frozen linear's weight, which autograd saves, so the block's last linear (all but its weight go twice);
+    bitsandbytes' 4-bit matmul keeps its weight outside autograd's saved tensors, so there the MLP's activation
+    product (the attention's parameters and the norms go twice). Measured through DeepSpeed's comms logger on two
+    CPU ranks (bench/comm_volume.py); MoE experts (fused parameters, not linear layers) are not measured."""
     if not m.finetune.uses_lora or m.layers <= 0:
         return 0.0, 0.0
     quantized = m.finetune.quantized
-    block = [layer for layer in linear_layers(m) if layer.reads in BLOCK_ORDER]
+    block = [layer for layer in linear_layers(m) if not layer.head]
 
     def weights(stages: tuple[str, ...]) -> float:
         return sum(lay.count * lay.weights for lay in block if lay.reads in stages) / m.layers
@@ -329,10 +336,12 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     def stored(n: float) -> float:
         return n / 2 if quantized else w * n
 
-    linear = weights(BLOCK_ORDER)
+    linear = sum(lay.count * lay.weights for lay in block) / m.layers
     params = max(0, m.total_params - m.embedding_params) / m.layers  # the final norm too: a few thousand
     frozen = w * (params - linear) + stored(linear)  # norms and biases, the linear weights as stored
-    if m.dropout > 0:
+    adapted_last = any(lay.reads in BLOCK_ORDER[2:] if quantized else lay.reads == BLOCK_ORDER[-1]
+                       for lay in lora_layers(m))  # fmt: skip
+    if m.dropout > 0 or adapted_last:
         once = 0.0
     elif quantized:
         once = stored(weights(BLOCK_ORDER[2:]))

@@ -267,12 +267,14 @@ def stage3_kept_for_backward(model: ModelSpec, s: Strategy, buf: ZeroBuffers = D
 
 
 def _recompute_regathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers, kept: int) -> float:
-    """Elements a LoRA / QLoRA backward with activation checkpointing gathers a second time: the frozen parameters
-    each block's recompute gathers and DeepSpeed releases before the block's backward uses them
-    (``finetune.recompute_released_bytes``). Backward walks the blocks from the last; in those within half the
-    reuse distance of its start they are never released, in those within the kept elements (``kept``) they were
-    gathered once, beyond both twice. Measured on LLaMA shapes (16-bit and 4-bit) within 1 % of the backward's
-    gathers (bench/comm_volume.py)."""
+    """Elements a LoRA / QLoRA backward with activation checkpointing gathers beyond what the forward did not keep:
+    the frozen parameters each block's recompute gathers and DeepSpeed releases before the block's backward uses
+    them (``finetune.recompute_released_bytes``). Backward walks the blocks from the last: in those holding the
+    first half of the kept elements (``kept``) they stay gathered throughout, in the rest of the kept set they are
+    gathered once, beyond it twice -- one block's worth more per block, once the model is larger than the kept set.
+    Measured through DeepSpeed's comms logger on two CPU ranks (bench/comm_volume.py): LLaMA, TinyLlama and GPT-2
+    shapes, 16-bit and 4-bit, PEFT's default targets and all-linear, max_live_parameters from 0.5e9 to 2e9 and the
+    reuse distance at 1e9 and 2e9 (which changes nothing)."""
     if not (model.finetune.uses_lora and s.activation_checkpointing):
         return 0.0
     w = weight_bytes(s)
@@ -283,7 +285,7 @@ def _recompute_regathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers, kept: 
     def blocks_beyond(reach: float) -> float:
         return max(0.0, model.layers - reach / block)
 
-    return max(0.0, released * (2 * blocks_beyond(buf.max_reuse_distance / 2) - blocks_beyond(kept)))
+    return max(0.0, released * (2 * blocks_beyond(kept / 2) - blocks_beyond(kept)))
 
 
 def _backward_free_elements(model: ModelSpec, s: Strategy) -> int:
@@ -309,8 +311,8 @@ def stage3_training_gathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DE
     again = elements - _backward_free_elements(model, s) - kept + _recompute_regathers(model, s, buf, kept)
     gathers = 1.0 + again / elements
     if model.tied_embeddings and elements > buf.max_reuse_distance:
-        embedding_backward = not model.finetune.uses_lora or s.activation_checkpointing
-        gathers += (2 if embedding_backward else 1) * model.vocab * model.hidden / elements
+        twice = ft.embedding_runs_backward(model, s.activation_checkpointing)
+        gathers += (2 if twice else 1) * model.vocab * model.hidden / elements
     return gathers
 
 
@@ -641,8 +643,9 @@ def fragmentation(
     - at the forward/backward peak, part of the optimizer step's block (``_step_transient_block``) freed by the
       last step, and of the fp32 logits, whose blocks the recomputed layers split further with checkpointing
       (calibration.STEP_BLOCK_SHARE*, LOGITS_SHARE*); at stage 3 with parameters to gather (several GPUs, or
-      offloaded), the blocks the gathered parameters land in between the activations, forward and backward
-      (calibration.GATHERED_PARAMETER_SHARE of ``_stage3_working_set``);
+      offloaded), the blocks the gathered parameters land in between the activations, forward and backward, split
+      by their gradients' blocks (calibration.GATHERED_PARAMETER_SHARE of ``_stage3_working_set``'s trainable
+      share: frozen LoRA weights have none);
     - at the optimizer step, part of the forward's activations and logits, freed by backward, which the step's
       single large block cannot reuse (calibration.FORWARD_TRANSIENT_SHARE_AT_STEP).
     Inference frees each layer's transient activations before the next layer's (and, with the parameters to
@@ -676,12 +679,10 @@ def fragmentation(
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
     gathered = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
-    # Frozen weights (LoRA, QLoRA) get no gradient blocks between their gathered ones: only the trainable share
-    # splits the cache (calibration.GATHERED_PARAMETER_SHARE).
-    trainable = ft.trainable_params(model)
-    gathered = (
-        gathered * trainable // max(1, model.total_params + (trainable if model.finetune.uses_lora else 0))
-    )
+    # Frozen weights (LoRA, QLoRA) get no gradient blocks between their gathered ones: only the trainable share of
+    # the stored bytes splits the cache (calibration.GATHERED_PARAMETER_SHARE).
+    w = weight_bytes(s)
+    gathered = gathered * w * ft.trainable_params(model) // max(1, ft.stored_parameter_bytes(model, w))
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
     # self.training), so only training has the checkpointing shares.
     ck = s.activation_checkpointing
