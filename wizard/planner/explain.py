@@ -208,9 +208,9 @@ def _backward_gathers(ctx: PlanContext, s: Strategy) -> str:
     again = stage3_training_gathers(ctx.model, s, ctx.request.buffers) - 1.0
     if again < 0.005:
         return ", all of them kept gathered for backward"
-    if (
-        again > 1.05 and ctx.model.finetune.uses_lora and s.activation_checkpointing
-    ):  # memory._recompute_regathers
+    # a checkpointed LoRA backward gathers frozen weights again after each recompute (memory._recompute_regathers)
+    recompute_regathers = again > 1.05 and ctx.model.finetune.uses_lora and s.activation_checkpointing
+    if recompute_regathers:
         return f" and {again:.1f} times again in backward (each block's recompute frees its frozen weights early)"
     if again > 0.995:
         return " and again in backward" + (" (a tied embedding twice more)" if again > 1.05 else "")

@@ -267,13 +267,21 @@ def nf4_constant_bytes(m: ModelSpec) -> int:
     return total
 
 
+def _stored_weight_bytes(m: ModelSpec, weights: float, w: int) -> float:
+    """Bytes of ``weights`` elements of linear layers other than the output head, as stored: packed two per byte
+    when QLoRA quantizes them to 4 bits, else ``w`` bytes each. Quantization constants excluded (every GPU keeps
+    them, ``nf4_constant_bytes``). Not rounded: a packed tensor takes ``ceil(weights / 2)`` bytes, and each caller
+    rounds (or not) where it needs to."""
+    return weights / 2 if m.finetune.quantized else w * weights
+
+
 def stored_parameter_bytes(m: ModelSpec, w: int) -> int:
     """All parameters as DeepSpeed holds them at ``w`` bytes each: 4-bit packed weights (QLoRA), the rest and the
     LoRA weights in the training dtype. Quantization constants excluded (``nf4_constant_bytes``)."""
     if not m.finetune.uses_lora:
         return w * m.total_params
-    q = quantized_weights(m)
-    return math.ceil(q / 2) + w * (m.total_params - q + lora_params(m))
+    q = quantized_weights(m)  # rounded up once, over the whole model
+    return math.ceil(_stored_weight_bytes(m, q, w)) + w * (m.total_params - q + lora_params(m))
 
 
 def stored_bytes_per_param(m: ModelSpec, w: int) -> float:
@@ -309,8 +317,8 @@ def backward_free_bytes(m: ModelSpec, w: int, checkpointing: bool) -> int:
     adapted = {layer.path for layer in lora_layers(m)}
     first = min((BLOCK_ORDER.index(layer.reads) for layer in block if layer.path in adapted), default=-1)
     frozen = [layer for layer in block if BLOCK_ORDER.index(layer.reads) <= first]
-    quantized = m.finetune.quantized
-    return tables + sum(math.ceil(layer.weights / 2) if quantized else w * layer.weights for layer in frozen)
+    # one of each (the first block's), each tensor rounded up to whole bytes
+    return tables + sum(math.ceil(_stored_weight_bytes(m, layer.weights, w)) for layer in frozen)
 
 
 def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
@@ -328,25 +336,22 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     if not m.finetune.uses_lora or m.layers <= 0:
         return 0.0, 0.0
     quantized = m.finetune.quantized
-    block = [layer for layer in linear_layers(m) if not layer.head]
-
-    def weights(stages: tuple[str, ...]) -> float:
-        return sum(lay.count * lay.weights for lay in block if lay.reads in stages) / m.layers
-
-    def stored(n: float) -> float:
-        return n / 2 if quantized else w * n
-
-    linear = sum(lay.count * lay.weights for lay in block) / m.layers
+    by_read: dict[str, int] = {}  # the linear weights (all blocks, the head excluded) by the tensor they read
+    for lay in linear_layers(m):
+        if not lay.head:
+            by_read[lay.reads] = by_read.get(lay.reads, 0) + lay.count * lay.weights
+    linear = sum(by_read.values()) / m.layers
     params = max(0, m.total_params - m.embedding_params) / m.layers  # the final norm too: a few thousand
-    frozen = w * (params - linear) + stored(linear)  # norms and biases, the linear weights as stored
-    adapted_last = any(lay.reads in BLOCK_ORDER[2:] if quantized else lay.reads == BLOCK_ORDER[-1]
-                       for lay in lora_layers(m))  # fmt: skip
+    # the norms and biases at w bytes each, the linear weights as stored
+    frozen = w * (params - linear) + _stored_weight_bytes(m, linear, w)
+    # The linear layers the recompute starts at: the MLP's (4-bit) or the last one (16-bit). An adapter there, or a
+    # dropout mask, sends every frozen weight twice; else these go once (averaged over the blocks, not rounded).
+    last = BLOCK_ORDER[2:] if quantized else BLOCK_ORDER[-1:]
+    adapted_last = any(lay.reads in last for lay in lora_layers(m))
     if m.dropout > 0 or adapted_last:
         once = 0.0
-    elif quantized:
-        once = stored(weights(BLOCK_ORDER[2:]))
     else:
-        once = stored(weights(BLOCK_ORDER[-1:]))
+        once = _stored_weight_bytes(m, sum(by_read.get(r, 0) for r in last) / m.layers, w)
     return frozen - once, frozen + w * lora_params(m) / m.layers
 
 

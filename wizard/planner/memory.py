@@ -259,11 +259,17 @@ def stage3_kept_for_backward(model: ModelSpec, s: Strategy, buf: ZeroBuffers = D
     down with these settings kept what this says within 1 % of the model; on one H200 with the parameters offloaded,
     gpt2-xl (1.56e9 parameters) and llama-1b (1.1e9) held 1.05e9 and 1.07e9 gathered elements at the peak, this plus
     the prefetch bucket (bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json)."""
+    return _kept_for_backward(s, buf, stage3_elements(model, s), _backward_free_elements(model, s))
+
+
+def _kept_for_backward(s: Strategy, buf: ZeroBuffers, elements: int, backward_free: int) -> int:
+    """``stage3_kept_for_backward`` from the model's ``stage3_elements`` and its ``_backward_free_elements``, for
+    callers that need those too and compute them once."""
     if buf.prefetch_elements > 0 and s.offload_param != "nvme":
         kept = max(buf.max_live_parameters, buf.max_reuse_distance // 2)
     else:
         kept = buf.max_reuse_distance // 2
-    return min(stage3_elements(model, s) - _backward_free_elements(model, s), kept)
+    return min(elements - backward_free, kept)
 
 
 def _recompute_regathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers, kept: int) -> float:
@@ -307,8 +313,9 @@ def stage3_training_gathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DE
     elements = stage3_elements(model, s)
     if elements <= 0:
         return 1.0
-    kept = stage3_kept_for_backward(model, s, buf)
-    again = elements - _backward_free_elements(model, s) - kept + _recompute_regathers(model, s, buf, kept)
+    backward_free = _backward_free_elements(model, s)
+    kept = _kept_for_backward(s, buf, elements, backward_free)
+    again = elements - backward_free - kept + _recompute_regathers(model, s, buf, kept)
     gathers = 1.0 + again / elements
     if model.tied_embeddings and elements > buf.max_reuse_distance:
         twice = ft.embedding_runs_backward(model, s.activation_checkpointing)
