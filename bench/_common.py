@@ -9,10 +9,13 @@ bitsandbytes are imported by the helpers that use them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,20 +57,48 @@ def repo_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
+def run_in_group(
+    cmd: Sequence[str], *, timeout: float | None, capture: bool = False, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(cmd, timeout=...)`` with the child in a session of its own, whose whole process group is
+    killed once the child ends, times out or this process is interrupted: a launcher's ranks or a worker's compile
+    jobs never outlive the bench (subprocess.run kills only the child, and waits for whatever still holds its
+    output pipes). A timeout raises ``TimeoutExpired`` as subprocess.run does. ``capture``: stdout and stderr as
+    text in the result."""
+    if capture:
+        popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with subprocess.Popen(list(cmd), text=True, start_new_session=True, **popen) as proc:
+        pipes = {
+            name: getattr(proc, name) for name in ("stdout", "stderr") if getattr(proc, name) is not None
+        }
+        read: dict[str, str] = {}
+        readers = [
+            threading.Thread(target=lambda n=n, f=f: read.__setitem__(n, f.read()), daemon=True)
+            for n, f in pipes.items()
+        ]
+        for t in readers:
+            t.start()
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            kill_group(proc.pid)  # on a timeout the child too; else what it left running in its group
+            for t in readers:
+                t.join()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, read.get("stdout"), read.get("stderr"))
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL to every process of the group ``pgid`` (nothing when it is empty)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def run_repo_python(args: Sequence[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` (this interpreter) in the repository root (``repo_env``), output captured.
+    """``python ARGS`` (this interpreter) in the repository root (``repo_env``), output captured, in a process
+    group of its own (``run_in_group``).
 
     The child imports the worktree's code without an install; a failure is the caller's to read (no raise)."""
-    env = repo_env()
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_in_group([sys.executable, *args], timeout=timeout, capture=True, cwd=ROOT, env=repo_env())
 
 
 def md_heading(title: str, *intro: str) -> list[str]:

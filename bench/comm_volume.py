@@ -28,7 +28,6 @@ import datetime as dt
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import md_heading, md_table, quantize_linears_, repo_env, write_result  # noqa: E402
+from _common import md_heading, md_table, quantize_linears_, repo_env, run_in_group, write_result  # noqa: E402
 
 from runner.preflight import free_port  # noqa: E402
 
@@ -432,18 +431,15 @@ def launch(cases: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
         launcher = Path(sys.executable).parent / "deepspeed"
         cmd = [str(launcher) if launcher.exists() else "deepspeed", "--num_gpus", str(WORLD)]
         cmd += ["--master_port", str(free_port()), __file__, "--worker", str(cases_file), "--raw", str(out)]
-        # its own session, so that a timeout stops the ranks too, not only the launcher
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)  # fmt: skip
-        try:
-            output, _ = proc.communicate(timeout=timeout)
+        try:  # in a process group of its own: a timeout stops the ranks too, not only the launcher
+            proc = run_in_group(cmd, cwd=ROOT, env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                timeout=timeout)  # fmt: skip
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
             done = len(out.read_text().splitlines()) if out.exists() else 0
             raise SystemExit(
                 f"comm_volume: {done} of {len(cases)} cases done in {timeout:.0f} s; give more with --timeout-s"
             ) from None
+        output = proc.stdout
         results = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
         if proc.returncode != 0 or len(results) != len(cases):
             raise SystemExit(

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from _common import ROOT, md_heading, md_table, parse_timing_args, repo_env
+from _common import ROOT, md_heading, md_table, parse_timing_args, repo_env, run_in_group
 
 TARGET_S = 0.3
 
@@ -45,7 +45,7 @@ print(json.dumps({"import_s": r(t_import - t), "nvml_s": r(t_nvml - t_import), "
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = run_in_group(cmd, cwd=ROOT, env=env, capture=True, timeout=120)
     return time.perf_counter() - start, proc
 
 

@@ -18,7 +18,9 @@ linear layer but lm_head for a bitsandbytes NF4 Linear4bit (double quantization,
 loader does), free the bf16 weights; then cap the allocator (set_per_process_memory_fraction), wrap with
 peft.get_peft_model, 1 warm-up step, the median of 3 timed steps. Results: <out>/finetune_accuracy-<date>-<tag>.json
 (+ .md), printed as they come. Without bitsandbytes the QLoRA rows are recorded as skipped (its CPU backend runs
-the smoke's). ``--grid llama-7b:lora:16,...`` runs only those configs, ``--label`` names the result files.
+the smoke's). ``--grid llama-7b:lora:16,...`` runs only those configs, ``--label`` names the result files; a fourth
+field runs a strategy of your own under that cap instead of the planner's pick, beside the planner's prediction for
+it (``llama-7b:lora:80:stage=3/param=cpu/mb=4/ckpt=1``); ``--timed N`` times N steps instead of 3.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table, quantize_linears_, repo_env  # noqa: E402
+from _common import load_bench_script, md_heading, md_table, quantize_linears_, repo_env, run_in_group  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import ModelSpec, spec_from_config  # noqa: E402
@@ -82,6 +84,9 @@ class Config:
     model: str
     finetune: str  # lora | qlora
     cap_gib: int | None  # None: uncapped (smoke)
+    force: str = (
+        ""  # the strategy run instead of the planner's pick: "stage=3/param=cpu/mb=6/ckpt=1" (FORCE_KEYS)
+    )
 
     def spec(self) -> ModelSpec:
         base = spec_from_config(MODELS[self.model], name=self.model, source="preset")
@@ -121,12 +126,16 @@ def recommend(
         gpu_memory_bytes=card(c),
         max_micro_batch=max_micro_batch,
     )
-    best = plan(hw, spec, request).best
-    if best is None:
+    if c.force:
+        chosen: Strategy | None = forced_strategy(c.force)
+    else:
+        best = plan(hw, spec, request).best
+        chosen = best.strategy if best is not None else None
+    if chosen is None:
         return None, {"fits": False, "trainable_params": trainable_params(spec)}
-    cand = evaluate(hw, spec, best.strategy, request)
+    cand = evaluate(hw, spec, chosen, request)
     p = cand.predicted
-    return best.strategy, {
+    return chosen, {
         "fits": cand.fits,
         "allocated": p.gpu_allocated_bytes,
         "reserved": p.gpu_reserved_bytes,
@@ -137,23 +146,44 @@ def recommend(
     }
 
 
+# A grid item's fourth field: the Strategy fields it sets, key=value joined by "/".
+FORCE_KEYS = {"stage": ("zero_stage", int), "param": ("offload_param", str), "mb": ("micro_batch_size", int),
+              "ckpt": ("activation_checkpointing", lambda v: v in ("1", "true", "yes"))}  # fmt: skip
+
+
+def forced_strategy(force: str) -> Strategy:
+    """The strategy a grid item's fourth field names, on bf16 one-GPU defaults (SystemExit names a bad key)."""
+    changes: dict[str, Any] = {}
+    for part in force.split("/"):
+        key, _, value = part.partition("=")
+        if key not in FORCE_KEYS or not value:
+            raise SystemExit(f"--grid: {part!r} is not key=value with a key of {', '.join(FORCE_KEYS)}")
+        field_name, convert = FORCE_KEYS[key]
+        changes[field_name] = convert(value)
+    return Strategy(precision="bf16").with_(**changes)
+
+
 def build_grid(smoke: bool, only: str = "") -> list[Config]:
-    """The grid, or ``only``'s configs: ``model:mode:cap`` joined by commas (e.g. llama-7b:lora:16)."""
+    """The grid, or ``only``'s configs: ``model:mode:cap[:force]`` joined by commas (e.g. llama-7b:lora:16, or
+    llama-7b:lora:80:stage=3/param=cpu/mb=4/ckpt=1 to run that strategy under an 80 GiB cap)."""
     if not only:
         return [Config(m, f, cap) for m, f, cap in (SMOKE_GRID if smoke else GRID)]
     out = []
     for item in only.split(","):
         parts = item.strip().split(":")
         if (
-            len(parts) != 3
+            len(parts) not in (3, 4)
             or parts[0] not in MODELS
             or parts[1] not in ("lora", "qlora")
             or not parts[2].isdigit()
         ):
             raise SystemExit(
-                f"--grid: {item!r} is not model:lora|qlora:GiB with a model of {', '.join(MODELS)}"
+                f"--grid: {item!r} is not model:lora|qlora:GiB[:force] with a model of {', '.join(MODELS)}"
             )
-        out.append(Config(parts[0], parts[1], int(parts[2])))
+        force = parts[3] if len(parts) == 4 else ""
+        if force:
+            forced_strategy(force)  # a bad key stops the run before any config starts
+        out.append(Config(parts[0], parts[1], int(parts[2]), force))
     return out
 
 
@@ -210,7 +240,7 @@ def _step(engine: Any, kind: str, ids: Any) -> None:
         opt.zero_grad(set_to_none=True)
 
 
-def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
+def run_config(c: Config, s: Strategy, seq: int, row: Row, timed: int = TIMED) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -245,7 +275,7 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row) -> None:
     engine, row.engine = _engine(ds, model, s, params)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (s.micro_batch_size, seq), generator=gen).to(device)
-    for i in range(WARMUP + TIMED):
+    for i in range(WARMUP + timed):
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -265,7 +295,7 @@ def worker(payload: str) -> int:
     d = json.loads(payload)
     c, s, row = Config(**d["config"]), Strategy.from_dict(d["strategy"]), Row(**d["row"])
     try:
-        run_config(c, s, d["seq"], row)
+        run_config(c, s, d["seq"], row, d.get("timed", TIMED))
         row.status = "ok"
     except Exception as e:  # the row records what went wrong; the driver moves on
         oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e)
@@ -281,12 +311,14 @@ def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def run_one(c: Config, s: Strategy, seq: int, row: Row, timeout: float) -> Row:
-    payload = json.dumps({"config": asdict(c), "strategy": s.to_dict(), "row": asdict(row), "seq": seq})
+def run_one(c: Config, s: Strategy, seq: int, row: Row, timeout: float, timed: int = TIMED) -> Row:
+    payload = json.dumps(
+        {"config": asdict(c), "strategy": s.to_dict(), "row": asdict(row), "seq": seq, "timed": timed}
+    )
     env = repo_env()  # the GPU machine's carried DeepSpeed and bitsandbytes stay importable
     try:
-        out = subprocess.run([sys.executable, __file__, "--worker", payload], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
+        out = run_in_group([sys.executable, __file__, "--worker", payload], cwd=ROOT, env=env, capture=True,
+                           timeout=timeout)  # fmt: skip
     except subprocess.TimeoutExpired:
         row.status, row.error = "error", f"timed out after {timeout:.0f} s"
         return row
@@ -311,7 +343,9 @@ def markdown(doc: dict[str, Any]) -> str:
         c, p = r["config"], r["predicted"]
         s = r["strategy"] or {}
         label = (
-            f"ZeRO-{s['zero_stage']} mbs {s['micro_batch_size']}{' ckpt' if s.get('activation_checkpointing') else ''}"
+            f"ZeRO-{s['zero_stage']}{' param:' + s['offload_param'] if s.get('offload_param', 'none') != 'none' else ''}"
+            f" mbs {s['micro_batch_size']}{' ckpt' if s.get('activation_checkpointing') else ''}"
+            + (" (forced)" if c.get("force") else "")
             if s
             else "-"
         )
@@ -369,7 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--budget-s", type=float, default=420.0, help="stop starting configs after this many seconds"
     )
-    ap.add_argument("--grid", default="", help="only these configs: model:lora|qlora:GiB, comma-separated")
+    ap.add_argument(
+        "--grid",
+        default="",
+        help="only these configs: model:lora|qlora:GiB[:stage=3/param=cpu/mb=4/ckpt=1], comma-separated",
+    )
+    ap.add_argument("--timed", type=int, default=TIMED, help="timed steps per config (their median counts)")
     ap.add_argument("--label", default="", help="added to the result files' name")
     ap.add_argument(
         "--repredict", type=Path, help="a result file: its rows beside the planner's current figures"
@@ -401,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         elif time.monotonic() - t0 > args.budget_s:
             row.status, row.error = "skipped", "--budget-s spent"
         else:
-            row = run_one(c, s, seq, row, timeout=max(60.0, args.budget_s + 120 - (time.monotonic() - t0)))
+            timeout = max(60.0, args.budget_s + 120 - (time.monotonic() - t0))
+            row = run_one(c, s, seq, row, timeout=timeout, timed=args.timed)
         doc["rows"].append(asdict(row))
         pa._save(path, doc)
         path.with_suffix(".md").write_text(markdown(doc))

@@ -26,7 +26,7 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # (2026-12-03: --indices 0,...,5 --label phases-offload; --indices 6,...,12 --label phases-zero3; --indices
     # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step;
     # 2026-12-04: --indices 29,...,33 --label phases-third; --indices 34 --label phases-padding; --indices 35,36,37
-    # --label phases-z0step):
+    # --label phases-z0step; 2026-12-05: --indices 38,39,40 --label phases-param):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
@@ -94,7 +94,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, write_result  # noqa: E402
+from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, run_in_group, write_result  # noqa: E402
 
 from wizard.alloc_conf import expandable_segments, planned_expandable_segments  # noqa: E402
 from wizard.config.optimizer_op import builds_fused_adam  # noqa: E402
@@ -449,6 +449,11 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("llama-3b", 0, "none", "none", False, 1, 2048, None, 0),
     ("gpt2-xl", 0, "none", "none", False, 1, 1024, None, 0),
     ("llama-7b", 0, "none", "none", False, 1, 1024, None, 0),
+    # (2026-12-05, indices 38-40) ZeRO-3 with the optimizer and the parameters on the CPU at 3B (no reading of that
+    # family above 1.5B), and at a micro-batch small enough that the parameter fetches take as long as the compute
+    ("llama-3b", 3, "cpu", "cpu", True, 16, 1024, None, 0),
+    ("llama-3b", 3, "cpu", "cpu", True, 4, 1024, None, 0),
+    ("llama-1b", 3, "cpu", "cpu", True, 4, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -1708,7 +1713,7 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
         before = len(json.loads(path.read_text())["rows"])
         cmd = [*_worker_command(args, gpus, name), "--index", str(i)]
         try:
-            rc = subprocess.run(cmd, cwd=ROOT, env=env, check=False, timeout=args.config_timeout_s).returncode
+            rc = run_in_group(cmd, cwd=ROOT, env=env, timeout=args.config_timeout_s).returncode
             status = "killed" if rc else None
         except subprocess.TimeoutExpired:
             status = "timeout"

@@ -44,7 +44,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table, repo_env, result_stem, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    load_bench_script,
+    md_heading,
+    md_table,
+    repo_env,
+    result_stem,
+    run_in_group,
+    write_result,
+)
 
 pa = load_bench_script("plan_accuracy")
 Config = pa.Config
@@ -350,7 +358,7 @@ def launch(args: argparse.Namespace) -> int:
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--index", str(i), "--loop", loop,
                        "--readings", str(readings)] + (["--smoke"] if smoke else [])  # fmt: skip
                 try:
-                    subprocess.run(cmd, cwd=ROOT, env=env, check=False, timeout=args.config_timeout_s)
+                    run_in_group(cmd, cwd=ROOT, env=env, timeout=args.config_timeout_s)
                 except subprocess.TimeoutExpired:
                     with open(readings, "a") as fh:
                         fh.write(json.dumps({"index": i, "loop": loop, "status": "error", "error": "timed out",

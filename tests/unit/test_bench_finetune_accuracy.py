@@ -81,6 +81,24 @@ def test_a_grid_of_its_own_and_a_bad_one(fa: ModuleType) -> None:
         fa.build_grid(smoke=False, only="llama-7b:full:11")
 
 
+def test_a_forced_strategy_is_run_and_predicted_as_given(fa: ModuleType) -> None:
+    """A grid item's fourth field replaces the planner's pick: the row runs that strategy and carries the planner's
+    prediction for it, not for its own recommendation (here one the planner would not choose under 80 GiB)."""
+    hw = fa._plan_accuracy().smoke_hardware(1)
+    [c] = fa.build_grid(smoke=False, only="llama-7b:lora:80:stage=3/param=cpu/mb=4/ckpt=1")
+    s, predicted = fa.recommend(hw, c, fa.SEQ)
+    ran = (s.zero_stage, s.offload_param, s.micro_batch_size, s.activation_checkpointing)
+    assert ran == (3, "cpu", 4, True)
+    own, own_predicted = fa.recommend(hw, fa.Config("llama-7b", "lora", 80), fa.SEQ)
+    assert own != s and own_predicted["tokens_per_sec"] != predicted["tokens_per_sec"]
+    row = fa.Row(config=asdict(c), strategy=s.to_dict(), predicted=predicted)
+    doc = {"date": "2026-12-05", "tag": "1gpu", "seq_len": 2048, "versions": {}, "rows": [asdict(row)]}
+    assert "ZeRO-3 param:cpu mbs 4 ckpt (forced)" in fa.markdown(doc)
+    bad = "'offload=cpu' is not key=value with a key of stage, param, mb, ckpt"
+    with pytest.raises(SystemExit, match=bad):
+        fa.build_grid(smoke=False, only="llama-7b:lora:80:stage=3/offload=cpu")
+
+
 def test_repredict_sets_the_planners_figures_beside_the_measured_ones(fa: ModuleType, tmp_path: Path) -> None:
     """The H100 rows of LoRA with the parameters on the CPU: re-predicted for the card they ran on, each row keeps
     its measurements and gets the planner's figures for the very strategy it ran."""
