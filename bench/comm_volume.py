@@ -1,7 +1,7 @@
 """What DeepSpeed sends per optimizer step, stage by stage, beside what the planner counts (no GPU needed).
 
     python3 bench/comm_volume.py             # every case, writes bench/results/comm_volume-<date>.{json,md}
-    python3 bench/comm_volume.py --quick     # six cases (the test suite's)
+    python3 bench/comm_volume.py --quick     # seven cases (the test suite's)
     python3 bench/comm_volume.py --out DIR --label NAME
 
 Trains small models under the real `deepspeed` launcher with two ranks (CPU, gloo), DeepSpeed's comms logger on, and
@@ -78,6 +78,61 @@ SHAPES: dict[str, tuple[dict[str, Any], float]] = {
         },
         1.56e9,
     ),
+    # Pythia-1.4B (GPT-NeoX): hidden 2048, ffn 8192, 24 layers, 16 heads, vocab 50304, parallel residual, untied
+    "pythia-1.4b/4000": (
+        {
+            "model_type": "gpt_neox",
+            "hidden_size": 32,
+            "intermediate_size": 128,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 4,
+            "vocab_size": 786,
+            "max_position_embeddings": SEQ,
+            "rotary_pct": 0.25,
+            "use_parallel_residual": True,
+            "tie_word_embeddings": False,
+        },
+        1.41e9,
+    ),
+    # Qwen1.5-MoE-A2.7B: hidden 2048, 24 layers of 60 experts (ffn 1408, 4 per token) and a gated shared expert
+    # (ffn 5632), 16 heads, vocab 151936, untied
+    "qwen1.5-moe/4000": (
+        {
+            "model_type": "qwen2_moe",
+            "hidden_size": 32,
+            "intermediate_size": 88,
+            "moe_intermediate_size": 24,  # a multiple of 8: grouped_mm wants 16-byte strides
+            "shared_expert_intermediate_size": 88,
+            "num_experts": 60,
+            "num_experts_per_tok": 4,
+            "decoder_sparse_step": 1,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "vocab_size": 2374,
+            "max_position_embeddings": SEQ,
+            "tie_word_embeddings": False,
+        },
+        14.3e9,
+    ),
+    # Mixtral-8x7B: hidden 4096, 32 layers of 8 experts (ffn 14336, 2 per token), 32 heads with 8 KV heads, vocab
+    # 32000, untied
+    "mixtral/16000": (
+        {
+            "model_type": "mixtral",
+            "hidden_size": 32,
+            "intermediate_size": 112,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "vocab_size": 250,
+            "max_position_embeddings": SEQ,
+            "tie_word_embeddings": False,
+        },
+        46.7e9,
+    ),
 }
 
 
@@ -145,6 +200,15 @@ CASES = [
     _case("llama-7b/16000", 3, finetune="lora", targets="all-linear"),
     _case("llama-7b/16000", 3, ckpt=True, finetune="lora", targets="all-linear"),
     _case("llama-7b/16000", 3, ckpt=True, finetune="qlora", targets="all-linear"),
+    _case("pythia-1.4b/4000", 3, finetune="lora"),
+    _case("pythia-1.4b/4000", 3, ckpt=True, finetune="lora"),
+    _case("qwen1.5-moe/4000", 3),
+    _case("qwen1.5-moe/4000", 3, finetune="lora", targets="q_proj,v_proj"),
+    _case("qwen1.5-moe/4000", 3, ckpt=True, finetune="lora", targets="q_proj,v_proj"),
+    _case("qwen1.5-moe/4000", 3, ckpt=True, finetune="lora", targets="all-linear"),
+    _case("qwen1.5-moe/4000", 3, ckpt=True, finetune="qlora", targets="q_proj,v_proj"),
+    _case("mixtral/16000", 3, finetune="lora", targets="q_proj,v_proj"),
+    _case("mixtral/16000", 3, ckpt=True, finetune="lora", targets="q_proj,v_proj"),
 ]
 QUICK = [
     _case("llama-7b/16000", 2, gas=2),
@@ -153,6 +217,7 @@ QUICK = [
     _case("llama-1b/4100", 3),
     _case("llama-7b/16000", 3, ckpt=True, finetune="qlora"),
     _case("llama-1b/4100", 3, finetune="qlora"),
+    _case("qwen1.5-moe/4000", 3, ckpt=True, finetune="lora", targets="q_proj,v_proj"),
 ]
 
 
@@ -193,7 +258,8 @@ def finetune_model(model: Any, finetune: str, targets: str = "") -> Any:
         quantize_linears_(model, torch.bfloat16, True, torch.bfloat16)
     model.requires_grad_(False)
     # PEFT's default targets (LLaMA: q_proj, v_proj) unless named
-    lora = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, target_modules=targets or None)
+    names: Any = targets.split(",") if targets and targets != "all-linear" else targets or None
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, target_modules=names)
     return get_peft_model(model, lora, autocast_adapter_dtype=False)
 
 
@@ -499,7 +565,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="six cases (the test suite's)")
+    ap.add_argument("--quick", action="store_true", help="seven cases (the test suite's)")
     ap.add_argument(
         "--match", default="", help="only the cases whose label contains this (or any of a,b,...), e.g. QLoRA"
     )

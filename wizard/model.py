@@ -64,6 +64,9 @@ class ModelSpec:
     attention: str = "sdpa"  # "eager" where transformers only materialises attention scores (DeBERTa)
     rel_pos_span: int = 0  # DeBERTa relative-position buckets (its c2p/p2c scores scale with it)
     encoder: bool = False  # masked-LM encoder (BERT-like) rather than a causal LM
+    # GPT-NeoX's use_parallel_residual (Pythia, GPT-NeoX-20B): attention and MLP both read the block's input, x +
+    # attn(ln1(x)) + mlp(ln2(x)), instead of the MLP reading the attention's output
+    parallel_residual: bool = False
     # Outputs per token of one layer's nn.Linear modules that have a bias (torch.nn.functional.linear; GPT-2's Conv1D
     # is not one): ZeRO-3's linear adds these biases in a kernel of its own (planner.throughput).
     linear_bias_outputs: int = 0
@@ -617,6 +620,7 @@ class _Extras(TypedDict, total=False):
     attention: str
     rel_pos_span: int
     encoder: bool
+    parallel_residual: bool
     linear_bias_outputs: int
     parameter_tensors: int
 
@@ -849,6 +853,7 @@ def _neox(cfg: Mapping[str, Any], name: str, source: str, where: str) -> ModelSp
         max(V * h, h * f + f, 3 * h * h + 3 * h),
         activation=str(cfg.get("hidden_act", "gelu")),
         dropout=float(cfg.get("hidden_dropout", 0.0)),
+        parallel_residual=bool(cfg.get("use_parallel_residual", True)),
         linear_bias_outputs=biases,
         # embed_in; per layer two LayerNorms (weight, bias), QKV and dense (+ biases), MLP in and out with biases;
         # the final LayerNorm; embed_out

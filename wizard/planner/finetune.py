@@ -309,14 +309,21 @@ def backward_free_bytes(m: ModelSpec, w: int, checkpointing: bool) -> int:
     an adapted layer's frozen base too). Measured through DeepSpeed's comms logger on two CPU ranks
     (bench/comm_volume.py). With checkpointing, transformers makes the embeddings' output require a gradient
     (``enable_input_require_grads`` from ``gradient_checkpointing_enable``, modeling_utils.py 5.24), and every module
-    runs its backward. The first block's norms are left out (a few thousand elements)."""
+    runs its backward. The first block's norms are left out (a few thousand elements). With a parallel residual
+    (GPT-NeoX) the MLP reads the block's input too: attention and MLP are two such chains, each free up to and
+    including its first adapted group, an MLP without adapters whole."""
     if embedding_runs_backward(m, checkpointing):
         return 0
     tables = w * max(0, m.embedding_params - m.vocab * m.hidden)
     block = [layer for layer in linear_layers(m) if layer.reads in BLOCK_ORDER]
     adapted = {layer.path for layer in lora_layers(m)}
-    first = min((BLOCK_ORDER.index(layer.reads) for layer in block if layer.path in adapted), default=-1)
-    frozen = [layer for layer in block if BLOCK_ORDER.index(layer.reads) <= first]
+    chains = [BLOCK_ORDER[:2], BLOCK_ORDER[2:]] if m.parallel_residual else [BLOCK_ORDER]
+    frozen = []
+    for i, chain in enumerate(chains):
+        ordered = [layer for layer in block if layer.reads in chain]
+        untouched = len(chain) - 1 if i > 0 else -1  # a parallel MLP with no adapter runs no backward at all
+        first = min((chain.index(lay.reads) for lay in ordered if lay.path in adapted), default=untouched)
+        frozen += [layer for layer in ordered if chain.index(layer.reads) <= first]
     # one of each (the first block's), each tensor rounded up to whole bytes
     return tables + sum(math.ceil(_stored_weight_bytes(m, layer.weights, w)) for layer in frozen)
 
@@ -332,7 +339,10 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     16-bit frozen linear's weight, which autograd saves, so the block's last linear (all but its weight go twice);
     bitsandbytes' 4-bit matmul keeps its weight outside autograd's saved tensors, so there the MLP's activation
     product (the attention's parameters and the norms go twice). Measured through DeepSpeed's comms logger on two
-    CPU ranks (bench/comm_volume.py); MoE experts (fused parameters, not linear layers) are not measured."""
+    CPU ranks (bench/comm_volume.py). In an MoE model the sparse MLP block's own backward starts the recompute (its
+    output combines the experts' with the routing weights it saved): a container, whose backward ends only after
+    the experts' and the shared expert's, so only what runs before it -- the attention and the norms -- goes twice
+    (Qwen1.5-MoE and Mixtral shapes measured; an MoE model's dense layers, where it has any, are counted alike)."""
     if not m.finetune.uses_lora or m.layers <= 0:
         return 0.0, 0.0
     quantized = m.finetune.quantized
@@ -348,11 +358,15 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     # dropout mask, sends every frozen weight twice; else these go once (averaged over the blocks, not rounded).
     last = BLOCK_ORDER[2:] if quantized else BLOCK_ORDER[-1:]
     adapted_last = any(lay.reads in last for lay in lora_layers(m))
+    whole = frozen + w * lora_params(m) / m.layers
+    if m.is_moe:
+        attention = sum(by_read.get(r, 0) for r in BLOCK_ORDER[:2]) / m.layers
+        return w * 2 * m.hidden + _stored_weight_bytes(m, attention, w), whole
     if m.dropout > 0 or adapted_last:
         once = 0.0
     else:
         once = _stored_weight_bytes(m, sum(by_read.get(r, 0) for r in last) / m.layers, w)
-    return frozen - once, frozen + w * lora_params(m) / m.layers
+    return frozen - once, whole
 
 
 def dequantization_buffer_bytes(m: ModelSpec, w: int) -> int:
