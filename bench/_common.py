@@ -9,6 +9,7 @@ bitsandbytes are imported by the helpers that use them).
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,30 +63,92 @@ def run_in_group(
     cmd: Sequence[str], *, timeout: float | None, capture: bool = False, **popen: Any
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(cmd, timeout=...)`` with the child in a session of its own, whose whole process group is
-    killed once the child ends, times out or this process is interrupted: a launcher's ranks or a worker's compile
-    jobs never outlive the bench (subprocess.run kills only the child, and waits for whatever still holds its
-    output pipes). A timeout raises ``TimeoutExpired`` as subprocess.run does. ``capture``: stdout and stderr as
-    text in the result."""
+    killed once the child ends, times out, or this process is interrupted or sent SIGTERM/SIGHUP (turned into
+    SystemExit while it waits): a launcher's ranks or a worker's compile jobs never outlive the bench. Where the
+    bench itself is SIGKILLed, the kernel kills the child (PR_SET_PDEATHSIG, Linux); what the child started then
+    outlives it. subprocess.run kills only the child, and waits for whatever still holds its output pipes; here a
+    descendant that left the group and holds them is waited for ``PIPE_GRACE_S`` at most. A timeout raises
+    ``TimeoutExpired`` with the output read so far, as subprocess.run does. ``capture``: stdout and stderr as text
+    (undecodable bytes replaced) in the result."""
     if capture:
         popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    with subprocess.Popen(list(cmd), text=True, start_new_session=True, **popen) as proc:
-        pipes = {
-            name: getattr(proc, name) for name in ("stdout", "stderr") if getattr(proc, name) is not None
-        }
-        read: dict[str, str] = {}
-        readers = [
-            threading.Thread(target=lambda n=n, f=f: read.__setitem__(n, f.read()), daemon=True)
-            for n, f in pipes.items()
-        ]
-        for t in readers:
-            t.start()
+    chunks: dict[str, list[str]] = {}
+    with _signals_exit():
+        # bytes, decoded as they come (_drain): a text pipe's read waits for a whole buffer
+        proc = subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=_die_with_parent,
+                                **popen)  # fmt: skip
+        readers: dict[str, threading.Thread] = {}
+        for name in ("stdout", "stderr"):
+            if getattr(proc, name) is not None:
+                chunks[name] = []
+                readers[name] = threading.Thread(
+                    target=_drain, args=(getattr(proc, name), chunks[name]), daemon=True
+                )
+                readers[name].start()
+        timed_out = None
         try:
             proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            timed_out = e
         finally:
-            kill_group(proc.pid)  # on a timeout the child too; else what it left running in its group
-            for t in readers:
-                t.join()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, read.get("stdout"), read.get("stderr"))
+            _end(proc, readers)
+    out, err = ("".join(chunks[n]) if n in chunks else None for n in ("stdout", "stderr"))
+    if timed_out is not None:
+        timed_out.stdout, timed_out.stderr = out, err
+        raise timed_out
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _end(proc: subprocess.Popen[bytes], readers: dict[str, threading.Thread]) -> None:
+    """Kill the child's group, reap the child, read its pipes for ``PIPE_GRACE_S`` at most; a pipe a reader still
+    waits on (held by a descendant outside the group) is left to it (closing it would wait for that read)."""
+    kill_group(proc.pid)
+    proc.wait()
+    deadline = time.monotonic() + PIPE_GRACE_S
+    for name, t in readers.items():
+        t.join(max(0.0, deadline - time.monotonic()))
+        if not t.is_alive():
+            getattr(proc, name).close()
+
+
+PIPE_GRACE_S = 5.0  # how long the output pipes are read after the child's group is gone
+
+
+def _drain(pipe: Any, into: list[str]) -> None:
+    """Append what ``pipe`` (a bytes pipe) delivers, UTF-8 (undecodable bytes replaced), as it comes."""
+    decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+    with contextlib.suppress(OSError, ValueError):  # the pipe closed under it: what was read stays
+        for chunk in iter(lambda: os.read(pipe.fileno(), 65536), b""):
+            into.append(decode(chunk))
+    into.append(decode(b"", final=True))
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the bench dies (prctl PR_SET_PDEATHSIG; nothing off Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def _signals_exit() -> Any:
+    """SIGTERM and SIGHUP raise SystemExit (128 + the signal) while the block runs, so that its ``finally`` clauses
+    run (Python's default handlers end the process without them); the old handlers come back after. Off the main
+    thread, where handlers cannot be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {sig: signal.signal(sig, leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def kill_group(pgid: int) -> None:

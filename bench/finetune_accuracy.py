@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,20 +148,41 @@ def recommend(
 
 
 # A grid item's fourth field: the Strategy fields it sets, key=value joined by "/".
-FORCE_KEYS = {"stage": ("zero_stage", int), "param": ("offload_param", str), "mb": ("micro_batch_size", int),
-              "ckpt": ("activation_checkpointing", lambda v: v in ("1", "true", "yes"))}  # fmt: skip
+def _flag(value: str) -> bool:
+    if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+        raise ValueError(value)
+    return value.lower() in ("1", "true", "yes")
+
+
+def _offload(value: str) -> str:
+    if value not in ("none", "cpu", "nvme"):
+        raise ValueError(value)
+    return value
+
+
+FORCE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "stage": ("zero_stage", int), "param": ("offload_param", _offload), "mb": ("micro_batch_size", int),
+    "ckpt": ("activation_checkpointing", _flag),
+}  # fmt: skip
 
 
 def forced_strategy(force: str) -> Strategy:
-    """The strategy a grid item's fourth field names, on bf16 one-GPU defaults (SystemExit names a bad key)."""
+    """The strategy a grid item's fourth field names, on bf16 one-GPU defaults (SystemExit names what is wrong:
+    a key, a value, or a strategy DeepSpeed would refuse)."""
     changes: dict[str, Any] = {}
     for part in force.split("/"):
         key, _, value = part.partition("=")
         if key not in FORCE_KEYS or not value:
             raise SystemExit(f"--grid: {part!r} is not key=value with a key of {', '.join(FORCE_KEYS)}")
         field_name, convert = FORCE_KEYS[key]
-        changes[field_name] = convert(value)
-    return Strategy(precision="bf16").with_(**changes)
+        try:
+            changes[field_name] = convert(value)
+        except ValueError:
+            raise SystemExit(f"--grid: {part!r}: {value!r} is no value for {key}") from None
+    s = Strategy(precision="bf16").with_(**changes)
+    if s.problems() or s.micro_batch_size < 1:
+        raise SystemExit(f"--grid: {force!r}: {'; '.join(s.problems()) or 'the micro-batch is at least 1'}")
+    return s
 
 
 def build_grid(smoke: bool, only: str = "") -> list[Config]:
@@ -408,7 +430,14 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="only these configs: model:lora|qlora:GiB[:stage=3/param=cpu/mb=4/ckpt=1], comma-separated",
     )
-    ap.add_argument("--timed", type=int, default=TIMED, help="timed steps per config (their median counts)")
+    ap.add_argument(
+        "--timed",
+        type=int,
+        default=TIMED,
+        choices=range(1, 101),
+        metavar="N",
+        help="timed steps per config, 1-100 (their median counts)",
+    )
     ap.add_argument("--label", default="", help="added to the result files' name")
     ap.add_argument(
         "--repredict", type=Path, help="a result file: its rows beside the planner's current figures"

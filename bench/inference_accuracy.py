@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import repo_env  # noqa: E402
+from _common import repo_env, run_in_group  # noqa: E402
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import load_model_spec  # noqa: E402
@@ -515,7 +514,7 @@ def launch(args: argparse.Namespace) -> int:
             "--master_port", str(args.master_port), "--no_local_rank", str(Path(__file__).resolve()),
             *worker_args(args, i, name),
         ]  # fmt: skip
-        rc = max(rc, subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode)
+        rc = max(rc, run_in_group(cmd, cwd=ROOT, env=env, timeout=None).returncode)
     print(f"wrote {Path(args.out) / name} and its .md", flush=True)
     return rc
 

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import repo_env  # noqa: E402
+from _common import repo_env, run_in_group  # noqa: E402
 
 TRAIN = ROOT / "runner" / "examples" / "train_tiny.py"
 TARGET_OVERHEAD = 0.01
@@ -117,7 +117,7 @@ def run_plain(python: str, cfg: Path, s: dict, port: int, work: Path, tag: str) 
     log = work / f"{tag}.log"
     t0 = time.monotonic()
     with log.open("w") as fh:
-        rc = subprocess.run(argv, cwd=work, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+        rc = run_in_group(argv, cwd=work, stdout=fh, stderr=subprocess.STDOUT, timeout=None).returncode
     return log.read_text(errors="replace"), time.monotonic() - t0, rc
 
 
@@ -139,8 +139,8 @@ def run_dswiz(python: str, cfg: Path, s: dict, port: int, work: Path, tag: str) 
     env = repo_env()  # on the GPU machine dswiz's own dependencies come from the caller's PYTHONPATH
     t0 = time.monotonic()
     with (work / f"{tag}.stdout").open("w") as fh:
-        rc = subprocess.run(
-            argv, cwd=work, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False
+        rc = run_in_group(
+            argv, cwd=work, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=None
         ).returncode
     # rank 0 prints the throughput lines; with per-rank logs they are in logs/ranks/, the launcher's in combined.log
     logs = [run_dir / "logs" / "combined.log", *sorted((run_dir / "logs" / "ranks").glob("*_rank0.log"))]

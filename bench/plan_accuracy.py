@@ -1785,7 +1785,7 @@ def launch(args: argparse.Namespace) -> int:
         return rc
     cmd = _worker_command(args, gpus, name)
     print(" ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
+    proc = run_in_group(cmd, cwd=ROOT, env=env, timeout=None)
     path = Path(args.out) / name
     if path.exists():
         analyze([path], Path(args.out))

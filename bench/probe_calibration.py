@@ -51,6 +51,7 @@ from _common import (  # noqa: E402
     md_heading,
     md_table,
     repo_env,
+    run_in_group,
 )
 
 from wizard.config.sidecar import PlanSidecar, dump_sidecar, load_sidecar, read_sidecar  # noqa: E402
@@ -98,8 +99,8 @@ def run_probe(work: Path, model_config: Path, run: dict[str, Any], smoke: bool) 
         str(TRAIN), *_script_args(model_config, run["seq"]),
     ]  # fmt: skip
     t0 = time.monotonic()
-    proc = subprocess.run(argv, env=_env(work / "probe-history.sqlite3"), cwd=work, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=run["timeout_s"] * run["top"] + 300, check=False)  # fmt: skip
+    proc = run_in_group(argv, env=_env(work / "probe-history.sqlite3"), cwd=work, capture=True,
+                        stdin=subprocess.DEVNULL, timeout=run["timeout_s"] * run["top"] + 300)  # fmt: skip
     wall = time.monotonic() - t0
     try:
         out = json.loads(proc.stdout)

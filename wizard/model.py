@@ -121,6 +121,10 @@ class ModelSpec:
         kw = {k: v for k, v in d.items() if k in known}
         kw["notes"] = tuple(kw.get("notes") or ())
         kw["finetune"] = FineTune.from_dict(kw.get("finetune"))
+        if "parallel_residual" not in d and d.get("model_type") == "gpt_neox":
+            kw["parallel_residual"] = (
+                True  # written before dswiz read it: GPT-NeoX's default (use_parallel_residual)
+            )
         return cls(**kw)
 
 

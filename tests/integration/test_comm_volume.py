@@ -8,9 +8,10 @@ forward leaves gathered (``stage3_kept_for_backward``) is not gathered again in 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -19,14 +20,15 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_planner_counts_what_deepspeed_sends(tmp_path: Path) -> None:
-    proc = subprocess.run(
+def test_the_planner_counts_what_deepspeed_sends(
+    tmp_path: Path, bench_script: Callable[[str], ModuleType]
+) -> None:
+    # in a process group of its own: a timeout stops the launcher's ranks too
+    proc = bench_script("_common").run_in_group(
         [sys.executable, "bench/comm_volume.py", "--quick", "--out", str(tmp_path)],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
+        capture=True,
         timeout=600,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [result_file] = tmp_path.glob("comm_volume-*-quick.json")

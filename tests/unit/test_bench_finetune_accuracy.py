@@ -97,6 +97,11 @@ def test_a_forced_strategy_is_run_and_predicted_as_given(fa: ModuleType) -> None
     bad = "'offload=cpu' is not key=value with a key of stage, param, mb, ckpt"
     with pytest.raises(SystemExit, match=bad):
         fa.build_grid(smoke=False, only="llama-7b:lora:80:stage=3/offload=cpu")
+    for bad_item, says in (("stage=x", "'x' is no value for stage"), ("param=gpu", "'gpu' is no value for param"),
+                           ("ckpt=on", "'on' is no value for ckpt"), ("stage=2/param=cpu", "stage 3"),
+                           ("mb=0", "at least 1")):  # fmt: skip
+        with pytest.raises(SystemExit, match=says):
+            fa.build_grid(smoke=False, only=f"llama-7b:lora:80:{bad_item}")
 
 
 def test_repredict_sets_the_planners_figures_beside_the_measured_ones(fa: ModuleType, tmp_path: Path) -> None:

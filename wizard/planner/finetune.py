@@ -311,7 +311,7 @@ def backward_free_bytes(m: ModelSpec, w: int, checkpointing: bool) -> int:
     (``enable_input_require_grads`` from ``gradient_checkpointing_enable``, modeling_utils.py 5.24), and every module
     runs its backward. The first block's norms are left out (a few thousand elements). With a parallel residual
     (GPT-NeoX) the MLP reads the block's input too: attention and MLP are two such chains, each free up to and
-    including its first adapted group, an MLP without adapters whole."""
+    including its first adapted group, or whole where it has no adapter."""
     if embedding_runs_backward(m, checkpointing):
         return 0
     tables = w * max(0, m.embedding_params - m.vocab * m.hidden)
@@ -319,9 +319,10 @@ def backward_free_bytes(m: ModelSpec, w: int, checkpointing: bool) -> int:
     adapted = {layer.path for layer in lora_layers(m)}
     chains = [BLOCK_ORDER[:2], BLOCK_ORDER[2:]] if m.parallel_residual else [BLOCK_ORDER]
     frozen = []
-    for i, chain in enumerate(chains):
+    # a parallel chain without an adapter runs no backward at all; a serial block without one is left undefined
+    untouched = 1 if m.parallel_residual else -1
+    for chain in chains:
         ordered = [layer for layer in block if layer.reads in chain]
-        untouched = len(chain) - 1 if i > 0 else -1  # a parallel MLP with no adapter runs no backward at all
         first = min((chain.index(lay.reads) for lay in ordered if lay.path in adapted), default=untouched)
         frozen += [layer for layer in ordered if chain.index(layer.reads) <= first]
     # one of each (the first block's), each tensor rounded up to whole bytes
@@ -339,10 +340,12 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     16-bit frozen linear's weight, which autograd saves, so the block's last linear (all but its weight go twice);
     bitsandbytes' 4-bit matmul keeps its weight outside autograd's saved tensors, so there the MLP's activation
     product (the attention's parameters and the norms go twice). Measured through DeepSpeed's comms logger on two
-    CPU ranks (bench/comm_volume.py). In an MoE model the sparse MLP block's own backward starts the recompute (its
-    output combines the experts' with the routing weights it saved): a container, whose backward ends only after
-    the experts' and the shared expert's, so only what runs before it -- the attention and the norms -- goes twice
-    (Qwen1.5-MoE and Mixtral shapes measured; an MoE model's dense layers, where it has any, are counted alike)."""
+    CPU ranks (bench/comm_volume.py). In an MoE model the sparse MLP block's backward starts the recompute (the first
+    saved tensors the layer's backward needs are inside it: the routing product, Qwen's shared-expert gate), and
+    DeepSpeed makes that block a ZeRO-3 leaf by default (runtime/zero/leaf_module_config.py; dswiz config writes
+    it too): one module with all the experts' and the shared expert's parameters, released when its whole backward
+    ends; so only what runs before it -- the attention and the norms -- goes twice (Qwen1.5-MoE and Mixtral shapes measured; an MoE model's dense layers,
+    where it has any, by the dense rule: ``_moe_released_bytes``)."""
     if not m.finetune.uses_lora or m.layers <= 0:
         return 0.0, 0.0
     quantized = m.finetune.quantized
@@ -359,14 +362,38 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     last = BLOCK_ORDER[2:] if quantized else BLOCK_ORDER[-1:]
     adapted_last = any(lay.reads in last for lay in lora_layers(m))
     whole = frozen + w * lora_params(m) / m.layers
-    if m.is_moe:
-        attention = sum(by_read.get(r, 0) for r in BLOCK_ORDER[:2]) / m.layers
-        return w * 2 * m.hidden + _stored_weight_bytes(m, attention, w), whole
+    if m.moe_layers > 0:
+        return _moe_released_bytes(m, w, last), whole
     if m.dropout > 0 or adapted_last:
         once = 0.0
     else:
         once = _stored_weight_bytes(m, sum(by_read.get(r, 0) for r in last) / m.layers, w)
     return frozen - once, whole
+
+
+def _moe_released_bytes(m: ModelSpec, w: int, last: tuple[str, ...]) -> float:
+    """``recompute_released_bytes``'s first figure for an MoE model: its MoE layers release the norms and the
+    attention early; its dense layers (Qwen2-MoE's ``mlp_only_layers``, ``decoder_sparse_step``; plain MLP modules,
+    not leaves) the dense rule's share: all but the MLP's ``last`` group, or everything under a dropout or an adapter
+    there. Averaged over the layers. Only the all-MoE case is measured."""
+    layers = [lay for lay in linear_layers(m) if not lay.head]
+    attention = _stored_weight_bytes(m, sum(lay.count * lay.weights for lay in layers
+                                            if lay.reads in BLOCK_ORDER[:2]) / m.layers, w)  # fmt: skip
+    early = w * (2 * m.hidden + m.linear_bias_outputs) + attention  # the norms, the attention and its biases
+    dense = m.layers - m.moe_layers
+    if dense <= 0:
+        return early
+    mlp = [
+        lay for lay in layers if lay.reads in BLOCK_ORDER[2:] and not lay.path.startswith("mlp.shared_expert")
+    ]
+    adapted = {lay.path for lay in lora_layers(m)}
+    held = [lay for lay in mlp if lay.reads in last and lay.path not in adapted]
+    kept_once = 0.0 if m.dropout > 0 or len(held) < sum(lay.reads in last for lay in mlp) else (
+        _stored_weight_bytes(m, sum(lay.count * lay.weights for lay in held) / dense, w))  # fmt: skip
+    released_dense = (
+        early + _stored_weight_bytes(m, sum(lay.count * lay.weights for lay in mlp) / dense, w) - kept_once
+    )
+    return (m.moe_layers * early + dense * released_dense) / m.layers
 
 
 def dequantization_buffer_bytes(m: ModelSpec, w: int) -> int:
