@@ -3,6 +3,7 @@
     python3 bench/comm_volume.py             # every case, writes bench/results/comm_volume-<date>.{json,md}
     python3 bench/comm_volume.py --quick     # seven cases (the test suite's)
     python3 bench/comm_volume.py --out DIR --label NAME
+    python3 bench/comm_volume.py --repredict bench/results/comm_volume-2026-12-05.json   # today's planner, no ranks
 
 Trains small models under the real `deepspeed` launcher with two ranks (CPU, gloo), DeepSpeed's comms logger on, and
 reads every collective of the last optimizer step: each call's op and message size. The bytes each GPU sends are
@@ -525,7 +526,15 @@ def markdown(doc: dict[str, Any]) -> str:
         "Bytes each GPU sends in the last of 4 optimizer steps, as a ring runs each logged call; kept: parameters "
         "still gathered when that step's (last) forward ended. Errors: planner / measured - 1; kept as a share "
         "of the model.",
-        "`python3 bench/comm_volume.py" + (" --quick" if doc["quick"] else "") + "`",
+        "`python3 bench/comm_volume.py"
+        + (" --quick" if doc["quick"] else "")
+        + "`"
+        + (
+            f"; re-predicted by the planner of {doc['repredicted']['date']} (commit "
+            f"{doc['repredicted']['commit']}) beside the readings of {doc['repredicted']['from']}"
+            if doc.get("repredicted")
+            else ""
+        ),
     )
     lines += md_table(
         [
@@ -563,6 +572,33 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def repredict(path: Path, out: Path) -> Path:
+    """A result file's readings (what the ranks sent, kept and gathered) beside what the planner says now:
+    ``<stem>-repredicted.json`` (+ .md). No rank runs; each row's case is found again by its label."""
+    doc = json.loads(path.read_text())
+    by_label = {label(c): c for c in CASES + QUICK}
+    results = []
+    for row in doc["rows"]:
+        case = by_label.get(row["case"])
+        if case is None:
+            raise SystemExit(f"comm_volume: {path.name}: no case is labelled {row['case']!r} any more")
+        full = sum(p.numel() for p in hf_model(SHAPES[case["shape"]][0]).parameters())
+        results.append({**case, "params": row["params"], "zero": zero_settings(case, full), "ops": row["ops"],
+                        "kept": row.get("kept"), "peak_gathered": row.get("peak_gathered")})  # fmt: skip
+    doc["rows"] = compare(results)
+    doc["within_tolerance"] = all(
+        abs(r["error"]) <= TOLERANCE and abs(r.get("kept_error", 0.0)) <= KEPT_TOLERANCE
+        for r in doc["rows"]
+        if r["error"] is not None
+    )
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    doc["repredicted"] = {"from": path.name, "date": dt.date.today().isoformat(),
+                          "commit": commit.stdout.strip() or "unknown"}  # fmt: skip
+    text = markdown(doc)
+    write_result(out, f"{path.stem}-repredicted", doc, text)
+    return out / f"{path.stem}-repredicted.json"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="seven cases (the test suite's)")
@@ -574,12 +610,21 @@ def main() -> int:
     ap.add_argument(
         "--timeout-s", type=float, default=2400, help="for the whole launch (about 40 s a case here)"
     )
+    ap.add_argument(
+        "--repredict",
+        type=Path,
+        metavar="FILE",
+        help="a result file: its readings beside the planner's figures now (no rank runs)",
+    )
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--raw", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--local_rank", "--local-rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.raw)
+        return 0
+    if args.repredict:
+        print(f"wrote {repredict(args.repredict, args.out)} and .md")
         return 0
     import deepspeed
     import torch
