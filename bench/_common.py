@@ -2,8 +2,9 @@
 tables.
 
 The scripts run as files (``python bench/x.py``), so this module is imported as ``_common`` from the script's
-own folder (Python puts it first on ``sys.path``); importing it needs nothing outside the standard library (torch and
-bitsandbytes are imported by the helpers that use them).
+own folder (Python puts it first on ``sys.path``); it puts the repository root on ``sys.path`` too. Importing it
+needs nothing outside the standard library (dswiz's reaper is standard library only; torch and bitsandbytes are
+imported by the helpers that use them).
 """
 
 from __future__ import annotations
@@ -13,16 +14,21 @@ import codecs
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(1, str(ROOT))
+
+from runner import reaper  # noqa: E402  (after the root is on sys.path)
 
 # Qwen2-1.5B's shape (its config.json on the hub: 28 layers, hidden 1536, 12 heads, 2 KV heads, ffn 8960, tied): a
 # model family the planner's constants were not fitted to (bench/probe_calibration.py, plan_accuracy's sweep).
@@ -62,21 +68,30 @@ def repo_env(**extra: str) -> dict[str, str]:
 def run_in_group(
     cmd: Sequence[str], *, timeout: float | None, capture: bool = False, **popen: Any
 ) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(cmd, timeout=...)`` with the child in a session of its own, whose whole process group is
-    killed once the child ends, times out, or this process is interrupted or sent SIGTERM/SIGHUP (turned into
-    SystemExit while it waits): a launcher's ranks or a worker's compile jobs never outlive the bench. Where the
-    bench itself is SIGKILLed, the kernel kills the child (PR_SET_PDEATHSIG, Linux); what the child started then
-    outlives it. subprocess.run kills only the child, and waits for whatever still holds its output pipes; here a
-    descendant that left the group and holds them is waited for ``PIPE_GRACE_S`` at most. A timeout raises
-    ``TimeoutExpired`` with the output read so far, as subprocess.run does. ``capture``: stdout and stderr as text
-    (undecodable bytes replaced) in the result."""
+    """``subprocess.run(cmd, timeout=...)`` where nothing the child starts outlives the call, nor the bench.
+
+    The child leads a session of its own and carries a token in its environment (dswiz's job token,
+    ``runner.reaper.TOKEN_ENV``), inherited by all it starts. Once the child ends, times out, or this process is
+    interrupted or sent SIGTERM/SIGHUP (turned into SystemExit while it waits), its process group is killed, then
+    every process still carrying the token (one that left the group: a launcher's rank, a compile job), and the
+    DeepSpeed CPU all-reduce files in /dev/shm that no process holds any more are removed (DeepSpeed never removes
+    them: ``reaper.remove_orphaned_shm_buffers``). Where the bench itself is SIGKILLed, dswiz's reaper does the same:
+    a separate process started here (``reaper.start_reaper``) that acts when its lifeline from the bench ends.
+
+    subprocess.run kills only the child, and waits for whatever still holds its output pipes; here the pipes are read
+    for ``PIPE_GRACE_S`` at most after that cleanup. A timeout raises ``TimeoutExpired`` with the output read so far,
+    as subprocess.run does. ``capture``: stdout and stderr as text (undecodable bytes replaced) in the result."""
     if capture:
         popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    token = secrets.token_hex(8)
+    popen["env"] = {**(popen.get("env") or os.environ), reaper.TOKEN_ENV: token}
     chunks: dict[str, list[str]] = {}
-    with _signals_exit():
+    with _signals_exit(), _lifeline(token) as link:
         # bytes, decoded as they come (_drain): a text pipe's read waits for a whole buffer
         proc = subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=_die_with_parent,
                                 **popen)  # fmt: skip
+        if link is not None:
+            link.add_session(proc.pid)
         readers: dict[str, threading.Thread] = {}
         for name in ("stdout", "stderr"):
             if getattr(proc, name) is not None:
@@ -91,7 +106,7 @@ def run_in_group(
         except subprocess.TimeoutExpired as e:
             timed_out = e
         finally:
-            _end(proc, readers)
+            _end(proc, readers, token)
     out, err = ("".join(chunks[n]) if n in chunks else None for n in ("stdout", "stderr"))
     if timed_out is not None:
         timed_out.stdout, timed_out.stderr = out, err
@@ -99,11 +114,34 @@ def run_in_group(
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _end(proc: subprocess.Popen[bytes], readers: dict[str, threading.Thread]) -> None:
-    """Kill the child's group, reap the child, read its pipes for ``PIPE_GRACE_S`` at most; a pipe a reader still
-    waits on (held by a descendant outside the group) is left to it (closing it would wait for that read)."""
+@contextlib.contextmanager
+def _lifeline(token: str) -> Iterator[reaper.ReaperLink | None]:
+    """dswiz's reaper for one child: it stops what carries ``token`` if this process dies before the block ends.
+    None (and a line on stderr) when it cannot start: the call then runs unprotected against a SIGKILL."""
+    try:
+        link: reaper.ReaperLink | None = reaper.start_reaper(None, token, REAPER_GRACE_S)
+    except OSError as e:
+        print(f"bench: cannot start dswiz's reaper ({e}): if this bench is killed, its child's processes stay",
+              file=sys.stderr)  # fmt: skip
+        link = None
+    try:
+        yield link
+    finally:
+        if link is not None:
+            link.done()
+
+
+REAPER_GRACE_S = 2.0  # SIGTERM to SIGKILL, when the reaper stops what a killed bench left
+
+
+def _end(proc: subprocess.Popen[bytes], readers: dict[str, threading.Thread], token: str) -> None:
+    """Kill the child's group, reap the child, stop every process that still carries ``token``, remove the
+    all-reduce files no process holds; then read its pipes for ``PIPE_GRACE_S`` at most (a pipe a reader still waits
+    on, held by a process this user cannot stop, is left to it: closing it would wait for that read)."""
     kill_group(proc.pid)
     proc.wait()
+    reaper.stop_job([proc.pid], token, grace_s=0.0)
+    reaper.remove_orphaned_shm_buffers()
     deadline = time.monotonic() + PIPE_GRACE_S
     for name, t in readers.items():
         t.join(max(0.0, deadline - time.monotonic()))

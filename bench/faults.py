@@ -33,8 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 
 from _common import repo_env  # noqa: E402
 
-from runner import rundir  # noqa: E402 - after the path: the bench runs from a checkout
-from runner.job import reaper  # noqa: E402
+from runner import reaper, rundir  # noqa: E402
 
 TRAIN = ROOT / "runner" / "examples" / "train_tiny.py"
 FAULTY = ROOT / "tests" / "integration" / "faulty_train.py"

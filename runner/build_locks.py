@@ -16,9 +16,11 @@ with ``<cache>`` = ``$XDG_CACHE_HOME`` or ``~/.cache`` (cpp_extension.py ``_get_
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from runner.reaper import processes_holding
 
 LOCK_NAME = "lock"
 
@@ -52,7 +54,7 @@ def find_build_locks(environ: Mapping[str, str], home: Path, proc: Path = Path("
             continue
     if not found:
         return []
-    holders = _open_files(proc, {_real(p) for p in found})
+    holders = processes_holding({_real(p) for p in found}, str(proc))
     return [BuildLock(p, p.parent.name, tuple(sorted(holders.get(_real(p), ())))) for p in found]
 
 
@@ -74,7 +76,7 @@ def remove_stale(lock: BuildLock, proc: Path = Path("/proc")) -> str | None:
     if not lock.path.is_file() or lock.path.is_symlink():
         return f"{lock.path} is not a plain file: remove it yourself if no build runs (rm -r {lock.path})"
     unseen: list[int] = []
-    if _open_files(proc, {_real(lock.path)}, unseen) or unseen:
+    if processes_holding({_real(lock.path)}, str(proc), unseen=unseen) or unseen:
         return f"{lock.path} may be held by a build (processes {unseen[:3]} could not be read)"
     try:
         if lock.path.lstat().st_ino != before.st_ino:
@@ -83,33 +85,3 @@ def remove_stale(lock: BuildLock, proc: Path = Path("/proc")) -> str | None:
     except FileNotFoundError:
         pass
     return None
-
-
-def _open_files(proc: Path, wanted: set[str], unseen: list[int] | None = None) -> dict[str, set[int]]:
-    """Which of ``wanted`` (real paths) each process has open; processes we may not look into are skipped (and
-    listed in ``unseen``, when given)."""
-    out: dict[str, set[int]] = {}
-    for pid_dir in _pid_dirs(proc):
-        try:
-            fds = list((pid_dir / "fd").iterdir())
-        except PermissionError:  # another user's
-            if unseen is not None:
-                unseen.append(int(pid_dir.name))
-            continue
-        except OSError:  # gone
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target in wanted:
-                out.setdefault(target, set()).add(int(pid_dir.name))
-    return out
-
-
-def _pid_dirs(proc: Path) -> Iterable[Path]:
-    try:
-        return [p for p in proc.iterdir() if p.name.isdigit()]
-    except OSError:
-        return []

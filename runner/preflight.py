@@ -516,6 +516,37 @@ def check_build_locks(environ: Mapping[str, str], home: Path) -> list[Finding]:
     return out
 
 
+def check_shm_buffers(shm_dir: str | None = None) -> list[Finding]:
+    """DeepSpeed's CPU all-reduce files that no process holds: memory that ended jobs left (runner.reaper)."""
+    from runner.reaper import SHM_BUFFER_PREFIX, SHM_DIR, orphaned_shm_buffers
+
+    shm_dir = shm_dir or SHM_DIR
+    orphans = orphaned_shm_buffers(shm_dir)
+    if not orphans:
+        return []
+    total = sum(size for _, size in orphans)
+    paths = [path for path, _ in orphans]
+    files = (
+        " ".join(shlex.quote(p) for p in paths)
+        if len(paths) <= 4
+        else shlex.quote(os.path.join(shm_dir, f"{SHM_BUFFER_PREFIX}_{os.getuid()}_")) + "*"
+    )
+    return [
+        Finding(
+            Severity.WARNING,
+            "shm-buffers-left",
+            f"{len(paths)} DeepSpeed all-reduce file(s) in {shm_dir} hold {fmt_bytes(total)} of memory, and no "
+            "process uses them",
+            "DeepSpeed's CPU all-reduce creates one per rank (about 66 MB) and never removes it "
+            "(deepspeed/ops/csrc/cpu/comm/shm.cpp, 0.19.8); dswiz removes its own jobs' files, but jobs started "
+            f"otherwise leave theirs, and {shm_dir} is memory: enough of them slow builds and jobs down or make "
+            "them fail",
+            f"rm {files}" + ("" if len(paths) <= 4 else "  (while no DeepSpeed CPU job of yours runs)"),
+            shm_dir,
+        )
+    ]
+
+
 # ---------------------------------------------------------------------------------------------- multi-node
 
 
@@ -708,6 +739,7 @@ def preflight(
     findings += arch_findings
     findings += check_alloc_conf(environ)
     findings += check_build_locks(environ, Path(environ.get("HOME") or Path.home()))
+    findings += check_shm_buffers()
     ordered = sorted(findings, key=lambda f: f.severity.rank)
     return PreflightResult(
         findings=tuple(ordered), env_fixes=tuple(arch_fix.items()), training_env=env, hosts=tuple(hosts)

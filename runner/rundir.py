@@ -75,7 +75,7 @@ RUN_JSON_VERSION = 1
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"  # the job ended by itself (verdict says how)
 STATUS_INTERRUPTED = "interrupted"  # dswiz stopped it (Ctrl-C, SIGTERM, SIGHUP, --stall-timeout)
-# dswiz died before writing the end: written by its reaper (runner/job/reaper.py, which cannot import this module
+# dswiz died before writing the end: written by its reaper (runner/reaper.py, which cannot import this module
 # and spells it itself), or seen later from a "running" record whose supervisor process is gone.
 STATUS_SUPERVISOR_LOST = "supervisor_lost"
 

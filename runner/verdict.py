@@ -24,7 +24,7 @@ VERDICT_KINDS = (
     "success",
     "interrupted",
     "stalled",  # stopped by --stall-timeout
-    "supervisor_lost",  # dswiz died first; written by its reaper (runner/job/reaper.py)
+    "supervisor_lost",  # dswiz died first; written by its reaper (runner/reaper.py)
     "supervisor_error",  # dswiz failed inside and stopped the job
     "cuda_oom",
     "nccl_timeout",

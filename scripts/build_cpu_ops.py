@@ -9,7 +9,9 @@ minute (a test's timeout, Ctrl-C) leaves the file, and every later DeepSpeed job
 
 Every build lock that no process holds open is removed first, this op's or another's: it is what a killed build
 leaves (the rule of ``dswiz launch``'s preflight, runner/build_locks.py), and a machine that was copied or stopped
-mid-build keeps it. On a machine whose DeepSpeed accelerator is not the CPU there
+mid-build keeps it. So are this user's DeepSpeed all-reduce files in /dev/shm that no process holds: every CPU job
+leaves ~66 MB per rank there, in memory, and DeepSpeed never removes them (runner/reaper.py,
+``orphaned_shm_buffers``); on a machine that ran many, the next builds and jobs crawl for want of memory. On a machine whose DeepSpeed accelerator is not the CPU there
 is nothing to build. Exit 1, with the compiler's last lines, when the build fails (setup.sh then warns and goes on:
 the first DeepSpeed job will try the build again).
 """
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 from runner.build_locks import find_build_locks, remove_stale
+from runner.reaper import SHM_DIR, remove_orphaned_shm_buffers
 
 OP = "deepspeed_shm_comm"
 
@@ -32,6 +35,10 @@ def main() -> int:
             continue
         left = remove_stale(lock)
         print(left or f"removed {lock.path}: a killed build of {lock.op} left it, and no process holds it")
+    files, freed = remove_orphaned_shm_buffers()
+    if files:
+        print(f"removed {files} DeepSpeed all-reduce file(s) from {SHM_DIR} ({freed / 2**30:.1f} GiB of memory) that "
+              "ended CPU jobs left and no process holds")  # fmt: skip
     try:
         from deepspeed.accelerator import get_accelerator
         from deepspeed.comm.torch import build_shm_op

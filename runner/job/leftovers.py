@@ -1,7 +1,7 @@
 """Runs whose supervisor died: found later (by `dswiz monitor RUN` and the next `dswiz launch`), their leftover
 processes listed and, when asked, stopped.
 
-A run is "supervisor lost" when run.json says so (its reaper wrote it: runner/job/reaper.py) or says "running"
+A run is "supervisor lost" when run.json says so (its reaper wrote it: runner/reaper.py) or says "running"
 while the dswiz it names is gone (its pid and process start time, ``runner.rundir.supervisor_alive``: a reused pid
 does not count as alive). Its leftovers are the processes that carry the run's job token in their environment:
 a session id alone could belong to an unrelated process by now.
@@ -13,8 +13,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import rundir
-from runner.job import reaper
+from runner import reaper, rundir
 from runner.rundir import RunRecord
 from wizard.errors import DswizError
 

@@ -25,16 +25,9 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import IO
 
-from runner import rundir
-from runner.job import reaper
+from runner import reaper, rundir
 from runner.job.prepare import PreparedRun
-from runner.job.session import (
-    ReaperLink,
-    session_processes,
-    signal_job,
-    start_in_new_session,
-    start_reaper,
-)
+from runner.job.session import session_processes, signal_job, start_in_new_session
 from runner.job.sink import JobSink, RunOutcome
 from runner.job.stopping import StopEscalation, StopReason
 from runner.job.watchers import DeathWatch, LauncherLine, LineQueue, rank_of_process, start_pipe_reader
@@ -42,6 +35,7 @@ from runner.metrics.alerts import AlertThresholds
 from runner.metrics.csvsource import CsvSource
 from runner.metrics.tail import RankLogTail
 from runner.phases import Phase
+from runner.reaper import ReaperLink, start_reaper
 from runner.rundir import LauncherProcess, RunRecord, RunVerdict
 from runner.verdict import (
     JobObserver,
@@ -125,7 +119,7 @@ def _stderr(text: str) -> None:
 class Job:
     """One launch, supervised. ``run()`` blocks until no process of the job is left and returns the outcome; it
     never returns or raises with a process of the job left, and always writes a verdict (when the run directory
-    still exists). If dswiz itself dies, its reaper (runner/job/reaper.py) stops the job and writes the verdict.
+    still exists). If dswiz itself dies, its reaper (runner/reaper.py) stops the job and writes the verdict.
 
     Thread-safe entry points: ``request_stop(reason)`` (signal handlers, a dashboard's stop key) and ``status()``.
     """

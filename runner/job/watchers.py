@@ -16,8 +16,8 @@ from typing import IO
 
 import psutil
 
-from runner.job.reaper import stat_fields
 from runner.metrics.tail import rank_of_log_file
+from runner.reaper import stat_fields
 
 
 @dataclass(frozen=True)

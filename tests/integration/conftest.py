@@ -1,20 +1,28 @@
-"""Integration tests: no test may leave (or start under) a stale JIT-build lock.
+"""Integration tests: no test may leave (or start under) a stale JIT-build lock, nor leave DeepSpeed's all-reduce
+files in /dev/shm.
 
 A DeepSpeed job stopped while a rank loads a compiled op leaves torch's build lock file, and every later DeepSpeed
 job waits on it for ever (runner/build_locks.py). In the suite that turns one failure into every later real-process
 test hanging until its timeout (CI ran out of time that way). So each integration test checks, with dswiz's own
 preflight reader, that no lock is stale before it starts, and that it left none: a lock it left is removed (its
 builder is dead: nobody holds it) and the test fails, naming it.
+
+Every DeepSpeed CPU job also leaves ~66 MB per rank in /dev/shm, which is memory (runner/reaper.py,
+``orphaned_shm_buffers``): a suite of such jobs filled CI's 24 GiB machine until its builds and launches crawled
+and timed out. A test that leaves files no process holds fails, naming them (they are removed), and so does one
+that finds some before it starts (a fixture of its module ran a job: fixtures run before this check).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from runner import reaper
 from runner.build_locks import find_build_locks, remove_stale
 
 
@@ -39,3 +47,46 @@ def no_stale_build_lock() -> Iterator[None]:
             + (f"not removed: {kept[0]}" if kept else "removed now, so the tests after it do not hang")
             + "); run scripts/setup.sh first, which builds DeepSpeed's CPU op"
         )
+
+
+_SHM_SETTLE_S = (
+    10.0  # a job's ranks may still be exiting when its test returns: their files are held until then
+)
+
+
+@pytest.fixture(autouse=True)
+def no_all_reduce_files_left() -> Iterator[None]:
+    found = reaper.orphaned_shm_buffers()
+    if (
+        found
+    ):  # set up by now: this module's fixtures ran; an earlier test's ranks may have ended after its check
+        reaper.remove_orphaned_shm_buffers()
+        pytest.fail(_left(found, "were in /dev/shm before this test ran (left by a fixture of this module, an earlier "
+                                 "test or an earlier run)"))  # fmt: skip
+    before = set(_buffers())
+    yield
+    deadline = time.monotonic() + _SHM_SETTLE_S
+    while True:
+        left = [(p, n) for p, n in reaper.orphaned_shm_buffers() if os.path.basename(p) not in before]
+        if left or time.monotonic() > deadline or not set(_buffers()) - before:
+            break
+        time.sleep(0.5)  # new files still held: wait for their ranks to end
+    if left:
+        reaper.remove_orphaned_shm_buffers()
+        pytest.fail(_left(left, "were left in /dev/shm by this test"))
+
+
+def _left(files: list[tuple[str, int]], where: str) -> str:
+    return (
+        f"{len(files)} DeepSpeed all-reduce file(s) that no process holds {where} ({sum(n for _, n in files) >> 20} "
+        f"MiB of memory, e.g. {files[0][0]}; removed now): whatever runs DeepSpeed must remove its job's files when "
+        "the job ends (dswiz launch, bench/_common.run_in_group and tests/integration/launch_support.run_deepspeed do)"
+    )
+
+
+def _buffers() -> list[str]:
+    try:
+        names = os.listdir(reaper.SHM_DIR)
+    except OSError:
+        return []
+    return [n for n in names if n.startswith(reaper.SHM_BUFFER_PREFIX)]

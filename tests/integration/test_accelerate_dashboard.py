@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 from runner import rundir
 from runner.job.session import session_processes
+from tests.integration.launch_support import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN_TINY = ROOT / "runner" / "examples" / "train_tiny.py"
 TINY_ARGS = ["--vocab", "128", "--hidden", "32", "--layers", "1", "--heads", "2", "--seq-len", "16"]
 STEPS = 12
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def dswiz(tmp: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:

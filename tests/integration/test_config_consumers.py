@@ -9,7 +9,6 @@ import json
 import os
 import runpy
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.launch_support import free_port, run_deepspeed
 from wizard.config.build import WriteOptions, config_set_from_strategy
 from wizard.config.lint.batch import complete_batch
 from wizard.config.render import render_all, render_ds_json
@@ -32,12 +32,6 @@ BIN = Path(sys.executable).parent
 DRIVER = ROOT / "tests" / "integration" / "ds_multi_config_driver.py"
 TRAIN_TINY = ROOT / "runner" / "examples" / "train_tiny.py"
 TINY_ARGS = ["--vocab", "128", "--hidden", "32", "--layers", "1", "--heads", "2", "--seq-len", "16"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def env() -> dict[str, str]:
@@ -67,13 +61,14 @@ def test_written_configs_train_under_the_deepspeed_launcher(tmp_path: Path) -> N
         path.write_text(render_ds_json(config_set_from_strategy(strategy, options).deepspeed))
         paths.append(str(path))
     results_file = tmp_path / "results.jsonl"
-    proc = subprocess.run(
+    port = free_port()
+    proc = run_deepspeed(
         [
             str(BIN / "deepspeed"),
             "--num_gpus",
             "2",
             "--master_port",
-            str(free_port()),
+            str(port),
             str(DRIVER),
             "--out",
             str(results_file),
@@ -81,6 +76,7 @@ def test_written_configs_train_under_the_deepspeed_launcher(tmp_path: Path) -> N
             "3",
             *paths,
         ],
+        master_port=port,
         cwd=tmp_path,
         env=env(),
         capture_output=True,

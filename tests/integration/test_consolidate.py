@@ -10,7 +10,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from types import ModuleType
 
 import pytest
 
+from tests.integration.launch_support import free_port, run_deepspeed
 from wizard.checkpoints import checkpoint_hint, inspect_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -34,12 +34,6 @@ DS_CONFIG = """{
   "log_level": "info"
 }
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def train_tiny_module() -> ModuleType:
@@ -59,11 +53,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     (job / "ds_config.json").write_text(DS_CONFIG)
     launcher = Path(sys.executable).with_name("deepspeed")
     argv = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "deepspeed.launcher.runner"]
-    argv += ["--num_gpus", "2", "--master_port", str(free_port()), str(TRAIN_TINY)]
+    port = free_port()
+    argv += ["--num_gpus", "2", "--master_port", str(port), str(TRAIN_TINY)]
     argv += ["--deepspeed_config", "ds_config.json", "--steps", "3", "--save-dir", "ckpt"]
     argv += ["--dump-weights", "full.pt"]
     argv += [f"--{k.replace('_', '-')}={v}" for k, v in MODEL_ARGS.items()]
-    proc = subprocess.run(argv, cwd=job, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_deepspeed(
+        argv, master_port=port, cwd=job, capture_output=True, text=True, timeout=300, check=False
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     return {"dir": job, "log": log, "weights": torch.load(job / "full.pt")}

@@ -7,24 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.integration.launch_support import free_port
 from wizard.hints import CONSUMERS, OPTIMIZER_SOURCES, SCHEDULER_SOURCES, code_hints
 
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner import rundir
-from runner.job import reaper
+from runner import reaper, rundir
 from runner.job.session import session_processes
 
 pytestmark = pytest.mark.integration
@@ -146,7 +145,7 @@ def test_a_job_completes_and_its_run_directory_is_complete(workdir: Path) -> Non
 
 
 def shm_left(record: rundir.RunRecord) -> list[str]:
-    """The DeepSpeed all-reduce buffers of this job's master port still in /dev/shm (runner/job/reaper.py)."""
+    """The DeepSpeed all-reduce buffers of this job's master port still in /dev/shm (runner/reaper.py)."""
     argv = list(record.command)
     port = argv[argv.index("--master_port") + 1]
     head = f"{reaper.SHM_BUFFER_PREFIX}_{os.getuid()}_"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from runner import reaper
+from tests.integration.launch_support import free_port
 from wizard.history.store import HistoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
 DEEPSPEED = Path(sys.executable).parent / "deepspeed"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.integration
@@ -40,7 +35,7 @@ def test_monitor_json_attached_to_a_plain_deepspeed_job(tmp_path: Path) -> None:
     }
     (tmp_path / "ds.json").write_text(json.dumps(config))
     argv = [
-        str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()),
+        str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(port := free_port()),
         str(ROOT / "runner/examples/train_tiny.py"), "--deepspeed_config", "ds.json",
         "--steps", "40", "--sleep-per-step", "0.25",
     ]  # fmt: skip
@@ -65,6 +60,9 @@ def test_monitor_json_attached_to_a_plain_deepspeed_job(tmp_path: Path) -> None:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(timeout=60)
+        reaper.remove_shm_buffers(
+            [port]
+        )  # a plain deepspeed job leaves them (tests/integration/launch_support.py)
     assert monitor.returncode == 0, monitor.stderr
     objects = [json.loads(line) for line in monitor.stdout.splitlines() if line.strip()]
     snapshots, summary = objects[:-1], objects[-1]

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import rundir
-from runner.job import reaper
+from runner import reaper, rundir
 from tests.integration.test_launch_deepspeed import (  # the launch helpers and the workdir fixture
     TRAIN,
     env,

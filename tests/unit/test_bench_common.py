@@ -90,19 +90,68 @@ def test_a_sigterm_to_the_bench_stops_its_childrens_group(tmp_path: Path) -> Non
     assert _gone(pid), f"grandchild {pid} outlived the bench's SIGTERM"
 
 
-def test_a_descendant_that_left_the_group_does_not_hold_the_call(common: ModuleType) -> None:
+def test_a_descendant_that_left_the_group_is_stopped_and_does_not_hold_the_call(
+    common: ModuleType, tmp_path: Path
+) -> None:
     """A process that escaped the group (its own session) and keeps the output pipe open: the call still ends at
-    its timeout plus the pipes' grace, with what was printed before."""
+    its timeout, with what was printed before, and the escaped process is stopped (it carries the call's token)."""
+    pid_file = tmp_path / "pid"
     escape = (
-        "import subprocess, sys, os; print('before', flush=True); "
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'], start_new_session=True); "
-        "import time; time.sleep(20)"
+        "import subprocess, sys, time; print('before', flush=True); "
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(g.pid)); time.sleep(60)"
     )
     t0 = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired) as e:
-        common.run_in_group([sys.executable, "-c", escape], timeout=2, capture=True)
-    assert time.monotonic() - t0 < 2 + common.PIPE_GRACE_S + 5
+        common.run_in_group([sys.executable, "-c", escape], timeout=3, capture=True)
+    assert time.monotonic() - t0 < 3 + common.PIPE_GRACE_S + 5
     assert e.value.stdout == "before\n"
+    pid = _grandchild(pid_file)
+    assert _gone(pid), f"the escaped process {pid} outlived the call"
+
+
+def test_a_sigkilled_bench_leaves_nothing_running(tmp_path: Path) -> None:
+    """kill -9 of the bench (a test's timeout, the OOM killer): no handler runs in it, yet its child's grandchild
+    and a process that left the child's session are stopped, by dswiz's reaper, which the call started."""
+    pid_file, escaped_file = tmp_path / "pid", tmp_path / "escaped"
+    escape = (
+        "import subprocess, sys, time; "
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+        f"open({str(escaped_file)!r}, 'w').write(str(g.pid)); "
+        f"subprocess.run([sys.executable, '-c', {CHILD!r}, {str(pid_file)!r}, 'sleep'])"
+    )
+    bench = (
+        "import sys; sys.path.insert(0, 'bench'); from _common import run_in_group; "
+        f"run_in_group([sys.executable, '-c', {escape!r}], timeout=120)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", bench], cwd=Path(__file__).resolve().parents[2])
+    grandchild, escaped = _grandchild(pid_file), _grandchild(escaped_file)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert _gone(grandchild, within=20), f"grandchild {grandchild} outlived the SIGKILLed bench"
+    assert _gone(escaped, within=20), f"the escaped process {escaped} outlived the SIGKILLed bench"
+
+
+def test_the_all_reduce_files_a_job_left_are_removed_and_a_held_one_is_kept(common: ModuleType) -> None:
+    """DeepSpeed's CPU all-reduce leaves one file per rank in /dev/shm (it never removes them): after the call,
+    those no process holds are gone; one that a live process holds open stays."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    tag = f"dswiz-test-{os.getpid()}-{time.monotonic_ns()}"
+    left, held = (shm / f"deepspeed_allreduce_buffer_{os.getuid()}_{tag}_2950{r}_0" for r in (1, 2))
+    code = f"open({str(left)!r}, 'wb').write(b'x' * 4096)"
+    try:
+        with open(held, "wb") as holder:  # a job still running: this test holds its file
+            holder.write(b"x")
+            holder.flush()
+            done = common.run_in_group([sys.executable, "-c", code], timeout=60, capture=True)
+            assert done.returncode == 0, done.stderr
+            assert not left.exists(), "the file the ended job left is still in /dev/shm"
+            assert held.exists(), "a file a live process holds was removed"
+    finally:
+        for p in (left, held):
+            p.unlink(missing_ok=True)
 
 
 def test_undecodable_output_is_replaced_not_lost(common: ModuleType) -> None:

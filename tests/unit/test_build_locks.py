@@ -1,8 +1,10 @@
 """Stale JIT-build locks, found with real files and real processes: a lock no process holds is a warning with the
-`rm` that fixes it; one a running build holds open is only a note; none at all is silence."""
+`rm` that fixes it; one a running build holds open is only a note; none at all is silence. The same for DeepSpeed's
+CPU all-reduce files in /dev/shm that ended jobs left."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -12,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from runner.build_locks import build_roots, find_build_locks, remove_stale
-from runner.preflight import check_build_locks
+from runner.preflight import check_build_locks, check_shm_buffers
 from wizard.findings import Severity
 
 
@@ -103,3 +105,36 @@ def test_remove_stale_leaves_a_folder_named_lock_with_the_command_that_removes_i
     [found] = find_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, tmp_path)
     why = remove_stale(found)
     assert why is not None and f"rm -r {folder}" in why and folder.is_dir()
+
+
+def test_all_reduce_files_no_process_holds_are_a_warning_whose_rm_removes_exactly_them(
+    tmp_path: Path,
+) -> None:
+    uid = os.getuid()
+    files = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_2950{r}_0" for r in range(3)]
+    for f in files:
+        f.write_bytes(b"x" * 1024)
+    assert check_shm_buffers(str(tmp_path / "none")) == []
+    with holding(files[0]):  # a running job's file: not counted
+        [finding] = check_shm_buffers(str(tmp_path))
+    assert finding.severity is Severity.WARNING and finding.code == "shm-buffers-left"
+    assert finding.what.startswith("2 DeepSpeed all-reduce file(s)") and "2.0 KiB" in finding.what
+    assert finding.fix == "rm " + " ".join(shlex.quote(str(f)) for f in files[1:])
+    subprocess.run(finding.fix, shell=True, check=True)
+    assert [f.exists() for f in files] == [True, False, False]
+    assert len(check_shm_buffers(str(tmp_path))) == 1  # its holder is gone: an orphan now
+
+
+def test_many_left_all_reduce_files_are_removed_with_one_pattern_of_this_users_names(tmp_path: Path) -> None:
+    uid = os.getuid()
+    for r in range(6):
+        (tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_2960{r}_0").write_bytes(b"x")
+    other = tmp_path / f"deepspeed_allreduce_buffer_{uid + 1}_127.0.0.1_29600_0"
+    other.write_bytes(b"x")
+    [finding] = check_shm_buffers(str(tmp_path))
+    assert finding.what.startswith("6 DeepSpeed")
+    assert finding.fix.startswith(
+        "rm " + shlex.quote(str(tmp_path / f"deepspeed_allreduce_buffer_{uid}_")) + "*"
+    )
+    subprocess.run(finding.fix.split("  (")[0], shell=True, check=True)
+    assert sorted(tmp_path.iterdir()) == [other]

@@ -16,8 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner import rundir
-from runner.job import reaper
+from runner import reaper, rundir
 from runner.metrics.attach import target_from_pid
 from runner.metrics.collector import END_RECORD_GRACE_S, TERMINAL_STATES, Collector
 from runner.metrics.history import iter_metrics

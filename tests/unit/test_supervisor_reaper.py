@@ -18,8 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from runner import rundir
-from runner.job import reaper
+from runner import reaper, rundir
 from runner.job.prepare import PreparedRun
 from runner.job.session import session_processes
 from runner.job.sink import RunOutcome
@@ -346,3 +345,65 @@ def test_the_shared_memory_files_of_the_jobs_ports_are_removed_and_nothing_else(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:])
     assert reaper.remove_shm_buffers([], shm_dir=str(tmp_path)) == 0
     assert reaper.remove_shm_buffers([29611], shm_dir=str(tmp_path / "none")) == 0
+
+
+# Holds the file argv[1] open (mode "open") or only mapped, its descriptor closed (mode "mapped"), then says so.
+_HOLDER = textwrap.dedent(
+    """
+    import mmap, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    if sys.argv[2] == "mapped":
+        m = mmap.mmap(fd, 4096)
+        os.close(fd)
+    print("holding", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_all_reduce_files_that_no_process_holds_are_orphans_and_only_they_are_removed(tmp_path: Path) -> None:
+    """Any launcher's job leaves its files (DeepSpeed never removes them); a live rank keeps its file open and
+    mapped. Real processes hold two of them: one open, one mapped only; the third is held by nobody."""
+    uid = os.getuid()
+    names = {
+        k: f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_2970{i}_0"
+        for i, k in enumerate(("open", "mapped", "free"))
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x" * 4096)
+    (tmp_path / f"deepspeed_allreduce_buffer_{uid + 1}_127.0.0.1_29703_0").write_bytes(b"x")  # another user's
+    holders = []
+    try:
+        for mode in ("open", "mapped"):
+            p = subprocess.Popen(
+                [sys.executable, "-c", _HOLDER, str(tmp_path / names[mode]), mode],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            holders.append(p)
+            assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+        free = str(tmp_path / names["free"])
+        assert reaper.orphaned_shm_buffers(str(tmp_path)) == [(free, 4096)]
+        assert reaper.remove_orphaned_shm_buffers(str(tmp_path)) == (1, 4096)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [names["open"], names["mapped"], f"deepspeed_allreduce_buffer_{uid + 1}_127.0.0.1_29703_0"]
+        )
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
+    assert {path for path, _ in reaper.orphaned_shm_buffers(str(tmp_path))} == {
+        str(tmp_path / names["open"]),
+        str(tmp_path / names["mapped"]),
+    }  # their holders are gone: orphans now
+    assert reaper.orphaned_shm_buffers(str(tmp_path / "none")) == []
+
+
+def test_the_reaper_imports_only_the_standard_library() -> None:
+    """It runs as ``python -I -S reaper.py``: an import of dswiz or of a third-party package would fail there."""
+    import ast
+
+    tree = ast.parse(Path(reaper.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported

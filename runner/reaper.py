@@ -17,8 +17,12 @@ When the pipe ends without ``done``, dswiz is gone (the kernel closes the write 
 died; no PID to reuse). The reaper then stops every process of the job: SIGTERM to the sessions and to every
 process whose environment carries the job's token (``DSWIZ_JOB_TOKEN``: found however a process re-parented or
 left the session), SIGKILL after the grace, again until none is left; it removes the shared-memory files the ranks
-left (``remove_shm_buffers``); and it writes the verdict into run.json ("supervisor lost") unless dswiz had written
-its own.
+left (``remove_shm_buffers``, and any that no process holds: ``remove_orphaned_shm_buffers``); and, given a run
+directory, it writes the verdict into run.json ("supervisor lost") unless dswiz had written its own.
+
+Both ends of the lifeline are here: ``start_reaper`` starts this file and returns dswiz's end (``ReaperLink``). The
+bench scripts use them too (bench/_common.py ``run_in_group``, no run directory): a bench that is SIGKILLed leaves
+nothing running either.
 
 ``job_processes`` is also what dswiz itself (runner.job.session) and ``dswiz monitor --stop-leftovers`` use to find
 a job's processes, so the rule is in one place.
@@ -30,6 +34,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -144,6 +149,74 @@ def remove_shm_buffers(ports: Iterable[int], shm_dir: str = SHM_DIR) -> int:
     return removed
 
 
+def processes_holding(
+    wanted: set[str], proc: str = "/proc", *, mapped: bool = False, unseen: list[int] | None = None
+) -> dict[str, set[int]]:
+    """Which of ``wanted`` (real paths) each process has open, or, with ``mapped``, has mapped (/proc/PID/fd and
+    /proc/PID/maps). Processes this user may not look into are skipped, and listed in ``unseen`` when given."""
+    out: dict[str, set[int]] = {}
+    try:
+        pids = [int(n) for n in os.listdir(proc) if n.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        held: set[str] = set()
+        fd_dir = os.path.join(proc, str(pid), "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except PermissionError:  # another user's
+            if unseen is not None:
+                unseen.append(pid)
+            continue
+        except OSError:  # gone
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                held.add(os.readlink(os.path.join(fd_dir, fd)))
+        if mapped:
+            with contextlib.suppress(OSError), open(os.path.join(proc, str(pid), "maps"), "rb") as fh:
+                for line in fh:
+                    named = line.rstrip(b"\n").split(None, 5)[5:]  # address perms offset dev inode [path]
+                    if named:
+                        held.add(named[0].decode("utf-8", "replace").removesuffix(" (deleted)"))
+        for path in held & wanted:
+            out.setdefault(path, set()).add(pid)
+    return out
+
+
+def orphaned_shm_buffers(shm_dir: str = SHM_DIR, proc: str = "/proc") -> list[tuple[str, int]]:
+    """This user's DeepSpeed all-reduce buffers that no process has open or mapped, with their sizes: what ended CPU
+    jobs left (a rank keeps its buffer open and mapped until it exits, shm.cpp). Any launcher's job, not only
+    dswiz's: a plain ``deepspeed`` run, a bench, a killed test."""
+    head = f"{SHM_BUFFER_PREFIX}_{os.getuid()}_"
+    try:
+        paths = [os.path.join(shm_dir, n) for n in os.listdir(shm_dir) if n.startswith(head)]
+    except OSError:
+        return []
+    if not paths:
+        return []
+    held = processes_holding(set(paths), proc, mapped=True)
+    out = []
+    for path in sorted(paths):
+        with contextlib.suppress(OSError):
+            if path not in held:
+                out.append((path, os.lstat(path).st_size))
+    return out
+
+
+def remove_orphaned_shm_buffers(shm_dir: str = SHM_DIR, proc: str = "/proc") -> tuple[int, int]:
+    """Remove ``orphaned_shm_buffers``, each checked again just before (a new job on the same master port opens the
+    same name): (files removed, their bytes)."""
+    removed, freed = 0, 0
+    for path, size in orphaned_shm_buffers(shm_dir, proc):
+        if processes_holding({path}, proc, mapped=True):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed, freed = removed + 1, freed + size
+    return removed, freed
+
+
 def _write_json_atomically(path: str, data: dict[str, object]) -> None:
     """The same way runner.rundir writes run.json (temp file in the folder, fsync, 0600, rename): the reaper
     cannot import it, and a reader must never see half a file."""
@@ -210,7 +283,8 @@ def mark_supervisor_lost(run_dir: str, verdict: dict[str, object]) -> bool:
 
 
 def watch(lifeline: Iterable[bytes], run_dir: str, token: str, supervisor_pid: int, grace_s: float) -> int:
-    """Read the lifeline until it ends; act when it ends without ``done``. Returns the exit code."""
+    """Read the lifeline until it ends; act when it ends without ``done``. Returns the exit code. ``run_dir`` empty:
+    no run.json to write (a bench's children)."""
     sids: list[int] = []
     ports: list[int] = []
     for raw in lifeline:
@@ -223,13 +297,84 @@ def watch(lifeline: Iterable[bytes], run_dir: str, token: str, supervisor_pid: i
             ports.append(int(arg))
     found, sigkilled, took = stop_job(sids, token, grace_s)
     remove_shm_buffers(ports)
-    mark_supervisor_lost(run_dir, lost_verdict(supervisor_pid, found, sigkilled, took))
+    remove_orphaned_shm_buffers()
+    if run_dir:
+        mark_supervisor_lost(run_dir, lost_verdict(supervisor_pid, found, sigkilled, took))
     print(f"supervisor {supervisor_pid} lost: stopped {found} process(es) in {took:.1f} s", flush=True)
     return 3
 
 
+class ReaperLink:
+    """dswiz's end of the reaper's lifeline. Telling fails quietly: a reaper that died only means the job is no
+    longer protected against dswiz's own death (``alive`` says so)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], lifeline_fd: int) -> None:
+        self.proc = proc
+        self._fd: int | None = lifeline_fd
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._fd is not None and self.proc.poll() is None
+
+    def _tell(self, line: str) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, (line + "\n").encode("ascii"))
+        except OSError:  # the reaper is gone
+            self.close()
+
+    def add_session(self, sid: int) -> None:
+        self._tell(f"sid {sid}")
+
+    def add_port(self, port: int) -> None:
+        self._tell(f"port {port}")
+
+    def done(self) -> None:
+        """The job is over and its verdict written: the reaper exits without acting."""
+        self._tell("done")
+        self.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2.0)
+
+    def close(self) -> None:
+        """Close the lifeline without ``done``: the reaper stops whatever is left of the job and writes the verdict
+        if none is written (what happens on its own when dswiz dies)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def start_reaper(run_dir: str | None, token: str, grace_s: float) -> ReaperLink:
+    """Start the reaper for this job (before its first launcher); ``run_dir`` None: no run.json to write. Raises
+    OSError when it cannot start."""
+    read_fd, write_fd = os.pipe()  # neither end is inherited by anything else dswiz starts
+    try:
+        proc = subprocess.Popen(
+            # -I: no PYTHONPATH, no user site, no script folder on sys.path: only the standard library is imported
+            [sys.executable, "-I", "-S", os.path.abspath(__file__), run_dir or "", token, str(os.getpid()),
+             f"{grace_s:g}"],
+            stdin=read_fd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C or SIGHUP at the terminal does not reach it
+            env={k: v for k, v in os.environ.items() if k != TOKEN_ENV},
+        )  # fmt: skip
+    except BaseException:
+        os.close(write_fd)
+        raise
+    finally:
+        os.close(read_fd)
+    return ReaperLink(proc, write_fd)
+
+
 def main(argv: list[str]) -> int:
-    """``reaper.py RUN_DIR TOKEN SUPERVISOR_PID GRACE_S``; the lifeline on stdin."""
+    """``reaper.py RUN_DIR TOKEN SUPERVISOR_PID GRACE_S`` (RUN_DIR may be empty); the lifeline on stdin."""
     run_dir, token, supervisor_pid, grace = argv
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)  # only the lifeline (or SIGKILL) ends the reaper
