@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -113,11 +114,40 @@ def machine_lines() -> list[str]:
         except OSError as e:
             lines.append(f"{label} {folder}: {e}")
     lines.append(f"hostname {socket.gethostname()} resolves to {_resolve(socket.gethostname())}")
+    lines.append(_all_reduce_files())
     for lock in find_build_locks(os.environ, Path.home()):
         lines.append(
-            f"JIT-build lock {lock.path}: " + (f"held by {lock.held_by}" if lock.held_by else "stale")
+            f"JIT-build lock {lock.path}: "
+            + (f"held by {', '.join(map(_described, lock.held_by))}" if lock.held_by else "stale")
         )
     return lines
+
+
+def _all_reduce_files() -> str:
+    """DeepSpeed's CPU all-reduce files in /dev/shm: how many, how much memory, how many no process holds."""
+    from runner import reaper
+
+    try:
+        names = [n for n in os.listdir(reaper.SHM_DIR) if n.startswith(reaper.SHM_BUFFER_PREFIX)]
+        size = sum(os.lstat(os.path.join(reaper.SHM_DIR, n)).st_size for n in names)
+    except OSError as e:
+        return f"DeepSpeed all-reduce files in {reaper.SHM_DIR}: {e}"
+    orphans = len(reaper.orphaned_shm_buffers())
+    return f"DeepSpeed all-reduce files in {reaper.SHM_DIR}: {len(names)} ({size / 2**30:.1f} GiB), {orphans} held by no process"
+
+
+def _described(pid: int) -> str:
+    """``pid (state, seconds alive): command line``: what holds a build lock, and whether it is stuck."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            return (
+                f"{pid} ({p.status()}, {time.time() - p.create_time():.0f} s): {' '.join(p.cmdline())[:200]}"
+            )
+    except psutil.Error as e:
+        return f"{pid} ({type(e).__name__})"
 
 
 def _resolve(host: str, seconds: float = 5) -> str:
