@@ -203,6 +203,17 @@ def run_repo_python(args: Sequence[str], *, timeout: float) -> subprocess.Comple
     return run_in_group([sys.executable, *args], timeout=timeout, capture=True, cwd=ROOT, env=repo_env())
 
 
+def head_commit() -> str:
+    """The repository's HEAD as a short hash ("unknown" outside a git checkout), for a result re-predicted by it."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
 def md_heading(title: str, *intro: str) -> list[str]:
     """A result page's first lines: ``# title``, then each intro paragraph, each followed by a blank line."""
     lines = [f"# {title}", ""]

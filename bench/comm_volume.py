@@ -39,7 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import md_heading, md_table, quantize_linears_, repo_env, run_in_group, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    head_commit,
+    md_heading,
+    md_table,
+    quantize_linears_,
+    repo_env,
+    run_in_group,
+    write_result,
+)
 
 from runner.preflight import free_port  # noqa: E402
 
@@ -572,6 +580,15 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def within_tolerance(rows: list[dict[str, Any]]) -> bool:
+    """Every compared row's volume within TOLERANCE and its kept count within KEPT_TOLERANCE of the model."""
+    return all(
+        abs(r["error"]) <= TOLERANCE and abs(r.get("kept_error", 0.0)) <= KEPT_TOLERANCE
+        for r in rows
+        if r["error"] is not None
+    )
+
+
 def repredict(path: Path, out: Path) -> Path:
     """A result file's readings (what the ranks sent, kept and gathered) beside what the planner says now:
     ``<stem>-repredicted.json`` (+ .md). No rank runs; each row's case is found again by its label."""
@@ -586,14 +603,8 @@ def repredict(path: Path, out: Path) -> Path:
         results.append({**case, "params": row["params"], "zero": zero_settings(case, full), "ops": row["ops"],
                         "kept": row.get("kept"), "peak_gathered": row.get("peak_gathered")})  # fmt: skip
     doc["rows"] = compare(results)
-    doc["within_tolerance"] = all(
-        abs(r["error"]) <= TOLERANCE and abs(r.get("kept_error", 0.0)) <= KEPT_TOLERANCE
-        for r in doc["rows"]
-        if r["error"] is not None
-    )
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    doc["repredicted"] = {"from": path.name, "date": dt.date.today().isoformat(),
-                          "commit": commit.stdout.strip() or "unknown"}  # fmt: skip
+    doc["within_tolerance"] = within_tolerance(doc["rows"])
+    doc["repredicted"] = {"from": path.name, "date": dt.date.today().isoformat(), "commit": head_commit()}
     text = markdown(doc)
     write_result(out, f"{path.stem}-repredicted", doc, text)
     return out / f"{path.stem}-repredicted.json"
@@ -637,11 +648,7 @@ def main() -> int:
             f"no case's label contains {args.match!r}; the labels: " + ", ".join(label(c) for c in CASES)
         )
     rows = compare(launch(cases, args.timeout_s))
-    within = all(
-        abs(r["error"]) <= TOLERANCE and abs(r.get("kept_error", 0.0)) <= KEPT_TOLERANCE
-        for r in rows
-        if r["error"] is not None
-    )
+    within = within_tolerance(rows)
     doc = {
         "date": dt.date.today().isoformat(),
         "host": platform.node(),

@@ -44,7 +44,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import load_bench_script, md_heading, md_table, quantize_linears_, repo_env, run_in_group  # noqa: E402
+from _common import (  # noqa: E402
+    head_commit,
+    load_bench_script,
+    md_heading,
+    md_table,
+    quantize_linears_,
+    repo_env,
+    run_in_group,
+)
 
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import ModelSpec, spec_from_config  # noqa: E402
@@ -85,9 +93,8 @@ class Config:
     model: str
     finetune: str  # lora | qlora
     cap_gib: int | None  # None: uncapped (smoke)
-    force: str = (
-        ""  # the strategy run instead of the planner's pick: "stage=3/param=cpu/mb=6/ckpt=1" (FORCE_KEYS)
-    )
+    # the strategy run instead of the planner's pick: "stage=3/param=cpu/mb=6/ckpt=1" (FORCE_KEYS)
+    force: str = ""
 
     def spec(self) -> ModelSpec:
         base = spec_from_config(MODELS[self.model], name=self.model, source="preset")
@@ -147,7 +154,6 @@ def recommend(
     }
 
 
-# A grid item's fourth field: the Strategy fields it sets, key=value joined by "/".
 def _flag(value: str) -> bool:
     if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
         raise ValueError(value)
@@ -160,6 +166,7 @@ def _offload(value: str) -> str:
     return value
 
 
+# A grid item's fourth field: the Strategy fields it sets, key=value joined by "/".
 FORCE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "stage": ("zero_stage", int), "param": ("offload_param", _offload), "mb": ("micro_batch_size", int),
     "ckpt": ("activation_checkpointing", _flag),
@@ -409,9 +416,8 @@ def repredict(path: Path, hardware: str, out: Path) -> Path:
             p = evaluate(hw, c.spec(), s, request).predicted
             r["predicted"].update(allocated=p.gpu_allocated_bytes, reserved=p.gpu_reserved_bytes,
                                   device=p.gpu_bytes, tokens_per_sec=round(p.tokens_per_sec, 1))  # fmt: skip
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     doc["repredicted"] = {"from": path.name, "hardware": hardware, "date": dt.date.today().isoformat(),
-                          "commit": commit.stdout.strip() or "unknown"}  # fmt: skip
+                          "commit": head_commit()}  # fmt: skip
     target = out / f"{path.stem}-repredicted.json"
     _plan_accuracy()._save(target, doc)
     target.with_suffix(".md").write_text(markdown(doc))

@@ -122,9 +122,8 @@ class ModelSpec:
         kw["notes"] = tuple(kw.get("notes") or ())
         kw["finetune"] = FineTune.from_dict(kw.get("finetune"))
         if "parallel_residual" not in d and d.get("model_type") == "gpt_neox":
-            kw["parallel_residual"] = (
-                True  # written before dswiz read it: GPT-NeoX's default (use_parallel_residual)
-            )
+            # written before dswiz read it: GPT-NeoX's default (use_parallel_residual)
+            kw["parallel_residual"] = True
         return cls(**kw)
 
 

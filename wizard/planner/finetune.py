@@ -340,60 +340,58 @@ def recompute_released_bytes(m: ModelSpec, w: int) -> tuple[float, float]:
     16-bit frozen linear's weight, which autograd saves, so the block's last linear (all but its weight go twice);
     bitsandbytes' 4-bit matmul keeps its weight outside autograd's saved tensors, so there the MLP's activation
     product (the attention's parameters and the norms go twice). Measured through DeepSpeed's comms logger on two
-    CPU ranks (bench/comm_volume.py). In an MoE model the sparse MLP block's backward starts the recompute (the first
-    saved tensors the layer's backward needs are inside it: the routing product, Qwen's shared-expert gate), and
-    DeepSpeed makes that block a ZeRO-3 leaf by default (runtime/zero/leaf_module_config.py; dswiz config writes
-    it too): one module with all the experts' and the shared expert's parameters, released when its whole backward
-    ends; so only what runs before it -- the attention and the norms -- goes twice (Qwen1.5-MoE and Mixtral shapes measured; an MoE model's dense layers,
-    where it has any, by the dense rule: ``_moe_released_bytes``)."""
+    CPU ranks (bench/comm_volume.py).
+
+    In an MoE model the sparse MLP block's backward starts the recompute (the first saved tensors the layer's
+    backward needs are inside it: the routing product, Qwen's shared-expert gate), and DeepSpeed makes that block a
+    ZeRO-3 leaf by default (runtime/zero/leaf_module_config.py; dswiz config writes it too): one module with all the
+    experts' and the shared expert's parameters, released when its whole backward ends; so only what runs before
+    it -- the norms, the attention and its biases -- goes twice (Qwen1.5-MoE and Mixtral shapes measured). Its
+    dense layers, where it has any (Qwen2-MoE's ``mlp_only_layers``, ``decoder_sparse_step``: plain MLP modules, not
+    leaves), follow the dense rule; the figure is averaged over both kinds."""
     if not m.finetune.uses_lora or m.layers <= 0:
         return 0.0, 0.0
-    quantized = m.finetune.quantized
-    by_read: dict[str, int] = {}  # the linear weights (all blocks, the head excluded) by the tensor they read
-    for lay in linear_layers(m):
-        if not lay.head:
-            by_read[lay.reads] = by_read.get(lay.reads, 0) + lay.count * lay.weights
-    linear = sum(by_read.values()) / m.layers
+    layers = [lay for lay in linear_layers(m) if not lay.head]
+    adapted = {lay.path for lay in lora_layers(m)}
+    # The linear layers the recompute starts at in a dense block: the MLP's (4-bit) or the last one (16-bit)
+    last = BLOCK_ORDER[2:] if m.finetune.quantized else BLOCK_ORDER[-1:]
+    linear = sum(lay.count * lay.weights for lay in layers) / m.layers
     params = max(0, m.total_params - m.embedding_params) / m.layers  # the final norm too: a few thousand
     # the norms and biases at w bytes each, the linear weights as stored
     frozen = w * (params - linear) + _stored_weight_bytes(m, linear, w)
-    # The linear layers the recompute starts at: the MLP's (4-bit) or the last one (16-bit). An adapter there, or a
-    # dropout mask, sends every frozen weight twice; else these go once (averaged over the blocks, not rounded).
-    last = BLOCK_ORDER[2:] if quantized else BLOCK_ORDER[-1:]
-    adapted_last = any(lay.reads in last for lay in lora_layers(m))
     whole = frozen + w * lora_params(m) / m.layers
-    if m.moe_layers > 0:
-        return _moe_released_bytes(m, w, last), whole
-    if m.dropout > 0 or adapted_last:
-        once = 0.0
-    else:
-        once = _stored_weight_bytes(m, sum(by_read.get(r, 0) for r in last) / m.layers, w)
-    return frozen - once, whole
-
-
-def _moe_released_bytes(m: ModelSpec, w: int, last: tuple[str, ...]) -> float:
-    """``recompute_released_bytes``'s first figure for an MoE model: its MoE layers release the norms and the
-    attention early; its dense layers (Qwen2-MoE's ``mlp_only_layers``, ``decoder_sparse_step``; plain MLP modules,
-    not leaves) the dense rule's share: all but the MLP's ``last`` group, or everything under a dropout or an adapter
-    there. Averaged over the layers. Only the all-MoE case is measured."""
-    layers = [lay for lay in linear_layers(m) if not lay.head]
-    attention = _stored_weight_bytes(m, sum(lay.count * lay.weights for lay in layers
-                                            if lay.reads in BLOCK_ORDER[:2]) / m.layers, w)  # fmt: skip
+    if m.moe_layers <= 0:
+        return frozen - _gathered_once(m, w, layers, last, adapted, m.layers), whole
+    attention = _stored_weight_bytes(m, _weights(layers, BLOCK_ORDER[:2]) / m.layers, w)
     early = w * (2 * m.hidden + m.linear_bias_outputs) + attention  # the norms, the attention and its biases
     dense = m.layers - m.moe_layers
     if dense <= 0:
-        return early
+        return early, whole
     mlp = [
         lay for lay in layers if lay.reads in BLOCK_ORDER[2:] and not lay.path.startswith("mlp.shared_expert")
     ]
-    adapted = {lay.path for lay in lora_layers(m)}
-    held = [lay for lay in mlp if lay.reads in last and lay.path not in adapted]
-    kept_once = 0.0 if m.dropout > 0 or len(held) < sum(lay.reads in last for lay in mlp) else (
-        _stored_weight_bytes(m, sum(lay.count * lay.weights for lay in held) / dense, w))  # fmt: skip
     released_dense = (
-        early + _stored_weight_bytes(m, sum(lay.count * lay.weights for lay in mlp) / dense, w) - kept_once
+        early
+        + _stored_weight_bytes(m, _weights(mlp, BLOCK_ORDER) / dense, w)
+        - _gathered_once(m, w, mlp, last, adapted, dense)
     )
-    return (m.moe_layers * early + dense * released_dense) / m.layers
+    return (m.moe_layers * early + dense * released_dense) / m.layers, whole
+
+
+def _weights(layers: list[LinearLayer], reads: tuple[str, ...]) -> int:
+    """Weight elements of ``layers`` (each times its count) that read one of ``reads``."""
+    return sum(lay.count * lay.weights for lay in layers if lay.reads in reads)
+
+
+def _gathered_once(
+    m: ModelSpec, w: int, layers: list[LinearLayer], last: tuple[str, ...], adapted: set[str], blocks: int
+) -> float:
+    """A dense block's frozen weights its recompute does not release early, as stored, per block (over ``blocks``):
+    those of the ``last`` linear layers, where the recompute starts; none under a residual dropout's mask or with an
+    adapter among them (the recompute then starts before them)."""
+    if m.dropout > 0 or any(lay.path in adapted for lay in layers if lay.reads in last):
+        return 0.0
+    return _stored_weight_bytes(m, _weights(layers, last) / blocks, w)
 
 
 def dequantization_buffer_bytes(m: ModelSpec, w: int) -> int:
