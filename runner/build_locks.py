@@ -16,6 +16,7 @@ with ``<cache>`` = ``$XDG_CACHE_HOME`` or ``~/.cache`` (cpp_extension.py ``_get_
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,23 @@ from runner.reaper import processes_holding
 LOCK_NAME = "lock"
 
 
+# A build holding its lock longer than this is stuck, not slow: DeepSpeed's ops build in 1-2 min on two cores (5 when
+# other jobs share them; docs/cpu-testing.md), a GPU op (fused_adam, cpu_adam with CUDA) in a few minutes.
+STUCK_AFTER_S = 20 * 60
+
+
 @dataclass(frozen=True)
 class BuildLock:
     path: Path
     op: str  # the extension's folder name (e.g. cpu_adam)
     held_by: tuple[int, ...]  # PIDs with the file open (a build running now); empty: stale
+    age_s: float | None = None  # since the lock was taken (the file's mtime: FileBaton creates it then)
+
+    @property
+    def stuck(self) -> bool:
+        """Held, for longer than any build takes: its holder waits on something else (a full pipe nobody reads,
+        a stopped process, a machine out of memory), and every job that needs the op waits behind it."""
+        return bool(self.held_by) and self.age_s is not None and self.age_s > STUCK_AFTER_S
 
 
 def build_roots(environ: Mapping[str, str], home: Path) -> list[Path]:
@@ -55,7 +68,14 @@ def find_build_locks(environ: Mapping[str, str], home: Path, proc: Path = Path("
     if not found:
         return []
     holders = processes_holding({_real(p) for p in found}, str(proc))
-    return [BuildLock(p, p.parent.name, tuple(sorted(holders.get(_real(p), ())))) for p in found]
+    return [BuildLock(p, p.parent.name, tuple(sorted(holders.get(_real(p), ()))), _age(p)) for p in found]
+
+
+def _age(p: Path) -> float | None:
+    try:
+        return max(0.0, time.time() - p.stat().st_mtime)
+    except OSError:
+        return None
 
 
 def _real(p: Path) -> str:

@@ -488,8 +488,22 @@ def check_build_locks(environ: Mapping[str, str], home: Path) -> list[Finding]:
 
     out = []
     for lock in find_build_locks(environ, home):
-        if lock.held_by:
-            pids = ", ".join(map(str, lock.held_by))
+        pids = ", ".join(map(str, lock.held_by))
+        if lock.stuck:
+            minutes = (lock.age_s or 0) / 60
+            out.append(
+                Finding(
+                    Severity.WARNING,
+                    "op-build-stuck",
+                    f"process {pids} has held the build lock of DeepSpeed's {lock.op} op for {minutes:.0f} min",
+                    "a build takes a few minutes at most: this one is stuck (waiting on a pipe nobody reads, "
+                    "stopped, or starved of memory), and a job that needs the op waits behind it for ever",
+                    f"see what it does: ps -o pid,stat,etime,args -p {pids.replace(' ', '')}; if it is stuck, "
+                    f"kill {lock.held_by[0]}, then rm {shlex.quote(str(lock.path))}",
+                    str(lock.path),
+                )
+            )
+        elif lock.held_by:
             out.append(
                 Finding(
                     Severity.INFO,

@@ -119,6 +119,7 @@ def machine_lines() -> list[str]:
         lines.append(
             f"JIT-build lock {lock.path}: "
             + (f"held by {', '.join(map(_described, lock.held_by))}" if lock.held_by else "stale")
+            + (f", taken {lock.age_s:.0f} s ago" if lock.age_s is not None else "")
         )
     return lines
 

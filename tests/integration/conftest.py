@@ -32,6 +32,13 @@ def _stale() -> list[Path]:
 
 @pytest.fixture(autouse=True)
 def no_stale_build_lock() -> Iterator[None]:
+    stuck = [lock for lock in find_build_locks(os.environ, Path.home()) if lock.stuck]
+    if stuck:  # every DeepSpeed job would wait behind it until its timeout: say so at once instead
+        pytest.fail(
+            f"process {stuck[0].held_by[0]} has held the JIT-build lock {stuck[0].path} for "
+            f"{(stuck[0].age_s or 0) / 60:.0f} min: a stuck build (every DeepSpeed job here waits behind it); "
+            f"see it with ps -o pid,stat,etime,args -p {stuck[0].held_by[0]}, kill it, then rm {stuck[0].path}"
+        )
     before = _stale()
     if before:
         pytest.fail(

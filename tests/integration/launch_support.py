@@ -6,10 +6,13 @@ any)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from pathlib import Path
 
 from runner import reaper
 
@@ -20,10 +23,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_deepspeed(argv: Sequence[str], *, master_port: int, **run: Any) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(argv, **run)`` for a launch on ``master_port``; its ranks' /dev/shm files are removed after,
-    however it ended."""
+def run_deepspeed(
+    argv: Sequence[str], *, master_port: int, timeout: float, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` for a launch on ``master_port``, in a
+    session of its own that is killed on the way out (subprocess.run's timeout kills the launcher only: its ranks would
+    stay, holding their files, perhaps a build lock, the output pipe); its ranks' /dev/shm files are removed after,
+    however it ended. A timeout raises ``TimeoutExpired``."""
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     try:
-        return subprocess.run(list(argv), **run)
+        out, err = proc.communicate(timeout=timeout)
     finally:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         reaper.remove_shm_buffers([master_port])
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

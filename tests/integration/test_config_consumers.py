@@ -79,8 +79,6 @@ def test_written_configs_train_under_the_deepspeed_launcher(tmp_path: Path) -> N
         master_port=port,
         cwd=tmp_path,
         env=env(),
-        capture_output=True,
-        text=True,
         timeout=400,
     )
     log = proc.stdout + proc.stderr

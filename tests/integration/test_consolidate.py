@@ -58,9 +58,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     argv += ["--deepspeed_config", "ds_config.json", "--steps", "3", "--save-dir", "ckpt"]
     argv += ["--dump-weights", "full.pt"]
     argv += [f"--{k.replace('_', '-')}={v}" for k, v in MODEL_ARGS.items()]
-    proc = run_deepspeed(
-        argv, master_port=port, cwd=job, capture_output=True, text=True, timeout=300, check=False
-    )
+    proc = run_deepspeed(argv, master_port=port, cwd=job, timeout=300)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     return {"dir": job, "log": log, "weights": torch.load(job / "full.pt")}

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runner.build_locks import build_roots, find_build_locks, remove_stale
+from runner.build_locks import STUCK_AFTER_S, build_roots, find_build_locks, remove_stale
 from runner.preflight import check_build_locks, check_shm_buffers
 from wizard.findings import Severity
 
@@ -68,6 +68,32 @@ def test_a_lock_a_running_build_holds_open_is_a_note_with_its_pid(tmp_path: Path
     while find_build_locks(env, tmp_path)[0].held_by and time.monotonic() < deadline:
         time.sleep(0.05)
     assert check_build_locks(env, tmp_path)[0].severity is Severity.WARNING  # its builder died: now stale
+
+
+def test_a_lock_held_for_longer_than_any_build_takes_is_a_stuck_build_with_how_to_check_and_end_it(
+    tmp_path: Path,
+) -> None:
+    """CI once waited behind a build lock whose holder never let go: every DeepSpeed job hung to its timeout."""
+    lock = _lock(tmp_path / "ext", "deepspeed_shm_comm")
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    with holding(lock) as holder:
+        [finding] = check_build_locks(env, tmp_path)
+        assert finding.code == "op-build-running"  # just taken
+        taken = time.time() - STUCK_AFTER_S - 120
+        os.utime(lock, (taken, taken))  # FileBaton created it then
+        [found] = find_build_locks(env, tmp_path)
+        assert found.stuck and found.age_s is not None and found.age_s > STUCK_AFTER_S
+        [finding] = check_build_locks(env, tmp_path)
+        assert finding.severity is Severity.WARNING and finding.code == "op-build-stuck"
+        assert (
+            f"process {holder.pid} has held" in finding.what
+            and f"for {STUCK_AFTER_S // 60 + 2} min" in finding.what
+        )
+        assert (
+            f"ps -o pid,stat,etime,args -p {holder.pid}" in finding.fix
+            and f"kill {holder.pid}" in finding.fix
+        )
+    assert not find_build_locks(env, tmp_path)[0].stuck  # nobody holds it: stale, not stuck
 
 
 def test_no_cache_folder_at_all_is_silence(tmp_path: Path) -> None:
