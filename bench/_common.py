@@ -86,22 +86,22 @@ def run_in_group(
     token = secrets.token_hex(8)
     popen["env"] = {**(popen.get("env") or os.environ), reaper.TOKEN_ENV: token}
     chunks: dict[str, list[str]] = {}
+    readers: dict[str, threading.Thread] = {}
+    timed_out = None
     with _signals_exit(), _lifeline(token) as link:
         # bytes, decoded as they come (_drain): a text pipe's read waits for a whole buffer
         proc = subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=_die_with_parent,
                                 **popen)  # fmt: skip
-        if link is not None:
-            link.add_session(proc.pid)
-        readers: dict[str, threading.Thread] = {}
-        for name in ("stdout", "stderr"):
-            if getattr(proc, name) is not None:
-                chunks[name] = []
-                readers[name] = threading.Thread(
-                    target=_drain, args=(getattr(proc, name), chunks[name]), daemon=True
-                )
-                readers[name].start()
-        timed_out = None
         try:
+            if link is not None:
+                link.add_session(proc.pid)
+            for name in ("stdout", "stderr"):
+                if getattr(proc, name) is not None:
+                    chunks[name] = []
+                    readers[name] = threading.Thread(
+                        target=_drain, args=(getattr(proc, name), chunks[name]), daemon=True
+                    )
+                    readers[name].start()
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as e:
             timed_out = e
@@ -116,8 +116,9 @@ def run_in_group(
 
 @contextlib.contextmanager
 def _lifeline(token: str) -> Iterator[reaper.ReaperLink | None]:
-    """dswiz's reaper for one child: it stops what carries ``token`` if this process dies before the block ends.
-    None (and a line on stderr) when it cannot start: the call then runs unprotected against a SIGKILL."""
+    """dswiz's reaper for one child: it stops what carries ``token`` if this process dies before the block ends, or
+    the block ends with an exception (a second signal may have cut the cleanup short); told ``done`` otherwise. None
+    (and a line on stderr) when it cannot start: the call then runs unprotected against a SIGKILL."""
     try:
         link: reaper.ReaperLink | None = reaper.start_reaper(None, token, REAPER_GRACE_S)
     except OSError as e:
@@ -126,9 +127,12 @@ def _lifeline(token: str) -> Iterator[reaper.ReaperLink | None]:
         link = None
     try:
         yield link
-    finally:
+    except BaseException:
         if link is not None:
-            link.done()
+            link.close()  # the cleanup may not have run to its end: the reaper does it (again)
+        raise
+    if link is not None:
+        link.done()
 
 
 REAPER_GRACE_S = 2.0  # SIGTERM to SIGKILL, when the reaper stops what a killed bench left
@@ -140,8 +144,8 @@ def _end(proc: subprocess.Popen[bytes], readers: dict[str, threading.Thread], to
     on, held by a process this user cannot stop, is left to it: closing it would wait for that read)."""
     kill_group(proc.pid)
     proc.wait()
-    reaper.stop_job([proc.pid], token, grace_s=0.0)
-    reaper.remove_orphaned_shm_buffers()
+    reaper.stop_job((), token, grace_s=0.0)  # by token: the group id may be reused once the child is reaped
+    reaper.remove_orphaned_shm_buffers(min_age_s=0.0)  # its ranks' files were written when it started
     deadline = time.monotonic() + PIPE_GRACE_S
     for name, t in readers.items():
         t.join(max(0.0, deadline - time.monotonic()))

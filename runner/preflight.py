@@ -15,6 +15,7 @@ import re
 import shlex
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -499,7 +500,7 @@ def check_build_locks(environ: Mapping[str, str], home: Path) -> list[Finding]:
                     "a build takes a few minutes at most: this one is stuck (waiting on a pipe nobody reads, "
                     "stopped, or starved of memory), and a job that needs the op waits behind it for ever",
                     f"see what it does: ps -o pid,stat,etime,args -p {pids.replace(' ', '')}; if it is stuck, "
-                    f"kill {lock.held_by[0]}, then rm {shlex.quote(str(lock.path))}",
+                    f"kill {' '.join(map(str, lock.held_by))}, then rm {shlex.quote(str(lock.path))}",
                     str(lock.path),
                 )
             )
@@ -532,30 +533,28 @@ def check_build_locks(environ: Mapping[str, str], home: Path) -> list[Finding]:
 
 def check_shm_buffers(shm_dir: str | None = None) -> list[Finding]:
     """DeepSpeed's CPU all-reduce files that no process holds: memory that ended jobs left (runner.reaper)."""
-    from runner.reaper import SHM_BUFFER_PREFIX, SHM_DIR, orphaned_shm_buffers
+    from runner import reaper
 
-    shm_dir = shm_dir or SHM_DIR
-    orphans = orphaned_shm_buffers(shm_dir)
+    shm_dir = shm_dir or reaper.SHM_DIR
+    orphans = reaper.orphaned_shm_buffers(shm_dir)
     if not orphans:
         return []
     total = sum(size for _, size in orphans)
-    paths = [path for path, _ in orphans]
-    files = (
-        " ".join(shlex.quote(p) for p in paths)
-        if len(paths) <= 4
-        else shlex.quote(os.path.join(shm_dir, f"{SHM_BUFFER_PREFIX}_{os.getuid()}_")) + "*"
-    )
+    if len(orphans) <= 4:
+        fix = "rm " + " ".join(shlex.quote(path) for path, _ in orphans)
+    else:  # exactly those no process holds: a pattern would take a running job's too
+        fix = shlex.join([sys.executable, "-I", "-S", reaper.__file__, "--remove-orphaned-shm"])
     return [
         Finding(
             Severity.WARNING,
             "shm-buffers-left",
-            f"{len(paths)} DeepSpeed all-reduce file(s) in {shm_dir} hold {fmt_bytes(total)} of memory, and no "
+            f"{len(orphans)} DeepSpeed all-reduce file(s) in {shm_dir} hold {fmt_bytes(total)} of memory, and no "
             "process uses them",
             "DeepSpeed's CPU all-reduce creates one per rank (about 66 MB) and never removes it "
             "(deepspeed/ops/csrc/cpu/comm/shm.cpp, 0.19.8); dswiz removes its own jobs' files, but jobs started "
             f"otherwise leave theirs, and {shm_dir} is memory: enough of them slow builds and jobs down or make "
             "them fail",
-            f"rm {files}" + ("" if len(paths) <= 4 else "  (while no DeepSpeed CPU job of yours runs)"),
+            fix,
             shm_dir,
         )
     ]

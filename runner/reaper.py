@@ -126,22 +126,25 @@ SHM_DIR = "/dev/shm"
 SHM_BUFFER_PREFIX = "deepspeed_allreduce_buffer"
 
 
+def own_shm_buffers(shm_dir: str = SHM_DIR) -> list[str]:
+    """The names of this user's DeepSpeed all-reduce files in ``shm_dir`` (none when it cannot be read)."""
+    head = f"{SHM_BUFFER_PREFIX}_{os.getuid()}_"
+    try:
+        return sorted(n for n in os.listdir(shm_dir) if n.startswith(head))
+    except OSError:
+        return []
+
+
 def remove_shm_buffers(ports: Iterable[int], shm_dir: str = SHM_DIR) -> int:
     """Remove this user's DeepSpeed all-reduce buffers of the job's master ``ports``; how many were removed. A rank
     still running keeps its mapping (unlinking removes the name only)."""
     wanted = {str(p) for p in ports}
     if not wanted:
         return 0
-    head = f"{SHM_BUFFER_PREFIX}_{os.getuid()}_"
-    try:
-        names = os.listdir(shm_dir)
-    except OSError:
-        return 0
+    skip = len(f"{SHM_BUFFER_PREFIX}_{os.getuid()}_")
     removed = 0
-    for name in names:
-        if not name.startswith(head):
-            continue
-        parts = name[len(head) :].rsplit("_", 2)  # <addr>_<port>_<rank>; an address holds no "_"
+    for name in own_shm_buffers(shm_dir):
+        parts = name[skip:].rsplit("_", 2)  # <addr>_<port>_<rank>; an address holds no "_"
         if len(parts) == 3 and parts[1] in wanted and parts[2].isdigit():
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(shm_dir, name))
@@ -149,22 +152,32 @@ def remove_shm_buffers(ports: Iterable[int], shm_dir: str = SHM_DIR) -> int:
     return removed
 
 
+# processes_holding is a general /proc reader (runner.build_locks uses it too); it lives here because the reaper
+# must stay standard-library only and cannot import it from elsewhere.
 def processes_holding(
-    wanted: set[str], proc: str = "/proc", *, mapped: bool = False, unseen: list[int] | None = None
+    wanted: Iterable[str], proc: str = "/proc", *, mapped: bool = False, unseen: list[int] | None = None
 ) -> dict[str, set[int]]:
-    """Which of ``wanted`` (real paths) each process has open, or, with ``mapped``, has mapped (/proc/PID/fd and
-    /proc/PID/maps). Processes this user may not look into are skipped, and listed in ``unseen`` when given."""
+    """Which of the files ``wanted`` each process has open, or, with ``mapped``, has mapped (/proc/PID/fd and
+    /proc/PID/maps), matched by device and inode (a path through a symlinked folder is the same file). Processes this
+    user may not look into are skipped, and listed in ``unseen`` when given."""
+    files: dict[tuple[int, int], str] = {}
+    for path in wanted:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            files[(st.st_dev, st.st_ino)] = path
     out: dict[str, set[int]] = {}
+    if not files:
+        return out
     try:
         pids = [int(n) for n in os.listdir(proc) if n.isdigit()]
     except OSError:
         return out
     for pid in pids:
-        held: set[str] = set()
+        held: set[tuple[int, int]] = set()
         fd_dir = os.path.join(proc, str(pid), "fd")
         try:
             fds = os.listdir(fd_dir)
-        except PermissionError:  # another user's
+        except PermissionError:  # another user's, or not dumpable
             if unseen is not None:
                 unseen.append(pid)
             continue
@@ -172,46 +185,75 @@ def processes_holding(
             continue
         for fd in fds:
             with contextlib.suppress(OSError):
-                held.add(os.readlink(os.path.join(fd_dir, fd)))
+                st = os.stat(os.path.join(fd_dir, fd))  # the open file itself
+                held.add((st.st_dev, st.st_ino))
         if mapped:
-            with contextlib.suppress(OSError), open(os.path.join(proc, str(pid), "maps"), "rb") as fh:
-                for line in fh:
-                    named = line.rstrip(b"\n").split(None, 5)[5:]  # address perms offset dev inode [path]
-                    if named:
-                        held.add(named[0].decode("utf-8", "replace").removesuffix(" (deleted)"))
-        for path in held & wanted:
-            out.setdefault(path, set()).add(pid)
+            held |= _mapped_files(os.path.join(proc, str(pid), "maps"))
+        for key in held & files.keys():
+            out.setdefault(files[key], set()).add(pid)
     return out
+
+
+def _mapped_files(maps: str) -> set[tuple[int, int]]:
+    """(device, inode) of every file a process maps: /proc/PID/maps' columns ``address perms offset MM:mm inode``."""
+    out: set[tuple[int, int]] = set()
+    with contextlib.suppress(OSError), open(maps, "rb") as fh:
+        for line in fh:
+            cols = line.split(None, 5)
+            if len(cols) >= 5 and cols[4] != b"0":
+                with contextlib.suppress(ValueError):
+                    major, minor = cols[3].split(b":")
+                    out.add((os.makedev(int(major, 16), int(minor, 16)), int(cols[4])))
+    return out
+
+
+ORPHAN_MIN_AGE_S = (
+    60.0  # a rank that reuses a leftover name writes it (shm.cpp shared_create): its mtime is fresh
+)
 
 
 def orphaned_shm_buffers(shm_dir: str = SHM_DIR, proc: str = "/proc") -> list[tuple[str, int]]:
     """This user's DeepSpeed all-reduce buffers that no process has open or mapped, with their sizes: what ended CPU
     jobs left (a rank keeps its buffer open and mapped until it exits, shm.cpp). Any launcher's job, not only
-    dswiz's: a plain ``deepspeed`` run, a bench, a killed test."""
-    head = f"{SHM_BUFFER_PREFIX}_{os.getuid()}_"
-    try:
-        paths = [os.path.join(shm_dir, n) for n in os.listdir(shm_dir) if n.startswith(head)]
-    except OSError:
-        return []
+    dswiz's: a plain ``deepspeed`` run, a bench, a killed test. None while a process of this user cannot be looked
+    into (it might hold one)."""
+    paths = [os.path.join(shm_dir, n) for n in own_shm_buffers(shm_dir)]
     if not paths:
         return []
-    held = processes_holding(set(paths), proc, mapped=True)
+    unseen: list[int] = []
+    held = processes_holding(paths, proc, mapped=True, unseen=unseen)
+    if any(_owner(proc, pid) == os.getuid() for pid in unseen):
+        return []
     out = []
-    for path in sorted(paths):
+    for path in paths:
         with contextlib.suppress(OSError):
             if path not in held:
                 out.append((path, os.lstat(path).st_size))
     return out
 
 
-def remove_orphaned_shm_buffers(shm_dir: str = SHM_DIR, proc: str = "/proc") -> tuple[int, int]:
-    """Remove ``orphaned_shm_buffers``, each checked again just before (a new job on the same master port opens the
-    same name): (files removed, their bytes)."""
+def _owner(proc: str, pid: int) -> int | None:
+    try:
+        return os.stat(os.path.join(proc, str(pid))).st_uid
+    except OSError:
+        return None
+
+
+def remove_orphaned_shm_buffers(
+    shm_dir: str = SHM_DIR, proc: str = "/proc", min_age_s: float = ORPHAN_MIN_AGE_S
+) -> tuple[int, int]:
+    """Remove ``orphaned_shm_buffers`` not written for ``min_age_s``: (files removed, their bytes). The holders are
+    looked up twice, and each file's age checked right before it goes: a new job on the same master port opens and
+    writes the same name, and its other ranks wait for ever if the name is gone before they open it."""
+    candidates = {path for path, _ in orphaned_shm_buffers(shm_dir, proc)}
+    if not candidates:
+        return 0, 0
+    still = {path: size for path, size in orphaned_shm_buffers(shm_dir, proc) if path in candidates}
     removed, freed = 0, 0
-    for path, size in orphaned_shm_buffers(shm_dir, proc):
-        if processes_holding({path}, proc, mapped=True):
-            continue
+    for path, size in sorted(still.items()):
         with contextlib.suppress(OSError):
+            if time.time() - os.lstat(path).st_mtime < min_age_s:
+                continue
             os.unlink(path)
             removed, freed = removed + 1, freed + size
     return removed, freed
@@ -296,10 +338,11 @@ def watch(lifeline: Iterable[bytes], run_dir: str, token: str, supervisor_pid: i
         if word == "port" and arg.isdigit():
             ports.append(int(arg))
     found, sigkilled, took = stop_job(sids, token, grace_s)
-    remove_shm_buffers(ports)
-    remove_orphaned_shm_buffers()
     if run_dir:
         mark_supervisor_lost(run_dir, lost_verdict(supervisor_pid, found, sigkilled, took))
+    with contextlib.suppress(Exception):  # the verdict is written: a cleanup error only leaves files behind
+        remove_shm_buffers(ports)
+        remove_orphaned_shm_buffers(min_age_s=0.0)  # the job it just stopped wrote its own files moments ago
     print(f"supervisor {supervisor_pid} lost: stopped {found} process(es) in {took:.1f} s", flush=True)
     return 3
 
@@ -374,7 +417,13 @@ def start_reaper(run_dir: str | None, token: str, grace_s: float) -> ReaperLink:
 
 
 def main(argv: list[str]) -> int:
-    """``reaper.py RUN_DIR TOKEN SUPERVISOR_PID GRACE_S`` (RUN_DIR may be empty); the lifeline on stdin."""
+    """``reaper.py RUN_DIR TOKEN SUPERVISOR_PID GRACE_S`` (RUN_DIR may be empty); the lifeline on stdin.
+    ``reaper.py --remove-orphaned-shm``: remove this user's DeepSpeed all-reduce files that no process holds, say how
+    many (the fix ``dswiz launch``'s preflight gives)."""
+    if argv == ["--remove-orphaned-shm"]:
+        files, freed = remove_orphaned_shm_buffers()
+        print(f"removed {files} DeepSpeed all-reduce file(s) from {SHM_DIR} ({freed / 2**20:.1f} MiB)")
+        return 0
     run_dir, token, supervisor_pid, grace = argv
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)  # only the lifeline (or SIGKILL) ends the reaper

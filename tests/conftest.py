@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from types import ModuleType
 
@@ -125,16 +126,19 @@ def machine_lines() -> list[str]:
 
 
 def _all_reduce_files() -> str:
-    """DeepSpeed's CPU all-reduce files in /dev/shm: how many, how much memory, how many no process holds."""
+    """This user's DeepSpeed CPU all-reduce files in /dev/shm: how many, how much memory, how many no process holds."""
     from runner import reaper
 
-    try:
-        names = [n for n in os.listdir(reaper.SHM_DIR) if n.startswith(reaper.SHM_BUFFER_PREFIX)]
-        size = sum(os.lstat(os.path.join(reaper.SHM_DIR, n)).st_size for n in names)
-    except OSError as e:
-        return f"DeepSpeed all-reduce files in {reaper.SHM_DIR}: {e}"
+    names = reaper.own_shm_buffers()
+    size = 0
+    for n in names:
+        with suppress(OSError):
+            size += os.lstat(os.path.join(reaper.SHM_DIR, n)).st_size
     orphans = len(reaper.orphaned_shm_buffers())
-    return f"DeepSpeed all-reduce files in {reaper.SHM_DIR}: {len(names)} ({size / 2**30:.1f} GiB), {orphans} held by no process"
+    return (
+        f"this user's DeepSpeed all-reduce files in {reaper.SHM_DIR}: {len(names)} ({size / 2**30:.1f} GiB), "
+        f"{orphans} held by no process"
+    )
 
 
 def _described(pid: int) -> str:

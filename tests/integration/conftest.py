@@ -56,31 +56,37 @@ def no_stale_build_lock() -> Iterator[None]:
         )
 
 
-_SHM_SETTLE_S = (
-    10.0  # a job's ranks may still be exiting when its test returns: their files are held until then
-)
+# a job's ranks may still be exiting when its test returns: their files are held until then
+_SHM_SETTLE_S = 10.0
 
 
 @pytest.fixture(autouse=True)
 def no_all_reduce_files_left() -> Iterator[None]:
+    # set up by now: this module's fixtures ran; an earlier test's ranks may have ended after its own check
     found = reaper.orphaned_shm_buffers()
-    if (
-        found
-    ):  # set up by now: this module's fixtures ran; an earlier test's ranks may have ended after its check
-        reaper.remove_orphaned_shm_buffers()
-        pytest.fail(_left(found, "were in /dev/shm before this test ran (left by a fixture of this module, an earlier "
-                                 "test or an earlier run)"))  # fmt: skip
-    before = set(_buffers())
+    if found:
+        reaper.remove_orphaned_shm_buffers(min_age_s=0.0)
+        where = (
+            "were in /dev/shm before this test ran (left by a fixture of this module, an earlier test or run)"
+        )
+        pytest.fail(_left(found, where))
+    before = set(reaper.own_shm_buffers())
     yield
     deadline = time.monotonic() + _SHM_SETTLE_S
     while True:
-        left = [(p, n) for p, n in reaper.orphaned_shm_buffers() if os.path.basename(p) not in before]
-        if left or time.monotonic() > deadline or not set(_buffers()) - before:
+        new = set(reaper.own_shm_buffers()) - before
+        left = [(p, n) for p, n in reaper.orphaned_shm_buffers() if os.path.basename(p) in new]
+        if left or not new or time.monotonic() > deadline:
             break
         time.sleep(0.5)  # new files still held: wait for their ranks to end
     if left:
-        reaper.remove_orphaned_shm_buffers()
+        reaper.remove_orphaned_shm_buffers(min_age_s=0.0)
         pytest.fail(_left(left, "were left in /dev/shm by this test"))
+    if new:
+        pytest.fail(
+            f"{len(new)} DeepSpeed all-reduce file(s) this test's job made are still held {_SHM_SETTLE_S:.0f} s after "
+            f"it ended (e.g. {reaper.SHM_DIR}/{sorted(new)[0]}): its ranks are still running"
+        )
 
 
 def _left(files: list[tuple[str, int]], where: str) -> str:
@@ -89,11 +95,3 @@ def _left(files: list[tuple[str, int]], where: str) -> str:
         f"MiB of memory, e.g. {files[0][0]}; removed now): whatever runs DeepSpeed must remove its job's files when "
         "the job ends (dswiz launch, bench/_common.run_in_group and tests/integration/launch_support.run_deepspeed do)"
     )
-
-
-def _buffers() -> list[str]:
-    try:
-        names = os.listdir(reaper.SHM_DIR)
-    except OSError:
-        return []
-    return [n for n in names if n.startswith(reaper.SHM_BUFFER_PREFIX)]

@@ -23,22 +23,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_deepspeed(
-    argv: Sequence[str], *, master_port: int, timeout: float, cwd: Path, env: Mapping[str, str] | None = None
+def run_in_session(
+    argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` for a launch on ``master_port``, in a
-    session of its own that is killed on the way out (subprocess.run's timeout kills the launcher only: its ranks would
-    stay, holding their files, perhaps a build lock, the output pipe); its ranks' /dev/shm files are removed after,
-    however it ended. A timeout raises ``TimeoutExpired``."""
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` in a session of its own that is killed
+    on the way out: subprocess.run's timeout kills the child only, and a launcher's ranks or a build's compilers would
+    stay, holding their files, perhaps a build lock, the output pipe. A timeout raises ``TimeoutExpired`` with the
+    output so far."""
     proc = subprocess.Popen(
         list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
     try:
         out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(proc.args, timeout, out, err) from None
     finally:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        reaper.remove_shm_buffers([master_port])
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_deepspeed(
+    argv: Sequence[str], *, master_port: int, timeout: float, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``run_in_session`` for a launch on ``master_port``; its ranks' /dev/shm files are removed after, however it
+    ended."""
+    try:
+        return run_in_session(argv, timeout=timeout, cwd=cwd, env=env)
+    finally:
+        reaper.remove_shm_buffers([master_port])

@@ -148,8 +148,7 @@ def shm_left(record: rundir.RunRecord) -> list[str]:
     """The DeepSpeed all-reduce buffers of this job's master port still in /dev/shm (runner/reaper.py)."""
     argv = list(record.command)
     port = argv[argv.index("--master_port") + 1]
-    head = f"{reaper.SHM_BUFFER_PREFIX}_{os.getuid()}_"
-    return [n for n in os.listdir(reaper.SHM_DIR) if n.startswith(head) and n.rsplit("_", 2)[-2] == port]
+    return [n for n in reaper.own_shm_buffers() if n.rsplit("_", 2)[-2] == port]
 
 
 def test_a_rank_that_raises_is_named_with_its_exception(workdir: Path) -> None:

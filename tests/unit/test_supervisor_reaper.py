@@ -384,6 +384,15 @@ def test_all_reduce_files_that_no_process_holds_are_orphans_and_only_they_are_re
             assert p.stdout is not None and p.stdout.readline().strip() == "holding"
         free = str(tmp_path / names["free"])
         assert reaper.orphaned_shm_buffers(str(tmp_path)) == [(free, 4096)]
+        # seen through a symlinked folder (Debian's /dev/shm -> /run/shm), a held file is still held
+        (tmp_path.parent / f"{tmp_path.name}-link").symlink_to(tmp_path)
+        assert reaper.orphaned_shm_buffers(str(tmp_path.parent / f"{tmp_path.name}-link")) == [
+            (str(tmp_path.parent / f"{tmp_path.name}-link" / names["free"]), 4096)
+        ]
+        # just written (a new job on the same port may have reopened it): kept unless told otherwise
+        assert reaper.remove_orphaned_shm_buffers(str(tmp_path)) == (0, 0)
+        old = time.time() - reaper.ORPHAN_MIN_AGE_S - 5
+        os.utime(free, (old, old))
         assert reaper.remove_orphaned_shm_buffers(str(tmp_path)) == (1, 4096)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
             [names["open"], names["mapped"], f"deepspeed_allreduce_buffer_{uid + 1}_127.0.0.1_29703_0"]
