@@ -15,7 +15,6 @@ with ``<cache>`` = ``$XDG_CACHE_HOME`` or ``~/.cache`` (cpp_extension.py ``_get_
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,8 +66,8 @@ def find_build_locks(environ: Mapping[str, str], home: Path, proc: Path = Path("
             continue
     if not found:
         return []
-    holders = processes_holding({_real(p) for p in found}, str(proc))
-    return [BuildLock(p, p.parent.name, tuple(sorted(holders.get(_real(p), ()))), _age(p)) for p in found]
+    holders = processes_holding({str(p) for p in found}, str(proc))
+    return [BuildLock(p, p.parent.name, tuple(sorted(holders.get(str(p), ()))), _age(p)) for p in found]
 
 
 def _age(p: Path) -> float | None:
@@ -76,13 +75,6 @@ def _age(p: Path) -> float | None:
         return max(0.0, time.time() - p.stat().st_mtime)
     except OSError:
         return None
-
-
-def _real(p: Path) -> str:
-    try:
-        return os.path.realpath(p)
-    except OSError:
-        return str(p)
 
 
 def remove_stale(lock: BuildLock, proc: Path = Path("/proc")) -> str | None:
@@ -96,7 +88,7 @@ def remove_stale(lock: BuildLock, proc: Path = Path("/proc")) -> str | None:
     if not lock.path.is_file() or lock.path.is_symlink():
         return f"{lock.path} is not a plain file: remove it yourself if no build runs (rm -r {lock.path})"
     unseen: list[int] = []
-    if processes_holding({_real(lock.path)}, str(proc), unseen=unseen) or unseen:
+    if processes_holding({str(lock.path)}, str(proc), unseen=unseen) or unseen:
         return f"{lock.path} may be held by a build (processes {unseen[:3]} could not be read)"
     try:
         if lock.path.lstat().st_ino != before.st_ino:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterable
 
 TOKEN_ENV = "DSWIZ_JOB_TOKEN"
-STATUS_SUPERVISOR_LOST = "supervisor_lost"  # run.json status written here (runner.rundir names it too)
+STATUS_SUPERVISOR_LOST = "supervisor_lost"  # run.json status written here (runner.rundir takes it from here)
 _POLL_S = 0.1
 _KILL_AGAIN_S = 0.5
 _GIVE_UP_S = (
@@ -126,9 +126,14 @@ SHM_DIR = "/dev/shm"
 SHM_BUFFER_PREFIX = "deepspeed_allreduce_buffer"
 
 
+def _own_head() -> str:
+    """How this user's all-reduce file names start: ``deepspeed_allreduce_buffer_<uid>_``."""
+    return f"{SHM_BUFFER_PREFIX}_{os.getuid()}_"
+
+
 def own_shm_buffers(shm_dir: str = SHM_DIR) -> list[str]:
     """The names of this user's DeepSpeed all-reduce files in ``shm_dir`` (none when it cannot be read)."""
-    head = f"{SHM_BUFFER_PREFIX}_{os.getuid()}_"
+    head = _own_head()
     try:
         return sorted(n for n in os.listdir(shm_dir) if n.startswith(head))
     except OSError:
@@ -141,7 +146,7 @@ def remove_shm_buffers(ports: Iterable[int], shm_dir: str = SHM_DIR) -> int:
     wanted = {str(p) for p in ports}
     if not wanted:
         return 0
-    skip = len(f"{SHM_BUFFER_PREFIX}_{os.getuid()}_")
+    skip = len(_own_head())
     removed = 0
     for name in own_shm_buffers(shm_dir):
         parts = name[skip:].rsplit("_", 2)  # <addr>_<port>_<rank>; an address holds no "_"
@@ -259,13 +264,13 @@ def remove_orphaned_shm_buffers(
     return removed, freed
 
 
-def _write_json_atomically(path: str, data: dict[str, object]) -> None:
-    """The same way runner.rundir writes run.json (temp file in the folder, fsync, 0600, rename): the reaper
-    cannot import it, and a reader must never see half a file."""
-    fd, tmp = tempfile.mkstemp(prefix=".run.json.", suffix=".tmp", dir=os.path.dirname(path))
+def replace_text(path: str, text: str) -> None:
+    """``path`` replaced by ``text`` at once (temp file in its folder, fsync, mode 0600, rename): a reader never
+    sees half a file. runner.rundir writes run.json with it too."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600)
@@ -318,7 +323,7 @@ def mark_supervisor_lost(run_dir: str, verdict: dict[str, object]) -> bool:
         return True  # dswiz saw the end and wrote it
     data.update(status=STATUS_SUPERVISOR_LOST, ended_at=time.time(), exit_code=None, verdict=verdict)
     try:
-        _write_json_atomically(path, data)
+        replace_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     except OSError:
         return False
     return True

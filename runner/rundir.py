@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from runner import reaper
 from wizard.errors import DswizError, quoted
 
 # The parts of the layout the launch command itself names (the builder is pure core and defines them).
@@ -75,9 +75,9 @@ RUN_JSON_VERSION = 1
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"  # the job ended by itself (verdict says how)
 STATUS_INTERRUPTED = "interrupted"  # dswiz stopped it (Ctrl-C, SIGTERM, SIGHUP, --stall-timeout)
-# dswiz died before writing the end: written by its reaper (runner/reaper.py, which cannot import this module
-# and spells it itself), or seen later from a "running" record whose supervisor process is gone.
-STATUS_SUPERVISOR_LOST = "supervisor_lost"
+# dswiz died before writing the end: written by its reaper (runner/reaper.py), or seen later from a "running" record
+# whose supervisor process is gone.
+STATUS_SUPERVISOR_LOST = reaper.STATUS_SUPERVISOR_LOST
 
 
 @dataclass(frozen=True)
@@ -367,19 +367,9 @@ def write_run_record(run_dir: Path | str, record: RunRecord) -> Path:
 
 
 def _replace_text(path: Path, text: str) -> None:
-    """``path`` replaced by ``text`` at once (temp file + fsync + rename, mode 0600)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """``path`` replaced by ``text`` at once (temp file + fsync + rename, mode 0600): the reaper's rule, which
+    writes run.json too when dswiz died."""
+    reaper.replace_text(str(path), text)
 
 
 def read_run_record(run_dir: Path | str) -> RunRecord:

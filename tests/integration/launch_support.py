@@ -6,15 +6,16 @@ any)."""
 
 from __future__ import annotations
 
-import os
-import signal
+import importlib.util
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
-from contextlib import suppress
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from runner import reaper
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -23,29 +24,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _run_in_group() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """bench/_common.run_in_group (the bench scripts are files, not a package; loaded once, as tests/conftest.py's
+    bench_script loads them)."""
+    if "_common" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("_common", ROOT / "bench" / "_common.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_common"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["_common"].run_in_group  # type: ignore[no-any-return]
+
+
 def run_in_session(
     argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` in a session of its own that is killed
-    on the way out: subprocess.run's timeout kills the child only, and a launcher's ranks or a build's compilers would
-    stay, holding their files, perhaps a build lock, the output pipe. A timeout raises ``TimeoutExpired`` with the
-    output so far."""
-    proc = subprocess.Popen(
-        list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise subprocess.TimeoutExpired(proc.args, timeout, out, err) from None
-    finally:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` through the benches' run_in_group: in a
+    session of its own, and nothing it starts outlives the call (subprocess.run's timeout kills the child only: a
+    launcher's ranks or a build's compilers would stay, holding their files, perhaps a build lock, the output pipe).
+    A timeout raises ``TimeoutExpired`` with the output so far."""
+    return _run_in_group()(list(argv), timeout=timeout, capture=True, cwd=cwd, env=env)
 
 
 def run_deepspeed(
