@@ -26,7 +26,8 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # (2026-12-03: --indices 0,...,5 --label phases-offload; --indices 6,...,12 --label phases-zero3; --indices
     # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step;
     # 2026-12-04: --indices 29,...,33 --label phases-third; --indices 34 --label phases-padding; --indices 35,36,37
-    # --label phases-z0step; 2026-12-05: --indices 38,39,40 --label phases-param):
+    # --label phases-z0step; 2026-12-05: --indices 38,39,40 --label phases-param; 2026-12-06: --indices 40,...,44
+    # --label phases-3b):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
@@ -454,6 +455,13 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("llama-3b", 3, "cpu", "cpu", True, 16, 1024, None, 0),
     ("llama-3b", 3, "cpu", "cpu", True, 4, 1024, None, 0),
     ("llama-1b", 3, "cpu", "cpu", True, 4, 1024, None, 0),
+    # (2026-12-06, indices 41-44) llama-3b with both offloads allocated 21 % more than predicted at micro-batch 4 and
+    # 1 % less at 16: micro-batches 1 and 8 beside a second reading at 4 (Row.peak_grew_at: where the peak is set) part
+    # what a step holds whatever the micro-batch from what each sample adds; the optimizer alone offloaded at 4
+    ("llama-3b", 3, "cpu", "cpu", True, 1, 1024, None, 0),
+    ("llama-3b", 3, "cpu", "cpu", True, 8, 1024, None, 0),
+    ("llama-3b", 3, "cpu", "cpu", True, 4, 1024, None, 1),
+    ("llama-3b", 3, "cpu", "none", True, 4, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -669,6 +677,10 @@ class Row:
     # How fast this machine's host was just before the config ran (host_speed_us): the same host-bound config ran
     # up to 1.78x apart from one process to the next on one machine kind (docs/measurements.md)
     host_us: dict[str, float] | None = None
+    # Where the peak was set (CUDA): [step, phase, allocated peak so far above the baseline] at each boundary where it
+    # grew ("init": after deepspeed.initialize), and what stays allocated between steps (at the last step's start)
+    peak_grew_at: list[list[Any]] = field(default_factory=list)
+    resident_allocated: int | None = None
 
 
 HOST_PROBE_REPEATS = 5
@@ -1225,8 +1237,9 @@ class _PhaseMarks:
     the host's clock on CPU. ``mark(phase)`` closes the span since the previous mark as ``phase``; a phase marked in
     every micro-step of an accumulating step adds up."""
 
-    def __init__(self, cuda: bool) -> None:
+    def __init__(self, cuda: bool, peaks: _PeakLog | None = None) -> None:
         self.cuda = cuda
+        self.peaks = peaks
         self.marks: list[tuple[str, Any]] = []
 
     def mark(self, phase: str = "") -> None:
@@ -1236,6 +1249,8 @@ class _PhaseMarks:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             self.marks.append((phase, event))
+            if self.peaks is not None and phase:
+                self.peaks.note(phase)
         else:
             self.marks.append((phase, time.perf_counter()))
 
@@ -1244,6 +1259,21 @@ class _PhaseMarks:
         for (_, a), (phase, b) in zip(self.marks[:-1], self.marks[1:], strict=True):
             out[phase] += a.elapsed_time(b) / 1e3 if self.cuda else b - a
         return out
+
+
+class _PeakLog:
+    """Row.peak_grew_at: the allocator's peak (a host-side counter, no synchronisation) read at each boundary."""
+
+    def __init__(self, row: Row, device: Any) -> None:
+        self.row, self.device, self.step, self.last = row, device, -1, -1
+
+    def note(self, phase: str) -> None:
+        import torch
+
+        peak = torch.cuda.max_memory_allocated(self.device) - (self.row.baseline_allocated or 0)
+        if peak > self.last:
+            self.row.peak_grew_at.append([self.step, phase, peak])
+            self.last = peak
 
 
 def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
@@ -1271,6 +1301,9 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
             config=ds_config(c, smoke),
         )
         row.init_s = round(time.perf_counter() - start, 3)
+        peaks = _PeakLog(row, device) if cuda else None
+        if peaks is not None:
+            peaks.note("init")
         gen = torch.Generator(device="cpu").manual_seed(1)
         ids = torch.randint(0, spec.vocab, (c.micro_batch, seq), generator=gen).to(engine.device)
         timed = TIMED_STEPS if not smoke else 2
@@ -1279,7 +1312,10 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
         for i in range(warmup + timed):
             if cuda:
                 torch.cuda.synchronize(device)
-            marks = _PhaseMarks(cuda)
+                row.resident_allocated = torch.cuda.memory_allocated(device) - (row.baseline_allocated or 0)
+            if peaks is not None:
+                peaks.step = i
+            marks = _PhaseMarks(cuda, peaks)
             t0 = time.perf_counter()
             marks.mark()
             for micro in range(c.grad_accum):
