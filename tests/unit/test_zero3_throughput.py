@@ -193,24 +193,14 @@ def refit(fz: ModuleType) -> dict[str, Any]:
     return fz.run()
 
 
-# Readings the model does not reach within 10 % (bench/results/zero3_refit-2026-12-03-replay.md). Most are one of
-# several readings of one config that fall on both sides of the prediction: gpt2-medium z3 mbs 8 (+13.7 % and
-# -12.8 %, host-bound), llama-1b z3 mbs 16 (-12.5 %, +11.1 %, and within 5 % in two more processes), llama-7b z3 +
-# checkpointing mbs 4 (-18.4 %, +19.2 %, +14.2 %, and within 5 % once: 0.82-1.19 s a step), gpt2-xl z3 +
-# checkpointing mbs 16 (-7.7 %, +10.3 %); gpt2-xl z3 with both offloads read -3.4 % and +14.4 %. One side only:
-# llama-1b z3 with both offloads (-10.3 %, -9.4 %, +0.5 %), and llama-7b at 4 micro-steps per optimizer step
-# (-16.1 %: its micro-steps took 0.71 s against 0.96 s at one micro-step).
+# Configs the model does not reach within 10 % at the median of their readings (bench/results/zero3_refit-2026-12-06.md):
+# gpt2-xl with both offloads (four readings, 7.9k-9.8k tokens/s; +11 %: its fetch counted hidden behind the compute,
+# as LoRA on a 7B and llama-1b/3b with both offloads show), and two configs at four micro-steps per optimizer step,
+# whose micro-steps ran faster than at one (llama-7b ZeRO-3 + checkpointing: 0.71 s against 0.96 s, -12 %) or
+# slower (gpt2-xl ZeRO-3 + optimizer offload, +19 %).
 NOT_REACHED = {
-    "gpt2-medium z3 mbs8",
-    "gpt2-medium z3 mbs8 seq1024 #2",
-    "gpt2-xl z3+ckpt mbs16 seq1024 #2",
-    "gpt2-xl z3+opt:cpu+param:cpu+ckpt mbs16 seq1024 #2",
-    "llama-1b z3 mbs16",
-    "llama-1b z3 mbs16 seq1024 #2",
-    "llama-1b z3+opt:cpu+param:cpu+ckpt mbs16",
-    "llama-7b z3+ckpt mbs4",
-    "llama-7b z3+ckpt mbs4 seq1024 #2",
-    "llama-7b z3+ckpt mbs4 seq1024 #4",
+    "gpt2-xl z3+opt:cpu+param:cpu+ckpt mbs16",
+    "gpt2-xl z3+opt:cpu+ckpt mbs16 seq1024 ga4",
     "llama-7b z3+ckpt mbs4 seq1024 ga4",
 }
 
@@ -219,7 +209,7 @@ def test_committed_h200_zero3_rows_within_ten_percent(refit: dict[str, Any]) -> 
     errs = {k: v["error"] for k, v in refit["rows"].items()}
     assert len(errs) >= 20
     assert {k for k, e in errs.items() if abs(e) > 0.10} <= NOT_REACHED
-    assert refit["overall_now"]["median_abs"] <= 0.05  # 3.5 % over 51 readings (6.5 % over 22 before)
+    assert refit["overall_now"]["median_abs"] <= 0.05  # 2.7 % over 44 configs (6.5 % over 22 before)
     assert refit["overall_now"]["max_abs"] <= 0.20
 
 

@@ -461,13 +461,12 @@ def _parameter_fetch_seconds(
         fetch["parameter fetch (NVMe)"] = (
             gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND
         )
-    if not train:
-        # A forward is bounded by its transfers: prefetch hides them behind compute only up to a share of it.
-        hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * compute
-        total = sum(fetch.values())
-        exposed = max(0.0, total - hidden)
-        fetch = {k: v * exposed / total for k, v in fetch.items()}
-    return fetch
+    # A micro-step is bounded by its transfers: the prefetch hides them behind compute only up to a share of it,
+    # in training as in inference (calibration.OFFLOAD_FETCH_OVERLAP).
+    hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * compute
+    total = sum(fetch.values())
+    exposed = max(0.0, total - hidden)
+    return {k: v * exposed / total for k, v in fetch.items()}
 
 
 ALLOCATOR_REMAP_PART = "allocator remapping (expandable segments)"
