@@ -27,7 +27,7 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step;
     # 2026-12-04: --indices 29,...,33 --label phases-third; --indices 34 --label phases-padding; --indices 35,36,37
     # --label phases-z0step; 2026-12-05: --indices 38,39,40 --label phases-param; 2026-12-06: --indices 40,...,44
-    # --label phases-3b):
+    # --label phases-3b; --indices 41,43,38 --label phases-3b-train, the peaks counted from the end of initialize):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
@@ -681,6 +681,9 @@ class Row:
     # grew ("init": after deepspeed.initialize), and what stays allocated between steps (at the last step's start)
     peak_grew_at: list[list[Any]] = field(default_factory=list)
     resident_allocated: int | None = None
+    # With the parameters offloaded, the peak of building the model and deepspeed.initialize (above the baseline),
+    # left out of max_allocated / max_reserved (run_config says why); None: counted in them (rows before 2026-12-06)
+    init_allocated: int | None = None
 
 
 HOST_PROBE_REPEATS = 5
@@ -1304,6 +1307,15 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
         peaks = _PeakLog(row, device) if cuda else None
         if peaks is not None:
             peaks.note("init")
+            if c.offload_param != "none":
+                # The model was built whole on the GPU and DeepSpeed then moved its partitions to the host: a peak
+                # (and a cached block) of the whole 16-bit model that training never reaches, and that a script
+                # building under zero.Init (from_pretrained with a ZeRO-3 config, accelerate's zero3_init_flag)
+                # never has. Kept apart (Row.init_allocated); the peaks count from here.
+                row.init_allocated = row.peak_grew_at[-1][2]
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+                peaks.last = -1
         gen = torch.Generator(device="cpu").manual_seed(1)
         ids = torch.randint(0, spec.vocab, (c.micro_batch, seq), generator=gen).to(engine.device)
         timed = TIMED_STEPS if not smoke else 2

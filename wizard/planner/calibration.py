@@ -522,7 +522,7 @@ HOST_RECOMPUTE_SHARE = 0.4
 # where seven of eight skip the reduce (plan_accuracy-2026-12-03-1gpu-accum-accum2.md, phases): ~22 ms for 22
 # layers (set from that split).
 BOUNDARY_REDUCE_HOST_SECONDS_PER_LAYER = 0.001
-# - hooks: 10 ms of host time per layer per micro-step on top of the framework's (fit: bench/fit_zero3.py, the 44
+# - hooks: 10 ms of host time per layer per micro-step on top of the framework's (fit: bench/fit_zero3.py, the 31
 #   ZeRO-3 configs of 2026-11-30 to 12-06 at the median of their readings; 0.00987 before the fetch overlap above
 #   counted in training). Checkpointing's recompute fires the forward hooks again: half of the two hooked passes more
 #   (set).
