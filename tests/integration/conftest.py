@@ -24,6 +24,7 @@ import pytest
 
 from runner import reaper
 from runner.build_locks import find_build_locks, remove_stale
+from runner.preflight import check_build_locks
 
 
 def _stale() -> list[Path]:
@@ -32,13 +33,10 @@ def _stale() -> list[Path]:
 
 @pytest.fixture(autouse=True)
 def no_stale_build_lock() -> Iterator[None]:
-    stuck = [lock for lock in find_build_locks(os.environ, Path.home()) if lock.stuck]
-    if stuck:  # every DeepSpeed job would wait behind it until its timeout: say so at once instead
-        pytest.fail(
-            f"process {stuck[0].held_by[0]} has held the JIT-build lock {stuck[0].path} for "
-            f"{(stuck[0].age_s or 0) / 60:.0f} min: a stuck build (every DeepSpeed job here waits behind it); "
-            f"see it with ps -o pid,stat,etime,args -p {stuck[0].held_by[0]}, kill it, then rm {stuck[0].path}"
-        )
+    # A stuck build: every DeepSpeed job would wait behind it until its timeout. Say so at once, as dswiz launch does.
+    stuck = [f for f in check_build_locks(os.environ, Path.home()) if f.code == "op-build-stuck"]
+    if stuck:
+        pytest.fail(f"{stuck[0].what}: {stuck[0].why}. Fix: {stuck[0].fix}")
     before = _stale()
     if before:
         pytest.fail(
