@@ -54,6 +54,7 @@ from _common import (  # noqa: E402
     run_in_group,
 )
 
+from wizard.errors import DswizError  # noqa: E402
 from wizard.hardware.report import HardwareReport  # noqa: E402
 from wizard.model import ModelSpec, spec_from_config  # noqa: E402
 from wizard.model_presets import PRESETS  # noqa: E402
@@ -95,10 +96,13 @@ class Config:
     cap_gib: int | None  # None: uncapped (smoke)
     # the strategy run instead of the planner's pick: "stage=3/param=cpu/mb=6/ckpt=1" (FORCE_KEYS)
     force: str = ""
+    targets: str = TARGETS  # the modules LoRA adapts, as PEFT's target_modules (comma-joined, or all-linear)
 
     def spec(self) -> ModelSpec:
         base = spec_from_config(MODELS[self.model], name=self.model, source="preset")
-        return with_finetune(base, make_finetune(self.finetune, rank=RANK, alpha=2 * RANK, targets=TARGETS))
+        return with_finetune(
+            base, make_finetune(self.finetune, rank=RANK, alpha=2 * RANK, targets=self.targets)
+        )
 
 
 @dataclass
@@ -193,26 +197,33 @@ def forced_strategy(force: str) -> Strategy:
 
 
 def build_grid(smoke: bool, only: str = "") -> list[Config]:
-    """The grid, or ``only``'s configs: ``model:mode:cap[:force]`` joined by commas (e.g. llama-7b:lora:16, or
-    llama-7b:lora:80:stage=3/param=cpu/mb=4/ckpt=1 to run that strategy under an 80 GiB cap)."""
+    """The grid, or ``only``'s configs: ``model:mode:cap[:force[:targets]]`` joined by commas (e.g. llama-7b:lora:16,
+    or llama-7b:lora:80:stage=3/param=cpu/mb=4/ckpt=1 to run that strategy under an 80 GiB cap; a fifth field adapts
+    other modules than q/v: all-linear, or names joined by "+", such as q_proj+k_proj+v_proj)."""
     if not only:
         return [Config(m, f, cap) for m, f, cap in (SMOKE_GRID if smoke else GRID)]
     out = []
     for item in only.split(","):
         parts = item.strip().split(":")
         if (
-            len(parts) not in (3, 4)
+            len(parts) not in (3, 4, 5)
             or parts[0] not in MODELS
             or parts[1] not in ("lora", "qlora")
             or not parts[2].isdigit()
         ):
             raise SystemExit(
-                f"--grid: {item!r} is not model:lora|qlora:GiB[:force] with a model of {', '.join(MODELS)}"
+                f"--grid: {item!r} is not model:lora|qlora:GiB[:force[:targets]] with a model of {', '.join(MODELS)}"
             )
-        force = parts[3] if len(parts) == 4 else ""
+        force = parts[3] if len(parts) >= 4 else ""
         if force:
             forced_strategy(force)  # a bad key stops the run before any config starts
-        out.append(Config(parts[0], parts[1], int(parts[2]), force))
+        targets = parts[4].replace("+", ",") if len(parts) == 5 else TARGETS
+        config = Config(parts[0], parts[1], int(parts[2]), force, targets)
+        try:
+            config.spec()
+        except DswizError as e:  # a target the model does not have stops the run here too
+            raise SystemExit(f"--grid: {item!r}: {e}") from None
+        out.append(config)
     return out
 
 
@@ -295,7 +306,8 @@ def run_config(c: Config, s: Strategy, seq: int, row: Row, timed: int = TIMED) -
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cuda and not partitioned:
         pa.cap_device_memory(device, c.cap_gib)
-    lora = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=TARGETS.split(","), task_type="CAUSAL_LM")
+    targets: Any = "all-linear" if c.targets == "all-linear" else c.targets.split(",")
+    lora = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=targets, task_type="CAUSAL_LM")
     model = get_peft_model(
         model, lora, autocast_adapter_dtype=False
     )  # adapters in bf16, as DeepSpeed casts them
@@ -375,6 +387,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"ZeRO-{s['zero_stage']}{' param:' + s['offload_param'] if s.get('offload_param', 'none') != 'none' else ''}"
             f" mbs {s['micro_batch_size']}{' ckpt' if s.get('activation_checkpointing') else ''}"
             + (" (forced)" if c.get("force") else "")
+            + (f" on {c['targets']}" if c.get("targets", TARGETS) != TARGETS else "")
             if s
             else "-"
         )
@@ -391,7 +404,8 @@ def markdown(doc: dict[str, Any]) -> str:
         status = r["status"] + (f": {r['error']}" if r.get("error") else "")
         rows.append([c["model"], c["finetune"], c["cap_gib"] or "-", label, status,
                      f"{r.get('trainable_params') or '-'} / {p.get('trainable_params', '-')}", dev, tps])  # fmt: skip
-    intro = f"{doc['date']}, {doc['tag']}, seq {doc['seq_len']}, LoRA r={RANK} on {TARGETS}; versions {doc['versions']}"
+    intro = (f"{doc['date']}, {doc['tag']}, seq {doc['seq_len']}, LoRA r={RANK} on {TARGETS} (unless a row says "
+             f"otherwise); versions {doc['versions']}")  # fmt: skip
     if doc.get("repredicted"):
         again = doc["repredicted"]
         intro += (f". Predictions: the planner of {again['date']} (commit {again.get('commit', 'unknown')}) for "

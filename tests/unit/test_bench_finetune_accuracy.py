@@ -115,3 +115,25 @@ def test_repredict_sets_the_planners_figures_beside_the_measured_ones(fa: Module
         assert new["tokens_per_sec"] == old["tokens_per_sec"] and new["device_used"] == old["device_used"]
         assert new["strategy"] == old["strategy"] and new["predicted"]["tokens_per_sec"] > 0
     assert "Predictions: the planner of" in out.with_suffix(".md").read_text()
+
+
+def test_a_grid_item_can_adapt_other_modules(fa: ModuleType) -> None:
+    """A fifth field sets LoRA's targets (all-linear, or names joined by "+"): the planner predicts that model, the
+    row runs it and the report says so; a name the model lacks stops the run before anything starts."""
+    hw = fa._plan_accuracy().smoke_hardware(1)
+    every, qv = fa.build_grid(
+        smoke=False,
+        only="llama-7b:lora:60:stage=3/mb=1/ckpt=1:all-linear,llama-7b:lora:60:stage=3/mb=1/ckpt=1",
+    )
+    assert (every.targets, qv.targets) == ("all-linear", fa.TARGETS)
+    [two] = fa.build_grid(smoke=False, only="llama-7b:lora:60:stage=3/mb=1/ckpt=1:q_proj+k_proj")
+    assert two.targets == "q_proj,k_proj"
+    _, p_every = fa.recommend(hw, every, fa.SEQ)
+    _, p_qv = fa.recommend(hw, qv, fa.SEQ)
+    assert p_every["trainable_params"] > p_qv["trainable_params"]
+    assert p_every["tokens_per_sec"] < p_qv["tokens_per_sec"]  # more wrapped modules: more stage-3 hooks
+    row = fa.Row(config=asdict(every), strategy=fa.forced_strategy(every.force).to_dict(), predicted=p_every)
+    doc = {"date": "2026-12-06", "tag": "1gpu", "seq_len": 2048, "versions": {}, "rows": [asdict(row)]}
+    assert "ZeRO-3 mbs 1 ckpt (forced) on all-linear" in fa.markdown(doc)
+    with pytest.raises(SystemExit, match="foo_proj not found in llama-7b"):
+        fa.build_grid(smoke=False, only="llama-7b:lora:60:stage=3:foo_proj")
