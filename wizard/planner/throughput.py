@@ -294,8 +294,19 @@ def host_micro_step_seconds(model: ModelSpec, s: Strategy) -> dict[str, float]:
             hook_share = 1.0 + (cal.STAGE3_RECOMPUTE_HOOK_SHARE if s.activation_checkpointing else 0.0)
         else:
             hook_share = cal.INFERENCE_STAGE3_HOOK_SHARE
-        out[STAGE3_HOOKS_PART] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share
+        calls = module_calls_per_layer(model)
+        base = cal.MODULE_CALLS_PER_LAYER.get(model.model_type, cal.MODULE_CALLS_PER_LAYER_DEFAULT)
+        out[STAGE3_HOOKS_PART] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share * calls / base
     return out
+
+
+def module_calls_per_layer(model: ModelSpec) -> float:
+    """Submodule forward calls per layer, each of which fires stage 3's fetch and release hooks: the architecture's
+    own (calibration.MODULE_CALLS_PER_LAYER) and, per LoRA-wrapped linear layer, PEFT's base layer, dropout, A and
+    B (calibration.LORA_MODULE_CALLS_PER_WRAPPER)."""
+    base = cal.MODULE_CALLS_PER_LAYER.get(model.model_type, cal.MODULE_CALLS_PER_LAYER_DEFAULT)
+    wrapped = sum(layer.count for layer in ft.lora_layers(model))
+    return base + cal.LORA_MODULE_CALLS_PER_WRAPPER * wrapped / max(1, model.layers)
 
 
 def host_before_boundary(model: ModelSpec, s: Strategy, host: dict[str, float]) -> dict[str, float]:
@@ -534,7 +545,10 @@ def estimate_throughput(
         if model.finetune.quantized:
             parts["4-bit dequantization"] = ft.dequantization_seconds(model, s, hbm)
     if s.offload_param != "none":
-        parts.update(_parameter_fetch_seconds(model, s, pcie, compute, buffers))
+        # The copies run on their own stream while the GPU computes and while the host runs the hooks: a
+        # micro-step's busy time is its compute plus the host time the GPU waits for.
+        busy = compute + sum(at_boundary.values())
+        parts.update(_parameter_fetch_seconds(model, s, pcie, busy, buffers))
 
     if allocator_remaps:
         parts[ALLOCATOR_REMAP_PART] = gas * cal.EXPANDABLE_REMAP_SECONDS
