@@ -1875,6 +1875,19 @@ def _repredict(row: dict[str, Any], hw: HardwareReport, expandable: bool = False
         return predict(hw, bench_spec(cfg.model), cfg, row["world"], row["seq_len"], card, expandable)
 
 
+def build_set_the_peak(r: dict[str, Any]) -> bool:
+    """A row with offloaded parameters read before Row.init_allocated existed whose peak the model's build set (its
+    Row.peak_grew_at last grew at "init"): its max-allocated and max-reserved are the whole 16-bit model built on the
+    GPU before DeepSpeed offloaded it, not what training holds (run_config). The analysis counts no memory for it."""
+    grew = r.get("peak_grew_at")
+    return (
+        bool(grew)
+        and r.get("init_allocated") is None
+        and r["config"].get("offload_param", "none") != "none"
+        and grew[-1][1] == "init"
+    )
+
+
 def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """One run per (world, smoke, allocator settings) over every raw file given. A config read in several processes
     (the same Config.key() and use_cache build, in one file or in several) keeps every reading as a row of its own:
@@ -1901,6 +1914,8 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
                     "use_cache": bool(doc.get("use_cache", False)),
                 }
                 r["_when"] = (r.get("finished_at") or 0.0, doc.get("started_at") or doc.get("date") or "", i)
+                if build_set_the_peak(r):
+                    r.update(max_allocated=None, max_reserved=None, memory_set_by_build=True)
                 # A config built with and without use_cache is two configs (their activations differ): a reading of
                 # one never stands for the other (Pythia-1B ZeRO-1 at micro-batch 34 ran out of memory built without
                 # it and ran built with it).
