@@ -5,10 +5,10 @@
 
 Rows: every ok ZeRO-3 config (world 1) of the raw files below, each at the median of its readings' tokens/s, as
 `bench/plan_accuracy.py --analyze` counts a config for issue 19's targets (two processes of one config read up to
-~20 % apart on this machine kind; a fit to single readings chases that noise). The constants refit are the stage-3 terms: the fetch hooks' host time per
-layer (wizard.planner.throughput.host_micro_step_seconds; it overlaps the GPU's work together with the framework's
-own host time, calibration.HOST_SECONDS_PER_LAYER, which bench/plan_accuracy.py fits with the stage 0-2 terms), the
-gather/partition copies and the stage-3 weight copy-back (wizard/planner/calibration.py, "Stage 3"); everything else
+~20 % apart on this machine kind; a fit to single readings chases that noise). The constants refit are the stage-3
+terms: the fetch hooks' host time per layer (wizard.planner.throughput.host_micro_step_seconds; it overlaps the
+GPU's work together with the framework's own host time, calibration.HOST_SECONDS_PER_LAYER, which
+bench/plan_accuracy.py fits with the stage 0-2 terms), the gather/partition copies and the stage-3 weight copy-back (wizard/planner/calibration.py, "Stage 3"); everything else
 stays as the stage 0-2 fit set it, and stage 0-2 predictions do not use these terms, which the script checks on the
 stage 0-2 rows.
 
@@ -49,11 +49,8 @@ STEM = "zero3_refit-2026-12-06"
 
 
 def at_median(readings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per config (plan_accuracy._reading_key): its first reading, repeat number dropped, at the median of
+    """One row per config (plan_accuracy.readings_by_config): its first reading, repeat number dropped, at the median of
     its readings' tokens/s; ``readings`` says how many."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in readings:
-        groups.setdefault(pa._reading_key(r), []).append(r)
     return [
         {
             **rs[0],
@@ -61,7 +58,7 @@ def at_median(readings: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "tokens_per_sec": statistics.median(r["tokens_per_sec"] for r in rs),
             "readings": len(rs),
         }
-        for rs in groups.values()
+        for rs in pa.readings_by_config(readings)
     ]
 
 
@@ -220,8 +217,8 @@ def markdown(res: dict[str, Any]) -> str:
         "# ZeRO-3 throughput refit (committed H200 rows, no new GPU run)",
         "",
         f"`python bench/fit_zero3.py` on {', '.join(res['inputs'])}: {len(res['rows'])} ZeRO-3 configs (each at the "
-        "median of its readings' tokens/s), one H200, seq 1024 and 2048, bf16, one rank. Signed tokens/s errors (positive: over-predicts). "
-        "Before: "
+        "median of its readings' tokens/s), one H200, seq 1024 and 2048, bf16, one rank. Signed tokens/s errors "
+        "(positive: over-predicts). Before: "
         f"{res['before_source']}. Now: wizard/planner/calibration.py as committed. Held out: each model's rows "
         "predicted with the constants fit on the other models' rows.",
         "",

@@ -1278,6 +1278,15 @@ class _PeakLog:
             self.row.peak_grew_at.append([self.step, phase, peak])
             self.last = peak
 
+    def count_from_here(self) -> int:
+        """Hand the cached blocks back and restart the allocator's peaks; returns the peak until now."""
+        import torch
+
+        before, self.last = self.last, -1
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return before
+
 
 def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
     import deepspeed
@@ -1312,10 +1321,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
                 # (and a cached block) of the whole 16-bit model that training never reaches, and that a script
                 # building under zero.Init (from_pretrained with a ZeRO-3 config, accelerate's zero3_init_flag)
                 # never has. Kept apart (Row.init_allocated); the peaks count from here.
-                row.init_allocated = row.peak_grew_at[-1][2]
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
-                peaks.last = -1
+                row.init_allocated = peaks.count_from_here()
         gen = torch.Generator(device="cpu").manual_seed(1)
         ids = torch.randint(0, spec.vocab, (c.micro_batch, seq), generator=gen).to(engine.device)
         timed = TIMED_STEPS if not smoke else 2
@@ -2249,14 +2255,21 @@ def judge(
     }
 
 
+def readings_by_config(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``rows`` grouped into the readings of one config each (_reading_key), in the order first seen."""
+    by_config: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_config.setdefault(_reading_key(r), []).append(r)
+    return list(by_config.values())
+
+
 def _best_reading(fitting: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, float | None]:
     """The fastest config among ``fitting`` rows and its tokens/s, a config read more than once (_reading_key) at the
     median of its readings: the largest of several noisy readings would set the bar above what any one run of the
     recommended config is expected to reach."""
-    by_config: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in fitting:
-        by_config.setdefault(_reading_key(r), []).append(r)
-    medians = [(statistics.median(r["tokens_per_sec"] for r in rs), rs[0]) for rs in by_config.values()]
+    medians = [
+        (statistics.median(r["tokens_per_sec"] for r in rs), rs[0]) for rs in readings_by_config(fitting)
+    ]
     if not medians:
         return None, None
     tps, row = max(medians, key=lambda m: m[0])

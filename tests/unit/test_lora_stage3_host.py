@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -122,15 +123,15 @@ def test_host_time_hides_the_offloaded_fetch_too(mbs: int, monkeypatch: pytest.M
         assert sum(parts.values()) >= transfers
 
 
-def test_the_h200_lora_rows_are_predicted_within_their_spread() -> None:
+def test_the_h200_lora_rows_are_predicted_within_their_spread(
+    bench_script: Callable[[str], ModuleType],
+) -> None:
     """LoRA on a LLaMA-style 7B, ZeRO-3 + checkpointing on one H200 (bench/results/finetune_accuracy-2026-12-06-1gpu-
     param-overlap.json): host-bound at micro-batch 1 without offload (1.14 s a step, predicted 31 % fast before the
     wrappers' hooks were counted), and with the parameters on the CPU a step that hardly moves from micro-batch 1 to
     8 (the fetch behind compute and host time). Within 5 % without offload; within 16 % with it, where the measured
     step at micro-batch 4 (1.83 s) is longer than at 8 (1.78 s)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import finetune_accuracy as fa
-
+    fa = bench_script("finetune_accuracy")
     doc = json.loads(
         (ROOT / "bench/results/finetune_accuracy-2026-12-06-1gpu-param-overlap.json").read_text()
     )

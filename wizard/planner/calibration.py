@@ -415,11 +415,10 @@ INFERENCE_TRAFFIC_SHARE = 0.6
 # fetches behind up to this share of a micro-step's busy time -- its compute and the host time the GPU waits for (the
 # hooks that issue the copies run while earlier ones are in flight) -- in training as in inference: a micro-step
 # never takes less than its PCIe/NVMe transfer time. Set, not fit (as COMM_OVERLAP). What says the fetch hides in
-# training too:
-# LoRA on a LLaMA-style 7B, ZeRO-3 + checkpointing with the parameters on the CPU, took 1.50-1.83 s a step from
-# micro-batch 1 to 8 where the same config without offload took 1.14-1.62 s (its fetch alone is ~0.7 s a step;
-# bench/results/finetune_accuracy-2026-12-06-1gpu-param-overlap.md); counting the fetch in full had put those rows
-# up to 31 % slow and fully trained llama-1b / llama-3b with both offloads 5 / 13 % slow.
+# training too: LoRA on a LLaMA-style 7B, ZeRO-3 + checkpointing with the parameters on the CPU, took 1.50-1.83 s a
+# step from micro-batch 1 to 8 where the same config without offload took 1.14-1.62 s (its fetch alone is ~0.7 s a
+# step; bench/results/finetune_accuracy-2026-12-06-1gpu-param-overlap.md); counting the fetch in full had put those
+# rows up to 31 % slow and fully trained llama-1b / llama-3b with both offloads 5 / 13 % slow.
 OFFLOAD_FETCH_OVERLAP = 0.5
 DEFAULT_MEMORY_GBS = 2000.0  # HBM bandwidth when the catalog has no figure (A100-40GB class)
 # Launch time per layer per micro-step that the GPU waits for whatever the host does (fit; what of the host's
@@ -492,9 +491,9 @@ STAGE0_STEP_SECONDS = 0.005
 # 0.175 / 0.211 s a step at micro-batch 1 / 2 / 4 (the GPU's work 0.10 / 0.14 / 0.21 s); before this term the
 # planner predicted micro-batch 1 of llama-1b 49 %, of Qwen2-1.5B 87 % fast. A family without its own figure takes
 # the largest (HOST_SECONDS_PER_LAYER_DEFAULT): a host-bound step predicted slow costs a smaller recommendation,
-# not an OOM. Stage 3: bench/fit_zero3.py refits its terms on the ZeRO-3 configs of the same runs and later ones, each
-# at the median of its readings (bench/results/zero3_refit-2026-12-06.md, with the leave-one-model-out errors); stage 0-2
-# predictions do not use them.
+# not an OOM. Stage 3: bench/fit_zero3.py refits its terms on the ZeRO-3 configs of the same runs and later ones,
+# each at the median of its readings (bench/results/zero3_refit-2026-12-06.md, with the leave-one-model-out errors);
+# stage 0-2 predictions do not use them.
 HOST_SECONDS_PER_LAYER: dict[str, float] = {"gpt2": 0.0, "llama": 0.00442, "neox": 0.00309}
 HOST_SECONDS_PER_LAYER_DEFAULT = max(HOST_SECONDS_PER_LAYER.values())
 HOST_OVERLAP_POWER = 4.0
@@ -526,24 +525,23 @@ HOST_RECOMPUTE_SHARE = 0.4
 BOUNDARY_REDUCE_HOST_SECONDS_PER_LAYER = 0.001
 # - hooks: 10 ms of host time per layer per micro-step on top of the framework's (fit: bench/fit_zero3.py, the 35
 #   ZeRO-3 configs of 2026-11-30 to 12-06, 70 readings, each config at the median of its readings; 0.00987 before the
-#   fetch overlap above counted in training). Checkpointing's recompute fires the forward hooks again: half of the two hooked passes more
-#   (set).
+#   fetch overlap above counted in training). Checkpointing's recompute fires the forward hooks again: half of the
+#   two hooked passes more (set).
 STAGE3_SECONDS_PER_LAYER = 0.0103
-# - per layer of the full models that fit gave: their submodule forward calls (each fires a fetch and a release hook),
-#   counted with forward pre-hooks on transformers 5 models (LLaMA-style: decoder layer, two norms, attention and its
-#   four projections, MLP and its three projections, activation; GPT-2 and GPT-NeoX 12). PEFT's LoRA wraps each
-#   adapted linear layer in a module that calls four more: the base layer, dropout, A and B (counted the same way:
-#   LLaMA with q/v adapted 21 a layer, all-linear 41). The hooks' time scales with the calls.
+STAGE3_RECOMPUTE_HOOK_SHARE = 0.5
+# - the hooks' time per layer scales with the layer's submodule forward calls (each fires a fetch and a release
+#   hook) over those of the full models it was fit on, counted with forward pre-hooks on transformers 5 models
+#   (LLaMA-style: decoder layer, two norms, attention and its four projections, MLP and its three projections,
+#   activation; GPT-2 and GPT-NeoX 12). PEFT's LoRA wraps each adapted linear layer in a module that calls four more:
+#   the base layer, dropout, A and B (counted the same way: LLaMA with q/v adapted 21 a layer, all-linear 41).
 MODULE_CALLS_PER_LAYER: dict[str, int] = {"gpt2": 12, "gpt_neox": 12}
 MODULE_CALLS_PER_LAYER_DEFAULT = 13
 LORA_MODULE_CALLS_PER_WRAPPER = 4
-STAGE3_RECOMPUTE_HOOK_SHARE = 0.5
 # - copies: 1.9e-11 s per parameter per micro-step (fit, as above; 2.28e-11 before; the 1-rank all-gather and
 #   reduce-scatter are local copies, plus the gradient bucket, averaging and partition copies: ~30 bytes per
-#   parameter, 6e-12 s at 4.8 TB/s; the fit
-#   also carries what of the stage-3 optimizer step lands in the boundary backward: llama-7b's backward took 0.66 s
-#   per micro-step at one micro-step per optimizer step and 0.44 s at four). When the optimizer step's phase was not
-#   yet separated the fit was 3e-12. Counted per micro-step.
+#   parameter, 6e-12 s at 4.8 TB/s; the fit also carries what of the stage-3 optimizer step lands in the boundary
+#   backward: llama-7b's backward took 0.66 s per micro-step at one micro-step per optimizer step and 0.44 s at
+#   four). When the optimizer step's phase was not yet separated the fit was 3e-12. Counted per micro-step.
 STAGE3_SECONDS_PER_PARAM = 1.93e-11
 # - weight copy-back with the optimizer offloaded and the parameters on the GPU: 5.1 GB/s of 16-bit weights (fit;
 #   llama-1b / gpt2-xl z3 + CPU optimizer offload are 0.45-0.50 s slower per step than with the parameters offloaded

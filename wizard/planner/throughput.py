@@ -294,19 +294,24 @@ def host_micro_step_seconds(model: ModelSpec, s: Strategy) -> dict[str, float]:
             hook_share = 1.0 + (cal.STAGE3_RECOMPUTE_HOOK_SHARE if s.activation_checkpointing else 0.0)
         else:
             hook_share = cal.INFERENCE_STAGE3_HOOK_SHARE
-        calls = module_calls_per_layer(model)
-        base = cal.MODULE_CALLS_PER_LAYER.get(model.model_type, cal.MODULE_CALLS_PER_LAYER_DEFAULT)
-        out[STAGE3_HOOKS_PART] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share * calls / base
+        # STAGE3_SECONDS_PER_LAYER was fit on full models: it scales with the calls a layer makes beyond theirs
+        calls = module_calls_per_layer(model) / _architecture_calls_per_layer(model)
+        out[STAGE3_HOOKS_PART] = cal.STAGE3_SECONDS_PER_LAYER * model.layers * hook_share * calls
     return out
+
+
+def _architecture_calls_per_layer(model: ModelSpec) -> int:
+    return cal.MODULE_CALLS_PER_LAYER.get(model.model_type, cal.MODULE_CALLS_PER_LAYER_DEFAULT)
 
 
 def module_calls_per_layer(model: ModelSpec) -> float:
     """Submodule forward calls per layer, each of which fires stage 3's fetch and release hooks: the architecture's
     own (calibration.MODULE_CALLS_PER_LAYER) and, per LoRA-wrapped linear layer, PEFT's base layer, dropout, A and
     B (calibration.LORA_MODULE_CALLS_PER_WRAPPER)."""
-    base = cal.MODULE_CALLS_PER_LAYER.get(model.model_type, cal.MODULE_CALLS_PER_LAYER_DEFAULT)
     wrapped = sum(layer.count for layer in ft.lora_layers(model))
-    return base + cal.LORA_MODULE_CALLS_PER_WRAPPER * wrapped / max(1, model.layers)
+    return _architecture_calls_per_layer(model) + cal.LORA_MODULE_CALLS_PER_WRAPPER * wrapped / max(
+        1, model.layers
+    )
 
 
 def host_before_boundary(model: ModelSpec, s: Strategy, host: dict[str, float]) -> dict[str, float]:
@@ -460,10 +465,11 @@ def _optimizer_seconds(
 
 
 def _parameter_fetch_seconds(
-    model: ModelSpec, s: Strategy, pcie: float, compute: float, buf: ZeroBuffers
+    model: ModelSpec, s: Strategy, pcie: float, busy: float, buf: ZeroBuffers
 ) -> dict[str, float]:
     """Offloaded parameters fetched over PCIe (and from NVMe) every forward, and in training's backward all but what
-    the forward left gathered (memory.stage3_training_gathers); ``compute`` is one micro-step's."""
+    the forward left gathered (memory.stage3_training_gathers); ``busy`` is one micro-step's compute plus the host
+    time the GPU waits for."""
     train, gas = s.mode == "train", s.gradient_accumulation_steps
     local_params = ft.stored_parameter_bytes(model, weight_bytes(s)) / s.world_size
     passes = stage3_training_gathers(model, s, buf) if train else 1.0
@@ -472,9 +478,9 @@ def _parameter_fetch_seconds(
         fetch["parameter fetch (NVMe)"] = (
             gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND
         )
-    # A micro-step is bounded by its transfers: the prefetch hides them behind compute only up to a share of it,
-    # in training as in inference (calibration.OFFLOAD_FETCH_OVERLAP).
-    hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * compute
+    # A micro-step is bounded by its transfers: the prefetch hides them behind its busy time only up to a share of
+    # it, in training as in inference (calibration.OFFLOAD_FETCH_OVERLAP).
+    hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * busy
     total = sum(fetch.values())
     exposed = max(0.0, total - hidden)
     return {k: v * exposed / total for k, v in fetch.items()}
