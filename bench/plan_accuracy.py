@@ -98,7 +98,9 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, run_in_group, write_result  # noqa: E402
 
 from wizard.alloc_conf import expandable_segments, planned_expandable_segments  # noqa: E402
+from wizard.config.load import settings_from_dict  # noqa: E402
 from wizard.config.optimizer_op import builds_fused_adam  # noqa: E402
+from wizard.config.schema import ConfigSet  # noqa: E402
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E402
 from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
@@ -118,6 +120,7 @@ from wizard.planner.throughput import (  # noqa: E402
     host_share,
     optimizer_kind,
 )
+from wizard.service.prediction import BUFFER_KEYS, buffers_of  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 GiB = 1024**3
@@ -564,9 +567,10 @@ OPTIMIZER_LABELS = {
 }
 
 
-def is_diagnostic(model: str) -> bool:
-    """A bench shape that isolates one cost (the thin family's hidden-256 models), not a model anyone trains."""
-    return model.endswith("-thin")
+def is_diagnostic(config: dict[str, Any]) -> bool:
+    """A row run to isolate one cost, not a config dswiz writes: a bench shape (the thin family's hidden-256 models,
+    not a model anyone trains), or DeepSpeed buffers set beyond what dswiz writes (--zero-set)."""
+    return str(config["model"]).endswith("-thin") or bool(config.get("zero"))
 
 
 def family_seq(family: str, smoke: bool) -> int:
@@ -611,6 +615,10 @@ class Config:
     optimizer: str = "ds"
     # Micro-steps per optimizer step: the forward/backward pairs run before each engine.step() that updates.
     grad_accum: int = 1
+    # zero_optimization keys set beyond what dswiz writes (--zero-set: reduce_bucket_size=250000000), as (key, value)
+    # pairs: an experiment on DeepSpeed's buffers, a config of its own (key()); predict() reads them as `dswiz check`
+    # reads a config's (wizard.service.prediction.buffers_of)
+    zero: tuple[tuple[str, int], ...] = ()
 
     def key(self) -> tuple[Any, ...]:
         base = (
@@ -629,6 +637,7 @@ class Config:
             + ((self.repeat,) if self.repeat else ())
             + ((self.optimizer,) if self.optimizer != "ds" else ())
             + (("ga", self.grad_accum) if self.grad_accum != 1 else ())
+            + (("zero", self.zero) if self.zero else ())
         )
 
     def seq_or(self, family_seq: int) -> int:
@@ -783,7 +792,10 @@ def row_buffers(c: Config) -> ZeroBuffers:
     """What the memory model reads of a config's DeepSpeed JSON beyond the strategy: the optimizer DeepSpeed builds
     from it (stage 0's step; the rule dswiz plans written configs by, wizard.config.optimizer_op). Every estimate of
     a row goes through it, so a --ds-fused-adam row is judged by the step it ran."""
-    return ZeroBuffers(fused_optimizer=builds_fused_adam(ds_config(c, smoke=False)))
+    if not c.zero:
+        return ZeroBuffers(fused_optimizer=builds_fused_adam(ds_config(c, smoke=False)))
+    settings = settings_from_dict(ds_config(c, smoke=False), source=f"{c.model}'s DeepSpeed config")
+    return buffers_of(ConfigSet(deepspeed=settings))
 
 
 def step_phase_seconds(parts: dict[str, float]) -> float:
@@ -1021,6 +1033,7 @@ def ds_config(c: Config, smoke: bool) -> dict[str, Any]:
         zero["offload_optimizer"] = {"device": c.offload_optimizer, "pin_memory": True}
     if c.offload_param != "none":
         zero["offload_param"] = {"device": c.offload_param, "pin_memory": True}
+    zero.update(c.zero)
     params: dict[str, Any] = {"lr": 1e-5, "weight_decay": 0.0}
     if c.offload_optimizer == "none" and c.optimizer == "ds":
         params.update(torch_adam=True, fused=not smoke)
@@ -1393,7 +1406,7 @@ def worker(args: argparse.Namespace) -> int:
     hw = smoke_hardware(world) if smoke else bench_hardware(world)
     seq = family_seq(args.family, smoke)
     tiers = parse_tiers(args.tiers)
-    grid = with_optimizer(family_grid(hw, world, smoke, tiers, args.family), args.ds_fused_adam)
+    grid = run_grid(args, hw, world, smoke, tiers)
     total = hw.min_gpu_memory_bytes or 0
     out_path = Path(args.out) / args.name
     if args.index is not None:  # one config of the grid in this process (--family zero3)
@@ -1480,6 +1493,35 @@ def new_doc(
         "grid_size": len(grid),
         "rows": [],
     }
+
+
+def run_grid(
+    args: argparse.Namespace, hw: HardwareReport, world: int, smoke: bool, tiers: tuple[int, ...]
+) -> list[Config]:
+    """The family's grid as this run reads it: the optimizer (--ds-fused-adam) and DeepSpeed settings (--zero-set)
+    it asks for applied to every config."""
+    grid = with_optimizer(family_grid(hw, world, smoke, tiers, args.family), args.ds_fused_adam)
+    zero = parse_zero_set(args.zero_set)
+    return [replace(c, zero=zero) for c in grid] if zero else grid
+
+
+def parse_zero_set(items: Sequence[str] | None) -> tuple[tuple[str, int], ...]:
+    """--zero-set KEY=N (repeatable): zero_optimization buffer sizes to run instead of DeepSpeed's defaults, among
+    the keys the memory model reads (wizard.service.prediction.BUFFER_KEYS); SystemExit names a bad one."""
+    known = [key for key, _ in BUFFER_KEYS]
+    out: dict[str, int] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise SystemExit(f"--zero-set {item!r}: write KEY=N with KEY one of {', '.join(known)}")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number < 0 or number != int(number):
+            raise SystemExit(f"--zero-set {item!r}: N is a whole number of elements, e.g. {key}=250000000")
+        out[key] = int(number)
+    return tuple(sorted(out.items()))
 
 
 def with_optimizer(grid: list[Config], ds_fused_adam: bool) -> list[Config]:
@@ -1743,7 +1785,7 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
     hw = smoke_hardware(gpus) if args.smoke else bench_hardware(gpus)
     seq = family_seq(args.family, args.smoke)
     tiers = parse_tiers(args.tiers)
-    grid = with_optimizer(family_grid(hw, gpus, args.smoke, tiers, args.family), args.ds_fused_adam)
+    grid = run_grid(args, hw, gpus, args.smoke, tiers)
     wanted = [m for m in args.models.split(",") if m] if args.models else None
     cards = [x.strip() for x in args.cards.split(",") if x.strip()] if args.cards else None
     order = [int(x) for x in args.indices.split(",") if x] if args.indices else range(len(grid))
@@ -1819,6 +1861,8 @@ def _worker_command(args: argparse.Namespace, gpus: int, name: str) -> list[str]
         cmd.append("--smoke")
     if args.ds_fused_adam:
         cmd.append("--ds-fused-adam")
+    for item in args.zero_set or ():
+        cmd += ["--zero-set", item]
     return cmd
 
 
@@ -1864,7 +1908,8 @@ def _cfg(row: dict[str, Any]) -> Config:
 
 def _config(c: dict[str, Any]) -> Config:
     """A Config from its JSON form (tags are a list there)."""
-    return Config(**{**c, "tags": tuple(c.get("tags", ()))})
+    zero = tuple((str(k), int(v)) for k, v in c.get("zero", ()))
+    return Config(**{**c, "tags": tuple(c.get("tags", ())), "zero": zero})
 
 
 def run_expandable(doc: dict[str, Any]) -> bool:
@@ -1966,8 +2011,8 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         # repeatability section only, never against the targets, the fit checks or a refit
         for r in every:
             r["now"] = _repredict(r, hw, expandable)
-        rows = [r for r in every if not is_diagnostic(r["config"]["model"])]
-        diagnostic = [r for r in every if is_diagnostic(r["config"]["model"])]
+        rows = [r for r in every if not is_diagnostic(r["config"])]
+        diagnostic = [r for r in every if is_diagnostic(r["config"])]
         ok = [r for r in rows if r["status"] == "ok"]
         mem_rows = [r for r in ok if r.get("max_allocated") is not None]
         err_alloc = [r["now"]["allocated"] / r["max_allocated"] - 1 for r in mem_rows]
@@ -2884,6 +2929,8 @@ def _describe(c: dict[str, Any]) -> str:
         s += f" ga{grad_accum(c)}"
     if c.get("repeat"):
         s += f" #{c['repeat'] + 1}"
+    for key, value in c.get("zero") or ():
+        s += f" {key}={value:.3g}"
     return s + OPTIMIZER_LABELS[_row_optimizer(c)]
 
 
@@ -2927,7 +2974,7 @@ def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
         "",
         f"{run['rows']} readings ({run['ok']} ok, {run['oom']} OOM, {run['error']} that failed otherwise: error, timeout, killed) of {doc['grid_size']}"
         + (
-            f", {run['diagnostic_rows']} more of diagnostic shapes (shown apart, judged by no target)"
+            f", {run['diagnostic_rows']} more diagnostic rows (shown apart, judged by no target)"
             if run.get("diagnostic_rows")
             else ""
         )
@@ -3365,8 +3412,9 @@ def _markdown_diagnostic(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     return [
-        "Diagnostic shapes (`--family thin`: a model's depth and vocabulary at hidden 256, so that what is left of a "
-        "step is mostly the host's; judged by no target, in no refit):",
+        "Diagnostic rows, judged by no target, in no refit: `--family thin`'s shapes (a model's depth and vocabulary "
+        "at hidden 256, so that what is left of a step is mostly the host's) and rows run with `--zero-set` (DeepSpeed "
+        "buffer sizes beyond what dswiz writes; their label names them):",
         *_markdown_rows(rows),
         *_markdown_phases(rows),
     ]
@@ -3490,6 +3538,13 @@ def main() -> int:
     )
     ap.add_argument("--label", default="", help="appended to the raw file's name (e.g. expandable)")
     ap.add_argument(
+        "--zero-set",
+        action="append",
+        metavar="KEY=N",
+        help="run every config with this zero_optimization buffer size instead of DeepSpeed's default (repeatable; "
+        "e.g. reduce_bucket_size=250000000): rows of their own configs, predicted with the same setting",
+    )
+    ap.add_argument(
         "--family",
         choices=FAMILIES,
         default="gpt2",
@@ -3529,6 +3584,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.t0 is None:
         args.t0 = time.time()
+    parse_zero_set(args.zero_set)  # a bad --zero-set stops here, before any GPU time
     if args.analyze:
         analyze(args.analyze, args.out or args.analyze[0].parent, args.report_name)
         return 0

@@ -920,11 +920,11 @@ def test_the_thin_shapes_count_in_repeatability_only(pa: ModuleType, tmp_path: P
     assert run["diagnostic_rows"] == 2
     # shown apart in the report, with their readings
     report = (tmp_path / f"{raw.stem}.md").read_text()
-    diagnostic = report[report.index("Diagnostic shapes") :]
+    diagnostic = report[report.index("Diagnostic rows") :]
     assert (
         "| llama-1b-thin z1 mbs1 | ok |" in diagnostic and "| llama-1b-thin z1 mbs1 #2 | ok |" in diagnostic
     )
-    assert "2 more of diagnostic shapes" in report
+    assert "2 more diagnostic rows" in report
     assert [g["config"] for g in summary["repeatability"]["configs"]] == ["llama-1b-thin z1 mbs1 seq1024"]
 
 
@@ -1008,3 +1008,51 @@ def test_a_peak_the_models_build_set_counts_no_memory(pa: ModuleType) -> None:
     init = [r for r in both if r["source"] == 1]
     assert len(init) == 3
     assert all(r["init_allocated"] > r["max_allocated"] for r in init if r["config"]["micro_batch"] < 16)
+
+
+def test_zero_set_rows_run_and_are_predicted_with_their_buffers_and_judged_apart(
+    pa: ModuleType, tmp_path: Path
+) -> None:
+    """--zero-set: every config of the run takes the DeepSpeed buffer size in its JSON, is a config of its own (key,
+    label), is predicted with that buffer (as `dswiz check` reads a config's), and the analysis shows it apart from
+    the judged rows (no target counts an experiment on DeepSpeed's defaults); a bad item stops with what to write."""
+    hw = _h200(pa, 1)
+    half = pa.parse_zero_set(["reduce_bucket_size=2.5e8"])
+    assert half == (("reduce_bucket_size", 250_000_000),)
+    for bad, says in (
+        ("x=1", "KEY one of"),
+        ("reduce_bucket_size", "KEY one of"),
+        ("reduce_bucket_size=-5", "whole"),
+    ):
+        with pytest.raises(SystemExit, match=says):
+            pa.parse_zero_set([bad])
+    args = pa.argparse.Namespace(
+        family="phases", ds_fused_adam=False, zero_set=["reduce_bucket_size=250000000"]
+    )
+    grid = pa.run_grid(args, hw, 1, False, pa.ALL_TIERS)
+    assert grid and all(c.zero == half for c in grid)
+    c = pa.Config("llama-3b", 3, "cpu", "cpu", True, 1)
+    small = replace(c, zero=half)
+    assert small.key() != c.key() and pa._describe(asdict(small)).endswith("reduce_bucket_size=2.5e+08")
+    assert pa.ds_config(small, False)["zero_optimization"]["reduce_bucket_size"] == 250_000_000
+    assert "reduce_bucket_size" not in pa.ds_config(c, False)["zero_optimization"]
+    spec, card = pa.bench_spec("llama-3b"), pa.card_for_cap(hw.min_gpu_memory_bytes, None, 1)
+    default, smaller = (pa.predict(hw, spec, x, 1, 1024, card) for x in (c, small))
+    # the reduce bucket is the one buffer it holds through training with the optimizer on the host: half of it less
+    assert default["allocated"] - smaller["allocated"] == 2 * 250_000_000
+    # the JSON form of a row's config (lists) reads back as the same config
+    assert pa._config(json.loads(json.dumps(asdict(small)))) == small
+    rows = [
+        _row(pa, hw, replace(c, micro_batch=4), alloc_error=0.0, tps=1000),
+        _row(pa, hw, replace(small, micro_batch=4), alloc_error=0.5, tps=1000),
+    ]
+    raw = tmp_path / "plan_accuracy-2026-12-06-1gpu-phases-zero.json"
+    raw.write_text(json.dumps(_doc(hw, rows)))
+    run = pa.analyze([raw], tmp_path)["per_run"][0]
+    assert run["diagnostic_rows"] == 1 and run["memory_allocated_abs_error_median"] == pytest.approx(
+        0.0, abs=1e-6
+    )
+    assert (
+        "reduce_bucket_size=2.5e+08"
+        in (tmp_path / "plan_accuracy-2026-12-06-1gpu-phases-zero.md").read_text()
+    )

@@ -309,7 +309,7 @@ def _note(text: str, why: str, fix: str) -> ConfigPrediction:
 
 # DeepSpeed's zero_optimization keys for the buffers the memory model counts (deepspeed/runtime/zero/config.py,
 # DeepSpeed 0.19.8), and the ZeroBuffers field each one sets.
-_BUFFER_KEYS = (
+BUFFER_KEYS = (
     ("reduce_bucket_size", "reduce_bucket_elements"),
     ("allgather_bucket_size", "allgather_bucket_elements"),
     ("stage3_prefetch_bucket_size", "prefetch_elements"),
@@ -417,7 +417,7 @@ def buffers_of(config: ConfigSet) -> ZeroBuffers:
         changes["fused_optimizer"] = True
     if zero is None:
         return replace(DEFAULT_BUFFERS, **changes)
-    for key, name in _BUFFER_KEYS:
+    for key, name in BUFFER_KEYS:
         v = getattr(zero, key, None)
         # ZeRO-3's prefetch, live and reuse limits may be 0 (off); the bucket sizes may not
         least = 0 if key.startswith("stage3_") else 1
