@@ -465,6 +465,10 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("llama-3b", 3, "cpu", "cpu", True, 8, 1024, None, 0),
     ("llama-3b", 3, "cpu", "cpu", True, 4, 1024, None, 1),
     ("llama-3b", 3, "cpu", "none", True, 4, 1024, None, 0),
+    # (2026-12-06, index 45) llama-1b with both offloads at micro-batch 1: how much of a bucket's gradients wait for
+    # the reduce stream on a smaller model (its backward at 4 held far less than llama-3b's at 1), beside --zero-set
+    # reduce_bucket_size readings of it and of index 40
+    ("llama-1b", 3, "cpu", "cpu", True, 1, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -1951,8 +1955,10 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
     groups: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
     for i, doc in enumerate(docs):
         # The allocator settings make runs of their own: a config read with expandable_segments never stands in for
-        # its reading with the default allocator the planner predicts.
-        groups.setdefault((doc["world"], bool(doc.get("smoke")), doc.get("alloc_conf")), []).append((i, doc))
+        # its reading with the default allocator the planner predicts. So does each kind of GPU: a run is predicted
+        # for one machine's hardware, and an H100's readings are not an H200's.
+        key = (doc["world"], bool(doc.get("smoke")), doc.get("alloc_conf"), gpu_kind(doc))
+        groups.setdefault(key, []).append((i, doc))
     out = []
     for members in groups.values():
         readings: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -2423,6 +2429,12 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
         )
         out.append(entry)
     return out
+
+
+def gpu_kind(doc: dict[str, Any]) -> str | None:
+    """The name of a raw file's first GPU (None for a file without one: the CPU smoke run)."""
+    gpus = doc.get("hardware", {}).get("gpus", [])
+    return str(gpus[0].get("name")) if gpus else None
 
 
 def machine_of(doc: dict[str, Any], index: int) -> str:

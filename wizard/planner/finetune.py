@@ -226,6 +226,11 @@ def trainable_tensors(m: ModelSpec) -> tuple[tuple[tuple[int, int], ...], int]:
     return tuple(listed), max(0, m.total_params - sum(n * c for n, c in listed))
 
 
+def largest_trainable_tensor(m: ModelSpec) -> int:
+    """Elements of the largest tensor that gets a gradient (``trainable_tensors``)."""
+    return max((n for n, _ in trainable_tensors(m)[0]), default=0)
+
+
 def with_finetune(m: ModelSpec, ft: FineTune) -> ModelSpec:
     """The model trained this way; DswizError for targets the model does not have (checked here, once)."""
     if ft.uses_lora:  # PEFT's default targets written out: the label, the hints and the sidecar name them

@@ -450,7 +450,53 @@ def training_phases(
         (),
         holds_step_transient=True,
     )
-    return [fwd, bwd_start, bwd_end, step]
+    phases = [fwd, bwd_start, bwd_end, step]
+    if stage == 3 and offload_opt:
+        phases.append(_stage3_host_gradients_phase(model, s, buf, persistent, layers, transient))
+    return phases
+
+
+def stage3_host_gradient_items(
+    model: ModelSpec, s: Strategy, buf: ZeroBuffers
+) -> tuple[tuple[str, int], ...]:
+    """What ZeRO-3 with the optimizer on the host holds besides the step's own state while its gradients go to the
+    host (``_stage3_host_gradients_phase``): a bucket of 16-bit gradients (at most those of every trained
+    parameter), and the largest trained tensor's 16-bit gradient with its partition in 16 and 32 bits."""
+    w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
+    in_flight = w * largest + (w + (4 if w != 4 else 0)) * largest // max(1, s.world_size)
+    return (
+        ("gradients waiting for the reduce stream", w * min(buf.reduce_bucket_elements, P)),
+        ("the largest gradient and its partition on the way to the host", in_flight),
+    )
+
+
+def _stage3_host_gradients_phase(
+    model: ModelSpec,
+    s: Strategy,
+    buf: ZeroBuffers,
+    persistent: list[tuple[str, int]],
+    layers: int,
+    transient: int,
+) -> Phase:
+    """ZeRO-3 with the optimizer on the host: the backward while its gradients go to the host. Each full bucket is
+    reduced on DeepSpeed's reduce stream, which then copies every gradient partition to the pinned host buffer, back
+    to the GPU and, converted to fp32, to the optimizer's host gradients (stage3.py partition_grads and
+    _offload_grad_partition_at_boundary, DeepSpeed 0.19.8): PCIe work that lags the backward's compute. The
+    gradients autograd produces meanwhile wait, each held until that stream has copied it into the bucket
+    (record_stream): up to another bucket of them. At the largest trainable tensor: its 16-bit gradient, which
+    does not fit the bucket and sets off its reduction, and one partition in flight to the host at a time -- its
+    GPU copy and that copy in fp32 (none in fp32 training, where no conversion is made). The pile builds as the backward drains its activations:
+    calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of them are still held. Measured: llama-3b with both offloads
+    at micro-batch 1 at two bucket sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two bucket
+    sizes (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json)."""
+    return Phase(
+        "backward",
+        (*persistent, *stage3_host_gradient_items(model, s, buf)),
+        (
+            ("activations (partly drained)", int(layers * cal.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE)),
+            ("backward transient (one layer)", transient),
+        ),
+    )
 
 
 def inference_recipe(model: ModelSpec) -> cal.InferenceRecipe:
