@@ -1008,6 +1008,18 @@ def test_a_peak_the_models_build_set_counts_no_memory(pa: ModuleType) -> None:
     init = [r for r in both if r["source"] == 1]
     assert len(init) == 3
     assert all(r["init_allocated"] > r["max_allocated"] for r in init if r["config"]["micro_batch"] < 16)
+    # read before the peak log: the first llama-3b file's micro-batch 4 peaked at the build's 6.43 GiB, its 16 far
+    # above it; llama-1b and gpt2-xl rows of 2026-12-01 peaked at 5x their model's parameters (training's)
+    first = json.loads(
+        (ROOT / "bench/results/plan_accuracy-2026-12-06-1gpu-phases-phases-param.json").read_text()
+    )
+    older = json.loads((ROOT / "bench/results/plan_accuracy-2026-12-01-1gpu-zero3-a.json").read_text())
+    offloaded = [r for r in first["rows"] + older["rows"] if r["config"]["offload_param"] == "cpu"]
+    assert not any(r.get("peak_grew_at") for r in offloaded)
+    assert {pa._label(r) for r in offloaded if pa.build_set_the_peak(r)} == {
+        "llama-3b z3+opt:cpu+param:cpu+ckpt mbs4 seq1024"
+    }
+    assert len(offloaded) == 4
 
 
 def test_zero_set_rows_run_and_are_predicted_with_their_buffers_and_judged_apart(
