@@ -460,7 +460,8 @@ def read_raw(path: Path) -> dict[str, Any]:
 
 
 def replay(paths: Sequence[Path]) -> dict[str, Any]:
-    """The replay of the raw files ``paths`` (merged per GPU count as plan_accuracy --analyze merges them)."""
+    """The replay of the raw files ``paths`` (merged per GPU count and kind as plan_accuracy --analyze merges
+    them)."""
     pa = _pa()
     docs = [read_raw(p) for p in paths]
     runs = []
@@ -468,7 +469,9 @@ def replay(paths: Sequence[Path]) -> dict[str, Any]:
         if doc.get("smoke"):
             continue  # CPU rows measured no GPU memory
         hw, rows = load_rows(doc, raw)
-        runs.append({"world": doc["world"], "rows_read": len(raw), **replay_run(hw, rows)})
+        runs.append(
+            {"world": doc["world"], "gpu": pa.gpu_kind(doc), "rows_read": len(raw), **replay_run(hw, rows)}
+        )
     return {
         "what": "replay of committed H200 measurements through the real calibration (no new GPU run)",
         "inputs": [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in paths],

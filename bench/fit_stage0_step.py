@@ -54,6 +54,10 @@ def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, An
     for doc, merged in pa._merge_runs(docs):
         if doc["world"] != 1 or doc.get("smoke"):
             continue
+        if hw is not None:  # one kind of GPU: a fit predicts every row with one machine's hardware
+            raise SystemExit(
+                "the raw files hold one-GPU runs of several kinds of GPU; fit one kind at a time"
+            )
         hw = HardwareReport.from_dict(doc["hardware"])
         ok = [r for r in merged if r["status"] == "ok"]
         rows += [r for r in pa.optimizer_step_rows(ok) if r["config"]["zero_stage"] == 0]

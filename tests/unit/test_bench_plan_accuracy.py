@@ -1031,10 +1031,13 @@ def test_zero_set_rows_run_and_are_predicted_with_their_buffers_and_judged_apart
     hw = _h200(pa, 1)
     half = pa.parse_zero_set(["reduce_bucket_size=2.5e8"])
     assert half == (("reduce_bucket_size", 250_000_000),)
+    assert pa.parse_zero_set(["stage3_max_reuse_distance=0"]) == (("stage3_max_reuse_distance", 0),)  # off
     for bad, says in (
         ("x=1", "KEY one of"),
         ("reduce_bucket_size", "KEY one of"),
         ("reduce_bucket_size=-5", "whole"),
+        ("reduce_bucket_size=0", "at least 1"),  # DeepSpeed refuses it; the planner would read the default
+        ("reduce_bucket_size=2.5", "whole"),
     ):
         with pytest.raises(SystemExit, match=says):
             pa.parse_zero_set([bad])

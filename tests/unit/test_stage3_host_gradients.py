@@ -13,7 +13,12 @@ from types import ModuleType
 
 import pytest
 
-from wizard.planner.memory import DEFAULT_BUFFERS, estimate_memory, training_phases
+from wizard.planner.memory import (
+    DEFAULT_BUFFERS,
+    estimate_memory,
+    stage3_host_gradient_items,
+    training_phases,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 GiB = 1024**3
@@ -50,7 +55,7 @@ def _readings(pa: ModuleType, model: str | None = "llama-3b") -> list[tuple[obje
     return out
 
 
-def test_the_backward_with_the_optimizer_on_the_host_is_predicted_within_4_percent(pa: ModuleType) -> None:
+def test_the_backward_with_the_optimizer_on_the_host_is_predicted_within_4_5_percent(pa: ModuleType) -> None:
     readings = _readings(pa)
     assert len(readings) == 9
     assert {c.micro_batch for c, _, _ in readings} == {1, 4, 8, 16}
@@ -100,7 +105,49 @@ def test_the_phase_exists_only_where_zero_3_sends_gradients_to_the_host(pa: Modu
         estimate_memory(spec, replace(both, micro_batch_size=5), 1024).allocated
         > estimate_memory(spec, both, 1024).allocated
     )
-    # the waiting gradients never exceed what the model trains: a bucket larger than the model holds the model's
+    # the waiting gradients never exceed what the model trains: a bucket larger than the model holds every gradient
+    # but the largest, which is counted in flight
     huge = replace(DEFAULT_BUFFERS, reduce_bucket_elements=10**12)
     (phase,) = [p for p in training_phases(spec, both, 1024, huge) if waiting in dict(p.fixed)]
-    assert dict(phase.fixed)[waiting] == 2 * spec.total_params
+    assert phase.name == "backward (gradients to the host)"
+    assert dict(phase.fixed)[waiting] == 2 * (spec.total_params - spec.vocab * spec.hidden)
+
+
+def test_the_bytes_in_flight_follow_the_partition_the_precision_and_the_optimizers_device(
+    pa: ModuleType,
+) -> None:
+    """The largest gradient (llama-3b's 102.4M-element embedding, E) in 16 bits, and its partition of 1/N on the way:
+    the GPU copy in 16 bits and that copy in fp32 -- no conversion in fp32 training; with the optimizer on NVMe the
+    fp32 copies of a whole bucket's partitions wait for the swap-out (stage3.py, DeepSpeed 0.19.8)."""
+    spec = pa.bench_spec("llama-3b")
+    E, B = spec.vocab * spec.hidden, DEFAULT_BUFFERS.reduce_bucket_elements
+    one = pa.Config("llama-3b", 3, "cpu", "cpu", True, 1).strategy(1)
+    eight = replace(one, gpus_per_node=8)
+    cases = {
+        one: (2 * B, 2 * E + 6 * E),
+        eight: (2 * B, 2 * E + 6 * E // 8),
+        replace(one, precision="fp32"): (4 * B, 4 * E + 4 * E),
+        replace(one, offload_optimizer="nvme", offload_param="nvme"): (2 * B, 2 * E + 2 * E + 4 * B),
+        replace(eight, offload_optimizer="nvme", offload_param="nvme"): (
+            2 * B,
+            2 * E + 2 * E // 8 + 4 * B // 8,
+        ),
+    }
+    for s, (waiting_bytes, in_flight) in cases.items():
+        items = dict(stage3_host_gradient_items(spec, s, DEFAULT_BUFFERS))
+        assert list(items.values()) == [waiting_bytes, in_flight], s
+
+
+def test_the_plan_names_the_phase_and_counts_its_drained_activations_as_activations(pa: ModuleType) -> None:
+    from wizard.planner.explain import _memory_reason
+    from wizard.units import fmt_bytes
+
+    spec = pa.bench_spec("llama-3b")
+    mem = estimate_memory(spec, pa.Config("llama-3b", 3, "cpu", "cpu", True, 1).strategy(1), 1024)
+    items = dict(mem.gpu_items)
+    assert mem.peak_phase == "backward (gradients to the host)"
+    assert "ZeRO-3 reduce bucket" in items and "ZeRO-3 gradient partition + reduce bucket" not in items
+    acts = items["activations (partly drained)"] + items["backward transient (one layer)"]
+    reason = _memory_reason(mem)
+    assert reason.startswith("peak during backward (gradients to the host): model states off the GPU")
+    assert f"activations {fmt_bytes(acts)} " in reason

@@ -174,8 +174,9 @@ STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000
 # ZeRO-3 with the optimizer on the host: the share of the activations still held when the gradients waiting for the
 # reduce stream's host copies peak (memory._stage3_host_gradients_phase). Set from llama-3b's readings on one H100
 # and one H200 (both offloads at micro-batch 1 with three bucket sizes, 4 and 8; the optimizer alone offloaded at 4
-# with two): 0.5 puts all nine within -4.3 ... +3.8 % (0 under-predicts micro-batch 4 and 8 by 4-5 %, 1 over-predicts
-# them by 7-12 %) (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json).
+# with two): 0.5 puts all nine within -4.3 ... +3.8 % (0 puts micro-batch 1 -4.2 ... -6.4 % and 4 -4.0 % short; 1
+# puts 4 and 8 +6.6 / +12.6 % over) (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json,
+# -phases-3b{,-train}.json).
 # llama-1b's backward holds less of a bucket: +0.2 ... +20.5 % over (tests/unit/test_stage3_host_gradients.py).
 STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE = 0.5
 # Mixed-precision Adam (ZeRO, arXiv:1910.02054, K = 12): fp32 master weights 4 + momentum 4 + variance 4 bytes per

@@ -173,6 +173,7 @@ def _inference_reasons(ctx: PlanContext, s: Strategy, generation: GenerationCost
 _STATE_ITEMS = ("parameters", "optimizer states", "accumulated gradients", "gradients for the update")
 _ACTIVATION_ITEMS = (
     "activations",
+    "activations (partly drained)",
     "loss head (logits, fp32 upcast)",
     "backward transient (one layer)",
     "activations (one layer)",

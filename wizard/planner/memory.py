@@ -392,8 +392,10 @@ def training_phases(
     grads_full = 0  # gradient storage at the end of backward
     in_backward_buffers = 0  # buffers that exist only from the first gradient on
     if stage == 3:
-        buffers = bucket + (0 if offload_opt else w * P // N)  # ipg bucket + gradient partition, from init
-        persistent.append(("ZeRO-3 gradient partition + reduce bucket", buffers))
+        if offload_opt:  # the gradient partitions live on the host
+            persistent.append(("ZeRO-3 reduce bucket", bucket))
+        else:  # ipg bucket + gradient partition, from init
+            persistent.append(("ZeRO-3 gradient partition + reduce bucket", bucket + w * P // N))
         working = _stage3_working_set(model, s, buf)
         if working:
             persistent.append(("gathered parameters", working))
@@ -460,12 +462,21 @@ def stage3_host_gradient_items(
     model: ModelSpec, s: Strategy, buf: ZeroBuffers
 ) -> tuple[tuple[str, int], ...]:
     """What ZeRO-3 with the optimizer on the host holds besides the step's own state while its gradients go to the
-    host (``_stage3_host_gradients_phase``): a bucket of 16-bit gradients (at most those of every trained
-    parameter), and the largest trained tensor's 16-bit gradient with its partition in 16 and 32 bits."""
+    host (``_stage3_host_gradients_phase``): a bucket of 16-bit gradients waiting (at most those of every trained
+    tensor but the largest, counted next), and the largest trained tensor's 16-bit gradient with one partition of it
+    on its way to the host -- its GPU copy and that copy in fp32 (none in fp32 training). With the optimizer on
+    NVMe the fp32 copies of a whole bucket's partitions wait for the swap-out (stage3.py
+    _offload_grad_partition_at_boundary / _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8)."""
     w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
-    in_flight = w * largest + (w + (4 if w != 4 else 0)) * largest // max(1, s.world_size)
+    N = max(1, s.world_size)
+    fp32_copy = 4 if w != 4 else 0
+    waiting = min(buf.reduce_bucket_elements, max(0, P - largest))
+    if s.offload_optimizer == "nvme":
+        in_flight = w * largest + w * largest // N + 4 * min(buf.reduce_bucket_elements, P) // N
+    else:
+        in_flight = w * largest + (w + fp32_copy) * largest // N
     return (
-        ("gradients waiting for the reduce stream", w * min(buf.reduce_bucket_elements, P)),
+        ("gradients waiting for the reduce stream", w * waiting),
         ("the largest gradient and its partition on the way to the host", in_flight),
     )
 
@@ -483,14 +494,14 @@ def _stage3_host_gradients_phase(
     to the GPU and, converted to fp32, to the optimizer's host gradients (stage3.py partition_grads and
     _offload_grad_partition_at_boundary, DeepSpeed 0.19.8): PCIe work that lags the backward's compute. The
     gradients autograd produces meanwhile wait, each held until that stream has copied it into the bucket
-    (record_stream): up to another bucket of them. At the largest trainable tensor: its 16-bit gradient, which
-    does not fit the bucket and sets off its reduction, and one partition in flight to the host at a time -- its
-    GPU copy and that copy in fp32 (none in fp32 training, where no conversion is made). The pile builds as the backward drains its activations:
-    calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of them are still held. Measured: llama-3b with both offloads
-    at micro-batch 1 at two bucket sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two bucket
-    sizes (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json)."""
+    (record_stream): up to another bucket of them (``stage3_host_gradient_items``, with the largest gradient in
+    flight). The pile builds as the backward drains its activations: calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE
+    of them are still held. Measured on one GPU only (llama-3b with both offloads at micro-batch 1 at three bucket
+    sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two:
+    bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json); with several GPUs
+    the reduce is a collective and the partitions 1/N, which is extrapolated, not measured."""
     return Phase(
-        "backward",
+        "backward (gradients to the host)",
         (*persistent, *stage3_host_gradient_items(model, s, buf)),
         (
             ("activations (partly drained)", int(layers * cal.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE)),

@@ -405,10 +405,26 @@ def reduces_to_owners(zero: ZeroOptimization) -> bool:
     )
 
 
+def buffer_count(key: str, value: Any) -> int | None:
+    """A ``zero_optimization`` buffer setting (one of BUFFER_KEYS) as the memory model reads it: a whole count of
+    elements within what a model can hold; None where DeepSpeed's default stands instead (absent, "auto", out of
+    range). ZeRO-3's prefetch, live and reuse limits may be 0 (off); the bucket sizes may not."""
+    from wizard.model import MAX_COUNT
+
+    least = 0 if key.startswith("stage3_") else 1
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and least <= value <= MAX_COUNT
+    ):
+        return int(value)
+    return None
+
+
 def buffers_of(config: ConfigSet) -> ZeroBuffers:
     """The buffer sizes a DeepSpeed config sets (a smaller reduce bucket frees memory: the ZeRO-Offload paper's
     13B run used 5e7); DeepSpeed's defaults where a key is absent or "auto" (the Trainer fills it)."""
-    from wizard.model import MAX_COUNT
     from wizard.planner.memory import DEFAULT_BUFFERS
 
     zero = config.deepspeed.zero_optimization
@@ -418,16 +434,9 @@ def buffers_of(config: ConfigSet) -> ZeroBuffers:
     if zero is None:
         return replace(DEFAULT_BUFFERS, **changes)
     for key, name in BUFFER_KEYS:
-        v = getattr(zero, key, None)
-        # ZeRO-3's prefetch, live and reuse limits may be 0 (off); the bucket sizes may not
-        least = 0 if key.startswith("stage3_") else 1
-        if (
-            isinstance(v, (int, float))
-            and not isinstance(v, bool)
-            and math.isfinite(v)
-            and least <= v <= MAX_COUNT
-        ):
-            changes[name] = int(v)
+        count = buffer_count(key, getattr(zero, key, None))
+        if count is not None:
+            changes[name] = count
     if zero.overlap_comm is not None:
         changes["overlap_comm"] = zero.overlap_comm
     if reduces_to_owners(zero):
