@@ -47,28 +47,17 @@ FIXED_COST_VALUES = (0.0, 0.005, 0.0142)
 
 def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, Any]]]:
     """(the H200, stage-0 rows with a timed step phase, every ok stage-0 row with tokens/s)."""
-    docs = [json.loads((ROOT / f).read_text()) for f in RAW_FILES]
-    rows: list[dict[str, Any]] = []
-    whole: list[dict[str, Any]] = []
-    hw = None
-    for doc, merged in pa._merge_runs(docs):
-        if doc["world"] != 1 or doc.get("smoke"):
-            continue
-        if hw is not None:  # one kind of GPU: a fit predicts every row with one machine's hardware
-            raise SystemExit(
-                "the raw files hold one-GPU runs of several kinds of GPU; fit one kind at a time"
-            )
-        hw = HardwareReport.from_dict(doc["hardware"])
-        ok = [r for r in merged if r["status"] == "ok"]
-        rows += [r for r in pa.optimizer_step_rows(ok) if r["config"]["zero_stage"] == 0]
-        whole += [
-            r
-            for r in ok
-            if r["config"]["zero_stage"] == 0
-            and r.get("tokens_per_sec")
-            and pa._row_optimizer(r["config"]) == "ds"
-        ]
-    assert hw is not None and rows, "no one-GPU stage-0 row with a timed step in the raw files"
+    hw, merged = pa.one_gpu_run([json.loads((ROOT / f).read_text()) for f in RAW_FILES])
+    ok = [r for r in merged if r["status"] == "ok"]
+    rows = [r for r in pa.optimizer_step_rows(ok) if r["config"]["zero_stage"] == 0]
+    whole = [
+        r
+        for r in ok
+        if r["config"]["zero_stage"] == 0
+        and r.get("tokens_per_sec")
+        and pa._row_optimizer(r["config"]) == "ds"
+    ]
+    assert rows, "no one-GPU stage-0 row with a timed step in the raw files"
     return hw, rows, whole
 
 

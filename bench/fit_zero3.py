@@ -8,8 +8,8 @@ Rows: every ok ZeRO-3 config (world 1) of the raw files below, each at the media
 ~20 % apart on this machine kind; a fit to single readings chases that noise). The constants refit are the stage-3
 terms: the fetch hooks' host time per layer (wizard.planner.throughput.host_micro_step_seconds; it overlaps the
 GPU's work together with the framework's own host time, calibration.HOST_SECONDS_PER_LAYER, which
-bench/plan_accuracy.py fits with the stage 0-2 terms), the gather/partition copies and the stage-3 weight copy-back (wizard/planner/calibration.py, "Stage 3"); everything else
-stays as the stage 0-2 fit set it, and stage 0-2 predictions do not use these terms, which the script checks on the
+bench/plan_accuracy.py fits with the stage 0-2 terms), the gather/partition copies and the stage-3 weight
+copy-back (wizard/planner/calibration.py, "Stage 3"); everything else stays as the stage 0-2 fit set it, and stage 0-2 predictions do not use these terms, which the script checks on the
 stage 0-2 rows.
 
 Least squares on the log tokens/s error, Nelder-Mead over log values. Leave-one-model-out: for each model, the
@@ -65,22 +65,12 @@ def at_median(readings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def load_rows() -> tuple[HardwareReport, list[dict[str, Any]], list[dict[str, Any]]]:
     """(the H200 as recorded, ZeRO-3 configs at the median of their readings, stage 0-2 ok rows) of the one-GPU
     runs."""
-    docs = [json.loads((ROOT / f).read_text()) for f in RAW_FILES]
+    hw, rows = pa.one_gpu_run([json.loads((ROOT / f).read_text()) for f in RAW_FILES])
     z3: list[dict[str, Any]] = []
     other: list[dict[str, Any]] = []
-    hw = None
-    for doc, rows in pa._merge_runs(docs):
-        if doc["world"] != 1 or doc.get("smoke"):
-            continue
-        if hw is not None:  # one kind of GPU: a fit predicts every row with one machine's hardware
-            raise SystemExit(
-                "the raw files hold one-GPU runs of several kinds of GPU; fit one kind at a time"
-            )
-        hw = HardwareReport.from_dict(doc["hardware"])
-        for r in rows:
-            if r["status"] == "ok" and r.get("tokens_per_sec"):
-                (z3 if r["config"]["zero_stage"] == 3 else other).append(r)
-    assert hw is not None, "no one-GPU run in the raw files"
+    for r in rows:
+        if r["status"] == "ok" and r.get("tokens_per_sec"):
+            (z3 if r["config"]["zero_stage"] == 3 else other).append(r)
     return hw, at_median(z3), other
 
 

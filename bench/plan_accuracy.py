@@ -119,7 +119,7 @@ from wizard.planner.throughput import (  # noqa: E402
     host_share,
     optimizer_kind,
 )
-from wizard.service.prediction import BUFFER_KEYS, buffer_count, buffers_of  # noqa: E402
+from wizard.service.prediction import BUFFER_KEYS, buffer_count, buffers_of, least_buffer_count  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 
 GiB = 1024**3
@@ -1526,7 +1526,7 @@ def parse_zero_set(items: Sequence[str] | None) -> tuple[tuple[str, int], ...]:
         if count is None:
             raise SystemExit(
                 f"--zero-set {item!r}: N is a whole number of elements that DeepSpeed takes for {key} "
-                f"(at least {0 if key.startswith('stage3_') else 1}), e.g. {key}=250000000"
+                f"(at least {least_buffer_count(key)}), e.g. {key}=250000000"
             )
         out[key] = count
     return tuple(sorted(out.items()))
@@ -1939,7 +1939,8 @@ def build_set_the_peak(r: dict[str, Any]) -> bool:
     max-allocated and max-reserved are the whole 16-bit model built on the GPU before DeepSpeed offloaded it, not
     what training holds (run_config). Known where Row.peak_grew_at last grew at "init"; in a row read before that
     log existed, where the peak is the model's 16-bit parameters or up to BUILD_PEAK_TOLERANCE above (llama-3b's
-    build peaked at 6.431 GiB for 6.382 GiB of parameters, the buffers beside them). The analysis counts no memory for it."""
+    build peaked at 6.431 GiB for 6.382 GiB of parameters, the buffers beside them). The analysis counts no memory
+    for it."""
     if r.get("init_allocated") is not None or r["config"].get("offload_param", "none") == "none":
         return False
     grew = r.get("peak_grew_at")
@@ -1958,8 +1959,9 @@ BUILD_PEAK_TOLERANCE = 0.02
 
 
 def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """One run per (world, smoke, allocator settings, kind of GPU) over every raw file given. A config read in several processes
-    (the same Config.key() and use_cache build, in one file or in several) keeps every reading as a row of its own:
+    """One run per (world, smoke, allocator settings, kind of GPU) over every raw file given. A config read in
+    several processes (the same Config.key() and use_cache build, in one file or in several) keeps every reading as
+    a row of its own:
     the analysis counts a config at the median of its readings (_reading_key), and a second reading must not hide the
     first (GPU-bound configs read ~7 % apart between machines, host-bound ones up to 1.8x between processes). Where
     the readings of one key (a repeat number makes a key of its own) disagree on whether it ran (ok / out of memory),
@@ -2445,6 +2447,20 @@ def _recommendations(rows: list[dict[str, Any]], hw: HardwareReport, world: int)
         )
         out.append(entry)
     return out
+
+
+def one_gpu_run(docs: list[dict[str, Any]]) -> tuple[HardwareReport, list[dict[str, Any]]]:
+    """The merged one-GPU run of ``docs`` (_merge_runs) and its hardware, for a fit that predicts every row with one
+    machine's: SystemExit where the files hold one-GPU runs of several kinds of GPU (fit one kind at a time), or
+    none."""
+    runs = [(d, rows) for d, rows in _merge_runs(docs) if d["world"] == 1 and not d.get("smoke")]
+    if len(runs) != 1:
+        kinds = ", ".join(str(gpu_kind(d)) for d, _ in runs) or "none"
+        raise SystemExit(
+            f"the raw files hold one-GPU runs of {len(runs)} kinds of GPU ({kinds}); fit one kind"
+        )
+    doc, rows = runs[0]
+    return HardwareReport.from_dict(doc["hardware"]), rows
 
 
 def gpu_kind(doc: dict[str, Any]) -> str | None:

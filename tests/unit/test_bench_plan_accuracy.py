@@ -1072,3 +1072,20 @@ def test_zero_set_rows_run_and_are_predicted_with_their_buffers_and_judged_apart
         "reduce_bucket_size=2.5e+08"
         in (tmp_path / "plan_accuracy-2026-12-06-1gpu-phases-zero.md").read_text()
     )
+
+
+def test_a_fit_reads_one_kind_of_gpu(pa: ModuleType) -> None:
+    """pa.one_gpu_run: the one-GPU run a fit predicts with one machine's hardware; files of an H100 and an H200 are
+    two runs (_merge_runs keeps GPU kinds apart), which a fit refuses, naming both."""
+    h200 = json.loads(
+        (ROOT / "bench/results/plan_accuracy-2026-12-06-1gpu-phases-phases-3b-train.json").read_text()
+    )
+    h100 = json.loads(
+        (ROOT / "bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-default.json").read_text()
+    )
+    hw, rows = pa.one_gpu_run([h200])
+    assert hw.gpus[0].name == "NVIDIA H200" and len(rows) == len(h200["rows"])
+    with pytest.raises(SystemExit, match=r"2 kinds of GPU \(NVIDIA H200, NVIDIA H100 80GB HBM3\)"):
+        pa.one_gpu_run([h200, h100])
+    with pytest.raises(SystemExit, match="0 kinds of GPU"):
+        pa.one_gpu_run([])

@@ -408,18 +408,23 @@ def reduces_to_owners(zero: ZeroOptimization) -> bool:
 def buffer_count(key: str, value: Any) -> int | None:
     """A ``zero_optimization`` buffer setting (one of BUFFER_KEYS) as the memory model reads it: a whole count of
     elements within what a model can hold; None where DeepSpeed's default stands instead (absent, "auto", out of
-    range). ZeRO-3's prefetch, live and reuse limits may be 0 (off); the bucket sizes may not."""
+    range, below ``least_buffer_count``)."""
     from wizard.model import MAX_COUNT
 
-    least = 0 if key.startswith("stage3_") else 1
     if (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
         and math.isfinite(value)
-        and least <= value <= MAX_COUNT
+        and least_buffer_count(key) <= value <= MAX_COUNT
     ):
         return int(value)
     return None
+
+
+def least_buffer_count(key: str) -> int:
+    """The smallest value DeepSpeed takes for a buffer setting: ZeRO-3's prefetch, live and reuse limits may be 0
+    (off); the bucket sizes may not."""
+    return 0 if key.startswith("stage3_") else 1
 
 
 def buffers_of(config: ConfigSet) -> ZeroBuffers:
