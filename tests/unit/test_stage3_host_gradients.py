@@ -151,3 +151,76 @@ def test_the_plan_names_the_phase_and_counts_its_drained_activations_as_activati
     reason = _memory_reason(mem)
     assert reason.startswith("peak during backward (gradients to the host): model states off the GPU")
     assert f"activations {fmt_bytes(acts)} " in reason
+
+
+# The allocator's cache beside the waiting gradients (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS): device memory
+# (reserved + outside the allocator) of the readings with the parameters on the GPU, four models on two kinds of GPU
+CACHE_FILES = (
+    "plan_accuracy-2026-12-01-1gpu-zero3-a.json",  # H200: llama-1b, gpt2-xl at 16
+    "plan_accuracy-2026-12-01-1gpu-zero3-b.json",  # H200: llama-3b at 16
+    "plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json",  # H200: llama-1b at 16, 1 and 4 micro-steps
+    "plan_accuracy-2026-12-04-1gpu-accum-accum-gpt2xl.json",  # H200: gpt2-xl at 16, 1 and 4 micro-steps
+    "plan_accuracy-2026-12-05-1gpu-accum-accum-gpt2xl3.json",  # H100: the same
+    "plan_accuracy-2026-12-06-1gpu-phases-phases-3b.json",  # H200: llama-3b at 4
+    "plan_accuracy-2026-12-06-1gpu-phases-llama5b.json",  # H100: llama-5b (held out) at 8 and 32
+    "plan_accuracy-2026-12-06-1gpu-phases-llama5b-half.json",  # and with half the reduce bucket (held out)
+    "plan_accuracy-2026-12-06-1gpu-phases-llama5b-nockpt.json",  # H100: llama-5b at 2 without checkpointing
+    "plan_accuracy-2026-12-06-1gpu-accum-llama5b-accum.json",  # H100: llama-5b at 8, 4 micro-steps
+    "plan_accuracy-2026-12-06-1gpu-phases-llama5b-control3b.json",  # H100: llama-3b at 4 (the same machine)
+)
+
+
+def _device_readings(pa: ModuleType) -> list[tuple[object, float, float]]:
+    out = []
+    for name in CACHE_FILES:
+        doc = json.loads((RESULTS / name).read_text())
+        hw = pa.HardwareReport.from_dict(doc["hardware"])
+        for r in doc["rows"]:
+            c = pa._cfg(r)
+            if r["status"] != "ok" or c.zero_stage != 3 or c.offload_optimizer == "none":
+                continue
+            if c.offload_param != "none" or not r.get("max_reserved"):
+                continue
+            r["now"] = pa._repredict(r, hw)
+            out.append((c, pa.measured_device(r), pa.predicted_device(r, r["now"]["reserved"])))
+    return out
+
+
+def test_the_cache_the_waiting_gradients_leave_is_predicted_within_8_percent(pa: ModuleType) -> None:
+    """Reserved minus allocated was 3.2-7.8 GiB where the step block's share said 1.5-4.3 (device memory -11 ... -3 %
+    before); two reduce buckets of cache bring every reading within 8 %, llama-5b's held out (at half the bucket
+    -3.8 / -7.7 %: its cache shrank 0.41 GiB where the rule takes 0.93)."""
+    readings = _device_readings(pa)
+    assert {c.model for c, _, _ in readings} >= {"llama-1b", "gpt2-xl", "llama-3b", "llama-5b"}  # type: ignore[attr-defined]
+    assert len(readings) >= 8
+    for c, measured, predicted in readings:
+        assert predicted / measured - 1 == pytest.approx(0, abs=0.08), pa._describe(c.__dict__)  # type: ignore[attr-defined]
+
+
+def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_host(pa: ModuleType) -> None:
+    from wizard.planner import calibration as cal
+    from wizard.planner.memory import fragmentation
+
+    spec = pa.bench_spec("llama-3b")
+    opt = pa.Config("llama-3b", 3, "cpu", "none", True, 4).strategy(1)
+    half = replace(DEFAULT_BUFFERS, reduce_bucket_elements=DEFAULT_BUFFERS.reduce_bucket_elements // 2)
+    bucket = 2 * DEFAULT_BUFFERS.reduce_bucket_elements
+    full_fixed = fragmentation(spec, opt, 1024).fixed
+    assert full_fixed == cal.RESERVED_FIXED_BYTES + int(cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
+    # halving the bucket frees two halves of cache (llama-3b at 4 on an H100: 1.96 GiB of reserved memory)
+    assert full_fixed - fragmentation(spec, opt, 1024, half).fixed == bucket
+    # the step block's share elsewhere: stage 2 with the optimizer offloaded keeps half a bucket, stage 3 on the
+    # GPU a share of its optimizer sub-group whatever the bucket
+    stage2 = replace(opt, zero_stage=2)
+    assert full_fixed - fragmentation(spec, stage2, 1024).fixed == int(
+        (cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS - cal.STEP_BLOCK_SHARE_CHECKPOINTING) * bucket
+    )
+    on_gpu = replace(opt, offload_optimizer="none")
+    assert fragmentation(spec, on_gpu, 1024).fixed == fragmentation(spec, on_gpu, 1024, half).fixed
+    # with the parameters offloaded too, the gathered parameters' blocks hold them: the larger cache counts, not both
+    both = replace(opt, offload_param="cpu")
+    assert fragmentation(spec, both, 1024).fixed > full_fixed
+    assert fragmentation(spec, both, 1024, half).fixed < fragmentation(spec, both, 1024).fixed
+    # under pressure the allocator waits for the reduce stream and gives the blocks back
+    pressed = fragmentation(spec, opt, 1024, under_pressure=True).fixed
+    assert pressed == fragmentation(spec, replace(opt, zero_stage=2), 1024, under_pressure=True).fixed

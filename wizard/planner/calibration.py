@@ -297,6 +297,18 @@ UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1
 # with the parameters on the CPU and checkpointing, one H100 at micro-batch 1/2/3, kept 0.75/1.42/1.73 GiB cached
 # where the share on the whole working set said 5.0 GiB (finetune_accuracy-2026-12-05-1gpu-lora-offload.md).
 GATHERED_PARAMETER_SHARE = 2.0
+# ZeRO-3 with the optimizer on the host, at the forward/backward peak: the cache the waiting gradients leave
+# (memory._stage3_host_gradients_phase) -- each freed while the reduce stream still copies it (record_stream), so
+# that the allocator cannot hand its block out again before that stream passes it -- in reduce buckets, in place of
+# the step block's share (the bucket is that step's block). Fit: the 16 readings with the parameters on the GPU
+# (llama-1b, gpt2-xl, llama-3b, llama-5b; micro-batch 2-32; H200 and H100): reserved minus allocated 3.2-7.8 GiB
+# where the share of the step's block said 1.5-4.3 (device memory -11.2 ... -3.3 % before, -6.3 ... +4.8 %, median
+# +0.1 % at 2.0; 1.75 / 2.5 put the median at -1.0 / +2.6 %). Halving llama-3b's bucket at micro-batch 4 shrank that
+# cache by 1.96 GiB (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-half-opt.json beside
+# -phases-llama5b-control3b.json). With the parameters offloaded too (or several GPUs) the gathered parameters' blocks
+# (GATHERED_PARAMETER_SHARE), freed layer by layer in the backward, are the blocks these gradients land in: the
+# larger of the two caches counts, not both (both together put that family's median from +5.5 to +16 %).
+STAGE3_HOST_GRADIENTS_CACHE_BUCKETS = 2.0
 # ZeRO-3 inference: the cache holds blocks of the layers' transient activations (the MLP's intermediates, freed
 # before the next layer), which the larger logits cannot reuse, and with the parameters offloaded the gathered
 # weights' blocks between them -- shares of one layer's transient (memory.inference_layer_bytes_per_token) -- and,

@@ -770,9 +770,17 @@ def fragmentation(
         logits_share = cal.LOGITS_SHARE_CHECKPOINTING if ck else cal.LOGITS_SHARE
         at_step_share = cal.FORWARD_TRANSIENT_SHARE_AT_STEP
 
+    cache = step_share * step + cal.GATHERED_PARAMETER_SHARE * gathered
+    if s.zero_stage == 3 and s.offload_optimizer != "none" and not under_pressure:
+        # the blocks the gradients waiting for the reduce stream leave cached (``step`` is the reduce bucket here),
+        # or the gathered parameters' blocks, which serve them: the larger
+        # (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS). Under pressure the allocator waits for that stream and
+        # gives them back.
+        cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * step)
+
     layers, head, _ = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     return Fragmentation(
-        fixed=cal.RESERVED_FIXED_BYTES + int(step_share * step + cal.GATHERED_PARAMETER_SHARE * gathered),
+        fixed=cal.RESERVED_FIXED_BYTES + int(cache),
         per_sample=int(logits_share * logits),
         step_fixed=cal.RESERVED_FIXED_BYTES,
         step_per_sample=int(at_step_share * (layers + head)),
