@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 
+from wizard.planner.finetune import trainable_params
 from wizard.planner.memory import (
     DEFAULT_BUFFERS,
     estimate_memory,
@@ -154,19 +155,25 @@ def test_the_plan_names_the_phase_and_counts_its_drained_activations_as_activati
 
 
 # The allocator's cache beside the waiting gradients (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS): device memory
-# (reserved + outside the allocator) of the readings with the parameters on the GPU, four models on two kinds of GPU
+# (reserved + outside the allocator) of every reading with the optimizer on the CPU and the parameters on the GPU,
+# four models on two kinds of GPU -- the set the constant was set on (its median) and docs/measurements.md quotes
 CACHE_FILES = (
     "plan_accuracy-2026-12-01-1gpu-zero3-a.json",  # H200: llama-1b, gpt2-xl at 16
     "plan_accuracy-2026-12-01-1gpu-zero3-b.json",  # H200: llama-3b at 16
     "plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json",  # H200: llama-1b at 16, 1 and 4 micro-steps
+    "plan_accuracy-2026-12-04-1gpu-accum-accum-offload3.json",  # H200: llama-3b and gpt2-xl at 16, 4 micro-steps
     "plan_accuracy-2026-12-04-1gpu-accum-accum-gpt2xl.json",  # H200: gpt2-xl at 16, 1 and 4 micro-steps
     "plan_accuracy-2026-12-05-1gpu-accum-accum-gpt2xl3.json",  # H100: the same
     "plan_accuracy-2026-12-06-1gpu-phases-phases-3b.json",  # H200: llama-3b at 4
+    "plan_accuracy-2026-12-06-1gpu-phases-bucket-half-opt.json",  # H100: llama-3b at 4, half the reduce bucket
     "plan_accuracy-2026-12-06-1gpu-phases-llama5b.json",  # H100: llama-5b (held out) at 8 and 32
     "plan_accuracy-2026-12-06-1gpu-phases-llama5b-half.json",  # and with half the reduce bucket (held out)
     "plan_accuracy-2026-12-06-1gpu-phases-llama5b-nockpt.json",  # H100: llama-5b at 2 without checkpointing
     "plan_accuracy-2026-12-06-1gpu-accum-llama5b-accum.json",  # H100: llama-5b at 8, 4 micro-steps
     "plan_accuracy-2026-12-06-1gpu-phases-llama5b-control3b.json",  # H100: llama-3b at 4 (the same machine)
+    "plan_accuracy-2026-12-06-1gpu-accum-llama5b-control3b-accum.json",  # and at 16, 4 micro-steps
+    "plan_accuracy-2026-12-06-1gpu-phases-llama5b-b.json",  # another H100: llama-5b at 8
+    "plan_accuracy-2026-12-06-1gpu-accum-llama5b-accum-b.json",  # and at 8, 4 micro-steps
 )
 
 
@@ -187,17 +194,22 @@ def _device_readings(pa: ModuleType) -> list[tuple[object, float, float]]:
 
 
 def test_the_cache_the_waiting_gradients_leave_is_predicted_within_8_percent(pa: ModuleType) -> None:
-    """Reserved minus allocated was 3.2-7.8 GiB where the step block's share said 1.5-4.3 (device memory -11 ... -3 %
-    before); two reduce buckets of cache bring every reading within 8 %, llama-5b's held out (at half the bucket
-    -3.8 / -7.7 %: its cache shrank 0.41 GiB where the rule takes 0.93)."""
+    """Reserved minus allocated was 3.2-7.8 GiB at the default bucket where the step block's share said 1.5-4.3
+    (device memory -11.2 ... -0.7 %, median -6.3 % before); two reduce buckets of cache bring every reading within
+    8 % (-7.8 ... +4.8 %, median +0.4 %), llama-5b's held out (at half the bucket -3.8 / -7.8 %: its cache shrank
+    0.41 GiB where the rule takes 0.93)."""
     readings = _device_readings(pa)
-    assert {c.model for c, _, _ in readings} >= {"llama-1b", "gpt2-xl", "llama-3b", "llama-5b"}  # type: ignore[attr-defined]
-    assert len(readings) >= 8
-    for c, measured, predicted in readings:
-        assert predicted / measured - 1 == pytest.approx(0, abs=0.08), pa._describe(c.__dict__)  # type: ignore[attr-defined]
+    assert {c.model for c, _, _ in readings} == {"llama-1b", "gpt2-xl", "llama-3b", "llama-5b"}  # type: ignore[attr-defined]
+    assert len(readings) == 23
+    errors = [predicted / measured - 1 for _, measured, predicted in readings]
+    for (c, _, _), error in zip(readings, errors, strict=True):
+        assert error == pytest.approx(0, abs=0.08), pa._describe(c.__dict__)  # type: ignore[attr-defined]
+    assert sorted(errors)[len(errors) // 2] == pytest.approx(0, abs=0.01)
 
 
-def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_host(pa: ModuleType) -> None:
+def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_host(
+    pa: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from wizard.planner import calibration as cal
     from wizard.planner.memory import fragmentation
 
@@ -209,6 +221,17 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     assert full_fixed == cal.RESERVED_FIXED_BYTES + int(cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
     # halving the bucket frees two halves of cache (llama-3b at 4 on an H100: 1.96 GiB of reserved memory)
     assert full_fixed - fragmentation(spec, opt, 1024, half).fixed == bucket
+    # whole gradients, not partitions: eight GPUs wait on the same bucket (their gathered cache is the larger there)
+    eight = replace(opt, gpus_per_node=8)
+    with monkeypatch.context() as m:
+        m.setattr(cal, "GATHERED_PARAMETER_SHARE", 0.0)
+        assert fragmentation(spec, eight, 1024).fixed == full_fixed
+    # a model whose trained gradients are fewer than a bucket waits on them all
+    lora = replace(spec, finetune=replace(spec.finetune, mode="lora"))
+    trained = 2 * trainable_params(lora)
+    assert fragmentation(lora, opt, 1024).fixed == cal.RESERVED_FIXED_BYTES + int(
+        cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * trained
+    )
     # the step block's share elsewhere: stage 2 with the optimizer offloaded keeps half a bucket, stage 3 on the
     # GPU a share of its optimizer sub-group whatever the bucket
     stage2 = replace(opt, zero_stage=2)
@@ -217,10 +240,18 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     )
     on_gpu = replace(opt, offload_optimizer="none")
     assert fragmentation(spec, on_gpu, 1024).fixed == fragmentation(spec, on_gpu, 1024, half).fixed
-    # with the parameters offloaded too, the gathered parameters' blocks hold them: the larger cache counts, not both
+    # with the parameters offloaded too, the larger of the two caches counts, not both: the gathered one at
+    # DeepSpeed's buffers, the waiting gradients' where small buffers keep few parameters gathered
     both = replace(opt, offload_param="cpu")
-    assert fragmentation(spec, both, 1024).fixed > full_fixed
-    assert fragmentation(spec, both, 1024, half).fixed < fragmentation(spec, both, 1024).fixed
+    few = replace(DEFAULT_BUFFERS, prefetch_elements=1, max_live_parameters=1, max_reuse_distance=1)
+    for buf in (DEFAULT_BUFFERS, few):
+        on = fragmentation(spec, both, 1024, buf).fixed
+        with monkeypatch.context() as m:
+            m.setattr(cal, "STAGE3_HOST_GRADIENTS_CACHE_BUCKETS", 0.0)
+            off = fragmentation(spec, both, 1024, buf).fixed
+        assert on == max(off, full_fixed)
+    assert fragmentation(spec, both, 1024).fixed > full_fixed  # the gathered cache wins
+    assert fragmentation(spec, both, 1024, few).fixed == full_fixed  # the waiting gradients' cache wins
     # under pressure the allocator waits for the reduce stream and gives the blocks back
     pressed = fragmentation(spec, opt, 1024, under_pressure=True).fixed
-    assert pressed == fragmentation(spec, replace(opt, zero_stage=2), 1024, under_pressure=True).fixed
+    assert pressed == fragmentation(spec, stage2, 1024, under_pressure=True).fixed

@@ -298,16 +298,21 @@ UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1
 # where the share on the whole working set said 5.0 GiB (finetune_accuracy-2026-12-05-1gpu-lora-offload.md).
 GATHERED_PARAMETER_SHARE = 2.0
 # ZeRO-3 with the optimizer on the host, at the forward/backward peak: the cache the waiting gradients leave
-# (memory._stage3_host_gradients_phase) -- each freed while the reduce stream still copies it (record_stream), so
-# that the allocator cannot hand its block out again before that stream passes it -- in reduce buckets, in place of
-# the step block's share (the bucket is that step's block). Fit: the 16 readings with the parameters on the GPU
-# (llama-1b, gpt2-xl, llama-3b, llama-5b; micro-batch 2-32; H200 and H100): reserved minus allocated 3.2-7.8 GiB
-# where the share of the step's block said 1.5-4.3 (device memory -11.2 ... -3.3 % before, -6.3 ... +4.8 %, median
-# +0.1 % at 2.0; 1.75 / 2.5 put the median at -1.0 / +2.6 %). Halving llama-3b's bucket at micro-batch 4 shrank that
-# cache by 1.96 GiB (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-half-opt.json beside
-# -phases-llama5b-control3b.json). With the parameters offloaded too (or several GPUs) the gathered parameters' blocks
-# (GATHERED_PARAMETER_SHARE), freed layer by layer in the backward, are the blocks these gradients land in: the
-# larger of the two caches counts, not both (both together put that family's median from +5.5 to +16 %).
+# (memory._stage3_host_gradients_phase), in reduce buckets of whole gradients (or every trained gradient if fewer),
+# in place of the share of the step's block. Each gradient the backward hands to the reduce stream is freed with
+# record_stream once copied into the bucket (stage3.py __add_grad_to_ipg_bucket, partition_grads; DeepSpeed 0.19.8),
+# and PyTorch's caching allocator gives such a block out again only after that stream has passed it
+# (c10/cuda/CUDACachingAllocator.cpp, torch 2.11): the backward reserves new segments beside the blocks in flight.
+# Set so that the median error is ~0 on the 23 readings with the parameters on the GPU (llama-1b, gpt2-xl, llama-3b,
+# llama-5b; micro-batch 2-32, 1 or 4 micro-steps; H200 and H100; listed in tests/unit/test_stage3_host_gradients.py):
+# reserved minus allocated 3.2-7.8 GiB at the default bucket where the step block's share said 1.5-4.3; device
+# memory -11.2 ... -0.7 % (median -6.3 %) before, -7.8 ... +4.8 % (median +0.4 %) at 2.0; 1.75 / 2.5 put the median
+# at -0.8 / +2.6 %. How much of the cache follows the bucket differs by model: halving it shrank llama-3b's by 1.96
+# GiB at micro-batch 4, llama-5b's by 0.41 at 8 and 32 (bench/results/plan_accuracy-2026-12-06-1gpu-phases-
+# bucket-half-opt.json, -phases-llama5b{,-half,-control3b}.json). With the parameters offloaded too (or several
+# GPUs) the gathered parameters' blocks (GATHERED_PARAMETER_SHARE), freed layer by layer in the backward, are where
+# these gradients land: the larger of the two caches counts, not both (both together put that family's median from
+# +5.5 to +16 %). NVMe (the same reduce stream) is extrapolated.
 STAGE3_HOST_GRADIENTS_CACHE_BUCKETS = 2.0
 # ZeRO-3 inference: the cache holds blocks of the layers' transient activations (the MLP's intermediates, freed
 # before the next layer), which the larger logits cannot reuse, and with the parameters offloaded the gathered

@@ -709,7 +709,9 @@ def fragmentation(
       (calibration.STEP_BLOCK_SHARE*, LOGITS_SHARE*); at stage 3 with parameters to gather (several GPUs, or
       offloaded), the blocks the gathered parameters land in between the activations, forward and backward, split
       by their gradients' blocks (calibration.GATHERED_PARAMETER_SHARE of ``_stage3_working_set``'s trainable
-      share: frozen LoRA weights have none);
+      share: frozen LoRA weights have none); at stage 3 with the optimizer offloaded, at least the blocks the
+      gradients waiting for the reduce stream leave (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS reduce buckets,
+      or every trained gradient if fewer), whose blocks the gathered parameters' cache serves where it is larger;
     - at the optimizer step, part of the forward's activations and logits, freed by backward, which the step's
       single large block cannot reuse (calibration.FORWARD_TRANSIENT_SHARE_AT_STEP).
     Inference frees each layer's transient activations before the next layer's (and, with the parameters to
@@ -719,7 +721,8 @@ def fragmentation(
 
     ``under_pressure``: only the part the allocator cannot give back when a request fails -- the free parts of
     segments that still hold live tensors (calibration.UNRECLAIMABLE_*; less of the logits with the optimizer
-    offloaded): what a card that only just fits must hold.
+    offloaded; none of the waiting gradients' blocks, which it frees once their streams have passed them): what a
+    card that only just fits must hold.
 
     ``expandable_segments`` (PyTorch's allocator run with ``expandable_segments:True``): each pool is one segment
     that grows by mapping pages and unmaps the free ones when a request would fail, so no split block stays out of
@@ -772,11 +775,13 @@ def fragmentation(
 
     cache = step_share * step + cal.GATHERED_PARAMETER_SHARE * gathered
     if s.zero_stage == 3 and s.offload_optimizer != "none" and not under_pressure:
-        # the blocks the gradients waiting for the reduce stream leave cached (``step`` is the reduce bucket here),
-        # or the gathered parameters' blocks, which serve them: the larger
-        # (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS). Under pressure the allocator waits for that stream and
-        # gives them back.
-        cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * step)
+        # The blocks the gradients waiting for the reduce stream leave cached, in reduce buckets of whole (not
+        # partitioned) gradients, or every trained gradient if fewer (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS);
+        # the larger of that and the gathered parameters' cache above, whose blocks these gradients land in. Under
+        # pressure the allocator waits for that stream and gives them back. Fit with the optimizer on the CPU; NVMe
+        # (the same reduce stream) is extrapolated.
+        bucket = weight_bytes(s) * min(buf.reduce_bucket_elements, ft.trainable_params(model))
+        cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
 
     layers, head, _ = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     return Fragmentation(

@@ -409,10 +409,10 @@ def _optimizer_seconds(
     """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps).
     ``fused``: the config makes DeepSpeed build its FusedAdam (memory.ZeroBuffers.fused_optimizer): stage 0 in 16
     bits steps through FP16_Optimizer.
-    ``hidden_behind``: seconds of each micro-step's compute the reduce stream has left after the collectives
-    (calibration.COMM_OVERLAP's share, less what the collectives take). Accumulating, ZeRO-3 moves the running sum of
-    every micro-step after the first on that stream (overlap_comm, its default); the copy to the host at the
-    boundary, which the optimizer step waits for, stays in the step as at one micro-step. Measured: llama-1b ZeRO-3
+    ``hidden_behind``: seconds of each micro-step before the boundary the reduce stream has left after the
+    collectives (estimate_throughput: the whole micro-step, less what the collectives take). Accumulating, ZeRO-3
+    moves the running sum of every micro-step after the first on that stream (overlap_comm, its default); the copy
+    to the host at the boundary, which the optimizer step waits for, stays in the step as at one micro-step. Measured: llama-1b ZeRO-3
     + offload + checkpointing ran 4 micro-steps at 0.49 s each where 1 took 0.52 s, the 6 more transfers nowhere to
     be seen (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
@@ -537,6 +537,13 @@ def estimate_throughput(
         parts[STAGE0_PART] = cal.STAGE0_STEP_SECONDS
 
     if train:
+        # What of a micro-step before the boundary the reduce stream has left for ZeRO-3's running-sum round trips
+        # once its collectives are done: the whole micro-step (compute, launches, the host time the GPU waits for).
+        # The copies run on the copy engines, and nothing reads the sum before the next micro-step's backward
+        # reaches the same parameters: unlike a prefetch, no compute waits for them. Measured: llama-5b at 4
+        # micro-steps of 8 on one H100, each before the boundary 0.91 s where one micro-step takes 1.27 s with
+        # the fp32 copy-out (a share of the compute alone had put 0.62 s of round trips in the step).
+        before_busy = compute + launch + sum(before.values())
         parts.update(
             _optimizer_seconds(
                 hardware,
@@ -544,7 +551,7 @@ def estimate_throughput(
                 s,
                 hbm,
                 pcie,
-                max(0.0, overlap * compute - comm_micro),
+                max(0.0, before_busy - comm_micro),
                 buffers.fused_optimizer,
             )
         )
