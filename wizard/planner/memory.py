@@ -776,10 +776,10 @@ def fragmentation(
     cache = step_share * step + cal.GATHERED_PARAMETER_SHARE * gathered
     if s.zero_stage == 3 and s.offload_optimizer != "none" and not under_pressure:
         # The blocks the gradients waiting for the reduce stream leave cached, in reduce buckets of whole (not
-        # partitioned) gradients, or every trained gradient if fewer (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS);
-        # the larger of that and the gathered parameters' cache above, whose blocks these gradients land in. Under
-        # pressure the allocator waits for that stream and gives them back. Fit with the optimizer on the CPU; NVMe
-        # (the same reduce stream) is extrapolated.
+        # partitioned) gradients, or every trained gradient if fewer
+        # (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS); the larger of that and the gathered parameters' cache
+        # above, whose blocks these gradients land in. Under pressure the allocator waits for that stream and gives
+        # them back. Fit with the optimizer on the CPU; NVMe (the same reduce stream) is extrapolated.
         bucket = weight_bytes(s) * min(buf.reduce_bucket_elements, ft.trainable_params(model))
         cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
 

@@ -412,9 +412,9 @@ def _optimizer_seconds(
     ``hidden_behind``: seconds of each micro-step before the boundary the reduce stream has left after the
     collectives (estimate_throughput: the whole micro-step, less what the collectives take). Accumulating, ZeRO-3
     moves the running sum of every micro-step after the first on that stream (overlap_comm, its default); the copy
-    to the host at the boundary, which the optimizer step waits for, stays in the step as at one micro-step. Measured: llama-1b ZeRO-3
-    + offload + checkpointing ran 4 micro-steps at 0.49 s each where 1 took 0.52 s, the 6 more transfers nowhere to
-    be seen (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
+    to the host at the boundary, which the optimizer step waits for, stays in the step as at one micro-step.
+    Measured: llama-1b ZeRO-3 + offload + checkpointing ran 4 micro-steps at 0.49 s each where 1 took 0.52 s, the 6
+    more transfers nowhere to be seen (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
     N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
     shards = N if s.zero_stage >= 1 else 1
     local = ft.trainable_params(model) / shards
@@ -541,8 +541,9 @@ def estimate_throughput(
         # once its collectives are done: the whole micro-step (compute, launches, the host time the GPU waits for).
         # The copies run on the copy engines, and nothing reads the sum before the next micro-step's backward
         # reaches the same parameters: unlike a prefetch, no compute waits for them. Measured: llama-5b at 4
-        # micro-steps of 8 on one H100, each before the boundary 0.91 s where one micro-step takes 1.27 s with
-        # the fp32 copy-out (a share of the compute alone had put 0.62 s of round trips in the step).
+        # micro-steps of 8 on two H100s, whose forward and backward took 0.91 / 0.83 s each before the boundary
+        # where one micro-step's take 1.27 / 1.26 s with the fp32 copy-out (a share of the compute alone had put
+        # 0.62 s of round trips in the step; bench/results/plan_accuracy-2026-12-06-1gpu-accum-llama5b-accum*.json).
         before_busy = compute + launch + sum(before.values())
         parts.update(
             _optimizer_seconds(
