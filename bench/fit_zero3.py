@@ -8,9 +8,9 @@ Rows: every ok ZeRO-3 config (world 1) of the raw files below, each at the media
 ~20 % apart on this machine kind; a fit to single readings chases that noise). The constants refit are the stage-3
 terms: the fetch hooks' host time per layer (wizard.planner.throughput.host_micro_step_seconds; it overlaps the
 GPU's work together with the framework's own host time, calibration.HOST_SECONDS_PER_LAYER, which
-bench/plan_accuracy.py fits with the stage 0-2 terms), the gather/partition copies and the stage-3 weight
-copy-back (wizard/planner/calibration.py, "Stage 3"); everything else stays as the stage 0-2 fit set it, and stage 0-2 predictions do not use these terms, which the script checks on the
-stage 0-2 rows.
+bench/plan_accuracy.py fits with the stage 0-2 terms), the gather/partition copies and the stage-3 weight copy-back
+(wizard/planner/calibration.py, "Stage 3"); everything else stays as the stage 0-2 fit set it, and stage 0-2
+predictions do not use these terms, which the script checks on the stage 0-2 rows.
 
 Least squares on the log tokens/s error, Nelder-Mead over log values. Leave-one-model-out: for each model, the
 constants are fit on the other models' rows and the held-out model's rows are predicted with them; that is the
