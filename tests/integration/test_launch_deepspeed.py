@@ -152,12 +152,17 @@ def shm_left(record: rundir.RunRecord) -> list[str]:
 
 
 def test_a_rank_that_raises_is_named_with_its_exception(workdir: Path) -> None:
-    run_dir = workdir / "run"
-    proc = run(
-        workdir, "--nproc", "2", "--config", "ds_config.json", "--run-dir", str(run_dir),
-        str(TRAIN), "--steps", "10", "--fail-at-step", "3", "--fail-rank", "1",
-    )  # fmt: skip
-    out = proc.stdout + proc.stderr
+    for attempt in range(3):
+        run_dir = workdir / f"run{attempt}"
+        proc = run(
+            workdir, "--nproc", "2", "--config", "ds_config.json", "--run-dir", str(run_dir),
+            str(TRAIN), "--steps", "10", "--fail-at-step", "3", "--fail-rank", "1",
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+        # the raising rank can abort at interpreter exit after its traceback (aborted_at_exit's DeepSpeed-on-CPU
+        # abort: the launcher then reports -6, not the exception's 1): launch again
+        if "exits with return code = -6" not in out:
+            break
     assert proc.returncode == 1, out[-3000:]
     assert "[dswiz] verdict: rank 1 failed" in out
     assert "RuntimeError: injected failure at step 3 on rank 1 (--fail-at-step)" in out
