@@ -725,6 +725,23 @@ def _native_abort(f: EndFacts) -> RunVerdict | None:
 
 
 def _plain_failure(f: EndFacts) -> RunVerdict:
+    """No rule named the failure. The rank is named where the death watch read a crash from one rank's zombie
+    before any other's (a signal, an exit code: not the SIGTERM the launcher then sends the others); launch.py's
+    own line names the last spawned rank's command whichever failed."""
+    crashed = sorted((d for d in f.deaths if d.returncode not in _NOT_A_CAUSE), key=lambda d: d.at)
+    first = crashed[0] if crashed and (len(crashed) == 1 or crashed[1].at > crashed[0].at) else None
+    if first is not None and all(d.at >= first.at for d in f.deaths):
+        rc = first.returncode
+        return RunVerdict(
+            kind="failed",
+            summary=f"rank {first.rank} (pid {first.pid}) died{f.at_step} with exit code {rc}{_signal_suffix(rc)} "
+            "and no traceback",
+            rank=first.rank,
+            advice=(
+                f"the last lines rank {first.rank} printed are in logs/ranks/ of the run directory "
+                "(and logs/combined.log)",
+            ),
+        )
     rc = f.first_failing_code
     return RunVerdict(
         kind="failed",
@@ -772,17 +789,24 @@ def _overflow_storm(obs: JobObserver) -> int:
 
 
 def exit_code(
-    verdict: RunVerdict, launcher_returncodes: Sequence[int | None], signal_number: int | None
+    verdict: RunVerdict,
+    launcher_returncodes: Sequence[int | None],
+    signal_number: int | None,
+    rank_codes: Sequence[int] = (),
 ) -> int:
     """dswiz's exit code: 0 on success, 128+N when stopped by signal N, 124 when stopped by --stall-timeout (as
-    timeout(1) does), else the job's own code."""
+    timeout(1) does), else the job's own code: the first failed rank's as launch.py reported it (``rank_codes``,
+    its "exits with return code = N" lines), as a shell reports a process, 128+N for a rank killed by signal N.
+    Only where no rank's code is known, the launcher's: launch.py exits with its failed rank's code cut to 8 bits
+    (``sys.exit(last_return_code)`` in launcher/launch.py, DeepSpeed 0.19.8), so a rank that aborted (-6) leaves
+    the launcher's 250, where the rank's own says SIGABRT: 134."""
     if verdict.kind == "interrupted" and signal_number is not None:
         return 128 + signal_number
     if verdict.kind == "stalled":
         return STALL_EXIT_CODE
-    codes = [rc for rc in launcher_returncodes if rc not in (0, None)]
     if verdict.kind in ("host_oom", "killed"):
         return 128 + 9
+    codes = [rc for rc in (*rank_codes, *launcher_returncodes) if rc not in (0, None)]
     if not codes:
         return 0 if verdict.kind in ("success", "overflow_storm") else 1
     rc = codes[0]

@@ -564,7 +564,7 @@ class Job:
         )
         verdict = replace(verdict, advice=(*verdict.advice, *self._end_notes()))
         sig = reason.exit_signal if reason is not None else None
-        code = exit_code(verdict, codes, int(sig) if sig is not None else None)
+        code = exit_code(verdict, codes, int(sig) if sig is not None else None, self.observer.exit_codes)
         return self._end(
             verdict,
             code,

@@ -171,6 +171,32 @@ def test_a_rank_that_raises_is_named_with_its_exception(workdir: Path) -> None:
     assert record.exit_code == 1 and "Traceback" not in proc.stderr  # dswiz itself did not crash
 
 
+ABORTS = """\
+import os, sys, time
+if os.environ.get("RANK") == "1":
+    print("rank 1: about to abort", flush=True)
+    os.abort()
+time.sleep(120)  # rank 0: stopped by launch.py once rank 1 has failed
+"""
+
+
+def test_a_rank_killed_by_a_signal_gives_dswiz_the_shell_s_code_not_the_launcher_s(workdir: Path) -> None:
+    """launch.py exits with its failed rank's code cut to 8 bits (-6 -> 250): dswiz reports the rank's own, as a
+    shell would, 128 + SIGABRT = 134, and keeps the launcher's in run.json."""
+    script = workdir / "aborts.py"
+    script.write_text(ABORTS)
+    run_dir = workdir / "run"
+    proc = run(workdir, "--nproc", "2", "--config", "ds_config.json", "--run-dir", str(run_dir), str(script))
+    out = proc.stdout + proc.stderr
+    assert "exits with return code = -6" in out, out[-3000:]
+    assert proc.returncode == 128 + signal.SIGABRT, out[-3000:]
+    record = rundir.read_run_record(run_dir)
+    assert record.exit_code == 134 and record.launcher_exit_codes == (250,)
+    assert record.verdict is not None and record.verdict.rank == 1 and "SIGABRT" in record.verdict.summary
+    assert "Traceback" not in proc.stderr
+    assert session_processes({p.pgid for p in record.launchers}) == []
+
+
 def test_a_script_that_refuses_its_arguments_is_said_so_with_its_own_message(workdir: Path) -> None:
     run_dir = workdir / "run"
     proc = run(

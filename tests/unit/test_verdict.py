@@ -192,10 +192,14 @@ def test_a_crash_read_from_its_zombie_is_not_blamed_on_the_peer_the_launcher_sto
         )  # fmt: skip
 
     v = decide(observed(False), launcher_returncodes=[-11], deaths=[death(0, -11, 9.1), death(1, None, 9.35)])
-    assert v.kind == "failed" and v.rank is None and "SIGSEGV" in v.summary, v.summary
+    assert v.kind == "failed" and v.rank == 0 and "SIGSEGV" in v.summary, v.summary
+    assert v.summary == "rank 0 (pid 18090) died at step 5 with exit code -11 (SIGSEGV) and no traceback"
     # the same pass: which came first is not known, and the crash is the fact that was read
     v = decide(observed(False), launcher_returncodes=[-11], deaths=[death(0, -11, 9.1), death(1, None, 9.1)])
-    assert v.kind == "failed" and "SIGSEGV" in v.summary, v.summary
+    assert v.kind == "failed" and v.rank == 0 and "SIGSEGV" in v.summary, v.summary
+    # two crashes read in one pass: which came first is not known, and no rank is named
+    v = decide(observed(False), launcher_returncodes=[-11], deaths=[death(0, -11, 9.1), death(1, -6, 9.1)])
+    assert v.kind == "failed" and v.rank is None and v.summary.startswith("the job failed"), v.summary
     # rank 0 exits 1 without a traceback; rank 1 ignored the launcher's SIGTERM and got its SIGKILL 30 s later
     v = decide(observed(False), launcher_returncodes=[1], deaths=[death(0, 1, 9.1), death(1, -9, 39.1)])
     assert v.kind == "failed" and "exit code 1" in v.summary, v.summary
@@ -520,7 +524,10 @@ def test_a_native_abort_at_shutdown_is_named_with_the_likely_fix() -> None:
         "rank 1 aborted in native code at step 6 (exit code -6 (SIGABRT)): terminate called without an active exception"
     )
     assert "destroy_process_group()" in v.advice[0]
-    assert exit_code(v, codes, None) == 250
+    # the shell's code for the rank's SIGABRT, not launch.py's 8-bit cut of -6 (250)
+    assert codes == [0, 250] and obs.exit_codes == [-6]
+    assert exit_code(v, codes, None, obs.exit_codes) == 134
+    assert exit_code(v, codes, None) == 250  # no rank's code known: the launcher's
 
 
 def test_a_known_clash_gets_its_fix() -> None:
