@@ -95,6 +95,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
+import _peak_anatomy as peak_anatomy  # noqa: E402
 from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, run_in_group, write_result  # noqa: E402
 
 from wizard.alloc_conf import expandable_segments, planned_expandable_segments  # noqa: E402
@@ -476,6 +477,11 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("llama-5b", 3, "cpu", "none", True, 8, 1024, None, 0),
     ("llama-5b", 3, "cpu", "none", True, 32, 1024, None, 0),
     ("llama-5b", 3, "cpu", "none", False, 2, 1024, None, 0),
+    # (2026-12-06, indices 49-50) held out for what ZeRO-3's backward holds with both offloads at micro-batch 1
+    # (--peak-anatomy): qwen2-1.5b, whose largest tensor (its 233M-element embedding) is a quarter of the model, and
+    # gpt2-xl, whose tied embedding is its largest
+    ("qwen2-1.5b", 3, "cpu", "cpu", True, 1, 1024, None, 0),
+    ("gpt2-xl", 3, "cpu", "cpu", True, 1, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -707,6 +713,9 @@ class Row:
     # With the parameters offloaded, the peak of building the model and deepspeed.initialize (above the baseline),
     # left out of max_allocated / max_reserved (run_config says why); None: counted in them (rows before 2026-12-06)
     init_allocated: int | None = None
+    # --peak-anatomy: what was live at the allocated peak of the last untimed step, by where it was allocated
+    # (bench/_peak_anatomy.py); None: not recorded
+    peak_anatomy: dict[str, Any] | None = None
 
 
 HOST_PROBE_REPEATS = 5
@@ -1314,11 +1323,15 @@ class _PeakLog:
         return before
 
 
-def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
+def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: bool = False) -> None:
+    """Build, initialize and train ``c``, filling ``row``. ``anatomy`` (CUDA): record what holds the allocated peak
+    of the last untimed step (Row.peak_anatomy); PyTorch then keeps each live block's stack, which slows every
+    allocation of the row a little: its memory is the config's, its timings are not for the throughput analysis."""
     import deepspeed
     import torch
 
     cuda = torch.cuda.is_available() and not smoke
+    anatomy = anatomy and cuda
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     spec = bench_spec(c.model)
     row.host_us = host_speed_us(device)
@@ -1327,6 +1340,8 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
     host = HostMemorySampler()
     engine = model = None
     start = time.perf_counter()
+    if anatomy:
+        peak_anatomy.record("state")
     try:
         model = build_model(spec, seq, device, smoke)
         if c.checkpointing:
@@ -1359,6 +1374,9 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
                 row.resident_allocated = torch.cuda.memory_allocated(device) - (row.baseline_allocated or 0)
             if peaks is not None:
                 peaks.step = i
+            if anatomy and i == warmup - 1:
+                anatomy_start = torch.cuda.memory._snapshot()
+                peak_anatomy.record("all")
             marks = _PhaseMarks(cuda, peaks)
             t0 = time.perf_counter()
             marks.mark()
@@ -1374,6 +1392,11 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
             if cuda:
                 torch.cuda.synchronize(device)
             dt_s = time.perf_counter() - t0
+            if anatomy and i == warmup - 1:
+                row.peak_anatomy = peak_anatomy.step_anatomy(
+                    device, anatomy_start, row.baseline_allocated or 0
+                )
+                peak_anatomy.record(None)
             if i >= warmup:
                 row.step_s.append(round(dt_s, 5))
                 for name, seconds in marks.seconds().items():
@@ -1394,6 +1417,8 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row) -> None:
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
         )
     finally:
+        if anatomy:
+            peak_anatomy.record(None)
         row.host_rss_before, row.host_rss_peak, row.host_pinned_peak = host.stop()
         if cuda:
             peaks = device_memory_peaks(device, row.baseline_allocated or 0)
@@ -1447,7 +1472,7 @@ def worker(args: argparse.Namespace) -> int:
         row = Row(
             config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
         )
-        run_config(c, world, seq, smoke, row)
+        run_config(c, world, seq, smoke, row, args.peak_anatomy)
         row.finished_at = round(time.time(), 1)
         dist.barrier()
         if rank == 0:
@@ -1723,7 +1748,7 @@ def _worker_one(
         seq_len=seq,
         predicted=predict(hw, bench_spec(c.model), c, world, seq, card),
     )
-    run_config(c, world, seq, args.smoke, row)
+    run_config(c, world, seq, args.smoke, row, args.peak_anatomy)
     row.finished_at = round(time.time(), 1)
     dist.barrier()
     if rank == 0:
@@ -1880,6 +1905,8 @@ def _worker_command(args: argparse.Namespace, gpus: int, name: str) -> list[str]
         cmd.append("--smoke")
     if args.ds_fused_adam:
         cmd.append("--ds-fused-adam")
+    if args.peak_anatomy:
+        cmd.append("--peak-anatomy")
     for item in args.zero_set or ():
         cmd += ["--zero-set", item]
     return cmd
@@ -3630,6 +3657,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--config-timeout-s", type=float, default=300.0, help="--family zero3/sweep: a config's process limit"
+    )
+    ap.add_argument(
+        "--peak-anatomy",
+        action="store_true",
+        help="record what holds each row's allocated peak in its last untimed step, grouped by where it was "
+        "allocated (Row.peak_anatomy; PyTorch's memory history, which slows the row: memory only)",
     )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)

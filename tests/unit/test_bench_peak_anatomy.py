@@ -1,0 +1,93 @@
+"""bench/_peak_anatomy.py without a GPU: the replay of PyTorch's allocation history to a step's allocated peak, on
+snapshots shaped as torch.cuda.memory._snapshot() returns them (segments of consecutive blocks; trace events)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+MiB = 1024**2
+
+
+@pytest.fixture(scope="module")
+def pk(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("_peak_anatomy")
+
+
+def frames(*where: tuple[str, int, str]) -> list[dict[str, Any]]:
+    return [{"filename": f, "line": line, "name": name} for f, line, name in where]
+
+
+STAGE3 = ("/site/deepspeed/runtime/zero/stage3.py", 1200, "__add_grad_to_ipg_bucket")
+MODULE = ("/site/torch/nn/modules/module.py", 1750, "_call_impl")
+LLAMA = ("/site/transformers/models/llama/modeling_llama.py", 300, "forward")
+
+
+def event(action: str, addr: int, size: int, *where: tuple[str, int, str]) -> dict[str, Any]:
+    return {"action": action, "addr": addr, "size": size, "frames": frames(*where), "stream": 0}
+
+
+def test_a_block_is_named_by_its_first_frame_outside_torch(pk: ModuleType) -> None:
+    assert pk.site(frames(MODULE, LLAMA, STAGE3)) == "llama/modeling_llama.py:300 forward"
+    assert pk.site(frames(("/usr/lib/python3.11/contextlib.py", 80, "inner"), STAGE3)) == (
+        "zero/stage3.py:1200 __add_grad_to_ipg_bucket"
+    )
+    assert pk.site([]) == pk.site(None) == pk.site(frames(MODULE)) == pk.NO_FRAME
+
+
+def test_live_blocks_lie_one_after_another_from_their_segment(pk: ModuleType) -> None:
+    snap = {
+        "segments": [
+            {
+                "device": 0,
+                "address": 1000,
+                "blocks": [
+                    {"size": 100, "state": "active_allocated", "frames": frames(STAGE3)},
+                    {"size": 50, "state": "inactive"},
+                    {
+                        "size": 30,
+                        "state": "active_pending_free",
+                    },  # freed, held by a recorded stream: not allocated
+                    {"size": 20, "state": "active_allocated", "frames": frames(LLAMA)},
+                ],
+            },
+            {"device": 1, "address": 5000, "blocks": [{"size": 7, "state": "active_allocated"}]},
+        ]
+    }
+    assert pk.live_blocks(snap, 0) == {
+        1000: (100, "zero/stage3.py:1200 __add_grad_to_ipg_bucket"),
+        1180: (20, "llama/modeling_llama.py:300 forward"),
+    }
+
+
+def test_the_peak_is_replayed_from_the_step_s_start_and_grouped_by_site(pk: ModuleType) -> None:
+    start = {1: (10 * MiB, "resident"), 2: (4 * MiB, "gone before the peak")}
+    events = [
+        event("alloc", 10, 8 * MiB, LLAMA),
+        event("segment_alloc", 99, 64 * MiB),  # the allocator's own: not allocated bytes
+        event("free_requested", 2, 4 * MiB),  # a block from before the step, freed
+        event("alloc", 11, 3 * MiB, STAGE3),
+        event("alloc", 12, 3 * MiB, STAGE3),
+        event("alloc", 13, 2 * MiB),  # the peak: 10 + 8 + 3 + 3 + 2 = 26 MiB
+        event("free_completed", 2, 4 * MiB),
+        event("free_requested", 10, 8 * MiB),
+        event("alloc", 14, 5 * MiB, LLAMA),  # after the peak: 23 MiB
+    ]
+    a = pk.anatomy(start, events, baseline=1 * MiB)
+    assert a["allocated_at_start"] == 13 * MiB and a["peak"] == 25 * MiB
+    assert a["peak_set_by"] == pk.NO_FRAME and a["events"] == 7 and a["peak_event"] == 4
+    assert a["live"] == [
+        ["resident", 10 * MiB, 1],
+        ["llama/modeling_llama.py:300 forward", 8 * MiB, 1],
+        ["zero/stage3.py:1200 __add_grad_to_ipg_bucket", 6 * MiB, 2],
+        [pk.NO_FRAME, 2 * MiB, 1],
+    ]
+    assert sum(b for _, b, _ in a["live"]) == a["peak"] + 1 * MiB and a["live_elsewhere"] == 0
+
+
+def test_a_step_that_never_rises_above_its_start_peaks_at_its_start(pk: ModuleType) -> None:
+    a = pk.anatomy({1: (MiB, "resident")}, [event("free_requested", 1, MiB), event("alloc", 2, MiB)])
+    assert a["peak"] == MiB and a["peak_set_by"] == "the step's start" and a["live"] == [["resident", MiB, 1]]
