@@ -1,12 +1,13 @@
 """What holds the allocator's peak of one training step: PyTorch's allocation history replayed to the peak.
 
-``record()`` keeps each live block's Python stack from before the model is built (PyTorch's memory history in
-"state" mode: no history, only the stack each live block was allocated from), then records every allocation and
-free of one chosen step ("all" mode). ``anatomy()`` replays that step's events from the blocks live at its start
-(torch.cuda.memory._snapshot(): "segments" holds the live blocks, "device_traces" the events) to the event that
-set its allocated peak, and groups what is live there by where it was allocated: the first frame outside torch
-(DeepSpeed's stage3.py, transformers' modelling code, this bench), or "autograd (no Python frame)" for what the
-autograd engine's own threads allocate (gradients, the backward's intermediates).
+``record()`` records every allocation and free of one chosen step (PyTorch's memory history, "all" mode, without
+stacks: gathering Python stacks made DeepSpeed's ZeRO-3 backward fail with "SystemError: ... returned NULL without
+setting an exception" on torch 2.x of the GPU image, 2026-12-06). ``anatomy()`` replays that step's events from the
+blocks live at its start (torch.cuda.memory._snapshot(): "segments" holds the live blocks, "device_traces" the
+events) to the event that set its allocated peak, and groups what is live there: by where it was allocated where
+a stack was recorded (the first frame outside torch), else by block size and stream ("the step's 952 MiB blocks on
+stream 1"; streams numbered in the order the step first used them, 0 the one it started on). It also keeps the
+step's allocated bytes at 100 points of its events, and where its forward ended.
 
 Bytes are the allocator's (each block rounded up to 512 bytes), and allocated means what
 torch.cuda.memory_allocated counts: a block leaves it at its free request, even when a stream it was recorded on
@@ -18,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-NO_FRAME = "autograd (no Python frame)"
+NO_FRAME = "no Python frame"
 # Frames of these are how an allocation was reached, not who asked for it.
 _PLUMBING = ("/torch/", "/contextlib.py", "/functools.py", "/threading.py", "<frozen")
 TOP_SITES = 30
+TIMELINE_POINTS = 100
+MiB = 1024**2
 
 
 def site(frames: Sequence[Mapping[str, Any]] | None) -> str:
@@ -35,39 +38,56 @@ def site(frames: Sequence[Mapping[str, Any]] | None) -> str:
     return NO_FRAME
 
 
+def _label(size: int, where: str, origin: str) -> str:
+    """A live block's group: its site, or without a stack its origin and size."""
+    return where if where != NO_FRAME else f"{origin}: {size / MiB:.0f} MiB blocks"
+
+
 def live_blocks(snapshot: Mapping[str, Any], device: int) -> dict[int, tuple[int, str]]:
-    """address -> (bytes, site) of the blocks allocated when ``snapshot`` was taken, on ``device``."""
+    """address -> (bytes, group) of the blocks allocated when ``snapshot`` was taken, on ``device``."""
     out: dict[int, tuple[int, str]] = {}
     for seg in snapshot.get("segments", ()):
         if seg.get("device", device) != device:
             continue
         addr = int(seg["address"])  # a segment's blocks lie one after another from its start
         for block in seg.get("blocks", ()):
+            size = int(block["size"])
             if block.get("state") == "active_allocated":
-                out[addr] = (int(block["size"]), site(block.get("frames")))
-            addr += int(block["size"])
+                out[addr] = (size, _label(size, site(block.get("frames")), "live at the step's start"))
+            addr += size
     return out
 
 
 def anatomy(
-    start: Mapping[int, tuple[int, str]], events: Iterable[Mapping[str, Any]], baseline: int = 0
+    start: Mapping[int, tuple[int, str]],
+    events: Iterable[Mapping[str, Any]],
+    baseline: int = 0,
+    forward_events: int | None = None,
 ) -> dict[str, Any]:
-    """The live blocks at the step's allocated peak, grouped by site (largest first), from the blocks live at its
-    start and its events in order. ``baseline``: bytes allocated before the config began (the peak is reported
-    above it, as Row.max_allocated is)."""
-    events = [e for e in events if e.get("action") in ("alloc", "free_requested")]
+    """The live blocks at the step's allocated peak, grouped (largest first), from the blocks live at its start and
+    its events in order. ``baseline``: bytes allocated before the config began (every figure is above it, as
+    Row.max_allocated is); ``forward_events``: how many of the events the forward made."""
+    every = list(events)
+    kept = [i for i, e in enumerate(every) if e.get("action") in ("alloc", "free_requested")]
+    streams: dict[Any, int] = {}
     total = sum(size for size, _ in start.values())
     at_start = total
     peak, peak_index = total, -1
-    for i, e in enumerate(events):
+    totals = []
+    for n, i in enumerate(kept):
+        e = every[i]
         total += int(e["size"]) if e["action"] == "alloc" else -int(e["size"])
+        totals.append(total)
         if total > peak:
-            peak, peak_index = total, i
+            peak, peak_index = total, n
     live = dict(start)
-    for e in events[: peak_index + 1]:
+    for i in kept[: peak_index + 1]:
+        e = every[i]
         addr = int(e["addr"])
         if e["action"] == "alloc":
-            live[addr] = (int(e["size"]), site(e.get("frames")))
+            stream = streams.setdefault(e.get("stream"), len(streams))
+            size = int(e["size"])
+            live[addr] = (size, _label(size, site(e.get("frames")), f"the step's, stream {stream}"))
         else:
             live.pop(addr, None)
     groups: dict[str, list[int]] = {}
@@ -76,26 +96,44 @@ def anatomy(
         g[0] += size
         g[1] += 1
     ranked = sorted(groups.items(), key=lambda kv: -kv[1][0])
-    setter = events[peak_index] if peak_index >= 0 else None
+    setter = every[kept[peak_index]] if peak_index >= 0 else None
+    step = max(1, len(totals) // TIMELINE_POINTS)
     return {
         "allocated_at_start": at_start - baseline,
         "peak": peak - baseline,
         "peak_event": peak_index,
-        "events": len(events),
-        "peak_set_by": site(setter.get("frames")) if setter is not None else "the step's start",
+        "events": len(kept),
+        "forward_events": (None if forward_events is None else sum(1 for i in kept if i < forward_events)),
+        "peak_set_by": (
+            _label(int(setter["size"]), site(setter.get("frames")), "a block of")
+            if setter is not None
+            else "the step's start"
+        ),
         "live": [[where, b, n] for where, (b, n) in ranked[:TOP_SITES]],
         "live_elsewhere": sum(b for _, (b, _) in ranked[TOP_SITES:]),
+        "timeline": [[n, totals[n] - baseline] for n in range(0, len(totals), step)],
     }
 
 
 def record(enabled: str | None, max_entries: int = 2_000_000) -> None:
-    """PyTorch's memory history: "state" (each live block's stack), "all" (and every event), None (off)."""
+    """PyTorch's memory history without stacks: "all" (every event), None (off)."""
     import torch
 
-    torch.cuda.memory._record_memory_history(enabled, stacks="python", max_entries=max_entries)  # type: ignore[arg-type]
+    torch.cuda.memory._record_memory_history(enabled, context=None, max_entries=max_entries)  # type: ignore[arg-type]
 
 
-def step_anatomy(device: Any, start: Mapping[str, Any], baseline: int) -> dict[str, Any]:
+def trace_length(device: Any) -> int:
+    """Events recorded so far on ``device`` (a snapshot: call it once or twice a step, not per event)."""
+    import torch
+
+    traces = torch.cuda.memory._snapshot().get("device_traces") or []
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return len(traces[index]) if index < len(traces) else 0
+
+
+def step_anatomy(
+    device: Any, start: Mapping[str, Any], baseline: int, forward_events: int | None = None
+) -> dict[str, Any]:
     """At the end of the recorded step (``start``: the snapshot taken at its start): its anatomy."""
     import torch
 
@@ -104,4 +142,4 @@ def step_anatomy(device: Any, start: Mapping[str, Any], baseline: int) -> dict[s
     index = device.index if device.index is not None else torch.cuda.current_device()
     traces = end.get("device_traces") or []
     events = traces[index] if index < len(traces) else []
-    return anatomy(live_blocks(start, index), events, baseline)
+    return anatomy(live_blocks(start, index), events, baseline, forward_events)

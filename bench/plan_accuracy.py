@@ -713,8 +713,8 @@ class Row:
     # With the parameters offloaded, the peak of building the model and deepspeed.initialize (above the baseline),
     # left out of max_allocated / max_reserved (run_config says why); None: counted in them (rows before 2026-12-06)
     init_allocated: int | None = None
-    # --peak-anatomy: what was live at the allocated peak of the last untimed step, by where it was allocated
-    # (bench/_peak_anatomy.py); None: not recorded
+    # --peak-anatomy: what was live at the allocated peak of the last untimed step, by block size and stream, and
+    # that step's allocated bytes along its events (bench/_peak_anatomy.py); None: not recorded
     peak_anatomy: dict[str, Any] | None = None
 
 
@@ -1325,8 +1325,7 @@ class _PeakLog:
 
 def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: bool = False) -> None:
     """Build, initialize and train ``c``, filling ``row``. ``anatomy`` (CUDA): record what holds the allocated peak
-    of the last untimed step (Row.peak_anatomy); PyTorch then keeps each live block's stack, which slows every
-    allocation of the row a little: its memory is the config's, its timings are not for the throughput analysis."""
+    of the last untimed step (Row.peak_anatomy); the timed steps after it run as they would without."""
     import deepspeed
     import torch
 
@@ -1340,8 +1339,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
     host = HostMemorySampler()
     engine = model = None
     start = time.perf_counter()
-    if anatomy:
-        peak_anatomy.record("state")
+    forward_events = None
     try:
         model = build_model(spec, seq, device, smoke)
         if c.checkpointing:
@@ -1383,6 +1381,8 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
             for micro in range(c.grad_accum):
                 loss = engine(input_ids=ids, labels=ids).loss
                 marks.mark("forward")
+                if anatomy and i == warmup - 1 and micro == 0:
+                    forward_events = peak_anatomy.trace_length(device)
                 engine.backward(loss)
                 if micro < c.grad_accum - 1:
                     engine.step()  # not at the accumulation boundary: DeepSpeed only counts the micro-step
@@ -1394,7 +1394,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
             dt_s = time.perf_counter() - t0
             if anatomy and i == warmup - 1:
                 row.peak_anatomy = peak_anatomy.step_anatomy(
-                    device, anatomy_start, row.baseline_allocated or 0
+                    device, anatomy_start, row.baseline_allocated or 0, forward_events
                 )
                 peak_anatomy.record(None)
             if i >= warmup:
@@ -3662,7 +3662,7 @@ def main() -> int:
         "--peak-anatomy",
         action="store_true",
         help="record what holds each row's allocated peak in its last untimed step, grouped by where it was "
-        "allocated (Row.peak_anatomy; PyTorch's memory history, which slows the row: memory only)",
+        "allocated (Row.peak_anatomy: PyTorch's memory history of that step, by block size and stream)",
     )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)

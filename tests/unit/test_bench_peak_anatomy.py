@@ -26,8 +26,8 @@ MODULE = ("/site/torch/nn/modules/module.py", 1750, "_call_impl")
 LLAMA = ("/site/transformers/models/llama/modeling_llama.py", 300, "forward")
 
 
-def event(action: str, addr: int, size: int, *where: tuple[str, int, str]) -> dict[str, Any]:
-    return {"action": action, "addr": addr, "size": size, "frames": frames(*where), "stream": 0}
+def event(action: str, addr: int, size: int, stream: int = 7, *where: tuple[str, int, str]) -> dict[str, Any]:
+    return {"action": action, "addr": addr, "size": size, "frames": frames(*where), "stream": stream}
 
 
 def test_a_block_is_named_by_its_first_frame_outside_torch(pk: ModuleType) -> None:
@@ -45,47 +45,50 @@ def test_live_blocks_lie_one_after_another_from_their_segment(pk: ModuleType) ->
                 "device": 0,
                 "address": 1000,
                 "blocks": [
-                    {"size": 100, "state": "active_allocated", "frames": frames(STAGE3)},
+                    {"size": 100 * MiB, "state": "active_allocated", "frames": frames(STAGE3)},
                     {"size": 50, "state": "inactive"},
                     {
                         "size": 30,
                         "state": "active_pending_free",
                     },  # freed, held by a recorded stream: not allocated
-                    {"size": 20, "state": "active_allocated", "frames": frames(LLAMA)},
+                    {"size": 2 * MiB, "state": "active_allocated", "frames": []},
                 ],
             },
             {"device": 1, "address": 5000, "blocks": [{"size": 7, "state": "active_allocated"}]},
         ]
     }
     assert pk.live_blocks(snap, 0) == {
-        1000: (100, "zero/stage3.py:1200 __add_grad_to_ipg_bucket"),
-        1180: (20, "llama/modeling_llama.py:300 forward"),
+        1000: (100 * MiB, "zero/stage3.py:1200 __add_grad_to_ipg_bucket"),
+        1000 + 100 * MiB + 80: (2 * MiB, "live at the step's start: 2 MiB blocks"),
     }
 
 
-def test_the_peak_is_replayed_from_the_step_s_start_and_grouped_by_site(pk: ModuleType) -> None:
+def test_the_peak_is_replayed_from_the_step_s_start_and_grouped(pk: ModuleType) -> None:
     start = {1: (10 * MiB, "resident"), 2: (4 * MiB, "gone before the peak")}
     events = [
-        event("alloc", 10, 8 * MiB, LLAMA),
+        event("alloc", 10, 8 * MiB, 7, LLAMA),
         event("segment_alloc", 99, 64 * MiB),  # the allocator's own: not allocated bytes
         event("free_requested", 2, 4 * MiB),  # a block from before the step, freed
-        event("alloc", 11, 3 * MiB, STAGE3),
-        event("alloc", 12, 3 * MiB, STAGE3),
-        event("alloc", 13, 2 * MiB),  # the peak: 10 + 8 + 3 + 3 + 2 = 26 MiB
+        event("alloc", 11, 3 * MiB, 9),  # no stack: grouped by size and stream (9: the second the step used)
+        event("alloc", 12, 3 * MiB, 9),
+        event("alloc", 13, 2 * MiB, 7),  # the peak: 10 + 8 + 3 + 3 + 2 = 26 MiB
         event("free_completed", 2, 4 * MiB),
         event("free_requested", 10, 8 * MiB),
-        event("alloc", 14, 5 * MiB, LLAMA),  # after the peak: 23 MiB
+        event("alloc", 14, 5 * MiB, 7, LLAMA),  # after the peak: 23 MiB
     ]
-    a = pk.anatomy(start, events, baseline=1 * MiB)
+    a = pk.anatomy(start, events, baseline=1 * MiB, forward_events=3)
     assert a["allocated_at_start"] == 13 * MiB and a["peak"] == 25 * MiB
-    assert a["peak_set_by"] == pk.NO_FRAME and a["events"] == 7 and a["peak_event"] == 4
+    assert a["events"] == 7 and a["peak_event"] == 4 and a["forward_events"] == 2
+    assert a["peak_set_by"] == "a block of: 2 MiB blocks"
     assert a["live"] == [
         ["resident", 10 * MiB, 1],
         ["llama/modeling_llama.py:300 forward", 8 * MiB, 1],
-        ["zero/stage3.py:1200 __add_grad_to_ipg_bucket", 6 * MiB, 2],
-        [pk.NO_FRAME, 2 * MiB, 1],
+        ["the step's, stream 1: 3 MiB blocks", 6 * MiB, 2],
+        ["the step's, stream 0: 2 MiB blocks", 2 * MiB, 1],
     ]
     assert sum(b for _, b, _ in a["live"]) == a["peak"] + 1 * MiB and a["live_elsewhere"] == 0
+    # allocated (above the baseline) after each kept event
+    assert a["timeline"] == [[n, t * MiB] for n, t in enumerate([21, 17, 20, 23, 25, 17, 22])]
 
 
 def test_a_step_that_never_rises_above_its_start_peaks_at_its_start(pk: ModuleType) -> None:
