@@ -60,8 +60,9 @@ Examples:
 Everything after the script goes to the script, untouched. The run directory (run.json, logs/, config/, csv/)
 is printed at the start and the end; `dswiz monitor` attaches to it.
 
-Exit code: 0 when the job succeeded; else the first failed rank's own (128+N for a rank ended by signal N: 134
-an abort, 137 SIGKILL); 124 when --stall-timeout stopped it; 128+N when dswiz itself was stopped by signal N.
+Exit code: 0 when the job succeeded; else the failed rank's own code (128+N for a rank ended by signal N: 134 an
+abort, 137 SIGKILL) where DeepSpeed's launcher or dswiz's death watch tells it, else the launcher's (torchrun,
+accelerate, srun); 124 when --stall-timeout stopped it; 128+N when dswiz itself was stopped by signal N.
 """
 
 

@@ -724,13 +724,35 @@ def _native_abort(f: EndFacts) -> RunVerdict | None:
     )
 
 
+def first_crash(
+    deaths: Sequence[RankDeath], rank_codes: Sequence[int], launcher_returncodes: Sequence[int | None]
+) -> RankDeath | None:
+    """The rank whose crash the death watch read from its zombie (a signal, an exit code: not the SIGTERM or SIGINT
+    the launcher then sends the others, nor SIGKILL, which ``_sigkilled`` judges) before any other; None where
+    that is not known. Two crashes read in one pass of the watch cannot be told apart. A death at or before it
+    whose end the watch could not read (launch.py had reaped it) may be the first: then the crash is named only
+    when its code is the one launch.py reported ("exits with return code = N", ``rank_codes``) or, where none
+    was, the launcher's own (launch.py exits with its failed rank's code cut to 8 bits, and reports one failed
+    rank per node, the first its once-a-second poll finds). Otherwise the watch's order stands, whatever launch.py
+    reported: its poll can find a rank that stopped because of the crash first."""
+    crashed = sorted((d for d in deaths if d.returncode not in _NOT_A_CAUSE), key=lambda d: d.at)
+    if not crashed or (len(crashed) > 1 and crashed[1].at <= crashed[0].at):
+        return None
+    first = crashed[0]
+    assert first.returncode is not None
+    if not any(d is not first and d.at <= first.at and d.returncode is None for d in deaths):
+        return first
+    if rank_codes:
+        return first if first.returncode in rank_codes else None
+    launched = {rc & 0xFF for rc in launcher_returncodes if rc not in (0, None)}
+    return first if first.returncode & 0xFF in launched else None
+
+
 def _plain_failure(f: EndFacts) -> RunVerdict:
-    """No rule named the failure. The rank is named where the death watch read a crash from one rank's zombie
-    before any other's (a signal, an exit code: not the SIGTERM the launcher then sends the others); launch.py's
-    own line names the last spawned rank's command whichever failed."""
-    crashed = sorted((d for d in f.deaths if d.returncode not in _NOT_A_CAUSE), key=lambda d: d.at)
-    first = crashed[0] if crashed and (len(crashed) == 1 or crashed[1].at > crashed[0].at) else None
-    if first is not None and all(d.at >= first.at for d in f.deaths):
+    """No rule named the failure. The rank is named where the death watch read its crash first
+    (``first_crash``); launch.py's own line names the last spawned rank's command whichever failed."""
+    first = first_crash(f.deaths, f.obs.exit_codes, f.launcher_returncodes)
+    if first is not None:
         rc = first.returncode
         return RunVerdict(
             kind="failed",
@@ -793,26 +815,32 @@ def exit_code(
     launcher_returncodes: Sequence[int | None],
     signal_number: int | None,
     rank_codes: Sequence[int] = (),
+    deaths: Sequence[RankDeath] = (),
 ) -> int:
     """dswiz's exit code: 0 on success, 128+N when stopped by signal N, 124 when stopped by --stall-timeout (as
-    timeout(1) does), else the job's own code: the first failed rank's as launch.py reported it (``rank_codes``,
-    its "exits with return code = N" lines), as a shell reports a process, 128+N for a rank killed by signal N.
-    Only where no rank's code is known, the launcher's: launch.py exits with its failed rank's code cut to 8 bits
-    (``sys.exit(last_return_code)`` in launcher/launch.py, DeepSpeed 0.19.8), so a rank that aborted (-6) leaves
-    the launcher's 250, where the rank's own says SIGABRT: 134."""
+    timeout(1) does), 137 for a rank killed with SIGKILL, else the job's own code, as a shell reports a process
+    (128+N for a rank ended by signal N): the rank's whose crash the death watch read first (``first_crash``),
+    else the first that DeepSpeed's launch.py reported (``rank_codes``, its "exits with return code = N" lines),
+    else the launcher's own. launch.py exits with its failed rank's code cut to 8 bits (``sys.exit(
+    last_return_code)`` in launcher/launch.py, DeepSpeed 0.19.8): a rank that aborted (-6) leaves the launcher's
+    250 where the rank's own says SIGABRT, 134. Other launchers (torchrun, accelerate, srun) print no such line:
+    their own code is passed on."""
     if verdict.kind == "interrupted" and signal_number is not None:
         return 128 + signal_number
     if verdict.kind == "stalled":
         return STALL_EXIT_CODE
     if verdict.kind in ("host_oom", "killed"):
         return 128 + 9
+    crash = first_crash(deaths, rank_codes, launcher_returncodes)
     codes = [rc for rc in (*rank_codes, *launcher_returncodes) if rc not in (0, None)]
+    if crash is not None and crash.returncode is not None:
+        codes.insert(0, crash.returncode)
     if not codes:
         return 0 if verdict.kind in ("success", "overflow_storm") else 1
     rc = codes[0]
     assert rc is not None
     if rc < 0:
-        return 128 + (-rc)
+        return 128 + (-rc) if -rc < 128 else 1
     return rc if rc < 256 else 1
 
 

@@ -551,11 +551,12 @@ class Job:
         codes = [p.returncode for p in self._procs]
         reason = self._stop.reason
         stopped_by = reason.interrupted_by if reason is not None else None
+        deaths = self._deaths()
         verdict = decide(
             self.observer,
             launcher_returncodes=codes,
             interrupted_by=stopped_by,
-            deaths=self._deaths(),
+            deaths=deaths,
             ds_config=self.prepared.ds_config,
             oom_advisor=self.oom_advisor,
             elapsed=self._clock() - self._t0,
@@ -564,7 +565,9 @@ class Job:
         )
         verdict = replace(verdict, advice=(*verdict.advice, *self._end_notes()))
         sig = reason.exit_signal if reason is not None else None
-        code = exit_code(verdict, codes, int(sig) if sig is not None else None, self.observer.exit_codes)
+        code = exit_code(
+            verdict, codes, int(sig) if sig is not None else None, self.observer.exit_codes, deaths
+        )
         return self._end(
             verdict,
             code,

@@ -175,6 +175,7 @@ ABORTS = """\
 import os, sys, time
 if os.environ.get("RANK") == "1":
     print("rank 1: about to abort", flush=True)
+    time.sleep(0.3)  # after dswiz has the rank's pid (launch.py's first poll comes at once)
     os.abort()
 time.sleep(120)  # rank 0: stopped by launch.py once rank 1 has failed
 """

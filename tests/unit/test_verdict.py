@@ -200,6 +200,23 @@ def test_a_crash_read_from_its_zombie_is_not_blamed_on_the_peer_the_launcher_sto
     # two crashes read in one pass: which came first is not known, and no rank is named
     v = decide(observed(False), launcher_returncodes=[-11], deaths=[death(0, -11, 9.1), death(1, -6, 9.1)])
     assert v.kind == "failed" and v.rank is None and v.summary.startswith("the job failed"), v.summary
+    assert exit_code(v, [-11], None, (), [death(0, -11, 9.1), death(1, -6, 9.1)]) == 139
+    # launch.py reaped the rank that failed first (-11) before the watch read it; the crash it read is another's
+    obs = observed(False)
+    obs.exit_codes.append(-11)
+    deaths = [death(0, None, 9.1), death(1, -6, 9.1)]
+    v = decide(obs, launcher_returncodes=[245], deaths=deaths)
+    assert v.kind == "failed" and v.rank is None and "-11 (SIGSEGV)" in v.summary, v.summary
+    assert exit_code(v, [245], None, obs.exit_codes, deaths) == 139
+    # rank 1 aborted; rank 0, its peer gone, exited 1 a pass later, and launch.py's poll found rank 0 first: the
+    # watch's order stands, for the verdict and the exit code alike
+    obs = observed(False)
+    obs.exit_codes.append(1)
+    deaths = [death(1, -6, 9.1), death(0, 1, 9.3)]
+    v = decide(obs, launcher_returncodes=[1], deaths=deaths)
+    assert v.rank == 1 and "died at step 5 with exit code -6 (SIGABRT)" in v.summary, v.summary
+    assert exit_code(v, [1], None, obs.exit_codes, deaths) == 134
+    assert exit_code(v, [1], None, obs.exit_codes) == 1  # without the watch: launch.py's
     # rank 0 exits 1 without a traceback; rank 1 ignored the launcher's SIGTERM and got its SIGKILL 30 s later
     v = decide(observed(False), launcher_returncodes=[1], deaths=[death(0, 1, 9.1), death(1, -9, 39.1)])
     assert v.kind == "failed" and "exit code 1" in v.summary, v.summary
