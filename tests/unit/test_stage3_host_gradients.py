@@ -1,10 +1,12 @@
 """ZeRO-3 with the optimizer on the host: what the backward holds while its gradients go to the host
-(memory._stage3_host_gradients_phase) -- the reduce bucket's worth of gradients waiting for the reduce stream and the
-largest gradient on its way -- held to the readings of llama-3b (bench/plan_accuracy.py --family phases, one H100 and
-one H200) at two reduce bucket sizes (--zero-set)."""
+(memory._stage3_host_gradients_phases) -- the reduce bucket's worth of gradients once more on the reduce stream, the
+largest gradient on its way, and what is still gathered at that point of the backward (memory.stage3_gathered_at) --
+held to the readings of llama-3b (bench/plan_accuracy.py --family phases, one H100 and one H200) at three reduce
+bucket sizes (--zero-set), and to what held the peak of llama-1b, llama-3b and qwen2-1.5b (--peak-anatomy)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,7 +36,9 @@ FILES = (
     "plan_accuracy-2026-12-06-1gpu-phases-heldout-pile.json",  # H100: gpt2-xl and llama-1b, both offloads at 16
     "plan_accuracy-2026-12-06-1gpu-phases-phases-3b-train.json",  # H200: both offloads at 1, 4, 16
     "plan_accuracy-2026-12-06-1gpu-phases-phases-3b.json",  # H200: at 8 (1 and 4 there: the build set the peak)
+    "plan_accuracy-2026-12-06-1gpu-phases-anatomy.json",  # H100: llama-1b, llama-3b, qwen2-1.5b, both offloads at 1
 )
+ANATOMY = "plan_accuracy-2026-12-06-1gpu-phases-anatomy.json"
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ def _readings(pa: ModuleType, model: str | None = "llama-3b") -> list[tuple[obje
 
 def test_the_backward_with_the_optimizer_on_the_host_is_predicted_within_4_5_percent(pa: ModuleType) -> None:
     readings = _readings(pa)
-    assert len(readings) == 9
+    assert len(readings) == 10
     assert {c.micro_batch for c, _, _ in readings} == {1, 4, 8, 16}
     assert {c.offload_param for c, _, _ in readings} == {"cpu", "none"}
     for c, measured, predicted in readings:
@@ -66,14 +70,16 @@ def test_the_backward_with_the_optimizer_on_the_host_is_predicted_within_4_5_per
         assert predicted / measured - 1 == pytest.approx(0, abs=0.045), pa._describe(c.__dict__)
 
 
-def test_no_model_is_predicted_short_and_the_smaller_one_is_over(pa: ModuleType) -> None:
-    """llama-1b and gpt2-xl, held out: never more than 0.5 % short. llama-1b's backward holds less of a bucket's
-    gradients than llama-3b's (up to 20.5 % over at micro-batch 1 with the default bucket): not modelled, on the
-    side that leaves a micro-batch on the table, never the side that runs out of memory."""
+def test_the_smaller_models_are_predicted_within_2_percent(pa: ModuleType) -> None:
+    """llama-1b, gpt2-xl and qwen2-1.5b. llama-1b's backward reaches its first full bucket with less of the model
+    still to walk than the coordinator may keep gathered (1.1e9 elements, max_live_parameters 1e9): before the
+    walk (stage3_gathered_at) it was predicted 20.5 % over at micro-batch 1 (6.4 % at half the bucket, 8.7 % at
+    4); qwen2-1.5b's tied embedding gradient comes at the backward's end, not in its first bucket (+23.4 % before),
+    and its peak is the loss head."""
     others = [x for x in _readings(pa, None) if x[0].model != "llama-3b"]  # type: ignore[attr-defined]
-    assert {c.model for c, _, _ in others} == {"llama-1b", "gpt2-xl"}  # type: ignore[attr-defined]
+    assert {c.model for c, _, _ in others} == {"llama-1b", "gpt2-xl", "qwen2-1.5b"}  # type: ignore[attr-defined]
     errors = [predicted / measured - 1 for _, measured, predicted in others]
-    assert len(errors) == 6 and min(errors) > -0.005 and max(errors) < 0.21
+    assert len(errors) == 8 and max(abs(e) for e in errors) < 0.02, errors
 
 
 def test_halving_the_reduce_bucket_frees_two_of_its_halves_as_measured(pa: ModuleType) -> None:
@@ -109,9 +115,14 @@ def test_the_phase_exists_only_where_zero_3_sends_gradients_to_the_host(pa: Modu
     # the waiting gradients never exceed what the model trains: a bucket larger than the model holds every gradient
     # but the largest, which is counted in flight
     huge = replace(DEFAULT_BUFFERS, reduce_bucket_elements=10**12)
-    (phase,) = [p for p in training_phases(spec, both, 1024, huge) if waiting in dict(p.fixed)]
-    assert phase.name == "backward (gradients to the host)"
-    assert dict(phase.fixed)[waiting] == 2 * (spec.total_params - spec.vocab * spec.hidden)
+    first, last = [p for p in training_phases(spec, both, 1024, huge) if waiting in dict(p.fixed)]
+    assert (first.name, last.name) == (
+        "backward (gradients to the host)",
+        "backward's end (the last gradients to the host)",
+    )
+    # one bucket: the first is the last, the whole backward walked
+    assert dict(first.fixed) == dict(last.fixed)
+    assert dict(first.fixed)[waiting] == 2 * (spec.total_params - spec.vocab * spec.hidden)
 
 
 def test_the_bytes_in_flight_follow_the_partition_the_precision_and_the_optimizers_device(
@@ -255,3 +266,70 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     # under pressure the allocator waits for the reduce stream and gives the blocks back
     pressed = fragmentation(spec, opt, 1024, under_pressure=True).fixed
     assert pressed == fragmentation(spec, stage2, 1024, under_pressure=True).fixed
+
+
+def _anatomy(model: str) -> dict[str, object]:
+    rows = json.loads((RESULTS / ANATOMY).read_text())["rows"]
+    (row,) = [r for r in rows if r["config"]["model"] == model]
+    return row  # type: ignore[no-any-return]
+
+
+def test_what_is_gathered_at_the_first_full_bucket_is_what_the_walk_leaves(pa: ModuleType) -> None:
+    """At the peak of llama-1b's and llama-3b's backward (the first full bucket goes to the host), the parameter
+    blocks on the fetch stream (the first stream the step used, "stream 0") were 1.12 and 1.90 GiB: what the
+    backward still had to walk, up to max_live_parameters, plus the prefetch bucket."""
+    from wizard.planner.memory import stage3_gathered_at, stage3_kept_for_backward
+
+    for model in ("llama-1b", "llama-3b"):
+        row = _anatomy(model)
+        anatomy = row["peak_anatomy"]
+        assert anatomy["peak"] == pytest.approx(row["max_allocated"], rel=0.005)  # type: ignore[index]
+        fetched = sum(b for label, b, _ in anatomy["live"] if label.startswith("the step's, stream 0"))  # type: ignore[index]
+        spec, s = pa.bench_spec(model), pa._cfg(row).strategy(1)
+        walked = int(spec.total_params * DEFAULT_BUFFERS.reduce_bucket_elements / trainable_params(spec))
+        predicted = stage3_gathered_at(spec, s, DEFAULT_BUFFERS, walked)
+        assert predicted / fetched - 1 == pytest.approx(0.05, abs=0.035), model
+    spec = pa.bench_spec("llama-1b")
+    s = pa.Config("llama-1b", 3, "cpu", "cpu", True, 1).strategy(1)
+    w, E, buf = 2, spec.total_params, DEFAULT_BUFFERS
+    at = [stage3_gathered_at(spec, s, buf, x) for x in range(0, E + 1, E // 50)]
+    # the forward's end: what it kept plus the prefetch bucket; then what is left to walk, down to the first layers
+    # kept for the next forward (the last half reuse distance) plus the prefetch bucket
+    assert at[0] == w * min(E, stage3_kept_for_backward(spec, s) + buf.prefetch_elements)
+    assert at[-1] == w * (buf.max_reuse_distance // 2 + buf.prefetch_elements)
+    assert all(a >= b for a, b in itertools.pairwise(at)) and at[-1] < at[0]
+    # without the prefetch (the parameters on NVMe) what the forward kept is used up, never refilled
+    nvme = replace(s, offload_param="nvme")
+    assert stage3_gathered_at(spec, nvme, buf, buf.max_reuse_distance // 2) < stage3_gathered_at(
+        spec, s, buf, buf.max_reuse_distance // 2
+    )
+    # one rank with the parameters on the GPU gathers nothing
+    assert stage3_gathered_at(spec, replace(s, offload_param="none"), buf, 0) == 0
+
+
+def test_a_tied_embedding_s_gradient_comes_at_the_backward_s_end(pa: ModuleType) -> None:
+    """qwen2-1.5b (its 233M-element embedding tied to the output head): the first full bucket holds the embedding's
+    gradient being summed (0.44 GiB), not its partition on the way to the host (1.74 GiB with it), which comes with
+    the last bucket; its backward peaked at 4.44 GiB, after the loss head's 4.70 (the row's peak, the forward/loss
+    phase)."""
+    spec = pa.bench_spec("qwen2-1.5b")
+    assert spec.tied_embeddings
+    s = pa.Config("qwen2-1.5b", 3, "cpu", "cpu", True, 1).strategy(1)
+    E = spec.vocab * spec.hidden
+    first, last = [p for p in training_phases(spec, s, 1024) if "gradients to the host" in p.name]
+    assert dict(first.fixed)["the tied embedding's gradient (summed at the backward's end)"] == 2 * E
+    assert dict(last.fixed)["the largest gradient and its partition on the way to the host"] == 8 * E
+    row = _anatomy("qwen2-1.5b")
+    mem = estimate_memory(spec, s, 1024)
+    assert mem.peak_phase == "forward/loss"
+    assert mem.allocated / row["max_allocated"] - 1 == pytest.approx(0, abs=0.01)  # type: ignore[operator]
+    timeline = row["peak_anatomy"]["timeline"]  # type: ignore[index]
+    after_loss = [b for n, b in timeline if n > row["peak_anatomy"]["peak_event"] + 100]  # type: ignore[index]
+    assert first.at(1) / max(after_loss) - 1 == pytest.approx(0, abs=0.03)
+    # untied (llama): the output head's gradient is the backward's first, in the first bucket, on its way
+    llama = pa.bench_spec("llama-1b")
+    first, _ = [p for p in training_phases(llama, s, 1024) if "gradients to the host" in p.name]
+    assert (
+        dict(first.fixed)["the largest gradient and its partition on the way to the host"]
+        == 8 * llama.vocab * llama.hidden
+    )

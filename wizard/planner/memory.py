@@ -454,25 +454,31 @@ def training_phases(
     )
     phases = [fwd, bwd_start, bwd_end, step]
     if stage == 3 and offload_opt:
-        phases.append(_stage3_host_gradients_phase(model, s, buf, persistent, layers, transient))
+        phases += _stage3_host_gradients_phases(model, s, buf, persistent, layers, transient)
     return phases
 
 
 def stage3_host_gradient_items(
-    model: ModelSpec, s: Strategy, buf: ZeroBuffers
+    model: ModelSpec, s: Strategy, buf: ZeroBuffers, last: bool = False
 ) -> tuple[tuple[str, int], ...]:
-    """What ZeRO-3 with the optimizer on the host holds besides the step's own state while its gradients go to the
-    host (``_stage3_host_gradients_phase``): a bucket of 16-bit gradients waiting (at most those of every trained
-    tensor but the largest, counted next), and the largest trained tensor's 16-bit gradient with one partition of it
-    on its way to the host -- its GPU copy and that copy in fp32 (none in fp32 training). With the optimizer on
-    NVMe the fp32 copies of a whole bucket's partitions wait for the swap-out (stage3.py
-    _offload_grad_partition_at_boundary / _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8)."""
+    """What ZeRO-3 with the optimizer on the host holds besides the step's own state while a full reduce bucket goes
+    to the host (``_stage3_host_gradients_phases``): the bucket's gradients once more (at most those of every
+    trained tensor but the largest, counted next), and the largest trained tensor's 16-bit gradient with one
+    partition of it on its way to the host -- its GPU copy and that copy in fp32 (none in fp32 training). With the
+    optimizer on NVMe the fp32 copies of a whole bucket's partitions wait for the swap-out (stage3.py
+    _offload_grad_partition_at_boundary / _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8). ``last``: the
+    backward's last bucket, which ends with the input embedding's gradient (the largest tensor of most models):
+    the gradients before it that no full bucket took, if the largest still fits beside them, else none."""
     w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
     N = max(1, s.world_size)
     fp32_copy = 4 if w != 4 else 0
-    waiting = min(buf.reduce_bucket_elements, max(0, P - largest))
+    bucket = buf.reduce_bucket_elements
+    waiting = min(bucket, max(0, P - largest))
+    if last and bucket > 0:
+        rest = max(0, P - largest) % bucket
+        waiting = rest if rest + largest <= bucket else 0
     if s.offload_optimizer == "nvme":
-        in_flight = w * largest + w * largest // N + 4 * min(buf.reduce_bucket_elements, P) // N
+        in_flight = w * largest + w * largest // N + 4 * min(bucket, P) // N
     else:
         in_flight = w * largest + (w + fp32_copy) * largest // N
     return (
@@ -481,33 +487,89 @@ def stage3_host_gradient_items(
     )
 
 
-def _stage3_host_gradients_phase(
+def _largest_gradient_comes_last(model: ModelSpec) -> bool:
+    """The largest trained tensor is the embedding matrix shared with the output head: autograd completes its
+    gradient only when the backward reaches the input embedding, the last module -- so it is not in the first
+    bucket. An untied output head is the backward's first gradient (the input embedding, as large, its last)."""
+    return model.tied_embeddings and ft.largest_trainable_tensor(model) == model.vocab * model.hidden
+
+
+def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: int) -> int:
+    """Gathered parameter bytes when the backward has walked ``walked`` of the model's stage-3 elements from its
+    output end (``stage3_elements``). The coordinator (partitioned_param_coordinator.py, DeepSpeed 0.19.8) keeps
+    gathered, of what the backward has still to use, what the forward left (``stage3_kept_for_backward``), and with
+    the prefetch on its walk refills it from the recorded trace up to ``max_live_parameters`` -- each fetch adds up
+    to a prefetch bucket, and a layer's fetches add more than the layer -- so that share is
+    min(kept, elements still to walk); without the prefetch (NVMe) what the forward left is used up, never
+    refilled. Of what the backward has used, it keeps what the next forward uses within the reuse distance: the
+    model's first layers, the backward's last half-distance. Plus the prefetch bucket. At ``walked`` = 0 this is
+    the gathered working set of the forward's end. Measured (bench/_peak_anatomy.py, one H100,
+    bench/results/plan_accuracy-2026-12-06-1gpu-phases-anatomy.json): at the first full reduce bucket llama-1b
+    (1.1e9 elements) held 1.12 GiB of parameters gathered, this says 1.21; llama-3b (3.4e9) 1.90, this says 1.96."""
+    if s.world_size == 1 and s.offload_param == "none":
+        return 0  # one rank: the partition is the whole parameter
+    elements = stage3_elements(model, s)
+    largest = model.largest_layer_params * elements // max(1, model.total_params)
+    kept = _kept_for_backward(s, buf, elements, _backward_free_elements(model, s))
+    walked = max(0, min(elements, walked))
+    if buf.prefetch_elements > 0 and s.offload_param != "nvme":
+        ahead = min(kept, elements - walked)
+    else:
+        ahead = max(0, kept - walked)
+    for_next_forward = max(0, walked - max(0, elements - buf.max_reuse_distance // 2))
+    live = max(largest, ahead + for_next_forward + buf.prefetch_elements)
+    return weight_bytes(s) * min(elements, live)
+
+
+def _stage3_host_gradients_phases(
     model: ModelSpec,
     s: Strategy,
     buf: ZeroBuffers,
     persistent: list[tuple[str, int]],
     layers: int,
     transient: int,
-) -> Phase:
+) -> list[Phase]:
     """ZeRO-3 with the optimizer on the host: the backward while its gradients go to the host. Each full bucket is
     reduced on DeepSpeed's reduce stream, which then copies every gradient partition to the pinned host buffer, back
     to the GPU and, converted to fp32, to the optimizer's host gradients (stage3.py partition_grads and
-    _offload_grad_partition_at_boundary, DeepSpeed 0.19.8): PCIe work that lags the backward's compute. The
-    gradients autograd produces meanwhile wait, each held until that stream has copied it into the bucket
-    (record_stream): up to another bucket of them (``stage3_host_gradient_items``, with the largest gradient in
-    flight). The pile builds as the backward drains its activations: calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE
-    of them are still held. Measured on one GPU only (llama-3b with both offloads at micro-batch 1 at three bucket
-    sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two:
-    bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json); with several GPUs
-    the reduce is a collective and the partitions 1/N, which is extrapolated, not measured."""
-    return Phase(
-        "backward (gradients to the host)",
-        (*persistent, *stage3_host_gradient_items(model, s, buf)),
-        (
-            ("activations (partly drained)", int(layers * cal.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE)),
-            ("backward transient (one layer)", transient),
-        ),
-    )
+    _offload_grad_partition_at_boundary, DeepSpeed 0.19.8): meanwhile the bucket's gradients are held once more on
+    that stream (one block of the bucket's size, bench/_peak_anatomy.py), beside the largest gradient's copies
+    where the bucket holds it (``stage3_host_gradient_items``). Two moments: the first full bucket (what the backward
+    has walked by then still gathered ahead, ``stage3_gathered_at``), with the largest gradient unless it is the
+    tied embedding's, which comes last; and the last bucket, with the embedding's gradient and only the first
+    layers kept gathered, the activations drained. A tied embedding's gradient is held whole from the output head's
+    backward on (autograd sums both uses before it is ready). calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of the
+    activations are still held at the first. Measured on one GPU only (llama-3b with both offloads at micro-batch 1
+    at three bucket sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two:
+    bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json; where each peak is
+    set and what holds it in llama-1b, llama-3b and qwen2-1.5b: -phases-anatomy.json); with several GPUs the reduce
+    is a collective and the partitions 1/N, which is extrapolated, not measured."""
+    w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
+    elements = stage3_elements(model, s)
+    first_walk = elements if P <= 0 else int(elements * min(1.0, buf.reduce_bucket_elements / P))
+    rest = [(name, b) for name, b in persistent if name != "gathered parameters"]
+    out = []
+    for last, walked in ((False, first_walk), (True, elements)):
+        items = stage3_host_gradient_items(model, s, buf, last)
+        if not last and _largest_gradient_comes_last(model) and first_walk < elements:
+            # the output head's share of it, held by autograd while the input embedding's is to come
+            items = (items[0], ("the tied embedding's gradient (summed at the backward's end)", w * largest))
+        gathered = stage3_gathered_at(model, s, buf, walked)
+        held = [*rest, *((("gathered parameters", gathered),) if gathered else ()), *items]
+        drained = 0.0 if last else cal.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE
+        out.append(
+            Phase(
+                "backward's end (the last gradients to the host)"
+                if last
+                else "backward (gradients to the host)",
+                tuple(held),
+                (
+                    ("activations (partly drained)", int(layers * drained)),
+                    ("backward transient (one layer)", transient),
+                ),
+            )
+        )
+    return out
 
 
 def inference_recipe(model: ModelSpec) -> cal.InferenceRecipe:
