@@ -293,10 +293,10 @@ def test_what_is_gathered_at_the_first_full_bucket_is_what_the_walk_leaves(pa: M
     s = pa.Config("llama-1b", 3, "cpu", "cpu", True, 1).strategy(1)
     w, E, buf = 2, spec.total_params, DEFAULT_BUFFERS
     at = [stage3_gathered_at(spec, s, buf, x) for x in range(0, E + 1, E // 50)]
-    # the forward's end: what it kept plus the prefetch bucket; then what is left to walk, down to the first layers
-    # kept for the next forward (the last half reuse distance) plus the prefetch bucket
+    # the forward's end: what it kept plus the prefetch bucket; then what is left to walk, down to the last module
+    # and the prefetch bucket: what the backward used, it releases (its next use is the next step's)
     assert at[0] == w * min(E, stage3_kept_for_backward(spec, s) + buf.prefetch_elements)
-    assert at[-1] == w * (buf.max_reuse_distance // 2 + buf.prefetch_elements)
+    assert at[-1] == w * (spec.largest_layer_params + buf.prefetch_elements)
     assert all(a >= b for a, b in itertools.pairwise(at)) and at[-1] < at[0]
     # without the prefetch (the parameters on NVMe) what the forward kept is used up, never refilled
     nvme = replace(s, offload_param="nvme")
@@ -326,6 +326,17 @@ def test_a_tied_embedding_s_gradient_comes_at_the_backward_s_end(pa: ModuleType)
     timeline = row["peak_anatomy"]["timeline"]  # type: ignore[index]
     after_loss = [b for n, b in timeline if n > row["peak_anatomy"]["peak_event"] + 100]  # type: ignore[index]
     assert first.at(1) / max(after_loss) - 1 == pytest.approx(0, abs=0.03)
+    # with the optimizer on NVMe the first bucket's other partitions still wait in fp32 for the swap-out
+    nvme = replace(s, offload_optimizer="nvme")
+    B, P = DEFAULT_BUFFERS.reduce_bucket_elements, trainable_params(spec)
+    first, last = [p for p in training_phases(spec, nvme, 1024) if "gradients to the host" in p.name]
+    assert dict(first.fixed)[
+        "the tied embedding's gradient (summed at the backward's end)"
+    ] == 2 * E + 4 * min(B, P - E)
+    assert (
+        dict(last.fixed)["the largest gradient and its partition on the way to the host"]
+        == 2 * E + 2 * E + 4 * B
+    )
     # untied (llama): the output head's gradient is the backward's first, in the first bucket, on its way
     llama = pa.bench_spec("llama-1b")
     first, _ = [p for p in training_phases(llama, s, 1024) if "gradients to the host" in p.name]

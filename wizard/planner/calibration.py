@@ -171,13 +171,14 @@ STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000
 # Stage 3 steps the optimizer one sub-group at a time: each sub-group's fp32 gradient is made for its update and
 # freed after it (stage3.py _prepare_fp32_grad_for_sub_group / _release_sub_group; sub_group_size default 1e9).
 STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000
-# ZeRO-3 with the optimizer on the host: the share of the activations still held when the gradients waiting for the
-# reduce stream's host copies peak (memory._stage3_host_gradients_phase). Set from llama-3b's readings on one H100
+# ZeRO-3 with the optimizer on the host: the share of the activations still held when the first full reduce bucket
+# goes to the host (memory._stage3_host_gradients_phases). Set from llama-3b's readings on one H100
 # and one H200 (both offloads at micro-batch 1 with three bucket sizes, 4 and 8; the optimizer alone offloaded at 4
 # with two): 0.5 puts all nine within -4.3 ... +3.8 % (0 puts micro-batch 1 -4.2 ... -6.4 % and 4 -4.0 % short; 1
 # puts 4 and 8 +6.6 / +12.6 % over) (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json,
 # -phases-3b{,-train}.json).
-# llama-1b's backward holds less of a bucket: +0.2 ... +20.5 % over (tests/unit/test_stage3_host_gradients.py).
+# With the backward's walk (memory.stage3_gathered_at) llama-1b and qwen2-1.5b come within -1.9 ... +0.6 % too
+# (tests/unit/test_stage3_host_gradients.py).
 STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE = 0.5
 # Mixed-precision Adam (ZeRO, arXiv:1910.02054, K = 12): fp32 master weights 4 + momentum 4 + variance 4 bytes per
 # parameter.

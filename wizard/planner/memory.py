@@ -459,7 +459,7 @@ def training_phases(
 
 
 def stage3_host_gradient_items(
-    model: ModelSpec, s: Strategy, buf: ZeroBuffers, last: bool = False
+    model: ModelSpec, s: Strategy, buf: ZeroBuffers, last: bool = False, largest_in_bucket: bool = True
 ) -> tuple[tuple[str, int], ...]:
     """What ZeRO-3 with the optimizer on the host holds besides the step's own state while a full reduce bucket goes
     to the host (``_stage3_host_gradients_phases``): the bucket's gradients once more (at most those of every
@@ -468,7 +468,10 @@ def stage3_host_gradient_items(
     optimizer on NVMe the fp32 copies of a whole bucket's partitions wait for the swap-out (stage3.py
     _offload_grad_partition_at_boundary / _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8). ``last``: the
     backward's last bucket, which ends with the input embedding's gradient (the largest tensor of most models):
-    the gradients before it that no full bucket took, if the largest still fits beside them, else none."""
+    the gradients before it that no full bucket took, if the largest still fits beside them, else none.
+    ``largest_in_bucket`` False: a bucket before the tied embedding's gradient is ready -- autograd holds the output
+    head's share of it (16 bits), nothing of it is on its way (with the optimizer on NVMe the bucket's other
+    partitions still wait in fp32)."""
     w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
     N = max(1, s.world_size)
     fp32_copy = 4 if w != 4 else 0
@@ -477,8 +480,15 @@ def stage3_host_gradient_items(
     if last and bucket > 0:
         rest = max(0, P - largest) % bucket
         waiting = rest if rest + largest <= bucket else 0
+    nvme_fp32 = 4 * min(bucket, P) // N if s.offload_optimizer == "nvme" else 0
+    if not largest_in_bucket:
+        summing = w * largest + (4 * min(bucket, max(0, P - largest)) // N if nvme_fp32 else 0)
+        return (
+            ("gradients waiting for the reduce stream", w * waiting),
+            ("the tied embedding's gradient (summed at the backward's end)", summing),
+        )
     if s.offload_optimizer == "nvme":
-        in_flight = w * largest + w * largest // N + 4 * min(bucket, P) // N
+        in_flight = w * largest + w * largest // N + nvme_fp32
     else:
         in_flight = w * largest + (w + fp32_copy) * largest // N
     return (
@@ -501,9 +511,10 @@ def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: 
     the prefetch on its walk refills it from the recorded trace up to ``max_live_parameters`` -- each fetch adds up
     to a prefetch bucket, and a layer's fetches add more than the layer -- so that share is
     min(kept, elements still to walk); without the prefetch (NVMe) what the forward left is used up, never
-    refilled. Of what the backward has used, it keeps what the next forward uses within the reuse distance: the
-    model's first layers, the backward's last half-distance. Plus the prefetch bucket. At ``walked`` = 0 this is
-    the gathered working set of the forward's end. Measured (bench/_peak_anatomy.py, one H100,
+    refilled. What the backward has used it releases: it keeps a parameter only for a later use within the rest
+    of this step's trace (``__params_to_release`` scans ``__submodule_order[step_id:]``), and the next forward is
+    the next step's. Plus the prefetch bucket, and never less than the largest module with it. At ``walked`` = 0
+    this is the gathered working set of the forward's end (``_stage3_working_set``). Measured (bench/_peak_anatomy.py, one H100,
     bench/results/plan_accuracy-2026-12-06-1gpu-phases-anatomy.json): at the first full reduce bucket llama-1b
     (1.1e9 elements) held 1.12 GiB of parameters gathered, this says 1.21; llama-3b (3.4e9) 1.90, this says 1.96."""
     if s.world_size == 1 and s.offload_param == "none":
@@ -516,9 +527,8 @@ def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: 
         ahead = min(kept, elements - walked)
     else:
         ahead = max(0, kept - walked)
-    for_next_forward = max(0, walked - max(0, elements - buf.max_reuse_distance // 2))
-    live = max(largest, ahead + for_next_forward + buf.prefetch_elements)
-    return weight_bytes(s) * min(elements, live)
+    module = max(largest, min(buf.max_live_parameters, largest + buf.prefetch_elements))
+    return weight_bytes(s) * min(elements, max(module, ahead + buf.prefetch_elements))
 
 
 def _stage3_host_gradients_phases(
@@ -536,24 +546,22 @@ def _stage3_host_gradients_phases(
     that stream (one block of the bucket's size, bench/_peak_anatomy.py), beside the largest gradient's copies
     where the bucket holds it (``stage3_host_gradient_items``). Two moments: the first full bucket (what the backward
     has walked by then still gathered ahead, ``stage3_gathered_at``), with the largest gradient unless it is the
-    tied embedding's, which comes last; and the last bucket, with the embedding's gradient and only the first
-    layers kept gathered, the activations drained. A tied embedding's gradient is held whole from the output head's
+    tied embedding's, which comes last; and the last bucket, with the embedding's gradient, little left gathered,
+    the activations drained. A tied embedding's gradient is held whole from the output head's
     backward on (autograd sums both uses before it is ready). calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of the
     activations are still held at the first. Measured on one GPU only (llama-3b with both offloads at micro-batch 1
     at three bucket sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two:
     bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json; where each peak is
     set and what holds it in llama-1b, llama-3b and qwen2-1.5b: -phases-anatomy.json); with several GPUs the reduce
     is a collective and the partitions 1/N, which is extrapolated, not measured."""
-    w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
+    P = ft.trainable_params(model)
     elements = stage3_elements(model, s)
     first_walk = elements if P <= 0 else int(elements * min(1.0, buf.reduce_bucket_elements / P))
     rest = [(name, b) for name, b in persistent if name != "gathered parameters"]
     out = []
     for last, walked in ((False, first_walk), (True, elements)):
-        items = stage3_host_gradient_items(model, s, buf, last)
-        if not last and _largest_gradient_comes_last(model) and first_walk < elements:
-            # the output head's share of it, held by autograd while the input embedding's is to come
-            items = (items[0], ("the tied embedding's gradient (summed at the backward's end)", w * largest))
+        tied_later = not last and _largest_gradient_comes_last(model) and first_walk < elements
+        items = stage3_host_gradient_items(model, s, buf, last, largest_in_bucket=not tied_later)
         gathered = stage3_gathered_at(model, s, buf, walked)
         held = [*rest, *((("gathered parameters", gathered),) if gathered else ()), *items]
         drained = 0.0 if last else cal.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE
