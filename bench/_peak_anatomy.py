@@ -4,9 +4,8 @@
 stacks: gathering Python stacks made DeepSpeed's ZeRO-3 backward fail with "SystemError: ... returned NULL without
 setting an exception" on torch 2.x of the GPU image, 2026-12-06). ``anatomy()`` replays that step's events from the
 blocks live at its start (torch.cuda.memory._snapshot(): "segments" holds the live blocks, "device_traces" the
-events) to the event that set its allocated peak, and groups what is live there: by where it was allocated where
-a stack was recorded (the first frame outside torch), else by block size and stream ("the step's 952 MiB blocks on
-stream 1"; streams numbered in the order the step first used them, 0 the one it started on). It also keeps the
+events) to the event that set its allocated peak, and groups what is live there by block size and stream ("the
+step's, stream 1: 952 MiB blocks"; streams numbered in the order the step first used them). It also keeps the
 step's allocated bytes at 100 points of its events, and where its forward ended.
 
 Bytes are the allocator's (each block rounded up to 512 bytes), and allocated means what
@@ -16,31 +15,17 @@ torch.cuda.memory_allocated counts: a block leaves it at its free request, even 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-NO_FRAME = "no Python frame"
-# Frames of these are how an allocation was reached, not who asked for it.
-_PLUMBING = ("/torch/", "/contextlib.py", "/functools.py", "/threading.py", "<frozen")
-TOP_SITES = 30
+TOP_GROUPS = 30
 TIMELINE_POINTS = 100
 MiB = 1024**2
 
 
-def site(frames: Sequence[Mapping[str, Any]] | None) -> str:
-    """The innermost frame that is not torch's own plumbing, as ``path-tail:line function``."""
-    for f in frames or ():
-        filename = str(f.get("filename", ""))
-        if not filename or any(p in filename for p in _PLUMBING):
-            continue
-        tail = "/".join(filename.split("/")[-2:])
-        return f"{tail}:{f.get('line')} {f.get('name')}"
-    return NO_FRAME
-
-
-def _label(size: int, where: str, origin: str) -> str:
-    """A live block's group: its site, or without a stack its origin and size."""
-    return where if where != NO_FRAME else f"{origin}: {size / MiB:.0f} MiB blocks"
+def _label(size: int, origin: str) -> str:
+    """A live block's group: where it comes from and its size."""
+    return f"{origin}: {size / MiB:.0f} MiB blocks"
 
 
 def live_blocks(snapshot: Mapping[str, Any], device: int) -> dict[int, tuple[int, str]]:
@@ -53,7 +38,7 @@ def live_blocks(snapshot: Mapping[str, Any], device: int) -> dict[int, tuple[int
         for block in seg.get("blocks", ()):
             size = int(block["size"])
             if block.get("state") == "active_allocated":
-                out[addr] = (size, _label(size, site(block.get("frames")), "live at the step's start"))
+                out[addr] = (size, _label(size, "live at the step's start"))
             addr += size
     return out
 
@@ -87,7 +72,7 @@ def anatomy(
         if e["action"] == "alloc":
             stream = streams.setdefault(e.get("stream"), len(streams))
             size = int(e["size"])
-            live[addr] = (size, _label(size, site(e.get("frames")), f"the step's, stream {stream}"))
+            live[addr] = (size, _label(size, f"the step's, stream {stream}"))
         else:
             live.pop(addr, None)
     groups: dict[str, list[int]] = {}
@@ -104,13 +89,11 @@ def anatomy(
         "peak_event": peak_index,
         "events": len(kept),
         "forward_events": (None if forward_events is None else sum(1 for i in kept if i < forward_events)),
-        "peak_set_by": (
-            _label(int(setter["size"]), site(setter.get("frames")), "a block of")
-            if setter is not None
-            else "the step's start"
-        ),
-        "live": [[where, b, n] for where, (b, n) in ranked[:TOP_SITES]],
-        "live_elsewhere": sum(b for _, (b, _) in ranked[TOP_SITES:]),
+        "peak_set_by": _label(int(setter["size"]), "a block of")
+        if setter is not None
+        else "the step's start",
+        "live": [[where, b, n] for where, (b, n) in ranked[:TOP_GROUPS]],
+        "live_elsewhere": sum(b for _, (b, _) in ranked[TOP_GROUPS:]),
         "timeline": [[n, totals[n] - baseline] for n in range(0, len(totals), step)],
     }
 
@@ -122,13 +105,20 @@ def record(enabled: str | None, max_entries: int = 2_000_000) -> None:
     torch.cuda.memory._record_memory_history(enabled, context=None, max_entries=max_entries)  # type: ignore[arg-type]
 
 
+def _device_events(snapshot: Mapping[str, Any], device: Any) -> tuple[int, list[Any]]:
+    """(index, recorded events) of ``device`` in a snapshot."""
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    traces = snapshot.get("device_traces") or []
+    return index, (traces[index] if index < len(traces) else [])
+
+
 def trace_length(device: Any) -> int:
     """Events recorded so far on ``device`` (a snapshot: call it once or twice a step, not per event)."""
     import torch
 
-    traces = torch.cuda.memory._snapshot().get("device_traces") or []
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return len(traces[index]) if index < len(traces) else 0
+    return len(_device_events(torch.cuda.memory._snapshot(), device)[1])
 
 
 def step_anatomy(
@@ -138,8 +128,5 @@ def step_anatomy(
     import torch
 
     torch.cuda.synchronize(device)
-    end = torch.cuda.memory._snapshot()
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    traces = end.get("device_traces") or []
-    events = traces[index] if index < len(traces) else []
+    index, events = _device_events(torch.cuda.memory._snapshot(), device)
     return anatomy(live_blocks(start, index), events, baseline, forward_events)

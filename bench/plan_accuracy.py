@@ -1372,7 +1372,8 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
                 row.resident_allocated = torch.cuda.memory_allocated(device) - (row.baseline_allocated or 0)
             if peaks is not None:
                 peaks.step = i
-            if anatomy and i == warmup - 1:
+            recording = anatomy and i == warmup - 1
+            if recording:
                 anatomy_start = torch.cuda.memory._snapshot()
                 peak_anatomy.record("all")
             marks = _PhaseMarks(cuda, peaks)
@@ -1381,7 +1382,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
             for micro in range(c.grad_accum):
                 loss = engine(input_ids=ids, labels=ids).loss
                 marks.mark("forward")
-                if anatomy and i == warmup - 1 and micro == 0:
+                if recording and micro == 0:
                     forward_events = peak_anatomy.trace_length(device)
                 engine.backward(loss)
                 if micro < c.grad_accum - 1:
@@ -1392,7 +1393,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
             if cuda:
                 torch.cuda.synchronize(device)
             dt_s = time.perf_counter() - t0
-            if anatomy and i == warmup - 1:
+            if recording:
                 row.peak_anatomy = peak_anatomy.step_anatomy(
                     device, anatomy_start, row.baseline_allocated or 0, forward_events
                 )
@@ -3661,8 +3662,8 @@ def main() -> int:
     ap.add_argument(
         "--peak-anatomy",
         action="store_true",
-        help="record what holds each row's allocated peak in its last untimed step, grouped by where it was "
-        "allocated (Row.peak_anatomy: PyTorch's memory history of that step, by block size and stream)",
+        help="record what holds each row's allocated peak in its last untimed step (Row.peak_anatomy: PyTorch's "
+        "memory history of that step, what is live at the peak by block size and stream)",
     )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)

@@ -364,8 +364,12 @@ class EndFacts:
 
     @property
     def first_failing_code(self) -> int | None:
-        codes = [*self.obs.exit_codes, *self.launcher_returncodes]
-        return next((rc for rc in codes if rc not in (0, None)), None)
+        return first_failing(self.obs.exit_codes, self.launcher_returncodes)
+
+
+def first_failing(rank_codes: Sequence[int], launcher_returncodes: Sequence[int | None]) -> int | None:
+    """The first non-zero code launch.py reported for a rank ("exits with return code = N"), else the launcher's."""
+    return next((rc for rc in (*rank_codes, *launcher_returncodes) if rc not in (0, None)), None)
 
 
 def decide(
@@ -832,13 +836,9 @@ def exit_code(
     if verdict.kind in ("host_oom", "killed"):
         return 128 + 9
     crash = first_crash(deaths, rank_codes, launcher_returncodes)
-    codes = [rc for rc in (*rank_codes, *launcher_returncodes) if rc not in (0, None)]
-    if crash is not None and crash.returncode is not None:
-        codes.insert(0, crash.returncode)
-    if not codes:
+    rc = crash.returncode if crash is not None else first_failing(rank_codes, launcher_returncodes)
+    if rc is None:
         return 0 if verdict.kind in ("success", "overflow_storm") else 1
-    rc = codes[0]
-    assert rc is not None
     if rc < 0:
         return 128 + (-rc) if -rc < 128 else 1
     return rc if rc < 256 else 1

@@ -325,18 +325,9 @@ def stage3_training_gathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DE
 
 def _stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
     """Gathered full parameters live during forward/backward: the module in use plus the prefetch bucket and, in
-    training, what stays gathered at the end of forward for backward (``stage3_kept_for_backward``), in the elements
-    DeepSpeed counts (``stage3_elements``). An inference pass is never reused within its trace: only the module in
-    use and the prefetch bucket are live."""
-    if s.world_size == 1 and s.offload_param == "none":
-        return 0  # one rank: the partition is the whole parameter
-    elements = stage3_elements(model, s)
-    largest = model.largest_layer_params * elements // max(1, model.total_params)
-    # A module larger than max_live_parameters is still gathered whole; nothing beyond the model is ever live.
-    live = max(largest, min(buf.max_live_parameters, largest + buf.prefetch_elements))
-    if s.mode == "train":
-        live = max(live, stage3_kept_for_backward(model, s, buf) + buf.prefetch_elements)
-    return weight_bytes(s) * min(elements, live)
+    training, what stays gathered at the end of forward for backward (``stage3_kept_for_backward``): what
+    ``stage3_gathered_at`` holds before the backward has walked anything."""
+    return stage3_gathered_at(model, s, buf, 0)
 
 
 def _stage3_sub_group(partition: int) -> int:
@@ -505,30 +496,34 @@ def _largest_gradient_comes_last(model: ModelSpec) -> bool:
 
 
 def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: int) -> int:
-    """Gathered parameter bytes when the backward has walked ``walked`` of the model's stage-3 elements from its
-    output end (``stage3_elements``). The coordinator (partitioned_param_coordinator.py, DeepSpeed 0.19.8) keeps
-    gathered, of what the backward has still to use, what the forward left (``stage3_kept_for_backward``), and with
-    the prefetch on its walk refills it from the recorded trace up to ``max_live_parameters`` -- each fetch adds up
-    to a prefetch bucket, and a layer's fetches add more than the layer -- so that share is
-    min(kept, elements still to walk); without the prefetch (NVMe) what the forward left is used up, never
-    refilled. What the backward has used it releases: it keeps a parameter only for a later use within the rest
-    of this step's trace (``__params_to_release`` scans ``__submodule_order[step_id:]``), and the next forward is
-    the next step's. Plus the prefetch bucket, and never less than the largest module with it. At ``walked`` = 0
-    this is the gathered working set of the forward's end (``_stage3_working_set``). Measured (bench/_peak_anatomy.py, one H100,
+    """Gathered parameter bytes, in the elements DeepSpeed counts (``stage3_elements``), when a training backward has
+    walked ``walked`` of them from the model's output end. Always the module in use plus the prefetch bucket (a
+    module larger than max_live_parameters is still gathered whole); an inference pass is never reused within its
+    trace, so that is all it holds. In training the coordinator (partitioned_param_coordinator.py, DeepSpeed
+    0.19.8) keeps gathered, of what the backward has still to use, what the forward left
+    (``stage3_kept_for_backward``), and with the prefetch on its walk refills it from the recorded trace up to
+    ``max_live_parameters`` -- each fetch adds up to a prefetch bucket, and a layer's fetches add more than the
+    layer -- so that share is min(kept, elements still to walk); without the prefetch (NVMe) what the forward left
+    is used up, never refilled. What the backward has used it releases: it keeps a parameter only for a later use
+    within the rest of this step's trace (``__params_to_release`` scans ``__submodule_order[step_id:]``), and the
+    next forward is the next step's. Plus the prefetch bucket. At ``walked`` = 0 this is the gathered working set
+    of the forward's end (``_stage3_working_set``). Measured (bench/_peak_anatomy.py, one H100,
     bench/results/plan_accuracy-2026-12-06-1gpu-phases-anatomy.json): at the first full reduce bucket llama-1b
     (1.1e9 elements) held 1.12 GiB of parameters gathered, this says 1.21; llama-3b (3.4e9) 1.90, this says 1.96."""
     if s.world_size == 1 and s.offload_param == "none":
         return 0  # one rank: the partition is the whole parameter
     elements = stage3_elements(model, s)
     largest = model.largest_layer_params * elements // max(1, model.total_params)
-    kept = _kept_for_backward(s, buf, elements, _backward_free_elements(model, s))
-    walked = max(0, min(elements, walked))
-    if buf.prefetch_elements > 0 and s.offload_param != "nvme":
-        ahead = min(kept, elements - walked)
-    else:
-        ahead = max(0, kept - walked)
-    module = max(largest, min(buf.max_live_parameters, largest + buf.prefetch_elements))
-    return weight_bytes(s) * min(elements, max(module, ahead + buf.prefetch_elements))
+    live = max(largest, min(buf.max_live_parameters, largest + buf.prefetch_elements))
+    if s.mode == "train":
+        kept = _kept_for_backward(s, buf, elements, _backward_free_elements(model, s))
+        walked = max(0, min(elements, walked))
+        if buf.prefetch_elements > 0 and s.offload_param != "nvme":
+            ahead = min(kept, elements - walked)
+        else:
+            ahead = max(0, kept - walked)
+        live = max(live, ahead + buf.prefetch_elements)
+    return weight_bytes(s) * min(elements, live)
 
 
 def _stage3_host_gradients_phases(
