@@ -67,6 +67,16 @@ def test_a_rank_that_raises_is_named_with_its_exception() -> None:
     assert any("then rank 0 stopped too" in a for a in v.advice)
     assert v.evidence[-1].startswith("RuntimeError: injected failure")
     assert exit_code(v, codes, None) == 1
+    # the raising rank aborts at interpreter exit after its traceback (DeepSpeed on CPU, about 1 run in 10) and
+    # launch.py's poll finds rank 0's gloo exit first: the verdict is still the exception, and dswiz's code is
+    # rank 1's own, SIGABRT's 134, as CI once read it
+    deaths = [
+        RankDeath(rank=1, pid=7001, at=9.1, returncode=-6),
+        RankDeath(rank=0, pid=7000, at=9.3, returncode=1),
+    ]
+    v = decide(obs, launcher_returncodes=codes, deaths=deaths)
+    assert (v.kind, v.rank) == ("rank_failed", 1)
+    assert exit_code(v, codes, None, obs.exit_codes, deaths) == 134
 
 
 def test_the_same_verdict_from_the_per_rank_logs() -> None:
