@@ -18,6 +18,9 @@ import pytest
 from wizard.planner.finetune import trainable_params
 from wizard.planner.memory import (
     DEFAULT_BUFFERS,
+    FLAT_BUCKET_ITEM,
+    IN_FLIGHT_ITEM,
+    TIED_ITEM,
     estimate_memory,
     stage3_host_gradient_items,
     training_phases,
@@ -60,14 +63,17 @@ def _readings(pa: ModuleType, model: str | None = "llama-3b") -> list[tuple[obje
     return out
 
 
-def test_the_backward_with_the_optimizer_on_the_host_is_predicted_within_4_5_percent(pa: ModuleType) -> None:
+def test_the_backward_with_the_optimizer_on_the_host_is_predicted_within_1_5_percent(pa: ModuleType) -> None:
+    """llama-3b: -4.3 ... +3.8 % before the output head's copies were counted at what the reduce stream held (10
+    bytes an element, the norm's fp64 among them) and calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE refit
+    with them (0.5 -> 0.2)."""
     readings = _readings(pa)
     assert len(readings) == 10
     assert {c.micro_batch for c, _, _ in readings} == {1, 4, 8, 16}
     assert {c.offload_param for c, _, _ in readings} == {"cpu", "none"}
     for c, measured, predicted in readings:
         # without the phase, both offloads at micro-batch 1 were predicted 33 % short (3.43 of 5.09 GiB)
-        assert predicted / measured - 1 == pytest.approx(0, abs=0.045), pa._describe(c.__dict__)
+        assert predicted / measured - 1 == pytest.approx(0, abs=0.015), pa._describe(c.__dict__)
 
 
 def test_the_smaller_models_are_predicted_within_2_percent(pa: ModuleType) -> None:
@@ -83,7 +89,7 @@ def test_the_smaller_models_are_predicted_within_2_percent(pa: ModuleType) -> No
 
 
 def test_halving_the_reduce_bucket_frees_two_of_its_halves_as_measured(pa: ModuleType) -> None:
-    """The bucket itself and the gradients waiting for it: 2 x 0.47 GiB predicted, 0.92 GiB measured (H100)."""
+    """The bucket itself and its flat copy for the reduce-scatter: 2 x 0.47 GiB predicted, 0.92 GiB measured (H100)."""
     by_bucket = {
         dict(c.zero).get("reduce_bucket_size", DEFAULT_BUFFERS.reduce_bucket_elements): (measured, predicted)
         for c, measured, predicted in _readings(pa)
@@ -97,7 +103,7 @@ def test_halving_the_reduce_bucket_frees_two_of_its_halves_as_measured(pa: Modul
 def test_the_phase_exists_only_where_zero_3_sends_gradients_to_the_host(pa: ModuleType) -> None:
     spec = pa.bench_spec("llama-3b")
     both = pa.Config("llama-3b", 3, "cpu", "cpu", True, 4).strategy(1)
-    waiting = "gradients waiting for the reduce stream"
+    waiting = FLAT_BUCKET_ITEM
 
     def holds(s: object) -> bool:
         return any(waiting in dict(p.fixed) for p in training_phases(spec, s, 1024))  # type: ignore[arg-type]
@@ -112,8 +118,7 @@ def test_the_phase_exists_only_where_zero_3_sends_gradients_to_the_host(pa: Modu
         estimate_memory(spec, replace(both, micro_batch_size=5), 1024).allocated
         > estimate_memory(spec, both, 1024).allocated
     )
-    # the waiting gradients never exceed what the model trains: a bucket larger than the model holds every gradient
-    # but the largest, which is counted in flight
+    # the flat copy never exceeds what the model trains: a bucket larger than the model holds every gradient
     huge = replace(DEFAULT_BUFFERS, reduce_bucket_elements=10**12)
     first, last = [p for p in training_phases(spec, both, 1024, huge) if waiting in dict(p.fixed)]
     assert (first.name, last.name) == (
@@ -122,32 +127,71 @@ def test_the_phase_exists_only_where_zero_3_sends_gradients_to_the_host(pa: Modu
     )
     # one bucket: the first is the last, the whole backward walked
     assert dict(first.fixed) == dict(last.fixed)
-    assert dict(first.fixed)[waiting] == 2 * (spec.total_params - spec.vocab * spec.hidden)
+    assert dict(first.fixed)[waiting] == 2 * spec.total_params
 
 
 def test_the_bytes_in_flight_follow_the_partition_the_precision_and_the_optimizers_device(
     pa: ModuleType,
 ) -> None:
-    """The largest gradient (llama-3b's 102.4M-element embedding, E) in 16 bits, and its partition of 1/N on the way:
-    the GPU copy in 16 bits and that copy in fp32 -- no conversion in fp32 training; with the optimizer on NVMe the
-    fp32 copies of a whole bucket's partitions wait for the swap-out (stage3.py, DeepSpeed 0.19.8)."""
+    """The bucket's gradients flattened once more (reduce_scatter_coalesced), and the largest gradient's partition
+    of 1/N on its way (llama-3b's 102.4M-element output head, E): its 16-bit GPU copy and its norm in fp64, the
+    larger of that and the fp32 copy after it; its 16-bit gradient is in the reduce bucket (contiguous_gradients).
+    fp32 training converts nothing; with the optimizer on NVMe the fp32 copies of a whole bucket's partitions wait
+    for the swap-out (stage3.py, DeepSpeed 0.19.8). llama-3b's anatomy read the head's copies at 0.95 GiB, 10 bytes
+    an element, where 8 were counted before."""
     spec = pa.bench_spec("llama-3b")
     E, B = spec.vocab * spec.hidden, DEFAULT_BUFFERS.reduce_bucket_elements
     one = pa.Config("llama-3b", 3, "cpu", "cpu", True, 1).strategy(1)
     eight = replace(one, gpus_per_node=8)
     cases = {
-        one: (2 * B, 2 * E + 6 * E),
-        eight: (2 * B, 2 * E + 6 * E // 8),
-        replace(one, precision="fp32"): (4 * B, 4 * E + 4 * E),
-        replace(one, offload_optimizer="nvme", offload_param="nvme"): (2 * B, 2 * E + 2 * E + 4 * B),
+        one: (2 * B, 2 * E + 8 * E),
+        eight: (2 * B, 2 * (E // 8) + 8 * (E // 8)),
+        replace(one, precision="fp32"): (4 * B, 4 * E + 8 * E),
+        # NVMe: the bucket's other fp32 partitions wait for the swap-out; the head's own comes after its norm
+        replace(one, offload_optimizer="nvme", offload_param="nvme"): (2 * B, 4 * (B - E) + 2 * E + 8 * E),
         replace(eight, offload_optimizer="nvme", offload_param="nvme"): (
             2 * B,
-            2 * E + 2 * E // 8 + 4 * B // 8,
+            4 * B // 8 - 4 * (E // 8) + 2 * (E // 8) + 8 * (E // 8),
         ),
+        # fp32 training on NVMe: the waiting fp32 partitions are the GPU copies themselves
+        replace(one, precision="fp32", offload_optimizer="nvme"): (4 * B, 4 * B + 8 * E),
     }
-    for s, (waiting_bytes, in_flight) in cases.items():
+    for s, (flat, in_flight) in cases.items():
         items = dict(stage3_host_gradient_items(spec, s, DEFAULT_BUFFERS))
-        assert list(items.values()) == [waiting_bytes, in_flight], s
+        assert items == {FLAT_BUCKET_ITEM: flat, IN_FLIGHT_ITEM: in_flight}, s
+    # what the reduce stream held at llama-1b's and llama-3b's peaks: the flat bucket, and the head's copies
+    for model in ("llama-1b", "llama-3b"):
+        head = pa.bench_spec(model).vocab * pa.bench_spec(model).hidden
+        anatomy = _anatomy(model)["peak_anatomy"]
+        reduce_stream = [b for label, b, _ in anatomy["live"] if label.startswith("the step's, stream 2")]  # type: ignore[index]
+        assert max(reduce_stream) == pytest.approx(2 * B, rel=0.06), model
+        copies = sum(b for b in reduce_stream if b < 0.9 * 2 * B)
+        assert copies == pytest.approx(10 * head, rel=0.001), model
+    # a bucket smaller than the gradient: it is reduced alone, in place (no flat copy), its 16-bit gradient where
+    # autograd made it; with the optimizer on NVMe only its own fp32 partition waits
+    small = replace(DEFAULT_BUFFERS, reduce_bucket_elements=E // 4)
+    assert dict(stage3_host_gradient_items(spec, one, small)) == {
+        FLAT_BUCKET_ITEM: 0,
+        IN_FLIGHT_ITEM: 2 * E + 2 * E + 8 * E,
+    }
+    on_nvme = replace(one, offload_optimizer="nvme")
+    assert dict(stage3_host_gradient_items(spec, on_nvme, small))[IN_FLIGHT_ITEM] == 2 * E + 2 * E + 8 * E
+    # the last bucket: the gradients no full bucket took, beside the input embedding, else the embedding alone
+    P = trainable_params(spec)
+    rest = (P - E) % B
+    assert rest + E <= B
+    assert dict(stage3_host_gradient_items(spec, one, DEFAULT_BUFFERS, last=True))[FLAT_BUCKET_ITEM] == 2 * (
+        rest + E
+    )
+    snug = replace(DEFAULT_BUFFERS, reduce_bucket_elements=P - E)  # rest 0: the embedding alone, in place
+    assert dict(stage3_host_gradient_items(spec, one, snug, last=True))[FLAT_BUCKET_ITEM] == 0
+    # the norm goes in chunks of 250M elements: a larger partition holds one chunk in fp64 at a time
+    wide = replace(spec, vocab=4 * spec.vocab)
+    W = wide.vocab * wide.hidden
+    assert W > 250_000_000
+    assert dict(stage3_host_gradient_items(wide, one, DEFAULT_BUFFERS))[IN_FLIGHT_ITEM] == 2 * W + max(
+        8 * 250_000_000, 4 * W
+    )
 
 
 def test_the_plan_names_the_phase_and_counts_its_drained_activations_as_activations(pa: ModuleType) -> None:
@@ -207,7 +251,7 @@ def _device_readings(pa: ModuleType) -> list[tuple[object, float, float]]:
 def test_the_cache_the_waiting_gradients_leave_is_predicted_within_8_percent(pa: ModuleType) -> None:
     """Reserved minus allocated was 3.2-7.8 GiB at the default bucket where the step block's share said 1.5-4.3
     (device memory -11.2 ... -0.7 %, median -6.3 % before); two reduce buckets of cache bring every reading within
-    8 % (-7.8 ... +4.8 %, median +0.4 %), llama-5b's held out (at half the bucket -3.8 / -7.8 %: its cache shrank
+    8 % (-7.8 ... +4.8 %, median -0.2 %; +0.4 % with the head's copies at 8 bytes an element), llama-5b's held out (at half the bucket -3.8 / -7.8 %: its cache shrank
     0.41 GiB where the rule takes 0.93)."""
     readings = _device_readings(pa)
     assert {c.model for c, _, _ in readings} == {"llama-1b", "gpt2-xl", "llama-3b", "llama-5b"}  # type: ignore[attr-defined]
@@ -277,7 +321,8 @@ def _anatomy(model: str) -> dict[str, object]:
 def test_what_is_gathered_at_the_first_full_bucket_is_what_the_walk_leaves(pa: ModuleType) -> None:
     """At the peak of llama-1b's and llama-3b's backward (the first full bucket goes to the host), the parameter
     blocks on the fetch stream (the first stream the step used, "stream 0") were 1.12 and 1.90 GiB: what the
-    backward still had to walk, up to max_live_parameters, plus the prefetch bucket."""
+    backward still had to walk, up to max_live_parameters plus the prefetch bucket (which fetches nothing past the
+    model's end): 1.12 and 1.96 GiB predicted."""
     from wizard.planner.memory import stage3_gathered_at, stage3_kept_for_backward
 
     for model in ("llama-1b", "llama-3b"):
@@ -288,7 +333,7 @@ def test_what_is_gathered_at_the_first_full_bucket_is_what_the_walk_leaves(pa: M
         spec, s = pa.bench_spec(model), pa._cfg(row).strategy(1)
         walked = int(spec.total_params * DEFAULT_BUFFERS.reduce_bucket_elements / trainable_params(spec))
         predicted = stage3_gathered_at(spec, s, DEFAULT_BUFFERS, walked)
-        assert predicted / fetched - 1 == pytest.approx(0.05, abs=0.035), model
+        assert predicted / fetched - 1 == pytest.approx(0, abs=0.035), model
     spec = pa.bench_spec("llama-1b")
     s = pa.Config("llama-1b", 3, "cpu", "cpu", True, 1).strategy(1)
     w, E, buf = 2, spec.total_params, DEFAULT_BUFFERS
@@ -298,6 +343,9 @@ def test_what_is_gathered_at_the_first_full_bucket_is_what_the_walk_leaves(pa: M
     assert at[0] == w * min(E, stage3_kept_for_backward(spec, s) + buf.prefetch_elements)
     assert at[-1] == w * (spec.largest_layer_params + buf.prefetch_elements)
     assert all(a >= b for a, b in itertools.pairwise(at)) and at[-1] < at[0]
+    # near the end, what is left to walk is all there is to gather: no prefetch past the model's end
+    x = E - stage3_kept_for_backward(spec, s) // 2
+    assert stage3_gathered_at(spec, s, buf, x) == w * (E - x)
     # without the prefetch (the parameters on NVMe) what the forward kept is used up, never refilled
     nvme = replace(s, offload_param="nvme")
     assert stage3_gathered_at(spec, nvme, buf, buf.max_reuse_distance // 2) < stage3_gathered_at(
@@ -309,7 +357,7 @@ def test_what_is_gathered_at_the_first_full_bucket_is_what_the_walk_leaves(pa: M
 
 def test_a_tied_embedding_s_gradient_comes_at_the_backward_s_end(pa: ModuleType) -> None:
     """qwen2-1.5b (its 233M-element embedding tied to the output head): the first full bucket holds the embedding's
-    gradient being summed (0.44 GiB), not its partition on the way to the host (1.74 GiB with it), which comes with
+    gradient being summed (0.44 GiB), not its partition on the way to the host (2.17 GiB with it), which comes with
     the last bucket; its backward peaked at 4.44 GiB, after the loss head's 4.70 (the row's peak, the forward/loss
     phase)."""
     spec = pa.bench_spec("qwen2-1.5b")
@@ -317,8 +365,8 @@ def test_a_tied_embedding_s_gradient_comes_at_the_backward_s_end(pa: ModuleType)
     s = pa.Config("qwen2-1.5b", 3, "cpu", "cpu", True, 1).strategy(1)
     E = spec.vocab * spec.hidden
     first, last = [p for p in training_phases(spec, s, 1024) if "gradients to the host" in p.name]
-    assert dict(first.fixed)["the tied embedding's gradient (summed at the backward's end)"] == 2 * E
-    assert dict(last.fixed)["the largest gradient and its partition on the way to the host"] == 8 * E
+    assert dict(first.fixed)[TIED_ITEM] == 2 * E
+    assert dict(last.fixed)[IN_FLIGHT_ITEM] == 10 * E
     row = _anatomy("qwen2-1.5b")
     mem = estimate_memory(spec, s, 1024)
     assert mem.peak_phase == "forward/loss"
@@ -330,17 +378,11 @@ def test_a_tied_embedding_s_gradient_comes_at_the_backward_s_end(pa: ModuleType)
     nvme = replace(s, offload_optimizer="nvme")
     B, P = DEFAULT_BUFFERS.reduce_bucket_elements, trainable_params(spec)
     first, last = [p for p in training_phases(spec, nvme, 1024) if "gradients to the host" in p.name]
-    assert dict(first.fixed)[
-        "the tied embedding's gradient (summed at the backward's end)"
-    ] == 2 * E + 4 * min(B, P - E)
-    assert (
-        dict(last.fixed)["the largest gradient and its partition on the way to the host"]
-        == 2 * E + 2 * E + 4 * B
-    )
+    assert dict(first.fixed)[TIED_ITEM] == 2 * E + 4 * min(B, P - E)
+    # its last bucket is the embedding alone (what came before it filled the bucket): no other partition waits
+    assert (P - E) % B + E > B
+    assert dict(last.fixed)[IN_FLIGHT_ITEM] == 2 * E + 8 * E
     # untied (llama): the output head's gradient is the backward's first, in the first bucket, on its way
     llama = pa.bench_spec("llama-1b")
     first, _ = [p for p in training_phases(llama, s, 1024) if "gradients to the host" in p.name]
-    assert (
-        dict(first.fixed)["the largest gradient and its partition on the way to the host"]
-        == 8 * llama.vocab * llama.hidden
-    )
+    assert dict(first.fixed)[IN_FLIGHT_ITEM] == 10 * llama.vocab * llama.hidden

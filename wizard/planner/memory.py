@@ -449,42 +449,60 @@ def training_phases(
     return phases
 
 
+FLAT_BUCKET_ITEM = "the bucket's gradients, flattened for the reduce-scatter"
+IN_FLIGHT_ITEM = "the largest gradient's partition on its way to the host (copy, fp64 norm)"
+TIED_ITEM = "the tied embedding's gradient (summed at the backward's end)"
+
+
 def stage3_host_gradient_items(
     model: ModelSpec, s: Strategy, buf: ZeroBuffers, last: bool = False, largest_in_bucket: bool = True
 ) -> tuple[tuple[str, int], ...]:
     """What ZeRO-3 with the optimizer on the host holds besides the step's own state while a full reduce bucket goes
-    to the host (``_stage3_host_gradients_phases``): the bucket's gradients once more (at most those of every
-    trained tensor but the largest, counted next), and the largest trained tensor's 16-bit gradient with one
-    partition of it on its way to the host -- its GPU copy and that copy in fp32 (none in fp32 training). With the
-    optimizer on NVMe the fp32 copies of a whole bucket's partitions wait for the swap-out (stage3.py
-    _offload_grad_partition_at_boundary / _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8). ``last``: the
-    backward's last bucket, which ends with the input embedding's gradient (the largest tensor of most models):
-    the gradients before it that no full bucket took, if the largest still fits beside them, else none.
-    ``largest_in_bucket`` False: a bucket before the tied embedding's gradient is ready -- autograd holds the output
-    head's share of it (16 bits), nothing of it is on its way (with the optimizer on NVMe the bucket's other
-    partitions still wait in fp32)."""
+    to the host (``_stage3_host_gradients_phases``), from stage3.py and coalesced_collectives.py (DeepSpeed 0.19.8):
+    - the bucket's gradients once more: reduce_scatter_coalesced concatenates them into one flat block, the
+      bucket's size, on the reduce stream (a bucket of one tensor is reduced in place);
+    - the largest trained tensor's partition of 1/N on its way to the host (partition_grads,
+      _offload_grad_partition_at_boundary): its 16-bit copy back on the GPU, and the partition's norm taken in fp64
+      (calibration.GRADIENT_NORM_BYTES, in chunks of GRADIENT_NORM_CHUNK_ELEMENTS) before its fp32 copy for the
+      optimizer (none in fp32 training), the larger of the two. Its 16-bit gradient itself was copied into the
+      reduce bucket (contiguous_gradients), counted with it, unless it is larger than the bucket: then it stays
+      where autograd made it.
+    With the optimizer on NVMe the fp32 copies of the bucket's partitions wait for the swap-out
+    (_swap_out_offload_fp32_gradients), the largest's own made after its norm (in fp32 training they are the GPU
+    copies themselves). ``last``: the backward's last bucket, which ends with the input embedding's
+    gradient (the largest tensor of most models): with the gradients before it that no full bucket took, if the
+    largest still fits beside them, else alone. ``largest_in_bucket`` False: a bucket before the tied embedding's
+    gradient is ready -- autograd holds the output head's share of it (16 bits), nothing of it is on its way (with
+    the optimizer on NVMe the bucket's other partitions still wait in fp32)."""
     w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
     N = max(1, s.world_size)
-    fp32_copy = 4 if w != 4 else 0
     bucket = buf.reduce_bucket_elements
-    waiting = min(bucket, max(0, P - largest))
-    if last and bucket > 0:
-        rest = max(0, P - largest) % bucket
-        waiting = rest if rest + largest <= bucket else 0
-    nvme_fp32 = 4 * min(bucket, P) // N if s.offload_optimizer == "nvme" else 0
+    nvme = s.offload_optimizer == "nvme"
     if not largest_in_bucket:
-        summing = w * largest + (4 * min(bucket, max(0, P - largest)) // N if nvme_fp32 else 0)
+        others = min(bucket, max(0, P - largest))
         return (
-            ("gradients waiting for the reduce stream", w * waiting),
-            ("the tied embedding's gradient (summed at the backward's end)", summing),
+            (FLAT_BUCKET_ITEM, w * others),
+            (TIED_ITEM, w * largest + (4 * others // N if nvme else 0)),
         )
-    if s.offload_optimizer == "nvme":
-        in_flight = w * largest + w * largest // N + nvme_fp32
+    # the bucket being reduced (elements) and whether it holds more than the largest gradient (then it is
+    # concatenated once more; one tensor alone is reduced in place)
+    alone = largest > bucket  # reduced on its own, never copied into the bucket
+    fill, shared = (largest, False) if alone else (min(bucket, P), largest < P)
+    if last and bucket > 0 and not alone:
+        rest = max(0, P - largest) % bucket
+        fill, shared = (rest + largest, rest > 0) if rest + largest <= bucket else (largest, False)
+    part = largest // N
+    norm = cal.GRADIENT_NORM_BYTES * min(part, cal.GRADIENT_NORM_CHUNK_ELEMENTS)
+    fp32 = 4 if w != 4 else 0  # fp32 training: the copy is the GPU copy itself
+    if nvme:
+        # the bucket's fp32 partitions wait for the swap-out; the largest's own is made after its norm
+        waiting_fp32 = 4 * fill // N - 4 * part
+        on_its_way = waiting_fp32 + (w * part + max(norm, fp32 * part) if fp32 else w * part + norm)
     else:
-        in_flight = w * largest + (w + fp32_copy) * largest // N
+        on_its_way = w * part + max(norm, fp32 * part)
     return (
-        ("gradients waiting for the reduce stream", w * waiting),
-        ("the largest gradient and its partition on the way to the host", in_flight),
+        (FLAT_BUCKET_ITEM, w * fill if shared else 0),
+        (IN_FLIGHT_ITEM, (w * largest if alone else 0) + on_its_way),
     )
 
 
@@ -503,13 +521,15 @@ def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: 
     0.19.8) keeps gathered, of what the backward has still to use, what the forward left
     (``stage3_kept_for_backward``), and with the prefetch on its walk refills it from the recorded trace up to
     ``max_live_parameters`` -- each fetch adds up to a prefetch bucket, and a layer's fetches add more than the
-    layer -- so that share is min(kept, elements still to walk); without the prefetch (NVMe) what the forward left
-    is used up, never refilled. What the backward has used it releases: it keeps a parameter only for a later use
-    within the rest of this step's trace (``__params_to_release`` scans ``__submodule_order[step_id:]``), and the
-    next forward is the next step's. Plus the prefetch bucket. At ``walked`` = 0 this is the gathered working set
-    of the forward's end (``_stage3_working_set``). Measured (bench/_peak_anatomy.py, one H100,
-    bench/results/plan_accuracy-2026-12-06-1gpu-phases-anatomy.json): at the first full reduce bucket llama-1b
-    (1.1e9 elements) held 1.12 GiB of parameters gathered, this says 1.21; llama-3b (3.4e9) 1.90, this says 1.96."""
+    layer -- so that share is min(kept + the prefetch bucket, elements still to walk): nothing is fetched past the
+    model's end. Without the prefetch (NVMe) what the forward left is used up, never refilled, beside the prefetch
+    bucket. What the backward has used it releases: it keeps a parameter only for a later use within the rest of
+    this step's trace (``__params_to_release`` scans ``__submodule_order[step_id:]``), and the next forward is the
+    next step's. At ``walked`` = 0 this is the gathered working set of the forward's end (``_stage3_working_set``).
+    Measured (bench/_peak_anatomy.py, one H100, bench/results/plan_accuracy-2026-12-06-1gpu-phases-anatomy.json):
+    at the first full reduce bucket llama-1b (1.1e9 elements) held 1.12 GiB of parameters gathered, this says 1.12;
+    llama-3b (3.4e9) 1.90, this says 1.96 (the coordinator caps each prefetch at max_live_parameters, which the
+    kept set fills: not modelled)."""
     if s.world_size == 1 and s.offload_param == "none":
         return 0  # one rank: the partition is the whole parameter
     elements = stage3_elements(model, s)
@@ -519,10 +539,10 @@ def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: 
         kept = _kept_for_backward(s, buf, elements, _backward_free_elements(model, s))
         walked = max(0, min(elements, walked))
         if buf.prefetch_elements > 0 and s.offload_param != "nvme":
-            ahead = min(kept, elements - walked)
+            ahead = min(kept + buf.prefetch_elements, elements - walked)  # no prefetch past the model's end
         else:
-            ahead = max(0, kept - walked)
-        live = max(live, ahead + buf.prefetch_elements)
+            ahead = max(0, kept - walked) + buf.prefetch_elements
+        live = max(live, ahead)
     return weight_bytes(s) * min(elements, live)
 
 
@@ -538,14 +558,14 @@ def _stage3_host_gradients_phases(
     reduced on DeepSpeed's reduce stream, which then copies every gradient partition to the pinned host buffer, back
     to the GPU and, converted to fp32, to the optimizer's host gradients (stage3.py partition_grads and
     _offload_grad_partition_at_boundary, DeepSpeed 0.19.8): meanwhile the bucket's gradients are held once more on
-    that stream (one block of the bucket's size, bench/_peak_anatomy.py), beside the largest gradient's copies
+    that stream (one flat block of the bucket's size, bench/_peak_anatomy.py), beside the largest gradient's copies
     where the bucket holds it (``stage3_host_gradient_items``). Two moments: the first full bucket (what the backward
     has walked by then still gathered ahead, ``stage3_gathered_at``), with the largest gradient unless it is the
     tied embedding's, which comes last; and the last bucket, with the embedding's gradient, little left gathered,
-    the activations drained. A tied embedding's gradient is held whole from the output head's
-    backward on (autograd sums both uses before it is ready). calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of the
-    activations are still held at the first. Measured on one GPU only (llama-3b with both offloads at micro-batch 1
-    at three bucket sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two:
+    the activations drained. A tied embedding's gradient is held whole from the output head's backward on (autograd
+    sums both uses before it is ready). At the first, calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of the
+    activations are still held beside one layer's backward transient (a fit: see there). Measured on one GPU only (llama-3b with both offloads at
+    micro-batch 1 at three bucket sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two:
     bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json; where each peak is
     set and what holds it in llama-1b, llama-3b and qwen2-1.5b: -phases-anatomy.json); with several GPUs the reduce
     is a collective and the partitions 1/N, which is extrapolated, not measured."""
