@@ -312,9 +312,10 @@ GATHERED_PARAMETER_SHARE = 2.0
 # llama-5b; micro-batch 2-32, 1 or 4 micro-steps; H200 and H100; listed in tests/unit/test_stage3_host_gradients.py):
 # reserved minus allocated 3.2-7.8 GiB at the default bucket where the step block's share said 1.5-4.3; device
 # memory -11.2 ... -0.7 % (median -6.3 %) before, -7.8 ... +4.8 % (median +0.4 %; -0.2 % once the head's copies
-# came to 10 bytes an element) at 2.0; 1.75 / 2.5 put the median at -0.8 / +2.6 %. How much of the cache follows the bucket differs by model: halving it shrank llama-3b's by 1.96
-# GiB at micro-batch 4, llama-5b's by 0.41 at 8 and 32 (bench/results/plan_accuracy-2026-12-06-1gpu-phases-
-# bucket-half-opt.json, -phases-llama5b{,-half,-control3b}.json). With the parameters offloaded too (or several
+# came to 10 bytes an element) at 2.0; 1.75 / 2.5 put the median at -0.8 / +2.6 %. How much of the cache follows
+# the bucket differs by model: halving it shrank llama-3b's by 1.96 GiB at micro-batch 4, llama-5b's by 0.41 at 8
+# and 32 (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-half-opt.json,
+# -phases-llama5b{,-half,-control3b}.json). With the parameters offloaded too (or several
 # GPUs) the gathered parameters' blocks (GATHERED_PARAMETER_SHARE), freed layer by layer in the backward, are where
 # these gradients land: the larger of the two caches counts, not both (both together put that family's median from
 # +5.5 to +16 %). NVMe (the same reduce stream) is extrapolated.

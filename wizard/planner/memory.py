@@ -494,12 +494,11 @@ def stage3_host_gradient_items(
     part = largest // N
     norm = cal.GRADIENT_NORM_BYTES * min(part, cal.GRADIENT_NORM_CHUNK_ELEMENTS)
     fp32 = 4 if w != 4 else 0  # fp32 training: the copy is the GPU copy itself
-    if nvme:
-        # the bucket's fp32 partitions wait for the swap-out; the largest's own is made after its norm
-        waiting_fp32 = 4 * fill // N - 4 * part
-        on_its_way = waiting_fp32 + (w * part + max(norm, fp32 * part) if fp32 else w * part + norm)
-    else:
-        on_its_way = w * part + max(norm, fp32 * part)
+    on_its_way = w * part + max(norm, fp32 * part)
+    if (
+        nvme
+    ):  # the bucket's other fp32 partitions wait for the swap-out; the largest's own is made after its norm
+        on_its_way += 4 * fill // N - 4 * part
     return (
         (FLAT_BUCKET_ITEM, w * fill if shared else 0),
         (IN_FLIGHT_ITEM, (w * largest if alone else 0) + on_its_way),
@@ -564,8 +563,9 @@ def _stage3_host_gradients_phases(
     tied embedding's, which comes last; and the last bucket, with the embedding's gradient, little left gathered,
     the activations drained. A tied embedding's gradient is held whole from the output head's backward on (autograd
     sums both uses before it is ready). At the first, calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of the
-    activations are still held beside one layer's backward transient (a fit: see there). Measured on one GPU only (llama-3b with both offloads at
-    micro-batch 1 at three bucket sizes, at 4, 8 and 16, and with the optimizer alone offloaded at 4 at two:
+    activations are still held beside one layer's backward transient (a fit: see there). Measured on one GPU only
+    (llama-3b with both offloads at micro-batch 1 at three bucket sizes, at 4, 8 and 16, and with the optimizer
+    alone offloaded at 4 at two:
     bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json; where each peak is
     set and what holds it in llama-1b, llama-3b and qwen2-1.5b: -phases-anatomy.json); with several GPUs the reduce
     is a collective and the partitions 1/N, which is extrapolated, not measured."""
