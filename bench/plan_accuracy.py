@@ -152,6 +152,9 @@ BENCH_MODELS = {
     # does not: its set-up timed out, and the planner asks 133 GiB of host RAM for it); head dim 128 as llama-7b's
     "llama-5b": "type=llama,name=llama-5b,layers=32,hidden=3584,heads=28,ffn=9728,vocab=32000,seq=2048",
     "gpt2-3b": "type=gpt2,name=gpt2-3b,layers=32,hidden=2560,heads=32,vocab=50257,seq=1024",
+    # held out for ZeRO-3's backward with the optimizer on the host: as deep as a 1T-parameter model is wide, with a
+    # small vocabulary, so that the checkpoints outweigh a layer's transient and the loss's logits are not the peak
+    "llama-deep": "type=llama,name=llama-deep,layers=64,hidden=2048,heads=16,kv_heads=4,ffn=5632,vocab=8000,seq=2048",
     "tiny-llama": "type=llama,name=tiny-llama,layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=128",
     # --family thin: the layer counts, vocabularies and head dims of llama-1b and gpt2-xl at hidden 256, so that the
     # GPU's work is a small part of a step and what is left is the host's per layer and per tensor
@@ -482,6 +485,14 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     # gpt2-xl, whose tied embedding is its largest
     ("qwen2-1.5b", 3, "cpu", "cpu", True, 1, 1024, None, 0),
     ("gpt2-xl", 3, "cpu", "cpu", True, 1, 1024, None, 0),
+    # (2026-12-06, indices 51-53) what decides the share of the activations at the first full bucket
+    # (calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE) against the walk -- the activations not yet walked beside
+    # part of a layer's transient: llama-deep (64 layers, small vocabulary), whose checkpoints outweigh a layer's
+    # transient as the 1T-parameter ZeRO-Infinity model's do, with both offloads at 1, 4 and 8 (--peak-anatomy); the
+    # walk says 2.1 / 7.4 / 3.3 % more than the share
+    ("llama-deep", 3, "cpu", "cpu", True, 1, 1024, None, 0),
+    ("llama-deep", 3, "cpu", "cpu", True, 4, 1024, None, 0),
+    ("llama-deep", 3, "cpu", "cpu", True, 8, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,

@@ -19,6 +19,7 @@ import pytest
 
 from tests.integration.launch_support import free_port, run_deepspeed
 from wizard.config.build import WriteOptions, config_set_from_strategy
+from wizard.config.check import lint_path
 from wizard.config.lint.batch import complete_batch
 from wizard.config.render import render_all, render_ds_json
 from wizard.consumer.check import ProbeTarget, consumer_findings_many
@@ -296,3 +297,49 @@ def test_frozen_key_lists_match_the_installed_consumers(tmp_path: Path) -> None:
         for key, value in fresh.items():
             if key.isupper():
                 assert frozen[key] == value, f"{name}.{key} changed: rerun scripts/freeze_config_keys.py"
+
+
+# DeepSpeed refuses these only when initialize builds the engine's optimizer (no config parser sees them): each
+# corpus file against deepspeed.initialize itself, one rank on CPU, with the script's own AdamW as the Trainer
+# passes one.
+ENGINE_REFUSALS = {
+    "broken/grad_accum_fp32_without_zero.json": "NotImplementedError",
+    "broken/grad_accum_dtype_unknown.json": "ValueError",
+    "broken/grad_accum_fp32_stage1_no_grad_norm.json": "ValueError",
+    "valid/grad_accum_fp32_stage1_bf16.json": None,
+}
+INITIALIZE_EACH = """
+import json, os, sys, torch
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+import deepspeed
+out = {}
+for path in sys.argv[2:]:
+    model = torch.nn.Linear(8, 8)
+    try:
+        deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters()), config=path)
+        out[path] = None
+    except Exception as e:
+        out[path] = type(e).__name__
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_engine_time_refusals_agree_with_deepspeed_initialize() -> None:
+    """data_types.grad_accum_dtype: dswiz's linter gives an ERROR exactly where deepspeed.initialize raises."""
+    corpus = ROOT / "tests" / "fixtures" / "configs"
+    paths = [str(corpus / name) for name in ENGINE_REFUSALS]
+    done = subprocess.run(
+        [sys.executable, "-c", INITIALIZE_EACH, str(free_port()), *paths],
+        env={**env(), "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, done.stdout[-2000:] + done.stderr[-2000:]
+    raised = json.loads(line.removeprefix("RESULT "))
+    for name, expected in ENGINE_REFUSALS.items():
+        path = str(corpus / name)
+        assert raised[path] == expected, name
+        errors = [f.code for f in lint_path(Path(path)) if f.severity is Severity.ERROR]
+        assert errors == (["grad-accum-dtype"] if expected else []), name

@@ -1,12 +1,23 @@
 """Precision (DeepSpeed 0.19.8 deepspeed/runtime/config.py ``DeepSpeedConfig._initialize_params``: "bfloat16 and
 fp16 modes cannot be simultaneously enabled"; docs/deepspeed-rules.md): fp16 and bf16 together, master-weight options outside ZeRO, dynamic loss
-scaling that DeepSpeed refuses, and precision the GPUs cannot run (from the compute capability, not torch)."""
+scaling that DeepSpeed refuses, a gradient accumulation dtype that initialize refuses (runtime/engine.py), and
+precision the GPUs cannot run (from the compute capability, not torch)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wizard.config.lint.base import ERROR, WARNING, LintContext, as_int, enabled, finding, section, stage_of
+from wizard.config.lint.base import (
+    ERROR,
+    WARNING,
+    LintContext,
+    as_int,
+    enabled,
+    finding,
+    is_auto,
+    section,
+    stage_of,
+)
 from wizard.findings import Finding
 
 
@@ -58,8 +69,78 @@ def check_precision(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
             )
         )
     out += _loss_scaling(cfg)
+    out += _grad_accum_dtype(cfg, fp16=fp16, bf16=bf16, stage=stage)
     out += precision_vs_hardware(ctx, fp16=fp16, bf16=bf16)
     return out
+
+
+# data_types.grad_accum_dtype: the names DeepSpeed 0.19.8's DtypeEnum reads for each floating dtype
+# (deepspeed/runtime/config.py)
+ACCUM_DTYPES = {
+    "fp16": ("fp16", "float16", "half", "torch.float16"),
+    "fp32": ("fp32", "float32", "float", "torch.float32"),
+    "bf16": ("bf16", "bfloat16", "torch.bfloat16"),
+    "int8": ("int8", "torch.int8"),
+}
+
+
+def _grad_accum_dtype(cfg: dict[str, Any], *, fp16: bool, bf16: bool, stage: int | None) -> list[Finding]:
+    """data_types.grad_accum_dtype as DeepSpeed 0.19.8 reads it (runtime/engine.py ``get_data_types`` and
+    ``_do_optimizer_sanity_check``): a name DtypeEnum knows; without ZeRO the same dtype as the model's (anything
+    else raises NotImplementedError "unsupported mix of model_dtype and grad_accum_dtype" when the engine builds
+    its optimizer); bf16 with fp32 accumulation at ZeRO-1 runs DeepSpeed's BF16 optimizer, which needs the
+    gradient norm (compute_grad_norm)."""
+    value = section(cfg, "data_types").get("grad_accum_dtype")
+    if value is None or is_auto(value):
+        return []
+    where = "data_types.grad_accum_dtype"
+    accum = next((name for name, aliases in ACCUM_DTYPES.items() if value in aliases), None)
+    if accum is None:
+        return [
+            finding(
+                ERROR,
+                "grad-accum-dtype",
+                f"{where} is {value!r}, not a dtype DeepSpeed accumulates gradients in",
+                "DeepSpeed reads it as a DtypeEnum name and refuses anything else (ValueError)",
+                'set it to "fp32", "bf16" or "fp16", or remove it (then it is the model\'s dtype)',
+                where,
+            )
+        ]
+    if (fp16 and bf16) or any(is_auto(section(cfg, name).get("enabled")) for name in ("fp16", "bf16")):
+        return []  # fp16-and-bf16 says what to fix first; "auto": the model's dtype is the consumer's to fill
+    model = "fp16" if fp16 else "bf16" if bf16 else "fp32"
+    if stage == 0 and accum != model:
+        return [
+            finding(
+                ERROR,
+                "grad-accum-dtype",
+                f"{where} is {accum} with {model} weights and no ZeRO",
+                "without ZeRO DeepSpeed accumulates gradients only in the model's dtype: initialize raises "
+                "NotImplementedError (unsupported mix of model_dtype and grad_accum_dtype)",
+                f'remove {where} (or set it to "{model}"), or use ZeRO stage 1 or more'
+                + (
+                    " (bf16 with fp32 accumulation at stage 1 runs DeepSpeed's BF16 optimizer)"
+                    if model == "bf16"
+                    else ""
+                ),
+                where,
+            )
+        ]
+    offloaded = section(cfg, "zero_optimization", "offload_optimizer").get("device") == "cpu"
+    grad_norm = section(cfg, "zero_optimization").get("compute_grad_norm", True)
+    if stage == 1 and model == "bf16" and accum == "fp32" and not offloaded and grad_norm is False:
+        return [
+            finding(
+                ERROR,
+                "grad-accum-dtype",
+                f"{where} is fp32 with bf16 weights at ZeRO-1 and zero_optimization.compute_grad_norm false",
+                "bf16 with fp32 accumulation at stage 1 runs DeepSpeed's BF16 optimizer, which raises ValueError "
+                "without the gradient norm",
+                f"remove zero_optimization.compute_grad_norm (true by default), or remove {where}",
+                "zero_optimization.compute_grad_norm",
+            )
+        ]
+    return []
 
 
 def _loss_scaling(cfg: dict[str, Any]) -> list[Finding]:
