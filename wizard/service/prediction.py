@@ -177,7 +177,43 @@ def config_prediction(
             WONT_RUN,
             "; ".join(advice) or "see `dswiz plan --model ...` for what fits",
         )
-    return ConfigPrediction(finding, candidate_to_json(chosen), notes)
+    return ConfigPrediction(
+        finding, candidate_to_json(chosen), (*notes, *_unmodelled(loaded.config, s, model))
+    )
+
+
+def _unmodelled(config: ConfigSet, s: Strategy, model: ModelSpec) -> tuple[Finding, ...]:
+    """What the config sets that the memory model does not count: gradients accumulated in fp32
+    (data_types.grad_accum_dtype) under 16-bit weights. ZeRO-1 with bf16 then runs DeepSpeed's BF16 optimizer, which
+    keeps an fp32 gradient of every parameter on every GPU; stages 2-3 keep their gradient partitions in fp32
+    (stage_1_and_2.py, stage3.py, bf16_optimizer.py; DeepSpeed 0.19.8). The linter refuses it without ZeRO."""
+    from wizard.config.lint.precision import ACCUM_DTYPES
+
+    data_types = config.deepspeed.unmanaged.get("data_types")
+    value = data_types.get("grad_accum_dtype") if isinstance(data_types, dict) else None
+    if s.precision not in ("bf16", "fp16") or s.zero_stage == 0 or value not in ACCUM_DTYPES["fp32"]:
+        return ()
+    params = model.total_params
+    whole = s.zero_stage == 1 and s.precision == "bf16" and s.offload_optimizer != "cpu"
+    more = 2 * params if whole else 2 * params // max(1, s.world_size)
+    return (
+        Finding(
+            Severity.WARNING,
+            "plan-not-counted",
+            f"the prediction counts {s.precision} gradients; this config accumulates them in fp32 "
+            "(data_types.grad_accum_dtype), which the memory model does not count",
+            "DeepSpeed keeps "
+            + (
+                "an fp32 gradient of every parameter on every GPU (ZeRO-1 with bf16 runs its BF16 optimizer)"
+                if whole
+                else "each GPU's gradient partitions in fp32"
+            )
+            + f": expect up to ~{fmt_bytes(more)} more per GPU than predicted",
+            f"remove data_types.grad_accum_dtype (gradients in {s.precision}) to run as predicted, or keep "
+            "that much of each card free",
+            "data_types.grad_accum_dtype",
+        ),
+    )
 
 
 def planned_hardware(file: Path) -> HardwareReport | None:
