@@ -485,11 +485,10 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     # gpt2-xl, whose tied embedding is its largest
     ("qwen2-1.5b", 3, "cpu", "cpu", True, 1, 1024, None, 0),
     ("gpt2-xl", 3, "cpu", "cpu", True, 1, 1024, None, 0),
-    # (2026-12-06, indices 51-53) what decides the share of the activations at the first full bucket
-    # (calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE) against the walk -- the activations not yet walked beside
-    # part of a layer's transient: llama-deep (64 layers, small vocabulary), whose checkpoints outweigh a layer's
-    # transient as the 1T-parameter ZeRO-Infinity model's do, with both offloads at 1, 4 and 8 (--peak-anatomy); the
-    # walk says 2.1 / 7.4 / 3.3 % more than the share
+    # (2026-12-06, indices 51-53) what is held when the first full bucket goes to the host: a share of the activations
+    # beside a whole layer's transient, or the activations not yet walked beside part of one layer's -- llama-deep
+    # (64 layers, small vocabulary), whose checkpoints outweigh a layer's transient as the 1T-parameter ZeRO-Infinity
+    # model's do, with both offloads at 1, 4 and 8 (--peak-anatomy). It read the walk (memory.stage3_flushes)
     ("llama-deep", 3, "cpu", "cpu", True, 1, 1024, None, 0),
     ("llama-deep", 3, "cpu", "cpu", True, 4, 1024, None, 0),
     ("llama-deep", 3, "cpu", "cpu", True, 8, 1024, None, 0),

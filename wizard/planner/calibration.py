@@ -171,19 +171,22 @@ STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000
 # Stage 3 steps the optimizer one sub-group at a time: each sub-group's fp32 gradient is made for its update and
 # freed after it (stage3.py _prepare_fp32_grad_for_sub_group / _release_sub_group; sub_group_size default 1e9).
 STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000
-# ZeRO-3 with the optimizer on the host: the share of the activations counted beside one layer's backward transient
-# when the first full reduce bucket goes to the host (memory._stage3_host_gradients_phases). A fit, not the physics:
-# at llama-3b's first bucket 85 % of its layers are still to walk, and part of a layer's transient is freed by the
-# hook that fills the bucket; the share stands for both. Set on the 40 ZeRO-3 readings with the optimizer on the
-# host whose peak counts from initialize (llama-1b, llama-3b, qwen2-1.5b, gpt2-xl, llama-5b; one H100, one H200;
-# micro-batch 1-32, three bucket sizes; tests/unit/test_stage3_host_gradients.py), with the output head's copies
-# counted at what the reduce stream held (GRADIENT_NORM_BYTES): 0.2 puts them within -2.8 ... +1.3 % (0.3: -2.8 ...
-# +3.0 %; 0.5, the share before the head's copies were right: llama-3b at 4 and 8 +4.5 / +6.5 %). Counting instead
-# the activations not yet walked and 0.6 of the layer's transient fits them within -2.3 ... +0.8 %, but puts a
-# layer tensor larger than the bucket (reduced alone) beside nearly every activation: the ZeRO-Infinity plan (1T
-# parameters on 16 x V100-32GB, seq 2048, untiled layers, checkpoints on the GPU) then needs 30.8 GiB of the 30.1 the
-# margin leaves (tests/unit/test_planner_physics.py). Not taken until a reading decides it.
-STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE = 0.2
+# ZeRO-3 with the optimizer on the host, when a full reduce bucket goes to the host (memory.stage3_flushes): the
+# activations of the layers not yet walked are held (the layer being walked among them), and of that layer's backward
+# transient this share, times the share of its parameters still to walk -- the bucket overflows at some gradient of
+# a layer, and what that layer's backward has freed by then depends on which. A fit, on --peak-anatomy's readings
+# (one H100, bench/results/plan_accuracy-2026-12-06-1gpu-phases-{anatomy,anatomy-b,deep}.json): llama-3b's bucket
+# overflows at a layer's first gradient, llama-deep's (64 layers) at the third MLP gradient with half its layer
+# walked, llama-1b's at the attention's output. Over the 30 ZeRO-3 readings with the optimizer on the host whose peak
+# counts from initialize (six models, micro-batch 1-32, three bucket sizes): -1.9 ... +3.3 % (+3.3: llama-deep at 8,
+# whose peak predicted is the backward's start, not this moment); the share of the activations that stood for both
+# before (0.2 beside a whole layer's transient) read -4.6 ... +3.3 %, llama-deep at 4 -3.0 %.
+STAGE3_HOST_GRADIENTS_TRANSIENT_SHARE = 0.5
+# cuBLAS's workspaces, live at every ZeRO-3 peak the anatomy read: two blocks of 32 MiB from before the step began
+# (torch's default workspace on Hopper is 32 MiB a stream; the compute stream and one more). Counted at the
+# host-gradient moments, whose items are each counted as the anatomy read them; the other phases' fitted terms hold
+# it (memory.stage3_host_gradient_items).
+STAGE3_HOST_GRADIENTS_WORKSPACE_BYTES = 2 * 32 * 2**20
 # Mixed-precision Adam (ZeRO, arXiv:1910.02054, K = 12): fp32 master weights 4 + momentum 4 + variance 4 bytes per
 # parameter.
 MASTER_BYTES = 4

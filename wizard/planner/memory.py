@@ -451,11 +451,17 @@ def training_phases(
 
 FLAT_BUCKET_ITEM = "the bucket's gradients, flattened for the reduce-scatter"
 IN_FLIGHT_ITEM = "the largest gradient's partition on its way to the host (copy, fp64 norm)"
+WORKSPACES_ITEM = "cuBLAS workspaces (two streams)"
 TIED_ITEM = "the tied embedding's gradient (summed at the backward's end)"
 
 
 def stage3_host_gradient_items(
-    model: ModelSpec, s: Strategy, buf: ZeroBuffers, last: bool = False, largest_in_bucket: bool = True
+    model: ModelSpec,
+    s: Strategy,
+    buf: ZeroBuffers,
+    last: bool = False,
+    largest_in_bucket: bool = True,
+    content: tuple[int, int] | None = None,
 ) -> tuple[tuple[str, int], ...]:
     """What ZeRO-3 with the optimizer on the host holds besides the step's own state while a full reduce bucket goes
     to the host (``_stage3_host_gradients_phases``), from stage3.py and coalesced_collectives.py (DeepSpeed 0.19.8):
@@ -472,36 +478,48 @@ def stage3_host_gradient_items(
     copies themselves). ``last``: the backward's last bucket, which ends with the input embedding's
     gradient (the largest tensor of most models): with the gradients before it that no full bucket took, if the
     largest still fits beside them, else alone. ``largest_in_bucket`` False: a bucket before the tied embedding's
-    gradient is ready -- autograd holds the output head's share of it (16 bits), nothing of it is on its way (with
-    the optimizer on NVMe the bucket's other partitions still wait in fp32)."""
+    gradient is ready -- autograd holds the output head's share of it (16 bits), the bucket's own largest member is on
+    its way instead. ``content``: the bucket being flushed, (its elements, its largest member's), where the walk knows
+    it (``stage3_flushes``); by default the model's largest tensor and a full bucket."""
     w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
     N = max(1, s.world_size)
     bucket = buf.reduce_bucket_elements
     nvme = s.offload_optimizer == "nvme"
+    fp32 = 4 if w != 4 else 0  # fp32 training: the copy is the GPU copy itself
+
+    def on_its_way(part: int) -> int:
+        """A partition's 16-bit copy, and the larger of its fp64 norm and its fp32 copy."""
+        norm = cal.GRADIENT_NORM_BYTES * min(part, cal.GRADIENT_NORM_CHUNK_ELEMENTS)
+        return w * part + max(norm, fp32 * part)
+
     if not largest_in_bucket:
         others = min(bucket, max(0, P - largest))
+        member = max((n for n, _ in ft.trainable_tensors(model)[0] if n != largest), default=0)
+        if content is not None:
+            others, member = content
+        # the bucket's own largest member is on its way like any other bucket's
+        part = min(others, member) // N
         return (
             (FLAT_BUCKET_ITEM, w * others),
-            (TIED_ITEM, w * largest + (4 * others // N if nvme else 0)),
+            (TIED_ITEM, w * largest),
+            (IN_FLIGHT_ITEM, on_its_way(part) + (4 * others // N - 4 * part if nvme else 0)),
         )
-    # the bucket being reduced (elements) and whether it holds more than the largest gradient (then it is
-    # concatenated once more; one tensor alone is reduced in place)
+    if content is not None and not last:
+        largest = content[1]  # the bucket's own largest member
+    # the bucket being reduced (elements) and whether it holds more than its largest gradient (then it is
+    # concatenated once more; one tensor alone is reduced in place; a bucket is counted full unless it travels alone)
     alone = largest > bucket  # reduced on its own, never copied into the bucket
     fill, shared = (largest, False) if alone else (min(bucket, P), largest < P)
     if last and bucket > 0 and not alone:
         rest = max(0, P - largest) % bucket
         fill, shared = (rest + largest, rest > 0) if rest + largest <= bucket else (largest, False)
     part = largest // N
-    norm = cal.GRADIENT_NORM_BYTES * min(part, cal.GRADIENT_NORM_CHUNK_ELEMENTS)
-    fp32 = 4 if w != 4 else 0  # fp32 training: the copy is the GPU copy itself
-    on_its_way = w * part + max(norm, fp32 * part)
-    if (
-        nvme
-    ):  # the bucket's other fp32 partitions wait for the swap-out; the largest's own is made after its norm
-        on_its_way += 4 * fill // N - 4 * part
+    # with the optimizer on NVMe the bucket's other fp32 partitions wait for the swap-out; the largest's own is made
+    # after its norm
+    waiting = 4 * fill // N - 4 * part if nvme else 0
     return (
         (FLAT_BUCKET_ITEM, w * fill if shared else 0),
-        (IN_FLIGHT_ITEM, (w * largest if alone else 0) + on_its_way),
+        (IN_FLIGHT_ITEM, (w * largest if alone else 0) + on_its_way(part) + waiting),
     )
 
 
@@ -545,6 +563,53 @@ def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: 
     return weight_bytes(s) * min(elements, live)
 
 
+@dataclass(frozen=True)
+class Flush:
+    """A full reduce bucket going to the host during a ZeRO-3 backward (``stage3_flushes``)."""
+
+    held: float  # share of the layers not yet walked, whose activations are held (the layer being walked among them)
+    left: float  # share of that layer's parameters still to walk
+    walked: float  # share of the trained parameters walked
+    content: tuple[int, int]  # the bucket: its elements, its largest member's
+
+
+def stage3_flushes(model: ModelSpec, bucket: int) -> list[Flush]:
+    """Where the backward is when a reduce bucket goes to the host, at the moments that can set its peak: the first
+    full bucket, and the one that carries the largest of the layers' tensors where that comes later (a tensor larger
+    than the bucket travels alone). DeepSpeed flushes the bucket when a gradient arrives that does not fit beside what
+    it holds (stage3.py ``reduce_independent_p_g_buckets_and_remove_grads``, DeepSpeed 0.19.8); the gradients arrive
+    from the output end: an untied output head first, then each layer's tensors in the reverse of their forward order
+    (the MLP before the attention). Empty: the bucket never fills before the input embedding's gradient (the
+    backward's last)."""
+    layers = max(1, model.layers)
+    tensors, _ = ft.trainable_tensors(model)
+    per_layer = [n for n, count in tensors if count == layers]
+    spread = sum(n * count for n, count in tensors if count not in (1, layers)) // layers  # expert stacks
+    order = ([spread] if spread else []) + per_layer[::-1]
+    total, trained = sum(order) or 1, max(1, ft.trainable_params(model))
+    largest = max(order, default=0)
+    head = model.vocab * model.hidden if not model.finetune.uses_lora and not model.tied_embeddings else 0
+    filled, member, walked_all = head, head, head
+    out: list[Flush] = []
+    for walked_layers in range(layers):
+        walked = 0
+        for n in order:
+            if filled > 0 and filled + n > bucket:
+                flush = Flush(
+                    (layers - walked_layers) / layers,
+                    1 - walked / total,
+                    walked_all / trained,
+                    (filled, member),
+                )
+                if not out or member == largest > out[0].content[1]:
+                    out.append(flush)
+                if member >= max(largest, out[0].content[1]):
+                    return out
+                filled, member = 0, 0
+            filled, member, walked, walked_all = filled + n, max(member, n), walked + n, walked_all + n
+    return out
+
+
 def _stage3_host_gradients_phases(
     model: ModelSpec,
     s: Strategy,
@@ -561,34 +626,55 @@ def _stage3_host_gradients_phases(
     where the bucket holds it (``stage3_host_gradient_items``). Two moments: the first full bucket (what the backward
     has walked by then still gathered ahead, ``stage3_gathered_at``), with the largest gradient unless it is the
     tied embedding's, which comes last; and the last bucket, with the embedding's gradient, little left gathered,
-    the activations drained. A tied embedding's gradient is held whole from the output head's backward on (autograd
-    sums both uses before it is ready). At the first, calibration.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE of the
-    activations are still held beside one layer's backward transient (a fit: see there). Measured on one GPU only
-    (llama-3b with both offloads at micro-batch 1 at three bucket sizes, at 4, 8 and 16, and with the optimizer
-    alone offloaded at 4 at two:
+    the activations drained. Where the model's largest layer tensor travels in a later bucket (a matrix larger than
+    the output head), that flush too (``stage3_flushes``). A tied embedding's gradient is held whole from the output
+    head's backward on (autograd sums both uses before it is ready). At a flush the activations of the layers not
+    yet walked are held, beside part of one layer's backward transient (a fit:
+    calibration.STAGE3_HOST_GRADIENTS_TRANSIENT_SHARE) and cuBLAS's workspaces. Measured on one GPU only (llama-3b
+    with both offloads at micro-batch 1 at three bucket sizes, at 4, 8 and 16, and with the optimizer alone
+    offloaded at 4 at two:
     bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json; where each peak is
-    set and what holds it in llama-1b, llama-3b and qwen2-1.5b: -phases-anatomy.json); with several GPUs the reduce
-    is a collective and the partitions 1/N, which is extrapolated, not measured."""
-    P = ft.trainable_params(model)
+    set and what holds it in llama-1b, llama-3b, qwen2-1.5b, gpt2-xl and llama-deep: -phases-anatomy{,-b}.json,
+    -phases-deep.json); with several GPUs the reduce is a collective and the partitions 1/N, which is extrapolated,
+    not measured."""
     elements = stage3_elements(model, s)
-    first_walk = elements if P <= 0 else int(elements * min(1.0, buf.reduce_bucket_elements / P))
+    flushes = stage3_flushes(model, buf.reduce_bucket_elements) or [Flush(0.0, 1.0, 1.0, (0, 0))]
     rest = [(name, b) for name, b in persistent if name != "gathered parameters"]
     out = []
-    for last, walked in ((False, first_walk), (True, elements)):
-        tied_later = not last and _largest_gradient_comes_last(model) and first_walk < elements
-        items = stage3_host_gradient_items(model, s, buf, last, largest_in_bucket=not tied_later)
+    for flush in [*flushes, None]:
+        last = flush is None
+        held, left = (0.0, 1.0) if flush is None else (flush.held, flush.left)
+        walked = elements if flush is None else int(elements * min(1.0, flush.walked))
+        tied_later = not last and _largest_gradient_comes_last(model) and walked < elements
+        content = flush.content if flush is not None and flush.content[0] else None
+        items = stage3_host_gradient_items(
+            model, s, buf, last, largest_in_bucket=not tied_later, content=content
+        )
         gathered = stage3_gathered_at(model, s, buf, walked)
-        held = [*rest, *((("gathered parameters", gathered),) if gathered else ()), *items]
-        drained = 0.0 if last else cal.STAGE3_HOST_GRADIENTS_ACTIVATIONS_SHARE
+        held_items = [
+            *rest,
+            *((("gathered parameters", gathered),) if gathered else ()),
+            *items,
+            *(
+                ((WORKSPACES_ITEM, cal.STAGE3_HOST_GRADIENTS_WORKSPACE_BYTES),)
+                if cal.STAGE3_HOST_GRADIENTS_WORKSPACE_BYTES
+                else ()
+            ),
+        ]
         out.append(
             Phase(
                 "backward's end (the last gradients to the host)"
                 if last
                 else "backward (gradients to the host)",
-                tuple(held),
+                tuple(held_items),
                 (
-                    ("activations (partly drained)", int(layers * drained)),
-                    ("backward transient (one layer)", transient),
+                    ("activations (partly drained)", 0 if last else int(layers * held)),
+                    (
+                        "backward transient (one layer)",
+                        transient
+                        if last
+                        else int(transient * cal.STAGE3_HOST_GRADIENTS_TRANSIENT_SHARE * left),
+                    ),
                 ),
             )
         )
