@@ -379,7 +379,8 @@ def test_a_folder_dswiz_wrote_is_checked_for_the_reader_its_json_names(
 
 def test_check_model_says_what_fp32_gradient_accumulation_adds(tmp_path: Path) -> None:
     """data_types.grad_accum_dtype fp32 under bf16 weights: the memory model counts bf16 gradients, so the prediction
-    says so and by how much (an fp32 gradient of every parameter at ZeRO-1, 2 bytes a parameter more); without it no
+    says so and by how much (at ZeRO-1 DeepSpeed's BF16 optimizer: fp32 gradients beside the bf16 ones, 4 bytes a
+    parameter more); without it no
     such warning."""
     config = json.loads((CORPUS / "valid" / "grad_accum_fp32_stage1_bf16.json").read_text())
     with_fp32 = tmp_path / "fp32.json"
@@ -395,7 +396,7 @@ def test_check_model_says_what_fp32_gradient_accumulation_adds(tmp_path: Path) -
     notes = [f for f in docs["fp32.json"]["findings"] if f["code"] == "plan-not-counted"]
     assert len(notes) == 1 and notes[0]["severity"] == "warning"
     assert notes[0]["location"] == "data_types.grad_accum_dtype"
-    assert "2.9 GiB" in notes[0]["why"]  # gpt2-xl's 1.56e9 parameters x 2 bytes
+    assert "5.8 GiB" in notes[0]["why"]  # gpt2-xl's 1.56e9 parameters x 4 bytes (fp32 beside bf16)
     assert not [f for f in docs["plain.json"]["findings"] if f["code"] == "plan-not-counted"]
     # the prediction itself is the same candidate either way
     assert docs["fp32.json"]["prediction"] == docs["plain.json"]["prediction"]

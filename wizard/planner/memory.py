@@ -507,9 +507,13 @@ def stage3_host_gradient_items(
     if content is not None and not last:
         largest = content[1]  # the bucket's own largest member
     # the bucket being reduced (elements) and whether it holds more than its largest gradient (then it is
-    # concatenated once more; one tensor alone is reduced in place; a bucket is counted full unless it travels alone)
+    # concatenated once more; one tensor alone is reduced in place)
     alone = largest > bucket  # reduced on its own, never copied into the bucket
     fill, shared = (largest, False) if alone else (min(bucket, P), largest < P)
+    if content is not None and not last and content[0] > largest:
+        fill = content[0]  # what the walk put in it (llama-3b's first: 474M elements, read 904 MiB flat)
+    # (a tensor alone that fits the bucket is reduced in place by the source; llama-3b's head alone at a quarter
+    # bucket read a full bucket's worth more, so it keeps the full bucket's copy)
     if last and bucket > 0 and not alone:
         rest = max(0, P - largest) % bucket
         fill, shared = (rest + largest, rest > 0) if rest + largest <= bucket else (largest, False)
@@ -583,12 +587,14 @@ def stage3_flushes(model: ModelSpec, bucket: int) -> list[Flush]:
     backward's last)."""
     layers = max(1, model.layers)
     tensors, _ = ft.trainable_tensors(model)
-    per_layer = [n for n, count in tensors if count == layers]
-    spread = sum(n * count for n, count in tensors if count not in (1, layers)) // layers  # expert stacks
-    order = ([spread] if spread else []) + per_layer[::-1]
+    embedding = model.vocab * model.hidden
+    # the layers' tensors (the input embedding and an untied head apart); a kind not in every layer (a MoE
+    # model's expert stacks beside dense layers) is spread evenly over them, tensor by tensor
+    inner = [(n, count) for n, count in tensors if not (count == 1 and n == embedding)]
+    order = [n * count // layers for n, count in inner][::-1]
     total, trained = sum(order) or 1, max(1, ft.trainable_params(model))
     largest = max(order, default=0)
-    head = model.vocab * model.hidden if not model.finetune.uses_lora and not model.tied_embeddings else 0
+    head = embedding if not model.finetune.uses_lora and not model.tied_embeddings else 0
     filled, member, walked_all = head, head, head
     out: list[Flush] = []
     for walked_layers in range(layers):

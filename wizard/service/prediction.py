@@ -193,9 +193,16 @@ def _unmodelled(config: ConfigSet, s: Strategy, model: ModelSpec) -> tuple[Findi
     value = data_types.get("grad_accum_dtype") if isinstance(data_types, dict) else None
     if s.precision not in ("bf16", "fp16") or s.zero_stage == 0 or value not in ACCUM_DTYPES["fp32"]:
         return ()
-    params = model.total_params
-    whole = s.zero_stage == 1 and s.precision == "bf16" and s.offload_optimizer != "cpu"
-    more = 2 * params if whole else 2 * params // max(1, s.world_size)
+    from wizard.planner.finetune import trainable_params
+
+    params = trainable_params(model)
+    whole = s.zero_stage == 1  # every parameter's fp32 gradient on every GPU
+    if whole:  # bf16's BF16 optimizer keeps its own 16-bit gradients beside the fp32 ones
+        more = (4 if s.precision == "bf16" and s.offload_optimizer != "cpu" else 2) * params
+    else:  # the partitions in fp32, on the GPU unless the optimizer is offloaded
+        more = 0 if s.offload_optimizer != "none" else 2 * params // max(1, s.world_size)
+    if more == 0:
+        return ()
     return (
         Finding(
             Severity.WARNING,
@@ -204,7 +211,8 @@ def _unmodelled(config: ConfigSet, s: Strategy, model: ModelSpec) -> tuple[Findi
             "(data_types.grad_accum_dtype), which the memory model does not count",
             "DeepSpeed keeps "
             + (
-                "an fp32 gradient of every parameter on every GPU (ZeRO-1 with bf16 runs its BF16 optimizer)"
+                "an fp32 gradient of every trained parameter on every GPU"
+                + (" (ZeRO-1 with bf16 runs its BF16 optimizer)" if s.precision == "bf16" else "")
                 if whole
                 else "each GPU's gradient partitions in fp32"
             )
