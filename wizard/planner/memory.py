@@ -451,7 +451,6 @@ def training_phases(
 
 FLAT_BUCKET_ITEM = "the bucket's gradients, flattened for the reduce-scatter"
 IN_FLIGHT_ITEM = "the largest gradient's partition on its way to the host (copy, fp64 norm)"
-WORKSPACES_ITEM = "cuBLAS workspaces (two streams)"
 TIED_ITEM = "the tied embedding's gradient (summed at the backward's end)"
 
 
@@ -636,7 +635,7 @@ def _stage3_host_gradients_phases(
     the output head), that flush too (``stage3_flushes``). A tied embedding's gradient is held whole from the output
     head's backward on (autograd sums both uses before it is ready). At a flush the activations of the layers not
     yet walked are held, beside part of one layer's backward transient (a fit:
-    calibration.STAGE3_HOST_GRADIENTS_TRANSIENT_SHARE) and cuBLAS's workspaces. Measured on one GPU only (llama-3b
+    calibration.STAGE3_HOST_GRADIENTS_TRANSIENT_SHARE). Measured on one GPU only (llama-3b
     with both offloads at micro-batch 1 at three bucket sizes, at 4, 8 and 16, and with the optimizer alone
     offloaded at 4 at two:
     bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-*.json, -phases-3b{,-train}.json; where each peak is
@@ -661,11 +660,6 @@ def _stage3_host_gradients_phases(
             *rest,
             *((("gathered parameters", gathered),) if gathered else ()),
             *items,
-            *(
-                ((WORKSPACES_ITEM, cal.STAGE3_HOST_GRADIENTS_WORKSPACE_BYTES),)
-                if cal.STAGE3_HOST_GRADIENTS_WORKSPACE_BYTES
-                else ()
-            ),
         ]
         out.append(
             Phase(
