@@ -169,6 +169,16 @@ def test_auto_sets_differ_between_trainer_and_accelerate() -> None:
     assert len(plain) == 3
 
 
+def test_grad_accum_dtype_auto_says_deepspeed_fails_on_it() -> None:
+    """DeepSpeed keeps data_types.grad_accum_dtype as the string and looks it up in DtypeEnum when it builds the
+    optimizer: "auto" is a ValueError there, not a default taken silently."""
+    cfg = {**BASE, "data_types": {"grad_accum_dtype": "auto"}}
+    (found,) = [f for f in lint_config(cfg, consumer="deepspeed") if f.code == "auto-unfilled"]
+    assert found.severity is Severity.ERROR and found.location == "data_types.grad_accum_dtype"
+    assert "ValueError" in found.why and "silently" not in found.why
+    assert "grad-accum-dtype" not in codes(lint_config(cfg, consumer="deepspeed"))  # one finding, not two
+
+
 def test_accelerate_fills_stage_auto_with_its_default() -> None:
     cfg = {**BASE, "zero_optimization": {"stage": "auto"}}
     assert "auto-default" in codes(lint_config(cfg, consumer="accelerate"), Severity.WARNING)

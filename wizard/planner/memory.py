@@ -503,16 +503,16 @@ def stage3_host_gradient_items(
             (TIED_ITEM, w * largest),
             (IN_FLIGHT_ITEM, on_its_way(part) + (4 * others // N - 4 * part if nvme else 0)),
         )
+    walked = 0  # what the walk put in the bucket, where it knows (llama-3b's first: 474M elements, read 904 MiB flat)
     if content is not None and not last:
-        largest = content[1]  # the bucket's own largest member
+        walked, largest = content  # largest: the bucket's own largest member
     # the bucket being reduced (elements) and whether it holds more than its largest gradient (then it is
-    # concatenated once more; one tensor alone is reduced in place)
+    # concatenated once more; one tensor alone is reduced in place). A tensor alone that fits the bucket is reduced
+    # in place by the source, yet llama-3b's head alone at a quarter bucket read a full bucket's worth more, so it
+    # keeps the full bucket's copy.
     alone = largest > bucket  # reduced on its own, never copied into the bucket
-    fill, shared = (largest, False) if alone else (min(bucket, P), largest < P)
-    if content is not None and not last and content[0] > largest:
-        fill = content[0]  # what the walk put in it (llama-3b's first: 474M elements, read 904 MiB flat)
-    # (a tensor alone that fits the bucket is reduced in place by the source; llama-3b's head alone at a quarter
-    # bucket read a full bucket's worth more, so it keeps the full bucket's copy)
+    full = walked if walked > largest else min(bucket, P)
+    fill, shared = (largest, False) if alone else (full, largest < P)
     if last and bucket > 0 and not alone:
         rest = max(0, P - largest) % bucket
         fill, shared = (rest + largest, rest > 0) if rest + largest <= bucket else (largest, False)

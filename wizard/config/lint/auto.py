@@ -146,6 +146,9 @@ def check_auto(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
 
 
 def _deepspeed_why(path: str) -> str:
+    if path == "data_types.grad_accum_dtype":
+        # runtime/config.py keeps the string as it is; engine.get_data_types looks it up in DtypeEnum (0.19.8)
+        return "DeepSpeed looks the name up when it builds the optimizer and fails (ValueError: 'auto' is not a valid DtypeEnum)"
     if "." not in path or path.startswith(("optimizer.", "scheduler.")):
         return "DeepSpeed uses the string as the value and fails (e.g. TypeError: '>' not supported between str and float)"
     return 'DeepSpeed drops "auto" inside its sections silently and uses its default (bf16/fp16 "auto" means off)'
