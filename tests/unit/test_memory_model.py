@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from wizard.model import ModelSpec, load_model_spec, spec_from_config
 from wizard.planner import calibration as cal
 from wizard.planner.memory import (
+    CUBLAS_WORKSPACE_ITEM,
     DEFAULT_BUFFERS,
     _stage3_working_set,
     activation_bytes_per_sample,
@@ -339,3 +340,50 @@ def test_a_model_without_use_cache_keeps_what_transformers_keeps_then() -> None:
         on = activation_bytes_per_sample(spec, 512, checkpointing=False)[0]
         off = activation_bytes_per_sample(replace(spec, use_cache=False), 512, checkpointing=False)[0]
         assert off - on == pytest.approx(per_hidden * spec.hidden * spec.layers * 512, abs=2), name
+
+
+@pytest.mark.parametrize(
+    "s",
+    [
+        Strategy(zero_stage=0, precision="bf16"),
+        Strategy(zero_stage=1, offload_optimizer="cpu", activation_checkpointing=True, precision="bf16"),
+        Strategy(zero_stage=2, precision="bf16", micro_batch_size=4),
+        Strategy(zero_stage=3, offload_optimizer="cpu", offload_param="cpu", activation_checkpointing=True),
+        Strategy(zero_stage=3, offload_param="cpu", mode="inference", precision="bf16"),
+    ],
+)
+def test_cublas_workspaces_are_allocated_at_every_moment_and_left_the_fitted_cache(
+    s: Strategy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's cuBLAS workspaces live from the first matrix product on (two 32 MiB blocks at every step's start in
+    every --peak-anatomy): in every phase, training and inference. The fitted fixed cache terms held them before,
+    so moving them to the allocated side changes max-allocated alone: reserved, device and what must fit stay."""
+    model = load_model_spec("llama-7b")
+    ws = cal.CUBLAS_WORKSPACE_BYTES
+    assert ws == 64 * 2**20
+    for p in phases_for(model, s, 1024):
+        assert dict(p.fixed)[CUBLAS_WORKSPACE_ITEM] == ws, p.name
+    now = estimate_memory(model, s, 1024)
+    for expandable in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(cal, "CUBLAS_WORKSPACE_BYTES", 0)
+            for name in (
+                "RESERVED_FIXED_BYTES",
+                "RESERVED_FIXED_BYTES_INFERENCE",
+                "EXPANDABLE_UNRECLAIMABLE_BYTES",
+            ):
+                m.setattr(cal, name, getattr(cal, name) + ws)
+            before = estimate_memory(model, s, 1024, expandable_segments=expandable)
+        after = estimate_memory(model, s, 1024, expandable_segments=expandable)
+        assert after.allocated == before.allocated + ws
+        assert (after.reserved, after.device, after.needed) == (before.reserved, before.device, before.needed)
+    assert now.allocated == after.allocated
+
+
+def test_the_memory_reason_tells_cublas_workspaces_with_the_context_not_as_deepspeed_buffers() -> None:
+    from wizard.planner.explain import _memory_reason
+
+    mem = estimate_memory(load_model_spec("gpt2"), Strategy(zero_stage=0, precision="bf16"), 1024)
+    text = _memory_reason(mem)
+    assert "DeepSpeed buffers" not in text  # stage 0 without offload has none
+    assert "allocator cache + CUDA context + cuBLAS workspaces" in text

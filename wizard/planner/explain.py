@@ -9,6 +9,7 @@ import shlex
 from wizard.hardware.report import HardwareReport
 from wizard.planner import calibration as cal
 from wizard.planner.memory import (
+    CUBLAS_WORKSPACE_ITEM,
     KV_CACHE_ITEM,
     MemoryEstimate,
     estimate_memory,
@@ -186,8 +187,10 @@ def _memory_reason(mem: MemoryEstimate) -> str:
     states = sum(items.get(k, 0) for k in _STATE_ITEMS)
     acts = sum(items.get(k, 0) for k in _ACTIVATION_ITEMS)
     kv = items.get(KV_CACHE_ITEM, 0)
-    buffers = mem.allocated - states - acts - kv
-    outside = mem.device - mem.allocated
+    # cuBLAS's workspaces are the framework's, not DeepSpeed's: told with the CUDA context
+    workspaces = items.get(CUBLAS_WORKSPACE_ITEM, 0)
+    buffers = mem.allocated - states - acts - kv - workspaces
+    outside = mem.device - mem.allocated + workspaces
     text = f"peak during {mem.peak_phase}: " + (
         f"model states {fmt_bytes(states)}" if states else "model states off the GPU"
     )
@@ -199,7 +202,9 @@ def _memory_reason(mem: MemoryEstimate) -> str:
         text += f", KV cache {fmt_bytes(kv)}"
     if buffers:
         text += f", DeepSpeed buffers {fmt_bytes(buffers)}"
-    return text + f", allocator cache + CUDA context{' + NCCL' if mem.nccl else ''} {fmt_bytes(outside)}"
+    cublas = " + cuBLAS workspaces" if workspaces else ""
+    nccl = " + NCCL" if mem.nccl else ""
+    return text + f", allocator cache + CUDA context{cublas}{nccl} {fmt_bytes(outside)}"
 
 
 def _backward_gathers(ctx: PlanContext, s: Strategy) -> str:

@@ -379,6 +379,7 @@ def training_phases(
         ("parameters", _params_on_gpu(model, s)),
         ("optimizer states", _optimizer_on_gpu(model, s)),
         ("4-bit dequantization buffer", ft.dequantization_buffer_bytes(model, w)),
+        (CUBLAS_WORKSPACE_ITEM, cal.CUBLAS_WORKSPACE_BYTES),
     ]
     grads_full = 0  # gradient storage at the end of backward
     in_backward_buffers = 0  # buffers that exist only from the first gradient on
@@ -449,6 +450,7 @@ def training_phases(
     return phases
 
 
+CUBLAS_WORKSPACE_ITEM = "cuBLAS workspaces"
 FLAT_BUCKET_ITEM = "the bucket's gradients, flattened for the reduce-scatter"
 IN_FLIGHT_ITEM = "the largest gradient's partition on its way to the host (copy, fp64 norm)"
 TIED_ITEM = "the tied embedding's gradient (summed at the backward's end)"
@@ -507,11 +509,12 @@ def stage3_host_gradient_items(
     if content is not None and not last:
         walked, largest = content  # largest: the bucket's own largest member
     # the bucket being reduced (elements) and whether it holds more than its largest gradient (then it is
-    # concatenated once more; one tensor alone is reduced in place). A tensor alone that fits the bucket is reduced
-    # in place by the source, yet llama-3b's head alone at a quarter bucket read a full bucket's worth more, so it
-    # keeps the full bucket's copy.
+    # concatenated once more; one tensor alone is reduced in place). A tensor alone in a bucket it fits is reduced in
+    # place by the source, yet llama-3b's head alone at a quarter bucket held one more 16-bit block of the head's
+    # own size on the reduce stream (--peak-anatomy, one H200: two 195 MiB blocks beside the 781 MiB norm;
+    # bench/results/plan_accuracy-2026-12-06-1gpu-phases-3b-quarter.json), so it keeps a copy of its own size.
     alone = largest > bucket  # reduced on its own, never copied into the bucket
-    full = walked if walked > largest else min(bucket, P)
+    full = max(walked, largest) if walked else min(bucket, P)
     fill, shared = (largest, False) if alone else (full, largest < P)
     if last and bucket > 0 and not alone:
         rest = max(0, P - largest) % bucket
@@ -740,7 +743,7 @@ def inference_phases(
     every layer to within 3 %, bench/results/inference_accuracy-2026-12-02-1gpu-gpt2.json). The head's logits come
     after the last layer's tensors are freed: a second candidate peak."""
     w = weight_bytes(s)
-    fixed = [("parameters", _params_on_gpu(model, s))]
+    fixed = [("parameters", _params_on_gpu(model, s)), (CUBLAS_WORKSPACE_ITEM, cal.CUBLAS_WORKSPACE_BYTES)]
     if s.zero_stage == 3 and (s.world_size > 1 or s.offload_param != "none"):
         fixed.append(("gathered parameters", _stage3_working_set(model, s, buf)))
         fixed.append(("persistent small parameters", w * persistent_parameter_elements(model)))
