@@ -176,6 +176,7 @@ def test_grad_accum_dtype_auto_says_deepspeed_fails_on_it() -> None:
     (found,) = [f for f in lint_config(cfg, consumer="deepspeed") if f.code == "auto-unfilled"]
     assert found.severity is Severity.ERROR and found.location == "data_types.grad_accum_dtype"
     assert "ValueError" in found.why and "silently" not in found.why
+    assert '"fp32"' in found.fix and "--for" not in found.fix  # no consumer fills it: --for would not help
     assert "grad-accum-dtype" not in codes(lint_config(cfg, consumer="deepspeed"))  # one finding, not two
 
 

@@ -83,8 +83,7 @@ def check_auto(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                 "auto-unfilled",
                 f'{path} is "auto", which plain DeepSpeed does not fill',
                 _deepspeed_why(path),
-                f"write the value itself for {path.split('.')[-1]} (or use --for trainer/accelerate if one of them "
-                "runs this config)",
+                _deepspeed_fix(path),
                 path,
             )
             for path in paths
@@ -143,6 +142,15 @@ def check_auto(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                 )
             )
     return out
+
+
+def _deepspeed_fix(path: str) -> str:
+    if path == "data_types.grad_accum_dtype":  # neither the Trainer nor accelerate fills it either
+        return 'write "fp32" (or the model\'s own "bf16" / "fp16"), or drop the key to accumulate in the model\'s dtype'
+    return (
+        f"write the value itself for {path.split('.')[-1]} (or use --for trainer/accelerate if one of them runs "
+        "this config)"
+    )
 
 
 def _deepspeed_why(path: str) -> str:
