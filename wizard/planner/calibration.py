@@ -186,12 +186,12 @@ STAGE3_HOST_GRADIENTS_TRANSIENT_SHARE = 0.5
 # cuBLAS's workspaces: torch hands each cuBLAS / cuBLASLt handle a workspace from its caching allocator at the first
 # matrix product and keeps it with the handle (aten/src/ATen/cuda/CublasHandlePool.cpp; 32 MiB by default on Hopper,
 # less on older cards), so it is in max_memory_allocated at every moment of a step. Read: two 32 MiB blocks live at
-# the start of every step --peak-anatomy recorded (ten ZeRO-3 steps of six models, one H100 and one H200,
+# the start of every step --peak-anatomy recorded (ten ZeRO-3 steps of five models, one H100 and one H200,
 # bench/results/plan_accuracy-2026-12-06-1gpu-phases-*.json). Counted at Hopper's size on every card (older cards
 # keep less: a few MiB over-counted there), in training and in inference alike. They were inside the fitted
 # fixed cache terms (RESERVED_FIXED_BYTES*, EXPANDABLE_UNRECLAIMABLE_BYTES), which give them back: reserved, device
-# and fit predictions are as they were. Over the H200 readings of stages 0-3 (369 rows) the signed median error
-# of max-allocated went from -0.2 % to -0.0 % with them, the median |error| from 0.32 to 0.22 %.
+# and fit predictions are as they were. Over the H200's 372 readings of stages 0-3 the max-allocated error median
+# went from 0.21 to 0.15 % (p95 1.10 to 0.76 %, signed median -0.20 to -0.01 %; plan_accuracy-2026-12-06-1gpu-all-aa).
 CUBLAS_WORKSPACE_BYTES = 2 * 32 * 2**20
 # Mixed-precision Adam (ZeRO, arXiv:1910.02054, K = 12): fp32 master weights 4 + momentum 4 + variance 4 bytes per
 # parameter.
