@@ -82,8 +82,7 @@ def check_auto(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
                 ERROR,
                 "auto-unfilled",
                 f'{path} is "auto", which plain DeepSpeed does not fill',
-                _deepspeed_why(path),
-                _deepspeed_fix(path),
+                *_deepspeed_reason(path),
                 path,
             )
             for path in paths
@@ -144,22 +143,31 @@ def check_auto(cfg: dict[str, Any], ctx: LintContext) -> list[Finding]:
     return out
 
 
-def _deepspeed_fix(path: str) -> str:
-    if path == "data_types.grad_accum_dtype":  # neither the Trainer nor accelerate fills it either
-        return 'write "fp32" (or the model\'s own "bf16" / "fp16"), or drop the key to accumulate in the model\'s dtype'
-    return (
+# Keys that plain DeepSpeed neither fills nor drops, and that neither the Trainer nor accelerate fills: what it does
+# with "auto" there, and what to write instead. runtime/config.py keeps data_types.grad_accum_dtype's string as it is
+# and engine.get_data_types looks it up in DtypeEnum when it builds the optimizer (DeepSpeed 0.19.8).
+_DEEPSPEED_OWN: dict[str, tuple[str, str]] = {
+    "data_types.grad_accum_dtype": (
+        "DeepSpeed looks the name up when it builds the optimizer and fails (ValueError: 'auto' is not a valid "
+        "DtypeEnum)",
+        'write "fp32" (or the model\'s own "bf16" / "fp16"), or drop the key to accumulate in the model\'s dtype',
+    ),
+}
+
+
+def _deepspeed_reason(path: str) -> tuple[str, str]:
+    """(why, fix) of an "auto" that plain DeepSpeed reads."""
+    if path in _DEEPSPEED_OWN:
+        return _DEEPSPEED_OWN[path]
+    fix = (
         f"write the value itself for {path.split('.')[-1]} (or use --for trainer/accelerate if one of them runs "
         "this config)"
     )
-
-
-def _deepspeed_why(path: str) -> str:
-    if path == "data_types.grad_accum_dtype":
-        # runtime/config.py keeps the string as it is; engine.get_data_types looks it up in DtypeEnum (0.19.8)
-        return "DeepSpeed looks the name up when it builds the optimizer and fails (ValueError: 'auto' is not a valid DtypeEnum)"
     if "." not in path or path.startswith(("optimizer.", "scheduler.")):
-        return "DeepSpeed uses the string as the value and fails (e.g. TypeError: '>' not supported between str and float)"
-    return 'DeepSpeed drops "auto" inside its sections silently and uses its default (bf16/fp16 "auto" means off)'
+        why = "DeepSpeed uses the string as the value and fails (e.g. TypeError: '>' not supported between str and float)"
+    else:
+        why = 'DeepSpeed drops "auto" inside its sections silently and uses its default (bf16/fp16 "auto" means off)'
+    return why, fix
 
 
 def _unknown_consumer(paths: list[str]) -> list[Finding]:
