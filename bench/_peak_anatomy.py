@@ -130,3 +130,111 @@ def step_anatomy(
     torch.cuda.synchronize(device)
     index, events = _device_events(torch.cuda.memory._snapshot(), device)
     return anatomy(live_blocks(start, index), events, baseline, forward_events)
+
+
+def _segment_blocks(
+    snapshot: Mapping[str, Any], device: int
+) -> tuple[dict[Any, int], dict[Any, int], dict[int, tuple[int, Any]]]:
+    """(reserved bytes by stream, held bytes by stream, address -> (bytes, stream) of the held blocks) in a
+    snapshot: held means allocated or freed but still in use by a stream it was recorded on."""
+    reserved: dict[Any, int] = {}
+    held: dict[Any, int] = {}
+    blocks: dict[int, tuple[int, Any]] = {}
+    for seg in snapshot.get("segments", ()):
+        if seg.get("device", device) != device:
+            continue
+        stream = seg.get("stream")
+        reserved[stream] = reserved.get(stream, 0) + int(seg.get("total_size", 0))
+        addr = int(seg["address"])
+        for block in seg.get("blocks", ()):
+            size = int(block["size"])
+            if block.get("state") in ("active_allocated", "active_pending_free"):
+                held[stream] = held.get(stream, 0) + size
+                blocks[addr] = (size, stream)
+            addr += size
+    return reserved, held, blocks
+
+
+def _add(
+    groups: dict[tuple[str, int, str], list[int]], key: tuple[str, int, str], size: int, free: int
+) -> None:
+    g = groups.setdefault(key, [0, 0, 0])
+    g[0], g[1], g[2] = g[0] + 1, g[1] + size, max(g[2], free)
+
+
+def segment_growth(
+    start: Mapping[str, Any], events: list[Mapping[str, Any]], marks: list[tuple[int, str]], device: int = 0
+) -> dict[str, Any]:
+    """Where the allocator reserved memory after ``start`` (a snapshot): every segment it added (cudaMalloc) or gave
+    back, replayed from the recorded ``events``, with the moment (``marks``: (events recorded by then, label) at the
+    end of each labelled span, in order), the stream, the request it was added for (the first allocation that landed
+    in it), and the bytes that stream already had reserved but not held then (free in its cache, yet not in one
+    piece the request fit). Groups by (moment, stream, request size), largest first."""
+    reserved, held, blocks = _segment_blocks(start, device)
+    streams: dict[Any, int] = {}
+    for s in reserved:
+        streams.setdefault(s, len(streams))
+    at_start = sum(reserved.values())
+    total, peak = at_start, at_start
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    freed = 0
+    pending: dict[
+        int, tuple[str, int, int, int]
+    ] = {}  # segment address -> (moment, bytes, free then, stream)
+    bounds = [n for n, _ in marks]
+    labels = [label for _, label in marks]
+
+    def moment(i: int) -> str:
+        for n, label in zip(bounds, labels, strict=True):
+            if i < n:
+                return label
+        return "after"
+
+    for i, e in enumerate(events):
+        action = e.get("action")
+        size, addr, stream = int(e.get("size", 0)), int(e.get("addr", 0)), e.get("stream")
+        if action == "segment_alloc":
+            number = streams.setdefault(stream, len(streams))
+            free_then = reserved.get(stream, 0) - held.get(stream, 0)
+            reserved[stream] = reserved.get(stream, 0) + size
+            total += size
+            peak = max(peak, total)
+            pending[addr] = (moment(i), size, free_then, number)
+        elif action == "segment_free":
+            reserved[stream] = reserved.get(stream, 0) - size
+            total -= size
+            freed += size
+        elif action == "alloc":
+            blocks[addr] = (size, stream)
+            held[stream] = held.get(stream, 0) + size
+            for seg_addr, (when, seg_size, free_then, number) in list(pending.items()):
+                if seg_addr <= addr < seg_addr + seg_size:
+                    _add(groups, (when, number, f"{size / MiB:.0f} MiB"), seg_size, free_then)
+                    del pending[seg_addr]
+        elif action == "free_completed":
+            size, stream = blocks.pop(addr, (size, stream))
+            held[stream] = held.get(stream, 0) - size
+    for when, seg_size, free_then, number in pending.values():  # a segment no request landed in
+        _add(groups, (when, number, "no request"), seg_size, free_then)
+    ranked = sorted(groups.items(), key=lambda kv: -kv[1][1])
+    return {
+        "reserved_at_start": at_start,
+        "reserved_at_end": total,
+        "peak_reserved": peak,
+        "segments_freed": freed,
+        "by_stream_at_end": [
+            [streams.setdefault(s, len(streams)), reserved[s], held.get(s, 0)] for s in reserved
+        ],
+        # [moment, stream, request, segments, bytes, the most that stream had free when one was added]
+        "added": [[m, n, req, count, b, free] for (m, n, req), (count, b, free) in ranked],
+    }
+
+
+def snapshot_now(device: Any) -> tuple[int, dict[str, Any], list[Any]]:
+    """(device index, a snapshot, its recorded events) now."""
+    import torch
+
+    torch.cuda.synchronize(device)
+    snap = torch.cuda.memory._snapshot()
+    index, events = _device_events(snap, device)
+    return index, snap, events

@@ -726,6 +726,10 @@ class Row:
     # --peak-anatomy: what was live at the allocated peak of the last untimed step, by block size and stream, and
     # that step's allocated bytes along its events (bench/_peak_anatomy.py); None: not recorded
     peak_anatomy: dict[str, Any] | None = None
+    # --segment-growth: every segment the allocator added from the end of deepspeed.initialize (or of the model's
+    # kept-apart build) to the end of the warm-up, by step, phase, stream and the request it was added for
+    # (bench/_peak_anatomy.py segment_growth); None: not recorded
+    segment_growth: dict[str, Any] | None = None
 
 
 HOST_PROBE_REPEATS = 5
@@ -1333,14 +1337,18 @@ class _PeakLog:
         return before
 
 
-def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: bool = False) -> None:
+def run_config(
+    c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: bool = False, segments: bool = False
+) -> None:
     """Build, initialize and train ``c``, filling ``row``. ``anatomy`` (CUDA): record what holds the allocated peak
-    of the last untimed step (Row.peak_anatomy); the timed steps after it run as they would without."""
+    of the last untimed step (Row.peak_anatomy); ``segments`` (CUDA): record where the allocator reserved its
+    segments over the warm-up (Row.segment_growth). The timed steps after either run as they would without."""
     import deepspeed
     import torch
 
     cuda = torch.cuda.is_available() and not smoke
     anatomy = anatomy and cuda
+    segments = segments and cuda and not anatomy  # one memory history at a time
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     spec = bench_spec(c.model)
     row.host_us = host_speed_us(device)
@@ -1371,11 +1379,22 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
                 # building under zero.Init (from_pretrained with a ZeRO-3 config, accelerate's zero3_init_flag)
                 # never has. Kept apart (Row.init_allocated); the peaks count from here.
                 row.init_allocated = peaks.count_from_here()
+        segments_start: dict[str, Any] = {}
+        segment_marks: list[tuple[int, str]] = []  # (events recorded by then, the span that ended)
+        if segments:
+            segments_start = torch.cuda.memory._snapshot()
+            peak_anatomy.record("all")
         gen = torch.Generator(device="cpu").manual_seed(1)
         ids = torch.randint(0, spec.vocab, (c.micro_batch, seq), generator=gen).to(engine.device)
         timed = TIMED_STEPS if not smoke else 2
         warmup = (WARMUP_STEPS_STAGE3 if c.zero_stage == 3 else WARMUP_STEPS) if not smoke else 1
         row.warmup_steps = warmup
+
+        def mark(marks: _PhaseMarks, step: int, phase: str, micro: int = 0) -> None:
+            marks.mark(phase)
+            if segments and step < warmup:
+                segment_marks.append((peak_anatomy.trace_length(device), f"step {step} {phase} {micro}"))
+
         for i in range(warmup + timed):
             if cuda:
                 torch.cuda.synchronize(device)
@@ -1391,18 +1410,22 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
             marks.mark()
             for micro in range(c.grad_accum):
                 loss = engine(input_ids=ids, labels=ids).loss
-                marks.mark("forward")
+                mark(marks, i, "forward", micro)
                 if recording and micro == 0:
                     forward_events = peak_anatomy.trace_length(device)
                 engine.backward(loss)
                 if micro < c.grad_accum - 1:
                     engine.step()  # not at the accumulation boundary: DeepSpeed only counts the micro-step
-                marks.mark("backward")
+                mark(marks, i, "backward", micro)
             engine.step()
-            marks.mark("step")
+            mark(marks, i, "step")
             if cuda:
                 torch.cuda.synchronize(device)
             dt_s = time.perf_counter() - t0
+            if segments and i == warmup - 1:
+                index, _, events = peak_anatomy.snapshot_now(device)
+                row.segment_growth = peak_anatomy.segment_growth(segments_start, events, segment_marks, index)
+                peak_anatomy.record(None)
             if recording:
                 row.peak_anatomy = peak_anatomy.step_anatomy(
                     device, anatomy_start, row.baseline_allocated or 0, forward_events
@@ -1428,7 +1451,7 @@ def run_config(c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: 
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
         )
     finally:
-        if anatomy:
+        if anatomy or segments:
             peak_anatomy.record(None)
         row.host_rss_before, row.host_rss_peak, row.host_pinned_peak = host.stop()
         if cuda:
@@ -1483,7 +1506,7 @@ def worker(args: argparse.Namespace) -> int:
         row = Row(
             config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
         )
-        run_config(c, world, seq, smoke, row, args.peak_anatomy)
+        run_config(c, world, seq, smoke, row, args.peak_anatomy, args.segment_growth)
         row.finished_at = round(time.time(), 1)
         dist.barrier()
         if rank == 0:
@@ -1759,7 +1782,7 @@ def _worker_one(
         seq_len=seq,
         predicted=predict(hw, bench_spec(c.model), c, world, seq, card),
     )
-    run_config(c, world, seq, args.smoke, row, args.peak_anatomy)
+    run_config(c, world, seq, args.smoke, row, args.peak_anatomy, args.segment_growth)
     row.finished_at = round(time.time(), 1)
     dist.barrier()
     if rank == 0:
@@ -1918,6 +1941,8 @@ def _worker_command(args: argparse.Namespace, gpus: int, name: str) -> list[str]
         cmd.append("--ds-fused-adam")
     if args.peak_anatomy:
         cmd.append("--peak-anatomy")
+    if args.segment_growth:
+        cmd.append("--segment-growth")
     for item in args.zero_set or ():
         cmd += ["--zero-set", item]
     return cmd
@@ -3675,6 +3700,12 @@ def main() -> int:
         help="record what holds each row's allocated peak in its last untimed step (Row.peak_anatomy: PyTorch's "
         "memory history of that step, what is live at the peak by block size and stream)",
     )
+    ap.add_argument(
+        "--segment-growth",
+        action="store_true",
+        help="record where the allocator reserved each row's segments over the warm-up steps (Row.segment_growth: "
+        "by step, phase, stream and the request each was added for); not with --peak-anatomy",
+    )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)
     ap.add_argument("--collective-timeout-s", type=float, default=120.0)
@@ -3685,6 +3716,8 @@ def main() -> int:
     if args.t0 is None:
         args.t0 = time.time()
     parse_zero_set(args.zero_set)  # a bad --zero-set stops here, before any GPU time
+    if args.peak_anatomy and args.segment_growth:
+        ap.error("--peak-anatomy and --segment-growth each record PyTorch's memory history: pick one")
     if args.analyze:
         analyze(args.analyze, args.out or args.analyze[0].parent, args.report_name)
         return 0

@@ -77,3 +77,49 @@ def test_the_peak_is_replayed_from_the_step_s_start_and_grouped(pk: ModuleType) 
 def test_a_step_that_never_rises_above_its_start_peaks_at_its_start(pk: ModuleType) -> None:
     a = pk.anatomy({1: (MiB, "resident")}, [event("free_requested", 1, MiB), event("alloc", 2, MiB)])
     assert a["peak"] == MiB and a["peak_set_by"] == "the step's start" and a["live"] == [["resident", MiB, 1]]
+
+
+def test_segment_growth_names_each_added_segment_s_moment_stream_and_request(pk: ModuleType) -> None:
+    """Replayed from a snapshot's segments: the free bytes a stream had when it still needed a segment are its
+    reserved bytes less the blocks it holds, a block freed while a recorded stream still used it among them until
+    that stream passed it (free_completed)."""
+    start = {
+        "segments": [
+            {
+                "device": 0,
+                "address": 0,
+                "total_size": 20 * MiB,
+                "stream": 7,
+                "blocks": [
+                    {"size": 12 * MiB, "state": "active_allocated"},
+                    {"size": 8 * MiB, "state": "inactive"},
+                ],
+            },
+            {"device": 1, "address": 0, "total_size": 99 * MiB, "stream": 7, "blocks": []},
+        ]
+    }
+    events = [
+        event("alloc", 12 * MiB, 6 * MiB, 7),  # fits the start segment's free 8 MiB
+        event("segment_alloc", 100 * MiB, 20 * MiB, 7),  # 2 MiB free on stream 7 then
+        event("alloc", 100 * MiB, 10 * MiB, 7),
+        event("alloc", 110 * MiB, 10 * MiB, 7),
+        event("free_requested", 100 * MiB, 10 * MiB, 7),  # recorded on a side stream: still held
+        event("segment_alloc", 200 * MiB, 20 * MiB, 9),  # the side stream's first segment
+        event("alloc", 200 * MiB, 16 * MiB, 9),
+        event("free_completed", 100 * MiB, 10 * MiB, 7),  # passed: 12 MiB free on stream 7, none 18 in one piece
+        event("segment_alloc", 300 * MiB, 20 * MiB, 7),
+        event("alloc", 300 * MiB, 18 * MiB, 7),
+        event("free_requested", 200 * MiB, 16 * MiB, 9),
+        event("free_completed", 200 * MiB, 16 * MiB, 9),
+        event("segment_free", 200 * MiB, 20 * MiB, 9),  # handed back (an empty_cache)
+    ]
+    marks = [(5, "forward"), (10, "backward")]
+    g = pk.segment_growth(start, events, marks, device=0)
+    assert g["reserved_at_start"] == 20 * MiB and g["peak_reserved"] == 80 * MiB
+    assert g["reserved_at_end"] == 60 * MiB and g["segments_freed"] == 20 * MiB
+    assert g["by_stream_at_end"] == [[0, 60 * MiB, 46 * MiB], [1, 0, 0]]
+    assert g["added"] == [
+        ["forward", 0, "10 MiB", 1, 20 * MiB, 2 * MiB],
+        ["backward", 1, "16 MiB", 1, 20 * MiB, 0],
+        ["backward", 0, "18 MiB", 1, 20 * MiB, 12 * MiB],
+    ]
