@@ -106,7 +106,9 @@ def test_segment_growth_names_each_added_segment_s_moment_stream_and_request(pk:
         event("free_requested", 100 * MiB, 10 * MiB, 7),  # recorded on a side stream: still held
         event("segment_alloc", 200 * MiB, 20 * MiB, 9),  # the side stream's first segment
         event("alloc", 200 * MiB, 16 * MiB, 9),
-        event("free_completed", 100 * MiB, 10 * MiB, 7),  # passed: 12 MiB free on stream 7, none 18 in one piece
+        event(
+            "free_completed", 100 * MiB, 10 * MiB, 7
+        ),  # passed: 12 MiB free on stream 7, none 18 in one piece
         event("segment_alloc", 300 * MiB, 20 * MiB, 7),
         event("alloc", 300 * MiB, 18 * MiB, 7),
         event("free_requested", 200 * MiB, 16 * MiB, 9),
