@@ -136,6 +136,20 @@ def test_a_deep_model_holds_the_layers_not_yet_walked_and_part_of_one_layer(pa: 
             assert 0 < predicted / measured - 1 < 0.05
 
 
+def test_a_bucket_that_never_fills_flushes_at_the_backward_s_end_only() -> None:
+    """LoRA's few trained tensors (or a bucket larger than the model) never fill a reduce bucket before the input
+    embedding's gradient: the backward's end is the one moment its gradients go to the host."""
+    spec = load_model_spec("params=1e9")
+    lora = replace(spec, finetune=replace(spec.finetune, mode="lora"))
+    s = Strategy(zero_stage=3, offload_optimizer="cpu", activation_checkpointing=True, precision="bf16")
+    big = replace(DEFAULT_BUFFERS, reduce_bucket_elements=10 * spec.total_params)
+    for model, buf in ((lora, DEFAULT_BUFFERS), (spec, big)):
+        assert stage3_flushes(model, buf.reduce_bucket_elements) == []
+        phases = [p.name for p in training_phases(model, s, 2048, buf) if "gradients to the host" in p.name]
+        assert phases == ["backward's end (the last gradients to the host)"]
+    assert len([p for p in training_phases(spec, s, 2048) if "gradients to the host" in p.name]) > 1
+
+
 def test_a_layer_tensor_larger_than_the_head_sets_a_later_flush() -> None:
     """A model whose MLP matrices outgrow its output head and the bucket (the 1T-parameter plan of ZeRO-Infinity's
     size): the head travels alone first, then each MLP matrix alone, flushed when the next gradient arrives -- that
@@ -194,14 +208,10 @@ def test_the_phase_exists_only_where_zero_3_sends_gradients_to_the_host(pa: Modu
     )
     # the flat copy never exceeds what the model trains: a bucket larger than the model holds every gradient
     huge = replace(DEFAULT_BUFFERS, reduce_bucket_elements=10**12)
-    first, last = [p for p in training_phases(spec, both, 1024, huge) if waiting in dict(p.fixed)]
-    assert (first.name, last.name) == (
-        "backward (gradients to the host)",
-        "backward's end (the last gradients to the host)",
-    )
-    # one bucket: the first is the last, the whole backward walked
-    assert dict(first.fixed) == dict(last.fixed)
-    assert dict(first.fixed)[waiting] == 2 * spec.total_params
+    (only,) = [p for p in training_phases(spec, both, 1024, huge) if waiting in dict(p.fixed)]
+    # one bucket, flushed at the backward's end, the whole backward walked
+    assert only.name == "backward's end (the last gradients to the host)"
+    assert dict(only.fixed)[waiting] == 2 * spec.total_params
 
 
 def test_the_bytes_in_flight_follow_the_partition_the_precision_and_the_optimizers_device(

@@ -646,7 +646,8 @@ def _stage3_host_gradients_phases(
     -phases-deep.json); with several GPUs the reduce is a collective and the partitions 1/N, which is extrapolated,
     not measured."""
     elements = stage3_elements(model, s)
-    flushes = stage3_flushes(model, buf.reduce_bucket_elements) or [Flush(0.0, 1.0, 1.0, (0, 0))]
+    # no full bucket before the input embedding's gradient: the backward's end is the only flush
+    flushes = stage3_flushes(model, buf.reduce_bucket_elements)
     rest = [(name, b) for name, b in persistent if name != "gathered parameters"]
     out = []
     for flush in [*flushes, None]:
