@@ -15,7 +15,7 @@ torch.cuda.memory_allocated counts: a block leaves it at its free request, even 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 TOP_GROUPS = 30
@@ -28,19 +28,28 @@ def _label(size: int, origin: str) -> str:
     return f"{origin}: {size / MiB:.0f} MiB blocks"
 
 
+def _segments(snapshot: Mapping[str, Any], device: int) -> list[Mapping[str, Any]]:
+    """``device``'s segments in a snapshot."""
+    return [seg for seg in snapshot.get("segments", ()) if seg.get("device", device) == device]
+
+
+def _blocks(segment: Mapping[str, Any]) -> Iterator[tuple[int, int, str]]:
+    """(address, bytes, state) of a segment's blocks, which lie one after another from its start."""
+    addr = int(segment["address"])
+    for block in segment.get("blocks", ()):
+        size = int(block["size"])
+        yield addr, size, block.get("state", "")
+        addr += size
+
+
 def live_blocks(snapshot: Mapping[str, Any], device: int) -> dict[int, tuple[int, str]]:
     """address -> (bytes, group) of the blocks allocated when ``snapshot`` was taken, on ``device``."""
-    out: dict[int, tuple[int, str]] = {}
-    for seg in snapshot.get("segments", ()):
-        if seg.get("device", device) != device:
-            continue
-        addr = int(seg["address"])  # a segment's blocks lie one after another from its start
-        for block in seg.get("blocks", ()):
-            size = int(block["size"])
-            if block.get("state") == "active_allocated":
-                out[addr] = (size, _label(size, "live at the step's start"))
-            addr += size
-    return out
+    return {
+        addr: (size, _label(size, "live at the step's start"))
+        for seg in _segments(snapshot, device)
+        for addr, size, state in _blocks(seg)
+        if state == "active_allocated"
+    }
 
 
 def anatomy(
@@ -121,14 +130,19 @@ def trace_length(device: Any) -> int:
     return len(_device_events(torch.cuda.memory._snapshot(), device)[1])
 
 
+def events_now(device: Any) -> tuple[int, list[Any]]:
+    """(device index, the events recorded on it) once its queued work has run."""
+    import torch
+
+    torch.cuda.synchronize(device)
+    return _device_events(torch.cuda.memory._snapshot(), device)
+
+
 def step_anatomy(
     device: Any, start: Mapping[str, Any], baseline: int, forward_events: int | None = None
 ) -> dict[str, Any]:
     """At the end of the recorded step (``start``: the snapshot taken at its start): its anatomy."""
-    import torch
-
-    torch.cuda.synchronize(device)
-    index, events = _device_events(torch.cuda.memory._snapshot(), device)
+    index, events = events_now(device)
     return anatomy(live_blocks(start, index), events, baseline, forward_events)
 
 
@@ -140,18 +154,13 @@ def _segment_blocks(
     reserved: dict[Any, int] = {}
     held: dict[Any, int] = {}
     blocks: dict[int, tuple[int, Any]] = {}
-    for seg in snapshot.get("segments", ()):
-        if seg.get("device", device) != device:
-            continue
+    for seg in _segments(snapshot, device):
         stream = seg.get("stream")
         reserved[stream] = reserved.get(stream, 0) + int(seg.get("total_size", 0))
-        addr = int(seg["address"])
-        for block in seg.get("blocks", ()):
-            size = int(block["size"])
-            if block.get("state") in ("active_allocated", "active_pending_free"):
+        for addr, size, state in _blocks(seg):
+            if state in ("active_allocated", "active_pending_free"):
                 held[stream] = held.get(stream, 0) + size
                 blocks[addr] = (size, stream)
-            addr += size
     return reserved, held, blocks
 
 
@@ -181,14 +190,9 @@ def segment_growth(
     pending: dict[
         int, tuple[str, int, int, int]
     ] = {}  # segment address -> (moment, bytes, free then, stream)
-    bounds = [n for n, _ in marks]
-    labels = [label for _, label in marks]
 
     def moment(i: int) -> str:
-        for n, label in zip(bounds, labels, strict=True):
-            if i < n:
-                return label
-        return "after"
+        return next((label for n, label in marks if i < n), "after")
 
     for i, e in enumerate(events):
         action = e.get("action")
@@ -228,13 +232,3 @@ def segment_growth(
         # [moment, stream, request, segments, bytes, the most that stream had free when one was added]
         "added": [[m, n, req, count, b, free] for (m, n, req), (count, b, free) in ranked],
     }
-
-
-def snapshot_now(device: Any) -> tuple[int, dict[str, Any], list[Any]]:
-    """(device index, a snapshot, its recorded events) now."""
-    import torch
-
-    torch.cuda.synchronize(device)
-    snap = torch.cuda.memory._snapshot()
-    index, events = _device_events(snap, device)
-    return index, snap, events

@@ -1423,7 +1423,7 @@ def run_config(
                 torch.cuda.synchronize(device)
             dt_s = time.perf_counter() - t0
             if segments and i == warmup - 1:
-                index, _, events = peak_anatomy.snapshot_now(device)
+                index, events = peak_anatomy.events_now(device)
                 row.segment_growth = peak_anatomy.segment_growth(segments_start, events, segment_marks, index)
                 peak_anatomy.record(None)
             if recording:

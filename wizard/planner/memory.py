@@ -655,7 +655,7 @@ def _stage3_host_gradients_phases(
         held, left = (0.0, 1.0) if flush is None else (flush.held, flush.left)
         walked = elements if flush is None else int(elements * min(1.0, flush.walked))
         tied_later = not last and _largest_gradient_comes_last(model) and walked < elements
-        content = flush.content if flush is not None and flush.content[0] else None
+        content = flush.content if flush is not None else None
         items = stage3_host_gradient_items(
             model, s, buf, last, largest_in_bucket=not tied_later, content=content
         )
