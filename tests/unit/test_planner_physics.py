@@ -261,6 +261,42 @@ def test_host_ram_at_offload_set_up_decides_7b_on_a_125_gib_host() -> None:
     assert z3 < z2
 
 
+def test_lora_s_offload_set_up_peak_counts_the_optimizer_side_for_the_adapters_only() -> None:
+    """The set-up peaks were measured with every parameter trained: the fp32 side (master, states, their pinned
+    copies) is the trained parameters', the pinned 16-bit side of offloaded parameters is every parameter's. LoRA
+    with both offloads holds the model's 16-bit copy on the host and little more; full fine-tuning keeps the measured
+    figure per parameter."""
+    from dataclasses import replace
+
+    from wizard.planner import finetune as ft
+
+    full = load_model_spec("llama-7b")
+    lora = replace(full, finetune=replace(full.finetune, mode="lora"))
+    both = Strategy(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    opt_only = Strategy(zero_stage=2, offload_optimizer="cpu")
+
+    def set_up(model: object, s: Strategy) -> int:
+        total, items = host_bytes(model, s)  # type: ignore[arg-type]
+        steady = dict(items)
+        return total - steady["processes"] - steady.get("model copy while loading", 0)
+
+    peaks = cal.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM
+    assert set_up(full, both) == pytest.approx(peaks["stage 3 + parameters"] * full.total_params, rel=1e-6)
+    assert set_up(full, opt_only) == pytest.approx(peaks["stage 1-2"] * full.total_params, rel=1e-6)
+    stored = ft.stored_parameter_bytes(lora, 2)
+    # Both offloaded: the 16-bit model on the host and its pinned side, far below full fine-tuning's peak.
+    assert stored < set_up(lora, both) < 3 * stored
+    assert set_up(lora, both) < set_up(full, both) / 4
+    # Optimizer only: the adapters' fp32 side is small; the host holds the model while it loads.
+    total, items = host_bytes(lora, opt_only)
+    assert dict(items)["model copy while loading"] >= stored - set_up(lora, opt_only)
+    assert total < cal.HOST_BYTES_PER_RANK + stored + 1024**3
+    _, doc = _plan("--model", "llama-7b", "--finetune", "lora", "--hardware", "1xRTX4090,ram=64GiB", "--stage", "3",
+                    "--offload-optimizer", "cpu", "--offload-param", "cpu", "--micro-batch", "1")  # fmt: skip
+    (c,) = doc["candidates"]
+    assert "cpu" not in c["limits"]
+
+
 def test_stage0_steps_tensor_by_tensor_and_the_other_stages_by_layer() -> None:
     """DeepSpeed's 16-bit stage-0 wrapper takes each parameter tensor on its own: its step grows with the tensors
     at the same parameters (calibration.STAGE0_SECONDS_PER_TENSOR each); the stages on flat buffers do not see the

@@ -1082,15 +1082,26 @@ def offload_accumulation_bytes(model: ModelSpec, s: Strategy) -> int:
 
 
 def _offload_setup_peak(model: ModelSpec, s: Strategy) -> int:
-    """Host bytes per rank while CPU optimizer offload sets up (calibration.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM)."""
+    """Host bytes per rank while CPU optimizer offload sets up (calibration.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM).
+
+    The figures were measured with every parameter trained. The optimizer's side (the fp32 partition and its pinned
+    copies) belongs to the trained parameters only; with the parameters offloaded too, what the parameter side adds
+    (the difference of the two ZeRO-3 figures) belongs to every stored parameter. LoRA trains a fraction of the model,
+    so its set-up peak is mostly the parameter side; with every parameter trained the sum is the measured figure."""
     if s.mode != "train" or s.offload_optimizer != "cpu":
         return 0
+    peaks = cal.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM
+    trained = ft.trainable_params(model)
     if s.zero_stage < 3:
-        key = "stage 1-2"
+        total = peaks["stage 1-2"] * trained
     else:
-        key = "stage 3 + parameters" if s.offload_param == "cpu" else "stage 3"
+        total = peaks["stage 3"] * trained
+        if s.offload_param == "cpu":
+            w = weight_bytes(s)
+            stored = ft.stored_parameter_bytes(model, w) / w  # in parameters of the training dtype
+            total += (peaks["stage 3 + parameters"] - peaks["stage 3"]) * stored
     shards = s.world_size if s.zero_stage >= 1 else 1
-    return int(cal.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM[key] * model.total_params / shards)
+    return int(total / shards)
 
 
 def nvme_bytes(model: ModelSpec, s: Strategy) -> int:
