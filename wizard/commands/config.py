@@ -213,7 +213,9 @@ _NOT_PREFILLED = (
     "from_file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Start from an existing DeepSpeed JSON or accelerate YAML: without --yes the questions start from it; "
-    "with --yes it is written again changed only by the strategy flags given (its train_batch_size kept).",
+    "with --yes it is written again changed only by the strategy flags given (its train_batch_size kept: one of "
+    "--micro-batch / --grad-accum derives the other), and with --model checked against the plan as --yes --model "
+    "checks a strategy (not written when predicted not to fit).",
 )
 @click.pass_context
 def config(
@@ -365,7 +367,8 @@ def write_from_file(
     from wizard.service.wizard_service import WizardService, initial_choices
 
     service = WizardService(expandable_segments=flags.get("expandable_segments"))
-    hardware = _hardware(flags) if flags["hardware"] is not None else None
+    hardware = _hardware(flags)
+    planned = plan_for_flags(flags, hardware, force_errors=force_errors)
     choices = initial_choices(service, hardware=hardware, from_file=from_file, out_dir=out_dir)
     assert choices.strategy is not None  # an import always has one
     own = choices.strategy
@@ -382,24 +385,62 @@ def write_from_file(
             batch.text,
             f"pass --global-batch {batch.global_batch} to accept it, or --micro-batch / --grad-accum",
         )
+    if batch is not None:
+        strategy = _keep_file_batch(strategy, flags, batch.file_global)
     problems = strategy.problems()
     if problems:
         raise DswizError("these choices do not work together: " + "; ".join(problems), _fix_for(problems))
+    if planned is not None:
+        _say_if_it_does_not_fit(planned, strategy, force_errors=force_errors)
     if ctx.get_parameter_source("consumer") is not click.core.ParameterSource.DEFAULT:
         choices.consumer = flags["consumer"]
     if flags["no_local_rank"] is not None:  # over what the file's folder's launch.sh says
         choices.no_local_rank = "asked" if flags["no_local_rank"] else None
     choices.strategy = strategy
-    files = service.render_files(choices, None)
+    extra = dict([_sidecar(planned, flags, strategy)]) if planned is not None else {}
+    files = {**service.render_files(choices, None), **extra}
     config_set = service.config_set(choices, None)
     findings = _check_before_writing(
         files, config_set, strategy, out_dir, hardware, force_errors=force_errors
     )
     written = write_config_set(files, out_dir, force=force)
-    if batch is not None and strategy.global_batch_size == batch.file_global:
-        click.echo(f"note: {batch.text}")
+    if batch is not None:
+        numbers = (
+            f"micro-batch {strategy.micro_batch_size} x accumulation {strategy.gradient_accumulation_steps}"
+        )
+        if strategy.global_batch_size == batch.file_global:
+            click.echo(
+                f"note: train_batch_size {batch.file_global} kept on {strategy.world_size} GPU(s): {numbers}"
+            )
+        else:
+            click.echo(
+                f"note: train_batch_size {batch.file_global} becomes {strategy.global_batch_size} on "
+                f"{strategy.world_size} GPU(s): {numbers}, as the batch flags say"
+            )
     _report(config_set, strategy, written, out_dir, findings)
     return 0
+
+
+def _keep_file_batch(strategy: Strategy, flags: dict[str, Any], file_global: int) -> Strategy:
+    """--from's train_batch_size kept where one batch flag changes the micro-batch or the accumulation: the other
+    one is derived (as DeepSpeed derives it from train_batch_size); refused where it cannot be derived. Both given,
+    or --global-batch, say the global batch themselves."""
+    micro, accumulation = flags["micro_batch"], flags["grad_accum"]
+    if flags["global_batch"] is not None or (micro is None) == (accumulation is None):
+        return strategy
+    given, name = (micro, "--micro-batch") if micro is not None else (accumulation, "--grad-accum")
+    per = given * strategy.world_size
+    if file_global % per:
+        other = "--grad-accum" if micro is not None else "--micro-batch"
+        raise DswizError(
+            f"the file's train_batch_size {file_global} cannot be kept with {name} {given} on "
+            f"{strategy.world_size} GPU(s): {file_global} is not a multiple of {per}",
+            f"give {other} too (the global batch becomes their product), --global-batch N, or a {name} that "
+            f"divides {file_global // strategy.world_size}",
+        )
+    if micro is not None:
+        return strategy.with_(gradient_accumulation_steps=file_global // per)
+    return strategy.with_(micro_batch_size=file_global // per)
 
 
 # ------------------------------------------------------------------------------------------- without --yes
