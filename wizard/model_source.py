@@ -202,11 +202,26 @@ def resolve_hub_id(repo_id: str, *, cache_dir: str | Path | None = None) -> Reso
     config = read_config_json(path)
     facts = checkpoint_facts(snapshot, config)
     if facts is None:
-        index = _cached(repo_id, INDEX_NAME, cache_dir)
-        if index is None and not hub_offline():
-            index = _download(repo_id, INDEX_NAME, cache_dir)
+        index = _shard_index(repo_id, cache_dir)
         facts = index_facts(index, config) if index is not None else None
     return ResolvedModel(config, repo_id, f"hub:{repo_id}@{snapshot.name} ({path})", facts)
+
+
+def _shard_index(repo_id: str, cache_dir: str | Path | None) -> Path | None:
+    """The shard index, which only refines the config's parameter count: from the cache, else downloaded where the
+    hub is reachable. Never an error: a config found in the cache plans without it, on a machine without network
+    too (``hf download ORG/NAME config.json`` fetches only the config)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, INDEX_NAME, cache_dir=cache_dir)
+    if isinstance(found, str):
+        return Path(found)
+    if found is not None or hub_offline() or _unresolved_hub_host() is not None:
+        return None  # found: the cache knows the repo has none (huggingface_hub's _CACHED_NO_EXIST)
+    try:
+        return _download(repo_id, INDEX_NAME, cache_dir)
+    except DswizError:
+        return None
 
 
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")

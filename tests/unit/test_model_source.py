@@ -228,3 +228,31 @@ def test_a_hub_that_does_not_resolve_is_said_at_once(tmp_path: Path) -> None:
         "cannot reach the Hugging Face hub for org-x/model: hub.invalid does not resolve here" in out.stdout
     )
     assert "HF_HUB_OFFLINE=1 uses the cache" in out.stdout and "Retrying" not in out.stderr
+
+
+def test_a_cached_config_plans_without_the_shard_index_where_the_hub_is_out_of_reach(tmp_path: Path) -> None:
+    """`hf download ORG/NAME config.json` (the fix dswiz gives) caches the config alone: the optional shard index is
+    not fetched from a hub that does not resolve (no retries), and a hub that refuses it does not stop the plan."""
+    make_hub_cache(tmp_path / "hf" / "hub", REPO, {"config.json": json.dumps(LLAMA).encode()})
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(ROOT)}
+    for var in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                "ALL_PROXY", "all_proxy"):  # fmt: skip
+        env.pop(var, None)
+    args = [sys.executable, "-m", "wizard", "plan", "--model", REPO, "--hardware", "1xH100-80GB", "--json"]
+    unresolved = subprocess.run(
+        args, env={**env, "HF_ENDPOINT": "https://hub.invalid"}, capture_output=True, text=True, timeout=120
+    )
+    assert unresolved.returncode == 0, unresolved.stderr[-2000:]
+    assert json.loads(unresolved.stdout)["model"]["name"] == REPO and "Retrying" not in unresolved.stderr
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)  # answers 404 RepoNotFound: a repo made private
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        refused = subprocess.run(
+            args, env={**env, "HF_ENDPOINT": endpoint}, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        server.shutdown()
+    assert refused.returncode == 0, refused.stderr[-2000:]
+    assert json.loads(refused.stdout)["model"]["name"] == REPO
