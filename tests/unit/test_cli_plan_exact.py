@@ -55,6 +55,23 @@ def test_exact_strategy_that_does_not_fit_says_what_to_change() -> None:
     assert "use ZeRO-" in line  # the fitting recommendation, named
 
 
+def test_a_combination_deepspeed_does_not_run_is_not_called_a_fit_nor_tuned() -> None:
+    """Optimizer offload at stage 0 fits the card's memory but DeepSpeed does not run it: no "fits" reason, no
+    advice on how to make it faster, and what to run instead (the planner's pick)."""
+    rc, doc = plan_json("--model", "llama-7b", *A100, "--stage", "0", "--offload-optimizer", "cpu")
+    (c,) = doc["candidates"]
+    assert rc == 1 and c["fits"] is False and c["limits"] == ["unsupported"]
+    assert c["reasons"][0].startswith("not possible here: optimizer offload needs ZeRO stage 1, 2 or 3")
+    assert not any(r.startswith("fits") for r in c["reasons"])
+    assert any(r.startswith("memory as written:") and "not one DeepSpeed runs" in r for r in c["reasons"])
+    assert not any("accumulating" in r for r in c["reasons"])
+    (line,) = doc["advice"]
+    assert line.startswith("DeepSpeed does not run this combination") and "the planner's pick" in line
+    _, plain = plan_json("--model", "llama-7b", *A100)
+    pick = plain["candidates"][0]
+    assert f"micro-batch {pick['micro_batch_size']}, " in line and line.count("ZeRO-") == 1
+
+
 def test_advice_under_gpu_memory_names_the_share_planned_for_not_a_smaller_card() -> None:
     """24 GiB planned of an 80 GiB card is not "a 24.0 GiB card": the advice says what was planned for, of which
     card."""

@@ -54,6 +54,11 @@ def intrinsic_reasons(
                 else ""
             )
         )
+    elif "unsupported" in c.limits:  # the memory of the config as written, which DeepSpeed does not run
+        out.append(
+            f"memory as written: {fmt_bytes(mem.needed)} of {fmt_bytes(ctx.gpu_cap)} per GPU would be room enough, "
+            "but the combination above is not one DeepSpeed runs"
+        )
     else:
         out.append(
             f"fits: needs {fmt_bytes(mem.needed)} of {fmt_bytes(ctx.gpu_cap)} per GPU ({fmt_bytes(c.headroom_bytes)} "
@@ -106,7 +111,7 @@ def intrinsic_reasons(
     host = _host_bound_reason(tp, s.mode)
     if host:
         out.append(host)
-    accumulate = _offload_accumulation_reason(ctx, s, tp)
+    accumulate = _offload_accumulation_reason(ctx, s, tp) if "unsupported" not in c.limits else None
     if accumulate:
         out.append(accumulate)
     history = _history_reason(c.predicted.tokens_factor, c.predicted.memory_factor)
@@ -197,7 +202,9 @@ def _memory_reason(mem: MemoryEstimate) -> str:
     if acts:
         head = items.get("loss head (logits, fp32 upcast)", 0)
         of_it = f"the loss head {fmt_bytes(head)} of it, " if head and head < acts else ""
-        text += f", activations {fmt_bytes(acts)} ({of_it}{fmt_bytes(mem.per_sample_device)} per sample)"
+        text += (
+            f", activations {fmt_bytes(acts)} ({of_it}each sample more: +{fmt_bytes(mem.per_sample_device)})"
+        )
     if kv:
         text += f", KV cache {fmt_bytes(kv)}"
     if buffers:
@@ -231,7 +238,13 @@ def _stage_reason(ctx: PlanContext, s: Strategy, mem: MemoryEstimate) -> str:
         where = (
             "on the CPU"
             if s.offload_param == "cpu"
-            else ("on NVMe" if s.offload_param == "nvme" else f"sharded over {N} GPUs")
+            else (
+                "on NVMe"
+                if s.offload_param == "nvme"
+                else f"sharded over {N} GPUs"
+                if N > 1
+                else "on the GPU"
+            )
         )
         return f"ZeRO-3 inference: 16-bit weights {where}, gathered layer by layer"
     if s.zero_stage == 0:
@@ -451,6 +464,12 @@ def choice_advice_given(chosen: Candidate, plan: Plan, keeps_batch: Candidate | 
         out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
         if best is None:
             out += list(plan.advice)
+    elif "unsupported" in chosen.limits and best is not None:
+        out.append(
+            f"DeepSpeed does not run this combination (the first reason says why): use {best.label} (micro-batch "
+            f"{best.strategy.micro_batch_size}, {fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, "
+            f"~{best.predicted.tokens_per_sec:,.0f} tokens/s), the planner's pick"
+        )
     elif not chosen.fits and _topology_short(s, plan.hardware):
         hw = plan.hardware
         first = hw.gpus[0]
