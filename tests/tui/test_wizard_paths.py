@@ -135,6 +135,29 @@ async def test_manual_stage_updates_bars_and_disables_invalid_offload(service: A
         assert (app.choices.strategy.zero_stage, app.choices.strategy.offload_param) == (2, "none")
 
 
+async def test_a_stage_that_drops_the_offload_leaves_one_option_chosen_per_group(service: Any) -> None:
+    """From a recommendation with both offloads, stage 0 drops them: each offload group shows "none" alone chosen
+    (the dropped option was left marked too), and choosing an offload again at stage 3 switches "none" off."""
+    app = build_app(hardware_spec="1xRTX4090", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await to_strategy_step(pilot, "params=13e9")
+        screen = app.screen
+        s = app.choices.strategy
+        assert (s.offload_optimizer, s.offload_param) == ("cpu", "cpu")
+
+        def chosen(group: str) -> list[str]:
+            return [
+                v for v in ("none", "cpu", "nvme") if screen.query_one(f"#{group}-{v}", RadioButton).value
+            ]
+
+        await click_visible(pilot, "#stage-0")
+        assert app.choices.strategy.zero_stage == 0
+        assert chosen("opt") == ["none"] and chosen("param") == ["none"]
+        await click_visible(pilot, "#stage-3")
+        await click_visible(pilot, "#opt-cpu")
+        assert app.choices.strategy.offload_optimizer == "cpu" and chosen("opt") == ["cpu"]
+
+
 async def test_multi_node_path_writes_the_hostfile(service: Any, tmp_path: Path) -> None:
     app = build_app(hardware_spec="2x8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:

@@ -65,10 +65,16 @@ class ChoiceSet(RadioSet):
         return node if isinstance(node, RadioButton) else None
 
     def choose(self, button: RadioButton) -> None:
-        """Make ``button`` the chosen option; the set switches the previous one off (a button is never switched
-        off directly: RadioSet switches it back on)."""
+        """Make ``button`` the chosen option and switch the others off here: RadioSet switches the previous one off
+        only when the button's Changed message reaches it, and a handler of a RadioSet.Changed (the user's click
+        on another set) runs with that message prevented, which left two options of this set chosen."""
+        with self.prevent(RadioButton.Changed):  # switched off directly, RadioSet would switch them back on
+            for other in self.query(RadioButton):
+                if other is not button and other.value:
+                    other.value = False
         if not button.value:
             button.value = True
+        self._pressed_button = button  # RadioSet's own record of the chosen option, for the next click
         self._selected = list(self.query(RadioButton)).index(button)
 
     def sync_cursor(self) -> None:
