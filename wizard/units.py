@@ -27,6 +27,12 @@ _UNITS = {
     "t": 1000**4,
     "tb": 1000**4,
     "tib": TiB,
+    "p": 1000**5,
+    "pb": 1000**5,
+    "pib": 1024**5,
+    "e": 1000**6,
+    "eb": 1000**6,
+    "eib": 1024**6,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 MAX_SIZE = 2**60  # 1 EiB: above any memory or disk dswiz plans for
@@ -35,13 +41,19 @@ _SIGNED_DIGITS_RE = re.compile(r"[-+]?\d+")
 
 def parse_size(text: str) -> int:
     """'80GB' -> 80e9, '80GiB' -> 80*2**30, '512' -> 512 (at most MAX_SIZE). Raises ValueError with the forms."""
-    m = _SIZE_RE.match(text) if len(text) < 64 else None
-    if not m or m.group(2).lower() not in _UNITS:
+    size = _size_or_none(text)
+    if size is None:
         raise ValueError(f"{text!r:.80} is not a size; write e.g. 80GiB, 80GB, 512MiB or a number of bytes")
-    size = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if size > MAX_SIZE:
         raise ValueError(f"{text.strip()} is above 1 EiB; write the size in GiB or TiB, e.g. 80GiB")
     return int(size)
+
+
+def _size_or_none(text: str) -> float | None:
+    m = _SIZE_RE.match(text) if len(text) < 64 else None
+    if not m or m.group(2).lower() not in _UNITS:
+        return None
+    return float(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
 # The largest share of each card a plan may keep free (--margin 50, the wizard's field, a dswiz-plan.json's
@@ -53,10 +65,9 @@ def parse_card_size(text: str) -> int:
     """A memory or disk size a user plans for (--gpu-memory, --nvme, the wizard's field): ``parse_size``, at least
     1 MiB, and with a unit where a bare number would be under it (`24` once planned for a 24-byte card). Raises
     ValueError saying what to write."""
-    try:
-        size = parse_size(text)
-    except ValueError:
-        raise ValueError(f"{text.strip()!r:.80} is not a size; write e.g. 24GiB, 80GB or 512MiB") from None
+    if _size_or_none(text) is None:
+        raise ValueError(f"{text.strip()!r:.80} is not a size; write e.g. 24GiB, 80GB or 512MiB")
+    size = parse_size(text)  # above 1 EiB: its own message
     if size <= 0:  # 0 once fell back to the card's whole memory unsaid
         raise ValueError(f"{text.strip()!r} is no memory: give a size above 0, e.g. 24GiB")
     if size < MiB and text.strip().replace(".", "", 1).isdigit():

@@ -133,6 +133,28 @@ def test_bad_profiles(tmp_path: Path, text: str, problem_has: str, fix_has: str)
     assert err.value.fix and fix_has in err.value.fix
 
 
+@pytest.mark.parametrize(
+    ("spec", "problem_has"),
+    [
+        ("1xH100-80GB,ram=64", "64 has no unit, so it is 64 bytes"),  # once planned as 64 B of RAM
+        ("1xH100-80GB,nvme=2", "2 has no unit"),
+        ("1xH100-80GB,ram=0GiB", "is no memory"),
+        ("1xH100-80GB,ram=2EiB", "above 1 EiB"),
+        ("1xH100-80GB,ram=lots", "is not a size"),
+    ],
+)
+def test_bad_sizes_in_a_spec_name_the_key_and_the_unit(spec: str, problem_has: str) -> None:
+    with pytest.raises(DswizError) as err:
+        get_hardware(spec)
+    assert problem_has in err.value.problem and err.value.fix and "=80GiB" in err.value.fix
+
+
+def test_sizes_up_to_an_exbibyte_read_in_every_unit() -> None:
+    assert get_hardware("1xH100-80GB,ram=1PiB").host.ram_total_bytes == 1024 * TiB
+    assert get_hardware("1xH100-80GB,ram=1EiB").host.ram_total_bytes == 2**60
+    assert get_hardware("1xH100-80GB,ram=2PB").host.ram_total_bytes == 2 * 1000**5
+
+
 def test_missing_profile(tmp_path: Path) -> None:
     with pytest.raises(DswizError) as err:
         get_hardware(str(tmp_path / "nope.yaml"))

@@ -20,7 +20,7 @@ from typing import Any
 from wizard.errors import DswizError, quoted, read_user_text
 from wizard.hardware.catalog import described_gpu, find_model, known_names
 from wizard.hardware.report import DiskInfo, GPUInfo, HardwareReport, HostInfo
-from wizard.units import parse_size, whole_number
+from wizard.units import parse_card_size, whole_number
 
 SPEC_FORMS = "8xA100-80GB, A100-80GB (one GPU), 2x8xH100 (nodes x GPUs per node), 8xH100,ram=1TiB,nvme=3.5TB"
 DEFAULT_NVME_PATH = "/local_nvme"  # where a described NVMe drive is assumed mounted (DeepSpeed docs' example)
@@ -180,12 +180,9 @@ def _size(profile: Mapping[str, Any], key: str, where: str) -> int | None:
             f"write it with a unit, e.g. {key}={value}GiB (or {value}GB)",
         )
     try:
-        size = parse_size(str(value))
+        return parse_card_size(str(value))  # a bare number is bytes: `ram=64` is refused, not 64 B of RAM
     except ValueError as e:
         raise DswizError(f"{key} in {where}: {e}", f"write it like {key}=80GiB") from None
-    if size <= 0:
-        raise DswizError(f"{key} in {where} must be more than 0", f"write it like {key}=80GiB")
-    return size
 
 
 def _count(profile: Mapping[str, Any], key: str, where: str, default: int, maximum: int) -> int:
