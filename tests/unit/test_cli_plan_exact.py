@@ -582,3 +582,38 @@ def test_a_checkpointed_lora_backward_gathers_its_frozen_weights_twice() -> None
         said[ckpt] = reason
     assert "1.6 times again in backward (each block's recompute frees" in said["--activation-checkpointing"]
     assert "82 % of them again in backward" in said["--no-activation-checkpointing"]
+
+
+def test_one_batch_flag_with_global_batch_derives_the_other_and_a_contradiction_is_refused(
+    tmp_path: Path,
+) -> None:
+    """--micro-batch 2 --global-batch 96 on 8 GPUs is 2 x 6 x 8 (it once kept the accumulation of the planner's
+    own micro-batch: 2 x 3 x 8 = 48); all three that disagree, or a micro-batch that does not divide the batch,
+    are refused by plan and config alike."""
+    gpus8 = ("--hardware", "8xA100-80GB,ram=1TiB")
+    rc, doc = plan_json(  # fits: exit 0
+        "--model", "llama-7b", *gpus8, "--stage", "3", "--micro-batch", "2", "--global-batch", "96"
+    )
+    (c,) = doc["candidates"]
+    assert rc == 0 and (c["micro_batch_size"], c["gradient_accumulation_steps"]) == (2, 6)
+    _, doc = plan_json(
+        "--model", "llama-7b", *gpus8, "--stage", "3", "--grad-accum", "3", "--global-batch", "96"
+    )
+    (c,) = doc["candidates"]
+    assert (c["micro_batch_size"], c["gradient_accumulation_steps"]) == (4, 3)
+    for flags, said in (
+        (
+            ("--micro-batch", "2", "--grad-accum", "4"),
+            "--micro-batch 2 x --grad-accum 4 x 8 GPU(s) = 64, not",
+        ),
+        (("--micro-batch", "5"), "--global-batch 96 is not a multiple of --micro-batch x GPUs = 5 x 8"),
+    ):
+        for command in (("plan",), ("config", "--yes", "--out", str(tmp_path / "out"))):
+            proc = dswiz(
+                *command, "--model", "llama-7b", *gpus8, "--stage", "3", *flags, "--global-batch", "96"
+            )
+            assert proc.returncode != 0 and said in proc.stderr and "fix:" in proc.stderr, (
+                command,
+                proc.stderr,
+            )
+            assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()

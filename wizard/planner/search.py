@@ -516,6 +516,7 @@ def choose(plan: Plan, choice: StrategyChoice) -> Candidate:
     micro-batch / accumulation are fixed too -- then evaluated exactly as given. A combination the search never
     offers (NVMe without a disk, stage 1 with parameter offload, ...) is evaluated as given and says why it cannot
     run."""
+    choice = _batch_for_the_global_batch(plan, choice)
     ranked = next((c for c in plan.candidates if choice.matches(c.strategy)), None)
     if ranked is not None and not choice.fixes_batch:
         return ranked
@@ -525,6 +526,35 @@ def choose(plan: Plan, choice: StrategyChoice) -> Candidate:
         gradient_accumulation_steps=choice.gradient_accumulation_steps or base.gradient_accumulation_steps,
     )
     return candidate_for(plan, s)
+
+
+def _batch_for_the_global_batch(plan: Plan, choice: StrategyChoice) -> StrategyChoice:
+    """With a global batch asked for (--global-batch), one fixed batch number derives the other (the planner's pick
+    had its own micro-batch's accumulation: micro-batch 2 with the accumulation for 4 halved the batch); both fixed
+    must give it. DswizError otherwise, naming the flags."""
+    target, world = plan.request.global_batch, max(1, plan.hardware.total_gpus)
+    micro, accumulation = choice.micro_batch_size, choice.gradient_accumulation_steps
+    if target is None or plan.request.mode != "train" or not choice.fixes_batch:
+        return choice
+    if micro is not None and accumulation is not None:
+        if micro * accumulation * world != target:
+            raise DswizError(
+                f"--micro-batch {micro} x --grad-accum {accumulation} x {world} GPU(s) = "
+                f"{micro * accumulation * world}, not --global-batch {target}",
+                "give --global-batch with one of --micro-batch / --grad-accum (the other is derived), or leave "
+                "--global-batch out",
+            )
+        return choice
+    given, name = (micro, "--micro-batch") if micro is not None else (accumulation, "--grad-accum")
+    assert given is not None
+    if target % (given * world):
+        raise DswizError(
+            f"--global-batch {target} is not a multiple of {name} x GPUs = {given} x {world}",
+            f"use a multiple of {given * world}, or another {name} (one that divides {target // world})",
+        )
+    if micro is not None:
+        return replace(choice, gradient_accumulation_steps=target // (given * world))
+    return replace(choice, micro_batch_size=target // (given * world))
 
 
 def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
