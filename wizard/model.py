@@ -730,6 +730,12 @@ def _attention_dims(
     if a == 0 or (not cfg.get("head_dim") and h % a):  # head_dim 0 or null: derived from hidden / heads
         raise DswizError(f"{where}: hidden_size {h} is not divisible by {a} heads", "fix the config.json")
     kv = _need_int(cfg, where, "num_key_value_heads", default=a if default_kv is None else default_kv)
+    if kv == 0 or a % kv:  # each K/V head serves a whole group of query heads (transformers' repeat_kv)
+        raise DswizError(
+            f"{where}: num_key_value_heads {kv} does not divide num_attention_heads {a}",
+            "fix the config.json: num_key_value_heads divides the heads (equal to them without grouped-query "
+            "attention)",
+        )
     hd = int(cfg.get("head_dim") or h // a)
     return h, a, kv, hd
 

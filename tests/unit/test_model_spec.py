@@ -364,6 +364,11 @@ def test_bad_config_files(tmp_path: Path) -> None:
     unknown.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
     with pytest.raises(DswizError, match="unsupported model_type 't5'"):
         load_model_spec(str(unknown))
+    groups = tmp_path / "groups.json"  # transformers' repeat_kv needs whole groups: 32 heads cannot share 5
+    groups.write_text(json.dumps({**SMALL_CONFIGS["llama-gqa"][0], "num_attention_heads": 32,
+                                  "num_key_value_heads": 5, "hidden_size": 4096}))  # fmt: skip
+    with pytest.raises(DswizError, match="num_key_value_heads 5 does not divide num_attention_heads 32"):
+        load_model_spec(str(groups))
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
     with pytest.raises(DswizError, match=r"without a config\.json"):
