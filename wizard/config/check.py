@@ -58,7 +58,14 @@ from wizard.config.lint.moe import check_moe
 from wizard.config.lint.precision import check_precision
 from wizard.config.lint.runtime import check_runtime
 from wizard.config.lint.sbatch import lint_sbatch_text, looks_like_sbatch, plan_beside
-from wizard.config.lint.text import hjson_finding, parse_hjson, template_finding, template_placeholders
+from wizard.config.lint.text import (
+    BOM,
+    bom_finding,
+    hjson_finding,
+    parse_hjson,
+    template_finding,
+    template_placeholders,
+)
 from wizard.config.lint.types import check_types
 from wizard.config.lint.zero import check_zero
 from wizard.config.parse import ParseProblem, parse_json, parse_yaml, yaml_key_lines
@@ -267,6 +274,8 @@ def _relaxed_json(
     relaxed = parse_hjson(text)
     if not isinstance(relaxed, dict):
         return None, [_parse_finding(problem, name, "not-json")]
+    if text.startswith(BOM) and parse_json(text[len(BOM) :])[1] is None:  # strict JSON but for the mark
+        return relaxed, [bom_finding(consumer, name)]
     return relaxed, [hjson_finding(consumer, name)]
 
 
@@ -296,6 +305,10 @@ def guess_consumer(path: Path) -> ConsumerGuess:
     if problem is not None:
         if template_placeholders(text) is not None:
             return ConsumerGuess(None, "it is a template: its placeholders name no reader")
+        if text.startswith(BOM) and parse_json(text[len(BOM) :])[1] is None:
+            return ConsumerGuess(
+                "deepspeed", "it starts with a byte-order mark, which only plain DeepSpeed reads"
+            )
         if isinstance(parse_hjson(text), dict):
             return ConsumerGuess("deepspeed", "it has comments (hjson), which only plain DeepSpeed reads")
         return ConsumerGuess(None, "it is not readable JSON")

@@ -68,6 +68,32 @@ def parse_hjson(text: str) -> Any | None:
         return None
 
 
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as an editor on Windows may save one
+
+
+def bom_finding(consumer: Consumer | None, name: str) -> Finding:
+    """Strict JSON after a byte-order mark: json.load stops on the mark ("Unexpected UTF-8 BOM"); hjson, which
+    plain DeepSpeed reads a path with, skips it."""
+    if consumer in ("trainer", "accelerate"):
+        who = "the HF Trainer" if consumer == "trainer" else "accelerate"
+        severity, code, why = (
+            ERROR,
+            "not-json",
+            f"{who} reads the DeepSpeed config with json.load, which stops on it",
+        )
+    else:
+        severity, code = WARNING, "json-bom"
+        why = "DeepSpeed reads it from a path (hjson skips the mark), but json.load and the HF Trainer refuse it"
+    return finding(
+        severity,
+        code,
+        f"{name} starts with a UTF-8 byte-order mark",
+        why,
+        "save it as UTF-8 without a BOM (most editors: encoding 'UTF-8', not 'UTF-8 with BOM')",
+        name,
+    )
+
+
 def hjson_finding(consumer: Consumer | None, name: str) -> Finding:
     """A file DeepSpeed reads (hjson) but strict JSON does not: an error for the readers that use json.load."""
     if consumer in ("trainer", "accelerate"):
