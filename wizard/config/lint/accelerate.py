@@ -223,6 +223,13 @@ def _out_of_range(raw: dict[str, Any], ds: dict[str, Any], at: Any) -> list[Find
         if n is not None and n < 1:
             bad(key, f"{key} is {n}", "there is no process to train on: accelerate launch cannot start the job",
                 f"write {key}: 1 or more ({'every GPU of every machine' if key == 'num_processes' else 'machines'})")  # fmt: skip
+    rank, machines = as_int(raw.get("machine_rank")), as_int(raw.get("num_machines", 1))
+    if rank is not None and machines is not None and machines >= 1 and not 0 <= rank < machines:
+        bad("machine_rank", f"machine_rank {rank} is not one of the {machines} machine(s) (0 .. {machines - 1})",
+            "accelerate launch hands it on as this machine's node rank: a rank past the last machine (or below 0) "
+            "matches no slot of the job, which fails or waits for a machine that never comes",
+            "write machine_rank: 0 (one machine)" if machines == 1 else "write machine_rank: 0 on the main machine, "
+            + ("1 on the other" if machines == 2 else f"1 .. {machines - 1} on the others"))  # fmt: skip
     return out
 
 
