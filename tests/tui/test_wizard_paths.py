@@ -158,6 +158,28 @@ async def test_a_stage_that_drops_the_offload_leaves_one_option_chosen_per_group
         assert app.choices.strategy.offload_optimizer == "cpu" and chosen("opt") == ["cpu"]
 
 
+async def test_back_to_one_node_the_placeholder_hostfile_goes_and_a_typed_one_stays(service: Any) -> None:
+    """The hostfile lines the step fills in for a node count are its own: back at one node they go (they stayed,
+    greyed, beside "Single node: no hostfile is written"); lines the user typed stay for the next multi-node try."""
+    app = build_app(hardware_spec="8xA100-80GB", service=service)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await next_step(pilot)
+        await type_into(pilot, "#model", "llama-7b")
+        for _ in range(3):
+            await next_step(pilot)
+        hostfile = app.screen.query_one("#hostfile")
+        await type_into(pilot, "#nodes", "16")  # "1", then "16": a placeholder per count
+        assert len([ln for ln in hostfile.text.splitlines() if "slots=8" in ln]) == 16
+        await type_into(pilot, "#nodes", "1")
+        assert hostfile.text == "" and hostfile.disabled
+        await type_into(pilot, "#nodes", "2")
+        hostfile.text = "gpu-a slots=8\ngpu-b slots=8\n"
+        await pilot.pause()
+        await type_into(pilot, "#nodes", "1")
+        assert hostfile.text == "gpu-a slots=8\ngpu-b slots=8\n"
+
+
 async def test_multi_node_path_writes_the_hostfile(service: Any, tmp_path: Path) -> None:
     app = build_app(hardware_spec="2x8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:

@@ -104,10 +104,13 @@ class MultiNodeStep(StepScreen):
         out = self.query_one("#hostfile-findings", Static)
         multi = nodes > 1
         self.query_one("#hostfile", TextArea).disabled = not multi
+        area = self.query_one("#hostfile", TextArea)
         if not multi:
+            if area.text == self._placeholder:  # the last count's placeholder lines, not the user's: gone
+                with self.prevent(TextArea.Changed):
+                    area.text = ""
             out.update(Text("Single node: no hostfile is written or needed.", style="dim"))
             return []
-        area = self.query_one("#hostfile", TextArea)
         text = area.text
         placeholder = self.wizard.service.default_hostfile(nodes, gpus)
         if not text.strip() or text == self._placeholder:
