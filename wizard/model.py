@@ -321,7 +321,15 @@ def spec_from_numbers(text: str) -> ModelSpec:
                 f"--model {text!r} gives neither params= nor a full shape",
                 "give params=7e9, or layers=, hidden=, heads= and vocab= (optionally kv_heads=, ffn=)",
             )
-        guessed = _guess_shape(counts["params"], counts.get("vocab", 32000))
+        vocab = counts.get("vocab", 32000)
+        smallest = 2 * vocab * 128 + 12 * 128**2  # one layer at hidden 128, its embedding and head
+        if counts["params"] < smallest:
+            raise DswizError(
+                f"params={given['params']} is below the smallest shape a parameter count is guessed into "
+                f"({smallest / 1e6:.1f}M: one layer at hidden 128 with a {vocab:,}-token vocabulary)",
+                "give the shape instead, e.g. layers=2,hidden=64,heads=4,vocab=1000 (or a smaller vocab=)",
+            )
+        guessed = _guess_shape(counts["params"], vocab)
         for k, v in guessed.items():
             counts.setdefault(k, v)
         exact = False

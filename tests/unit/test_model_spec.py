@@ -332,6 +332,11 @@ def test_numbers_moe() -> None:
         ("layers=3", "neither params= nor a full shape", "layers="),
         ("layers=2,hidden=65,heads=4,vocab=10", "not divisible", "heads"),
         ("params=0", "out of range", "positive"),
+        (
+            "params=1e6",
+            "below the smallest shape a parameter count is guessed into (8.4M",
+            "layers=2,hidden=64",
+        ),
         ("params=1e20", "from 1 to 1e15", "positive"),
         ("params=7e9,seq=0", "seq=0 is out of range", "positive"),  # the key as written, not max_positions
         ("params=7e9,params=1e9", "params is given twice", "once"),
