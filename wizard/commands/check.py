@@ -61,7 +61,7 @@ CONSUMER_CHOICES = ("deepspeed", "accelerate", "trainer")
     "--model",
     "-m",
     "model_text",
-    metavar="NAME|CONFIG|NUMBERS",
+    metavar="NAME|HUB-ID|PATH|NUMBERS",
     help="Also predict this config for that model (as `dswiz plan --model`): fits, GPU/host memory, tokens/s, "
     "what to change. On --hardware, else this machine. The flags below shape that prediction.",
 )
