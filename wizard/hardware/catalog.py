@@ -254,7 +254,9 @@ def find_model(text: str, *, memory_bytes: int | None = None) -> GPUModel:
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise DswizError(
             f"unknown GPU model {text!r}{hint}",
-            f"use one of: {', '.join(known_names())} -- or describe it in a YAML profile with gpu_memory set",
+            # the way out for a card the catalog lacks first: a short status line (the wizard at 80x24) cuts the list
+            f"describe a card the catalog lacks in a YAML profile with gpu_memory set, or use one of: "
+            f"{', '.join(known_names())}",
         )
     found = _narrow(parsed)
     family = _family_models(parsed.family)
