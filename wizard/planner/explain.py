@@ -464,12 +464,6 @@ def choice_advice_given(chosen: Candidate, plan: Plan, keeps_batch: Candidate | 
         out.append(head + (": " + ", or ".join(fixes) if fixes else ": nothing the planner tried fits"))
         if best is None:
             out += list(plan.advice)
-    elif "unsupported" in chosen.limits and best is not None:
-        out.append(
-            f"DeepSpeed does not run this combination (the first reason says why): use {best.label} (micro-batch "
-            f"{best.strategy.micro_batch_size}, {fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, "
-            f"~{best.predicted.tokens_per_sec:,.0f} tokens/s), the planner's pick"
-        )
     elif not chosen.fits and _topology_short(s, plan.hardware):
         hw = plan.hardware
         first = hw.gpus[0]
@@ -477,6 +471,12 @@ def choice_advice_given(chosen: Candidate, plan: Plan, keeps_batch: Candidate | 
         out.append(
             f"ask for at most {hw.nodes} node(s) of {hw.gpus_per_node} GPU(s), as the hardware is, or plan for the "
             f"machines you will train on: --hardware {s.nodes}x{s.gpus_per_node}x{gpu}"
+        )
+    elif "unsupported" in chosen.limits and best is not None:
+        out.append(
+            f"DeepSpeed does not run this combination (the first reason says why): use {best.label} (micro-batch "
+            f"{best.strategy.micro_batch_size}, {fmt_bytes(best.predicted.gpu_needed_bytes)} per GPU, "
+            f"~{best.predicted.tokens_per_sec:,.0f} tokens/s), the planner's pick"
         )
     elif chosen.fits and best is not None and best.strategy != s:
         gain = best.predicted.tokens_per_sec / max(p.tokens_per_sec, 1e-9) - 1
