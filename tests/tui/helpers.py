@@ -44,6 +44,13 @@ async def to_strategy_step(pilot: Pilot[Any], model: str) -> None:
     await next_step(pilot)
 
 
+async def to_nodes_step(pilot: Pilot[Any], model: str) -> None:
+    """From the first step to the Multi-node step (the hostfile), planning ``model``."""
+    await to_strategy_step(pilot, model)
+    for _ in range(2):  # strategy -> precision -> multi-node
+        await next_step(pilot)
+
+
 def status(pilot: Pilot[Any]) -> str:
     return str(pilot.app.screen.query_one("#status").render())
 

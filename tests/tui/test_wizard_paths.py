@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import SIZE
 from fake_core import A100X8, H200
-from helpers import click_visible, next_step, settle, status, to_strategy_step, type_into
+from helpers import click_visible, next_step, settle, status, to_nodes_step, to_strategy_step, type_into
 from rich.console import Console
 from textual.widgets import DataTable, Input, RadioButton
 
@@ -163,11 +163,7 @@ async def test_back_to_one_node_the_placeholder_hostfile_goes_and_a_typed_one_st
     greyed, beside "Single node: no hostfile is written"); lines the user typed stay for the next multi-node try."""
     app = build_app(hardware_spec="8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "llama-7b")
-        for _ in range(3):
-            await next_step(pilot)
+        await to_nodes_step(pilot, "llama-7b")
         hostfile = app.screen.query_one("#hostfile")
         await type_into(pilot, "#nodes", "16")  # "1", then "16": a placeholder per count
         assert len([ln for ln in hostfile.text.splitlines() if "slots=8" in ln]) == 16
@@ -183,11 +179,7 @@ async def test_back_to_one_node_the_placeholder_hostfile_goes_and_a_typed_one_st
 async def test_multi_node_path_writes_the_hostfile(service: Any, tmp_path: Path) -> None:
     app = build_app(hardware_spec="2x8xA100-80GB", service=service)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await next_step(pilot)
-        await type_into(pilot, "#model", "llama-7b")
-        for _ in range(3):
-            await next_step(pilot)
+        await to_nodes_step(pilot, "llama-7b")
         hostfile = app.screen.query_one("#hostfile")
         hostfile.text = "gpu-a slots=8\n"  # one host for two nodes: refused
         await pilot.pause()
