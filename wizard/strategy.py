@@ -133,6 +133,28 @@ class Strategy:
 # ----------------------------------------------------------------------------------------------- words
 
 
+def batch_for_global(
+    target: int, world: int, micro: int | None, accumulation: int | None, *, target_said: str, also: str
+) -> tuple[int, int] | None:
+    """Where a global batch is asked for and one of micro-batch / accumulation is fixed: (micro-batch,
+    accumulation) with the other derived, as DeepSpeed derives it from train_batch_size. None where neither or both
+    are fixed (the caller says whether both agree). DswizError where no whole number does it: ``target_said`` names
+    the target as the user gave it, ``also`` is a further way out."""
+    from wizard.errors import DswizError
+
+    if (micro is None) == (accumulation is None):
+        return None
+    given, name = (micro, "--micro-batch") if micro is not None else (accumulation, "--grad-accum")
+    assert given is not None
+    per = given * world
+    if target % per:
+        raise DswizError(
+            f"{target_said} is not a multiple of {name} x GPUs = {given} x {world}",
+            f"a {name} that divides {target // world}, or {also}",
+        )
+    return (given, target // per) if micro is not None else (target // per, given)
+
+
 def strategy_label(s: Strategy) -> str:
     """The short name of a strategy, as plans, advice and tables print it: "ZeRO-3 optimizer->cpu ZeRO++ ckpt"."""
     parts = [f"ZeRO-{s.zero_stage}"]

@@ -49,7 +49,9 @@ def test_one_batch_flag_keeps_the_file_s_global_batch(tmp_path: Path) -> None:
 def test_a_micro_batch_that_cannot_keep_it_is_refused_with_the_ways_out(tmp_path: Path) -> None:
     result, out = _config(tmp_path, "--micro-batch", "5")
     assert isinstance(result.exception, DswizError)
-    assert "train_batch_size 32 cannot be kept with --micro-batch 5" in str(result.exception)
+    assert "the file's train_batch_size 32 is not a multiple of --micro-batch x GPUs = 5 x 1" in str(
+        result.exception
+    )
     assert "--grad-accum" in result.exception.fix and "--global-batch" in result.exception.fix
     assert not out.exists()
 

@@ -425,22 +425,18 @@ def _keep_file_batch(strategy: Strategy, flags: dict[str, Any], file_global: int
     """--from's train_batch_size kept where one batch flag changes the micro-batch or the accumulation: the other
     one is derived (as DeepSpeed derives it from train_batch_size); refused where it cannot be derived. Both given,
     or --global-batch, say the global batch themselves."""
-    micro, accumulation = flags["micro_batch"], flags["grad_accum"]
-    if flags["global_batch"] is not None or (micro is None) == (accumulation is None):
+    from wizard.strategy import batch_for_global
+
+    if flags["global_batch"] is not None:
         return strategy
-    given, name = (micro, "--micro-batch") if micro is not None else (accumulation, "--grad-accum")
-    per = given * strategy.world_size
-    if file_global % per:
-        other = "--grad-accum" if micro is not None else "--micro-batch"
-        raise DswizError(
-            f"the file's train_batch_size {file_global} cannot be kept with {name} {given} on "
-            f"{strategy.world_size} GPU(s): {file_global} is not a multiple of {per}",
-            f"give {other} too (the global batch becomes their product), --global-batch N, or a {name} that "
-            f"divides {file_global // strategy.world_size}",
-        )
-    if micro is not None:
-        return strategy.with_(gradient_accumulation_steps=file_global // per)
-    return strategy.with_(micro_batch_size=file_global // per)
+    split = batch_for_global(
+        file_global, strategy.world_size, flags["micro_batch"], flags["grad_accum"],
+        target_said=f"the file's train_batch_size {file_global}",
+        also="--micro-batch and --grad-accum both (the global batch becomes their product), or --global-batch N",
+    )  # fmt: skip
+    if split is None:
+        return strategy
+    return strategy.with_(micro_batch_size=split[0], gradient_accumulation_steps=split[1])
 
 
 # ------------------------------------------------------------------------------------------- without --yes

@@ -46,7 +46,7 @@ from wizard.planner.types import (
     WhatIfs,
     budget,
 )
-from wizard.strategy import OFFLOAD_DEVICES, OffloadDevice, Precision, Strategy
+from wizard.strategy import OFFLOAD_DEVICES, OffloadDevice, Precision, Strategy, batch_for_global
 from wizard.units import fmt_bytes
 
 
@@ -545,16 +545,16 @@ def _batch_for_the_global_batch(plan: Plan, choice: StrategyChoice) -> StrategyC
                 "--global-batch out",
             )
         return choice
-    given, name = (micro, "--micro-batch") if micro is not None else (accumulation, "--grad-accum")
-    assert given is not None
-    if target % (given * world):
-        raise DswizError(
-            f"--global-batch {target} is not a multiple of {name} x GPUs = {given} x {world}",
-            f"use a multiple of {given * world}, or another {name} (one that divides {target // world})",
-        )
-    if micro is not None:
-        return replace(choice, gradient_accumulation_steps=target // (given * world))
-    return replace(choice, micro_batch_size=target // (given * world))
+    split = batch_for_global(
+        target,
+        world,
+        micro,
+        accumulation,
+        target_said=f"--global-batch {target}",
+        also="another --global-batch",
+    )
+    assert split is not None
+    return replace(choice, micro_batch_size=split[0], gradient_accumulation_steps=split[1])
 
 
 def choice_advice(chosen: Candidate, plan: Plan) -> list[str]:
