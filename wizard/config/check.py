@@ -59,10 +59,10 @@ from wizard.config.lint.precision import check_precision
 from wizard.config.lint.runtime import check_runtime
 from wizard.config.lint.sbatch import lint_sbatch_text, looks_like_sbatch, plan_beside
 from wizard.config.lint.text import (
-    BOM,
     bom_finding,
     hjson_finding,
     parse_hjson,
+    strict_but_for_bom,
     template_finding,
     template_placeholders,
 )
@@ -274,7 +274,7 @@ def _relaxed_json(
     relaxed = parse_hjson(text)
     if not isinstance(relaxed, dict):
         return None, [_parse_finding(problem, name, "not-json")]
-    if text.startswith(BOM) and parse_json(text[len(BOM) :])[1] is None:  # strict JSON but for the mark
+    if strict_but_for_bom(text):  # strict JSON but for the mark
         return relaxed, [bom_finding(consumer, name)]
     return relaxed, [hjson_finding(consumer, name)]
 
@@ -305,7 +305,7 @@ def guess_consumer(path: Path) -> ConsumerGuess:
     if problem is not None:
         if template_placeholders(text) is not None:
             return ConsumerGuess(None, "it is a template: its placeholders name no reader")
-        if text.startswith(BOM) and parse_json(text[len(BOM) :])[1] is None:
+        if strict_but_for_bom(text):
             return ConsumerGuess(
                 "deepspeed", "it starts with a byte-order mark, which only plain DeepSpeed reads"
             )

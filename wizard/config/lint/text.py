@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wizard.config.lint.base import ERROR, WARNING, finding
+from wizard.config.parse import parse_json
 from wizard.config.schema import Consumer
 from wizard.findings import Finding
 
@@ -69,6 +70,11 @@ def parse_hjson(text: str) -> Any | None:
 
 
 BOM = "\ufeff"  # a UTF-8 byte-order mark, as an editor on Windows may save one
+
+
+def strict_but_for_bom(text: str) -> bool:
+    """Whether the text is strict JSON after a leading byte-order mark."""
+    return text.startswith(BOM) and parse_json(text[len(BOM) :])[1] is None
 
 
 def bom_finding(consumer: Consumer | None, name: str) -> Finding:

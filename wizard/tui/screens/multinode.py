@@ -103,8 +103,8 @@ class MultiNodeStep(StepScreen):
             )
         out = self.query_one("#hostfile-findings", Static)
         multi = nodes > 1
-        self.query_one("#hostfile", TextArea).disabled = not multi
         area = self.query_one("#hostfile", TextArea)
+        area.disabled = not multi
         if not multi:
             if area.text == self._placeholder:  # the last count's placeholder lines, not the user's: gone
                 with self.prevent(TextArea.Changed):
