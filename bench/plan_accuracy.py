@@ -155,6 +155,9 @@ BENCH_MODELS = {
     # held out for ZeRO-3's backward with the optimizer on the host: as deep as a 1T-parameter model is wide, with a
     # small vocabulary, so that the checkpoints outweigh a layer's transient and the loss's logits are not the peak
     "llama-deep": "type=llama,name=llama-deep,layers=64,hidden=2048,heads=16,kv_heads=4,ffn=5632,vocab=8000,seq=2048",
+    # llama-3b's shape at head dim 128 (24 heads of 128 at hidden 3072, not 32 of 100): the only both-offload model
+    # whose default stream kept adding weight- and activation-sized segments in later backwards has head dim 100
+    "llama-3b-hd128": "type=llama,name=llama-3b-hd128,layers=26,hidden=3072,heads=24,ffn=8640,vocab=32000,seq=2048",
     "tiny-llama": "type=llama,name=tiny-llama,layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=128",
     # --family thin: the layer counts, vocabularies and head dims of llama-1b and gpt2-xl at hidden 256, so that the
     # GPU's work is a small part of a step and what is left is the host's per layer and per tensor
@@ -492,6 +495,20 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     ("llama-deep", 3, "cpu", "cpu", True, 1, 1024, None, 0),
     ("llama-deep", 3, "cpu", "cpu", True, 4, 1024, None, 0),
     ("llama-deep", 3, "cpu", "cpu", True, 8, 1024, None, 0),
+    # (2026-12-07, indices 54-60) held out from the side streams' pools (memory.stream_pools, set from the
+    # --segment-growth readings of indices 13, 40-45, 49, 50): models, micro-batches and a checkpointing setting no
+    # both-offload row had run, and the parameters offloaded alone (the all-gather stream's pool without the reduce
+    # stream's)
+    ("pythia-1.4b", 3, "cpu", "cpu", True, 2, 1024, None, 0),
+    ("gpt2-3b", 3, "cpu", "cpu", True, 4, 1024, None, 0),
+    ("llama-1b", 3, "cpu", "cpu", False, 2, 1024, None, 0),
+    ("qwen2-1.5b", 3, "cpu", "cpu", True, 4, 1024, None, 0),
+    ("llama-3b", 3, "cpu", "cpu", True, 2, 1024, None, 0),
+    ("pythia-1b", 3, "cpu", "cpu", True, 8, 2048, None, 0),
+    ("llama-1b", 3, "none", "cpu", True, 4, 1024, None, 0),
+    # (2026-12-07, index 61) llama-3b's default stream grew in later backwards (weight- and activation-sized
+    # segments, 3-4 GiB at micro-batch 1-2) where no other both-offload model's did: the same shape at head dim 128
+    ("llama-3b-hd128", 3, "cpu", "cpu", True, 1, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -2696,7 +2713,6 @@ CACHE_CONSTANTS = (
     "LOGITS_SHARE",
     "LOGITS_SHARE_CHECKPOINTING",
     "FORWARD_TRANSIENT_SHARE_AT_STEP",
-    "GATHERED_PARAMETER_SHARE",
 )
 
 
