@@ -344,7 +344,10 @@ PAIR_CONFIGS: tuple[tuple[str, tuple[str, int, str, str, bool, int, int, int | N
      ("gpt2-large", 1, "none", "none", False, 18, 1024, 80)),
     ("24", ("gpt2-large", 1, "none", "none", True, 14, 1024, 24), ("gpt2-large", 1, "none", "none", True, 17, 1024, 24)),
     ("24", ("gpt2-xl", 1, "cpu", "none", True, 23, 1024, 24), ("gpt2-xl", 1, "cpu", "none", True, 26, 1024, 24)),
-    ("24", ("llama-3b", 1, "cpu", "none", True, 25, 1024, 24), ("llama-3b", 2, "cpu", "none", True, 27, 1024, 24)),
+    # llama-3b on 24 GiB: the pairs of 2026-12-05 read ZeRO-1 + offload at 25 (7,409 tokens/s) beside ZeRO-2's at 27
+    # (7,874); since the side streams' pools (2026-12-07) the planner recommends ZeRO-3 with both offloads at 28,
+    # read once on an H100 at 8,357 (--indices 68, -phases-recs-pools.json), not yet beside ZeRO-2 on one machine
+    ("24", ("llama-3b", 3, "cpu", "cpu", True, 28, 1024, 24), ("llama-3b", 2, "cpu", "none", True, 27, 1024, 24)),
 )  # fmt: skip
 PAIR_REPEAT = 10  # the pairs' readings are repeats 11, 12: rows of their own beside the earlier readings
 
@@ -509,6 +512,21 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     # (2026-12-07, index 61) llama-3b's default stream grew in later backwards (weight- and activation-sized
     # segments, 3-4 GiB at micro-batch 1-2) where no other both-offload model's did: the same shape at head dim 128
     ("llama-3b-hd128", 3, "cpu", "cpu", True, 1, 1024, None, 0),
+    # (2026-12-07, indices 62-65) what a card must hold with both offloads, now that the side streams' pools replace
+    # the gathered share (no capped row of this kind had run): allocator caps at what the planner asks with its
+    # margin (llama-3b at 2 and 1, llama-1b at 1; their roomy reserved 10.5, 9.8 and 5.4 GiB) and without it
+    ("llama-3b", 3, "cpu", "cpu", True, 2, 1024, 7.2, 0),
+    ("llama-3b", 3, "cpu", "cpu", True, 1, 1024, 6.6, 0),
+    ("llama-1b", 3, "cpu", "cpu", True, 1, 1024, 6.2, 0),
+    ("llama-3b", 3, "cpu", "cpu", True, 2, 1024, 6.8, 0),
+    # (2026-12-07, indices 66-67) below what the planner asks (its side-stream pools held whole): where the boundary is
+    ("llama-3b", 3, "cpu", "cpu", True, 2, 1024, 6.0, 0),
+    ("llama-1b", 3, "cpu", "cpu", True, 1, 1024, 4.6, 0),
+    # (2026-12-07, indices 68-69) what the planner recommends for llama-3b on 24 and 40 GiB cards once the side
+    # pools replaced the gathered share: ZeRO-3 with both offloads at 28 and 53 (it was ZeRO-1 with the optimizer
+    # offloaded at 25 and 51; ZeRO-2's at 27 was the best read on 24 GiB, 7,874 tokens/s)
+    ("llama-3b", 3, "cpu", "cpu", True, 28, 1024, 24, 0),
+    ("llama-3b", 3, "cpu", "cpu", True, 53, 1024, 40, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -2049,6 +2067,21 @@ def build_set_the_peak(r: dict[str, Any]) -> bool:
 BUILD_PEAK_TOLERANCE = 0.02
 
 
+def build_in_the_cache(r: dict[str, Any]) -> bool:
+    """A row with offloaded parameters read before Row.init_allocated existed: its peak allocation may be training's,
+    but its max-reserved still holds the blocks the 16-bit model was built in on the GPU before DeepSpeed offloaded
+    it, which the allocator kept cached (run_config keeps the build apart since). The analysis judges its allocation,
+    not its device memory: a share of the gathered parameters fit on such rows put the readings counted from
+    initialize +46 % over at the median (docs/measurements.md, "The side streams' pools, tested against their
+    settings")."""
+    return (
+        r.get("init_allocated") is None
+        and r["config"].get("offload_param", "none") != "none"
+        and r.get("status") == "ok"
+        and r.get("max_reserved") is not None
+    )
+
+
 def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """One run per (world, smoke, allocator settings, kind of GPU) over every raw file given. A config read in
     several processes (the same Config.key() and use_cache build, in one file or in several) keeps every reading as
@@ -2080,6 +2113,8 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
                 r["_when"] = (r.get("finished_at") or 0.0, doc.get("started_at") or doc.get("date") or "", i)
                 if build_set_the_peak(r):
                     r.update(max_allocated=None, max_reserved=None, memory_set_by_build=True)
+                elif build_in_the_cache(r):
+                    r.update(max_reserved=None, reserved_held_build=True)
                 # A config built with and without use_cache is two configs (their activations differ): a reading of
                 # one never stands for the other (Pythia-1B ZeRO-1 at micro-batch 34 ran out of memory built without
                 # it and ran built with it).

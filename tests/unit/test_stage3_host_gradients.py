@@ -350,7 +350,7 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     pa: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from wizard.planner import calibration as cal
-    from wizard.planner.memory import fragmentation
+    from wizard.planner.memory import _stage3_working_set, fragmentation
 
     spec = pa.bench_spec("llama-3b")
     opt = pa.Config("llama-3b", 3, "cpu", "none", True, 4).strategy(1)
@@ -360,11 +360,11 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     assert full_fixed == cal.RESERVED_FIXED_BYTES + int(cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
     # halving the bucket frees two halves of cache (llama-3b at 4 on an H100: 1.96 GiB of reserved memory)
     assert full_fixed - fragmentation(spec, opt, 1024, half).fixed == bucket
-    # whole gradients, not partitions: eight GPUs wait on the same bucket (their gathered cache is the larger there)
-    eight = replace(opt, gpus_per_node=8)
-    with monkeypatch.context() as m:
-        m.setattr(cal, "GATHERED_PARAMETER_SHARE", 0.0)
-        assert fragmentation(spec, eight, 1024).fixed == full_fixed
+    # with parameters to gather (eight GPUs) the reduce stream's pool is held whole instead of the waiting buckets:
+    # its flattened bucket of whole gradients, not partitions, beside the all-gather stream's
+    eight = fragmentation(spec, replace(opt, gpus_per_node=8), 1024)
+    assert eight.fixed < full_fixed and FLAT_BUCKET_ITEM in eight.pooled
+    assert eight.pools >= bucket + _stage3_working_set(spec, replace(opt, gpus_per_node=8), DEFAULT_BUFFERS)
     # a model whose trained gradients are fewer than a bucket waits on them all
     lora = replace(spec, finetune=replace(spec.finetune, mode="lora"))
     trained = 2 * trainable_params(lora)
@@ -379,18 +379,20 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     )
     on_gpu = replace(opt, offload_optimizer="none")
     assert fragmentation(spec, on_gpu, 1024).fixed == fragmentation(spec, on_gpu, 1024, half).fixed
-    # with the parameters offloaded too, the larger of the two caches counts, not both: the gathered one at
-    # DeepSpeed's buffers, the waiting gradients' where small buffers keep few parameters gathered
+    # with the parameters offloaded too, the side streams' pools instead of the waiting buckets: they follow
+    # DeepSpeed's buffers (fewer parameters live, a smaller bucket: smaller pools), not the waiting buckets' share
     both = replace(opt, offload_param="cpu")
     few = replace(DEFAULT_BUFFERS, prefetch_elements=1, max_live_parameters=1, max_reuse_distance=1)
-    for buf in (DEFAULT_BUFFERS, few):
-        on = fragmentation(spec, both, 1024, buf).fixed
+    for buf in (DEFAULT_BUFFERS, few, half):
+        on = fragmentation(spec, both, 1024, buf)
         with monkeypatch.context() as m:
             m.setattr(cal, "STAGE3_HOST_GRADIENTS_CACHE_BUCKETS", 0.0)
-            off = fragmentation(spec, both, 1024, buf).fixed
-        assert on == max(off, full_fixed)
-    assert fragmentation(spec, both, 1024).fixed > full_fixed  # the gathered cache wins
-    assert fragmentation(spec, both, 1024, few).fixed == full_fixed  # the waiting gradients' cache wins
+            assert fragmentation(spec, both, 1024, buf) == on
+    pools = fragmentation(spec, both, 1024).pools
+    assert (
+        fragmentation(spec, both, 1024, few).pools < pools
+        and fragmentation(spec, both, 1024, half).pools < pools
+    )
     # under pressure the allocator waits for the reduce stream and gives the blocks back
     pressed = fragmentation(spec, opt, 1024, under_pressure=True).fixed
     assert pressed == fragmentation(spec, stage2, 1024, under_pressure=True).fixed

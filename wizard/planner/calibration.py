@@ -307,19 +307,12 @@ UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
 # section for `dswiz check`, `dswiz config --optimizer deepspeed` and the wizard, and dswiz-plan.json keeps it for
 # every re-plan), not where a script passes DeepSpeed's FusedAdam as its own optimizer (dswiz cannot see that).
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1
-# Stage 3 with parameters to gather (several GPUs, or offloaded): every layer's weights land in blocks of their own
-# between the activations, in forward and again in backward (fit: gpt2-xl and llama-1b with the parameters
-# offloaded, zero3-a.json, reserved 2.0-2.5 GiB above the same step with the parameters on the one GPU). Their
-# gradients' blocks, allocated as each backward ends and freed after the reduce, are what split them: frozen weights
-# (LoRA) have none, and memory.fragmentation counts the share for the trainable part only. LLaMA-7B LoRA (q/v, r 16)
-# with the parameters on the CPU and checkpointing, one H100 at micro-batch 1/2/3, kept 0.75/1.42/1.73 GiB cached
-# where the share on the whole working set said 5.0 GiB (finetune_accuracy-2026-12-05-1gpu-lora-offload.md).
-# Those zero3-a rows were read before the model's build on the GPU was kept apart (bench/plan_accuracy.py
-# run_config), so their reserved memory held the build's cached whole-model blocks: on the 23 readings counted from
-# initialize since, this share puts device memory +37 % over at the median (up to +64 %). 0-0.25 would centre them
-# but leave llama-3b -10 ... -17 % under, whose cache follows the reduce bucket as the others' does not
-# (docs/measurements.md, "cuBLAS's workspaces, and two held-out readings"): kept until that is understood.
-GATHERED_PARAMETER_SHARE = 2.0
+# Stage 3 with parameters to gather (several GPUs, or offloaded) has no share of its own: the gathered parameters and
+# the reduce stream's blocks sit in their streams' pools, which memory.stream_pools counts whole (each at its own
+# peak, no constant). The share of the gathered working set it replaced (2.0, fit on readings that held the model's
+# build in their cache) put device memory +46 % over at the median on the 34 readings with both offloads counted
+# from initialize (bench/results/plan_accuracy-2026-12-07-1gpu-phases-seg-*.json and the earlier phases files);
+# the pools put them at -2.5 % (docs/measurements.md, "The side streams' pools, tested against their settings").
 # ZeRO-3 with the optimizer on the host, at the forward/backward peak: the cache the waiting gradients leave
 # (memory._stage3_host_gradients_phase), in reduce buckets of whole gradients (or every trained gradient if fewer),
 # in place of the share of the step's block. Each gradient the backward hands to the reduce stream is freed with
@@ -333,10 +326,8 @@ GATHERED_PARAMETER_SHARE = 2.0
 # came to 10 bytes an element) at 2.0; 1.75 / 2.5 put the median at -0.8 / +2.6 %. How much of the cache follows
 # the bucket differs by model: halving it shrank llama-3b's by 1.96 GiB at micro-batch 4, llama-5b's by 0.41 at 8
 # and 32 (bench/results/plan_accuracy-2026-12-06-1gpu-phases-bucket-half-opt.json,
-# -phases-llama5b{,-half,-control3b}.json). With the parameters offloaded too (or several
-# GPUs) the gathered parameters' blocks (GATHERED_PARAMETER_SHARE), freed layer by layer in the backward, are where
-# these gradients land: the larger of the two caches counts, not both (both together put that family's median from
-# +5.5 to +16 %). NVMe (the same reduce stream) is extrapolated.
+# -phases-llama5b{,-half,-control3b}.json). With the parameters offloaded too (or several GPUs) the side streams'
+# pools (memory.stream_pools) count instead. NVMe (the same reduce stream) is extrapolated.
 STAGE3_HOST_GRADIENTS_CACHE_BUCKETS = 2.0
 # ZeRO-3 with the optimizer on the host takes each gradient partition's norm as it goes to the host, in fp64 (where
 # the device has it: get_norm_dtype in runtime/zero/utils.py) and in chunks of 250M elements

@@ -390,7 +390,7 @@ def training_phases(
             persistent.append(("ZeRO-3 gradient partition + reduce bucket", bucket + w * P // N))
         working = _stage3_working_set(model, s, buf)
         if working:
-            persistent.append(("gathered parameters", working))
+            persistent.append((GATHERED_ITEM, working))
         step_extra = 0 if offload_opt else 4 * _stage3_sub_group(P // N)
     elif stage in (1, 2):
         if offload_opt:
@@ -451,9 +451,17 @@ def training_phases(
 
 
 CUBLAS_WORKSPACE_ITEM = "cuBLAS workspaces"
+GATHERED_ITEM = "gathered parameters"
 FLAT_BUCKET_ITEM = "the bucket's gradients, flattened for the reduce-scatter"
 IN_FLIGHT_ITEM = "the largest gradient's partition on its way to the host (copy, fp64 norm)"
 TIED_ITEM = "the tied embedding's gradient (summed at the backward's end)"
+# What ZeRO-3 allocates on its side streams, each stream a pool of its own in PyTorch's caching allocator (blocks go
+# back to the pool of the stream that allocated them, c10/cuda/CUDACachingAllocator.cpp): the gathered parameters on
+# the coordinator's all-gather stream (partitioned_param_coordinator.py __allgather_stream), the flattened bucket and
+# the partitions on their way to the host on the reduce stream (stage3.py reduce_and_partition_stream; DeepSpeed
+# 0.19.8). ``fragmentation`` reserves each stream's own peak (``stream_pools``).
+FETCH_STREAM_ITEMS = (GATHERED_ITEM,)
+REDUCE_STREAM_ITEMS = (FLAT_BUCKET_ITEM, IN_FLIGHT_ITEM)
 
 
 def stage3_host_gradient_items(
@@ -648,7 +656,7 @@ def _stage3_host_gradients_phases(
     elements = stage3_elements(model, s)
     # no full bucket before the input embedding's gradient: the backward's end is the only flush
     flushes = stage3_flushes(model, buf.reduce_bucket_elements)
-    rest = [(name, b) for name, b in persistent if name != "gathered parameters"]
+    rest = [(name, b) for name, b in persistent if name != GATHERED_ITEM]
     out = []
     for flush in [*flushes, None]:
         last = flush is None
@@ -662,7 +670,7 @@ def _stage3_host_gradients_phases(
         gathered = stage3_gathered_at(model, s, buf, walked)
         held_items = [
             *rest,
-            *((("gathered parameters", gathered),) if gathered else ()),
+            *(((GATHERED_ITEM, gathered),) if gathered else ()),
             *items,
         ]
         out.append(
@@ -746,7 +754,7 @@ def inference_phases(
     w = weight_bytes(s)
     fixed = [("parameters", _params_on_gpu(model, s)), (CUBLAS_WORKSPACE_ITEM, cal.CUBLAS_WORKSPACE_BYTES)]
     if s.zero_stage == 3 and (s.world_size > 1 or s.offload_param != "none"):
-        fixed.append(("gathered parameters", _stage3_working_set(model, s, buf)))
+        fixed.append((GATHERED_ITEM, _stage3_working_set(model, s, buf)))
         fixed.append(("persistent small parameters", w * persistent_parameter_elements(model)))
     layer = int(inference_layer_bytes_per_token(model, seq_len) * seq_len)
     head = int(inference_head_bytes_per_token(model) * seq_len)
@@ -825,16 +833,23 @@ class Fragmentation:
     blocks_fixed: int  # the step's largest transient state block (bytes)
     # the block per sample the cache is a share of: training's fp32 logits, inference's one-layer transient (bytes)
     blocks_per_sample: int
+    # ZeRO-3's side streams' pools (``stream_pools``): reserved whole at every moment, of which a phase's own items
+    # on those streams are allocated (the rest is cache)
+    pools: int = 0
+    pooled: tuple[str, ...] = ()
 
     def fixed_for(self, phase: Phase) -> int:
-        return self.step_fixed if phase.holds_step_transient else self.fixed
+        base = self.step_fixed if phase.holds_step_transient else self.fixed
+        if not self.pools:
+            return base
+        return base + self.pools - sum(v for k, v in phase.fixed if k in self.pooled)
 
     def per_sample_for(self, phase: Phase) -> int:
         return self.step_per_sample if phase.holds_step_transient else self.per_sample
 
     def at(self, micro_batch: int, phase: Phase | None = None) -> int:
         if phase is None:
-            return self.fixed + micro_batch * self.per_sample
+            return self.fixed + self.pools + micro_batch * self.per_sample
         return self.fixed_for(phase) + micro_batch * self.per_sample_for(phase)
 
 
@@ -872,6 +887,7 @@ def fragmentation(
     buf: ZeroBuffers = DEFAULT_BUFFERS,
     under_pressure: bool = False,
     expandable_segments: bool = False,
+    phases: list[Phase] | None = None,
 ) -> Fragmentation:
     """Reserved minus allocated: what the caching allocator keeps of the large blocks a step frees, bounded by
     those blocks (so it never grows with the model beyond what DeepSpeed allocates at once).
@@ -881,12 +897,12 @@ def fragmentation(
     training step frees two kinds of large blocks, each cached when the other is needed:
     - at the forward/backward peak, part of the optimizer step's block (``_step_transient_block``) freed by the
       last step, and of the fp32 logits, whose blocks the recomputed layers split further with checkpointing
-      (calibration.STEP_BLOCK_SHARE*, LOGITS_SHARE*); at stage 3 with parameters to gather (several GPUs, or
-      offloaded), the blocks the gathered parameters land in between the activations, forward and backward, split
-      by their gradients' blocks (calibration.GATHERED_PARAMETER_SHARE of ``_stage3_working_set``'s trainable
-      share: frozen LoRA weights have none); at stage 3 with the optimizer offloaded, at least the blocks the
-      gradients waiting for the reduce stream leave (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS reduce buckets,
-      or every trained gradient if fewer), whose blocks the gathered parameters' cache serves where it is larger;
+      (calibration.STEP_BLOCK_SHARE*, LOGITS_SHARE*); at stage 3 with the parameters on the one GPU and the
+      optimizer offloaded, at least the blocks the gradients waiting for the reduce stream leave
+      (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS reduce buckets, or every trained gradient if fewer);
+    - at stage 3 with parameters to gather (several GPUs, or offloaded), the side streams' pools whole
+      (``stream_pools``): what those streams allocate stays out of the default stream's reach, so each pool is
+      reserved at its own peak whatever moment sets the default stream's;
     - at the optimizer step, part of the forward's activations and logits, freed by backward, which the step's
       single large block cannot reuse (calibration.FORWARD_TRANSIENT_SHARE_AT_STEP).
     Inference frees each layer's transient activations before the next layer's (and, with the parameters to
@@ -898,6 +914,8 @@ def fragmentation(
     segments that still hold live tensors (calibration.UNRECLAIMABLE_*; less of the logits with the optimizer
     offloaded; none of the waiting gradients' blocks, which it frees once their streams have passed them): what a
     card that only just fits must hold.
+
+    ``phases``: the strategy's own (``phases_for``), where the caller has them already (the side pools read them).
 
     ``expandable_segments`` (PyTorch's allocator run with ``expandable_segments:True``): each pool is one segment
     that grows by mapping pages and unmaps the free ones when a request would fail, so no split block stays out of
@@ -920,11 +938,9 @@ def fragmentation(
         return Fragmentation(fixed, per_sample, fixed, per_sample, 0, int(layer))
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
-    gathered = _stage3_working_set(model, s, buf) if s.zero_stage == 3 else 0
-    # Frozen weights (LoRA, QLoRA) get no gradient blocks between their gathered ones: only the trainable share of
-    # the stored bytes splits the cache (calibration.GATHERED_PARAMETER_SHARE).
-    w = weight_bytes(s)
-    gathered = gathered * w * ft.trainable_params(model) // max(1, ft.stored_parameter_bytes(model, w))
+    gathers = s.zero_stage == 3 and _stage3_working_set(model, s, buf) > 0
+    flat = weight_bytes(s) * min(buf.reduce_bucket_elements, ft.trainable_params(model))
+    pools, pooled = stream_pools(phases or phases_for(model, s, seq_len, buf), flat) if gathers else (0, ())
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
     # self.training), so only training has the checkpointing shares.
     ck = s.activation_checkpointing
@@ -948,13 +964,13 @@ def fragmentation(
         logits_share = cal.LOGITS_SHARE_CHECKPOINTING if ck else cal.LOGITS_SHARE
         at_step_share = cal.FORWARD_TRANSIENT_SHARE_AT_STEP
 
-    cache = step_share * step + cal.GATHERED_PARAMETER_SHARE * gathered
-    if s.zero_stage == 3 and s.offload_optimizer != "none" and not under_pressure:
+    cache = step_share * step
+    if s.zero_stage == 3 and s.offload_optimizer != "none" and not under_pressure and not gathers:
         # The blocks the gradients waiting for the reduce stream leave cached, in reduce buckets of whole (not
         # partitioned) gradients, or every trained gradient if fewer
-        # (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS); the larger of that and the gathered parameters' cache
-        # above, whose blocks these gradients land in. Under pressure the allocator waits for that stream and gives
-        # them back. Fit with the optimizer on the CPU; NVMe (the same reduce stream) is extrapolated.
+        # (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS). Under pressure the allocator waits for that stream and
+        # gives them back. Fit with the optimizer on the CPU and the parameters on the GPU; NVMe (the same reduce
+        # stream) is extrapolated. With parameters to gather the reduce stream's pool is counted whole instead.
         bucket = weight_bytes(s) * min(buf.reduce_bucket_elements, ft.trainable_params(model))
         cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
 
@@ -966,7 +982,30 @@ def fragmentation(
         step_per_sample=int(at_step_share * (layers + head)),
         blocks_fixed=step,
         blocks_per_sample=logits,
+        pools=pools,
+        pooled=pooled,
     )
+
+
+def stream_pools(phases: list[Phase], flat_bucket: int = 0) -> tuple[int, tuple[str, ...]]:
+    """ZeRO-3's side streams' pools, and the items allocated in them: each stream's own peak over the phases (the
+    gathered parameters' on the all-gather stream, the flattened bucket and the partitions on their way to the host
+    on the reduce stream), the reduce stream's at least one ``flat_bucket``: it flattens every bucket for the
+    reduce-scatter with the optimizer on the GPU too (stage3.py __avg_scatter_grads; llama-1b with the parameters
+    alone offloaded kept one 947 MiB segment there, bench/results/plan_accuracy-2026-12-07-1gpu-phases-heldout-pools
+    .json), which these phases, whose gradients stay on the GPU, do not name. PyTorch's caching allocator serves a request from the blocks of the requesting stream's
+    pool only, so what a side stream frees is never the default stream's, and the weights it fetches layer after
+    layer, or the buckets it flushes, fit the blocks it already has: its pool stops at its peak. Held whole under
+    pressure too (no release of a side pool is measured). Read per stream (bench/plan_accuracy.py --segment-growth,
+    one H100): llama-1b, gpt2-xl, qwen2-1.5b and llama-3b with both offloads: the all-gather stream reserved
+    2.0-2.4 GiB at stage3_max_live_parameters 1e9 (these phases' peak: 1.96), 0.85 / 0.91 GiB at 3e8 (1.02); the
+    reduce stream 1.65 / 1.99 / 2.88 GiB at reduce_bucket_size 5e8 (1.54 / 1.01 / 1.84), 1.12 / 1.43 at 2e8
+    (docs/measurements.md, "Where the allocator adds segments with both offloads: three streams")."""
+    fetch, reduce = (
+        max((sum(v for k, v in p.fixed if k in stream) for p in phases), default=0)
+        for stream in (FETCH_STREAM_ITEMS, REDUCE_STREAM_ITEMS)
+    )
+    return fetch + max(reduce, flat_bucket), (*FETCH_STREAM_ITEMS, *REDUCE_STREAM_ITEMS)
 
 
 def device_overhead(s: Strategy) -> int:
@@ -1129,10 +1168,10 @@ def estimate_memory(
     b = strategy.micro_batch_size
     at = [(p, p.at(b)) for p in phases]
     peak, allocated = max(at, key=lambda x: x[1])
-    frag = fragmentation(model, strategy, seq_len, buffers)
+    frag = fragmentation(model, strategy, seq_len, buffers, phases=phases)
     # The allocator's peak may come at a moment of fewer allocated bytes (see fragmentation).
     reserved = reserved_at(phases, frag, b)[1]
-    pressure = fragmentation(model, strategy, seq_len, buffers, True, expandable_segments)
+    pressure = fragmentation(model, strategy, seq_len, buffers, True, expandable_segments, phases=phases)
     needed = device_bytes_at(phases, pressure, strategy, b)
     items = tuple((k, v) for k, v in peak.fixed if v) + tuple((k, v * b) for k, v in peak.per_sample if v)
     cpu, cpu_items = host_bytes(model, strategy)

@@ -126,7 +126,13 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
     )
     limit = ctx.request.max_micro_batch
     frag = fragmentation(
-        ctx.model, base, ctx.seq_len, ctx.request.buffers, True, ctx.request.expandable_segments
+        ctx.model,
+        base,
+        ctx.seq_len,
+        ctx.request.buffers,
+        True,
+        ctx.request.expandable_segments,
+        phases=phases,
     )
     budget = int(ctx.gpu_budget / _memory_factor(ctx, base))  # sized for the memory the history says it takes
     max_b = max_micro_batch_for_capacity(phases, frag, base, budget, limit=limit)
@@ -151,7 +157,7 @@ def _size(ctx: PlanContext, base: Strategy) -> _Sized:
     if per_gpu is None and _remaps(ctx, mem):
         # Past where the cache a roomy card keeps fits the budget, expandable segments remap every micro-step: the
         # largest micro-batch that stays short of that may be the faster one.
-        roomy = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers)
+        roomy = fragmentation(ctx.model, base, ctx.seq_len, ctx.request.buffers, phases=phases)
         calm = max_micro_batch_for_capacity(phases, roomy, base, budget, limit=limit)
         if 1 <= calm < mbs:
             calm_s = base.with_(micro_batch_size=calm)
@@ -494,7 +500,7 @@ def evaluate(
     budget = int(ctx.gpu_budget / _memory_factor(ctx, s))
     max_b = max_micro_batch_for_capacity(
         phases,
-        fragmentation(model, s, seq_len, request.buffers, True, request.expandable_segments),
+        fragmentation(model, s, seq_len, request.buffers, True, request.expandable_segments, phases=phases),
         s,
         budget,
         limit=request.max_micro_batch,
@@ -655,5 +661,5 @@ def max_micro_batch(
     if not cap:
         return 0
     phases = phases_for(model, strategy, seq_len, buffers)
-    frag = fragmentation(model, strategy, seq_len, buffers, True, expandable_segments)
+    frag = fragmentation(model, strategy, seq_len, buffers, True, expandable_segments, phases=phases)
     return max_micro_batch_for_capacity(phases, frag, strategy, budget(cap, safety_margin) or 0, limit=limit)
