@@ -351,9 +351,16 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
 
 # The parts of a training step that run in DeepSpeed's step, once per optimizer step whatever the accumulation.
 CPU_ADAM_PART = "CPU Adam"
+PARAM_WRITE_BACK_PART = "16-bit weights to the host (pageable, converted there)"
 FRAMEWORK_HOST_PART = "host-bound (framework Python)"
 STAGE0_PART = "16-bit optimizer wrapper (stage 0)"
-STEP_PARTS = ("optimizer step", CPU_ADAM_PART, "16-bit weights back (pageable)", "NVMe swaps")
+STEP_PARTS = (
+    "optimizer step",
+    CPU_ADAM_PART,
+    "16-bit weights back (pageable)",
+    PARAM_WRITE_BACK_PART,
+    "NVMe swaps",
+)
 STAGE3_HOOKS_PART = "ZeRO-3 fetch hooks"
 LAUNCH_PART = "launch overhead"
 # What of a step the host sets, beyond the GPU's work it waits on: the launches per layer, the framework's Python and
@@ -436,6 +443,12 @@ def _optimizer_seconds(
     if s.offload_optimizer == "none":
         per_param *= cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
         parts["optimizer step"] += per_param * local
+        if s.zero_stage == 3 and s.offload_param != "none":
+            # The updated fp32 partition (GPU) into the offloaded 16-bit one (pinned host) in one blocking copy_
+            # (stage3.py _reassign_or_swap_out_partitioned_parameters, DeepSpeed 0.19.8): across devices and dtypes
+            # PyTorch copies the fp32 to a pageable host temporary and converts it there
+            # (calibration.STAGE3_PARAM_OFFLOAD_WRITE_BACK_BYTES_PER_SECOND).
+            parts[PARAM_WRITE_BACK_PART] = w * local / cal.STAGE3_PARAM_OFFLOAD_WRITE_BACK_BYTES_PER_SECOND
         return parts
     cores = host_cores(hardware)
     cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
