@@ -597,12 +597,15 @@ STAGE3_SECONDS_PER_PARAM = 1.93e-11
 #   too, 4-5 GB/s for their 2.2-3.1 GB of weights).
 STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND = 5.11e9
 # - the other way, with the parameters offloaded and the optimizer on the GPU: the updated fp32 partition copied to a
-#   pageable host temporary and converted there into the pinned 16-bit parameters, 0.87 GB/s of 16-bit weights
-#   written (one reading: llama-1b ZeRO-3 + parameter offload + checkpointing at micro-batch 4, one H100, an
-#   optimizer step of 2.60 s where the update itself is 0.06 s; forward and backward as predicted;
-#   bench/results/plan_accuracy-2026-12-07-1gpu-phases-heldout-pools.json). Before it was counted, that row ran at
-#   1,378 tokens/s where the planner said 7,282, and the planner put this strategy first for llama-7b on one H200.
-STAGE3_PARAM_OFFLOAD_WRITE_BACK_BYTES_PER_SECOND = 0.866e9
+#   pageable host temporary and converted there into the pinned 16-bit parameters. Two readings on two hosts:
+#   llama-1b ZeRO-3 + parameter offload + checkpointing at micro-batch 4 (one H100): an optimizer step of 2.60 s where
+#   the update itself is 0.06 s, 0.87 GB/s of 16-bit weights written
+#   (bench/results/plan_accuracy-2026-12-07-1gpu-phases-heldout-pools.json); Pythia-1B at 34, seq 2048, the third
+#   candidate of `dswiz probe` on one H200 (bench/results/probe_calibration-2026-12-02-1gpu-pythia-1b.json): 4.49 s a
+#   step of which the rest of the step is predicted 0.92, 0.57 GB/s. Their geometric mean: the first -20 %, the
+#   second +19 % (before it was counted: 7,282 tokens/s predicted for 1,378 measured, 71,238 for 15,501, and the
+#   planner put this strategy first for llama-7b on one H200).
+STAGE3_PARAM_OFFLOAD_WRITE_BACK_BYTES_PER_SECOND = 0.70e9
 # CPU offload: PCIe copies of the 16-bit gradients and weights, and CPU Adam on the host's cores (fit with the constants
 # above; the step phase of stages 1-2 with the optimizer on the CPU measured 2.1-2.5e9 parameters/s on the 16-core
 # host, plan_accuracy-2026-12-03-1gpu-all-d.md).
