@@ -415,7 +415,6 @@ def predicted(result: dict[str, Any]) -> dict[str, Any]:
         estimate_memory,
         stage3_elements,
         stage3_kept_for_backward,
-        weight_bytes,
     )
     from wizard.planner.throughput import communication_volume
     from wizard.strategy import Strategy
@@ -450,7 +449,7 @@ def predicted(result: dict[str, Any]) -> dict[str, Any]:
     if result["stage"] == 3:
         items = dict(estimate_memory(spec, s, SEQ, buffers).gpu_items)
         out["kept"] = stage3_kept_for_backward(spec, s, buffers)
-        out["peak_gathered"] = items.get("gathered parameters", 0) // weight_bytes(s)
+        out["peak_gathered"] = items.get("gathered parameters", 0) // s.weight_bytes
     return out
 
 

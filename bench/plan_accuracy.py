@@ -105,10 +105,10 @@ from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E4
 from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
+from wizard.planner.ds_estimator import deepspeed_estimate  # noqa: E402
 from wizard.planner.memory import (  # noqa: E402
     ZeroBuffers,
     allocator_remaps,
-    deepspeed_estimate,
     device_overhead,
     estimate_memory,
 )

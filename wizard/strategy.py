@@ -46,6 +46,11 @@ class Strategy:
         return self.micro_batch_size * self.gradient_accumulation_steps * self.world_size
 
     @property
+    def weight_bytes(self) -> int:
+        """Bytes of one weight (and of one gradient) in the strategy's precision: 2 in bf16 / fp16, 4 in fp32."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
     def offloads_to_nvme(self) -> bool:
         return "nvme" in (self.offload_optimizer, self.offload_param)
 

@@ -13,15 +13,13 @@ from hypothesis import strategies as st
 
 from wizard.model import ModelSpec, load_model_spec, spec_from_config
 from wizard.planner import calibration as cal
+from wizard.planner.ds_estimator import deepspeed_estimate, ds_estimate_zero2, ds_estimate_zero3
 from wizard.planner.memory import (
     CUBLAS_WORKSPACE_ITEM,
     DEFAULT_BUFFERS,
     _stage3_working_set,
     activation_bytes_per_sample,
-    deepspeed_estimate,
     device_overhead,
-    ds_estimate_zero2,
-    ds_estimate_zero3,
     estimate_memory,
     fragmentation,
     max_micro_batch_for_capacity,

@@ -1,5 +1,5 @@
 """Gradient accumulation with the optimizer on the CPU: the pinned host buffers ZeRO-2 keeps the running sum in
-(memory.offload_accumulation_bytes) and the PCIe transfers each stage makes a step
+(host_memory.offload_accumulation_bytes) and the PCIe transfers each stage makes a step
 (throughput.offload_gradient_transfers), held to the H200 rows of bench/plan_accuracy.py --family accum."""
 
 from __future__ import annotations
@@ -16,13 +16,8 @@ from wizard.hardware.described import describe
 from wizard.hardware.report import HardwareReport
 from wizard.model import load_model_spec
 from wizard.planner.finetune import trainable_tensors
-from wizard.planner.memory import (
-    estimate_memory,
-    host_bytes,
-    offload_accumulation_bytes,
-    pinned_bytes,
-    weight_bytes,
-)
+from wizard.planner.host_memory import host_bytes, offload_accumulation_bytes, pinned_bytes
+from wizard.planner.memory import estimate_memory
 from wizard.planner.throughput import _optimizer_seconds, estimate_throughput, offload_gradient_transfers
 from wizard.strategy import Strategy
 
@@ -115,7 +110,7 @@ def test_zero3_round_trips_hide_only_behind_what_the_reduce_stream_has_left() ->
         for s in (one, four)
         for hidden in (0.0, 100.0)
     }
-    transfer = weight_bytes(one) * spec.total_params / pcie
+    transfer = one.weight_bytes * spec.total_params / pcie
     assert pcie_part[(1, 0.0)] == pytest.approx(transfer) == pcie_part[(1, 100.0)]
     assert pcie_part[(4, 100.0)] == pytest.approx(transfer)
     assert pcie_part[(4, 0.0)] == pytest.approx(7 * transfer)
@@ -266,7 +261,7 @@ def test_stage_0_step_memory_is_one_rule_for_the_peak_and_the_allocator_block() 
         s = Strategy(zero_stage=0, precision=precision, micro_batch_size=1)  # type: ignore[arg-type]
         step = next(p for p in training_phases(m, s, 2048) if p.name == "optimizer step")
         assert dict(step.fixed)["gradients for the update"] == stage0_step_bytes(
-            weight_bytes(s), m.total_params
+            s.weight_bytes, m.total_params
         )
         assert _step_transient_block(m, s) == per_param * m.total_params
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
-from wizard.planner.memory import host_bytes
+from wizard.planner.host_memory import host_bytes
 from wizard.planner.types import Capacities, PlanRequest
 from wizard.strategy import Precision, Strategy
 from wizard.units import fmt_bytes, fmt_percent

@@ -1,5 +1,5 @@
-"""The memory model (pure arithmetic): what one training (or inference) step of a strategy needs on each GPU, in host
-RAM and on NVMe.
+"""The memory model (pure arithmetic): what one training (or inference) step of a strategy needs on each GPU, with
+the host RAM and NVMe that ``host_memory`` counts beside it.
 
 A step has three moments that can be the peak, each linear in the micro-batch:
   forward/loss  all saved activations + the loss head's fp32 logits, on top of the persistent model states;
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
+from wizard.planner.host_memory import host_bytes, nvme_bytes
 from wizard.strategy import Strategy
 
 
@@ -100,10 +101,6 @@ class MemoryEstimate:
 
 
 # --------------------------------------------------------------------------------------------- activations
-
-
-def weight_bytes(strategy: Strategy) -> int:
-    return 4 if strategy.precision == "fp32" else 2
 
 
 def recipe_activation_bytes_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -207,7 +204,7 @@ def activation_bytes_per_sample(model: ModelSpec, seq_len: int, checkpointing: b
 
 
 def _params_on_gpu(model: ModelSpec, s: Strategy) -> int:
-    w, N = weight_bytes(s), s.world_size
+    w, N = s.weight_bytes, s.world_size
     stored, constants = ft.stored_parameter_bytes(model, w), ft.nf4_constant_bytes(model)  # w*P for full
     if s.zero_stage < 3:
         return stored + constants
@@ -236,7 +233,7 @@ def stage3_elements(model: ModelSpec, s: Strategy) -> int:
     """The elements ZeRO-3 partitions and gathers, which its live and reuse limits count: every parameter, a QLoRA
     4-bit weight as the 16-bit elements its packed bytes fill (HF's QLoRA + ZeRO-3 recipe stores them in the compute
     dtype, bnb_4bit_quant_storage)."""
-    w = weight_bytes(s)
+    w = s.weight_bytes
     return ft.stored_parameter_bytes(model, w) // w
 
 
@@ -283,7 +280,7 @@ def _recompute_regathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers, kept: 
     reuse distance at 1e9 and 2e9 (which changes nothing)."""
     if not (model.finetune.uses_lora and s.activation_checkpointing):
         return 0.0
-    w = weight_bytes(s)
+    w = s.weight_bytes
     released, block = (b / w for b in ft.recompute_released_bytes(model, w))
     if block <= 0:
         return 0.0
@@ -297,7 +294,7 @@ def _recompute_regathers(model: ModelSpec, s: Strategy, buf: ZeroBuffers, kept: 
 def _backward_free_elements(model: ModelSpec, s: Strategy) -> int:
     """Elements no backward uses (LoRA's frozen prefix, ``finetune.backward_free_bytes``): never kept, never
     gathered again."""
-    w = weight_bytes(s)
+    w = s.weight_bytes
     return ft.backward_free_bytes(model, w, s.activation_checkpointing) // w
 
 
@@ -340,7 +337,7 @@ def unfused_16bit_step(s: Strategy) -> bool:
     optimizer, FP16_Optimizer with DeepSpeed's FusedAdam (ZeroBuffers.fused_optimizer: its memory in
     stage0_step_bytes, its time by figures of its own in planner.throughput). In 32 bits the optimizer is the plain
     torch one."""
-    return s.zero_stage == 0 and weight_bytes(s) == 2
+    return s.zero_stage == 0 and s.weight_bytes == 2
 
 
 def stage0_step_bytes(w: int, params: int, fused: bool = False) -> int:
@@ -367,7 +364,7 @@ def training_phases(
 ) -> list[Phase]:
     """The three candidate peaks of a training step (allocator bytes, without fragmentation). Gradients and
     optimizer states cover the trainable parameters only (``ft.trainable_params``: all of them, or LoRA's)."""
-    w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
+    w, P, N = s.weight_bytes, ft.trainable_params(model), s.world_size
     stage = s.zero_stage
     offload_opt = s.offload_optimizer != "none"
     accumulating = s.gradient_accumulation_steps > 1
@@ -490,7 +487,7 @@ def stage3_host_gradient_items(
     gradient is ready -- autograd holds the output head's share of it (16 bits), the bucket's own largest member is on
     its way instead. ``content``: the bucket being flushed, (its elements, its largest member's), where the walk knows
     it (``stage3_flushes``); by default the model's largest tensor and a full bucket."""
-    w, P, largest = weight_bytes(s), ft.trainable_params(model), ft.largest_trainable_tensor(model)
+    w, P, largest = s.weight_bytes, ft.trainable_params(model), ft.largest_trainable_tensor(model)
     N = max(1, s.world_size)
     bucket = buf.reduce_bucket_elements
     nvme = s.offload_optimizer == "nvme"
@@ -574,7 +571,7 @@ def stage3_gathered_at(model: ModelSpec, s: Strategy, buf: ZeroBuffers, walked: 
         else:
             ahead = max(0, kept - walked) + buf.prefetch_elements
         live = max(live, ahead)
-    return weight_bytes(s) * min(elements, live)
+    return s.weight_bytes * min(elements, live)
 
 
 @dataclass(frozen=True)
@@ -751,7 +748,7 @@ def inference_phases(
     and V until its output is dropped (measured on the H200: GPT-2-medium/xl allocated +2.7/+7.7 GiB, K and V of
     every layer to within 3 %, bench/results/inference_accuracy-2026-12-02-1gpu-gpt2.json). The head's logits come
     after the last layer's tensors are freed: a second candidate peak."""
-    w = weight_bytes(s)
+    w = s.weight_bytes
     fixed = [("parameters", _params_on_gpu(model, s)), (CUBLAS_WORKSPACE_ITEM, cal.CUBLAS_WORKSPACE_BYTES)]
     if s.zero_stage == 3 and (s.world_size > 1 or s.offload_param != "none"):
         fixed.append((GATHERED_ITEM, _stage3_working_set(model, s, buf)))
@@ -791,7 +788,7 @@ class ModelStateBytes:
 
 def model_state_bytes(model: ModelSpec, s: Strategy) -> ModelStateBytes:
     """Per GPU (and per node on the host) at steady state, from the same parts the phases use."""
-    w, P, N, g = weight_bytes(s), ft.trainable_params(model), s.world_size, s.gpus_per_node
+    w, P, N, g = s.weight_bytes, ft.trainable_params(model), s.world_size, s.gpus_per_node
     offload_opt = s.offload_optimizer != "none"
     if offload_opt or s.mode == "inference":
         grads = 0
@@ -861,7 +858,7 @@ def _step_transient_block(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFA
     counts it), or, with the optimizer offloaded, the reduce bucket the gradients leave through (stages 1-3)."""
     if s.mode != "train":
         return 0
-    w, P, N = weight_bytes(s), ft.trainable_params(model), s.world_size
+    w, P, N = s.weight_bytes, ft.trainable_params(model), s.world_size
     if s.offload_optimizer != "none":
         # Gradients leave through the reduce bucket, one bucket at a time -- the configured one: DeepSpeed allocates
         # it at reduce_bucket_size elements (stage_1_and_2.py setup_buckets, at every backward's first gradient;
@@ -939,7 +936,7 @@ def fragmentation(
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
     gathers = s.zero_stage == 3 and _stage3_working_set(model, s, buf) > 0
-    flat = weight_bytes(s) * min(buf.reduce_bucket_elements, ft.trainable_params(model))
+    flat = s.weight_bytes * min(buf.reduce_bucket_elements, ft.trainable_params(model))
     pools, pooled = stream_pools(phases or phases_for(model, s, seq_len, buf), flat) if gathers else (0, ())
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
     # self.training), so only training has the checkpointing shares.
@@ -971,7 +968,7 @@ def fragmentation(
         # (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS). Under pressure the allocator waits for that stream and
         # gives them back. Fit with the optimizer on the CPU and the parameters on the GPU; NVMe (the same reduce
         # stream) is extrapolated. With parameters to gather the reduce stream's pool is counted whole instead.
-        bucket = weight_bytes(s) * min(buf.reduce_bucket_elements, ft.trainable_params(model))
+        bucket = s.weight_bytes * min(buf.reduce_bucket_elements, ft.trainable_params(model))
         cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
 
     layers, head, _ = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
@@ -1055,105 +1052,6 @@ def max_micro_batch_for_capacity(
     return best
 
 
-# --------------------------------------------------------------------------------------------- host and NVMe
-
-
-def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int], ...]]:
-    """Host RAM per node: each rank's process, the model while it loads, and whatever is offloaded."""
-    w, P, N, ranks = weight_bytes(s), ft.trainable_params(model), s.world_size, s.gpus_per_node
-    stored = ft.stored_parameter_bytes(model, w)
-    items: list[tuple[str, int]] = [("processes", ranks * cal.HOST_BYTES_PER_RANK)]
-    # Every rank materialises the 16-bit model before DeepSpeed moves it (stage 3 with zero.Init: a partition).
-    load = ft.load_bytes(model, w) if s.zero_stage < 3 else stored // N
-    if s.offload_param == "nvme":  # zero.Init with remote_device nvme swaps each module out as it is created
-        load = w * model.largest_layer_params
-    steady = 0
-    if s.mode == "train":
-        shards = N if s.zero_stage >= 1 else 1
-        if s.offload_optimizer == "cpu":
-            # fp32 master + Adam states + fp32 gradients, pinned; stage 1/2 also stage a 16-bit copy.
-            steady += (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // shards
-            if s.zero_stage in (1, 2):
-                steady += w * P // shards
-        elif s.offload_optimizer == "nvme":
-            # Stage 3 swaps the fp32 gradients out to NVMe with the states (stage3.py
-            # _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8): only the pinned swap buffers stay in RAM.
-            steady += cal.NVME_OPTIMIZER_PINNED_BYTES + (0 if s.zero_stage == 3 else 4 * P // shards)
-    if s.offload_param == "cpu":
-        steady += stored // N
-    elif s.offload_param == "nvme":
-        steady += cal.NVME_PARAM_PINNED_BYTES
-    if steady:
-        items.append(("offloaded states and pinned buffers", ranks * steady))
-    setup = _offload_setup_peak(model, s) - steady
-    if setup > 0:
-        items.append(("offload set-up peak (pinned copies)", ranks * setup))
-        steady += setup
-    accumulation = offload_accumulation_bytes(model, s)
-    if accumulation:
-        items.append(("gradient accumulation buffers (pinned)", ranks * accumulation))
-    extra = max(0, load - steady)
-    if extra:
-        items.append(("model copy while loading", ranks * extra))
-    return sum(v for _, v in items), tuple(items)
-
-
-def pinned_bytes(n: int) -> int:
-    """What PyTorch's pinned-memory allocator takes for an n-byte request: the next power of two (CUDA's
-    CachingHostAllocator rounds every block up to one)."""
-    return 1 << max(0, n - 1).bit_length() if n > 0 else 0
-
-
-def offload_accumulation_bytes(model: ModelSpec, s: Strategy) -> int:
-    """Host RAM per rank that ZeRO-2 with the optimizer on the CPU adds when it accumulates gradients over more than
-    one micro-step: one pinned 16-bit buffer per trainable tensor, each rounded up to a power of two
-    (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, DeepSpeed 0.19.8; allocated at the first backward, on
-    top of the running step's host memory). Measured: llama-1b and Qwen2-1.5B at 4 micro-steps pinned 2.70 and 3.62
-    GiB more than at 1, as counted; ZeRO-1, which reduces once at the boundary, pinned nothing more (Pythia-1.4B;
-    docs/measurements.md)."""
-    if not (s.mode == "train" and s.offload_optimizer == "cpu" and s.zero_stage == 2):
-        return 0
-    if s.gradient_accumulation_steps <= 1:
-        return 0
-    w = weight_bytes(s)
-    tensors, rest = ft.trainable_tensors(model)
-    return (sum(pinned_bytes(w * n) * count for n, count in tensors) + w * rest) // s.world_size
-
-
-def _offload_setup_peak(model: ModelSpec, s: Strategy) -> int:
-    """Host bytes per rank while CPU optimizer offload sets up (calibration.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM).
-
-    The figures were measured with every parameter trained. The optimizer's side (the fp32 partition and its pinned
-    copies) belongs to the trained parameters only; with the parameters offloaded too, what the parameter side adds
-    (the difference of the two ZeRO-3 figures) belongs to every stored parameter. LoRA trains a fraction of the model,
-    so its set-up peak is mostly the parameter side; with every parameter trained the sum is the measured figure."""
-    if s.mode != "train" or s.offload_optimizer != "cpu":
-        return 0
-    peaks = cal.HOST_OFFLOAD_PEAK_BYTES_PER_PARAM
-    trained = ft.trainable_params(model)
-    if s.zero_stage < 3:
-        total = peaks["stage 1-2"] * trained
-    else:
-        total = peaks["stage 3"] * trained
-        if s.offload_param == "cpu":
-            w = weight_bytes(s)
-            stored = ft.stored_parameter_bytes(model, w) / w  # in parameters of the training dtype
-            total += (peaks["stage 3 + parameters"] - peaks["stage 3"]) * stored
-    shards = s.world_size if s.zero_stage >= 1 else 1
-    return int(total / shards)
-
-
-def nvme_bytes(model: ModelSpec, s: Strategy) -> int:
-    """NVMe bytes per node (one swap folder shared by the node's ranks)."""
-    w, P, N, ranks = weight_bytes(s), ft.trainable_params(model), s.world_size, s.gpus_per_node
-    out = 0
-    if s.offload_optimizer == "nvme" and s.mode == "train":
-        out += ranks * (cal.MASTER_BYTES + cal.ADAM_STATE_BYTES + 4) * P // N
-    if s.offload_param == "nvme":
-        out += ranks * ft.stored_parameter_bytes(model, w) // N
-    return out
-
-
 # --------------------------------------------------------------------------------------------- the estimate
 
 
@@ -1192,80 +1090,3 @@ def estimate_memory(
         nvme=nvme_bytes(model, strategy),
         phases=tuple((p.name, v) for p, v in at),
     )
-
-
-# --------------------------------------------------------------------------------------------- DeepSpeed's own
-
-
-def ds_estimate_zero2(
-    total_params: int,
-    num_gpus_per_node: int = 1,
-    num_nodes: int = 1,
-    cpu_offload: bool = True,
-    additional_buffer_factor: float = cal.DS_ESTIMATOR_BUFFER_FACTOR,
-) -> tuple[int, int]:
-    """(cpu, gpu) bytes exactly as DeepSpeed's ``estimate_zero2_model_states_mem_needs``
-    (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeed 0.19.8)."""
-    total_gpus = num_nodes * num_gpus_per_node
-    if cpu_offload:
-        gpu = 2 * total_params
-        cpu = total_params * max(4 * total_gpus, 16) * additional_buffer_factor
-    else:
-        gpu = 2 * total_params + int(18 * total_params / total_gpus)
-        cpu = total_params * 4 * num_gpus_per_node * additional_buffer_factor
-    return int(cpu), int(gpu)
-
-
-def ds_estimate_zero3(
-    total_params: int,
-    largest_layer_params: int,
-    num_gpus_per_node: int = 1,
-    num_nodes: int = 1,
-    cpu_offload: bool = True,
-    cpu_offload_params: bool = True,
-    zero_init: bool = True,
-    additional_buffer_factor: float = cal.DS_ESTIMATOR_BUFFER_FACTOR,
-) -> tuple[int, int]:
-    """(cpu, gpu) bytes exactly as DeepSpeed's ``estimate_zero3_model_states_mem_needs``
-    (deepspeed/runtime/zero/stage3.py, DeepSpeed 0.19.8)."""
-    total_gpus = num_nodes * num_gpus_per_node
-    gpus_factor = 1 / num_nodes
-    largest_layer_memory = 4 * largest_layer_params
-    if cpu_offload:
-        # DeepSpeed's two offload branches differ only here: host bytes per parameter 18 with the 16-bit weights
-        # offloaded too, else 16 and those weights' shard stays on the GPU. Same operand order, same float result.
-        per_param = 18 if cpu_offload_params else 16
-        gpu = largest_layer_memory + (0 if cpu_offload_params else int(2 * total_params / total_gpus))
-        if zero_init:
-            cpu = total_params * per_param * gpus_factor * additional_buffer_factor
-        else:
-            cpu = (
-                total_params * max(4 * num_gpus_per_node, per_param * gpus_factor) * additional_buffer_factor
-            )
-    else:
-        gpu = largest_layer_memory + int(18 * total_params / total_gpus)
-        if zero_init:
-            cpu = largest_layer_params * 4 * num_gpus_per_node * additional_buffer_factor
-        else:
-            cpu = total_params * 4 * num_gpus_per_node * additional_buffer_factor
-    return int(cpu), int(gpu)
-
-
-def deepspeed_estimate(model: ModelSpec, s: Strategy) -> tuple[int, int] | None:
-    """What DeepSpeed's estimator says for this strategy, (cpu, gpu) bytes; None where it has no formula (stage 0).
-
-    Stage 1 uses the ZeRO-2 formula (DeepSpeed has none of its own); inference has none either."""
-    if s.mode != "train":
-        return None
-    if s.zero_stage in (1, 2):
-        return ds_estimate_zero2(model.total_params, s.gpus_per_node, s.nodes, s.offload_optimizer != "none")
-    if s.zero_stage == 3:
-        return ds_estimate_zero3(
-            model.total_params,
-            model.largest_layer_params,
-            s.gpus_per_node,
-            s.nodes,
-            cpu_offload=s.offload_optimizer != "none",
-            cpu_offload_params=s.offload_param != "none",
-        )
-    return None

@@ -25,7 +25,6 @@ from wizard.planner.memory import (
     sdpa_padded_head_dim,
     stage3_training_gathers,
     unfused_16bit_step,
-    weight_bytes,
 )
 from wizard.strategy import Strategy
 
@@ -242,7 +241,7 @@ def communication_volume(
     if N <= 1:
         return CommunicationVolume(0.0, 0.0, 0.0)
     # Weights are gathered as stored (4-bit for QLoRA); gradients exist for the trainable parameters only.
-    w, P = weight_bytes(s), ft.trainable_params(model)
+    w, P = s.weight_bytes, ft.trainable_params(model)
     P_stored = ft.stored_parameter_bytes(model, w) / w
     ring = (N - 1) / N
     if s.zero_stage == 3:
@@ -344,7 +343,7 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
     gathered weight buffer filled in every fetch, gradients copied into the reduce bucket, reduce-scattered,
     averaged and copied into their partition: stage3.py __reduce_and_partition_ipg_grads / partition_grads); scales
     with HBM bandwidth as the optimizer's per-parameter time does."""
-    params = ft.stored_parameter_bytes(model, weight_bytes(s)) / weight_bytes(s)
+    params = ft.stored_parameter_bytes(model, s.weight_bytes) / s.weight_bytes
     copies = cal.STAGE3_SECONDS_PER_PARAM * params * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
     return copies * (1.0 if s.mode == "train" else cal.INFERENCE_STAGE3_HOOK_SHARE)
 
@@ -422,7 +421,7 @@ def _optimizer_seconds(
     to the host at the boundary, which the optimizer step waits for, stays in the step as at one micro-step.
     Measured: llama-1b ZeRO-3 + offload + checkpointing ran 4 micro-steps at 0.49 s each where 1 took 0.52 s, the 6
     more transfers nowhere to be seen (bench/results/plan_accuracy-2026-12-04-1gpu-accum-accum-offload.json)."""
-    N, gas, w = s.world_size, s.gradient_accumulation_steps, weight_bytes(s)
+    N, gas, w = s.world_size, s.gradient_accumulation_steps, s.weight_bytes
     shards = N if s.zero_stage >= 1 else 1
     local = ft.trainable_params(model) / shards
     # the host's work tensor by tensor, with the optimizer on the CPU too (it sums the gradient norms one .item() per
@@ -484,7 +483,7 @@ def _parameter_fetch_seconds(
     the forward left gathered (memory.stage3_training_gathers); ``busy`` is one micro-step's compute plus the host
     time the GPU waits for."""
     train, gas = s.mode == "train", s.gradient_accumulation_steps
-    local_params = ft.stored_parameter_bytes(model, weight_bytes(s)) / s.world_size
+    local_params = ft.stored_parameter_bytes(model, s.weight_bytes) / s.world_size
     passes = stage3_training_gathers(model, s, buf) if train else 1.0
     fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
     if s.offload_param == "nvme":
