@@ -111,6 +111,7 @@ from wizard.planner.memory import (  # noqa: E402
     allocator_remaps,
     device_overhead,
     estimate_memory,
+    stream_pools,
 )
 from wizard.planner.throughput import (  # noqa: E402
     STEP_PARTS,
@@ -845,6 +846,8 @@ def predict(
     ds = deepspeed_estimate(model, s)
     parts = dict(tp.parts)
     return {
+        # ZeRO-3's side streams' pools (all-gather, reduce) within "reserved": what --segment-growth reads per stream
+        "pools": list(stream_pools(model, s, seq, row_buffers(c))),
         "optimizer_s": step_phase_seconds(parts),
         "allocated": mem.allocated,
         "reserved": mem.reserved,
@@ -3379,6 +3382,39 @@ def _markdown_phases(rows: list[dict[str, Any]]) -> list[str]:
     return [*md, ""]
 
 
+def _markdown_streams(rows: list[dict[str, Any]]) -> list[str]:
+    """Rows read with --segment-growth where ZeRO-3 gathers parameters: reserved at the end of the warm-up by stream
+    (Row.segment_growth; numbered in order of first use: the default stream, then the all-gather stream, whose
+    first use is the first forward's fetch, then the reduce stream, first used in the backward) beside the
+    planner's side pools (memory.stream_pools) and the rest of its reserved, which the default stream holds."""
+    read = [
+        r
+        for r in rows
+        if r["status"] == "ok" and r.get("segment_growth") and any(r["now"].get("pools") or ())
+    ]
+    if not read:
+        return []
+    md = [
+        "Reserved by stream at the end of the warm-up (--segment-growth; GiB, measured / planner; the planner's "
+        "default stream is its reserved less its side pools):",
+        "",
+        "| config | max reserved | default stream | all-gather stream | reduce stream |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in read:
+        by = {int(n): int(res) for n, res, _ in r["segment_growth"]["by_stream_at_end"]}
+        fetch, reduce = r["now"]["pools"]
+        planner = (r["now"]["reserved"] - fetch - reduce, fetch, reduce)
+        cells = [
+            f"{by[i] / GiB:.2f} / {p / GiB:.2f}" if i in by else f"- / {p / GiB:.2f}"
+            for i, p in enumerate(planner)
+        ]
+        md.append(
+            f"| {_label(r)} | {r['max_reserved'] / GiB:.2f} / {r['now']['reserved'] / GiB:.2f} | {' | '.join(cells)} |"
+        )
+    return [*md, ""]
+
+
 def _markdown_calibration(run: dict[str, Any]) -> list[str]:
     """What the measurements say the calibration constants should be."""
     md: list[str] = []
@@ -3572,6 +3608,7 @@ def _markdown_run(
         *_markdown_margin(run["margin"]),
         *_markdown_rows(rows),
         *_markdown_phases(rows),
+        *_markdown_streams(rows),
         *_markdown_diagnostic(diagnostic),
         *_markdown_calibration(run),
     ]
@@ -3587,6 +3624,7 @@ def _markdown_diagnostic(rows: list[dict[str, Any]]) -> list[str]:
         "buffer sizes beyond what dswiz writes; their label names them):",
         *_markdown_rows(rows),
         *_markdown_phases(rows),
+        *_markdown_streams(rows),
     ]
 
 

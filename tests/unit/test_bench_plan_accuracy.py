@@ -1097,3 +1097,36 @@ def test_a_fit_reads_one_kind_of_gpu(pa: ModuleType) -> None:
         pa.one_gpu_run([h200, h100])
     with pytest.raises(SystemExit, match="0 kinds of GPU"):
         pa.one_gpu_run([])
+
+
+def test_rows_read_per_stream_show_the_planners_side_pools_beside_them(pa: ModuleType) -> None:
+    """The report's per-stream table (rows read with --segment-growth where ZeRO-3 gathers parameters): each stream's
+    reserved as the raw file recorded it, beside the planner's side pools and the rest of its reserved, which add up
+    to the reserved it predicts; a row that gathers nothing, with no side pools, is not in it."""
+    doc = json.loads((ROOT / "bench/results/plan_accuracy-2026-12-07-1gpu-phases-seg.json").read_text())
+    hw, rows = pa.one_gpu_run([doc])
+    for r in rows:
+        r["now"] = pa._repredict(r, hw)
+    gathering = [
+        r for r in rows if r["status"] == "ok" and r["config"].get("offload_param", "none") != "none"
+    ]
+    assert len(gathering) == 3
+    lines = pa._markdown_streams(rows)
+    table = [line for line in lines if line.startswith("| ") and "z3" in line]
+    assert [line.split(" | ")[0][2:] for line in table] == [pa._label(r) for r in gathering]
+    for line, r in zip(table, gathering, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")][1:]
+        measured = [float(c.split(" / ")[0]) for c in cells]
+        planner = [float(c.split(" / ")[1]) for c in cells]
+        by_stream = sorted(r["segment_growth"]["by_stream_at_end"])
+        assert measured[1:] == [round(res / GiB, 2) for _, res, _ in by_stream]
+        assert measured[0] == round(r["max_reserved"] / GiB, 2)
+        fetch, reduce = r["now"]["pools"]
+        assert fetch > 0 and reduce > 0
+        assert planner[0] == round(r["now"]["reserved"] / GiB, 2)
+        assert sum(planner[1:]) == pytest.approx(r["now"]["reserved"] / GiB, abs=0.02)
+    # ZeRO-3 with the parameters on the one GPU gathers nothing: no side pools, not in the table
+    on_the_gpu = [r for r in rows if r["config"].get("offload_param", "none") == "none"]
+    assert len(on_the_gpu) == 1 and on_the_gpu[0]["segment_growth"]
+    assert on_the_gpu[0]["now"]["pools"] == [0, 0]
+    assert pa._markdown_streams(on_the_gpu) == []

@@ -935,9 +935,9 @@ def fragmentation(
         return Fragmentation(fixed, per_sample, fixed, per_sample, 0, int(layer))
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
-    gathers = s.zero_stage == 3 and _stage3_working_set(model, s, buf) > 0
-    flat = s.weight_bytes * min(buf.reduce_bucket_elements, ft.trainable_params(model))
-    pools, pooled = stream_pools(phases or phases_for(model, s, seq_len, buf), flat) if gathers else (0, ())
+    gathers = gathers_parameters(model, s, buf)
+    pools = sum(stream_pools(model, s, seq_len, buf, phases))
+    pooled = (*FETCH_STREAM_ITEMS, *REDUCE_STREAM_ITEMS) if gathers else ()
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
     # self.training), so only training has the checkpointing shares.
     ck = s.activation_checkpointing
@@ -984,25 +984,42 @@ def fragmentation(
     )
 
 
-def stream_pools(phases: list[Phase], flat_bucket: int = 0) -> tuple[int, tuple[str, ...]]:
-    """ZeRO-3's side streams' pools, and the items allocated in them: each stream's own peak over the phases (the
+def gathers_parameters(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> bool:
+    """Whether a training step gathers parameters on ZeRO-3's all-gather stream: several GPUs, or offloaded."""
+    return s.zero_stage == 3 and _stage3_working_set(model, s, buf) > 0
+
+
+def stream_pools(
+    model: ModelSpec,
+    s: Strategy,
+    seq_len: int,
+    buf: ZeroBuffers = DEFAULT_BUFFERS,
+    phases: list[Phase] | None = None,
+) -> tuple[int, int]:
+    """ZeRO-3's side streams' pools, (all-gather, reduce) bytes, where parameters are gathered (else none), from
+    the items allocated in them (FETCH_STREAM_ITEMS, REDUCE_STREAM_ITEMS): each stream's own peak over the phases (the
     gathered parameters' on the all-gather stream, the flattened bucket and the partitions on their way to the host
-    on the reduce stream), the reduce stream's at least one ``flat_bucket``: it flattens every bucket for the
-    reduce-scatter with the optimizer on the GPU too (stage3.py __avg_scatter_grads; llama-1b with the parameters
-    alone offloaded kept one 947 MiB segment there, bench/results/plan_accuracy-2026-12-07-1gpu-phases-heldout-pools
-    .json), which these phases, whose gradients stay on the GPU, do not name. PyTorch's caching allocator serves a request from the blocks of the requesting stream's
-    pool only, so what a side stream frees is never the default stream's, and the weights it fetches layer after
+    on the reduce stream), the reduce stream's at least one flattened bucket (reduce_bucket_size elements in 16
+    bits, or every trained gradient if fewer): it flattens every bucket for the reduce-scatter with the optimizer on
+    the GPU too (stage3.py __avg_scatter_grads; llama-1b with the parameters alone offloaded kept one 947 MiB segment
+    there, bench/results/plan_accuracy-2026-12-07-1gpu-phases-heldout-pools.json), which these phases, whose
+    gradients stay on the GPU, do not name. PyTorch's caching allocator serves a request from the blocks of the
+    requesting stream's pool only, so what a side stream frees is never the default stream's, and the weights it fetches layer after
     layer, or the buckets it flushes, fit the blocks it already has: its pool stops at its peak. Held whole under
     pressure too (no release of a side pool is measured). Read per stream (bench/plan_accuracy.py --segment-growth,
     one H100): llama-1b, gpt2-xl, qwen2-1.5b and llama-3b with both offloads: the all-gather stream reserved
     2.0-2.4 GiB at stage3_max_live_parameters 1e9 (these phases' peak: 1.96), 0.85 / 0.91 GiB at 3e8 (1.02); the
     reduce stream 1.65 / 1.99 / 2.88 GiB at reduce_bucket_size 5e8 (1.54 / 1.01 / 1.84), 1.12 / 1.43 at 2e8
     (docs/measurements.md, "Where the allocator adds segments with both offloads: three streams")."""
+    if not gathers_parameters(model, s, buf):
+        return 0, 0
+    phases = phases or phases_for(model, s, seq_len, buf)
+    flat = s.weight_bytes * min(buf.reduce_bucket_elements, ft.trainable_params(model))
     fetch, reduce = (
         max((sum(v for k, v in p.fixed if k in stream) for p in phases), default=0)
         for stream in (FETCH_STREAM_ITEMS, REDUCE_STREAM_ITEMS)
     )
-    return fetch + max(reduce, flat_bucket), (*FETCH_STREAM_ITEMS, *REDUCE_STREAM_ITEMS)
+    return fetch, max(reduce, flat)
 
 
 def device_overhead(s: Strategy) -> int:
