@@ -3382,11 +3382,39 @@ def _markdown_phases(rows: list[dict[str, Any]]) -> list[str]:
     return [*md, ""]
 
 
+STREAM_ROLES = ("default", "all-gather", "reduce")
+_PHASE_ORDER = {"forward": 0, "backward": 1}
+
+
+def stream_roles(growth: dict[str, Any]) -> dict[str, int]:
+    """Which stream of a Row.segment_growth record is which (its stream numbers follow the start snapshot, then first
+    use, so they name no stream): the default stream is the one still holding memory at the end (the model's states
+    and DeepSpeed's persistent buffers; a side stream's blocks are transient); a side stream whose first segment came
+    in a forward is ZeRO-3's all-gather stream (it fetches the parameters the forward runs), one whose first came in a
+    backward the reduce stream. A role that two streams would share, or a stream none fits, leaves that role out:
+    the report shows it unread."""
+    at_end = {int(n): (int(res), int(held)) for n, res, held in growth["by_stream_at_end"]}
+    if not at_end:
+        return {}
+    default = max(at_end, key=lambda n: at_end[n][1])
+    first: dict[int, tuple[int, int]] = {}
+    for moment, n, *_ in growth["added"]:
+        words = str(moment).split()  # "step 0 forward 0" (bench/_peak_anatomy.py segment_growth's moments)
+        if len(words) >= 3 and words[0] == "step" and words[1].isdigit():
+            key = (int(words[1]), _PHASE_ORDER.get(words[2], len(_PHASE_ORDER)))
+            first[int(n)] = min(first.get(int(n), key), key)
+    found: dict[str, list[int]] = {"default": [default]}
+    for n in at_end:
+        if n != default and n in first and first[n][1] < len(_PHASE_ORDER):
+            found.setdefault(STREAM_ROLES[1 + first[n][1]], []).append(n)
+    return {role: ns[0] for role, ns in found.items() if len(ns) == 1}
+
+
 def _markdown_streams(rows: list[dict[str, Any]]) -> list[str]:
     """Rows read with --segment-growth where ZeRO-3 gathers parameters: reserved at the end of the warm-up by stream
-    (Row.segment_growth; numbered in order of first use: the default stream, then the all-gather stream, whose
-    first use is the first forward's fetch, then the reduce stream, first used in the backward) beside the
-    planner's side pools (memory.stream_pools) and the rest of its reserved, which the default stream holds."""
+    (Row.segment_growth, each stream named by ``stream_roles``) and all streams together then, which can be less than
+    the run's max reserved, beside the planner's side pools (memory.stream_pools) and the rest of its reserved, which
+    the default stream holds (the planner's three add up to its peak reserved)."""
     read = [
         r
         for r in rows
@@ -3396,21 +3424,26 @@ def _markdown_streams(rows: list[dict[str, Any]]) -> list[str]:
         return []
     md = [
         "Reserved by stream at the end of the warm-up (--segment-growth; GiB, measured / planner; the planner's "
-        "default stream is its reserved less its side pools):",
+        "default stream is its reserved less its side pools; ? a stream the record does not name):",
         "",
-        "| config | max reserved | default stream | all-gather stream | reduce stream |",
-        "|---|---:|---:|---:|---:|",
+        "| config | max reserved | all streams at the end | default stream | all-gather stream | reduce stream |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for r in read:
-        by = {int(n): int(res) for n, res, _ in r["segment_growth"]["by_stream_at_end"]}
+        growth = r["segment_growth"]
+        by = {int(n): int(res) for n, res, _ in growth["by_stream_at_end"]}
+        roles = stream_roles(growth)
         fetch, reduce = r["now"]["pools"]
-        planner = (r["now"]["reserved"] - fetch - reduce, fetch, reduce)
+        planner = dict(zip(STREAM_ROLES, (r["now"]["reserved"] - fetch - reduce, fetch, reduce), strict=True))
         cells = [
-            f"{by[i] / GiB:.2f} / {p / GiB:.2f}" if i in by else f"- / {p / GiB:.2f}"
-            for i, p in enumerate(planner)
+            f"{by[roles[role]] / GiB:.2f} / {planner[role] / GiB:.2f}"
+            if role in roles
+            else f"? / {planner[role] / GiB:.2f}"
+            for role in STREAM_ROLES
         ]
         md.append(
-            f"| {_label(r)} | {r['max_reserved'] / GiB:.2f} / {r['now']['reserved'] / GiB:.2f} | {' | '.join(cells)} |"
+            f"| {_label(r)} | {r['max_reserved'] / GiB:.2f} / {r['now']['reserved'] / GiB:.2f} | "
+            f"{sum(by.values()) / GiB:.2f} | {' | '.join(cells)} |"
         )
     return [*md, ""]
 

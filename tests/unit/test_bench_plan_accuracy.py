@@ -1100,9 +1100,10 @@ def test_a_fit_reads_one_kind_of_gpu(pa: ModuleType) -> None:
 
 
 def test_rows_read_per_stream_show_the_planners_side_pools_beside_them(pa: ModuleType) -> None:
-    """The report's per-stream table (rows read with --segment-growth where ZeRO-3 gathers parameters): each stream's
-    reserved as the raw file recorded it, beside the planner's side pools and the rest of its reserved, which add up
-    to the reserved it predicts; a row that gathers nothing, with no side pools, is not in it."""
+    """The report's per-stream table (rows read with --segment-growth where ZeRO-3 gathers parameters): each stream
+    named by what it did (the default stream holds memory at the end; the all-gather stream's first segment came in
+    the first forward, the reduce stream's in the first backward), its reserved as the raw file recorded it, beside
+    the planner's side pools; a row that gathers nothing, with no side pools, is not in it."""
     doc = json.loads((ROOT / "bench/results/plan_accuracy-2026-12-07-1gpu-phases-seg.json").read_text())
     hw, rows = pa.one_gpu_run([doc])
     for r in rows:
@@ -1111,22 +1112,49 @@ def test_rows_read_per_stream_show_the_planners_side_pools_beside_them(pa: Modul
         r for r in rows if r["status"] == "ok" and r["config"].get("offload_param", "none") != "none"
     ]
     assert len(gathering) == 3
-    lines = pa._markdown_streams(rows)
-    table = [line for line in lines if line.startswith("| ") and "z3" in line]
+    for r in gathering:
+        growth = r["segment_growth"]
+        roles = pa.stream_roles(growth)
+        assert set(roles) == {"default", "all-gather", "reduce"}
+
+        def when(moment: str) -> tuple[int, int]:
+            _, step, phase, *_ = moment.split()
+            return int(step), ["forward", "backward"].index(phase) if phase in ("forward", "backward") else 2
+
+        first = {
+            role: min((a[0] for a in growth["added"] if a[1] == n), key=when)
+            for role, n in roles.items()
+            if role != "default"
+        }
+        assert first == {"all-gather": "step 0 forward 0", "reduce": "step 0 backward 0"}
+        held = {int(n): held for n, _, held in growth["by_stream_at_end"]}
+        assert held[roles["default"]] > 0 and held[roles["all-gather"]] == held[roles["reduce"]] == 0
+        # the largest request of each side stream: a weight matrix or the head fetched, a bucket (~0.9 GiB) flushed
+        largest = {
+            role: max(
+                int(a[2].split()[0]) for a in growth["added"] if a[1] == roles[role] and a[2] != "no request"
+            )
+            for role in ("all-gather", "reduce")
+        }
+        assert largest["all-gather"] <= 256 < 900 < largest["reduce"] < 1000
+    table = [line for line in pa._markdown_streams(rows) if line.startswith("| ") and "z3" in line]
     assert [line.split(" | ")[0][2:] for line in table] == [pa._label(r) for r in gathering]
     for line, r in zip(table, gathering, strict=True):
         cells = [c.strip() for c in line.strip("|").split("|")][1:]
-        measured = [float(c.split(" / ")[0]) for c in cells]
-        planner = [float(c.split(" / ")[1]) for c in cells]
-        by_stream = sorted(r["segment_growth"]["by_stream_at_end"])
-        assert measured[1:] == [round(res / GiB, 2) for _, res, _ in by_stream]
-        assert measured[0] == round(r["max_reserved"] / GiB, 2)
+        by = {int(n): res / GiB for n, res, _ in r["segment_growth"]["by_stream_at_end"]}
+        roles = pa.stream_roles(r["segment_growth"])
+        assert cells[1] == f"{sum(by.values()):.2f}"
+        measured = [float(c.split(" / ")[0]) for c in cells[2:]]
+        assert measured == [round(by[roles[role]], 2) for role in pa.STREAM_ROLES]
         fetch, reduce = r["now"]["pools"]
-        assert fetch > 0 and reduce > 0
-        assert planner[0] == round(r["now"]["reserved"] / GiB, 2)
-        assert sum(planner[1:]) == pytest.approx(r["now"]["reserved"] / GiB, abs=0.02)
-    # ZeRO-3 with the parameters on the one GPU gathers nothing: no side pools, not in the table
+        assert [float(c.split(" / ")[1]) for c in cells[3:]] == [
+            round(fetch / GiB, 2),
+            round(reduce / GiB, 2),
+        ]
+    # ZeRO-3 with the parameters on the one GPU gathers nothing: its second stream is the reduce stream, and it has
+    # no side pools, so it is not in the table
     on_the_gpu = [r for r in rows if r["config"].get("offload_param", "none") == "none"]
-    assert len(on_the_gpu) == 1 and on_the_gpu[0]["segment_growth"]
+    assert len(on_the_gpu) == 1
+    assert set(pa.stream_roles(on_the_gpu[0]["segment_growth"])) == {"default", "reduce"}
     assert on_the_gpu[0]["now"]["pools"] == [0, 0]
     assert pa._markdown_streams(on_the_gpu) == []

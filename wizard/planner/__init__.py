@@ -4,7 +4,9 @@ and throughput and its reasons in plain words; advice with numbers when nothing 
 Pure: no I/O, no terminal. The modules, from the ground up:
   calibration  every measured or sourced constant, with where it comes from
   finetune     LoRA / QLoRA: trainable parameters as PEFT counts them, 4-bit storage, frozen-layer terms
-  memory       the memory model: bytes per GPU, host RAM and NVMe of one step
+  host_memory  host RAM and NVMe per node: processes, the model while it loads, what is offloaded, pinned buffers
+  ds_estimator DeepSpeed's own memory estimator, reproduced to the byte, to show beside ours
+  memory       the memory model: bytes per GPU of one step (moments, the allocator's cache, the side streams' pools)
   throughput   the time model: seconds per step by cause, tokens/s, MFU
   types        the request, predictions, candidates, the plan
   feasibility  what this machine can run at all (capacities, precisions, NVMe, host RAM)

@@ -985,8 +985,9 @@ def fragmentation(
 
 
 def gathers_parameters(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> bool:
-    """Whether a training step gathers parameters on ZeRO-3's all-gather stream: several GPUs, or offloaded."""
-    return s.zero_stage == 3 and _stage3_working_set(model, s, buf) > 0
+    """Whether a training step gathers parameters on ZeRO-3's all-gather stream: several GPUs, or offloaded.
+    Inference's gathered layers are counted in its own cache share (``fragmentation``)."""
+    return s.mode == "train" and s.zero_stage == 3 and _stage3_working_set(model, s, buf) > 0
 
 
 def stream_pools(
@@ -996,21 +997,26 @@ def stream_pools(
     buf: ZeroBuffers = DEFAULT_BUFFERS,
     phases: list[Phase] | None = None,
 ) -> tuple[int, int]:
-    """ZeRO-3's side streams' pools, (all-gather, reduce) bytes, where parameters are gathered (else none), from
-    the items allocated in them (FETCH_STREAM_ITEMS, REDUCE_STREAM_ITEMS): each stream's own peak over the phases (the
-    gathered parameters' on the all-gather stream, the flattened bucket and the partitions on their way to the host
-    on the reduce stream), the reduce stream's at least one flattened bucket (reduce_bucket_size elements in 16
-    bits, or every trained gradient if fewer): it flattens every bucket for the reduce-scatter with the optimizer on
-    the GPU too (stage3.py __avg_scatter_grads; llama-1b with the parameters alone offloaded kept one 947 MiB segment
-    there, bench/results/plan_accuracy-2026-12-07-1gpu-phases-heldout-pools.json), which these phases, whose
-    gradients stay on the GPU, do not name. PyTorch's caching allocator serves a request from the blocks of the
-    requesting stream's pool only, so what a side stream frees is never the default stream's, and the weights it fetches layer after
-    layer, or the buckets it flushes, fit the blocks it already has: its pool stops at its peak. Held whole under
-    pressure too (no release of a side pool is measured). Read per stream (bench/plan_accuracy.py --segment-growth,
-    one H100): llama-1b, gpt2-xl, qwen2-1.5b and llama-3b with both offloads: the all-gather stream reserved
-    2.0-2.4 GiB at stage3_max_live_parameters 1e9 (these phases' peak: 1.96), 0.85 / 0.91 GiB at 3e8 (1.02); the
-    reduce stream 1.65 / 1.99 / 2.88 GiB at reduce_bucket_size 5e8 (1.54 / 1.01 / 1.84), 1.12 / 1.43 at 2e8
-    (docs/measurements.md, "Where the allocator adds segments with both offloads: three streams")."""
+    """ZeRO-3's side streams' pools, (all-gather, reduce) bytes, where a training step gathers parameters (else
+    none), from the items allocated in them (FETCH_STREAM_ITEMS, REDUCE_STREAM_ITEMS): each stream's own peak over
+    the phases (the gathered parameters' on the all-gather stream, the flattened bucket and the partitions on their
+    way to the host on the reduce stream), the reduce stream's at least one flattened bucket (reduce_bucket_size
+    elements at the strategy's weight bytes, or every trained gradient if fewer): it flattens every bucket for the
+    reduce-scatter with the optimizer on the GPU too (stage3.py __avg_scatter_grads; llama-1b with the parameters
+    alone offloaded kept one 947 MiB segment there, bench/results/plan_accuracy-2026-12-07-1gpu-phases-heldout-pools
+    .json), which these phases, whose gradients stay on the GPU, do not name.
+
+    PyTorch's caching allocator serves a request from the blocks of the requesting stream's pool only, so what a side
+    stream frees is never the default stream's, and the weights it fetches layer after layer, or the buckets it
+    flushes, mostly fit the blocks it already has: its pool stops near its peak. Read per stream on one H100
+    (bench/plan_accuracy.py --segment-growth; docs/measurements.md, "Where the allocator adds segments with both
+    offloads: three streams" and "Stream by stream"), with both offloads: the all-gather stream reserved 2.0-3.1 GiB
+    at stage3_max_live_parameters 1e9 over eight models (these phases' peak: 1.88-1.96; qwen2-1.5b 2.88, llama-3b
+    at 8 3.08), 0.85 / 0.91 GiB at 3e8 (1.02); the reduce stream 1.65-3.73 GiB at reduce_bucket_size 5e8 (1.01-2.17:
+    a later bucket a few MiB larger than every free segment takes one more, and the 3B shapes held two at once),
+    1.12 / 1.43 at 2e8 (0.98 / 1.04). Counted whole under pressure too, which is on the safe side: under caps
+    llama-3b's all-gather stream ended its warm-up at 1.32-1.45 GiB (2.40 on the roomy card), its segments given
+    back and taken again each step, and the fit boundary held (plan_accuracy-2026-12-07-1gpu-phases-capped-*)."""
     if not gathers_parameters(model, s, buf):
         return 0, 0
     phases = phases or phases_for(model, s, seq_len, buf)
