@@ -2151,6 +2151,11 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
     return out
 
 
+def report_stem(paths: list[Path], name: str | None = None) -> str:
+    """The name an analysis writes its report under: --report-name, else the raw file's (+ -merged for several)."""
+    return name or (paths[0].stem if len(paths) == 1 else f"{paths[0].stem}-merged")
+
+
 def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = None) -> dict[str, Any]:
     docs = [json.loads(p.read_text()) for p in paths]
     summary: dict[str, Any] = {"inputs": [str(p) for p in paths], "per_run": []}
@@ -2224,7 +2229,7 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
     print(text)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stem = name or (paths[0].stem if len(paths) == 1 else f"{paths[0].stem}-merged")
+        stem = report_stem(paths, name)
         (out_dir / f"{stem}.md").write_text(text)
         (out_dir / f"{stem}-summary.json").write_text(
             json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n"
@@ -3841,7 +3846,18 @@ def main() -> int:
     if args.peak_anatomy and args.segment_growth:
         ap.error("--peak-anatomy and --segment-growth each record PyTorch's memory history: pick one")
     if args.analyze:
-        analyze(args.analyze, args.out or args.analyze[0].parent, args.report_name)
+        out_dir = args.out or args.analyze[0].parent
+        stem = report_stem(args.analyze, args.report_name)
+        if args.out is None and args.report_name is None and (out_dir / f"{stem}.md").exists():
+            # a committed report records what the planner said when its readings were taken: a re-analysis with
+            # today's calibration goes under a name of its own
+            print(
+                f"{out_dir / (stem + '.md')} exists: not overwritten (printed only); pass --report-name STEM "
+                "(and --out DIR) to write this analysis as a report of its own",
+                file=sys.stderr,
+            )
+            out_dir = None
+        analyze(args.analyze, out_dir, args.report_name)
         return 0
     args.out = args.out or ROOT / "bench" / "results"
     if args.worker:

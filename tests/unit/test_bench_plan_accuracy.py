@@ -1158,3 +1158,28 @@ def test_rows_read_per_stream_show_the_planners_side_pools_beside_them(pa: Modul
     assert set(pa.stream_roles(on_the_gpu[0]["segment_growth"])) == {"default", "reduce"}
     assert on_the_gpu[0]["now"]["pools"] == [0, 0]
     assert pa._markdown_streams(on_the_gpu) == []
+
+
+def test_a_re_analysis_never_overwrites_a_report_unless_named(
+    pa: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--analyze of a raw file whose report already stands beside it prints the analysis and leaves that report as
+    it was (it records what the planner said when the readings were taken); --report-name writes a new one."""
+    raw = tmp_path / "plan_accuracy-x.json"
+    raw.write_text((ROOT / "bench/results/plan_accuracy-2026-12-07-1gpu-phases-seg.json").read_text())
+    monkeypatch.setattr("sys.argv", ["plan_accuracy.py", "--analyze", str(raw)])
+    assert pa.main() == 0  # no report yet: written beside the raw file
+    report = tmp_path / "plan_accuracy-x.md"
+    written = report.read_text()
+    assert "Reserved by stream" in written
+    report.write_text("the device's own report\n")
+    capsys.readouterr()
+    assert pa.main() == 0
+    out, err = capsys.readouterr()
+    assert report.read_text() == "the device's own report\n"
+    assert "not overwritten" in err and "--report-name" in err
+    assert "Reserved by stream" in out  # the analysis is still printed
+    monkeypatch.setattr("sys.argv", ["plan_accuracy.py", "--analyze", str(raw), "--report-name", "x-again"])
+    assert pa.main() == 0
+    assert (tmp_path / "x-again.md").read_text() == written
+    assert report.read_text() == "the device's own report\n"
