@@ -29,7 +29,7 @@ def test_table_with_recommendation_and_reasons() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "llama-7b (6.74B params" in out and "A100-SXM4-80GB" in out
-    assert "tok/s" in out and "GPU GiB" in out and "host GiB" in out
+    assert "tok/s" in out and "GPU GiB" in out and "RAM GiB" in out
     assert "Recommended: ZeRO-" in out
     assert "global batch 256" in out
     assert "fits:" in out and "throughput" in out

@@ -325,7 +325,7 @@ def _print_plan(result: Plan, shown: tuple[Candidate, ...], hidden: int) -> None
         table.add_column("prec")
     table.add_column("batch", justify="right")
     table.add_column("GPU GiB", justify="right")
-    table.add_column("host GiB", justify="right")
+    table.add_column("RAM GiB", justify="right")
     if any_nvme:
         table.add_column("NVMe GiB", justify="right")
     table.add_column("tok/s", justify="right")

@@ -59,7 +59,7 @@ def candidate_cells(c: Candidate, *, best: bool) -> dict[str, str | Text]:
         "prec": s.precision,
         "batch": f"{s.micro_batch_size}x{s.gradient_accumulation_steps}",
         "GPU GiB": Text(gib(p.gpu_needed_bytes), style="red" if "gpu" in c.limits else ""),
-        "CPU GiB": Text(gib(p.cpu_bytes), style="red" if "cpu" in c.limits else ""),
+        "RAM GiB": Text(gib(p.cpu_bytes), style="red" if "cpu" in c.limits else ""),
         "NVMe GiB": gib(p.nvme_bytes) if p.nvme_bytes else "-",
         "tok/s": fmt_rate(p.tokens_per_sec),
         "fits": Text("yes", style="green") if c.fits else Text("no", style="red"),

@@ -70,7 +70,7 @@ class PrecisionStep(StepScreen):
         yield Static("", id="batch")
         # beside the batch fields they follow (below the switches they were out of sight on 24 rows)
         yield MemoryBar("GPU", id="bar-gpu")
-        yield MemoryBar("CPU", id="bar-cpu")
+        yield MemoryBar("RAM", id="bar-cpu")
         for key, label in SWITCHES:
             with Horizontal(classes="switch-row"):
                 yield FormSwitch(id=key)

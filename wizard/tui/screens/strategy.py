@@ -1,4 +1,4 @@
-"""Step 3 — Strategy: the planner's candidates with predicted GPU / CPU / NVMe memory against capacity and
+"""Step 3 — Strategy: the planner's candidates with predicted GPU / host RAM / NVMe memory against capacity and
 tokens/s; the recommendation selected and explained. Stage and offload can be chosen by hand: the planner
 re-evaluates and the bars update live; combinations that cannot work are disabled, with the reason shown."""
 
@@ -50,7 +50,7 @@ class StrategyStep(StepScreen):
         yield Label("Chosen", classes="section-title")
         yield Static("", id="chosen")
         yield MemoryBar("GPU", id="bar-gpu")
-        yield MemoryBar("CPU", id="bar-cpu")
+        yield MemoryBar("RAM", id="bar-cpu")
         yield MemoryBar("NVMe", id="bar-nvme")
         with Horizontal(classes="row", id="manual"):
             yield labelled("ZeRO stage", radio_set("stage", "stage", STAGES))
@@ -64,7 +64,7 @@ class StrategyStep(StepScreen):
     def _columns(self, plan: Plan) -> list[str]:
         """The table's columns, narrow enough for 80 terminal columns: precision only when the candidates differ
         in it, NVMe only when one uses it."""
-        cols = ["", "ZeRO", "offload", "ckpt", "batch", "GPU GiB", "CPU GiB"]
+        cols = ["", "ZeRO", "offload", "ckpt", "batch", "GPU GiB", "RAM GiB"]
         if any(c.predicted.nvme_bytes for c in plan.candidates):
             cols.append("NVMe GiB")
         if len({c.strategy.precision for c in plan.candidates}) > 1:
