@@ -836,18 +836,18 @@ def predict(
 ) -> dict[str, Any]:
     """The planner's figures for a config; ``expandable``: the ranks run PyTorch's allocator with expandable
     segments (None: as this process's environment says, which the ranks inherit)."""
-    s = c.strategy(world)
+    s, buffers = c.strategy(world), row_buffers(c)
     expandable = planned_expandable_segments(expandable, os.environ)
-    mem = estimate_memory(model, s, seq, row_buffers(c), expandable_segments=expandable)
+    mem = estimate_memory(model, s, seq, buffers, expandable_segments=expandable)
     budget = card * (1 - cal.DEFAULT_SAFETY_MARGIN)
     tp = estimate_throughput(
-        hw, model, s, seq, buffers=row_buffers(c), allocator_remaps=allocator_remaps(mem, budget, expandable)
+        hw, model, s, seq, buffers=buffers, allocator_remaps=allocator_remaps(mem, budget, expandable)
     )
     ds = deepspeed_estimate(model, s)
     parts = dict(tp.parts)
     return {
         # ZeRO-3's side streams' pools (all-gather, reduce) within "reserved": what --segment-growth reads per stream
-        "pools": list(stream_pools(model, s, seq, row_buffers(c))),
+        "pools": list(stream_pools(model, s, seq, buffers)),
         "optimizer_s": step_phase_seconds(parts),
         "allocated": mem.allocated,
         "reserved": mem.reserved,
@@ -3398,10 +3398,10 @@ def stream_roles(growth: dict[str, Any]) -> dict[str, int]:
     in a forward is ZeRO-3's all-gather stream (it fetches the parameters the forward runs), one whose first came in a
     backward the reduce stream. A role that two streams would share, or a stream none fits, leaves that role out:
     the report shows it unread."""
-    at_end = {int(n): (int(res), int(held)) for n, res, held in growth["by_stream_at_end"]}
-    if not at_end:
+    held = {int(n): int(h) for n, _, h in growth["by_stream_at_end"]}
+    if not held:
         return {}
-    default = max(at_end, key=lambda n: at_end[n][1])
+    default = max(held, key=lambda n: held[n])
     first: dict[int, tuple[int, int]] = {}
     for moment, n, *_ in growth["added"]:
         words = str(moment).split()  # "step 0 forward 0" (bench/_peak_anatomy.py segment_growth's moments)
@@ -3409,7 +3409,7 @@ def stream_roles(growth: dict[str, Any]) -> dict[str, int]:
             key = (int(words[1]), _PHASE_ORDER.get(words[2], len(_PHASE_ORDER)))
             first[int(n)] = min(first.get(int(n), key), key)
     found: dict[str, list[int]] = {"default": [default]}
-    for n in at_end:
+    for n in held:
         if n != default and n in first and first[n][1] < len(_PHASE_ORDER):
             found.setdefault(STREAM_ROLES[1 + first[n][1]], []).append(n)
     return {role: ns[0] for role, ns in found.items() if len(ns) == 1}

@@ -935,9 +935,8 @@ def fragmentation(
         return Fragmentation(fixed, per_sample, fixed, per_sample, 0, int(layer))
     logits = 4 * model.vocab * seq_len  # the fp32 upcast of the logits the loss reads
     step = _step_transient_block(model, s, buf)
-    gathers = gathers_parameters(model, s, buf)
-    pools = sum(stream_pools(model, s, seq_len, buf, phases))
-    pooled = (*FETCH_STREAM_ITEMS, *REDUCE_STREAM_ITEMS) if gathers else ()
+    pools = sum(stream_pools(model, s, seq_len, buf, phases))  # none unless the step gathers parameters
+    pooled = (*FETCH_STREAM_ITEMS, *REDUCE_STREAM_ITEMS) if pools else ()
     # Checkpointing's recompute runs in training's backward only (transformers' GradientCheckpointingLayer checks
     # self.training), so only training has the checkpointing shares.
     ck = s.activation_checkpointing
@@ -962,14 +961,13 @@ def fragmentation(
         at_step_share = cal.FORWARD_TRANSIENT_SHARE_AT_STEP
 
     cache = step_share * step
-    if s.zero_stage == 3 and s.offload_optimizer != "none" and not under_pressure and not gathers:
+    if s.zero_stage == 3 and s.offload_optimizer != "none" and not under_pressure and not pools:
         # The blocks the gradients waiting for the reduce stream leave cached, in reduce buckets of whole (not
         # partitioned) gradients, or every trained gradient if fewer
         # (calibration.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS). Under pressure the allocator waits for that stream and
         # gives them back. Fit with the optimizer on the CPU and the parameters on the GPU; NVMe (the same reduce
         # stream) is extrapolated. With parameters to gather the reduce stream's pool is counted whole instead.
-        bucket = s.weight_bytes * min(buf.reduce_bucket_elements, ft.trainable_params(model))
-        cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * bucket)
+        cache = max(cache, cal.STAGE3_HOST_GRADIENTS_CACHE_BUCKETS * whole_bucket_bytes(model, s, buf))
 
     layers, head, _ = activation_bytes_per_sample(model, seq_len, s.activation_checkpointing)
     return Fragmentation(
@@ -1020,12 +1018,18 @@ def stream_pools(
     if not gathers_parameters(model, s, buf):
         return 0, 0
     phases = phases or phases_for(model, s, seq_len, buf)
-    flat = s.weight_bytes * min(buf.reduce_bucket_elements, ft.trainable_params(model))
     fetch, reduce = (
         max((sum(v for k, v in p.fixed if k in stream) for p in phases), default=0)
         for stream in (FETCH_STREAM_ITEMS, REDUCE_STREAM_ITEMS)
     )
-    return fetch, max(reduce, flat)
+    return fetch, max(reduce, whole_bucket_bytes(model, s, buf))
+
+
+def whole_bucket_bytes(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> int:
+    """A ZeRO-3 reduce bucket of whole (not partitioned) gradients: reduce_bucket_size elements at the strategy's
+    weight bytes, or every trained gradient if fewer -- the flattened bucket on the reduce stream, and the unit the
+    waiting gradients' cache is counted in."""
+    return s.weight_bytes * min(buf.reduce_bucket_elements, ft.trainable_params(model))
 
 
 def device_overhead(s: Strategy) -> int:
