@@ -289,6 +289,13 @@ def stored_parameter_bytes(m: ModelSpec, w: int) -> int:
     return math.ceil(_stored_weight_bytes(m, q, w)) + w * (m.total_params - q + lora_params(m))
 
 
+def stored_elements(m: ModelSpec, w: int) -> int:
+    """All parameters as elements of the training dtype (``w`` bytes each): what ZeRO-3 partitions, gathers and moves,
+    a QLoRA 4-bit weight as the 16-bit elements its packed bytes fill (HF's QLoRA + ZeRO-3 recipe stores them in the
+    compute dtype, bnb_4bit_quant_storage)."""
+    return stored_parameter_bytes(m, w) // w
+
+
 def stored_bytes_per_param(m: ModelSpec, w: int) -> float:
     """The average over the model, for what is sized in parameters (ZeRO-3's gathered working set)."""
     return stored_parameter_bytes(m, w) / max(1, m.total_params)

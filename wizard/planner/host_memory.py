@@ -92,7 +92,7 @@ def _offload_setup_peak(model: ModelSpec, s: Strategy) -> int:
         total = peaks["stage 3"] * trained
         if s.offload_param == "cpu":
             w = s.weight_bytes
-            stored = ft.stored_parameter_bytes(model, w) / w  # in parameters of the training dtype
+            stored = ft.stored_elements(model, w)  # in parameters of the training dtype
             total += (peaks["stage 3 + parameters"] - peaks["stage 3"]) * stored
     shards = s.world_size if s.zero_stage >= 1 else 1
     return int(total / shards)

@@ -233,8 +233,7 @@ def stage3_elements(model: ModelSpec, s: Strategy) -> int:
     """The elements ZeRO-3 partitions and gathers, which its live and reuse limits count: every parameter, a QLoRA
     4-bit weight as the 16-bit elements its packed bytes fill (HF's QLoRA + ZeRO-3 recipe stores them in the compute
     dtype, bnb_4bit_quant_storage)."""
-    w = s.weight_bytes
-    return ft.stored_parameter_bytes(model, w) // w
+    return ft.stored_elements(model, s.weight_bytes)
 
 
 def stage3_kept_for_backward(model: ModelSpec, s: Strategy, buf: ZeroBuffers = DEFAULT_BUFFERS) -> int:

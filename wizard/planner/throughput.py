@@ -242,7 +242,7 @@ def communication_volume(
         return CommunicationVolume(0.0, 0.0, 0.0)
     # Weights are gathered as stored (4-bit for QLoRA); gradients exist for the trainable parameters only.
     w, P = s.weight_bytes, ft.trainable_params(model)
-    P_stored = ft.stored_parameter_bytes(model, w) / w
+    P_stored = ft.stored_elements(model, w)
     ring = (N - 1) / N
     if s.zero_stage == 3:
         gather = ring * (1.0 if s.zero_quantized_weights else w) * P_stored
@@ -343,7 +343,7 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
     gathered weight buffer filled in every fetch, gradients copied into the reduce bucket, reduce-scattered,
     averaged and copied into their partition: stage3.py __reduce_and_partition_ipg_grads / partition_grads); scales
     with HBM bandwidth as the optimizer's per-parameter time does."""
-    params = ft.stored_parameter_bytes(model, s.weight_bytes) / s.weight_bytes
+    params = ft.stored_elements(model, s.weight_bytes)
     copies = cal.STAGE3_SECONDS_PER_PARAM * params * cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
     return copies * (1.0 if s.mode == "train" else cal.INFERENCE_STAGE3_HOOK_SHARE)
 
