@@ -95,6 +95,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
+import _gpu_busy as gpu_busy  # noqa: E402
 import _peak_anatomy as peak_anatomy  # noqa: E402
 from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, run_in_group, write_result  # noqa: E402
 
@@ -114,6 +115,7 @@ from wizard.planner.memory import (  # noqa: E402
     stream_pools,
 )
 from wizard.planner.throughput import (  # noqa: E402
+    HOST_PARTS,
     STEP_PARTS,
     ThroughputEstimate,
     estimate_throughput,
@@ -766,6 +768,9 @@ class Row:
     # kept-apart build) to the end of the warm-up, by step, phase, stream and the request it was added for
     # (bench/_peak_anatomy.py segment_growth); None: not recorded
     segment_growth: dict[str, Any] | None = None
+    # --gpu-busy: how much of the last untimed step the GPU was busy, by kind, stream and phase, and that step's wall
+    # time (bench/_gpu_busy.py; the profiler recorded CUDA activity only); None: not recorded
+    gpu_busy: dict[str, Any] | None = None
 
 
 HOST_PROBE_REPEATS = 5
@@ -849,6 +854,9 @@ def predict(
         # ZeRO-3's side streams' pools (all-gather, reduce) within "reserved": what --segment-growth reads per stream
         "pools": list(stream_pools(model, s, seq, buffers)),
         "optimizer_s": step_phase_seconds(parts),
+        # what of a step the planner puts on the GPU's own clock, and the host time it says the GPU waits for
+        "gpu_work_s": sum(parts.get(k, 0.0) for k in GPU_WORK_PARTS),
+        "host_exposed_s": sum(parts.get(k, 0.0) for k in HOST_PARTS),
         "allocated": mem.allocated,
         "reserved": mem.reserved,
         "device": mem.device,
@@ -870,6 +878,15 @@ def row_buffers(c: Config) -> ZeroBuffers:
     --zero-set row by the buckets it ran. Every estimate of a row goes through it."""
     settings = settings_from_dict(ds_config(c, smoke=False), source=f"{c.model}'s DeepSpeed config")
     return buffers_of(ConfigSet(deepspeed=settings))
+
+
+# The throughput model's parts that are the GPU's own work in the micro-steps (what --gpu-busy reads as busy there)
+GPU_WORK_PARTS = (
+    "matmuls",
+    "element-wise (memory-bound)",
+    "ZeRO-3 gather/partition copies",
+    "communication",
+)
 
 
 def step_phase_seconds(parts: dict[str, float]) -> float:
@@ -1344,10 +1361,17 @@ class _PhaseMarks:
         else:
             self.marks.append((phase, time.perf_counter()))
 
+    def ordered(self) -> list[tuple[str, float]]:
+        """(phase, seconds) of every span in the order they ran (read after the step's synchronize)."""
+        return [
+            (phase, a.elapsed_time(b) / 1e3 if self.cuda else b - a)
+            for (_, a), (phase, b) in zip(self.marks[:-1], self.marks[1:], strict=True)
+        ]
+
     def seconds(self) -> dict[str, float]:
         out = dict.fromkeys(PHASES, 0.0)
-        for (_, a), (phase, b) in zip(self.marks[:-1], self.marks[1:], strict=True):
-            out[phase] += a.elapsed_time(b) / 1e3 if self.cuda else b - a
+        for phase, seconds in self.ordered():
+            out[phase] += seconds
         return out
 
 
@@ -1375,18 +1399,48 @@ class _PeakLog:
         return before
 
 
+def _start_profiler() -> Any:
+    """PyTorch's profiler, started with CUDA activity only (kernels and copies; no host-side operator records)."""
+    import torch
+
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    profiler.start()
+    return profiler
+
+
+def _stop_profiler(profiler: Any, phases: list[tuple[str, float]]) -> dict[str, Any]:
+    """Stop ``profiler`` and read its trace back into GPU busy time by kind, stream and phase (bench/_gpu_busy.py)."""
+    import tempfile
+
+    profiler.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        profiler.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    return gpu_busy.busy(trace, phases)
+
+
 def run_config(
-    c: Config, world: int, seq: int, smoke: bool, row: Row, anatomy: bool = False, segments: bool = False
+    c: Config,
+    world: int,
+    seq: int,
+    smoke: bool,
+    row: Row,
+    anatomy: bool = False,
+    segments: bool = False,
+    profile: bool = False,
 ) -> None:
     """Build, initialize and train ``c``, filling ``row``. ``anatomy`` (CUDA): record what holds the allocated peak
     of the last untimed step (Row.peak_anatomy); ``segments`` (CUDA): record where the allocator reserved its
-    segments over the warm-up (Row.segment_growth). The timed steps after either run as they would without."""
+    segments over the warm-up (Row.segment_growth); ``profile`` (CUDA): how much of the last untimed step the GPU
+    was busy (Row.gpu_busy). The timed steps after any of them run as they would without."""
     import deepspeed
     import torch
 
     cuda = torch.cuda.is_available() and not smoke
     anatomy = anatomy and cuda
     segments = segments and cuda and not anatomy  # one memory history at a time
+    profile = profile and cuda and not (anatomy or segments)  # one recording at a time
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     spec = bench_spec(c.model)
     row.host_us = host_speed_us(device)
@@ -1440,6 +1494,7 @@ def run_config(
             if peaks is not None:
                 peaks.step = i
             recording = anatomy and i == warmup - 1
+            profiler = _start_profiler() if profile and i == warmup - 1 else None
             if recording:
                 anatomy_start = torch.cuda.memory._snapshot()
                 peak_anatomy.record("all")
@@ -1460,6 +1515,8 @@ def run_config(
             if cuda:
                 torch.cuda.synchronize(device)
             dt_s = time.perf_counter() - t0
+            if profiler is not None:
+                row.gpu_busy = {"wall_s": round(dt_s, 6), **_stop_profiler(profiler, marks.ordered())}
             if segments and i == warmup - 1:
                 index, events = peak_anatomy.events_now(device)
                 row.segment_growth = peak_anatomy.segment_growth(segments_start, events, segment_marks, index)
@@ -1544,7 +1601,7 @@ def worker(args: argparse.Namespace) -> int:
         row = Row(
             config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
         )
-        run_config(c, world, seq, smoke, row, args.peak_anatomy, args.segment_growth)
+        run_config(c, world, seq, smoke, row, args.peak_anatomy, args.segment_growth, args.gpu_busy)
         row.finished_at = round(time.time(), 1)
         dist.barrier()
         if rank == 0:
@@ -1820,7 +1877,7 @@ def _worker_one(
         seq_len=seq,
         predicted=predict(hw, bench_spec(c.model), c, world, seq, card),
     )
-    run_config(c, world, seq, args.smoke, row, args.peak_anatomy, args.segment_growth)
+    run_config(c, world, seq, args.smoke, row, args.peak_anatomy, args.segment_growth, args.gpu_busy)
     row.finished_at = round(time.time(), 1)
     dist.barrier()
     if rank == 0:
@@ -1981,6 +2038,8 @@ def _worker_command(args: argparse.Namespace, gpus: int, name: str) -> list[str]
         cmd.append("--peak-anatomy")
     if args.segment_growth:
         cmd.append("--segment-growth")
+    if args.gpu_busy:
+        cmd.append("--gpu-busy")
     for item in args.zero_set or ():
         cmd += ["--zero-set", item]
     return cmd
@@ -3453,6 +3512,44 @@ def _markdown_streams(rows: list[dict[str, Any]]) -> list[str]:
     return [*md, ""]
 
 
+def _markdown_gpu_busy(rows: list[dict[str, Any]]) -> list[str]:
+    """Rows read with --gpu-busy: how much of the profiled step (the last untimed one) the GPU was busy, in all and
+    per phase, by kind, beside the planner's GPU work and the host time it says the GPU waits for."""
+    read = [r for r in rows if r["status"] == "ok" and r.get("gpu_busy")]
+    if not read:
+        return []
+    md = [
+        "GPU busy in the last untimed step (--gpu-busy; seconds; idle = the phase's time less the GPU's busy time "
+        "in it: the GPU waiting on the host; the planner's GPU work is its matmuls, element-wise, ZeRO-3 copies and "
+        "communication, its host time what it says the GPU waits for in the micro-steps):",
+        "",
+        "| config | step (profiled / timed median) | GPU busy | forward idle | backward idle | step idle | "
+        "matmuls | attention | other kernels | copies | planner: GPU work | planner: host waited for | "
+        "planner: step phase |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in read:
+        busy = r["gpu_busy"]
+        kinds = busy.get("by_kind", {})
+        copies = sum(v for k, v in kinds.items() if k.startswith("copy"))
+        idle = []
+        for phase in PHASES:
+            p = busy.get("phases", {}).get(phase)
+            idle.append("-" if not p else f"{p['seconds'] - p['busy_s']:.3f}")
+        now = r.get("now") or r["predicted"]
+        md.append(
+            f"| {_label(r)} | {busy['wall_s']:.3f} / {statistics.median(r['step_s']):.3f} | {busy['busy_s']:.3f} | "
+            f"{' | '.join(idle)} | {kinds.get('matrix multiplications', 0.0):.3f} | {kinds.get('attention', 0.0):.3f} | "
+            f"{kinds.get('other kernels', 0.0):.3f} | {copies:.3f} | {_f3(now.get('gpu_work_s'))} | "
+            f"{_f3(now.get('host_exposed_s'))} | {_f3(now.get('optimizer_s'))} |"
+        )
+    return [*md, ""]
+
+
+def _f3(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
 def _markdown_calibration(run: dict[str, Any]) -> list[str]:
     """What the measurements say the calibration constants should be."""
     md: list[str] = []
@@ -3647,6 +3744,7 @@ def _markdown_run(
         *_markdown_rows(rows),
         *_markdown_phases(rows),
         *_markdown_streams(rows),
+        *_markdown_gpu_busy(rows),
         *_markdown_diagnostic(diagnostic),
         *_markdown_calibration(run),
     ]
@@ -3663,6 +3761,7 @@ def _markdown_diagnostic(rows: list[dict[str, Any]]) -> list[str]:
         *_markdown_rows(rows),
         *_markdown_phases(rows),
         *_markdown_streams(rows),
+        *_markdown_gpu_busy(rows),
     ]
 
 
@@ -3833,6 +3932,12 @@ def main() -> int:
         help="record where the allocator reserved each row's segments over the warm-up steps (Row.segment_growth: "
         "by step, phase, stream and the request each was added for); not with --peak-anatomy",
     )
+    ap.add_argument(
+        "--gpu-busy",
+        action="store_true",
+        help="profile each row's last untimed step (CUDA activity only) and record how much of it, and of each "
+        "phase, the GPU was busy, by kind and stream (Row.gpu_busy); not with --peak-anatomy or --segment-growth",
+    )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)
     ap.add_argument("--collective-timeout-s", type=float, default=120.0)
@@ -3845,6 +3950,8 @@ def main() -> int:
     parse_zero_set(args.zero_set)  # a bad --zero-set stops here, before any GPU time
     if args.peak_anatomy and args.segment_growth:
         ap.error("--peak-anatomy and --segment-growth each record PyTorch's memory history: pick one")
+    if args.gpu_busy and (args.peak_anatomy or args.segment_growth):
+        ap.error("--gpu-busy profiles the step that --peak-anatomy / --segment-growth record: pick one")
     if args.analyze:
         out_dir = args.out or args.analyze[0].parent
         stem = report_stem(args.analyze, args.report_name)
