@@ -61,7 +61,7 @@ from wizard.history.calibrate import (  # noqa: E402
 from wizard.history.record import Figures, Measurement, hardware_fingerprint, strategy_family  # noqa: E402
 from wizard.planner import PlanRequest, StrategyChoice, evaluate  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
-from wizard.planner.memory import ZeroBuffers  # noqa: E402
+from wizard.planner.buffers import ZeroBuffers  # noqa: E402
 from wizard.service.probe import distinct_candidates  # noqa: E402
 from wizard.strategy import Strategy  # noqa: E402
 

@@ -10,7 +10,7 @@ reads every collective of the last optimizer step: each call's op and message si
 what a ring moves per call -- all-reduce 2 (N-1)/N of the buffer; reduce-scatter and reduce (N-1)/N of the input;
 all-gather (N-1) x the shard -- summed over the step, beside ``wizard.planner.throughput.communication_volume`` for
 the same model (its HF config read as the planner reads it), strategy and ZeRO settings. It also counts the
-parameters still gathered when the forward of that step ends, beside ``memory.stage3_kept_for_backward``.
+parameters still gathered when the forward of that step ends, beside ``zero3.stage3_kept_for_backward``.
 
 The shapes are real models' shrunk to ~300-600 thousand parameters, with ZeRO-3's prefetch bucket, max live
 parameters and reuse distance shrunk by the same factor from DeepSpeed's defaults (5e7, 1e9, 1e9), so that the
@@ -409,14 +409,10 @@ def predicted(result: dict[str, Any]) -> dict[str, Any]:
     count and, at stage 3, the elements kept gathered for backward and the gathered working set at its peak."""
     from wizard.model import spec_from_config
     from wizard.planner import with_finetune
-    from wizard.planner.memory import (
-        DEFAULT_BUFFERS,
-        ZeroBuffers,
-        estimate_memory,
-        stage3_elements,
-        stage3_kept_for_backward,
-    )
+    from wizard.planner.buffers import DEFAULT_BUFFERS, ZeroBuffers
+    from wizard.planner.memory import estimate_memory
     from wizard.planner.throughput import communication_volume
+    from wizard.planner.zero3 import stage3_elements, stage3_kept_for_backward
     from wizard.strategy import Strategy
     from wizard.tuning import make_finetune
 

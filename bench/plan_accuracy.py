@@ -106,14 +106,9 @@ from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo  # noqa: E4
 from wizard.model import ModelSpec, load_model_spec, spec_from_config  # noqa: E402
 from wizard.planner import Plan, PlanRequest, max_micro_batch, plan  # noqa: E402
 from wizard.planner import calibration as cal  # noqa: E402
+from wizard.planner.buffers import ZeroBuffers  # noqa: E402
 from wizard.planner.ds_estimator import deepspeed_estimate  # noqa: E402
-from wizard.planner.memory import (  # noqa: E402
-    ZeroBuffers,
-    allocator_remaps,
-    device_overhead,
-    estimate_memory,
-    stream_pools,
-)
+from wizard.planner.memory import allocator_remaps, device_overhead, estimate_memory, stream_pools  # noqa: E402
 from wizard.planner.throughput import (  # noqa: E402
     HOST_PARTS,
     STEP_PARTS,
@@ -497,7 +492,7 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     # (2026-12-06, indices 51-53) what is held when the first full bucket goes to the host: a share of the activations
     # beside a whole layer's transient, or the activations not yet walked beside part of one layer's -- llama-deep
     # (64 layers, small vocabulary), whose checkpoints outweigh a layer's transient as the 1T-parameter ZeRO-Infinity
-    # model's do, with both offloads at 1, 4 and 8 (--peak-anatomy). It read the walk (memory.stage3_flushes)
+    # model's do, with both offloads at 1, 4 and 8 (--peak-anatomy). It read the walk (zero3.stage3_flushes)
     ("llama-deep", 3, "cpu", "cpu", True, 1, 1024, None, 0),
     ("llama-deep", 3, "cpu", "cpu", True, 4, 1024, None, 0),
     ("llama-deep", 3, "cpu", "cpu", True, 8, 1024, None, 0),

@@ -174,7 +174,7 @@ def physics_figures(
     sequence, the allocator it ran with and the optimizer its config made DeepSpeed build -- at launch and when a
     newer physics predicts the run again (wizard.service.history). Raises what the planner raises."""
     from wizard.planner import PlanRequest, evaluate, history_figures
-    from wizard.planner.memory import ZeroBuffers
+    from wizard.planner.buffers import ZeroBuffers
 
     request = PlanRequest(
         seq_len=seq_len,

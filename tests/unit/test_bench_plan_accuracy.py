@@ -1058,8 +1058,8 @@ def test_zero_set_rows_run_and_are_predicted_with_their_buffers_and_judged_apart
     assert "reduce_bucket_size" not in pa.ds_config(c, False)["zero_optimization"]
     spec, card = pa.bench_spec("llama-3b"), pa.card_for_cap(hw.min_gpu_memory_bytes, None, 1)
     default, smaller = (pa.predict(hw, spec, x, 1, 1024, card) for x in (c, small))
-    # the reduce bucket and its flat copy in backward (memory.stage3_host_gradient_items): half of each less, and a
-    # little from where the backward is when the smaller bucket fills (memory.stage3_flushes)
+    # the reduce bucket and its flat copy in backward (zero3.stage3_host_gradient_items): half of each less, and a
+    # little from where the backward is when the smaller bucket fills (zero3.stage3_flushes)
     assert default["allocated"] - smaller["allocated"] == pytest.approx(2 * 2 * 250_000_000, rel=0.02)
     halved = replace(pa.row_buffers(c), reduce_bucket_elements=250_000_000)
     assert pa.row_buffers(small) == halved

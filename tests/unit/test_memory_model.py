@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from wizard.model import ModelSpec, load_model_spec, spec_from_config
 from wizard.planner import calibration as cal
+from wizard.planner.buffers import DEFAULT_BUFFERS
 from wizard.planner.ds_estimator import deepspeed_estimate, ds_estimate_zero2, ds_estimate_zero3
 from wizard.planner.memory import (
     CUBLAS_WORKSPACE_ITEM,
-    DEFAULT_BUFFERS,
-    _stage3_working_set,
     activation_bytes_per_sample,
     device_overhead,
     estimate_memory,
@@ -25,8 +24,8 @@ from wizard.planner.memory import (
     max_micro_batch_for_capacity,
     model_state_bytes,
     phases_for,
-    stage3_host_gradient_items,
 )
+from wizard.planner.zero3 import stage3_host_gradient_items, stage3_working_set
 from wizard.strategy import Strategy
 
 GiB = 1024**3
@@ -292,7 +291,7 @@ def test_offload_never_raises_gpu_bytes(model: ModelSpec, s: Strategy, seq: int)
         plain.with_(offload_param="cpu") if s.zero_stage == 3 else plain,
     ):
         gathers = off.offload_param != "none" and plain.world_size == 1
-        gathered = _stage3_working_set(model, off, DEFAULT_BUFFERS) if gathers else 0
+        gathered = stage3_working_set(model, off, DEFAULT_BUFFERS) if gathers else 0
         to_host = off.zero_stage == 3 and off.offload_optimizer != "none"
         waiting = sum(b for _, b in stage3_host_gradient_items(model, off, DEFAULT_BUFFERS)) if to_host else 0
         excess = staging + 2 * gathered + waiting + 1

@@ -16,8 +16,9 @@ from tests.unit.test_cli_plan import dswiz
 from wizard.hardware import get_hardware
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
+from wizard.planner.buffers import ZeroBuffers
 from wizard.planner.host_memory import host_bytes
-from wizard.planner.memory import ZeroBuffers, estimate_memory, fragmentation
+from wizard.planner.memory import estimate_memory, fragmentation
 from wizard.planner.search import plan
 from wizard.planner.throughput import estimate_throughput
 from wizard.planner.types import PlanRequest

@@ -32,21 +32,16 @@ from wizard.hardware.report import HardwareReport
 from wizard.model import ModelSpec, load_model_spec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
+from wizard.planner.buffers import DEFAULT_BUFFERS, ZeroBuffers
 from wizard.planner.finetune import trainable_params
-from wizard.planner.memory import (
-    DEFAULT_BUFFERS,
-    ZeroBuffers,
-    estimate_memory,
-    fragmentation,
-    stage3_elements,
-    stage3_training_gathers,
-)
+from wizard.planner.memory import estimate_memory, fragmentation
 from wizard.planner.throughput import (
     communication_volume,
     compute_seconds_per_token,
     estimate_throughput,
     intra_node_bus_bytes_per_s,
 )
+from wizard.planner.zero3 import stage3_elements, stage3_training_gathers
 from wizard.strategy import OffloadDevice, Strategy
 from wizard.tuning import make_finetune
 

@@ -18,7 +18,7 @@ from wizard.config.sidecar import read_sidecar
 from wizard.history.record import Figures, hardware_fingerprint
 from wizard.history.store import HistoryStore
 from wizard.planner import PlanRequest, evaluate
-from wizard.planner.memory import ZeroBuffers
+from wizard.planner.buffers import ZeroBuffers
 from wizard.replan import oom_advice, planned_request
 from wizard.service.history import predicted_again
 from wizard.service.probe import plan_for

@@ -1,6 +1,6 @@
 """ZeRO-3 with the optimizer on the host: what the backward holds while its gradients go to the host
 (memory._stage3_host_gradients_phases) -- the reduce bucket's worth of gradients once more on the reduce stream, the
-largest gradient on its way, and what is still gathered at that point of the backward (memory.stage3_gathered_at) --
+largest gradient on its way, and what is still gathered at that point of the backward (zero3.stage3_gathered_at) --
 held to the readings of llama-3b (bench/plan_accuracy.py --family phases, one H100 and one H200) at three reduce
 bucket sizes (--zero-set), and to what held the peak of llama-1b, llama-3b and qwen2-1.5b (--peak-anatomy)."""
 
@@ -16,16 +16,15 @@ from types import ModuleType
 import pytest
 
 from wizard.model import load_model_spec
+from wizard.planner.buffers import DEFAULT_BUFFERS
 from wizard.planner.finetune import trainable_params, trainable_tensors
-from wizard.planner.memory import (
-    DEFAULT_BUFFERS,
+from wizard.planner.memory import estimate_memory, training_phases
+from wizard.planner.zero3 import (
     FLAT_BUCKET_ITEM,
     IN_FLIGHT_ITEM,
     TIED_ITEM,
-    estimate_memory,
     stage3_flushes,
     stage3_host_gradient_items,
-    training_phases,
 )
 from wizard.strategy import Strategy
 
@@ -75,7 +74,7 @@ def _readings(pa: ModuleType, model: str | None = "llama-3b") -> list[tuple[obje
 def test_the_backward_with_the_optimizer_on_the_host_is_predicted_within_1_5_percent(pa: ModuleType) -> None:
     """llama-3b: -4.3 ... +3.8 % before the output head's copies were counted at what the reduce stream held (10
     bytes an element, the norm's fp64 among them) and the activations held at the first flush counted from where
-    the backward is then (memory.stage3_flushes); -2.0 ... -0.6 % before cuBLAS's workspaces were counted and the
+    the backward is then (zero3.stage3_flushes); -2.0 ... -0.6 % before cuBLAS's workspaces were counted and the
     head alone in a bucket kept a copy of its own size, not of the whole bucket; -1.1 ... +0.3 % now."""
     readings = _readings(pa)
     assert len(readings) == 12
@@ -350,7 +349,8 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     pa: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from wizard.planner import calibration as cal
-    from wizard.planner.memory import _stage3_working_set, fragmentation
+    from wizard.planner.memory import fragmentation
+    from wizard.planner.zero3 import stage3_working_set
 
     spec = pa.bench_spec("llama-3b")
     opt = pa.Config("llama-3b", 3, "cpu", "none", True, 4).strategy(1)
@@ -364,7 +364,7 @@ def test_the_cache_follows_the_reduce_bucket_and_only_with_the_optimizer_on_the_
     # its flattened bucket of whole gradients, not partitions, beside the all-gather stream's
     eight = fragmentation(spec, replace(opt, gpus_per_node=8), 1024)
     assert eight.fixed < full_fixed and FLAT_BUCKET_ITEM in eight.pooled
-    assert eight.pools >= bucket + _stage3_working_set(spec, replace(opt, gpus_per_node=8), DEFAULT_BUFFERS)
+    assert eight.pools >= bucket + stage3_working_set(spec, replace(opt, gpus_per_node=8), DEFAULT_BUFFERS)
     # a model whose trained gradients are fewer than a bucket waits on them all
     lora = replace(spec, finetune=replace(spec.finetune, mode="lora"))
     trained = 2 * trainable_params(lora)
@@ -409,7 +409,7 @@ def test_what_is_gathered_at_the_first_full_bucket_is_what_the_walk_leaves(pa: M
     blocks on the fetch stream (the first stream the step used, "stream 0") were 1.12 and 1.90 GiB: what the
     backward still had to walk, up to max_live_parameters plus the prefetch bucket (which fetches nothing past the
     model's end): 1.12 and 1.96 GiB predicted."""
-    from wizard.planner.memory import stage3_gathered_at, stage3_kept_for_backward
+    from wizard.planner.zero3 import stage3_gathered_at, stage3_kept_for_backward
 
     for model in ("llama-1b", "llama-3b"):
         row = _anatomy(model)

@@ -15,16 +15,9 @@ import pytest
 
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
-from wizard.planner.memory import (
-    DEFAULT_BUFFERS,
-    FETCH_STREAM_ITEMS,
-    REDUCE_STREAM_ITEMS,
-    estimate_memory,
-    fragmentation,
-    phases_for,
-    reserved_at,
-    stream_pools,
-)
+from wizard.planner.buffers import DEFAULT_BUFFERS
+from wizard.planner.memory import estimate_memory, fragmentation, phases_for, reserved_at, stream_pools
+from wizard.planner.zero3 import FETCH_STREAM_ITEMS, REDUCE_STREAM_ITEMS
 from wizard.strategy import Strategy
 
 RESULTS = Path(__file__).parent.parent.parent / "bench" / "results"

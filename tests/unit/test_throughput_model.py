@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from wizard.hardware.report import GPUInfo, HardwareReport, HostInfo
 from wizard.model import load_model_spec
-from wizard.planner.memory import ZeroBuffers
+from wizard.planner.buffers import ZeroBuffers
 from wizard.planner.throughput import (
     FRAMEWORK_HOST_PART,
     STAGE0_PART,

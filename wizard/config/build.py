@@ -349,7 +349,7 @@ def deepspeed_builds_optimizer(choice: Literal["auto", "deepspeed", "script"], *
 def writes_fused_adam(choice: Literal["auto", "deepspeed", "script"], *, torch_adam: bool) -> bool:
     """Whether DeepSpeed builds its FusedAdam from the configs written with --optimizer ``choice`` [--torch-adam]
     where the optimizer stays on the GPU -- so stage 0 in 16 bits steps through FP16_Optimizer
-    (``wizard.planner.memory.ZeroBuffers.fused_optimizer``): the section ``_optimizer`` writes, read by the rule
+    (``wizard.planner.buffers.ZeroBuffers.fused_optimizer``): the section ``_optimizer`` writes, read by the rule
     DeepSpeed follows (``wizard.config.optimizer_op``)."""
     if not deepspeed_builds_optimizer(choice, offloaded=False):
         return False  # the script's own optimizer

@@ -3,7 +3,7 @@
 One rule for three readers: the op DeepSpeed JIT-compiles before the first step (``dswiz launch`` names the phase),
 and whether stage 0 in 16 bits steps through ``FP16_Optimizer`` (DeepSpeed's FusedAdam) or ``FP16_UnfusedOptimizer``
 (any other optimizer: the script's own, ``torch_adam``), which the memory model counts apart
-(``wizard.planner.memory.ZeroBuffers.fused_optimizer``) -- for a config ``dswiz check`` reads and for the configs
+(``wizard.planner.buffers.ZeroBuffers.fused_optimizer``) -- for a config ``dswiz check`` reads and for the configs
 ``dswiz config`` writes.
 
 DeepSpeed 0.19.8, ``deepspeed/runtime/engine.py``: ``_configure_basic_optimizer`` builds, for an Adam/AdamW section,

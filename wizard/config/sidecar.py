@@ -89,7 +89,7 @@ class PlanSidecar:
     expandable_segments: bool = False
     # Planned for DeepSpeed's FusedAdam, which the config's optimizer section makes it build where the optimizer stays
     # on the GPU (wizard.config.optimizer_op; offloaded, it builds its CPU Adam): stage 0 in 16 bits steps through
-    # FP16_Optimizer (wizard.planner.memory.ZeroBuffers.fused_optimizer). Every re-plan of this config plans with it
+    # FP16_Optimizer (wizard.planner.buffers.ZeroBuffers.fused_optimizer). Every re-plan of this config plans with it
     # (wizard.replan.planned_request).
     fused_optimizer: bool = False
     # What of each card the plan could use (--gpu-memory; None: the card's total) and kept free (--margin / 100; None:

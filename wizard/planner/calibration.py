@@ -171,7 +171,7 @@ STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000
 # Stage 3 steps the optimizer one sub-group at a time: each sub-group's fp32 gradient is made for its update and
 # freed after it (stage3.py _prepare_fp32_grad_for_sub_group / _release_sub_group; sub_group_size default 1e9).
 STAGE3_SUB_GROUP_ELEMENTS = 1_000_000_000
-# ZeRO-3 with the optimizer on the host, when a full reduce bucket goes to the host (memory.stage3_flushes): the
+# ZeRO-3 with the optimizer on the host, when a full reduce bucket goes to the host (zero3.stage3_flushes): the
 # activations of the layers not yet walked are held (the layer being walked among them), and of that layer's backward
 # transient this share, times the share of its parameters still to walk -- the bucket overflows at some gradient of
 # a layer, and what that layer's backward has freed by then depends on which. A fit, on --peak-anatomy's readings
@@ -303,7 +303,7 @@ UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP = 0.4
 # (deepspeed/runtime/fp16/unfused_optimizer.py, DeepSpeed 0.19.8), which gives each fp32 master a copy of its own
 # gradient: blocks of one tensor's size, which the split segments can take. DeepSpeed's FusedAdam makes it
 # FP16_Optimizer, which flattens the whole fp32 gradient into one block as stages 1-2 do: the share above -- where a
-# config's optimizer section builds it (memory.ZeroBuffers.fused_optimizer: wizard.config.optimizer_op reads the
+# config's optimizer section builds it (buffers.ZeroBuffers.fused_optimizer: wizard.config.optimizer_op reads the
 # section for `dswiz check`, `dswiz config --optimizer deepspeed` and the wizard, and dswiz-plan.json keeps it for
 # every re-plan), not where a script passes DeepSpeed's FusedAdam as its own optimizer (dswiz cannot see that).
 UNRECLAIMABLE_FORWARD_TRANSIENT_SHARE_AT_STEP_UNFUSED_STAGE0 = 0.1

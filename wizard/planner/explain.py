@@ -15,7 +15,6 @@ from wizard.planner.memory import (
     estimate_memory,
     sdpa_padded_head_dim,
     sdpa_padding_bytes_per_sample,
-    stage3_training_gathers,
 )
 from wizard.planner.throughput import (
     CPU_ADAM_PART,
@@ -25,6 +24,7 @@ from wizard.planner.throughput import (
     host_share,
 )
 from wizard.planner.types import Candidate, GenerationCost, Plan, PlanContext, WhatIfs, budget
+from wizard.planner.zero3 import stage3_training_gathers
 from wizard.strategy import Strategy
 from wizard.units import GiB, fmt_bytes, fmt_percent
 
@@ -216,12 +216,12 @@ def _memory_reason(mem: MemoryEstimate) -> str:
 
 def _backward_gathers(ctx: PlanContext, s: Strategy) -> str:
     """What a ZeRO-3 training backward gathers again: DeepSpeed keeps up to stage3_max_live_parameters gathered from
-    the end of the forward (memory.stage3_kept_for_backward), a tied embedding is gathered twice more, and with LoRA
+    the end of the forward (zero3.stage3_kept_for_backward), a tied embedding is gathered twice more, and with LoRA
     and checkpointing most frozen weights twice."""
     again = stage3_training_gathers(ctx.model, s, ctx.request.buffers) - 1.0
     if again < 0.005:
         return ", all of them kept gathered for backward"
-    # a checkpointed LoRA backward gathers frozen weights again after each recompute (memory._recompute_regathers)
+    # a checkpointed LoRA backward gathers frozen weights again after each recompute (zero3._recompute_regathers)
     recompute_regathers = again > 1.05 and ctx.model.finetune.uses_lora and s.activation_checkpointing
     if recompute_regathers:
         return f" and {again:.1f} times again in backward (each block's recompute frees its frozen weights early)"

@@ -18,13 +18,12 @@ from wizard.history.record import strategy_lineage
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
+from wizard.planner.buffers import DEFAULT_BUFFERS, ZeroBuffers
 from wizard.planner.ds_estimator import deepspeed_estimate
 from wizard.planner.explain import advice, choice_advice_given, intrinsic_reasons, recommendation_reasons
 from wizard.planner.feasibility import capacities, hardware_problems, nvme_usable, usable_precisions
 from wizard.planner.memory import (
-    DEFAULT_BUFFERS,
     MemoryEstimate,
-    ZeroBuffers,
     allocator_remaps,
     estimate_memory,
     fragmentation,

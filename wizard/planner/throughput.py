@@ -18,14 +18,9 @@ from wizard.hardware.report import GPUInfo, HardwareReport
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.memory import (
-    DEFAULT_BUFFERS,
-    ZeroBuffers,
-    recipe_activation_bytes_per_token,
-    sdpa_padded_head_dim,
-    stage3_training_gathers,
-    unfused_16bit_step,
-)
+from wizard.planner.buffers import DEFAULT_BUFFERS, ZeroBuffers
+from wizard.planner.memory import recipe_activation_bytes_per_token, sdpa_padded_head_dim, unfused_16bit_step
+from wizard.planner.zero3 import stage3_training_gathers
 from wizard.strategy import Strategy
 
 
@@ -234,7 +229,7 @@ def communication_volume(
       one pass) and all-gather the updated weights after the step: stage 1 at the accumulation boundary only,
       stage 2 in every micro-step's backward.
     - Stage 3 gathers the weights in every forward, again in backward all but what the forward left gathered (and a
-      tied embedding twice more: ``memory.stage3_training_gathers``), and reduce-scatters the gradients in every
+      tied embedding twice more: ``zero3.stage3_training_gathers``), and reduce-scatters the gradients in every
       backward; nothing after the step (each rank updates its partition, and the next forward gathers it).
     Checked against DeepSpeed's own comms logger on two CPU ranks (bench/comm_volume.py)."""
     N, train = s.world_size, s.mode == "train"
@@ -413,7 +408,7 @@ def _optimizer_seconds(
     fused: bool = False,
 ) -> dict[str, float]:
     """The optimizer update per step: on the GPU, or CPU Adam behind PCIe copies (and NVMe swaps).
-    ``fused``: the config makes DeepSpeed build its FusedAdam (memory.ZeroBuffers.fused_optimizer): stage 0 in 16
+    ``fused``: the config makes DeepSpeed build its FusedAdam (buffers.ZeroBuffers.fused_optimizer): stage 0 in 16
     bits steps through FP16_Optimizer.
     ``hidden_behind``: seconds of each micro-step before the boundary the reduce stream has left after the
     collectives (estimate_throughput: the whole micro-step, less what the collectives take). Accumulating, ZeRO-3
@@ -480,7 +475,7 @@ def _parameter_fetch_seconds(
     model: ModelSpec, s: Strategy, pcie: float, busy: float, buf: ZeroBuffers
 ) -> dict[str, float]:
     """Offloaded parameters fetched over PCIe (and from NVMe) every forward, and in training's backward all but what
-    the forward left gathered (memory.stage3_training_gathers); ``busy`` is one micro-step's compute plus the host
+    the forward left gathered (zero3.stage3_training_gathers); ``busy`` is one micro-step's compute plus the host
     time the GPU waits for."""
     train, gas = s.mode == "train", s.gradient_accumulation_steps
     local_params = ft.stored_parameter_bytes(model, s.weight_bytes) / s.world_size

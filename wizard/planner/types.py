@@ -10,7 +10,7 @@ from wizard.hardware.report import HardwareReport
 from wizard.history.calibrate import Corrections
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
-from wizard.planner.memory import DEFAULT_BUFFERS, ZeroBuffers
+from wizard.planner.buffers import DEFAULT_BUFFERS, ZeroBuffers
 from wizard.strategy import Mode, OffloadDevice, Precision, Strategy, strategy_label
 
 DEFAULT_SEQ_LEN = 2048

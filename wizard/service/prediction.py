@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the planner is imported when a prediction is asked for, not
     from wizard.config.sidecar import PlanSidecar
     from wizard.model import ModelSpec
     from wizard.planner import Plan
-    from wizard.planner.memory import ZeroBuffers
+    from wizard.planner.buffers import ZeroBuffers
     from wizard.strategy import Strategy
     from wizard.tuning import FineTune
 
@@ -474,7 +474,7 @@ def least_buffer_count(key: str) -> int:
 def buffers_of(config: ConfigSet) -> ZeroBuffers:
     """The buffer sizes a DeepSpeed config sets (a smaller reduce bucket frees memory: the ZeRO-Offload paper's
     13B run used 5e7); DeepSpeed's defaults where a key is absent or "auto" (the Trainer fills it)."""
-    from wizard.planner.memory import DEFAULT_BUFFERS
+    from wizard.planner.buffers import DEFAULT_BUFFERS
 
     zero = config.deepspeed.zero_optimization
     changes: dict[str, Any] = {}
