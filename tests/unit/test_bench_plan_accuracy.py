@@ -1183,3 +1183,56 @@ def test_a_re_analysis_never_overwrites_a_report_unless_named(
     assert pa.main() == 0
     assert (tmp_path / "x-again.md").read_text() == written
     assert report.read_text() == "the device's own report\n"
+
+
+def test_rows_read_with_gpu_busy_show_the_idle_gpu_beside_the_planners_split(pa: ModuleType) -> None:
+    """The report's --gpu-busy table: per row, the profiled step's wall time beside the timed median, the GPU's busy
+    time, each phase's idle time (its duration less the GPU's busy time in it), busy by kind (copies summed), and the
+    planner's GPU work, the host time it says the GPU waits for and its step phase -- which add up, with the rest of
+    its parts, to its step."""
+    hw = _h200(pa, 1)
+    cfg = pa.Config("llama-1b", 3, "cpu", "none", True, micro_batch=16, seq=1024)
+    row = _row(pa, hw, cfg, alloc_error=0.0, tps=10_000.0, step=2.4)
+    row["gpu_busy"] = {
+        "wall_s": 2.5,
+        "busy_s": 1.1,
+        "by_kind": {
+            "matrix multiplications": 0.6,
+            "attention": 0.1,
+            "other kernels": 0.2,
+            "copy device-to-host": 0.15,
+            "copy host-to-device": 0.05,
+        },
+        "phases": {
+            "forward": {"seconds": 0.3, "busy_s": 0.25},
+            "backward": {"seconds": 0.9, "busy_s": 0.75},
+            "step": {"seconds": 1.2, "busy_s": 0.1},
+        },
+    }
+    unread = dict(row, gpu_busy=None)
+    assert pa._markdown_gpu_busy([unread]) == []
+    (line,) = [x for x in pa._markdown_gpu_busy([row, unread]) if x.startswith("| llama-1b")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[0] == pa._label(row)
+    assert cells[1:10] == [
+        "2.500 / 2.400",
+        "1.100",
+        "0.050",
+        "0.150",
+        "1.100",
+        "0.600",
+        "0.100",
+        "0.200",
+        "0.200",
+    ]
+    pred = row["predicted"]
+    tp = pa.row_throughput(hw, row)
+    parts = dict(tp.parts)
+    assert pred["gpu_work_s"] == pytest.approx(sum(parts.get(k, 0.0) for k in pa.GPU_WORK_PARTS))
+    assert pred["gpu_work_s"] > parts["matmuls"] > 0 and pred["host_exposed_s"] > 0
+    assert pred["gpu_work_s"] + pred["host_exposed_s"] + pred["optimizer_s"] <= tp.step_seconds + 1e-9
+    assert cells[10:] == [
+        f"{pred['gpu_work_s']:.3f}",
+        f"{pred['host_exposed_s']:.3f}",
+        f"{pred['optimizer_s']:.3f}",
+    ]
