@@ -103,3 +103,102 @@ def busy(trace: Mapping[str, Any], phases: Sequence[tuple[str, float]] = ()) -> 
         phase["busy_s"] = round(phase["busy_s"] + union_seconds(_clip(spans, lo, hi)), 6)
         at = hi
     return out
+
+
+def idle_gaps(trace: Mapping[str, Any], min_us: float = 200.0) -> list[tuple[float, float]]:
+    """The spans (microseconds) between the first and the last GPU event where the GPU ran nothing, ``min_us`` or
+    longer."""
+    spans = sorted(_interval(e) for e in gpu_events(trace))
+    gaps, end = [], None
+    for a, b in spans:
+        if end is not None and a - end >= min_us:
+            gaps.append((end, a))
+        end = b if end is None else max(end, b)
+    return gaps
+
+
+def _innermost_at(frames: Sequence[tuple[float, float, str]], samples: Sequence[float]) -> list[str | None]:
+    """For each time in ``samples`` (ascending), the name of the latest-started frame spanning it (the innermost of
+    nested frames): one sweep over the frames' starts and ends."""
+    edges = sorted(
+        [(a, 1, i) for i, (a, _, _) in enumerate(frames)] + [(b, 0, i) for i, (_, b, _) in enumerate(frames)]
+    )
+    active: list[int] = []
+    out: list[str | None] = []
+    k = 0
+    for t in samples:
+        while k < len(edges) and edges[k][0] <= t:
+            _, starts, i = edges[k]
+            if starts:
+                active.append(i)
+            elif i in active:
+                active.remove(i)
+            k += 1
+        out.append(frames[active[-1]][2] if active else None)
+    return out
+
+
+def host_while_idle(trace: Mapping[str, Any], min_us: float = 200.0, top: int = 15) -> dict[str, Any]:
+    """What the host was running while the GPU waited: a trace recorded with CPU activity and Python stacks
+    (``with_stack=True``: its "python_function" events). Each idle gap of ``min_us`` or more is sampled every 100
+    microseconds and each sample goes to the innermost Python frame then running -- and apart to the innermost of
+    DeepSpeed's own (a path with ``deepspeed/``), and to the CUDA runtime call then blocking, if any. Seconds per frame, the
+    ``top`` largest; and the runtime calls of a millisecond or more (a synchronize, a pageable copy) by name."""
+    python = [
+        e
+        for e in trace.get("traceEvents", ())
+        if isinstance(e, Mapping) and e.get("cat") == "python_function" and "ts" in e
+    ]
+    threads: dict[Any, int] = {}
+    for e in python:
+        threads[e.get("tid")] = threads.get(e.get("tid"), 0) + 1
+    main = max(threads, key=lambda t: threads[t]) if threads else None  # the thread that ran the step
+    frames = [
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e.get("name", "")))
+        for e in python
+        if e.get("tid") == main
+    ]
+    runtime = [
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e.get("name", "")))
+        for e in trace.get("traceEvents", ())
+        if isinstance(e, Mapping) and e.get("cat") in ("cuda_runtime", "cuda_driver") and "ts" in e
+    ]
+    step_us = 100.0
+    gaps = idle_gaps(trace, min_us)
+    samples: list[float] = []
+    weights: list[float] = []
+    for a, b in gaps:
+        t = a + step_us / 2
+        while t < b:
+            samples.append(t)
+            weights.append(min(step_us, b - t + step_us / 2) / 1e6)
+            t += step_us
+    tables: list[dict[str, float]] = []
+    for chosen in (frames, [f for f in frames if "deepspeed/" in f[2]], runtime):
+        table: dict[str, float] = {}
+        for name, w in zip(_innermost_at(chosen, samples), weights, strict=True):
+            key = name or "(none)"
+            table[key] = table.get(key, 0.0) + w
+        tables.append(table)
+    by_frame, by_deepspeed, by_call = tables
+
+    def largest(table: dict[str, float]) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:top]}
+
+    long_calls: dict[str, list[float]] = {}
+    for a, b, name in runtime:
+        if b - a >= 1000:
+            entry = long_calls.setdefault(name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += (b - a) / 1e6
+    return {
+        "idle_s": round(sum(b - a for a, b in gaps) / 1e6, 4),
+        "gaps": len(gaps),
+        "by_frame": largest(by_frame),
+        "by_deepspeed_frame": largest(by_deepspeed),
+        "by_runtime_call": largest(by_call),
+        "long_runtime_calls": {
+            k: [int(n), round(s, 4)]
+            for k, (n, s) in sorted(long_calls.items(), key=lambda kv: -kv[1][1])[:top]
+        },
+    }

@@ -1394,17 +1394,22 @@ class _PeakLog:
         return before
 
 
-def _start_profiler() -> Any:
-    """PyTorch's profiler, started with CUDA activity only (kernels and copies; no host-side operator records)."""
+def _start_profiler(host: bool = False) -> Any:
+    """PyTorch's profiler, started with CUDA activity only (kernels and copies; no host-side operator records), or
+    with ``host`` the host's operators, CUDA runtime calls and Python frames too (which slow the host)."""
     import torch
 
-    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    if host:
+        activities.append(torch.profiler.ProfilerActivity.CPU)
+    profiler = torch.profiler.profile(activities=activities, with_stack=host)
     profiler.start()
     return profiler
 
 
-def _stop_profiler(profiler: Any, phases: list[tuple[str, float]]) -> dict[str, Any]:
-    """Stop ``profiler`` and read its trace back into GPU busy time by kind, stream and phase (bench/_gpu_busy.py)."""
+def _stop_profiler(profiler: Any, phases: list[tuple[str, float]], host: bool = False) -> dict[str, Any]:
+    """Stop ``profiler`` and read its trace back into GPU busy time by kind, stream and phase, and with ``host`` what
+    the host ran while the GPU waited (bench/_gpu_busy.py)."""
     import tempfile
 
     profiler.stop()
@@ -1412,7 +1417,10 @@ def _stop_profiler(profiler: Any, phases: list[tuple[str, float]]) -> dict[str, 
         path = Path(tmp) / "trace.json"
         profiler.export_chrome_trace(str(path))
         trace = json.loads(path.read_text())
-    return gpu_busy.busy(trace, phases)
+    out = gpu_busy.busy(trace, phases)
+    if host:
+        out["host_while_idle"] = gpu_busy.host_while_idle(trace)
+    return out
 
 
 def run_config(
@@ -1424,11 +1432,13 @@ def run_config(
     anatomy: bool = False,
     segments: bool = False,
     profile: bool = False,
+    host_profile: bool = False,
 ) -> None:
     """Build, initialize and train ``c``, filling ``row``. ``anatomy`` (CUDA): record what holds the allocated peak
     of the last untimed step (Row.peak_anatomy); ``segments`` (CUDA): record where the allocator reserved its
     segments over the warm-up (Row.segment_growth); ``profile`` (CUDA): how much of the last untimed step the GPU
-    was busy (Row.gpu_busy). The timed steps after any of them run as they would without."""
+    was busy (Row.gpu_busy), and with ``host_profile`` what the host ran while it waited (slowing that step). The
+    timed steps after any of them run as they would without."""
     import deepspeed
     import torch
 
@@ -1489,7 +1499,7 @@ def run_config(
             if peaks is not None:
                 peaks.step = i
             recording = anatomy and i == warmup - 1
-            profiler = _start_profiler() if profile and i == warmup - 1 else None
+            profiler = _start_profiler(host_profile) if profile and i == warmup - 1 else None
             if recording:
                 anatomy_start = torch.cuda.memory._snapshot()
                 peak_anatomy.record("all")
@@ -1511,7 +1521,8 @@ def run_config(
                 torch.cuda.synchronize(device)
             dt_s = time.perf_counter() - t0
             if profiler is not None:
-                row.gpu_busy = {"wall_s": round(dt_s, 6), **_stop_profiler(profiler, marks.ordered())}
+                busy = _stop_profiler(profiler, marks.ordered(), host_profile)
+                row.gpu_busy = {"wall_s": round(dt_s, 6), "host_profiled": host_profile, **busy}
             if segments and i == warmup - 1:
                 index, events = peak_anatomy.events_now(device)
                 row.segment_growth = peak_anatomy.segment_growth(segments_start, events, segment_marks, index)
@@ -1596,7 +1607,17 @@ def worker(args: argparse.Namespace) -> int:
         row = Row(
             config=asdict(c), world=world, seq_len=seq, predicted=predict(hw, model, c, world, seq, card)
         )
-        run_config(c, world, seq, smoke, row, args.peak_anatomy, args.segment_growth, args.gpu_busy)
+        run_config(
+            c,
+            world,
+            seq,
+            smoke,
+            row,
+            args.peak_anatomy,
+            args.segment_growth,
+            args.gpu_busy or args.host_while_idle,
+            args.host_while_idle,
+        )
         row.finished_at = round(time.time(), 1)
         dist.barrier()
         if rank == 0:
@@ -1872,7 +1893,17 @@ def _worker_one(
         seq_len=seq,
         predicted=predict(hw, bench_spec(c.model), c, world, seq, card),
     )
-    run_config(c, world, seq, args.smoke, row, args.peak_anatomy, args.segment_growth, args.gpu_busy)
+    run_config(
+        c,
+        world,
+        seq,
+        args.smoke,
+        row,
+        args.peak_anatomy,
+        args.segment_growth,
+        args.gpu_busy or args.host_while_idle,
+        args.host_while_idle,
+    )
     row.finished_at = round(time.time(), 1)
     dist.barrier()
     if rank == 0:
@@ -2035,6 +2066,8 @@ def _worker_command(args: argparse.Namespace, gpus: int, name: str) -> list[str]
         cmd.append("--segment-growth")
     if args.gpu_busy:
         cmd.append("--gpu-busy")
+    if args.host_while_idle:
+        cmd.append("--host-while-idle")
     for item in args.zero_set or ():
         cmd += ["--zero-set", item]
     return cmd
@@ -3933,6 +3966,13 @@ def main() -> int:
         help="profile each row's last untimed step (CUDA activity only) and record how much of it, and of each "
         "phase, the GPU was busy, by kind and stream (Row.gpu_busy); not with --peak-anatomy or --segment-growth",
     )
+    ap.add_argument(
+        "--host-while-idle",
+        action="store_true",
+        help="--gpu-busy with the host's side recorded too (CPU activity, Python stacks; that step runs slower): "
+        "what Python frame, DeepSpeed frame and CUDA runtime call the host was in while the GPU waited "
+        "(Row.gpu_busy host_while_idle)",
+    )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)
     ap.add_argument("--collective-timeout-s", type=float, default=120.0)
@@ -3945,7 +3985,7 @@ def main() -> int:
     parse_zero_set(args.zero_set)  # a bad --zero-set stops here, before any GPU time
     if args.peak_anatomy and args.segment_growth:
         ap.error("--peak-anatomy and --segment-growth each record PyTorch's memory history: pick one")
-    if args.gpu_busy and (args.peak_anatomy or args.segment_growth):
+    if (args.gpu_busy or args.host_while_idle) and (args.peak_anatomy or args.segment_growth):
         ap.error("--gpu-busy profiles the step that --peak-anatomy / --segment-growth record: pick one")
     if args.analyze:
         out_dir = args.out or args.analyze[0].parent

@@ -107,3 +107,48 @@ def test_garbage_in_a_trace_is_skipped_not_fatal(gb: ModuleType) -> None:
     out = gb.busy(trace)
     assert out["events"] == 1 and out["busy_s"] == 0.0  # a negative duration counts as none
     assert gb.busy({})["events"] == 0
+
+
+def py(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, Any]:
+    return {"ph": "X", "cat": "python_function", "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+
+def test_the_host_while_the_gpu_waits_is_the_innermost_frame_and_call_then(gb: ModuleType) -> None:
+    # the GPU runs 0-1000 and 3000-4000 us: one 2 ms gap, in which the step's thread runs a DeepSpeed hook for its
+    # first half (blocked in a synchronize for 600 us of it) and the model's own code for its second
+    trace = {
+        "traceEvents": [
+            ev("gemm", 0, 1000),
+            ev("gemm", 3000, 1000),
+            ev(
+                "tiny", 1010, 50
+            ),  # a 10 us gap after the first kernel is below the threshold, then 1060-3000 idle
+            py("bench/plan_accuracy.py(1): run_config", 0, 5000),
+            py("transformers/models/gpt2/modeling_gpt2.py(9): forward", 1900, 1200),
+            py("deepspeed/runtime/zero/stage3.py(2006): partition_grads", 900, 1000),
+            py("torch/nn/modules/module.py(5): _call_impl", 950, 900),  # inside partition_grads
+            py("some other thread's frame", 0, 5000, tid=2),
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 1100, "dur": 600},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2000, "dur": 5},
+        ]
+    }
+    out = gb.host_while_idle(trace)
+    assert out["gaps"] == 1 and out["idle_s"] == pytest.approx(1940e-6, abs=1e-4)
+    frames = out["by_frame"]
+    assert frames["torch/nn/modules/module.py(5): _call_impl"] == pytest.approx(
+        790e-6, abs=101e-6
+    )  # 1060-1850
+    assert frames["transformers/models/gpt2/modeling_gpt2.py(9): forward"] == pytest.approx(
+        1100e-6, abs=101e-6
+    )
+    assert "some other thread's frame" not in frames
+    ds = out["by_deepspeed_frame"]
+    assert ds["deepspeed/runtime/zero/stage3.py(2006): partition_grads"] == pytest.approx(840e-6, abs=101e-6)
+    assert ds["(none)"] == pytest.approx(1100e-6, abs=101e-6)
+    assert out["by_runtime_call"]["cudaStreamSynchronize"] == pytest.approx(600e-6, abs=101e-6)
+    assert out["long_runtime_calls"] == {}  # none of a millisecond
+    trace["traceEvents"].append(
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpy", "ts": 4100, "dur": 2500}
+    )
+    assert gb.host_while_idle(trace)["long_runtime_calls"] == {"cudaMemcpy": [1, 0.0025]}
+    assert gb.host_while_idle({})["gaps"] == 0
