@@ -2306,6 +2306,8 @@ def analyze(paths: list[Path], out_dir: Path | None = None, name: str | None = N
         md += _markdown_run(doc, run, rows, diagnostic)
     summary["repeatability"] = repeatability(docs)
     md += _markdown_repeatability(summary["repeatability"])
+    summary["host_speed"] = host_speed_effect(docs)
+    md += _markdown_host_speed(summary["host_speed"])
     targets = _targets(summary["per_run"])
     summary["targets"] = targets
     md += ["## Targets (issue 3)", "", "| target | value | met |", "|---|---|---|"]
@@ -2335,6 +2337,80 @@ def _reading_group_key(doc: dict[str, Any], r: dict[str, Any]) -> tuple[Any, ...
     it)."""
     c = replace(_cfg(r), repeat=0, seq=None)
     return (c.key(), r["seq_len"], r["world"], doc.get("alloc_conf"), gpu_kind(doc))
+
+
+def host_speed_effect(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tokens/s error of every judged row that measured its host's speed before it ran (Row.host_us: a tiny
+    autograd call's microseconds), against that speed: the rows in thirds from the fastest host to the slowest, each
+    third's signed and absolute median error and the share of its predicted steps the planner says waits on the host;
+    and the correlation of the error with the log of the host's time per call. The planner does not know the host's
+    speed: it predicts one step for every host."""
+    points = []
+    for doc in docs:
+        if doc.get("smoke"):
+            continue
+        hw = HardwareReport.from_dict(doc["hardware"])
+        for r in doc["rows"]:
+            us = (r.get("host_us") or {}).get("autograd_tiny")
+            if r["status"] != "ok" or not r.get("tokens_per_sec") or not us or is_diagnostic(r["config"]):
+                continue
+            tp = row_throughput(hw, r)
+            points.append(
+                (float(us), tp.tokens_per_sec / r["tokens_per_sec"] - 1, host_share(tp), gpu_kind(doc) or "?")
+            )
+    points.sort()
+    thirds = []
+    n = len(points)
+    for lo, hi in ((0, n // 3), (n // 3, 2 * n // 3), (2 * n // 3, n)):
+        part = points[lo:hi]
+        if not part:
+            continue
+        errors = [e for _, e, _, _ in part]
+        thirds.append(
+            {
+                "host_us": [part[0][0], part[-1][0]],
+                "rows": len(part),
+                "gpus": sorted({g for *_, g in part}),
+                "signed_error_median": statistics.median(errors),
+                "abs_error_median": statistics.median(abs(e) for e in errors),
+                "host_share_median": statistics.median(h for _, _, h, _ in part),
+            }
+        )
+    correlation = None
+    if n >= 3:
+        xs = [math.log(us) for us, *_ in points]
+        ys = [e for _, e, _, _ in points]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        syy = sum((y - my) ** 2 for y in ys)
+        if sxx > 0 and syy > 0:
+            correlation = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / math.sqrt(sxx * syy)
+    return {"rows": n, "thirds": thirds, "correlation_log_host_us": correlation}
+
+
+def _markdown_host_speed(effect: dict[str, Any]) -> list[str]:
+    if not effect["thirds"]:
+        return []
+    corr = effect["correlation_log_host_us"]
+    md = [
+        "## The host's speed (Row.host_us)",
+        "",
+        f"Tokens/s error (signed: positive = over-predicts) of the {effect['rows']} judged rows that timed their host "
+        "before they ran (a tiny autograd call, microseconds), in thirds from the fastest host to the slowest; "
+        "the planner predicts one step whatever the host"
+        + ("" if corr is None else f"; correlation of the error with log(host time per call): {corr:.2f}")
+        + ":",
+        "",
+        "| host us per call | rows | GPUs | tok/s error median | abs median | planner's host share median |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for t in effect["thirds"]:
+        md.append(
+            f"| {t['host_us'][0]:.1f}-{t['host_us'][1]:.1f} | {t['rows']} | {', '.join(t['gpus'])} | "
+            f"{t['signed_error_median'] * 100:+.1f} % | {t['abs_error_median'] * 100:.1f} % | "
+            f"{t['host_share_median'] * 100:.0f} % |"
+        )
+    return [*md, ""]
 
 
 def repeatability(docs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1236,3 +1236,32 @@ def test_rows_read_with_gpu_busy_show_the_idle_gpu_beside_the_planners_split(pa:
         f"{pred['host_exposed_s']:.3f}",
         f"{pred['optimizer_s']:.3f}",
     ]
+
+
+def test_the_host_speed_table_sorts_the_errors_by_how_fast_each_rows_host_was(pa: ModuleType) -> None:
+    """The report's host-speed table: judged rows that timed their host (Row.host_us) in thirds from the fastest host
+    to the slowest, each third's signed and absolute median tokens/s error, and the correlation of the error with
+    log(host time per call); rows without a host reading, diagnostic rows and smoke files stay out."""
+    hw = _h200(pa, 1)
+    cfg = pa.Config("llama-1b", 1, "none", "none", False, micro_batch=2, seq=1024)
+    predicted = pa.row_throughput(hw, _row(pa, hw, cfg, alloc_error=0.0, tps=1.0)).tokens_per_sec
+    rows = []
+    # six hosts, 30 to 80 us a call: the slower the host, the fewer tokens/s it measured
+    for us, over in [(30, -0.2), (35, -0.1), (50, 0.0), (55, 0.05), (70, 0.1), (80, 0.2)]:
+        r = _row(pa, hw, cfg, alloc_error=0.0, tps=predicted / (1 + over))
+        r["host_us"] = {"autograd_tiny": us}
+        rows.append(r)
+    rows.append(_row(pa, hw, cfg, alloc_error=0.0, tps=predicted * 3))  # no host reading: not counted
+    thin = _row(pa, hw, replace(cfg, model="llama-1b-thin"), alloc_error=0.0, tps=1.0)
+    thin["host_us"] = {"autograd_tiny": 40}
+    smoke = dict(_doc(hw, [dict(rows[0], host_us={"autograd_tiny": 10})]), smoke=True)
+    effect = pa.host_speed_effect([_doc(hw, [*rows, thin]), smoke])
+    assert effect["rows"] == 6
+    assert [t["host_us"] for t in effect["thirds"]] == [[30, 35], [50, 55], [70, 80]]
+    assert [round(t["signed_error_median"], 3) for t in effect["thirds"]] == [-0.15, 0.025, 0.15]
+    assert [round(t["abs_error_median"], 3) for t in effect["thirds"]] == [0.15, 0.025, 0.15]
+    assert effect["correlation_log_host_us"] > 0.9
+    md = pa._markdown_host_speed(effect)
+    assert md[0] == "## The host's speed (Row.host_us)"
+    assert any(line.startswith("| 30.0-35.0 | 2 |") and "-15.0 %" in line for line in md)
+    assert pa._markdown_host_speed(pa.host_speed_effect([smoke])) == []
