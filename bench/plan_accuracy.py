@@ -29,6 +29,9 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # --label phases-z0step; 2026-12-05: --indices 38,39,40 --label phases-param; 2026-12-06: --indices 40,...,44
     # --label phases-3b; --indices 41,43,38 --label phases-3b-train, the peaks counted from the end of initialize):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
+    # How much of each step the GPU was busy, and where it waited on the host (a profile of the last untimed step;
+    # 2026-12-07: --indices 11,14,18,35,36,37,13,3 --label busy, and --family accum --indices 27,29,24,25):
+    python3 bench/plan_accuracy.py --family phases --indices 11,14 --gpu-busy --label busy --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
     # --label accum-offload; --indices 26,27 --label accum-offload3; --indices 28,29 --label accum-gpt2xl;
