@@ -51,11 +51,11 @@ def kind(event: Mapping[str, Any]) -> str:
     return "other kernels"
 
 
-def gpu_events(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The complete ("X") kernel, copy and memset events of a Chrome trace that have a start and a duration."""
+def _events(trace: Mapping[str, Any], categories: Sequence[str]) -> list[Mapping[str, Any]]:
+    """The complete ("X") events of a Chrome trace in ``categories`` that have a start and a duration."""
     out = []
     for e in trace.get("traceEvents", ()):
-        if not isinstance(e, Mapping) or e.get("ph") != "X" or e.get("cat") not in GPU_CATEGORIES:
+        if not isinstance(e, Mapping) or e.get("ph") != "X" or e.get("cat") not in categories:
             continue
         try:
             float(e["ts"]), float(e["dur"])
@@ -63,6 +63,15 @@ def gpu_events(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             continue
         out.append(e)
     return out
+
+
+def gpu_events(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The kernel, copy and memset events of a Chrome trace."""
+    return _events(trace, GPU_CATEGORIES)
+
+
+def _named_spans(events: Iterable[Mapping[str, Any]]) -> list[tuple[float, float, str]]:
+    return [(*_interval(e), str(e.get("name", ""))) for e in events]
 
 
 def _interval(e: Mapping[str, Any]) -> tuple[float, float]:
@@ -144,25 +153,13 @@ def host_while_idle(trace: Mapping[str, Any], min_us: float = 200.0, top: int = 
     microseconds and each sample goes to the innermost Python frame then running -- and apart to the innermost of
     DeepSpeed's own (a path with ``deepspeed/``), and to the CUDA runtime call then blocking, if any. Seconds per frame, the
     ``top`` largest; and the runtime calls of a millisecond or more (a synchronize, a pageable copy) by name."""
-    python = [
-        e
-        for e in trace.get("traceEvents", ())
-        if isinstance(e, Mapping) and e.get("cat") == "python_function" and "ts" in e
-    ]
+    python = _events(trace, ("python_function",))
     threads: dict[Any, int] = {}
     for e in python:
         threads[e.get("tid")] = threads.get(e.get("tid"), 0) + 1
     main = max(threads, key=lambda t: threads[t]) if threads else None  # the thread that ran the step
-    frames = [
-        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e.get("name", "")))
-        for e in python
-        if e.get("tid") == main
-    ]
-    runtime = [
-        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e.get("name", "")))
-        for e in trace.get("traceEvents", ())
-        if isinstance(e, Mapping) and e.get("cat") in ("cuda_runtime", "cuda_driver") and "ts" in e
-    ]
+    frames = _named_spans(e for e in python if e.get("tid") == main)
+    runtime = _named_spans(_events(trace, ("cuda_runtime", "cuda_driver")))
     step_us = 100.0
     gaps = idle_gaps(trace, min_us)
     samples: list[float] = []

@@ -2381,13 +2381,12 @@ def host_speed_effect(docs: list[dict[str, Any]]) -> dict[str, Any]:
         )
     correlation = None
     if n >= 3:
-        xs = [math.log(us) for us, *_ in points]
-        ys = [e for _, e, _, _ in points]
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        syy = sum((y - my) ** 2 for y in ys)
-        if sxx > 0 and syy > 0:
-            correlation = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / math.sqrt(sxx * syy)
+        with contextlib.suppress(
+            statistics.StatisticsError
+        ):  # Pearson's; none where all hosts or errors are equal
+            correlation = statistics.correlation(
+                [math.log(us) for us, *_ in points], [e for _, e, _, _ in points]
+            )
     return {"rows": n, "thirds": thirds, "correlation_log_host_us": correlation}
 
 

@@ -107,6 +107,11 @@ def test_garbage_in_a_trace_is_skipped_not_fatal(gb: ModuleType) -> None:
     out = gb.busy(trace)
     assert out["events"] == 1 and out["busy_s"] == 0.0  # a negative duration counts as none
     assert gb.busy({})["events"] == 0
+    frames = [
+        {"ph": "X", "cat": "python_function", "ts": "a", "dur": 1},
+        {"ph": "X", "cat": "cuda_runtime", "ts": 1},
+    ]
+    assert gb.host_while_idle({"traceEvents": [*trace["traceEvents"], *frames]})["gaps"] == 0
 
 
 def py(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, Any]:
