@@ -8,8 +8,9 @@ measures whether the rate grows with the threads as that says, or stops where th
     python3 bench/cpu_adam_rate.py --smoke              # 2^20 parameters, threads 1 and 2: checks the script
     python3 bench/cpu_adam_rate.py --out DIR            # JSON + markdown (default bench/results/)
 
-Each thread count runs in a child process of its own with OMP_NUM_THREADS set (as DeepSpeed's launcher sets it per
-rank: launcher/launch.py, 0.19.8), since the op's OpenMP runtime reads it once. A child times, each the median of
+Each thread count runs in a child process of its own with OMP_NUM_THREADS set, since the op's OpenMP runtime reads it
+once. (DeepSpeed's launcher sets it per rank only with --bind_cores_to_rank, launcher/launch.py 0.19.8, which dswiz
+does not pass: each rank's CPU Adam runs on every core, the ranks of a node at once.) A child times, each the median of
 --repeats after a warm-up:
 - DeepSpeedCPUAdam.step on one fp32 tensor of --params elements with its gradient (the op ZeRO-Offload steps each
   sub-group with; fp32 states), as parameters per second;
