@@ -27,10 +27,13 @@ vs DeepSpeed's own estimator), on the GPUs of this machine.
     # 13,...,19 --label phases-more; --indices 20,...,24 --label phases-warm; --indices 25,...,28 --label phases-step;
     # 2026-12-04: --indices 29,...,33 --label phases-third; --indices 34 --label phases-padding; --indices 35,36,37
     # --label phases-z0step; 2026-12-05: --indices 38,39,40 --label phases-param; 2026-12-06: --indices 40,...,44
-    # --label phases-3b; --indices 41,43,38 --label phases-3b-train, the peaks counted from the end of initialize):
+    # --label phases-3b; --indices 41,43,38 --label phases-3b-train, the peaks counted from the end of initialize;
+    # 2026-12-07: --indices 68,40,1 --label adamhost, beside bench/cpu_adam_rate.py on the same host):
     python3 bench/plan_accuracy.py --family phases --budget-s 430 --config-timeout-s 150 --label phases --out $OUT
     # How much of each step the GPU was busy, and where it waited on the host (a profile of the last untimed step;
-    # 2026-12-07: --indices 11,14,18,35,36,37,13,3 --label busy, and --family accum --indices 27,29,24,25):
+    # 2026-12-07: --indices 11,14,18,35,36,37,13,3 --label busy, and --family accum --indices 27,29,24,25; with the
+    # host's Python stacks, whose tracer costs the host more than the idle it explains: --family accum --indices
+    # 27,24 --host-while-idle --label idle):
     python3 bench/plan_accuracy.py --family phases --indices 11,14 --gpu-busy --label busy --out $OUT
     # Gradient accumulation: each config at 4-8 micro-steps per optimizer step beside a reading at 1 (2026-12-03:
     # --indices 0,...,8 --label accum-a; --indices 9,...,17 --label accum-b; 2026-12-04: --indices 22,...,25
