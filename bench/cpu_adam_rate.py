@@ -110,7 +110,12 @@ def run_child(threads: int, params: int, repeats: int) -> dict[str, Any]:
     if done.returncode != 0:
         tail = (done.stderr or "").strip().splitlines()[-5:]
         return {"threads": threads, "error": f"exit {done.returncode}: " + " | ".join(tail)}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = (done.stdout or "").strip().splitlines()
+    try:
+        row = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"threads": threads, "error": f"the child printed no reading (last line: {lines[-1:]!r})"}
+    return row if isinstance(row, dict) else {"threads": threads, "error": f"not a reading: {row!r}"}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -190,7 +195,17 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(","))
+    values = tuple(int(x) for x in text.split(","))
+    if not values or min(values) < 1:
+        raise ValueError(text)
+    return values
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
 
 
 def main() -> int:
@@ -201,12 +216,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--label", default="", help="appended to the result files' names")
     ap.add_argument(
-        "--params", type=int, default=DEFAULT_PARAMS, help="fp32 parameters stepped (default 2^27)"
+        "--params", type=_positive, default=DEFAULT_PARAMS, help="fp32 parameters stepped (default 2^27)"
     )
     ap.add_argument(
         "--threads", type=_ints, default=None, help="e.g. 1,4,16 (default 1, 2, 4, ... the cores)"
     )
-    ap.add_argument("--repeats", type=int, default=5, help="timed steps; the median is kept (default 5)")
+    ap.add_argument(
+        "--repeats", type=_positive, default=5, help="timed steps; the median is kept (default 5)"
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

@@ -43,3 +43,16 @@ def test_smoke_steps_deepspeeds_cpu_adam_at_each_thread_count(
         and "host passes" in page
         and f"{doc['params']:,} fp32 parameters" in page
     )
+
+
+def test_a_child_that_prints_no_reading_is_a_row_with_its_error(
+    bench_script: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    rate = bench_script("cpu_adam_rate")
+    for stdout in ("", "building the op...\nnot json", "[1, 2]"):
+        done = subprocess.CompletedProcess([], 0, stdout=stdout, stderr="")
+        monkeypatch.setattr(rate, "run_in_group", lambda *a, _done=done, **k: _done)
+        row = rate.run_child(4, 1024, 1)
+        assert row["threads"] == 4 and "error" in row, row
