@@ -57,6 +57,19 @@ def parse_timing_args(doc: str, *, default_runs: int) -> tuple[argparse.Namespac
     return args, 3 if args.smoke else args.runs
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse names the flag and the value otherwise)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated whole numbers of at least 1 ("1,4,16")."""
+    return tuple(positive_int(x) for x in text.split(","))
+
+
 def repo_env(**extra: str) -> dict[str, str]:
     """This process's environment for a child that imports the worktree's code without an install: the repository
     root first on PYTHONPATH, what PYTHONPATH held kept after it (on the GPU machine, the carried wheels: DeepSpeed,

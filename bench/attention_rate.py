@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import md_heading, md_table, result_stem, write_result  # noqa: E402
+from _common import md_heading, md_table, positive_ints, result_stem, write_result  # noqa: E402
 
 HEAD_DIMS = (64, 80, 96, 100, 128, 192, 256)
 SEQS = (1024, 2048)
@@ -175,10 +175,6 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(","))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: check that the script works")
@@ -192,8 +188,8 @@ def main() -> int:
     )
     ap.add_argument("--iters", type=int, default=10, help="calls per timed run (default 10)")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs; the median is kept (default 5)")
-    ap.add_argument("--seqs", type=_ints, default=SEQS, help="e.g. 1024,2048")
-    ap.add_argument("--head-dims", type=_ints, default=HEAD_DIMS, help="e.g. 64,128,256")
+    ap.add_argument("--seqs", type=positive_ints, default=SEQS, help="e.g. 1024,2048")
+    ap.add_argument("--head-dims", type=positive_ints, default=HEAD_DIMS, help="e.g. 64,128,256")
     args = ap.parse_args()
     doc = run(args)
     write_result(args.out, result_stem("attention_rate", doc, args.label), doc, markdown(doc))

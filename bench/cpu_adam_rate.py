@@ -39,7 +39,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loaded by a test
 
-from _common import md_heading, md_table, repo_env, result_stem, run_in_group, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    md_heading,
+    md_table,
+    positive_int,
+    positive_ints,
+    repo_env,
+    result_stem,
+    run_in_group,
+    write_result,
+)
 
 DEFAULT_PARAMS = 1 << 27  # 0.5 GiB a tensor, 2 GiB for the parameter, its gradient and Adam's two states
 SMOKE_PARAMS = 1 << 20
@@ -194,20 +203,6 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    values = tuple(int(x) for x in text.split(","))
-    if not values or min(values) < 1:
-        raise ValueError(text)
-    return values
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -216,13 +211,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--label", default="", help="appended to the result files' names")
     ap.add_argument(
-        "--params", type=_positive, default=DEFAULT_PARAMS, help="fp32 parameters stepped (default 2^27)"
+        "--params", type=positive_int, default=DEFAULT_PARAMS, help="fp32 parameters stepped (default 2^27)"
     )
     ap.add_argument(
-        "--threads", type=_ints, default=None, help="e.g. 1,4,16 (default 1, 2, 4, ... the cores)"
+        "--threads", type=positive_ints, default=None, help="e.g. 1,4,16 (default 1, 2, 4, ... the cores)"
     )
     ap.add_argument(
-        "--repeats", type=_positive, default=5, help="timed steps; the median is kept (default 5)"
+        "--repeats", type=positive_int, default=5, help="timed steps; the median is kept (default 5)"
     )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -158,3 +158,25 @@ def test_undecodable_output_is_replaced_not_lost(common: ModuleType) -> None:
     code = "import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe end\\n')"
     done = common.run_in_group([sys.executable, "-c", code], timeout=60, capture=True)
     assert done.returncode == 0 and done.stdout.startswith("ok ") and done.stdout.endswith(" end\n")
+
+
+def test_the_count_arguments_take_whole_numbers_of_one_or_more(
+    bench_script: Callable[[str], ModuleType],
+) -> None:
+    import argparse
+
+    common = bench_script("_common")
+    ap = argparse.ArgumentParser(exit_on_error=False)
+    ap.add_argument("--n", type=common.positive_int)
+    ap.add_argument("--ns", type=common.positive_ints)
+    assert ap.parse_args(["--n", "3", "--ns", "1,4,16"]) == argparse.Namespace(n=3, ns=(1, 4, 16))
+    for flag, bad in (
+        ("--n", "0"),
+        ("--n", "-2"),
+        ("--n", "x"),
+        ("--ns", "1,0"),
+        ("--ns", "4,"),
+        ("--ns", ""),
+    ):
+        with pytest.raises(argparse.ArgumentError, match=flag):
+            ap.parse_args([flag, bad])
