@@ -56,22 +56,6 @@ EXPONENTS = (0.25, 0.5, 0.75, 1.0)
 KINDS = ("H200", "H100")
 
 
-def load_rows(paths: list[Path]) -> list[tuple[HardwareReport, dict[str, Any], str]]:
-    """(hardware, row, GPU kind) of each judged row that timed its host, merged as --analyze merges them."""
-    out = []
-    for doc, every in pa._merge_runs([json.loads(p.read_text()) for p in paths]):
-        if doc.get("smoke"):
-            continue
-        hw, kind = HardwareReport.from_dict(doc["hardware"]), pa.gpu_kind(doc) or "?"
-        for r in every:
-            probes = r.get("host_us") or {}
-            if r["status"] != "ok" or not r.get("tokens_per_sec") or pa.is_diagnostic(r["config"]):
-                continue
-            if all(probes.get(p) for p in PROBES):
-                out.append((hw, r, kind))
-    return out
-
-
 @contextmanager
 def host_scaled(factor: float) -> Iterator[None]:
     """The calibration's HOST_CONSTANTS multiplied by ``factor`` (a dict's every value), restored on exit."""
@@ -116,7 +100,8 @@ def fit(rows: list[tuple[HardwareReport, dict[str, Any], str]], probe: str) -> t
 def run(paths: list[Path] | None = None) -> dict[str, Any]:
     if paths is None:
         paths = [ROOT / p for p in json.loads((ROOT / INPUTS_FROM).read_text())["inputs"]]
-    rows = load_rows(paths)
+    # the judged rows that timed their host with every probe, as the report's host-speed table takes them
+    rows = pa.host_timed_rows([json.loads(p.read_text()) for p in paths], PROBES)
     by_kind = {k: [x for x in rows if k in x[2]] for k in KINDS}
     res: dict[str, Any] = {"inputs": INPUTS_FROM, "host_constants": list(HOST_CONSTANTS), "fits": []}
     res["unscaled"] = {k: summary(errors(v, PROBES[0], 1.0, 0.0)) for k, v in by_kind.items() if v}

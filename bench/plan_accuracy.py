@@ -2345,6 +2345,26 @@ def _reading_group_key(doc: dict[str, Any], r: dict[str, Any]) -> tuple[Any, ...
     return (c.key(), r["seq_len"], r["world"], doc.get("alloc_conf"), gpu_kind(doc))
 
 
+def host_timed_rows(
+    docs: list[dict[str, Any]], probes: Sequence[str] = ("autograd_tiny",)
+) -> list[tuple[HardwareReport, dict[str, Any], str]]:
+    """(hardware, row, GPU kind) of every judged row (ok, tokens/s timed, not diagnostic) of the runs that are not
+    smoke runs whose host reading (Row.host_us) has each of ``probes``: the rows as the analysis merges them
+    (``_merge_runs``: each with its file's use_cache build)."""
+    out = []
+    for doc, every in _merge_runs(docs):
+        if doc.get("smoke"):
+            continue
+        hw, kind = HardwareReport.from_dict(doc["hardware"]), gpu_kind(doc) or "?"
+        for r in every:
+            readings = r.get("host_us") or {}
+            if r["status"] != "ok" or not r.get("tokens_per_sec") or is_diagnostic(r["config"]):
+                continue
+            if all(readings.get(p) for p in probes):
+                out.append((hw, r, kind))
+    return out
+
+
 def host_speed_effect(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """The tokens/s error of every judged row that measured its host's speed before it ran (Row.host_us: a tiny
     autograd call's microseconds), against that speed: the rows in thirds from the fastest host to the slowest, each
@@ -2352,18 +2372,10 @@ def host_speed_effect(docs: list[dict[str, Any]]) -> dict[str, Any]:
     and the correlation of the error with the log of the host's time per call. The planner does not know the host's
     speed: it predicts one step for every host."""
     points = []
-    for doc in docs:
-        if doc.get("smoke"):
-            continue
-        hw = HardwareReport.from_dict(doc["hardware"])
-        for r in doc["rows"]:
-            us = (r.get("host_us") or {}).get("autograd_tiny")
-            if r["status"] != "ok" or not r.get("tokens_per_sec") or not us or is_diagnostic(r["config"]):
-                continue
-            tp = row_throughput(hw, r)
-            points.append(
-                (float(us), tp.tokens_per_sec / r["tokens_per_sec"] - 1, host_share(tp), gpu_kind(doc) or "?")
-            )
+    for hw, r, kind in host_timed_rows(docs):
+        tp = row_throughput(hw, r)
+        us = float(r["host_us"]["autograd_tiny"])
+        points.append((us, tp.tokens_per_sec / r["tokens_per_sec"] - 1, host_share(tp), kind))
     points.sort()
     thirds = []
     n = len(points)

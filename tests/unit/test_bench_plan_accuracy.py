@@ -1265,3 +1265,7 @@ def test_the_host_speed_table_sorts_the_errors_by_how_fast_each_rows_host_was(pa
     assert md[0] == "## The host's speed (Row.host_us)"
     assert any(line.startswith("| 30.0-35.0 | 2 |") and "-15.0 %" in line for line in md)
     assert pa._markdown_host_speed(pa.host_speed_effect([smoke])) == []
+    # the rows as the analysis merges them: a file built with use_cache predicts its rows with it
+    built = dict(_doc(hw, rows[:1]), use_cache=True)
+    ((_, merged, _),) = pa.host_timed_rows([built])
+    assert merged["use_cache"] is True and pa.row_use_cache(merged)
