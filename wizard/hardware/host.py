@@ -6,6 +6,7 @@ between listing and stat.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -83,6 +84,70 @@ def physical_cores() -> int | None:
 def _physical_cores_from_cpuinfo(text: str) -> int | None:
     cores = set(re.findall(r"^physical id\s*:\s*(\d+)\s*$.*?^core id\s*:\s*(\d+)\s*$", text, re.M | re.S))
     return len(cores) or None
+
+
+def usable_cores(
+    cgroup_root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup"
+) -> int | None:
+    """Logical CPUs this process may use: its affinity mask (taskset, a Slurm job's or a container's cpuset), lowered
+    to a cgroup CPU quota rounded up (docker --cpus=2.5 gives 3). Children inherit both: the ranks the launcher
+    starts run on these CPUs."""
+    try:
+        n: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count()
+    quota = cgroup_cpu_quota(cgroup_root, proc_cgroup)
+    if quota is not None:
+        limit = max(1, math.ceil(quota - 1e-9))
+        n = min(n, limit) if n else limit
+    return n or None
+
+
+def cgroup_cpu_quota(cgroup_root: str | Path, proc_cgroup: str | Path) -> float | None:
+    """The tightest CPU quota, in CPUs, on this process's cgroup and its parents: cgroup v2 ``cpu.max`` ("200000
+    100000" is 2 CPUs, "max ..." none), cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none). None when
+    there is none or it cannot be read (kernel docs: admin-guide/cgroup-v2.rst, scheduler/sched-bwc.rst)."""
+    root = Path(cgroup_root)
+    found: list[float] = []
+    for line in (_read(proc_cgroup) or "").splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            continue
+        hierarchy, controllers, path = parts
+        files: tuple[str, ...]
+        base: Path | None
+        if hierarchy == "0" and controllers == "":  # v2: one tree
+            base, files = root, ("cpu.max",)
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own tree
+            base = next((root / d for d in (controllers, "cpu", "cpu,cpuacct") if (root / d).is_dir()), None)
+            files = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+        else:
+            continue
+        if base is None:
+            continue
+        rel = Path(path.lstrip("/"))
+        for d in [rel, *rel.parents]:
+            q = _cpu_quota_at(base / d, files)
+            if q is not None:
+                found.append(q)
+    return min(found) if found else None
+
+
+def _cpu_quota_at(directory: Path, files: tuple[str, ...]) -> float | None:
+    texts = [_read(directory / f) for f in files]
+    if any(t is None for t in texts):
+        return None
+    try:
+        if len(files) == 1:  # "quota period" or "max period"
+            quota, _, period = (texts[0] or "").strip().partition(" ")
+            if quota == "max":
+                return None
+            q, p = int(quota), int(period or "100000")
+        else:
+            q, p = int((texts[0] or "").strip()), int((texts[1] or "").strip())
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
 
 
 def memory() -> tuple[int | None, int | None]:
@@ -269,6 +334,7 @@ def read_host(env: Mapping[str, str] | None = None) -> HostInfo:
         cpu_model=cpu_model(),
         physical_cores=physical_cores(),
         logical_cores=os.cpu_count(),
+        usable_cores=usable_cores(),
         ram_total_bytes=total,
         ram_available_bytes=available,
         shm_bytes=shm[0] if shm else None,

@@ -62,6 +62,9 @@ class HostInfo:
     cpu_model: str | None = None
     physical_cores: int | None = None
     logical_cores: int | None = None
+    # logical CPUs this process may run on: its affinity mask (taskset, a Slurm allocation, a container's cpuset)
+    # lowered by a cgroup CPU quota (docker --cpus, a Kubernetes limit); None where not detected (a described host)
+    usable_cores: int | None = None
     ram_total_bytes: int | None = None
     ram_available_bytes: int | None = None
     shm_bytes: int | None = None  # /dev/shm size
@@ -69,6 +72,23 @@ class HostInfo:
     disks: tuple[DiskInfo, ...] = ()
     libaio: bool | None = None  # needed by DeepSpeed's async_io op (NVMe offload)
     libaio_detail: str | None = None  # what was found or missing, in words
+
+    @property
+    def restricted(self) -> bool:
+        """This process may use fewer logical CPUs than the host has."""
+        return bool(self.usable_cores and self.logical_cores and self.usable_cores < self.logical_cores)
+
+    @property
+    def work_cores(self) -> int | None:
+        """The cores the training's host work gets (CPU Adam, the data loader): the physical cores, or the logical
+        ones where those are unknown, scaled to the share of logical CPUs this process may use."""
+        cores = self.physical_cores or self.logical_cores
+        if cores is None:
+            return self.usable_cores
+        if self.restricted:
+            assert self.usable_cores is not None and self.logical_cores is not None
+            return max(1, round(cores * self.usable_cores / self.logical_cores))
+        return cores
 
 
 @dataclass(frozen=True)

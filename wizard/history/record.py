@@ -224,7 +224,7 @@ def hardware_fingerprint(hw: HardwareReport) -> Hardware:
         nodes=max(1, hw.nodes),
         interconnect=link,
         host_ram_bytes=hw.host.ram_total_bytes,
-        host_cores=hw.host.physical_cores or hw.host.logical_cores,
+        host_cores=hw.host.work_cores,
         host_cpu=hw.host.cpu_model or "",
         driver=sw.nvidia_driver or "",
         torch=sw.torch or "",

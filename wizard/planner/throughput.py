@@ -202,8 +202,7 @@ def _world_bus_bytes_per_s(hardware: HardwareReport, s: Strategy, gpu: GPUInfo |
 
 
 def host_cores(hardware: HardwareReport) -> int:
-    h = hardware.host
-    return h.physical_cores or h.logical_cores or cal.DEFAULT_HOST_CORES
+    return hardware.host.work_cores or cal.DEFAULT_HOST_CORES
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from textual.containers import Horizontal
 from textual.widgets import Button, Input, Label, Static
 
 from wizard.errors import DswizError
-from wizard.hardware.report import HardwareReport
+from wizard.hardware.report import HardwareReport, HostInfo
 from wizard.planner.calibration import DEFAULT_SAFETY_MARGIN
 from wizard.service.choices import gpu_memory_for
 from wizard.tui.screens.base import StepScreen
@@ -44,11 +44,16 @@ def gpu_table(hw: HardwareReport) -> Table:
     return table
 
 
+def cores_text(h: HostInfo) -> str:
+    """ "16 cores", or "16 cores, 4 usable here" when an affinity mask or a cgroup quota narrows this process."""
+    return f"{h.physical_cores or '?'} cores" + (f", {h.work_cores} usable here" if h.restricted else "")
+
+
 def host_text(hw: HardwareReport) -> Text:
     h = hw.host
     lines = [
         ("nodes", f"{hw.nodes} × {hw.gpus_per_node} GPU{'s' if hw.gpus_per_node != 1 else ''}"),
-        ("CPU", f"{h.cpu_model or '?'} ({h.physical_cores or '?'} cores)"),
+        ("CPU", f"{h.cpu_model or '?'} ({cores_text(h)})"),
         ("RAM", f"{fmt_bytes(h.ram_total_bytes)} total, {fmt_bytes(h.ram_available_bytes)} available"),
         ("/dev/shm", fmt_bytes(h.shm_bytes)),
         ("libaio", {True: "present", False: "missing (no NVMe offload)", None: "unknown"}[h.libaio]),

@@ -1,0 +1,137 @@
+"""The CPUs a training may use: the affinity mask and cgroup CPU quotas (hardware.host.usable_cores), what the
+planner counts from them (HostInfo.work_cores) and where they show. Real processes with a narrowed affinity; cgroup
+trees written as the kernel lays them out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from wizard.hardware.described import describe
+from wizard.hardware.host import cgroup_cpu_quota, read_host, usable_cores
+from wizard.hardware.report import HardwareReport, HostInfo
+from wizard.model import load_model_spec
+from wizard.planner.throughput import CPU_ADAM_PART, estimate_throughput
+from wizard.strategy import Strategy
+
+ROOT = Path(__file__).resolve().parents[2]
+AFFINITY = sorted(os.sched_getaffinity(0))
+NARROW = f"import json, os; os.sched_setaffinity(0, {{{AFFINITY[0]}}}); "  # a child's first line: one CPU
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_this_process_counts_its_affinity_mask() -> None:
+    host = read_host()
+    assert host.usable_cores is not None
+    assert 1 <= host.usable_cores <= len(AFFINITY) <= (host.logical_cores or 0)
+
+
+def test_a_process_pinned_to_one_cpu_plans_with_one_core() -> None:
+    # a real child whose mask is one CPU (what taskset -c 0 or a one-CPU Slurm task gives)
+    code = NARROW + (
+        "from wizard.hardware.host import read_host; h = read_host(); "
+        "print(json.dumps([h.usable_cores, h.logical_cores, h.restricted, h.work_cores]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, timeout=60
+    )
+    usable, logical, restricted, work = json.loads(out.stdout)
+    assert usable == 1 and work == 1
+    assert restricted == (logical > 1)
+
+
+def test_cgroup_v2_quota_takes_the_tightest_ancestor(tmp_path: Path) -> None:
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, "0::/user.slice/job\n")
+    _write(tmp_path / "cg" / "user.slice" / "job" / "cpu.max", "max 100000\n")
+    _write(tmp_path / "cg" / "user.slice" / "cpu.max", "250000 100000\n")
+    assert cgroup_cpu_quota(tmp_path / "cg", proc) == pytest.approx(2.5)
+    # docker --cpus=2.5 gives three CPUs' worth of threads, never more than the mask allows
+    assert usable_cores(tmp_path / "cg", proc) == min(3, len(AFFINITY))
+
+
+def test_cgroup_v1_quota_and_its_absence(tmp_path: Path) -> None:
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, "4:memory:/x\n3:cpu,cpuacct:/docker/abc\n0::/\n")
+    job = tmp_path / "cg" / "cpu,cpuacct" / "docker" / "abc"
+    _write(job / "cpu.cfs_quota_us", "150000\n")
+    _write(job / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_quota(tmp_path / "cg", proc) == pytest.approx(1.5)
+    _write(job / "cpu.cfs_quota_us", "-1\n")
+    assert cgroup_cpu_quota(tmp_path / "cg", proc) is None
+    assert usable_cores(tmp_path / "cg", proc) == len(AFFINITY)
+
+
+@pytest.mark.parametrize(
+    "cgroup, cpu_max",
+    [
+        ("", ""),
+        ("garbage", "1 2 3"),
+        ("0::/", "abc def"),
+        ("0::/", "0 100000"),
+        ("0::/", "100000 0"),
+        ("0::relative", "100000 100000"),
+        ("0::/\n1:cpu:/", "-5 100000"),
+        ("\x00\xff::/", "\x00"),
+    ],
+)
+def test_unreadable_quotas_are_no_quota(tmp_path: Path, cgroup: str, cpu_max: str) -> None:
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, cgroup)
+    _write(tmp_path / "cg" / "cpu.max", cpu_max)
+    assert cgroup_cpu_quota(tmp_path / "cg", proc) is None
+    assert cgroup_cpu_quota(tmp_path / "missing", tmp_path / "missing-file") is None
+
+
+@pytest.mark.parametrize(
+    "host, work",
+    [
+        (HostInfo(physical_cores=8, logical_cores=16), 8),
+        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=16), 8),
+        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=4), 2),  # 4 hyperthreads: two cores
+        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=1), 1),
+        (HostInfo(logical_cores=16, usable_cores=4), 4),
+        (HostInfo(usable_cores=4), 4),
+        (HostInfo(), None),
+    ],
+)
+def test_work_cores(host: HostInfo, work: int | None) -> None:
+    assert host.work_cores == work
+
+
+def test_the_planner_gives_cpu_adam_the_cores_the_process_may_use() -> None:
+    hw = describe("1xH200")
+    spec = load_model_spec("llama-7b")
+    s = Strategy(zero_stage=2, offload_optimizer="cpu", micro_batch_size=4, activation_checkpointing=True)
+
+    def adam(host: HostInfo) -> float:
+        return dict(estimate_throughput(replace(hw, host=host), spec, s, 1024).parts)[CPU_ADAM_PART]
+
+    whole = adam(HostInfo(physical_cores=16, logical_cores=16, usable_cores=16))
+    quarter = adam(HostInfo(physical_cores=16, logical_cores=16, usable_cores=4))
+    assert quarter == pytest.approx(4 * whole)
+    # a report saved before usable_cores existed reads back as unrestricted
+    d = replace(hw, host=HostInfo(physical_cores=16, logical_cores=16)).to_dict()
+    d["host"].pop("usable_cores")
+    assert HardwareReport.from_dict(d).host.work_cores == 16
+
+
+def test_detect_says_when_the_process_is_narrowed() -> None:
+    code = NARROW + "from wizard.cli import main; main(['detect'])"
+    env = {**os.environ, "COLUMNS": "200"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    if (os.cpu_count() or 1) > 1:
+        assert "1 usable by this process (affinity or cgroup quota): plans count 1" in out.stdout
