@@ -103,7 +103,15 @@ sys.path.insert(0, str(ROOT / "bench"))  # _common, also when this file is loade
 
 import _gpu_busy as gpu_busy  # noqa: E402
 import _peak_anatomy as peak_anatomy  # noqa: E402
-from _common import PYTHIA_1_4B, PYTHIA_1B, QWEN2_1_5B, repo_env, run_in_group, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    PYTHIA_1_4B,
+    PYTHIA_1B,
+    QWEN2_1_5B,
+    positive_int,
+    repo_env,
+    run_in_group,
+    write_result,
+)
 
 from wizard.alloc_conf import expandable_segments, planned_expandable_segments  # noqa: E402
 from wizard.config.load import settings_from_dict  # noqa: E402
@@ -4066,6 +4074,15 @@ def main() -> int:
         "what Python frame, DeepSpeed frame and CUDA runtime call the host was in while the GPU waited "
         "(Row.gpu_busy host_while_idle)",
     )
+    ap.add_argument(
+        "--cpus",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="run on the first N CPUs of this process's affinity mask (every config's process inherits it): the "
+        "host of a Slurm task or a container with N CPUs; the hardware the rows are predicted with says so "
+        "(HostInfo.usable_cores)",
+    )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)
     ap.add_argument("--collective-timeout-s", type=float, default=120.0)
@@ -4095,6 +4112,11 @@ def main() -> int:
         analyze(args.analyze, out_dir, args.report_name)
         return 0
     args.out = args.out or ROOT / "bench" / "results"
+    if args.cpus is not None and not args.worker:
+        mask = sorted(os.sched_getaffinity(0))
+        if args.cpus > len(mask):
+            ap.error(f"--cpus {args.cpus}: this process may use {len(mask)} CPUs; pass at most that")
+        os.sched_setaffinity(0, mask[: args.cpus])
     if args.worker:
         return worker(args)
     args.out.mkdir(parents=True, exist_ok=True)
