@@ -160,3 +160,16 @@ def test_dswiz_config_writes_what_the_flags_say(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "not a Slurm time limit" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+def test_dswiz_config_gives_offloading_ranks_the_cores_the_plan_counted(tmp_path: Path) -> None:
+    # 32 cores described, 2 GPUs: the plan prices CPU Adam at 16 cores a rank, and the batch job asks for them
+    argv = ["config", "--yes", "--model", "gpt2", "--hardware", "2xA100-40GB,cpu_cores=32", "--sbatch"]
+    argv += ["--stage", "2", "--offload-optimizer", "cpu", "--micro-batch", "2"]
+    result = dswiz(*argv, "--out", str(tmp_path / "off"))
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "off" / "job.sbatch").read_text()
+    assert "#SBATCH --cpus-per-task=32\n" in text and "# --cpus-per-task: 16 cores for each rank's CPU Adam" in text
+    plain = dswiz(*argv[:-6], "--stage", "2", "--micro-batch", "2", "--out", str(tmp_path / "plain"))
+    assert plain.returncode == 0, plain.stderr
+    assert "#SBATCH --cpus-per-task=2\n" in (tmp_path / "plain" / "job.sbatch").read_text()

@@ -32,6 +32,10 @@ CASES: dict[str, tuple[Strategy, WriteOptions]] = {
         WriteOptions(consumer="trainer", launcher="standard", slurm=slurm_job(cpus_per_task=32)),
     ),
     "slurm_2x4": (TWO_BY_FOUR, WriteOptions(launcher="slurm", slurm=slurm_job(time="30"))),
+    "nossh_2x4_offload": (
+        replace(TWO_BY_FOUR, offload_optimizer="cpu"),
+        WriteOptions(launcher="nossh", host_cores=64),
+    ),
     "single_node_cpu_ranks": (
         Strategy(zero_stage=2, precision="fp32", gpus_per_node=2),
         WriteOptions(slurm=slurm_job(wanted=True, gpus=False)),
@@ -76,6 +80,24 @@ def test_per_node_launchers_run_one_task_per_node_and_slurm_one_per_rank() -> No
     assert job_layout(per_node).per_node_srun
     assert (job_layout(by_rank).ntasks_per_node, job_layout(by_rank).cpus_per_task) == (4, 1)
     assert not job_layout(by_rank).per_node_srun
+
+
+def test_offloading_ranks_ask_for_the_cores_the_plan_counted() -> None:
+    # CPU Adam runs on the cores Slurm confines the task to: 64 cores over 4 ranks a node is 16 a rank
+    offload = replace(TWO_BY_FOUR, offload_optimizer="cpu")
+    for launcher, tasks, cpus in (("nossh", 1, 64), ("slurm", 4, 16)):
+        topo = config_set_from_strategy(offload, WriteOptions(launcher=launcher, host_cores=64)).topology
+        assert (job_layout(topo).ntasks_per_node, job_layout(topo).cpus_per_task) == (tasks, cpus)
+    params = replace(TWO_BY_FOUR, zero_stage=3, offload_param="cpu")
+    topo = config_set_from_strategy(params, WriteOptions(launcher="slurm", host_cores=8)).topology
+    assert job_layout(topo).cpus_per_task == 2
+    # cores unknown: the planner's default host (16 cores) shared by the node's 4 ranks
+    assert job_layout(config_set_from_strategy(offload, WriteOptions(launcher="slurm")).topology).cpus_per_task == 4
+    # nothing on the host: one core a rank, whatever the node has; an explicit --cpus-per-task always wins
+    plain = config_set_from_strategy(TWO_BY_FOUR, WriteOptions(launcher="slurm", host_cores=64)).topology
+    assert job_layout(plain).cpus_per_task == 1
+    asked = WriteOptions(launcher="slurm", host_cores=64, slurm=slurm_job(cpus_per_task=3))
+    assert job_layout(config_set_from_strategy(offload, asked).topology).cpus_per_task == 3
 
 
 @pytest.mark.parametrize("good", ["90", "30:00", "1:30:00", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED"])

@@ -76,7 +76,9 @@ def cluster_options(command: F) -> F:
             click.option(
                 "--slurm-cpus-per-task",
                 type=click.IntRange(min=1),
-                help="job.sbatch --cpus-per-task. Default: one core per rank the task starts.",
+                help="job.sbatch --cpus-per-task. Default: one core per rank the task starts; with the optimizer or "
+                "the parameters offloaded, each rank's share of the node's cores (CPU Adam runs on them: what "
+                "the plan counted).",
             ),
             click.option(
                 "--slurm-gpus/--no-slurm-gpus",

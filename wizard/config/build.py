@@ -39,6 +39,7 @@ from wizard.config.schema import (
     ZeroOptimization,
 )
 from wizard.errors import DswizError
+from wizard.hardware.report import cores_per_rank
 from wizard.hints import finetune_script_notes
 from wizard.strategy import Strategy
 from wizard.tuning import FULL, FineTune
@@ -96,6 +97,9 @@ class WriteOptions:
     # (launch.sh exports it, .deepspeed_env carries it to the other nodes).
     expandable_segments: bool = False
     slurm: SlurmJob = field(default_factory=SlurmJob)  # job.sbatch (wizard/config/sbatch.py)
+    # the node's cores the plan counted (HostInfo.work_cores; None: unknown, hardware.report.DEFAULT_HOST_CORES):
+    # job.sbatch asks for each offloading rank's share of them
+    host_cores: int | None = None
 
 
 def supports_log_level(deepspeed_version: str | None) -> bool:
@@ -204,7 +208,9 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         master_addr=options.master_addr or (hosts[0] if strategy.nodes > 1 else None),
         master_port=options.master_port,
         launcher=options.launcher,
-        slurm=options.slurm.model_copy(update={"config_dir": options.config_dir}),
+        slurm=options.slurm.model_copy(
+            update={"config_dir": options.config_dir, "cpus_per_rank": host_cpus_per_rank(strategy, options)}
+        ),
     )
     return ConfigSet(
         deepspeed=settings,
@@ -218,6 +224,14 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         script_notes=_script_notes(strategy, settings, options),
         local_rank_arg=options.local_rank_arg,
     )
+
+
+def host_cpus_per_rank(strategy: Strategy, options: WriteOptions) -> int:
+    """The CPUs job.sbatch asks for each rank: its share of the node's cores where the optimizer or the parameters
+    live on the host (CPU Adam runs on them: the plan priced the step with that share), else one."""
+    if strategy.offload_optimizer == "none" and strategy.offload_param == "none":
+        return 1
+    return int(cores_per_rank(options.host_cores, strategy.gpus_per_node))
 
 
 def accelerate_fields_for(topology: Topology) -> dict[str, Any]:

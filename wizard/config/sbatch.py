@@ -93,12 +93,13 @@ class JobLayout:
 def job_layout(topology: Topology) -> JobLayout:
     """The allocation a topology needs. DeepSpeed's slurm and MPI launchers start one task per rank inside it
     (srun -n / mpirun use the allocation's task slots); every other launch is one task per node that starts
-    the node's ranks itself, so that task gets a core per rank."""
+    the node's ranks itself, so that task gets a core per rank (``SlurmJob.cpus_per_rank`` each where the ranks
+    work on the host: Slurm confines a task to the CPUs it asked for)."""
     slurm = topology.slurm
     ranks = topology.gpus_per_node
     one_task_per_rank = topology.multi_node and topology.launcher not in (*PER_NODE_LAUNCHERS, "pdsh")
     tasks = ranks if one_task_per_rank else 1
-    cpus = slurm.cpus_per_task or (1 if one_task_per_rank else ranks)
+    cpus = slurm.cpus_per_task or slurm.cpus_per_rank * (1 if one_task_per_rank else ranks)
     return JobLayout(
         nodes=topology.nodes,
         ntasks_per_node=tasks,
@@ -174,6 +175,11 @@ def _header(config: ConfigSet, launch_sh_spec: LaunchSpec) -> list[str]:
         "# (PYTHON=/path/to/python and DSWIZ=/path/to/dswiz choose the interpreter and dswiz; sbatch passes",
         "# the environment it is run in to the job.)",
     ]
+    if topo.slurm.cpus_per_task is None and topo.slurm.cpus_per_rank > 1:
+        lines.append(
+            f"# --cpus-per-task: {topo.slurm.cpus_per_rank} cores for each rank's CPU Adam (the optimizer or the "
+            "parameters live on the host; the plan priced the step with that share of the node)"
+        )
     if topo.multi_node:
         lines.append(
             f"# {topo.nodes} nodes x {topo.gpus_per_node} ranks, launcher {topo.launcher}: {_how(config)}"

@@ -220,7 +220,10 @@ class SlurmJob(BaseModel):
     wanted: bool = False  # write job.sbatch for one node too (a multi-node plan always gets one)
     time: str | None = None  # --time, Slurm's format (minutes, H:MM:SS, D-HH...)
     partition: str | None = None
-    cpus_per_task: PositiveInt | None = None  # None: one core per rank the task starts
+    cpus_per_task: PositiveInt | None = None  # None: cpus_per_rank for each rank the task starts
+    # the default --cpus-per-task's cores per rank: 1, or with the optimizer or the parameters on the host the share
+    # of the node's cores the plan counted for each rank's CPU work (config_set_from_strategy sets it)
+    cpus_per_rank: PositiveInt = 1
     gpus: bool = True  # --gpus-per-node (False: CPU ranks, a cluster without GPU GRES)
     config_dir: str = (
         "."  # where the batch job finds these files (absolute: sbatch runs a copy of the script)

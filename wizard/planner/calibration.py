@@ -11,6 +11,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+# the host's cores where unknown: a hardware default, one rule with the config writers; in the fingerprint below
+from wizard.hardware.report import DEFAULT_HOST_CORES  # noqa: F401
+
 GiB = 1024**3
 
 # ------------------------------------------------------------------------------------------------ activations
@@ -616,7 +619,6 @@ PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {
 PCIE_EFFICIENCY = 0.6  # DeepSpeed's pinned copies in practice (assumption)
 DEFAULT_PCIE_GEN = 4
 CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.49e8
-DEFAULT_HOST_CORES = 16
 # The optimizer step is memory-bound: its per-parameter time scales with HBM bandwidth, measured on an H200.
 CALIBRATION_MEMORY_GBS = 4800.0
 # NVMe through DeepSpeed's async_io, per node (assumption: a PCIe 4 NVMe drive sustains ~3 GB/s mixed read/write).

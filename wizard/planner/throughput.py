@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wizard.hardware.report import GPUInfo, HardwareReport
+from wizard.hardware.report import GPUInfo, HardwareReport, cores_per_rank
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
@@ -199,10 +199,6 @@ def inter_node_bus_bytes_per_s(hardware: HardwareReport) -> float:
 def _world_bus_bytes_per_s(hardware: HardwareReport, s: Strategy, gpu: GPUInfo | None) -> float:
     intra = intra_node_bus_bytes_per_s(gpu, hardware)
     return min(intra, inter_node_bus_bytes_per_s(hardware)) if s.nodes > 1 else intra
-
-
-def host_cores(hardware: HardwareReport) -> int:
-    return hardware.host.work_cores or cal.DEFAULT_HOST_CORES
 
 
 @dataclass(frozen=True)
@@ -443,9 +439,8 @@ def _optimizer_seconds(
             # (calibration.STAGE3_PARAM_OFFLOAD_WRITE_BACK_BYTES_PER_SECOND).
             parts[PARAM_WRITE_BACK_PART] = w * local / cal.STAGE3_PARAM_OFFLOAD_WRITE_BACK_BYTES_PER_SECOND
         return parts
-    cores = host_cores(hardware)
-    cores_per_rank = max(1.0, cores / max(1, s.gpus_per_node))
-    parts[CPU_ADAM_PART] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores_per_rank)
+    cores = cores_per_rank(hardware.host.work_cores, s.gpus_per_node)
+    parts[CPU_ADAM_PART] = local / (cal.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE * cores)
     # Gradients to the host every micro-step, updated 16-bit weights back once per step. Stage 3 writes the weights
     # back with one blocking fp32 (host) -> 16-bit copy_ (stage3.py _reassign_or_swap_out_partitioned_parameters,
     # DeepSpeed 0.19.8): into the GPU partition, PyTorch converts on the host into a pageable temporary and copies

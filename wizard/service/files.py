@@ -78,6 +78,7 @@ def write_options(
     wanted: dict[str, Any] = {
         **answers,
         "deepspeed_version": installed_deepspeed_version(hardware),
+        "host_cores": hardware.host.work_cores if hardware is not None else None,
         "moe_leaf_modules": moe_leaf_modules(model),
         **({"finetune": model.finetune} if model is not None else {}),
         "config_dir": str(out_dir.resolve()),
