@@ -1,7 +1,8 @@
 """How fast DeepSpeed's CPU Adam steps on this host, by thread count, beside what the host's memory moves: the planner
-prices an offloaded optimizer step at a fixed rate per core times the cores per rank
-(wizard.planner.calibration.CPU_ADAM_PARAMS_PER_SECOND_PER_CORE, throughput._optimizer_seconds). This script
-measures whether the rate grows with the threads as that says, or stops where the host's memory bandwidth does.
+prices an offloaded optimizer step as a part the cores per rank share and a part they do not
+(wizard.planner.calibration.CPU_ADAM_CORE_SECONDS_PER_PARAM / CPU_ADAM_SECONDS_PER_PARAM, throughput._optimizer_seconds;
+it was a fixed rate per core when this script was written). This script measures how the op's rate grows with the
+threads, and where the host's memory bandwidth stops it.
 
     python3 bench/cpu_adam_rate.py                      # threads 1, 2, 4, ... up to the cores; 2^27 parameters
     python3 bench/cpu_adam_rate.py --threads 1,8,16 --params 268435456

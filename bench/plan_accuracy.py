@@ -2201,7 +2201,9 @@ def _merge_runs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[d
         # The allocator settings make runs of their own: a config read with expandable_segments never stands in for
         # its reading with the default allocator the planner predicts. So does each kind of GPU: a run is predicted
         # for one machine's hardware, and an H100's readings are not an H200's.
-        key = (doc["world"], bool(doc.get("smoke")), doc.get("alloc_conf"), gpu_kind(doc))
+        # A process narrowed to some of the host's CPUs (--cpus) is a host of its own too: its offloaded steps are
+        # predicted with those cores and judged apart from the machine's whole host.
+        key = (doc["world"], bool(doc.get("smoke")), doc.get("alloc_conf"), gpu_kind(doc), narrowed_cpus(doc))
         groups.setdefault(key, []).append((i, doc))
     out = []
     for members in groups.values():
@@ -2791,6 +2793,13 @@ def gpu_kind(doc: dict[str, Any]) -> str | None:
     return str(gpus[0].get("name")) if gpus else None
 
 
+def narrowed_cpus(doc: dict[str, Any]) -> int | None:
+    """The CPUs a raw file's processes were narrowed to (--cpus: HostInfo.usable_cores below the host's logical
+    CPUs), else None."""
+    host = HardwareReport.from_dict(doc.get("hardware", {})).host
+    return host.usable_cores if host.restricted else None
+
+
 def machine_of(doc: dict[str, Any], index: int) -> str:
     """Which machine a raw file was read on: its GPUs' UUIDs (one launch runs on one machine), else the file itself."""
     uuids = [g.get("uuid") for g in doc.get("hardware", {}).get("gpus", []) if g.get("uuid")]
@@ -3081,7 +3090,7 @@ FIT_CONSTANTS = (
     "MICRO_STEP_SECONDS_PER_LAYER",
     "STAGE0_STEP_SECONDS",
     "STAGE3_SECONDS_PER_LAYER",
-    "CPU_ADAM_PARAMS_PER_SECOND_PER_CORE",
+    "CPU_ADAM_SECONDS_PER_PARAM",
     "HOST_SECONDS_PER_LAYER[gpt2]",
     "HOST_SECONDS_PER_LAYER[llama]",
     "HOST_SECONDS_PER_LAYER[neox]",
@@ -3332,8 +3341,10 @@ def _markdown_header(doc: dict[str, Any], run: dict[str, Any]) -> list[str]:
         else ""
     )
     alloc = {s.get("alloc_conf") for s in sources} - {None}
+    cpus = narrowed_cpus(doc)
+    narrowed = f", on {cpus} of the host's {hw['host'].get('logical_cores')} CPUs" if cpus else ""
     md = [
-        f"## {doc['world']} x {gpu} ({doc['date']}, {doc['host']}; {doc['optimizer']}; "
+        f"## {doc['world']} x {gpu}{narrowed} ({doc['date']}, {doc['host']}; {doc['optimizer']}; "
         f"torch {doc['versions'].get('torch')}, deepspeed {doc['versions'].get('deepspeed')}, "
         f"transformers {doc['versions'].get('transformers')})",
         "",

@@ -17,6 +17,7 @@ from wizard.hardware.described import describe
 from wizard.hardware.host import cgroup_cpu_quota, read_host, usable_cores
 from wizard.hardware.report import HardwareReport, HostInfo
 from wizard.model import load_model_spec
+from wizard.planner import calibration as cal
 from wizard.planner.throughput import CPU_ADAM_PART, estimate_throughput
 from wizard.strategy import Strategy
 
@@ -119,7 +120,9 @@ def test_the_planner_gives_cpu_adam_the_cores_the_process_may_use() -> None:
 
     whole = adam(HostInfo(physical_cores=16, logical_cores=16, usable_cores=16))
     quarter = adam(HostInfo(physical_cores=16, logical_cores=16, usable_cores=4))
-    assert quarter == pytest.approx(4 * whole)
+    params = 1 / (cal.CPU_ADAM_SECONDS_PER_PARAM + cal.CPU_ADAM_CORE_SECONDS_PER_PARAM / 16)
+    at_four = 1 / (cal.CPU_ADAM_SECONDS_PER_PARAM + cal.CPU_ADAM_CORE_SECONDS_PER_PARAM / 4)
+    assert quarter / whole == pytest.approx(params / at_four)  # the step of a 4-core host, not a 16-core one
     # a report saved before usable_cores existed reads back as unrestricted
     d = replace(hw, host=HostInfo(physical_cores=16, logical_cores=16)).to_dict()
     d["host"].pop("usable_cores")

@@ -169,7 +169,10 @@ def test_dswiz_config_gives_offloading_ranks_the_cores_the_plan_counted(tmp_path
     result = dswiz(*argv, "--out", str(tmp_path / "off"))
     assert result.returncode == 0, result.stderr
     text = (tmp_path / "off" / "job.sbatch").read_text()
-    assert "#SBATCH --cpus-per-task=32\n" in text and "# --cpus-per-task: 16 cores for each rank's CPU Adam" in text
+    assert (
+        "#SBATCH --cpus-per-task=32\n" in text
+        and "# --cpus-per-task: 16 cores for each rank's CPU Adam" in text
+    )
     plain = dswiz(*argv[:-6], "--stage", "2", "--micro-batch", "2", "--out", str(tmp_path / "plain"))
     assert plain.returncode == 0, plain.stderr
     assert "#SBATCH --cpus-per-task=2\n" in (tmp_path / "plain" / "job.sbatch").read_text()

@@ -618,7 +618,20 @@ PCIE_X16_BYTES_PER_SECOND: dict[int, float] = {
 }  # fmt: skip
 PCIE_EFFICIENCY = 0.6  # DeepSpeed's pinned copies in practice (assumption)
 DEFAULT_PCIE_GEN = 4
-CPU_ADAM_PARAMS_PER_SECOND_PER_CORE = 1.49e8
+# The host's side of an offloaded optimizer step (CPU Adam, the norm and unscaling passes, the 16-bit conversion):
+# seconds per parameter = CPU_ADAM_SECONDS_PER_PARAM + CPU_ADAM_CORE_SECONDS_PER_PARAM / cores per rank. A part
+# that more cores do not shorten (the host's memory bandwidth, the passes that run on one thread) and a part they
+# share. The share: the step phase of two configs on one H200 machine's host, run on 2, 4, 8 and 16 of its 16 cores
+# (bench/plan_accuracy.py --family phases --indices 40,1 --cpus N; bench/results/cpu_offload_cores-2026-12-07.md,
+# bench/fit_cpu_offload_cores.py): llama-1b ZeRO-3 with both offloads 1.78 / 1.01 / 0.66 / 0.49 s, GPT-2-XL ZeRO-2
+# with the optimizer offloaded 2.44 / 1.26 / 0.99 / 0.68 s; the slope of step against 1/cores gives 2.64e-9 and
+# 2.49e-9 core-seconds a parameter (their mean below). The rest anchors the 16-core total where the H200 rows put it
+# (1.49e8 parameters a second a core before: 2.4e9 at 16 cores, the step phase of stages 1-2 with the optimizer on
+# the CPU measured 2.1-2.5e9 parameters/s there, plan_accuracy-2026-12-03-1gpu-all-d.md). The per-core rule said 7x
+# too slow on two cores (CPU Adam alone ran 2.1e9 parameters a second on two threads of that host:
+# bench/results/cpu_adam_rate-2026-12-07-h100host.md).
+CPU_ADAM_CORE_SECONDS_PER_PARAM = 2.57e-9
+CPU_ADAM_SECONDS_PER_PARAM = 1 / (1.49e8 * 16) - CPU_ADAM_CORE_SECONDS_PER_PARAM / 16
 # The optimizer step is memory-bound: its per-parameter time scales with HBM bandwidth, measured on an H200.
 CALIBRATION_MEMORY_GBS = 4800.0
 # NVMe through DeepSpeed's async_io, per node (assumption: a PCIe 4 NVMe drive sustains ~3 GB/s mixed read/write).
