@@ -84,6 +84,7 @@ def test_cgroup_v1_quota_and_its_absence(tmp_path: Path) -> None:
         ("0::relative", "100000 100000"),
         ("0::/\n1:cpu:/", "-5 100000"),
         ("\x00\xff::/", "\x00"),
+        ("0::/a\x00b", "max 100000"),
     ],
 )
 def test_unreadable_quotas_are_no_quota(tmp_path: Path, cgroup: str, cpu_max: str) -> None:

@@ -57,7 +57,7 @@ PSEUDO_FS = frozenset(
 def _read(path: str | Path) -> str | None:
     try:
         return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path (a name read from a file)
         return None
 
 

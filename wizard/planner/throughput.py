@@ -440,7 +440,9 @@ def _optimizer_seconds(
             parts[PARAM_WRITE_BACK_PART] = w * local / cal.STAGE3_PARAM_OFFLOAD_WRITE_BACK_BYTES_PER_SECOND
         return parts
     cores = cores_per_rank(hardware.host.work_cores, s.gpus_per_node)
-    parts[CPU_ADAM_PART] = local * (cal.CPU_ADAM_SECONDS_PER_PARAM + cal.CPU_ADAM_CORE_SECONDS_PER_PARAM / cores)
+    parts[CPU_ADAM_PART] = local * (
+        cal.CPU_ADAM_SECONDS_PER_PARAM + cal.CPU_ADAM_CORE_SECONDS_PER_PARAM / cores
+    )
     # Gradients to the host every micro-step, updated 16-bit weights back once per step. Stage 3 writes the weights
     # back with one blocking fp32 (host) -> 16-bit copy_ (stage3.py _reassign_or_swap_out_partitioned_parameters,
     # DeepSpeed 0.19.8): into the GPU partition, PyTorch converts on the host into a pageable temporary and copies
