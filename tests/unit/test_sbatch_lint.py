@@ -32,10 +32,25 @@ def dswiz(*args: str) -> subprocess.CompletedProcess[str]:
 RENDEZVOUS = "export MASTER_ADDR=n1\nexport MASTER_PORT=12345\n"
 
 
-def write_set(directory: Path, launcher: MultinodeLauncher = "nossh", nodes: int = 2, gpus: int = 4) -> Path:
+def write_set(
+    directory: Path,
+    launcher: MultinodeLauncher = "nossh",
+    nodes: int = 2,
+    gpus: int = 4,
+    offload: bool = False,
+    host_cores: int | None = None,
+) -> Path:
     """A config set for nodes x gpus (micro-batch 2, so train_batch_size = 2 x nodes x gpus)."""
-    strategy = Strategy(zero_stage=2, micro_batch_size=2, nodes=nodes, gpus_per_node=gpus)
-    options = WriteOptions(launcher=launcher, config_dir=str(directory), slurm=slurm_job(wanted=True))
+    strategy = Strategy(
+        zero_stage=2,
+        micro_batch_size=2,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        offload_optimizer="cpu" if offload else "none",
+    )
+    options = WriteOptions(
+        launcher=launcher, config_dir=str(directory), slurm=slurm_job(wanted=True), host_cores=host_cores
+    )
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in render_all(config_set_from_strategy(strategy, options)).items():
         (directory / name).write_text(text)
@@ -160,6 +175,49 @@ def test_dswiz_config_writes_what_the_flags_say(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "not a Slurm time limit" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("launcher", ["nossh", "slurm"])
+@pytest.mark.parametrize("host_cores", [None, 8, 64])
+def test_what_dswiz_writes_for_an_offloading_plan_gives_the_ranks_their_cpus(
+    tmp_path: Path, launcher: MultinodeLauncher, host_cores: int | None
+) -> None:
+    # 8 cores over 4 GPUs is 2 a rank: dswiz writes what the plan counted, and check says it is few
+    sbatch = write_set(tmp_path, launcher, offload=True, host_cores=host_cores)
+    assert codes(sbatch) == ({"sbatch-offload-cpus"} if host_cores == 8 else set())
+
+
+@pytest.mark.parametrize(
+    "directives, flagged",
+    [
+        ("--ntasks-per-node=1 --cpus-per-task=4", True),  # one task starts the 4 ranks: 1 CPU each
+        ("--ntasks-per-node=1 --cpus-per-task=16", False),
+        ("--ntasks-per-node=4 --cpus-per-task=4", False),  # a task a rank
+        ("--ntasks-per-node=4", True),  # Slurm's default: one CPU a task
+        ("--cpus-per-gpu=2", True),
+        ("--cpus-per-gpu=8", False),
+        ("--exclusive", False),  # the whole node
+    ],
+)
+def test_an_offloading_job_with_few_cpus_a_rank_is_flagged(
+    tmp_path: Path, directives: str, flagged: bool
+) -> None:
+    sbatch = write_set(tmp_path, "nossh", offload=True, host_cores=64)
+    text = sbatch.read_text()
+    head = "".join(f"#SBATCH {d}\n" for d in directives.split())
+    text = "\n".join(
+        ln for ln in text.splitlines() if not ln.startswith(("#SBATCH --cpus", "#SBATCH --ntasks"))
+    )
+    text = text.replace("#!/bin/bash\n", "#!/bin/bash\n" + head, 1) + "\n"
+    found = [f for f in lint_path(with_script(sbatch, text)) if f.code == "sbatch-offload-cpus"]
+    assert bool(found) == flagged
+    if found:
+        assert "the optimizer on the host" in found[0].what and "--cpus-" in found[0].fix
+    plain = write_set(
+        tmp_path / "plain", "nossh"
+    )  # nothing offloaded: any CPU count is the script's business
+    with_script(plain, text.replace(str(tmp_path), str(tmp_path / "plain")))
+    assert "sbatch-offload-cpus" not in codes(plain)
 
 
 def test_dswiz_config_gives_offloading_ranks_the_cores_the_plan_counted(tmp_path: Path) -> None:

@@ -91,11 +91,10 @@ def test_offloading_ranks_ask_for_the_cores_the_plan_counted() -> None:
     params = replace(TWO_BY_FOUR, zero_stage=3, offload_param="cpu")
     topo = config_set_from_strategy(params, WriteOptions(launcher="slurm", host_cores=8)).topology
     assert job_layout(topo).cpus_per_task == 2
-    # cores unknown: the planner's default host (16 cores) shared by the node's 4 ranks
-    assert (
-        job_layout(config_set_from_strategy(offload, WriteOptions(launcher="slurm")).topology).cpus_per_task
-        == 4
-    )
+    # the node's cores unknown: the whole node, never a count the node may not have
+    unknown = config_set_from_strategy(offload, WriteOptions(launcher="slurm"))
+    assert job_layout(unknown.topology).cpus_per_task == 1 and unknown.topology.slurm.exclusive
+    assert "#SBATCH --exclusive\n" in render_all(unknown)[SBATCH_NAME]
     # nothing on the host: one core a rank, whatever the node has; an explicit --cpus-per-task always wins
     plain = config_set_from_strategy(TWO_BY_FOUR, WriteOptions(launcher="slurm", host_cores=64)).topology
     assert job_layout(plain).cpus_per_task == 1

@@ -97,7 +97,7 @@ class WriteOptions:
     # (launch.sh exports it, .deepspeed_env carries it to the other nodes).
     expandable_segments: bool = False
     slurm: SlurmJob = field(default_factory=SlurmJob)  # job.sbatch (wizard/config/sbatch.py)
-    # the node's cores the plan counted (HostInfo.work_cores; None: unknown, hardware.report.DEFAULT_HOST_CORES):
+    # the node's cores the plan counted (HostInfo.work_cores; None: unknown, DEFAULT_HOST_CORES_PER_GPU a rank):
     # job.sbatch asks for each offloading rank's share of them
     host_cores: int | None = None
 
@@ -209,7 +209,7 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
         master_port=options.master_port,
         launcher=options.launcher,
         slurm=options.slurm.model_copy(
-            update={"config_dir": options.config_dir, "cpus_per_rank": host_cpus_per_rank(strategy, options)}
+            update={"config_dir": options.config_dir, **host_cpus(strategy, options)}
         ),
     )
     return ConfigSet(
@@ -226,12 +226,15 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
     )
 
 
-def host_cpus_per_rank(strategy: Strategy, options: WriteOptions) -> int:
-    """The CPUs job.sbatch asks for each rank: its share of the node's cores where the optimizer or the parameters
-    live on the host (CPU Adam runs on them: the plan priced the step with that share), else one."""
+def host_cpus(strategy: Strategy, options: WriteOptions) -> dict[str, Any]:
+    """The CPUs job.sbatch asks for (SlurmJob fields): where the optimizer or the parameters live on the host (CPU
+    Adam runs on them), each rank's share of the node's cores, the share the plan priced the step with -- or, the
+    node's cores unknown, the whole node; else one a rank."""
     if strategy.offload_optimizer == "none" and strategy.offload_param == "none":
-        return 1
-    return int(cores_per_rank(options.host_cores, strategy.gpus_per_node))
+        return {}
+    if options.host_cores is None:
+        return {"exclusive": options.slurm.cpus_per_task is None}
+    return {"cpus_per_rank": int(cores_per_rank(options.host_cores, strategy.gpus_per_node))}
 
 
 def accelerate_fields_for(topology: Topology) -> dict[str, Any]:

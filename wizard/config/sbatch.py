@@ -121,6 +121,8 @@ def sbatch_directives(config: ConfigSet) -> list[tuple[str, str]]:
     if layout.gpus_per_node is not None:
         out.append(("gpus-per-node", str(layout.gpus_per_node)))
     out.append(("cpus-per-task", str(layout.cpus_per_task)))
+    if topo.slurm.exclusive:
+        out.append(("exclusive", ""))
     if topo.slurm.time:
         out.append(("time", topo.slurm.time))
     if topo.slurm.partition:
@@ -168,7 +170,7 @@ def _quoted(word: str) -> str:
 def _header(config: ConfigSet, launch_sh_spec: LaunchSpec) -> list[str]:
     topo = config.topology
     lines = ["#!/bin/bash"]
-    lines += [f"#SBATCH --{key}={value}" for key, value in sbatch_directives(config)]
+    lines += [f"#SBATCH --{key}" + (f"={value}" if value else "") for key, value in sbatch_directives(config)]
     lines += [
         "# Written by dswiz: the Slurm batch job for the configs in this directory. Submit it from your project",
         f"# directory:  sbatch {topo.slurm.config_dir}/{SBATCH_NAME} train.py [script args...]",
@@ -179,6 +181,11 @@ def _header(config: ConfigSet, launch_sh_spec: LaunchSpec) -> list[str]:
         lines.append(
             f"# --cpus-per-task: {topo.slurm.cpus_per_rank} cores for each rank's CPU Adam (the optimizer or the "
             "parameters live on the host; the plan priced the step with that share of the node)"
+        )
+    if topo.slurm.exclusive:
+        lines.append(
+            "# --exclusive: the whole node for CPU Adam (the optimizer or the parameters live on the host, and the "
+            "plan did not know the node's cores; dswiz config --slurm-cpus-per-task N asks for N instead)"
         )
     if topo.multi_node:
         lines.append(

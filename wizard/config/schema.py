@@ -224,6 +224,8 @@ class SlurmJob(BaseModel):
     # the default --cpus-per-task's cores per rank: 1, or with the optimizer or the parameters on the host the share
     # of the node's cores the plan counted for each rank's CPU work (config_set_from_strategy sets it)
     cpus_per_rank: PositiveInt = 1
+    # the whole node (--exclusive): the ranks work on the host and how many cores it has is not known
+    exclusive: bool = False
     gpus: bool = True  # --gpus-per-node (False: CPU ranks, a cluster without GPU GRES)
     config_dir: str = (
         "."  # where the batch job finds these files (absolute: sbatch runs a copy of the script)

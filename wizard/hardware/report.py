@@ -56,15 +56,18 @@ class DiskInfo:
     rotational: bool | None = None
 
 
-# The cores a host is taken to have where neither detection nor the description says (the 16-core slice a cloud
-# GPU VM of one card gives, as on the machines the planner's CPU offload was measured on).
-DEFAULT_HOST_CORES = 16
+# The cores a rank is taken to have where neither detection nor the description says how many the host has: the
+# 16-core slice a cloud VM of one GPU gives (the machines the planner's CPU offload was measured on); 8-GPU servers
+# give 12-28 a GPU (DGX A100: 128 cores, DGX H100: 112).
+DEFAULT_HOST_CORES_PER_GPU = 16
 
 
 def cores_per_rank(work_cores: int | None, ranks_per_node: int) -> float:
     """The host cores each rank's CPU work gets (an offloaded optimizer's CPU Adam, the pinned copies): the node's
-    cores (``HostInfo.work_cores``; DEFAULT_HOST_CORES when unknown) shared by its ranks, at least one."""
-    return max(1.0, (work_cores or DEFAULT_HOST_CORES) / max(1, ranks_per_node))
+    cores (``HostInfo.work_cores``) shared by its ranks, at least one; DEFAULT_HOST_CORES_PER_GPU when unknown."""
+    if not work_cores:
+        return float(DEFAULT_HOST_CORES_PER_GPU)
+    return max(1.0, work_cores / max(1, ranks_per_node))
 
 
 @dataclass(frozen=True)

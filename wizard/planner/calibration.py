@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-# the host's cores where unknown: a hardware default, one rule with the config writers; in the fingerprint below
-from wizard.hardware.report import DEFAULT_HOST_CORES  # noqa: F401
+# a rank's host cores where unknown: a hardware default, one rule with the config writers; in the fingerprint below
+from wizard.hardware.report import DEFAULT_HOST_CORES_PER_GPU  # noqa: F401
 
 GiB = 1024**3
 

@@ -13,6 +13,9 @@ after it is a comment. Codes:
   sbatch-ssh-launcher       DeepSpeed's pdsh launcher inside the job: needs passwordless ssh between the nodes
   sbatch-no-master-addr     several nodes, and nothing sets MASTER_ADDR (or --master-addr / --master_addr)
   sbatch-no-master-port     several nodes, and nothing sets MASTER_PORT (every job then meets on 29500)
+  sbatch-offload-cpus       ds_config.json offloads to the host, and the job gives each rank fewer than
+                            MIN_OFFLOAD_CPUS_PER_RANK CPUs (Slurm confines a task to what it asked for; CPU Adam runs
+                            there)
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from wizard.config.sbatch import check_time
 from wizard.errors import DswizError
 from wizard.findings import Finding
 
+# Below this many CPUs a rank, an offloaded optimizer step is several times what the node could give it: on one H200
+# machine the step of two offloaded configs took 3.6x on 2 cores and 2x on 4 what it took on 16 (docs/measurements.md,
+# "The offloaded step against the cores a rank gets").
+MIN_OFFLOAD_CPUS_PER_RANK = 4
 _DIRECTIVE_RE = re.compile(r"^#SBATCH\s+(.*)$")
 _SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-G": "gpus", "-t": "time", "-p": "partition"}
 
@@ -116,10 +123,11 @@ class PlanBeside:
     launcher: str | None = (
         None  # the multi-node launcher accelerate.yaml names (dswiz launch starts that one)
     )
+    offloaded: str | None = None  # what ds_config.json puts on the host, in words ("the optimizer")
 
 
 def plan_beside(directory: Path) -> PlanBeside:
-    nodes = slots = world = launcher = None
+    nodes = slots = world = launcher = offloaded = None
     hostfile = directory / "hostfile"
     if hostfile.is_file():
         parsed = parse_hostfile(hostfile.read_text(encoding="utf-8", errors="replace"))
@@ -130,11 +138,25 @@ def plan_beside(directory: Path) -> PlanBeside:
         cfg, problem = parse_json(ds.read_text(encoding="utf-8", errors="replace"))
         if problem is None and isinstance(cfg, dict):
             world = _world_from_batch(cfg)
+            offloaded = _offloaded(cfg)
     accelerate = directory / "accelerate.yaml"
     if accelerate.is_file():
         raw, problem = parse_yaml(accelerate.read_text(encoding="utf-8", errors="replace"))
         launcher = yaml_launcher(raw) if problem is None else None
-    return PlanBeside(nodes, slots, world, launcher)
+    return PlanBeside(nodes, slots, world, launcher, offloaded)
+
+
+def _offloaded(cfg: dict[str, Any]) -> str | None:
+    """What a DeepSpeed config offloads to the host (CPU or NVMe: CPU Adam steps either), in words; None: nothing."""
+    zero = cfg.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return None
+    names = []
+    for key, words in (("offload_optimizer", "the optimizer"), ("offload_param", "the parameters")):
+        section = zero.get(key)
+        if isinstance(section, dict) and section.get("device") in ("cpu", "nvme"):
+            names.append(words)
+    return " and ".join(names) or None
 
 
 def _world_from_batch(cfg: dict[str, Any]) -> int | None:
@@ -263,7 +285,37 @@ def _launch_findings(script: BatchScript, plan: PlanBeside, at: Any) -> list[Fin
         )
     if nodes > 1:
         out += _master_findings(body, at)
+    out += _offload_cpu_findings(script, plan, ranks, at)
     return out
+
+
+def _offload_cpu_findings(script: BatchScript, plan: PlanBeside, ranks: int | None, at: Any) -> list[Finding]:
+    """An offloading job whose ranks get fewer than MIN_OFFLOAD_CPUS_PER_RANK CPUs each: --cpus-per-gpu, else
+    --cpus-per-task over the ranks each task starts (Slurm's default: one CPU a task). --exclusive gives the node."""
+    if not plan.offloaded or not ranks or "exclusive" in script.options:
+        return []
+    tasks = script.count("ntasks-per-node") or 1
+    if "cpus-per-gpu" in script.options:
+        per_rank, key = float(script.count("cpus-per-gpu") or 1), "cpus-per-gpu"
+        fix = f"`#SBATCH --cpus-per-gpu={MIN_OFFLOAD_CPUS_PER_RANK}` or more"
+    else:
+        per_rank, key = (script.count("cpus-per-task") or 1) * tasks / ranks, "cpus-per-task"
+        needed = MIN_OFFLOAD_CPUS_PER_RANK * max(1, ranks // tasks)
+        fix = f"`#SBATCH --cpus-per-task={needed}` or more ({MIN_OFFLOAD_CPUS_PER_RANK} a rank"
+        fix += f" for the {ranks // tasks} ranks each task starts)" if ranks > tasks else ")"
+    if per_rank >= MIN_OFFLOAD_CPUS_PER_RANK:
+        return []
+    return [
+        finding(
+            WARNING,
+            "sbatch-offload-cpus",
+            f"ds_config.json puts {plan.offloaded} on the host, but the job gives each rank {per_rank:g} CPU(s)",
+            "Slurm confines a task to the CPUs it asks for, and CPU Adam steps on them: an offloaded step took 3.6x "
+            "on 2 cores what it took on 16",
+            f"give each rank more of the node's cores, if it has them: {fix}",
+            at(key) if key in script.lines else at("nodes"),
+        )
+    ]
 
 
 def _master_findings(body: str, at: Any) -> list[Finding]:
