@@ -51,6 +51,12 @@ class Strategy:
         return 4 if self.precision == "fp32" else 2
 
     @property
+    def steps_on_host(self) -> bool:
+        """The optimizer steps on the host's cores (CPU Adam): training with the optimizer offloaded to the CPU or to
+        NVMe. What the planner prices by the cores a rank gets, and what job.sbatch asks cores for."""
+        return self.mode == "train" and self.offload_optimizer != "none"
+
+    @property
     def offloads_to_nvme(self) -> bool:
         return "nvme" in (self.offload_optimizer, self.offload_param)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wizard.hardware.described import describe
-from wizard.hardware.host import cgroup_cpu_quota, read_host, usable_cores
+from wizard.hardware.host import cgroup_cpu_quota, cores_of, read_host, usable_cores
 from wizard.hardware.report import HardwareReport, HostInfo
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
@@ -41,14 +41,14 @@ def test_a_process_pinned_to_one_cpu_plans_with_one_core() -> None:
     # a real child whose mask is one CPU (what taskset -c 0 or a one-CPU Slurm task gives)
     code = NARROW + (
         "from wizard.hardware.host import read_host; h = read_host(); "
-        "print(json.dumps([h.usable_cores, h.logical_cores, h.restricted, h.work_cores]))"
+        "print(json.dumps([h.usable_cores, h.cores, h.restricted, h.work_cores]))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, timeout=60
     )
-    usable, logical, restricted, work = json.loads(out.stdout)
+    usable, cores, restricted, work = json.loads(out.stdout)
     assert usable == 1 and work == 1
-    assert restricted == (logical > 1)
+    assert restricted == (cores > 1)
 
 
 def test_cgroup_v2_quota_takes_the_tightest_ancestor(tmp_path: Path) -> None:
@@ -56,9 +56,36 @@ def test_cgroup_v2_quota_takes_the_tightest_ancestor(tmp_path: Path) -> None:
     _write(proc, "0::/user.slice/job\n")
     _write(tmp_path / "cg" / "user.slice" / "job" / "cpu.max", "max 100000\n")
     _write(tmp_path / "cg" / "user.slice" / "cpu.max", "250000 100000\n")
+    _write(tmp_path / "cg" / "cpu.max", "400000 100000\n")
     assert cgroup_cpu_quota(tmp_path / "cg", proc) == pytest.approx(2.5)
+    _write(tmp_path / "cg" / "user.slice" / "job" / "cpu.max", "150000 100000\n")
+    assert cgroup_cpu_quota(tmp_path / "cg", proc) == pytest.approx(1.5)
+    _write(tmp_path / "cg" / "user.slice" / "job" / "cpu.max", "250000 100000\n")
     # docker --cpus=2.5 gives three CPUs' worth of threads, never more than the mask allows
     assert usable_cores(tmp_path / "cg", proc) == min(3, len(AFFINITY))
+
+
+def test_a_container_sees_its_own_quota_at_the_root(tmp_path: Path) -> None:
+    # inside a container the cgroup path names the host's tree, absent under the container's mount: the walk up ends
+    # at the mount's root, where the container's own cpu.max is
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, "0::/kubepods/pod1/abc\n")
+    _write(tmp_path / "cg" / "cpu.max", "200000 100000\n")
+    assert cgroup_cpu_quota(tmp_path / "cg", proc) == pytest.approx(2.0)
+
+
+def test_hyperthreads_of_one_core_count_once(tmp_path: Path) -> None:
+    # 4 logical CPUs: 0/2 and 1/3 are siblings of cores 0 and 1; CPU 5 has no topology: a core of its own
+    for cpu, core in ((0, 0), (1, 1), (2, 0), (3, 1)):
+        _write(tmp_path / f"cpu{cpu}" / "topology" / "physical_package_id", "0\n")
+        _write(tmp_path / f"cpu{cpu}" / "topology" / "core_id", f"{core}\n")
+    assert cores_of({0, 2}, tmp_path) == 1
+    assert cores_of({0, 1, 2, 3}, tmp_path) == 2
+    assert cores_of({0, 1, 5}, tmp_path) == 3
+    # a second package's core 0 is another core
+    _write(tmp_path / "cpu4" / "topology" / "physical_package_id", "1\n")
+    _write(tmp_path / "cpu4" / "topology" / "core_id", "0\n")
+    assert cores_of({0, 4}, tmp_path) == 2
 
 
 def test_cgroup_v1_quota_and_its_absence(tmp_path: Path) -> None:
@@ -99,9 +126,8 @@ def test_unreadable_quotas_are_no_quota(tmp_path: Path, cgroup: str, cpu_max: st
     "host, work",
     [
         (HostInfo(physical_cores=8, logical_cores=16), 8),
-        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=16), 8),
-        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=4), 2),  # 4 hyperthreads: two cores
-        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=1), 1),
+        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=8), 8),  # the whole mask: 8 distinct cores
+        (HostInfo(physical_cores=8, logical_cores=16, usable_cores=2), 2),  # a mask on two cores
         (HostInfo(logical_cores=16, usable_cores=4), 4),
         (HostInfo(usable_cores=4), 4),
         (HostInfo(), None),
@@ -137,5 +163,5 @@ def test_detect_says_when_the_process_is_narrowed() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    if (os.cpu_count() or 1) > 1:
-        assert "1 usable by this process (affinity or cgroup quota): plans count 1" in out.stdout
+    if (read_host().cores or 1) > 1:
+        assert "this process may use 1 (affinity or cgroup quota): plans count those" in out.stdout

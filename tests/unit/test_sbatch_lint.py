@@ -194,9 +194,12 @@ def test_what_dswiz_writes_for_an_offloading_plan_gives_the_ranks_their_cpus(
         ("--ntasks-per-node=1 --cpus-per-task=16", False),
         ("--ntasks-per-node=4 --cpus-per-task=4", False),  # a task a rank
         ("--ntasks-per-node=4", True),  # Slurm's default: one CPU a task
+        ("--ntasks=8 --cpus-per-task=8", False),  # 8 tasks over the 2 nodes: a task a rank, 8 CPUs each
+        ("--ntasks=2 --cpus-per-task=8", True),  # a task a node: 2 CPUs a rank
         ("--cpus-per-gpu=2", True),
         ("--cpus-per-gpu=8", False),
         ("--exclusive", False),  # the whole node
+        ("--exclusive=user --cpus-per-task=4", True),  # the user's jobs share the node: CPUs as asked
     ],
 )
 def test_an_offloading_job_with_few_cpus_a_rank_is_flagged(
@@ -229,7 +232,7 @@ def test_dswiz_config_gives_offloading_ranks_the_cores_the_plan_counted(tmp_path
     text = (tmp_path / "off" / "job.sbatch").read_text()
     assert (
         "#SBATCH --cpus-per-task=32\n" in text
-        and "# --cpus-per-task: 16 cores for each rank's CPU Adam" in text
+        and "# --cpus-per-task: 16 CPUs for each rank's CPU Adam" in text
     )
     plain = dswiz(*argv[:-6], "--stage", "2", "--micro-batch", "2", "--out", str(tmp_path / "plain"))
     assert plain.returncode == 0, plain.stderr

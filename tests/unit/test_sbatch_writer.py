@@ -88,9 +88,14 @@ def test_offloading_ranks_ask_for_the_cores_the_plan_counted() -> None:
     for launcher, tasks, cpus in (("nossh", 1, 64), ("slurm", 4, 16)):
         topo = config_set_from_strategy(offload, WriteOptions(launcher=launcher, host_cores=64)).topology
         assert (job_layout(topo).ntasks_per_node, job_layout(topo).cpus_per_task) == (tasks, cpus)
+    # Slurm counts hyperthreads: 64 cores of 2 threads over 4 ranks is 32 CPUs a rank
+    smt = WriteOptions(launcher="slurm", host_cores=64, threads_per_core=2)
+    assert job_layout(config_set_from_strategy(offload, smt).topology).cpus_per_task == 32
+    # parameters alone on the host: the optimizer steps on the GPU, no CPU Adam to feed
     params = replace(TWO_BY_FOUR, zero_stage=3, offload_param="cpu")
     topo = config_set_from_strategy(params, WriteOptions(launcher="slurm", host_cores=8)).topology
-    assert job_layout(topo).cpus_per_task == 2
+    assert job_layout(topo).cpus_per_task == 1 and not topo.slurm.exclusive
+    assert not config_set_from_strategy(params, WriteOptions(launcher="slurm")).topology.slurm.exclusive
     # the node's cores unknown: the whole node, never a count the node may not have
     unknown = config_set_from_strategy(offload, WriteOptions(launcher="slurm"))
     assert job_layout(unknown.topology).cpus_per_task == 1 and unknown.topology.slurm.exclusive

@@ -76,9 +76,9 @@ def cluster_options(command: F) -> F:
             click.option(
                 "--slurm-cpus-per-task",
                 type=click.IntRange(min=1),
-                help="job.sbatch --cpus-per-task. Default: one core per rank the task starts; with the optimizer or "
-                "the parameters offloaded, each rank's share of the node's cores (CPU Adam runs on them: what "
-                "the plan counted).",
+                help="job.sbatch --cpus-per-task. Default: one CPU per rank the task starts; with the optimizer "
+                "offloaded, each rank's share of the node's cores (CPU Adam runs on them), or the whole node "
+                "(--exclusive) where its cores are not known.",
             ),
             click.option(
                 "--slurm-gpus/--no-slurm-gpus",

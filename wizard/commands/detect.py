@@ -188,7 +188,7 @@ def _host_table(report: HardwareReport) -> Any:
     else:
         cores = f"{host.physical_cores} physical / {_or_unknown(host.logical_cores)} logical"
     if host.restricted:
-        cores += f"; {host.usable_cores} usable by this process (affinity or cgroup quota): plans count {host.work_cores}"
+        cores += f"; this process may use {host.usable_cores} (affinity or cgroup quota): plans count those"
     ram = f"{fmt_bytes(host.ram_total_bytes)} ({fmt_bytes(host.ram_available_bytes)} available)"
     memlock = "unlimited" if host.memlock_limit_bytes == -1 else fmt_bytes(host.memlock_limit_bytes)
     libaio = _yes_no(host.libaio) + (f" ({host.libaio_detail})" if host.libaio_detail else "")

@@ -97,9 +97,10 @@ class WriteOptions:
     # (launch.sh exports it, .deepspeed_env carries it to the other nodes).
     expandable_segments: bool = False
     slurm: SlurmJob = field(default_factory=SlurmJob)  # job.sbatch (wizard/config/sbatch.py)
-    # the node's cores the plan counted (HostInfo.work_cores; None: unknown, DEFAULT_HOST_CORES_PER_GPU a rank):
-    # job.sbatch asks for each offloading rank's share of them
+    # the node's cores (HostInfo.cores; None: unknown) and Slurm CPUs a core (HostInfo.threads_per_core): job.sbatch
+    # asks for each rank's share of them where the optimizer steps on the host
     host_cores: int | None = None
+    threads_per_core: int = 1
 
 
 def supports_log_level(deepspeed_version: str | None) -> bool:
@@ -227,14 +228,15 @@ def config_set_from_strategy(strategy: Strategy, options: WriteOptions | None = 
 
 
 def host_cpus(strategy: Strategy, options: WriteOptions) -> dict[str, Any]:
-    """The CPUs job.sbatch asks for (SlurmJob fields): where the optimizer or the parameters live on the host (CPU
-    Adam runs on them), each rank's share of the node's cores, the share the plan priced the step with -- or, the
-    node's cores unknown, the whole node; else one a rank."""
-    if strategy.offload_optimizer == "none" and strategy.offload_param == "none":
+    """The CPUs job.sbatch asks for (SlurmJob fields): where the optimizer steps on the host (CPU Adam), each rank's
+    share of the node's cores in Slurm CPUs (a core's hyperthreads each count) -- or, the node's cores unknown, the
+    whole node; else one a rank."""
+    if not strategy.steps_on_host:
         return {}
     if options.host_cores is None:
         return {"exclusive": options.slurm.cpus_per_task is None}
-    return {"cpus_per_rank": int(cores_per_rank(options.host_cores, strategy.gpus_per_node))}
+    cores = int(cores_per_rank(options.host_cores, strategy.gpus_per_node))
+    return {"cpus_per_rank": cores * max(1, options.threads_per_core)}
 
 
 def accelerate_fields_for(topology: Topology) -> dict[str, Any]:

@@ -179,13 +179,13 @@ def _header(config: ConfigSet, launch_sh_spec: LaunchSpec) -> list[str]:
     ]
     if topo.slurm.cpus_per_task is None and topo.slurm.cpus_per_rank > 1:
         lines.append(
-            f"# --cpus-per-task: {topo.slurm.cpus_per_rank} cores for each rank's CPU Adam (the optimizer or the "
-            "parameters live on the host; the plan priced the step with that share of the node)"
+            f"# --cpus-per-task: {topo.slurm.cpus_per_rank} CPUs for each rank's CPU Adam (the optimizer steps on the "
+            "host: each rank's share of the node's cores, what the plan priced the step with)"
         )
     if topo.slurm.exclusive:
         lines.append(
-            "# --exclusive: the whole node for CPU Adam (the optimizer or the parameters live on the host, and the "
-            "plan did not know the node's cores; dswiz config --slurm-cpus-per-task N asks for N instead)"
+            "# --exclusive: the whole node for CPU Adam (the optimizer steps on the host, and the plan did not know "
+            "the node's cores; dswiz config --slurm-cpus-per-task N asks for N instead)"
         )
     if topo.multi_node:
         lines.append(
@@ -234,10 +234,17 @@ def render_sbatch(config: ConfigSet, launch_sh_spec: LaunchSpec) -> str:
             MASTER_PORT_LINE,
         ]
     launch = " ".join(dswiz_launch_words(config))
+    if topo.multi_node and topo.launcher == "slurm":
+        lines += [
+            "# srun (DeepSpeed's runner calls it) takes --cpus-per-task from the job only through this since Slurm 22.05.",
+            'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-1}"',
+        ]
     if job_layout(topo).per_node_srun:
         lines += [
-            "# One task per node; a node that fails ends the others (--kill-on-bad-exit); lines start with the node rank.",
-            'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --label \\',
+            "# One task per node with the CPUs the job holds there (srun takes --cpus-per-task from the job no more",
+            "# since Slurm 22.05); a node that fails ends the others (--kill-on-bad-exit); lines start with the node rank.",
+            'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE" \\',
+            "  --kill-on-bad-exit=1 --label \\",
             f'  bash -c \'exec {launch} "$@"\' dswiz-node "$SCRIPT" "$@"',
         ]
         return "\n".join(lines) + "\n"

@@ -87,20 +87,35 @@ def _physical_cores_from_cpuinfo(text: str) -> int | None:
 
 
 def usable_cores(
-    cgroup_root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup"
+    cgroup_root: str | Path = "/sys/fs/cgroup",
+    proc_cgroup: str | Path = "/proc/self/cgroup",
+    sys_cpu: str | Path = "/sys/devices/system/cpu",
 ) -> int | None:
-    """Logical CPUs this process may use: its affinity mask (taskset, a Slurm job's or a container's cpuset), lowered
-    to a cgroup CPU quota rounded up (docker --cpus=2.5 gives 3). Children inherit both: the ranks the launcher
-    starts run on these CPUs."""
+    """Cores this process may use: the distinct cores of its affinity mask (taskset, a Slurm job's or a container's
+    cpuset; two hyperthreads of one core count once, where /sys says which are siblings), lowered to a cgroup CPU
+    quota rounded up (docker --cpus=2.5 gives 3: a quota is time on any core). Children inherit both: the ranks the
+    launcher starts run on these."""
     try:
-        n: int | None = len(os.sched_getaffinity(0))
+        cpus: set[int] | None = set(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
-        n = os.cpu_count()
+        cpus = None
+    n = cores_of(cpus, sys_cpu) if cpus else os.cpu_count()
     quota = cgroup_cpu_quota(cgroup_root, proc_cgroup)
     if quota is not None:
         limit = max(1, math.ceil(quota - 1e-9))
         n = min(n, limit) if n else limit
     return n or None
+
+
+def cores_of(cpus: set[int], sys_cpu: str | Path = "/sys/devices/system/cpu") -> int:
+    """How many distinct cores the logical CPUs ``cpus`` sit on (package and core id from /sys topology); a CPU whose
+    topology cannot be read counts as a core of its own."""
+    cores = set()
+    for cpu in cpus:
+        topology = Path(sys_cpu) / f"cpu{cpu}" / "topology"
+        package, core = _read(topology / "physical_package_id"), _read(topology / "core_id")
+        cores.add((package.strip(), core.strip()) if package and core else ("cpu", str(cpu)))
+    return len(cores)
 
 
 def cgroup_cpu_quota(cgroup_root: str | Path, proc_cgroup: str | Path) -> float | None:
@@ -119,7 +134,9 @@ def cgroup_cpu_quota(cgroup_root: str | Path, proc_cgroup: str | Path) -> float 
         if hierarchy == "0" and controllers == "":  # v2: one tree
             base, files = root, ("cpu.max",)
         elif "cpu" in controllers.split(","):  # v1: the cpu controller's own tree
-            base = next((root / d for d in (controllers, "cpu", "cpu,cpuacct") if (root / d).is_dir()), None)
+            base = next(
+                (root / d for d in (controllers, "cpu", "cpu,cpuacct") if os.path.isdir(root / d)), None
+            )
             files = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
         else:
             continue

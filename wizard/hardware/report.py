@@ -76,8 +76,8 @@ class HostInfo:
     cpu_model: str | None = None
     physical_cores: int | None = None
     logical_cores: int | None = None
-    # logical CPUs this process may run on: its affinity mask (taskset, a Slurm allocation, a container's cpuset)
-    # lowered by a cgroup CPU quota (docker --cpus, a Kubernetes limit); None where not detected (a described host)
+    # cores this process may run on: the distinct cores of its affinity mask (taskset, a Slurm allocation, a
+    # container's cpuset) lowered to a cgroup CPU quota (docker --cpus, a Kubernetes limit); None where not detected
     usable_cores: int | None = None
     ram_total_bytes: int | None = None
     ram_available_bytes: int | None = None
@@ -88,21 +88,27 @@ class HostInfo:
     libaio_detail: str | None = None  # what was found or missing, in words
 
     @property
+    def cores(self) -> int | None:
+        """The host's cores: physical where known, else logical."""
+        return self.physical_cores or self.logical_cores
+
+    @property
     def restricted(self) -> bool:
-        """This process may use fewer logical CPUs than the host has."""
-        return bool(self.usable_cores and self.logical_cores and self.usable_cores < self.logical_cores)
+        """This process may use fewer cores than the host has."""
+        return bool(self.usable_cores and self.cores and self.usable_cores < self.cores)
 
     @property
     def work_cores(self) -> int | None:
-        """The cores the training's host work gets (CPU Adam, the data loader): the physical cores, or the logical
-        ones where those are unknown, scaled to the share of logical CPUs this process may use."""
-        cores = self.physical_cores or self.logical_cores
-        if cores is None:
-            return self.usable_cores
-        if self.restricted:
-            assert self.usable_cores is not None and self.logical_cores is not None
-            return max(1, round(cores * self.usable_cores / self.logical_cores))
-        return cores
+        """The cores the training's host work gets (CPU Adam, the data loader): the host's, or the fewer this
+        process may use."""
+        return self.usable_cores if self.restricted or not self.cores else self.cores
+
+    @property
+    def threads_per_core(self) -> int:
+        """Logical CPUs a core (2 with hyperthreads): what Slurm's CPU counts are in on such nodes."""
+        if self.physical_cores and self.logical_cores and self.logical_cores > self.physical_cores:
+            return max(1, round(self.logical_cores / self.physical_cores))
+        return 1
 
 
 @dataclass(frozen=True)

@@ -429,7 +429,7 @@ def _optimizer_seconds(
         parts["optimizer step"] = cal.STAGE0_SECONDS_PER_TENSOR * ft.trainable_tensor_count(model)
     elif s.zero_stage == 0:
         per_param = cal.STAGE0_FP32_SECONDS_PER_PARAM
-    if s.offload_optimizer == "none":
+    if not s.steps_on_host:
         per_param *= cal.CALIBRATION_MEMORY_GBS * 1e9 / hbm
         parts["optimizer step"] += per_param * local
         if s.zero_stage == 3 and s.offload_param != "none":

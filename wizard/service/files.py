@@ -78,7 +78,9 @@ def write_options(
     wanted: dict[str, Any] = {
         **answers,
         "deepspeed_version": installed_deepspeed_version(hardware),
-        "host_cores": hardware.host.work_cores if hardware is not None else None,
+        # the node's, not this process's share: the batch job asks Slurm for them
+        "host_cores": hardware.host.cores if hardware is not None else None,
+        "threads_per_core": hardware.host.threads_per_core if hardware is not None else 1,
         "moe_leaf_modules": moe_leaf_modules(model),
         **({"finetune": model.finetune} if model is not None else {}),
         "config_dir": str(out_dir.resolve()),

@@ -13,7 +13,7 @@ after it is a comment. Codes:
   sbatch-ssh-launcher       DeepSpeed's pdsh launcher inside the job: needs passwordless ssh between the nodes
   sbatch-no-master-addr     several nodes, and nothing sets MASTER_ADDR (or --master-addr / --master_addr)
   sbatch-no-master-port     several nodes, and nothing sets MASTER_PORT (every job then meets on 29500)
-  sbatch-offload-cpus       ds_config.json offloads to the host, and the job gives each rank fewer than
+  sbatch-offload-cpus       ds_config.json steps the optimizer on the host, and the job gives each rank fewer than
                             MIN_OFFLOAD_CPUS_PER_RANK CPUs (Slurm confines a task to what it asked for; CPU Adam runs
                             there)
 """
@@ -147,16 +147,11 @@ def plan_beside(directory: Path) -> PlanBeside:
 
 
 def _offloaded(cfg: dict[str, Any]) -> str | None:
-    """What a DeepSpeed config offloads to the host (CPU or NVMe: CPU Adam steps either), in words; None: nothing."""
+    """ "the optimizer" where a DeepSpeed config steps it on the host (offloaded to the CPU or NVMe: CPU Adam steps
+    either), else None."""
     zero = cfg.get("zero_optimization")
-    if not isinstance(zero, dict):
-        return None
-    names = []
-    for key, words in (("offload_optimizer", "the optimizer"), ("offload_param", "the parameters")):
-        section = zero.get(key)
-        if isinstance(section, dict) and section.get("device") in ("cpu", "nvme"):
-            names.append(words)
-    return " and ".join(names) or None
+    section = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+    return "the optimizer" if isinstance(section, dict) and section.get("device") in ("cpu", "nvme") else None
 
 
 def _world_from_batch(cfg: dict[str, Any]) -> int | None:
@@ -291,10 +286,14 @@ def _launch_findings(script: BatchScript, plan: PlanBeside, at: Any) -> list[Fin
 
 def _offload_cpu_findings(script: BatchScript, plan: PlanBeside, ranks: int | None, at: Any) -> list[Finding]:
     """An offloading job whose ranks get fewer than MIN_OFFLOAD_CPUS_PER_RANK CPUs each: --cpus-per-gpu, else
-    --cpus-per-task over the ranks each task starts (Slurm's default: one CPU a task). --exclusive gives the node."""
-    if not plan.offloaded or not ranks or "exclusive" in script.options:
+    --cpus-per-task over the ranks each task starts (Slurm's default: one CPU a task). A bare --exclusive gives the
+    node."""
+    whole_node = script.options.get("exclusive") == ""  # --exclusive=user / mcs / topo share the node's CPUs
+    if not plan.offloaded or not ranks or whole_node:
         return []
-    tasks = script.count("ntasks-per-node") or 1
+    nodes = script.count("nodes") or plan.nodes or 1
+    total = script.count("ntasks")
+    tasks = script.count("ntasks-per-node") or (-(-total // nodes) if total else 1)
     if "cpus-per-gpu" in script.options:
         per_rank, key = float(script.count("cpus-per-gpu") or 1), "cpus-per-gpu"
         fix = f"`#SBATCH --cpus-per-gpu={MIN_OFFLOAD_CPUS_PER_RANK}` or more"

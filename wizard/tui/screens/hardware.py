@@ -46,7 +46,7 @@ def gpu_table(hw: HardwareReport) -> Table:
 
 def cores_text(h: HostInfo) -> str:
     """ "16 cores", or "16 cores, 4 usable here" when an affinity mask or a cgroup quota narrows this process."""
-    return f"{h.physical_cores or '?'} cores" + (f", {h.work_cores} usable here" if h.restricted else "")
+    return f"{h.cores or '?'} cores" + (f", {h.usable_cores} usable here" if h.restricted else "")
 
 
 def host_text(hw: HardwareReport) -> Text:
