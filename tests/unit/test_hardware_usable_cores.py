@@ -165,3 +165,14 @@ def test_detect_says_when_the_process_is_narrowed() -> None:
     assert out.returncode == 0, out.stderr
     if (read_host().cores or 1) > 1:
         assert "this process may use 1 (affinity or cgroup quota): plans count those" in out.stdout
+
+
+def test_the_hardware_screen_says_when_the_process_is_narrowed() -> None:
+    from wizard.tui.screens.hardware import cores_text
+
+    assert cores_text(HostInfo(physical_cores=16, logical_cores=32, usable_cores=16)) == "16 cores"
+    assert (
+        cores_text(HostInfo(physical_cores=16, logical_cores=32, usable_cores=4)) == "16 cores, 4 usable here"
+    )
+    assert cores_text(HostInfo(logical_cores=8, usable_cores=2)) == "8 cores, 2 usable here"
+    assert cores_text(HostInfo()) == "? cores"
