@@ -99,7 +99,18 @@ def test_offloading_ranks_ask_for_the_cores_the_plan_counted() -> None:
     # the node's cores unknown: the whole node, never a count the node may not have
     unknown = config_set_from_strategy(offload, WriteOptions(launcher="slurm"))
     assert job_layout(unknown.topology).cpus_per_task == 1 and unknown.topology.slurm.exclusive
-    assert "#SBATCH --exclusive\n" in render_all(unknown)[SBATCH_NAME]
+    text = render_all(unknown)[SBATCH_NAME]
+    assert "#SBATCH --exclusive\n" in text
+    # the runner's srun gives each of the 4 ranks a quarter of the node's CPUs: the script's arithmetic, in bash
+    line = next(ln for ln in text.splitlines() if ln.startswith("export SRUN_CPUS_PER_TASK="))
+    shown = subprocess.run(
+        ["bash", "-c", f'{line}; echo "$SRUN_CPUS_PER_TASK"'],
+        env={"SLURM_CPUS_ON_NODE": "96", "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == "24"
     # nothing on the host: one core a rank, whatever the node has; an explicit --cpus-per-task always wins
     plain = config_set_from_strategy(TWO_BY_FOUR, WriteOptions(launcher="slurm", host_cores=64)).topology
     assert job_layout(plain).cpus_per_task == 1

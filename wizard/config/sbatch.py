@@ -235,9 +235,15 @@ def render_sbatch(config: ConfigSet, launch_sh_spec: LaunchSpec) -> str:
         ]
     launch = " ".join(dswiz_launch_words(config))
     if topo.multi_node and topo.launcher == "slurm":
+        ranks = topo.gpus_per_node
+        per_rank = (  # --exclusive: each rank its share of the node's CPUs
+            f'"$(( ${{SLURM_CPUS_ON_NODE:-{ranks}}} / {ranks} ))"'
+            if topo.slurm.exclusive
+            else '"${SLURM_CPUS_PER_TASK:-1}"'
+        )
         lines += [
             "# srun (DeepSpeed's runner calls it) takes --cpus-per-task from the job only through this since Slurm 22.05.",
-            'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-1}"',
+            f"export SRUN_CPUS_PER_TASK={per_rank}",
         ]
     if job_layout(topo).per_node_srun:
         lines += [
