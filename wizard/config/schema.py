@@ -221,8 +221,8 @@ class SlurmJob(BaseModel):
     time: str | None = None  # --time, Slurm's format (minutes, H:MM:SS, D-HH...)
     partition: str | None = None
     cpus_per_task: PositiveInt | None = None  # None: cpus_per_rank for each rank the task starts
-    # the default --cpus-per-task's cores per rank: 1, or with the optimizer or the parameters on the host the share
-    # of the node's cores the plan counted for each rank's CPU work (config_set_from_strategy sets it)
+    # the default --cpus-per-task's CPUs per rank: 1, or where the optimizer steps on the host each rank's share of the
+    # node's cores (config_set_from_strategy sets it)
     cpus_per_rank: PositiveInt = 1
     # the whole node (--exclusive): the ranks work on the host and how many cores it has is not known
     exclusive: bool = False

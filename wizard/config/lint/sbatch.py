@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from wizard.config.hostfile import parse_hostfile
-from wizard.config.lint.base import ERROR, WARNING, as_int, finding
+from wizard.config.lint.base import ERROR, WARNING, as_int, finding, section
 from wizard.config.lint.launcher import yaml_launcher
 from wizard.config.parse import parse_json, parse_yaml
 from wizard.config.sbatch import check_time
@@ -149,9 +149,8 @@ def plan_beside(directory: Path) -> PlanBeside:
 def _offloaded(cfg: dict[str, Any]) -> str | None:
     """ "the optimizer" where a DeepSpeed config steps it on the host (offloaded to the CPU or NVMe: CPU Adam steps
     either), else None."""
-    zero = cfg.get("zero_optimization")
-    section = zero.get("offload_optimizer") if isinstance(zero, dict) else None
-    return "the optimizer" if isinstance(section, dict) and section.get("device") in ("cpu", "nvme") else None
+    device = section(cfg, "zero_optimization", "offload_optimizer").get("device")
+    return "the optimizer" if device in ("cpu", "nvme") else None
 
 
 def _world_from_batch(cfg: dict[str, Any]) -> int | None:
