@@ -88,6 +88,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -107,6 +108,7 @@ from _common import (  # noqa: E402
     PYTHIA_1_4B,
     PYTHIA_1B,
     QWEN2_1_5B,
+    load_bench_script,
     positive_int,
     repo_env,
     run_in_group,
@@ -539,6 +541,13 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     # offloaded at 25 and 51; ZeRO-2's at 27 was the best read on 24 GiB, 7,874 tokens/s)
     ("llama-3b", 3, "cpu", "cpu", True, 28, 1024, 24, 0),
     ("llama-3b", 3, "cpu", "cpu", True, 53, 1024, 40, 0),
+    # (2026-12-08, indices 70-73) NVMe offload, never read before (the planner's swap rate was an assumption):
+    # ZeRO-3 with the optimizer on NVMe, the parameters on the GPU and on NVMe too, at two sizes, beside
+    # bench/nvme_rate.py on the same drive (--nvme-path)
+    ("gpt2-medium", 3, "nvme", "none", True, 8, 1024, None, 0),
+    ("gpt2-medium", 3, "nvme", "nvme", True, 8, 1024, None, 0),
+    ("llama-1b", 3, "nvme", "none", True, 8, 1024, None, 0),
+    ("llama-1b", 3, "nvme", "nvme", True, 8, 1024, None, 0),
 )
 # --family accum: gradient accumulation. Every row before ran one micro-step per optimizer step, so the per-step
 # optimizer work and the per-micro-step work were never read apart; each config at 4 (or 8) micro-steps per step,
@@ -1089,7 +1098,7 @@ def bench_hardware(world: int) -> HardwareReport:
     from wizard.hardware.detect import detect
     from wizard.hardware.host import read_host
 
-    report = detect()
+    report = with_nvme_rate(detect())
     if report.gpus:
         gpus = report.gpus[:world]
         return replace(report, gpus=gpus)
@@ -1105,6 +1114,18 @@ def bench_hardware(world: int) -> HardwareReport:
     return HardwareReport(
         source="detected", gpus=tuple(replace(gpu, index=i) for i in range(world)), host=read_host()
     )
+
+
+def with_nvme_rate(report: HardwareReport) -> HardwareReport:
+    """--nvme-rate: the drive at --nvme-path as this machine's NVMe swap drive, at the rates bench/nvme_rate.py
+    measured there (so that NVMe rows are predicted, and judged, with the drive they swapped to)."""
+    rate_file = os.environ.get(NVME_RATE_VAR)
+    if not rate_file:
+        return report
+    drive = load_bench_script("nvme_rate").as_swap_drive(
+        json.loads(Path(rate_file).read_text()), nvme_swap_dir()
+    )
+    return replace(report, host=replace(report.host, disks=(*report.host.disks, drive)))
 
 
 def smoke_hardware(world: int) -> HardwareReport:
@@ -1125,14 +1146,29 @@ def smoke_hardware(world: int) -> HardwareReport:
     )
 
 
+NVME_PATH_VAR = "DSWIZ_BENCH_NVME_PATH"  # --nvme-path, handed to every config's process
+NVME_RATE_VAR = "DSWIZ_BENCH_NVME_RATE"  # --nvme-rate
+
+
+def nvme_swap_dir() -> str:
+    """Where an NVMe row's DeepSpeed swaps its tensors (--nvme-path; the launcher empties it after each config)."""
+    return os.environ.get(NVME_PATH_VAR, "/tmp/dswiz-bench-nvme")
+
+
 def ds_config(c: Config, smoke: bool) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": c.zero_stage}
     if c.zero_stage >= 1:  # what dswiz writes (wizard/config/build.py): DeepSpeed's bucket defaults
         zero.update(contiguous_gradients=True, overlap_comm=c.zero_stage == 3)
     if c.offload_optimizer != "none":
         zero["offload_optimizer"] = {"device": c.offload_optimizer, "pin_memory": True}
+        if c.offload_optimizer == "nvme":  # what dswiz writes for NVMe (wizard/config/build.py _zero)
+            zero["offload_optimizer"].update(nvme_path=nvme_swap_dir(), buffer_count=4)
     if c.offload_param != "none":
         zero["offload_param"] = {"device": c.offload_param, "pin_memory": True}
+        if c.offload_param == "nvme":
+            zero["offload_param"].update(
+                nvme_path=nvme_swap_dir(), buffer_count=5, buffer_size=100_000_000, max_in_cpu=1_000_000_000
+            )
     zero.update(c.zero)
     params: dict[str, Any] = {"lr": 1e-5, "weight_decay": 0.0}
     if c.offload_optimizer == "none" and c.optimizer == "ds":
@@ -2026,6 +2062,8 @@ def launch_per_process(args: argparse.Namespace, gpus: int, name: str, env: dict
             status = "killed" if rc else None
         except subprocess.TimeoutExpired:
             status = "timeout"
+        if "nvme" in (c.offload_optimizer, c.offload_param):  # the next config starts on an empty drive
+            shutil.rmtree(nvme_swap_dir(), ignore_errors=True)
         doc = json.loads(path.read_text())
         if len(doc["rows"]) == before:  # the process died before writing its row
             card = card_for_cap(hw.min_gpu_memory_bytes or 0, c.cap_gib, gpus, c.strategy(gpus))
@@ -4094,6 +4132,21 @@ def main() -> int:
         "host of a Slurm task or a container with N CPUs; the hardware the rows are predicted with says so "
         "(HostInfo.usable_cores)",
     )
+    ap.add_argument(
+        "--nvme-path",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where rows with NVMe offload swap (a directory on the drive to measure, not tmpfs; default "
+        "/tmp/dswiz-bench-nvme); emptied after each such config",
+    )
+    ap.add_argument(
+        "--nvme-rate",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="bench/nvme_rate.py's result for the --nvme-path drive: the rows are predicted with its rates",
+    )
     ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--master-port", type=int, default=29533)
     ap.add_argument("--collective-timeout-s", type=float, default=120.0)
@@ -4128,6 +4181,10 @@ def main() -> int:
         if args.cpus > len(mask):
             ap.error(f"--cpus {args.cpus}: this process may use {len(mask)} CPUs; pass at most that")
         os.sched_setaffinity(0, mask[: args.cpus])
+    if args.nvme_path is not None:
+        os.environ[NVME_PATH_VAR] = str(args.nvme_path.resolve())
+    if args.nvme_rate is not None:
+        os.environ[NVME_RATE_VAR] = str(args.nvme_rate.resolve())
     if args.worker:
         return worker(args)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -343,7 +343,8 @@ def test_a_fit_whose_loss_falls_forever_along_a_constant_ends_in_range(pa: Modul
 
     from wizard.planner import calibration as cal
 
-    names = ("HOST_OVERLAP_POWER", "NVME_BYTES_PER_SECOND")  # the second: no prediction here depends on it
+    # the second: no prediction here depends on it
+    names = ("HOST_OVERLAP_POWER", "NVME_READ_BYTES_PER_SECOND")
     before = {n: pa._get_constant(n) for n in names}
     measured = [1.0, 2.0, 3.0]
     fit = pa._fit_log(names, lambda: [m * (1 + 1 / cal.HOST_OVERLAP_POWER) for m in measured], measured)

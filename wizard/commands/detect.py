@@ -129,7 +129,9 @@ def _gpu_table(report: HardwareReport) -> Any:
 
 def _disk_kind(d: DiskInfo) -> str:
     if d.nvme:
-        return "NVMe"
+        rates = [f"{what} {rate / 1e9:g} GB/s" for what, rate in (("read", d.read_bytes_per_s),
+                 ("write", d.write_bytes_per_s)) if rate]  # fmt: skip
+        return "NVMe" + (f" ({', '.join(rates)})" if rates else "")
     if d.rotational is True:
         return "rotational"
     if d.rotational is False:

@@ -37,6 +37,8 @@ _OPTION_KEYS = {
     "gpu_memory": "gpu_memory",
     "nvme": "nvme",
     "nvme_path": "nvme_path",
+    "nvme_read": "nvme_read",
+    "nvme_write": "nvme_write",
     "shm": "shm",
     "cores": "cpu_cores",
     "cpus": "cpu_cores",
@@ -58,6 +60,9 @@ PROFILE_KEYS: dict[str, str] = {
     "shm": "/dev/shm size per node, e.g. 64GiB",
     "nvme": "local NVMe capacity per node, e.g. 3.5TB",
     "nvme_path": f"where that NVMe is mounted (default {DEFAULT_NVME_PATH})",
+    "nvme_read": "what DeepSpeed's async_io reads from that NVMe, in GB/s, e.g. 6.5 (DeepSpeed's ds_io measures it; "
+    "default: 3 GB/s assumed)",
+    "nvme_write": "what it writes to that NVMe, in GB/s, e.g. 4 (default: 3 GB/s assumed)",
     "libaio": "whether libaio is installed on the nodes (true/false)",
     "inter_node_gbps": "network bandwidth between nodes in Gbit/s, e.g. 400",
     "name": "a label for this profile",
@@ -103,6 +108,8 @@ _SPEC_EXAMPLES = {
     "inter_node_gbps": "2x8xH100,net=400 (Gbit/s between nodes)",
     "gpu_memory": "1xH100,mem=80GiB",
     "cpu_cores": "8xH100,cores=64",
+    "nvme_read": "8xH100,nvme=3.5TB,nvme_read=6.5 (GB/s)",
+    "nvme_write": "8xH100,nvme=3.5TB,nvme_write=4 (GB/s)",
     "tflops_bf16": "a YAML profile with tflops_bf16: 400",
 }
 
@@ -214,6 +221,26 @@ def _number(profile: Mapping[str, Any], key: str, where: str) -> float | None:
     return float(m.group(1)) * (8 if m.group(2) else 1)  # GB/s is bytes: 8 bits each
 
 
+def _drive_rate(profile: Mapping[str, Any], key: str, where: str) -> float | None:
+    """A drive's rate in bytes/s from GB/s (a bare number, or with GB/s or MB/s after it)."""
+    value = profile.get(key)
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d{1,6}(?:\.\d{1,6})?)\s*(GB/s|MB/s)?", str(value).strip(), re.IGNORECASE)
+    rate = float(m.group(1)) * (1e6 if (m.group(2) or "").lower() == "mb/s" else 1e9) if m else 0.0
+    if isinstance(value, bool) or not 1e6 <= rate <= 1e12:
+        raise DswizError(
+            f"{key} in {where} must be a drive's rate in GB/s (0.001 to 1000), not {quoted(value)}",
+            _write_e_g(key, where, f"{key}: 6.5"),
+        )
+    if profile.get("nvme") is None:
+        raise DswizError(
+            f"{key} in {where} is the rate of the NVMe drive, which it does not describe",
+            f"give the drive's size too, e.g. {_SPEC_EXAMPLES[key].split(' (')[0]}",
+        )
+    return rate
+
+
 def _flag(profile: Mapping[str, Any], key: str, where: str) -> bool | None:
     value = profile.get(key)
     if value is None or isinstance(value, bool):
@@ -265,7 +292,22 @@ def _build(profile: Mapping[str, Any], *, description: str, where: str) -> Hardw
     disks: tuple[DiskInfo, ...] = ()
     if nvme is not None:
         path = str(profile.get("nvme_path") or DEFAULT_NVME_PATH)
-        disks = (DiskInfo(path, "described", "unknown", nvme, nvme, nvme=True, rotational=False),)
+        disks = (
+            DiskInfo(
+                path,
+                "described",
+                "unknown",
+                nvme,
+                nvme,
+                nvme=True,
+                rotational=False,
+                read_bytes_per_s=_drive_rate(profile, "nvme_read", where),
+                write_bytes_per_s=_drive_rate(profile, "nvme_write", where),
+            ),
+        )
+    else:  # a rate without the drive: say so
+        _drive_rate(profile, "nvme_read", where)
+        _drive_rate(profile, "nvme_write", where)
     cores = profile.get("cpu_cores")
     host = HostInfo(
         cpu_model=None,
@@ -287,8 +329,10 @@ def _build(profile: Mapping[str, Any], *, description: str, where: str) -> Hardw
 
 
 def looks_like_profile_path(spec: str) -> bool:
-    """A file path rather than a spec string: has a path separator or a YAML/JSON suffix, or exists."""
-    return "/" in spec or spec.lower().endswith((".yaml", ".yml", ".json")) or Path(spec).is_file()
+    """A file path rather than a spec string: a path separator before any option (a spec's options may hold one:
+    nvme_path=/mnt/nvme, nvme_read=6GB/s), a YAML/JSON suffix, or a file that exists."""
+    head = spec if "=" not in spec else spec.split(",", 1)[0]
+    return "/" in head or spec.lower().endswith((".yaml", ".yml", ".json")) or Path(spec).is_file()
 
 
 __all__ = [

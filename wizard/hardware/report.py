@@ -54,6 +54,10 @@ class DiskInfo:
     free_bytes: int
     nvme: bool
     rotational: bool | None = None
+    # What DeepSpeed's async_io moves through the drive (bytes/s), where a description gives it (nvme_read /
+    # nvme_write); None: unknown, the planner takes calibration.NVME_*_BYTES_PER_SECOND
+    read_bytes_per_s: float | None = None
+    write_bytes_per_s: float | None = None
 
 
 # The cores a rank is taken to have where neither detection nor the description says how many the host has: the
@@ -102,6 +106,11 @@ class HostInfo:
         """The cores the training's host work gets (CPU Adam, the data loader): the host's, or the fewer this
         process may use."""
         return self.usable_cores if self.restricted or not self.cores else self.cores
+
+    @property
+    def swap_drive(self) -> DiskInfo | None:
+        """The NVMe drive offload swaps to: the one with the most free space (what the planner counts as room)."""
+        return max((d for d in self.disks if d.nvme), key=lambda d: d.free_bytes, default=None)
 
     @property
     def threads_per_core(self) -> int:

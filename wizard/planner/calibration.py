@@ -634,8 +634,16 @@ CPU_ADAM_CORE_SECONDS_PER_PARAM = 2.57e-9
 CPU_ADAM_SECONDS_PER_PARAM = 1 / (1.49e8 * 16) - CPU_ADAM_CORE_SECONDS_PER_PARAM / 16
 # The optimizer step is memory-bound: its per-parameter time scales with HBM bandwidth, measured on an H200.
 CALIBRATION_MEMORY_GBS = 4800.0
-# NVMe through DeepSpeed's async_io, per node (assumption: a PCIe 4 NVMe drive sustains ~3 GB/s mixed read/write).
-NVME_BYTES_PER_SECOND = 3e9
+# NVMe through DeepSpeed's async_io, per node, where the drive's own rates are not given (`--hardware
+# ...,nvme_read=GB/s,nvme_write=GB/s`): an assumption, a PCIe 4 NVMe drive at ~3 GB/s each way. What a step moves was
+# measured: ZeRO-3 with the optimizer on NVMe reads 16 bytes a parameter (fp32 weights, both Adam moments, the fp32
+# gradient) and writes 16 (the gradient at the boundary, the three states after the update), one after the other
+# (stage3.py _optimizer_states_and_gradient_swap_in / _swap_out, DeepSpeed 0.19.8, pipelining off by default). On a
+# VM's virtio disk that DeepSpeed's async_io read at 1.61 GB/s and wrote at 2.44 (bench/nvme_rate.py, default aio
+# settings), GPT-2-medium's step ran 6.58 s where these rates predict 6.58 s (1,247 tokens/s measured, 1,245
+# predicted; bench/results/plan_accuracy-2026-12-07-1gpu-phases-nvme-a.json, docs/measurements.md "NVMe offload").
+NVME_READ_BYTES_PER_SECOND = 3e9
+NVME_WRITE_BYTES_PER_SECOND = 3e9
 # Collective bus bandwidth (NCCL busbw) as a share of the GPU's quoted NVLink figure (bidirectional): A100 600 GB/s
 # -> ~240, H100 900 -> ~360 GB/s in nccl-tests all_reduce. Without NVLink, rings cross PCIe.
 NVLINK_BUSBW_SHARE = 0.4

@@ -31,9 +31,8 @@ def capacities(hardware: HardwareReport, request: PlanRequest | None = None) -> 
             "(describe it, e.g. 2x8xH100,net=400)"
         )
     nvme_cap: int | None = request.nvme_bytes
-    if nvme_cap is None:
-        free = [d.free_bytes for d in host.disks if d.nvme]
-        nvme_cap = max(free) if free else None
+    if nvme_cap is None and host.swap_drive is not None:
+        nvme_cap = host.swap_drive.free_bytes
     return Capacities(gpu_cap, cpu_cap, nvme_cap, request.safety_margin, tuple(notes))
 
 

@@ -341,6 +341,8 @@ def stage3_copy_seconds(model: ModelSpec, s: Strategy, hbm: float) -> float:
 # The parts of a training step that run in DeepSpeed's step, once per optimizer step whatever the accumulation.
 CPU_ADAM_PART = "CPU Adam"
 PARAM_WRITE_BACK_PART = "16-bit weights to the host (pageable, converted there)"
+NVME_SWAP_PART = "NVMe swaps"
+NVME_PARAM_WRITE_PART = "16-bit weights to NVMe"
 FRAMEWORK_HOST_PART = "host-bound (framework Python)"
 STAGE0_PART = "16-bit optimizer wrapper (stage 0)"
 STEP_PARTS = (
@@ -348,7 +350,8 @@ STEP_PARTS = (
     CPU_ADAM_PART,
     "16-bit weights back (pageable)",
     PARAM_WRITE_BACK_PART,
-    "NVMe swaps",
+    NVME_SWAP_PART,
+    NVME_PARAM_WRITE_PART,
 )
 STAGE3_HOOKS_PART = "ZeRO-3 fetch hooks"
 LAUNCH_PART = "launch overhead"
@@ -461,14 +464,29 @@ def _optimizer_seconds(
             parts["16-bit weights back (pageable)"] = weights_back / cal.STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND
         weights_back = 0.0
     parts["PCIe copies"] = (grads + weights_back) / pcie
+    read, write = nvme_rates(hardware)
     if s.offload_optimizer == "nvme":
-        node_bytes = s.gpus_per_node * 2 * 16 * local  # read and write fp32 states, per node
-        parts["NVMe swaps"] = node_bytes / cal.NVME_BYTES_PER_SECOND
+        # each way 16 bytes a parameter, the node's ranks on one drive (calibration.NVME_READ_BYTES_PER_SECOND)
+        node_bytes = s.gpus_per_node * 16 * local
+        parts[NVME_SWAP_PART] = node_bytes / read + node_bytes / write
+    if s.offload_param == "nvme":
+        # the updated 16-bit partition written back to its swap files every step (stage3.py
+        # _partitioned_params_swap_out, DeepSpeed 0.19.8)
+        parts[NVME_PARAM_WRITE_PART] = s.gpus_per_node * w * local / write
     return parts
 
 
+def nvme_rates(hardware: HardwareReport) -> tuple[float, float]:
+    """(read, write) bytes/s of the drive NVMe offload swaps to (HostInfo.swap_drive): its own where described,
+    else calibration's assumption."""
+    drive = hardware.host.swap_drive
+    read = drive.read_bytes_per_s if drive is not None else None
+    write = drive.write_bytes_per_s if drive is not None else None
+    return read or cal.NVME_READ_BYTES_PER_SECOND, write or cal.NVME_WRITE_BYTES_PER_SECOND
+
+
 def _parameter_fetch_seconds(
-    model: ModelSpec, s: Strategy, pcie: float, busy: float, buf: ZeroBuffers
+    model: ModelSpec, s: Strategy, pcie: float, busy: float, buf: ZeroBuffers, nvme_read: float
 ) -> dict[str, float]:
     """Offloaded parameters fetched over PCIe (and from NVMe) every forward, and in training's backward all but what
     the forward left gathered (zero3.stage3_training_gathers); ``busy`` is one micro-step's compute plus the host
@@ -478,9 +496,7 @@ def _parameter_fetch_seconds(
     passes = stage3_training_gathers(model, s, buf) if train else 1.0
     fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
     if s.offload_param == "nvme":
-        fetch["parameter fetch (NVMe)"] = (
-            gas * passes * s.gpus_per_node * local_params / cal.NVME_BYTES_PER_SECOND
-        )
+        fetch["parameter fetch (NVMe)"] = gas * passes * s.gpus_per_node * local_params / nvme_read
     # A micro-step is bounded by its transfers: the prefetch hides them behind its busy time only up to a share of
     # it, in training as in inference (calibration.OFFLOAD_FETCH_OVERLAP).
     hidden = cal.OFFLOAD_FETCH_OVERLAP * gas * busy
@@ -565,7 +581,7 @@ def estimate_throughput(
         # The copies run on their own stream while the GPU computes and while the host runs the hooks: a
         # micro-step's busy time is its compute plus the host time the GPU waits for.
         busy = compute + sum(at_boundary.values())
-        parts.update(_parameter_fetch_seconds(model, s, pcie, busy, buffers))
+        parts.update(_parameter_fetch_seconds(model, s, pcie, busy, buffers, nvme_rates(hardware)[0]))
 
     if allocator_remaps:
         parts[ALLOCATOR_REMAP_PART] = gas * cal.EXPANDABLE_REMAP_SECONDS
