@@ -389,8 +389,17 @@ HOST_SAFETY_MARGIN = 0.10
 # of each. It decides the 7B case on a 125 GiB host: ZeRO-2 + CPU offload of llama-7b (26.1 x 6.74e9 = 164 GiB) was
 # killed there before writing its row.
 HOST_OFFLOAD_PEAK_BYTES_PER_PARAM = {"stage 1-2": 26.1, "stage 3": 20.7, "stage 3 + parameters": 25.4}
-# NVMe offload staging buffers in pinned host memory (DeepSpeed defaults: optimizer 4 x 1e8 fp32, params 5 x 1e8).
-NVME_OPTIMIZER_PINNED_BYTES = 4 * 100_000_000 * 4
+# NVMe optimizer offload in host RAM: the swapper's page-locked buffers, buffer_count (4, what dswiz writes and
+# DeepSpeed's default) of the largest optimizer sub-group in fp32 each (runtime/swap_tensor/optimizer_utils.py
+# OptimizerSwapper, utils.py SwapBufferManager; DeepSpeed 0.19.8), and at set-up two more sub-groups' worth (the fp32
+# partition before it is swapped out, the gradient buffer of stage3.py initialize_optimizer_states). Measured:
+# GPT-2-medium (355M parameters, one sub-group) peaked at 11.7 GiB of RSS where these give 3 + 6 x 1.32 = 10.9
+# (bench/results/plan_accuracy-2026-12-07-1gpu-phases-nvme-a.json); the fixed 1.6 GB the planner counted before gave
+# 4.5.
+NVME_OPTIMIZER_BUFFER_COUNT = 4
+NVME_OPTIMIZER_SETUP_SUB_GROUPS = 2
+# NVMe parameter offload's staging buffers in pinned host memory (buffer_count 5 x buffer_size 1e8, as dswiz writes
+# them).
 NVME_PARAM_PINNED_BYTES = 5 * 100_000_000 * 2
 
 # ------------------------------------------------------------------------------------------------ throughput

@@ -10,6 +10,7 @@ from __future__ import annotations
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
+from wizard.planner.zero3 import stage3_sub_group
 from wizard.strategy import Strategy
 
 
@@ -32,8 +33,11 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
                 steady += w * P // shards
         elif s.offload_optimizer == "nvme":
             # Stage 3 swaps the fp32 gradients out to NVMe with the states (stage3.py
-            # _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8): only the pinned swap buffers stay in RAM.
-            steady += cal.NVME_OPTIMIZER_PINNED_BYTES + (0 if s.zero_stage == 3 else 4 * P // shards)
+            # _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8): what stays in RAM is the swapper's page-locked
+            # buffers, buffer_count of them, each the largest sub-group in fp32 (optimizer_utils.py OptimizerSwapper,
+            # utils.py SwapBufferManager).
+            steady += cal.NVME_OPTIMIZER_BUFFER_COUNT * 4 * _sub_group(P, shards)
+            steady += 0 if s.zero_stage == 3 else 4 * P // shards
     if s.offload_param == "cpu":
         steady += stored // N
     elif s.offload_param == "nvme":
@@ -44,6 +48,12 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     if setup > 0:
         items.append(("offload set-up peak (pinned copies)", ranks * setup))
         steady += setup
+    if s.mode == "train" and s.offload_optimizer == "nvme":
+        # set-up: a sub-group's fp32 partition before it is swapped out, and the fp32 gradient buffer
+        # initialize_optimizer_states allocates beside it (stage3.py)
+        transient = cal.NVME_OPTIMIZER_SETUP_SUB_GROUPS * 4 * _sub_group(P, s.world_size)
+        items.append(("optimizer swap set-up (an fp32 sub-group and its gradient)", ranks * transient))
+        steady += transient
     accumulation = offload_accumulation_bytes(model, s)
     if accumulation:
         items.append(("gradient accumulation buffers (pinned)", ranks * accumulation))
@@ -51,6 +61,11 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     if extra:
         items.append(("model copy while loading", ranks * extra))
     return sum(v for _, v in items), tuple(items)
+
+
+def _sub_group(params: int, shards: int) -> int:
+    """Elements of the largest ZeRO-3 optimizer sub-group a rank steps (zero3.stage3_sub_group)."""
+    return stage3_sub_group(params // shards)
 
 
 def pinned_bytes(n: int) -> int:
