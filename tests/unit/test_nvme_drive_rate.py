@@ -18,13 +18,14 @@ from wizard.hardware.described import describe, looks_like_profile_path
 from wizard.hardware.report import DiskInfo, HardwareReport
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
-from wizard.planner.finetune import trainable_params
+from wizard.planner.finetune import stored_elements, trainable_params
 from wizard.planner.throughput import (
     NVME_PARAM_WRITE_PART,
     NVME_SWAP_PART,
     estimate_throughput,
     nvme_rates,
 )
+from wizard.planner.zero3 import nvme_parameter_split
 from wizard.strategy import Strategy
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
@@ -85,12 +86,23 @@ def test_the_swaps_move_16_bytes_a_parameter_each_way_at_the_drives_rates() -> N
     )  # 8 ranks, an eighth of the states each, one drive
 
 
-def test_parameters_on_nvme_write_their_16_bits_back_every_step() -> None:
+def test_parameters_on_nvme_beyond_max_in_cpu_are_read_and_written_back_every_step() -> None:
+    """Training keeps a rank's first max_in_cpu (1e9) parameter elements in host memory: GPT-2-medium's all, so
+    nothing of it moves through the drive; of llama-7b's 6.74e9 the other 5.74e9 are fetched from NVMe and their 16
+    bits written back every step."""
     hw = describe("1xH100,nvme=2TB,nvme_read=2,nvme_write=1")
     both = replace(ZERO_INFINITY, offload_param="nvme")
-    P = trainable_params(load_model_spec("gpt2-medium"))
-    assert _parts(hw, both)[NVME_PARAM_WRITE_PART] == pytest.approx(2 * P / 1e9)
+    small = _parts(hw, both)
+    assert NVME_PARAM_WRITE_PART not in small and "parameter fetch (NVMe)" not in small
     assert NVME_PARAM_WRITE_PART not in _parts(hw)
+    spec = load_model_spec("llama-7b")
+    swapped = stored_elements(spec, 2) - cal.NVME_PARAM_MAX_IN_CPU
+    assert nvme_parameter_split(spec, both) == (cal.NVME_PARAM_MAX_IN_CPU, swapped)
+    big = _parts(hw, both, "llama-7b")
+    assert big[NVME_PARAM_WRITE_PART] == pytest.approx(2 * swapped / 1e9)
+    assert "parameter fetch (NVMe)" in big
+    # inference (no optimizer, DeepSpeedZeRoOffload) swaps every parameter
+    assert nvme_parameter_split(spec, replace(both, offload_optimizer="none", mode="inference"))[0] == 0
 
 
 def test_an_old_report_without_rates_loads_with_none() -> None:

@@ -78,7 +78,12 @@ def test_nvme_optimizer_offload_at_stage_3_keeps_gradients_off_host_ram() -> Non
     # per rank the swapper's buffers (4 of a 1e9-element sub-group in fp32, 2 more at set-up), not the 4 bytes of
     # each of its 6.25e10 parameters' gradients (250 GB)
     assert need < 16 * (cal.HOST_BYTES_PER_RANK + 30e9)
-    assert dict(items)["offloaded states and pinned buffers"] == 16 * (16e9 + cal.NVME_PARAM_PINNED_BYTES)
+    # and of the parameters' side: the swapper's buffers, the 1e9 elements training keeps in host memory
+    # (max_in_cpu), and a sub-group's pinned buffer to write the rest back through
+    params_side = (
+        cal.NVME_PARAM_PINNED_BYTES + 2 * cal.NVME_PARAM_MAX_IN_CPU + 2 * cal.STAGE3_SUB_GROUP_ELEMENTS
+    )
+    assert dict(items)["offloaded states and pinned buffers"] == 16 * (16e9 + params_side)
 
 
 def test_zero_offload_13b_on_one_v100() -> None:

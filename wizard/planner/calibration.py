@@ -401,6 +401,10 @@ NVME_OPTIMIZER_SETUP_SUB_GROUPS = 2
 # NVMe parameter offload's staging buffers in pinned host memory (buffer_count 5 x buffer_size 1e8, as dswiz writes
 # them).
 NVME_PARAM_PINNED_BYTES = 5 * 100_000_000 * 2
+# With the parameters on NVMe, training keeps this many of a rank's 16-bit parameter elements in host memory instead
+# (offload_param.max_in_cpu, DeepSpeed's default and what dswiz writes; stage3.py max_params_in_cpu, DeepSpeed 0.19.8):
+# only the rest is swapped (zero3.nvme_parameter_split).
+NVME_PARAM_MAX_IN_CPU = 1_000_000_000
 
 # ------------------------------------------------------------------------------------------------ throughput
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.zero3 import stage3_sub_group
+from wizard.planner.zero3 import nvme_parameter_split, stage3_sub_group
 from wizard.strategy import Strategy
 
 
@@ -41,7 +41,12 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     if s.offload_param == "cpu":
         steady += stored // N
     elif s.offload_param == "nvme":
-        steady += cal.NVME_PARAM_PINNED_BYTES
+        # the swapper's pinned buffers; in training, the parameters kept in host memory (max_in_cpu) and, once some
+        # are swapped, a pinned buffer of the largest sub-group's to write them back through (stage3.py
+        # reserve_partitioned_swap_space)
+        in_cpu, swapped = nvme_parameter_split(model, s)
+        steady += cal.NVME_PARAM_PINNED_BYTES + w * in_cpu
+        steady += w * stage3_sub_group(in_cpu + swapped) if swapped and s.mode == "train" else 0
     if steady:
         items.append(("offloaded states and pinned buffers", ranks * steady))
     setup = _offload_setup_peak(model, s) - steady

@@ -111,6 +111,19 @@ def stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
     return stage3_gathered_at(model, s, buf, 0)
 
 
+def nvme_parameter_split(model: ModelSpec, s: Strategy) -> tuple[int, int]:
+    """(kept in host memory, swapped on NVMe): a rank's 16-bit parameter elements with the parameters offloaded to
+    NVMe. Training keeps the first max_in_cpu of them in host memory, available there for the fetches and updated in
+    place (stage3.py _create_fp16_partitions_with_defragmentation, max_params_in_cpu; DeepSpeed 0.19.8): only the rest
+    is read from NVMe and written back to it (calibration.NVME_PARAM_MAX_IN_CPU). Inference (DeepSpeedZeRoOffload)
+    swaps them all."""
+    if s.offload_param != "nvme":
+        return 0, 0
+    local = ft.stored_elements(model, s.weight_bytes) // s.world_size
+    in_cpu = min(local, cal.NVME_PARAM_MAX_IN_CPU) if s.mode == "train" else 0
+    return in_cpu, local - in_cpu
+
+
 def stage3_sub_group(partition: int) -> int:
     """Elements of the largest stage-3 optimizer sub-group (calibration.STAGE3_SUB_GROUP_ELEMENTS)."""
     return min(partition, cal.STAGE3_SUB_GROUP_ELEMENTS)
