@@ -10,10 +10,15 @@ set -euo pipefail
 out=.aio
 rm -rf "$out" && mkdir -p "$out/debs"
 grep -qx '/.aio/' .git/info/exclude 2>/dev/null || echo '/.aio/' >> .git/info/exclude
-(cd "$out/debs" && apt-get download libaio1 libaio-dev 2>/dev/null)
+# Debian 12 names the library's package libaio1; Debian 13 and Ubuntu 24.04 libaio1t64 (libaio.so.1t64)
+(cd "$out/debs" && { apt-get download libaio1 libaio-dev || apt-get download libaio1t64 libaio-dev; })
 for deb in "$out"/debs/*.deb; do dpkg-deb -x "$deb" "$out/root"; done
 mkdir -p "$out/include" "$out/lib"
 cp "$out"/root/usr/include/libaio.h "$out/include/"
-cp -L "$out"/root/usr/lib/x86_64-linux-gnu/libaio.so.1 "$out"/root/usr/lib/x86_64-linux-gnu/libaio.so "$out/lib/"  # files, not links: the carry keeps files
+lib=$(find "$out/root" -name 'libaio.so.1*' -type f | head -1)
+[ -n "$lib" ] || { echo "error: no libaio.so.1* in the downloaded packages" >&2; exit 1; }
+# files, not links (the carry keeps files), under each name the linker and the loader look for (the t64 build's
+# SONAME is libaio.so.1t64)
+for name in libaio.so libaio.so.1 libaio.so.1t64; do cp "$lib" "$out/lib/$name"; done
 rm -rf "$out/root" "$out/debs"
 ls -l "$out/include" "$out/lib"

@@ -1,5 +1,6 @@
 """How fast DeepSpeed's async_io op moves data between pinned host memory and a directory's drive: what NVMe offload's
-swaps run at there (the planner prices them with calibration.NVME_BYTES_PER_SECOND).
+swaps run at there (the planner prices them with calibration.NVME_READ/WRITE_BYTES_PER_SECOND, or a described
+drive's nvme_read / nvme_write).
 
     python3 bench/nvme_rate.py --dir /local_nvme/dswiz --gib 4 --out bench/results
 
@@ -110,6 +111,7 @@ def as_swap_drive(doc: dict[str, Any], path: str | Path) -> DiskInfo:
     """The drive a result measured as the planner's NVMe swap drive at ``path`` (HostInfo.swap_drive): its room
     from the filesystem, its rates at DeepSpeed's default aio settings."""
     read, write = default_rates(doc)
+    Path(path).mkdir(parents=True, exist_ok=True)  # the swaps' folder may not be there yet
     fs = filesystem_of(Path(path))
     usage = shutil.disk_usage(path)
     return DiskInfo(

@@ -1151,8 +1151,9 @@ NVME_RATE_VAR = "DSWIZ_BENCH_NVME_RATE"  # --nvme-rate
 
 
 def nvme_swap_dir() -> str:
-    """Where an NVMe row's DeepSpeed swaps its tensors (--nvme-path; the launcher empties it after each config)."""
-    return os.environ.get(NVME_PATH_VAR, "/tmp/dswiz-bench-nvme")
+    """Where an NVMe row's DeepSpeed swaps its tensors: a folder of the bench's own under --nvme-path (the launcher
+    removes that folder after each config, never the directory given)."""
+    return os.path.join(os.environ.get(NVME_PATH_VAR, "/tmp"), "dswiz-bench-nvme")
 
 
 def ds_config(c: Config, smoke: bool) -> dict[str, Any]:
@@ -4137,8 +4138,8 @@ def main() -> int:
         type=Path,
         default=None,
         metavar="DIR",
-        help="where rows with NVMe offload swap (a directory on the drive to measure, not tmpfs; default "
-        "/tmp/dswiz-bench-nvme); emptied after each such config",
+        help="a directory on the drive rows with NVMe offload swap to (not tmpfs; default /tmp): they swap into "
+        "its dswiz-bench-nvme folder, removed after each such config",
     )
     ap.add_argument(
         "--nvme-rate",

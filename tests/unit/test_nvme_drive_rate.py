@@ -18,15 +18,16 @@ from wizard.hardware.described import describe, looks_like_profile_path
 from wizard.hardware.report import DiskInfo, HardwareReport
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
-from wizard.planner.finetune import stored_elements, trainable_params
+from wizard.planner.finetune import stored_elements, trainable_params, with_finetune
 from wizard.planner.throughput import (
     NVME_PARAM_WRITE_PART,
     NVME_SWAP_PART,
     estimate_throughput,
     nvme_rates,
 )
-from wizard.planner.zero3 import nvme_parameter_split
+from wizard.planner.zero3 import nvme_parameters
 from wizard.strategy import Strategy
+from wizard.tuning import make_finetune
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 NVME_ROW = RESULTS / "plan_accuracy-2026-12-07-1gpu-phases-nvme-a.json"
@@ -86,23 +87,44 @@ def test_the_swaps_move_16_bytes_a_parameter_each_way_at_the_drives_rates() -> N
     )  # 8 ranks, an eighth of the states each, one drive
 
 
-def test_parameters_on_nvme_beyond_max_in_cpu_are_read_and_written_back_every_step() -> None:
-    """Training keeps a rank's first max_in_cpu (1e9) parameter elements in host memory: GPT-2-medium's all, so
-    nothing of it moves through the drive; of llama-7b's 6.74e9 the other 5.74e9 are fetched from NVMe and their 16
-    bits written back every step."""
+def test_parameters_on_nvme_follow_deepspeeds_host_buffer_and_sub_groups() -> None:
+    """DeepSpeed keeps in its pinned host buffer (max_in_cpu, 1e9 elements) the optimizer's sub-groups that fit whole,
+    and a sub-group closes once it reaches sub_group_size (also 1e9): GPT-2-medium's 355M trained elements are all
+    kept (nothing moves through the drive), llama-7b's 6.7e9 on one rank none -- every one fetched from NVMe and
+    written back every step, the 2 GB buffer allocated all the same."""
     hw = describe("1xH100,nvme=2TB,nvme_read=2,nvme_write=1")
     both = replace(ZERO_INFINITY, offload_param="nvme")
     small = _parts(hw, both)
     assert NVME_PARAM_WRITE_PART not in small and "parameter fetch (NVMe)" not in small
     assert NVME_PARAM_WRITE_PART not in _parts(hw)
     spec = load_model_spec("llama-7b")
-    swapped = stored_elements(spec, 2) - cal.NVME_PARAM_MAX_IN_CPU
-    assert nvme_parameter_split(spec, both) == (cal.NVME_PARAM_MAX_IN_CPU, swapped)
-    big = _parts(hw, both, "llama-7b")
-    assert big[NVME_PARAM_WRITE_PART] == pytest.approx(2 * swapped / 1e9)
-    assert "parameter fetch (NVMe)" in big
+    everything = stored_elements(spec, 2)
+    nv = nvme_parameters(spec, both)
+    assert (nv.kept, nv.fetched, nv.written) == (0, everything, everything)
+    assert nv.host_buffer == cal.NVME_PARAM_MAX_IN_CPU
+    assert _parts(hw, both, "llama-7b")[NVME_PARAM_WRITE_PART] == pytest.approx(2 * everything / 1e9)
+    # the write-back buffer holds the largest sub-group's full parameters: about the ranks times the sub-group
+    eight = nvme_parameters(spec, replace(both, gpus_per_node=8))
+    assert eight.kept == everything // 8  # 0.84e9 a rank: all kept
+    seventy = load_model_spec("llama-70b")
+    one, many = (
+        nvme_parameters(seventy, replace(both, gpus_per_node=2)),
+        nvme_parameters(seventy, replace(both, gpus_per_node=8)),
+    )
+    assert many.write_buffer == 4 * one.write_buffer == 8 * cal.STAGE3_SUB_GROUP_ELEMENTS
     # inference (no optimizer, DeepSpeedZeRoOffload) swaps every parameter
-    assert nvme_parameter_split(spec, replace(both, offload_optimizer="none", mode="inference"))[0] == 0
+    inference = nvme_parameters(spec, replace(both, offload_optimizer="none", mode="inference"))
+    assert (inference.kept, inference.fetched, inference.written) == (0, everything, 0)
+
+
+def test_lora_on_nvme_never_writes_back_the_frozen_base() -> None:
+    """Only the optimizer's (trained) parameters enter the host buffer and the write-back (stage3.py
+    trainable_param_groups): LoRA's frozen base stays on NVMe, read every fetch and never written."""
+    spec = load_model_spec("llama-7b")
+    lora = with_finetune(spec, make_finetune("lora"))
+    nv = nvme_parameters(lora, replace(ZERO_INFINITY, offload_param="nvme"))
+    assert nv.written == 0 and nv.kept == trainable_params(lora) > 0
+    assert nv.fetched == stored_elements(lora, 2) - nv.kept
 
 
 def test_an_old_report_without_rates_loads_with_none() -> None:

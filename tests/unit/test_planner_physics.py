@@ -17,7 +17,7 @@ from wizard.hardware import get_hardware
 from wizard.model import load_model_spec
 from wizard.planner import calibration as cal
 from wizard.planner.buffers import ZeroBuffers
-from wizard.planner.host_memory import host_bytes
+from wizard.planner.host_memory import host_bytes, pinned_bytes
 from wizard.planner.memory import estimate_memory, fragmentation
 from wizard.planner.search import plan
 from wizard.planner.throughput import estimate_throughput
@@ -75,13 +75,16 @@ def test_nvme_optimizer_offload_at_stage_3_keeps_gradients_off_host_ram() -> Non
         zero_stage=3, offload_optimizer="nvme", offload_param="nvme", precision="fp16", gpus_per_node=16
     )
     need, items = host_bytes(m, s)
-    # per rank the swapper's buffers (4 of a 1e9-element sub-group in fp32, 2 more at set-up), not the 4 bytes of
-    # each of its 6.25e10 parameters' gradients (250 GB)
-    assert need < 16 * (cal.HOST_BYTES_PER_RANK + 30e9)
-    # and of the parameters' side: the swapper's buffers, the 1e9 elements training keeps in host memory
-    # (max_in_cpu), and a sub-group's pinned buffer to write the rest back through
+    # per rank, of the optimizer's side, the swapper's buffers (4 of a 1e9-element sub-group in fp32, 2 more at the
+    # first step), not the 4 bytes of each of its 6.25e10 parameters' gradients (250 GB); of the parameters' side
+    # the swapper's buffers, the pinned flat buffer of max_in_cpu elements (allocated, though no sub-group of a rank
+    # this large fits it: DeepSpeed keeps whole sub-groups only) and the buffer the write-back goes through, the
+    # largest sub-group's full parameters (16 ranks x 1e9 elements)
+    assert need < 16 * (cal.HOST_BYTES_PER_RANK + 70e9)
     params_side = (
-        cal.NVME_PARAM_PINNED_BYTES + 2 * cal.NVME_PARAM_MAX_IN_CPU + 2 * cal.STAGE3_SUB_GROUP_ELEMENTS
+        cal.NVME_PARAM_PINNED_BYTES
+        + pinned_bytes(2 * cal.NVME_PARAM_MAX_IN_CPU)
+        + 2 * 16 * cal.STAGE3_SUB_GROUP_ELEMENTS
     )
     assert dict(items)["offloaded states and pinned buffers"] == 16 * (16e9 + params_side)
 

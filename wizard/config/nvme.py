@@ -28,32 +28,13 @@ from typing import Any
 
 from wizard.config.lint.base import ERROR, INFO, WARNING, finding
 from wizard.findings import Finding
-from wizard.hardware.report import DiskInfo, HardwareReport
+from wizard.hardware.report import NETWORK_FILESYSTEMS, DiskInfo, HardwareReport
 from wizard.units import fmt_bytes
 
 OFFLOAD_DIR_NAME = "dswiz-offload"
 # A directory on the root filesystem that survives reboots and that every user may create entries in (/tmp is
 # often tmpfs: host RAM, the very thing NVMe offload is meant to spare).
 ROOT_FS_DIR = "/var/tmp"
-NETWORK_FILESYSTEMS = frozenset(
-    {
-        "nfs",
-        "nfs4",
-        "cifs",
-        "smb3",
-        "smbfs",
-        "lustre",
-        "gpfs",
-        "beegfs",
-        "ceph",
-        "glusterfs",
-        "afs",
-        "9p",
-        "fuse.sshfs",
-        "fuse.s3fs",
-        "fuse.gcsfuse",
-    }
-)
 
 
 def describes_this_machine(hardware: HardwareReport) -> bool:
@@ -63,9 +44,8 @@ def describes_this_machine(hardware: HardwareReport) -> bool:
 
 
 def nvme_disks(hardware: HardwareReport) -> list[DiskInfo]:
-    """The report's NVMe drives on local filesystems, most free space first."""
-    disks = [d for d in hardware.host.disks if d.nvme and d.fstype not in NETWORK_FILESYSTEMS]
-    return sorted(disks, key=lambda d: (-d.free_bytes, d.mountpoint))
+    """The report's NVMe drives on local filesystems, most free space first (HostInfo.local_nvme_disks)."""
+    return list(hardware.host.local_nvme_disks)
 
 
 def suggest_nvme_path(hardware: HardwareReport | None) -> str | None:

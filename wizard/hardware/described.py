@@ -60,9 +60,9 @@ PROFILE_KEYS: dict[str, str] = {
     "shm": "/dev/shm size per node, e.g. 64GiB",
     "nvme": "local NVMe capacity per node, e.g. 3.5TB",
     "nvme_path": f"where that NVMe is mounted (default {DEFAULT_NVME_PATH})",
-    "nvme_read": "what DeepSpeed's async_io reads from that NVMe, in GB/s, e.g. 6.5 (DeepSpeed's ds_io measures it; "
-    "default: 3 GB/s assumed)",
-    "nvme_write": "what it writes to that NVMe, in GB/s, e.g. 4 (default: 3 GB/s assumed)",
+    "nvme_read": "what DeepSpeed's async_io reads from that NVMe, the node's ranks together, in GB/s (or with MB/s "
+    "after it), e.g. 6.5 (DeepSpeed's ds_io measures it; default: 3 GB/s assumed)",
+    "nvme_write": "what it writes to that NVMe, the node's total, in GB/s (or MB/s), e.g. 4 (default: 3 GB/s assumed)",
     "libaio": "whether libaio is installed on the nodes (true/false)",
     "inter_node_gbps": "network bandwidth between nodes in Gbit/s, e.g. 400",
     "name": "a label for this profile",
@@ -230,13 +230,14 @@ def _drive_rate(profile: Mapping[str, Any], key: str, where: str) -> float | Non
     rate = float(m.group(1)) * (1e6 if (m.group(2) or "").lower() == "mb/s" else 1e9) if m else 0.0
     if isinstance(value, bool) or not 1e6 <= rate <= 1e12:
         raise DswizError(
-            f"{key} in {where} must be a drive's rate in GB/s (0.001 to 1000), not {quoted(value)}",
+            f"{key} in {where} must be a drive's rate in GB/s or MB/s (0.001 to 1000 GB/s), not {quoted(value)}",
             _write_e_g(key, where, f"{key}: 6.5"),
         )
     if profile.get("nvme") is None:
         raise DswizError(
             f"{key} in {where} is the rate of the NVMe drive, which it does not describe",
-            f"give the drive's size too, e.g. {_SPEC_EXAMPLES[key].split(' (')[0]}",
+            "give the drive's size too: "
+            + _write_e_g(key, where, "nvme: 3.5TB beside it").removeprefix("write ").split(" (")[0],
         )
     return rate
 

@@ -45,6 +45,28 @@ class GPUInfo:
         return None if self.compute_capability is None else self.compute_capability >= (7, 0)
 
 
+# Filesystems a swap folder must not be on: NVMe offload's O_DIRECT I/O there crosses the network.
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "ceph",
+        "glusterfs",
+        "afs",
+        "9p",
+        "fuse.sshfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+    }
+)
+
+
 @dataclass(frozen=True)
 class DiskInfo:
     mountpoint: str
@@ -108,9 +130,16 @@ class HostInfo:
         return self.usable_cores if self.restricted or not self.cores else self.cores
 
     @property
+    def local_nvme_disks(self) -> tuple[DiskInfo, ...]:
+        """The NVMe drives on local filesystems, most free space first (then by mount point)."""
+        disks = [d for d in self.disks if d.nvme and d.fstype not in NETWORK_FILESYSTEMS]
+        return tuple(sorted(disks, key=lambda d: (-d.free_bytes, d.mountpoint)))
+
+    @property
     def swap_drive(self) -> DiskInfo | None:
-        """The NVMe drive offload swaps to: the one with the most free space (what the planner counts as room)."""
-        return max((d for d in self.disks if d.nvme), key=lambda d: d.free_bytes, default=None)
+        """The NVMe drive the planner takes offload to swap to: the first of ``local_nvme_disks``, where `dswiz
+        config` suggests the swap folder (its room and rates are the plan's)."""
+        return next(iter(self.local_nvme_disks), None)
 
     @property
     def threads_per_core(self) -> int:

@@ -391,8 +391,9 @@ HOST_SAFETY_MARGIN = 0.10
 HOST_OFFLOAD_PEAK_BYTES_PER_PARAM = {"stage 1-2": 26.1, "stage 3": 20.7, "stage 3 + parameters": 25.4}
 # NVMe optimizer offload in host RAM: the swapper's page-locked buffers, buffer_count (4, what dswiz writes and
 # DeepSpeed's default) of the largest optimizer sub-group in fp32 each (runtime/swap_tensor/optimizer_utils.py
-# OptimizerSwapper, utils.py SwapBufferManager; DeepSpeed 0.19.8), and at set-up two more sub-groups' worth (the fp32
-# partition before it is swapped out, the gradient buffer of stage3.py initialize_optimizer_states). Measured:
+# OptimizerSwapper, utils.py SwapBufferManager; DeepSpeed 0.19.8), and at the first step two more sub-groups' worth
+# (DeepSpeedCPUAdam creates a sub-group's exp_avg and exp_avg_sq in ordinary host memory, ops/adam/cpu_adam.py, before
+# they are swapped out). Measured:
 # GPT-2-medium (355M parameters, one sub-group) peaked at 11.7 GiB of RSS where these give 3 + 6 x 1.32 = 10.9
 # (bench/results/plan_accuracy-2026-12-07-1gpu-phases-nvme-a.json); the fixed 1.6 GB the planner counted before gave
 # 4.5.
@@ -401,9 +402,9 @@ NVME_OPTIMIZER_SETUP_SUB_GROUPS = 2
 # NVMe parameter offload's staging buffers in pinned host memory (buffer_count 5 x buffer_size 1e8, as dswiz writes
 # them).
 NVME_PARAM_PINNED_BYTES = 5 * 100_000_000 * 2
-# With the parameters on NVMe, training keeps this many of a rank's 16-bit parameter elements in host memory instead
-# (offload_param.max_in_cpu, DeepSpeed's default and what dswiz writes; stage3.py max_params_in_cpu, DeepSpeed 0.19.8):
-# only the rest is swapped (zero3.nvme_parameter_split).
+# With the parameters on NVMe, training pins a host buffer of up to this many of a rank's 16-bit trained elements
+# and keeps there the optimizer sub-groups that fit whole (offload_param.max_in_cpu, DeepSpeed's default and what
+# dswiz writes; stage3.py max_params_in_cpu, DeepSpeed 0.19.8; zero3.nvme_parameters).
 NVME_PARAM_MAX_IN_CPU = 1_000_000_000
 
 # ------------------------------------------------------------------------------------------------ throughput
@@ -653,7 +654,7 @@ CALIBRATION_MEMORY_GBS = 4800.0
 # gradient) and writes 16 (the gradient at the boundary, the three states after the update), one after the other
 # (stage3.py _optimizer_states_and_gradient_swap_in / _swap_out, DeepSpeed 0.19.8, pipelining off by default). On a
 # VM's virtio disk that DeepSpeed's async_io read at 1.61 GB/s and wrote at 2.44 (bench/nvme_rate.py, default aio
-# settings), GPT-2-medium's step ran 6.58 s where these rates predict 6.58 s (1,247 tokens/s measured, 1,245
+# settings), GPT-2-medium's step ran 6.58 s where these rates predict 6.58 s (1,247 tokens/s measured, 1,246
 # predicted; bench/results/plan_accuracy-2026-12-07-1gpu-phases-nvme-a.json, docs/measurements.md "NVMe offload").
 NVME_READ_BYTES_PER_SECOND = 3e9
 NVME_WRITE_BYTES_PER_SECOND = 3e9

@@ -10,7 +10,7 @@ from __future__ import annotations
 from wizard.model import ModelSpec
 from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
-from wizard.planner.zero3 import nvme_parameter_split, stage3_sub_group
+from wizard.planner.zero3 import nvme_parameters, stage3_sub_group
 from wizard.strategy import Strategy
 
 
@@ -41,12 +41,11 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     if s.offload_param == "cpu":
         steady += stored // N
     elif s.offload_param == "nvme":
-        # the swapper's pinned buffers; in training, the parameters kept in host memory (max_in_cpu) and, once some
-        # are swapped, a pinned buffer of the largest sub-group's to write them back through (stage3.py
-        # reserve_partitioned_swap_space)
-        in_cpu, swapped = nvme_parameter_split(model, s)
-        steady += cal.NVME_PARAM_PINNED_BYTES + w * in_cpu
-        steady += w * stage3_sub_group(in_cpu + swapped) if swapped and s.mode == "train" else 0
+        # the swapper's pinned buffers; in training, the flat buffer for the parameters kept in host memory and,
+        # where some are written back to NVMe, the buffer they go through (zero3.nvme_parameters)
+        nv = nvme_parameters(model, s)
+        steady += cal.NVME_PARAM_PINNED_BYTES + (pinned_bytes(w * nv.host_buffer) if nv.host_buffer else 0)
+        steady += w * nv.write_buffer
     if steady:
         items.append(("offloaded states and pinned buffers", ranks * steady))
     setup = _offload_setup_peak(model, s) - steady
@@ -54,10 +53,12 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
         items.append(("offload set-up peak (pinned copies)", ranks * setup))
         steady += setup
     if s.mode == "train" and s.offload_optimizer == "nvme":
-        # set-up: a sub-group's fp32 partition before it is swapped out, and the fp32 gradient buffer
-        # initialize_optimizer_states allocates beside it (stage3.py)
-        transient = cal.NVME_OPTIMIZER_SETUP_SUB_GROUPS * 4 * _sub_group(P, s.world_size)
-        items.append(("optimizer swap set-up (an fp32 sub-group and its gradient)", ranks * transient))
+        # the first step: DeepSpeedCPUAdam creates a sub-group's two moments in ordinary host memory before they
+        # are first swapped out (calibration.NVME_OPTIMIZER_SETUP_SUB_GROUPS)
+        transient = cal.NVME_OPTIMIZER_SETUP_SUB_GROUPS * 4 * _sub_group(P, N if s.zero_stage >= 1 else 1)
+        items.append(
+            ("optimizer's first step (a sub-group's Adam moments before their swap-out)", ranks * transient)
+        )
         steady += transient
     accumulation = offload_accumulation_bytes(model, s)
     if accumulation:

@@ -20,7 +20,7 @@ from wizard.planner import calibration as cal
 from wizard.planner import finetune as ft
 from wizard.planner.buffers import DEFAULT_BUFFERS, ZeroBuffers
 from wizard.planner.memory import recipe_activation_bytes_per_token, sdpa_padded_head_dim, unfused_16bit_step
-from wizard.planner.zero3 import nvme_parameter_split, stage3_training_gathers
+from wizard.planner.zero3 import nvme_parameters, stage3_training_gathers
 from wizard.strategy import Strategy
 
 
@@ -469,11 +469,11 @@ def _optimizer_seconds(
         # each way 16 bytes a parameter, the node's ranks on one drive (calibration.NVME_READ_BYTES_PER_SECOND)
         node_bytes = s.gpus_per_node * 16 * local
         parts[NVME_SWAP_PART] = node_bytes / read + node_bytes / write
-    swapped = nvme_parameter_split(model, s)[1]
-    if swapped:
-        # the updated 16-bit weights of the parameters on NVMe written back to their swap files every step
+    written = nvme_parameters(model, s).written
+    if written:
+        # the updated 16-bit weights of the trained parameters on NVMe written back to their swap files every step
         # (stage3.py _partitioned_params_swap_out, DeepSpeed 0.19.8); those kept in host memory update in place
-        parts[NVME_PARAM_WRITE_PART] = s.gpus_per_node * w * swapped / write
+        parts[NVME_PARAM_WRITE_PART] = s.gpus_per_node * w * written / write
     return parts
 
 
@@ -496,10 +496,10 @@ def _parameter_fetch_seconds(
     local_params = ft.stored_parameter_bytes(model, s.weight_bytes) / s.world_size
     passes = stage3_training_gathers(model, s, buf) if train else 1.0
     fetch = {"parameter fetch (PCIe)": gas * passes * local_params / pcie}
-    swapped = nvme_parameter_split(model, s)[1]
-    if swapped:  # what training keeps in host memory is fetched from there
+    fetched = nvme_parameters(model, s).fetched
+    if fetched:  # what training keeps in host memory is fetched from there
         fetch["parameter fetch (NVMe)"] = (
-            gas * passes * s.gpus_per_node * s.weight_bytes * swapped / nvme_read
+            gas * passes * s.gpus_per_node * s.weight_bytes * fetched / nvme_read
         )
     # A micro-step is bounded by its transfers: the prefetch hides them behind its busy time only up to a share of
     # it, in training as in inference (calibration.OFFLOAD_FETCH_OVERLAP).

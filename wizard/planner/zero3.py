@@ -111,17 +111,41 @@ def stage3_working_set(model: ModelSpec, s: Strategy, buf: ZeroBuffers) -> int:
     return stage3_gathered_at(model, s, buf, 0)
 
 
-def nvme_parameter_split(model: ModelSpec, s: Strategy) -> tuple[int, int]:
-    """(kept in host memory, swapped on NVMe): a rank's 16-bit parameter elements with the parameters offloaded to
-    NVMe. Training keeps the first max_in_cpu of them in host memory, available there for the fetches and updated in
-    place (stage3.py _create_fp16_partitions_with_defragmentation, max_params_in_cpu; DeepSpeed 0.19.8): only the rest
-    is read from NVMe and written back to it (calibration.NVME_PARAM_MAX_IN_CPU). Inference (DeepSpeedZeRoOffload)
-    swaps them all."""
+@dataclass(frozen=True)
+class NvmeParameters:
+    """A rank's 16-bit parameter elements with the parameters offloaded to NVMe (``nvme_parameters``)."""
+
+    kept: int  # trained ones kept in host memory: fetched from there, updated in place
+    fetched: int  # read from NVMe every fetch
+    written: int  # trained ones written back to NVMe every step
+    host_buffer: (
+        int  # elements of the pinned flat buffer allocated for the kept ones (allocated even when unused)
+    )
+    write_buffer: int  # elements of the pinned buffer the write-back goes through (0: none)
+
+
+def nvme_parameters(model: ModelSpec, s: Strategy) -> NvmeParameters:
+    """Where a rank's parameters live with offload_param on NVMe (DeepSpeed 0.19.8, stage3.py):
+    training pins a flat host buffer of min(trained partition, max_in_cpu) elements
+    (_create_param_groups_fp16_flat_cpu_memory) and keeps there the optimizer's sub-groups that fit whole, counted from
+    the first (_create_fp16_partitions_with_defragmentation). A sub-group closes once it reaches sub_group_size
+    (_create_fp16_sub_groups), which by default equals max_in_cpu (1e9): a rank that trains more than that keeps
+    none, one that trains less keeps them all. The rest of the trained parameters is fetched from NVMe and written
+    back every step (_partitioned_params_swap_out) through a pinned buffer sized by the full parameters of the
+    largest sub-group (reserve_partitioned_swap_space sums ds_numel: about world_size x the sub-group). Frozen
+    parameters (LoRA's base) are not the optimizer's: they stay on NVMe, read every fetch, never written. Inference
+    (DeepSpeedZeRoOffload) swaps every parameter."""
     if s.offload_param != "nvme":
-        return 0, 0
-    local = ft.stored_elements(model, s.weight_bytes) // s.world_size
-    in_cpu = min(local, cal.NVME_PARAM_MAX_IN_CPU) if s.mode == "train" else 0
-    return in_cpu, local - in_cpu
+        return NvmeParameters(0, 0, 0, 0, 0)
+    w, N = s.weight_bytes, s.world_size
+    local = ft.stored_elements(model, w) // N
+    if s.mode != "train":
+        return NvmeParameters(0, local, 0, 0, 0)
+    trained = min(local, ft.trainable_params(model) // N)
+    kept = trained if trained <= cal.NVME_PARAM_MAX_IN_CPU else 0
+    written = trained - kept
+    write_buffer = min(N * stage3_sub_group(trained), ft.stored_elements(model, w)) if written else 0
+    return NvmeParameters(kept, local - kept, written, min(trained, cal.NVME_PARAM_MAX_IN_CPU), write_buffer)
 
 
 def stage3_sub_group(partition: int) -> int:
