@@ -541,9 +541,11 @@ PHASES_CONFIGS: tuple[tuple[str, int, str, str, bool, int, int, int | None, int]
     # offloaded at 25 and 51; ZeRO-2's at 27 was the best read on 24 GiB, 7,874 tokens/s)
     ("llama-3b", 3, "cpu", "cpu", True, 28, 1024, 24, 0),
     ("llama-3b", 3, "cpu", "cpu", True, 53, 1024, 40, 0),
-    # (2026-12-08, indices 70-73) NVMe offload, never read before (the planner's swap rate was an assumption):
+    # (2026-12-07, indices 70-73) NVMe offload, never read before (the planner's swap rate was an assumption):
     # ZeRO-3 with the optimizer on NVMe, the parameters on the GPU and on NVMe too, at two sizes, beside
-    # bench/nvme_rate.py on the same drive (--nvme-path)
+    # bench/nvme_rate.py on the same drive (--nvme-path, --nvme-rate). Index 70 ran (-phases-nvme-a); 71 (all of
+    # GPT-2-medium's parameters kept in host memory) and 73 (llama-1b's 1.1e9 a rank: none kept, every one fetched
+    # from NVMe and written back) test zero3.nvme_parameters, not run yet (no machine came)
     ("gpt2-medium", 3, "nvme", "none", True, 8, 1024, None, 0),
     ("gpt2-medium", 3, "nvme", "nvme", True, 8, 1024, None, 0),
     ("llama-1b", 3, "nvme", "none", True, 8, 1024, None, 0),
