@@ -21,6 +21,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import md_heading, md_table, write_result  # noqa: E402
 
+from wizard.config.nvme import disk_for  # noqa: E402
+from wizard.hardware.host import disks  # noqa: E402
 from wizard.hardware.report import DiskInfo  # noqa: E402
 
 GiB = 1 << 30
@@ -42,23 +45,20 @@ SETTINGS = (
 )
 
 
+def drive_of(path: Path) -> DiskInfo | None:
+    """The mounted filesystem that holds ``path``, as `dswiz detect` reads the mounts (wizard.hardware.host.disks,
+    wizard.config.nvme.disk_for)."""
+    return disk_for(str(path.resolve()), disks())
+
+
 def filesystem_of(path: Path) -> dict[str, str]:
-    """The mount that holds ``path`` (/proc/mounts: the longest mount point above it)."""
-    best = {"mount": "?", "type": "?", "device": "?"}
-    real = str(path.resolve())
-    try:
-        lines = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        dev, mnt, kind = parts[0], parts[1].replace("\\040", " "), parts[2]
-        inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
-        if inside and len(mnt) >= len(best["mount"] if best["mount"] != "?" else ""):
-            best = {"mount": mnt, "type": kind, "device": dev}
-    return best
+    """The mount that holds ``path``, for the result's header."""
+    d = drive_of(path)
+    return (
+        {"mount": d.mountpoint, "type": d.fstype, "device": d.device}
+        if d
+        else dict.fromkeys(("mount", "type", "device"), "?")
+    )
 
 
 def o_direct_ok(directory: Path) -> str | None:
@@ -112,12 +112,11 @@ def as_swap_drive(doc: dict[str, Any], path: str | Path) -> DiskInfo:
     from the filesystem, its rates at DeepSpeed's default aio settings."""
     read, write = default_rates(doc)
     Path(path).mkdir(parents=True, exist_ok=True)  # the swaps' folder may not be there yet
-    fs = filesystem_of(Path(path))
-    usage = shutil.disk_usage(path)
-    return DiskInfo(
-        str(path), fs["device"], fs["type"], usage.total, usage.free, nvme=True,
-        read_bytes_per_s=read, write_bytes_per_s=write,
-    )  # fmt: skip
+    drive = drive_of(Path(path))
+    if drive is None:  # mounts unreadable: the folder's own filesystem, by its room
+        usage = shutil.disk_usage(path)
+        drive = DiskInfo(str(path), "?", "?", usage.total, usage.free, nvme=True)
+    return replace(drive, nvme=True, read_bytes_per_s=read, write_bytes_per_s=write)
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:

@@ -43,17 +43,12 @@ def describes_this_machine(hardware: HardwareReport) -> bool:
     return hardware.source == "detected" and hardware.host.hostname == socket.gethostname()
 
 
-def nvme_disks(hardware: HardwareReport) -> list[DiskInfo]:
-    """The report's NVMe drives on local filesystems, most free space first (HostInfo.local_nvme_disks)."""
-    return list(hardware.host.local_nvme_disks)
-
-
 def suggest_nvme_path(hardware: HardwareReport | None) -> str | None:
     """A directory for the swap files on the NVMe drive with the most free space (None: no NVMe drive known)."""
-    disks = nvme_disks(hardware) if hardware is not None else []
-    if not disks:
+    drive = hardware.host.swap_drive if hardware is not None else None
+    if drive is None:
         return None
-    mount = disks[0].mountpoint.rstrip("/")
+    mount = drive.mountpoint.rstrip("/")
     return f"{mount or ROOT_FS_DIR}/{OFFLOAD_DIR_NAME}"
 
 
@@ -93,7 +88,7 @@ def nvme_path_findings(
     out: list[Finding] = []
     disk = disk_for(path, hardware.host.disks) if hardware is not None else None
     if hardware is not None and disk is None and hardware.host.disks:
-        mounts = ", ".join(d.mountpoint for d in nvme_disks(hardware)) or "none known"
+        mounts = ", ".join(d.mountpoint for d in hardware.host.local_nvme_disks) or "none known"
         out.append(
             finding(
                 WARNING,

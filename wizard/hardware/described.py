@@ -236,8 +236,7 @@ def _drive_rate(profile: Mapping[str, Any], key: str, where: str) -> float | Non
     if profile.get("nvme") is None:
         raise DswizError(
             f"{key} in {where} is the rate of the NVMe drive, which it does not describe",
-            "give the drive's size too: "
-            + _write_e_g(key, where, "nvme: 3.5TB beside it").removeprefix("write ").split(" (")[0],
+            "describe the drive too: " + _write_e_g(key, where, "nvme: 3.5TB beside it"),
         )
     return rate
 
@@ -290,6 +289,7 @@ def _build(profile: Mapping[str, Any], *, description: str, where: str) -> Hardw
     nodes = _count(profile, "nodes", where, 1, 100_000)
     gpu = _gpu(profile, where, _size(profile, "gpu_memory", where))
     nvme = _size(profile, "nvme", where)
+    read, write = _drive_rate(profile, "nvme_read", where), _drive_rate(profile, "nvme_write", where)
     disks: tuple[DiskInfo, ...] = ()
     if nvme is not None:
         path = str(profile.get("nvme_path") or DEFAULT_NVME_PATH)
@@ -302,13 +302,10 @@ def _build(profile: Mapping[str, Any], *, description: str, where: str) -> Hardw
                 nvme,
                 nvme=True,
                 rotational=False,
-                read_bytes_per_s=_drive_rate(profile, "nvme_read", where),
-                write_bytes_per_s=_drive_rate(profile, "nvme_write", where),
+                read_bytes_per_s=read,
+                write_bytes_per_s=write,
             ),
         )
-    else:  # a rate without the drive: say so
-        _drive_rate(profile, "nvme_read", where)
-        _drive_rate(profile, "nvme_write", where)
     cores = profile.get("cpu_cores")
     host = HostInfo(
         cpu_model=None,

@@ -36,7 +36,7 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
             # _swap_out_offload_fp32_gradients, DeepSpeed 0.19.8): what stays in RAM is the swapper's page-locked
             # buffers, buffer_count of them, each the largest sub-group in fp32 (optimizer_utils.py OptimizerSwapper,
             # utils.py SwapBufferManager).
-            steady += cal.NVME_OPTIMIZER_BUFFER_COUNT * 4 * _sub_group(P, shards)
+            steady += cal.NVME_OPTIMIZER_BUFFER_COUNT * 4 * stage3_sub_group(P // shards)
             steady += 0 if s.zero_stage == 3 else 4 * P // shards
     if s.offload_param == "cpu":
         steady += stored // N
@@ -55,7 +55,7 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     if s.mode == "train" and s.offload_optimizer == "nvme":
         # the first step: DeepSpeedCPUAdam creates a sub-group's two moments in ordinary host memory before they
         # are first swapped out (calibration.NVME_OPTIMIZER_SETUP_SUB_GROUPS)
-        transient = cal.NVME_OPTIMIZER_SETUP_SUB_GROUPS * 4 * _sub_group(P, N if s.zero_stage >= 1 else 1)
+        transient = cal.NVME_OPTIMIZER_SETUP_SUB_GROUPS * 4 * stage3_sub_group(P // N)  # NVMe: stage 3 only
         items.append(
             ("optimizer's first step (a sub-group's Adam moments before their swap-out)", ranks * transient)
         )
@@ -67,11 +67,6 @@ def host_bytes(model: ModelSpec, s: Strategy) -> tuple[int, tuple[tuple[str, int
     if extra:
         items.append(("model copy while loading", ranks * extra))
     return sum(v for _, v in items), tuple(items)
-
-
-def _sub_group(params: int, shards: int) -> int:
-    """Elements of the largest ZeRO-3 optimizer sub-group a rank steps (zero3.stage3_sub_group)."""
-    return stage3_sub_group(params // shards)
 
 
 def pinned_bytes(n: int) -> int:

@@ -464,16 +464,16 @@ def _optimizer_seconds(
             parts["16-bit weights back (pageable)"] = weights_back / cal.STAGE3_PAGEABLE_COPY_BYTES_PER_SECOND
         weights_back = 0.0
     parts["PCIe copies"] = (grads + weights_back) / pcie
-    read, write = nvme_rates(hardware)
     if s.offload_optimizer == "nvme":
         # each way 16 bytes a parameter, the node's ranks on one drive (calibration.NVME_READ_BYTES_PER_SECOND)
+        read, write = nvme_rates(hardware)
         node_bytes = s.gpus_per_node * 16 * local
         parts[NVME_SWAP_PART] = node_bytes / read + node_bytes / write
     written = nvme_parameters(model, s).written
     if written:
         # the updated 16-bit weights of the trained parameters on NVMe written back to their swap files every step
         # (stage3.py _partitioned_params_swap_out, DeepSpeed 0.19.8); those kept in host memory update in place
-        parts[NVME_PARAM_WRITE_PART] = s.gpus_per_node * w * written / write
+        parts[NVME_PARAM_WRITE_PART] = s.gpus_per_node * w * written / nvme_rates(hardware)[1]
     return parts
 
 

@@ -118,9 +118,7 @@ class NvmeParameters:
     kept: int  # trained ones kept in host memory: fetched from there, updated in place
     fetched: int  # read from NVMe every fetch
     written: int  # trained ones written back to NVMe every step
-    host_buffer: (
-        int  # elements of the pinned flat buffer allocated for the kept ones (allocated even when unused)
-    )
+    host_buffer: int  # elements of the pinned flat buffer for the kept ones (allocated even if none are kept)
     write_buffer: int  # elements of the pinned buffer the write-back goes through (0: none)
 
 
